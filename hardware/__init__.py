@@ -1,0 +1,3 @@
+"""Hardware: GPU, link and model catalogs and the roofline cost model."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""The SimPy serving engine, scenarios and the ``specsim`` command line."""
+
+__all__: list[str] = []

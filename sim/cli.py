@@ -1,0 +1,67 @@
+"""The ``specsim`` command line: one entry point, one module per subcommand.
+
+Each module in ``sim/commands/`` exposes ``add_parser(subparsers)``, which adds its
+subcommand and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and
+returning an exit code). Library code never prints; only these commands do.
+
+Errors the user can fix (a bad scenario, an unknown GPU, a malformed trace) are raised as
+:class:`specdec.errors.UserError` and reported here as one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specdec.errors import UserError
+
+# Subcommand modules under sim/commands/, in the order ``--help`` lists them.
+COMMANDS: tuple[str, ...] = (
+    "trace",
+    "speedup",
+    "hw",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="specsim",
+        description=(
+            "SpecSim: a discrete-event performance simulator for LLM serving with "
+            "speculative decoding. Run 'specsim COMMAND --help' for each command."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"sim.commands.{name}").add_parser(sub)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specdec-sim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"specsim {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

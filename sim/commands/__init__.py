@@ -1,0 +1,1 @@
+"""One module per ``specsim`` subcommand; each exposes ``add_parser(subparsers)``."""

@@ -1,0 +1,16 @@
+"""The one error type for input a user can fix.
+
+It lives in the core because every package (core, hardware, workloads, sim) sits on top of
+it, so all of them can raise it without import cycles. The command line reports it as one
+line on stderr and exits with code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """Bad input: a scenario, catalog, trace, argument or flag.
+
+    The message is the whole one-line report and names the file and field where there is
+    one, e.g. ``UserError("scenarios/x.yaml: workload.rate_per_s: must be > 0, got -1")``.
+    """
