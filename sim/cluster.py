@@ -1,0 +1,72 @@
+"""Wiring one simulated cluster: N replicas behind a router, fed by the arrival process.
+
+``wire(env, setup)`` builds it from resolved parts (cost models, acceptance model, request
+table, limits); ``build(env, scenario, variant)`` (in ``sim.build``) resolves a scenario into
+those parts through ``hardware`` and ``workloads`` and then calls ``wire``. Tests use
+``wire`` directly with small fake cost models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from sim.log import RequestTable, RunLog
+from sim.pricing import IterationPricer
+from sim.replica import Replica
+from sim.router import Router, arrivals
+from sim.scheduler import SchedulerLimits
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a run needs, resolved.
+
+    ``make_policy`` builds one policy per replica (adaptive policies hold state);
+    ``kv_capacity_blocks`` is per replica; ``rng`` is the acceptance draws' generator, from
+    which each replica spawns its own child.
+    """
+
+    table: RequestTable
+    limits: SchedulerLimits
+    kv_capacity_blocks: int
+    target_cost: object
+    draft_cost: object | None
+    make_policy: Callable[[], object]
+    acceptance: object
+    rng: np.random.Generator
+    replicas: int = 1
+    router: str = "round_robin"
+    record_bound: bool = True
+
+
+@dataclass
+class Cluster:
+    """The wired simulation: replicas, router, log, and how many requests have arrived."""
+
+    env: simpy.Environment
+    setup: Setup
+    replicas: list[Replica]
+    router: Router
+    log: RunLog
+    arrived: list[int]
+
+
+def wire(env: simpy.Environment, setup: Setup) -> Cluster:
+    """Create the replicas, the router and the arrival process in ``env``."""
+    log = RunLog(len(setup.table))
+    rngs = setup.rng.spawn(setup.replicas)
+    replicas = []
+    for i in range(setup.replicas):
+        pricer = IterationPricer(setup.target_cost, setup.draft_cost, setup.record_bound)
+        replicas.append(
+            Replica(env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
+                    setup.acceptance, rngs[i], setup.table, log)
+        )
+    router = Router(replicas, setup.router)
+    arrived = [0]
+    env.process(arrivals(env, setup.table.arrival_at, router, arrived))
+    return Cluster(env, setup, replicas, router, log, arrived)

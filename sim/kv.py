@@ -1,0 +1,65 @@
+"""The paged KV cache: fixed-size blocks, allocated per sequence, rolled back after verify.
+
+A sequence holding ``n`` tokens of KV owns ``ceil(n / block_size)`` blocks. Verifying a
+draft writes the last token plus the guesses (tree nodes) into the cache, which may need new
+blocks; after verification the cache is cut back to what was kept and whole tail blocks go
+back to the pool (lecture §3.2 and exercise 8). Preemption by recompute frees every block
+of the victim. The pool never goes negative nor above its capacity; a request for more
+blocks than are free is a scheduler bug, not user input, so it raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
+    """Blocks needed to hold ``tokens`` tokens of KV: ceil(tokens / block_size)."""
+    return -(-tokens // block_size)
+
+
+class BlockManager:
+    """A pool of ``capacity_blocks`` KV blocks shared by the slots of one replica.
+
+    ``blocks[slot]`` is how many blocks the sequence in that slot owns; ``free_blocks`` is
+    what remains in the pool. All methods take arrays of slots and token counts so that a
+    whole batch is handled in one call.
+    """
+
+    def __init__(self, capacity_blocks: int, block_size: int, n_slots: int) -> None:
+        if capacity_blocks < 1 or block_size < 1:
+            raise ValueError("KV pool needs at least one block of at least one token")
+        self.capacity_blocks = int(capacity_blocks)
+        self.block_size = int(block_size)
+        self.blocks = np.zeros(n_slots, dtype=np.int64)
+        self.free_blocks = int(capacity_blocks)
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks currently owned by sequences."""
+        return self.capacity_blocks - self.free_blocks
+
+    def extra_needed(self, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """int64 [n]: blocks each slot must add to hold ``tokens`` tokens (0 if it has them)."""
+        return np.maximum(blocks_for(tokens, self.block_size) - self.blocks[slots], 0)
+
+    def grow(self, slots: np.ndarray, tokens: np.ndarray) -> None:
+        """Allocate blocks so that each slot holds ``tokens`` tokens."""
+        extra = self.extra_needed(slots, tokens)
+        total = int(extra.sum())
+        if total > self.free_blocks:
+            raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
+        self.blocks[slots] += extra
+        self.free_blocks -= total
+
+    def shrink(self, slots: np.ndarray, tokens: np.ndarray) -> None:
+        """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool."""
+        keep = blocks_for(tokens, self.block_size)
+        released = np.maximum(self.blocks[slots] - keep, 0)
+        self.blocks[slots] -= released
+        self.free_blocks += int(released.sum())
+
+    def release(self, slots: np.ndarray | int) -> None:
+        """Free every block of the given slots (request finished or preempted)."""
+        self.free_blocks += int(np.sum(self.blocks[slots]))
+        self.blocks[slots] = 0

@@ -1,0 +1,172 @@
+"""Speculation policies: per iteration, the draft shape of every decoding sequence.
+
+A shape is a row of widths, one entry per level: a chain of γ is ``[1]*γ``, an expansion
+tree ⟨k1..km⟩ is its k's, and rows are padded with 0 (a row of zeros = no speculation this
+iteration). Every policy returns ``widths`` int64 [D, max_depth] for the D decoding
+sequences of the batch, the same array the acceptance model takes.
+
+- ``NoSpeculation``: plain decoding.
+- ``FixedGamma``: vLLM's ``num_speculative_tokens``.
+- ``TreePolicy``: SpecInfer's expansion config ⟨k1..km⟩ (SGLang's steps/topk are the
+  special case ``[topk] + [1] * (steps - 1)``, see ``sglang_tree``).
+- ``BatchLadder``: γ by batch size, ``[[min_batch, max_batch, γ], ...]``; γ = 0 switches
+  speculation off (vLLM's ``num_speculative_tokens_per_batch_size`` idea).
+- ``AdaptiveGamma``: each iteration the γ that maximises expected emitted tokens per second,
+  from the cost model and a running acceptance estimate (SmartSpec's goodput).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from specdec.errors import UserError
+
+
+def chain(gamma: int, depth: int) -> np.ndarray:
+    """int64 [depth]: a chain of γ padded with zeros to ``depth`` levels."""
+    row = np.zeros(depth, dtype=np.int64)
+    row[:gamma] = 1
+    return row
+
+
+def sglang_tree(steps: int, topk: int) -> list[int]:
+    """SGLang's EAGLE-style ``steps``/``topk`` as an expansion config: top-k at the root."""
+    return [topk] + [1] * (steps - 1)
+
+
+class NoSpeculation:
+    """No draft: every decoding sequence verifies just its last token."""
+
+    max_depth = 0
+    uses_draft = False
+
+    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [n, 0]."""
+        return np.zeros((n, 0), dtype=np.int64)
+
+    def observe(self, checked: int, accepted: int) -> None:
+        """Nothing to learn."""
+
+
+class _Static:
+    """A policy whose shape never changes."""
+
+    uses_draft = True
+
+    def __init__(self, row: Sequence[int]) -> None:
+        self.row = np.asarray(row, dtype=np.int64)
+        self.max_depth = len(self.row)
+
+    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [n, m]: the same row for every sequence (a read-only broadcast view)."""
+        return np.broadcast_to(self.row, (n, self.max_depth))
+
+    def observe(self, checked: int, accepted: int) -> None:
+        """Nothing to learn."""
+
+
+class FixedGamma(_Static):
+    """A chain of γ draft tokens for every decoding sequence."""
+
+    def __init__(self, gamma: int) -> None:
+        if gamma < 1:
+            raise UserError(f"policy.gamma: must be >= 1, got {gamma}")
+        super().__init__([1] * gamma)
+
+
+class TreePolicy(_Static):
+    """An expansion tree ⟨k1..km⟩ for every decoding sequence."""
+
+    def __init__(self, expansion: Sequence[int]) -> None:
+        if not expansion or min(expansion) < 1:
+            raise UserError(
+                f"policy.expansion: must be a non-empty list of ints >= 1, got {list(expansion)}"
+            )
+        super().__init__(expansion)
+
+
+class BatchLadder:
+    """γ chosen by how many sequences decode this iteration.
+
+    ``ladder`` rows are ``[min_batch, max_batch, γ]`` (inclusive bounds); a batch size no row
+    covers is a user error found at construction (rows must tile 1..max without gaps).
+    """
+
+    uses_draft = True
+
+    def __init__(self, ladder: Sequence[Sequence[int]]) -> None:
+        rows = sorted((int(a), int(b), int(g)) for a, b, g in ladder)
+        expect = 1
+        for lo, hi, g in rows:
+            if lo != expect or hi < lo or g < 0:
+                raise UserError(
+                    f"policy.ladder: rows must tile batch sizes 1.. without gaps or overlaps"
+                    f" and have γ >= 0, got {[list(r) for r in rows]}"
+                )
+            expect = hi + 1
+        self.max_batch = expect - 1
+        self.max_depth = max(g for _, _, g in rows)
+        # gamma_by_batch[b] for b = 0..max_batch; 0 decoding sequences need no shape.
+        self.gamma_by_batch = np.zeros(self.max_batch + 1, dtype=np.int64)
+        for lo, hi, g in rows:
+            self.gamma_by_batch[lo : hi + 1] = g
+        self._rows = [chain(int(g), self.max_depth) for g in range(self.max_depth + 1)]
+
+    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [n, max_depth]: the ladder's γ for a batch of n, as chains."""
+        if n > self.max_batch:
+            gamma = int(self.gamma_by_batch[-1])
+        else:
+            gamma = int(self.gamma_by_batch[n])
+        return np.broadcast_to(self._rows[gamma], (n, self.max_depth))
+
+    def observe(self, checked: int, accepted: int) -> None:
+        """Nothing to learn."""
+
+
+class AdaptiveGamma:
+    """Goodput-maximising γ per iteration (SmartSpec's idea).
+
+    For each candidate γ in 0..max_gamma it prices the decoding part of the iteration (draft
+    passes + verify) with ``price(widths, context) -> seconds`` (set by the replica) and
+    takes the γ with the most expected emitted tokens per
+    second, D·E(α̂, γ) / seconds, where α̂ is a running acceptance estimate: an exponential
+    moving average (weight ``smoothing`` per iteration) of accepted / checked guesses,
+    starting from the acceptance model's prior ``mean_alpha``.
+    """
+
+    uses_draft = True
+
+    def __init__(self, max_gamma: int, prior_alpha: float, smoothing: float = 0.1) -> None:
+        if max_gamma < 1:
+            raise UserError(f"policy.max_gamma: must be >= 1, got {max_gamma}")
+        if not 0.0 < smoothing <= 1.0:
+            raise UserError(f"policy.smoothing: must be in (0, 1], got {smoothing}")
+        self.max_depth = int(max_gamma)
+        self.alpha = float(prior_alpha)
+        self.smoothing = float(smoothing)
+        self.price: Callable[[np.ndarray, np.ndarray], float] | None = None
+        self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
+        self.last_gamma = 0
+
+    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [n, max_gamma]: the goodput-best chain for this batch."""
+        from specdec import expected_tokens
+
+        if n == 0 or self.price is None:
+            return np.zeros((n, self.max_depth), dtype=np.int64)
+        best, best_rate = 0, -1.0
+        for g in range(self.max_depth + 1):
+            w = np.broadcast_to(self._rows[g], (n, self.max_depth))
+            rate = n * float(expected_tokens(self.alpha, g)) / self.price(w, context)
+            if rate > best_rate:
+                best, best_rate = g, rate
+        self.last_gamma = best
+        return np.broadcast_to(self._rows[best], (n, self.max_depth))
+
+    def observe(self, checked: int, accepted: int) -> None:
+        """Fold one iteration's verification outcome into α̂."""
+        if checked > 0:
+            self.alpha += self.smoothing * (accepted / checked - self.alpha)

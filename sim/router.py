@@ -1,0 +1,62 @@
+"""Routing arriving requests to replicas, and the arrival process that feeds the router."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import simpy
+
+ROUTERS = ("round_robin", "least_requests", "least_tokens")
+
+
+class Router:
+    """Sends each request to one replica.
+
+    - ``round_robin``: replicas in turn;
+    - ``least_requests``: the replica with the fewest outstanding (waiting or running)
+      requests, ties to the lowest index;
+    - ``least_tokens``: the fewest outstanding tokens (prompt + output of its unfinished
+      requests), ties to the lowest index.
+    """
+
+    def __init__(self, replicas: Sequence, kind: str = "round_robin") -> None:
+        if kind not in ROUTERS:
+            raise ValueError(f"unknown router {kind!r}; known: {', '.join(ROUTERS)}")
+        self.replicas = list(replicas)
+        self.kind = kind
+        self._next = 0
+
+    def choose(self) -> int:
+        """Index of the replica the next request goes to."""
+        if len(self.replicas) == 1:
+            return 0
+        if self.kind == "round_robin":
+            i = self._next
+            self._next = (i + 1) % len(self.replicas)
+            return i
+        key = "outstanding_requests" if self.kind == "least_requests" else "outstanding_tokens"
+        loads = [getattr(r, key) for r in self.replicas]
+        return loads.index(min(loads))
+
+    def submit(self, rid: int) -> None:
+        """Route request ``rid`` now."""
+        self.replicas[self.choose()].submit(rid)
+
+
+def arrivals(env: simpy.Environment, arrival_at, router: Router, counter: list[int]):
+    """The arrival process: submit each request at its arrival time (sorted ascending).
+
+    ``counter[0]`` counts arrived requests so the runner knows which ones to record.
+    Requests arriving at the same instant are submitted without an extra event.
+    """
+    times = arrival_at.tolist()
+    n = len(times)
+    i = 0
+    while i < n:
+        t = times[i]
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        while i < n and times[i] <= env.now:
+            router.submit(i)
+            i += 1
+            counter[0] = i

@@ -1,0 +1,147 @@
+"""Continuous batching: which sequences run in the next iteration, and with how many tokens.
+
+Per iteration, in vLLM's order of priority:
+
+1. running sequences that are decoding, oldest first, each with its verify tokens (the last
+   token plus the policy's guesses or tree nodes), while they fit the token budget;
+2. running sequences still prefilling, oldest first, one chunk each (the whole remaining
+   prompt without chunked prefill, which must then fit the budget whole);
+3. KV blocks for all of them; when the pool runs dry, the latest-arrived running sequence is
+   preempted by recompute (its blocks freed, it returns to the front of the queue and later
+   re-prefills its prompt plus what it had emitted), repeatedly, exactly like vLLM's
+   ``_preempt`` loop; a sequence that is itself the latest preempts itself;
+4. new admissions from the waiting queue, first come first served, while there is a free
+   slot (max sequences), token budget, and free blocks for the chunk being admitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.kv import blocks_for
+from sim.pricing import tree_nodes
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """A replica's batching limits (vLLM's max_num_seqs, max_num_batched_tokens, ...)."""
+
+    max_num_seqs: int
+    max_batched_tokens: int
+    chunked_prefill: bool
+    chunk_tokens: int
+    block_size: int = 16
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One iteration's work.
+
+    dec_slots int64 [D], widths int64 [D, m], verify_tokens int64 [D];
+    pre_slots int64 [P], chunks int64 [P].
+    """
+
+    dec_slots: np.ndarray
+    widths: np.ndarray
+    verify_tokens: np.ndarray
+    pre_slots: np.ndarray
+    chunks: np.ndarray
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing runs (the replica then waits for work)."""
+        return len(self.dec_slots) == 0 and len(self.pre_slots) == 0
+
+
+def _budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int) -> np.ndarray:
+    """int64 [P]: each prefilling sequence's chunk under the token budget, in priority order."""
+    want = np.minimum(remaining, limits.chunk_tokens) if limits.chunked_prefill else remaining
+    before = np.cumsum(want) - want  # tokens taken by higher-priority chunks
+    if limits.chunked_prefill:
+        return np.clip(budget - before, 0, want)  # a partial chunk fills the budget
+    return np.where(before + want <= budget, want, 0)
+
+
+def plan_batch(r) -> Batch:
+    """Form the next batch of replica ``r`` (mutates its KV pool, slots and queue)."""
+    lim: SchedulerLimits = r.limits
+    act = np.flatnonzero(r.active)
+    act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
+    decoding = r.prefilled[act] >= r.target_prefill[act]
+    dec, pre = act[decoding], act[~decoding]
+
+    # 1. decoders and their draft shapes, while the verify tokens fit the budget.
+    widths = r.policy.widths(len(dec), r.kv_tokens[dec])  # [D, m]
+    verify = 1 + tree_nodes(widths)  # [D]
+    fits = np.cumsum(verify) <= lim.max_batched_tokens
+    if not fits.all():
+        dec, widths, verify = dec[fits], widths[fits], verify[fits]
+    budget = lim.max_batched_tokens - int(verify.sum())
+
+    # 2. prefill chunks of running sequences.
+    chunks = _budgeted_chunks(r.target_prefill[pre] - r.prefilled[pre], lim, budget)
+    go = chunks > 0
+    pre, chunks = pre[go], chunks[go]
+    budget -= int(chunks.sum())
+
+    # 3. KV blocks, preempting the latest arrivals when the pool runs dry.
+    slots = np.concatenate((dec, pre))
+    tokens = r.kv_tokens[slots] + np.concatenate((verify, chunks))
+    if int(r.kv.extra_needed(slots, tokens).sum()) > r.kv.free_blocks:
+        keep = _preempt_until_fits(r, act, slots, tokens)
+        kd, kp = np.isin(dec, keep), np.isin(pre, keep)
+        dec, widths, verify = dec[kd], widths[kd], verify[kd]
+        pre, chunks = pre[kp], chunks[kp]
+        budget = lim.max_batched_tokens - int(verify.sum()) - int(chunks.sum())
+        slots = np.concatenate((dec, pre))
+        tokens = r.kv_tokens[slots] + np.concatenate((verify, chunks))
+    r.kv.grow(slots, tokens)
+
+    # 4. admissions, first come first served.
+    new_slots, new_chunks = [], []
+    while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
+        rid = r.waiting[0]
+        target = r.prefill_target_of(rid)
+        chunk = min(target, lim.chunk_tokens, budget) if lim.chunked_prefill else target
+        if chunk > budget or blocks_for(chunk, lim.block_size) > r.kv.free_blocks:
+            break
+        r.waiting.popleft()
+        slot = r.admit(rid, target)
+        r.kv.grow(np.array([slot]), np.array([chunk]))
+        new_slots.append(slot)
+        new_chunks.append(chunk)
+        budget -= chunk
+    if new_slots:
+        pre = np.concatenate((pre, np.array(new_slots, dtype=np.int64)))
+        chunks = np.concatenate((chunks, np.array(new_chunks, dtype=np.int64)))
+    return Batch(dec, widths, verify, pre, chunks)
+
+
+def _preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """vLLM's preemption loop over running slots ``order`` (oldest first); returns survivors.
+
+    Walk the running sequences oldest first; while the current one cannot get its blocks,
+    preempt the latest-arrived one still running (possibly itself). Unscheduled running
+    sequences need no new blocks but can be victims.
+    """
+    want = dict(zip(slots.tolist(), tokens.tolist(), strict=True))
+    alive = order.tolist()
+    free = r.kv.free_blocks
+    i = 0
+    granted = []
+    while i < len(alive):
+        s = alive[i]
+        need = max(int(blocks_for(want.get(s, 0), r.limits.block_size)) - int(r.kv.blocks[s]), 0)
+        while need > free:
+            victim = alive.pop()
+            free += int(r.kv.blocks[victim])
+            r.preempt(victim)
+            if victim == s:
+                break
+        else:
+            free -= need
+            granted.append(s)
+            i += 1
+    return np.array(granted, dtype=np.int64)

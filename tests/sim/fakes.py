@@ -1,0 +1,90 @@
+"""Small hand-checkable stand-ins for the cost model and the acceptance model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cluster import Setup
+from sim.log import RequestTable
+from sim.policies import NoSpeculation
+from sim.scheduler import SchedulerLimits
+
+
+@dataclass(frozen=True)
+class FakeCost:
+    """seconds = overhead_s + per_token_s * Σ new tokens + per_context_s * Σ context."""
+
+    overhead_s: float = 0.010
+    per_token_s: float = 0.001
+    per_context_s: float = 0.0
+
+    def pass_seconds(self, new_tokens, context) -> float:
+        return (self.overhead_s + self.per_token_s * float(np.sum(new_tokens))
+                + self.per_context_s * float(np.sum(context)))
+
+    def pass_cost(self, new_tokens, context):
+        return _Cost(self.pass_seconds(new_tokens, context), "memory")
+
+
+@dataclass(frozen=True)
+class _Cost:
+    seconds: float
+    bound: str
+
+
+class AcceptAll:
+    """Every guess accepted: accepted depth = the row's depth (deterministic)."""
+
+    mean_alpha = 1.0
+
+    def new_streams(self, n, rng):
+        return np.arange(n, dtype=np.int64)
+
+    def accept(self, streams, positions, widths, rng):
+        return (widths > 0).sum(axis=1).astype(np.int64)
+
+
+class IidChain:
+    """i.i.d. α per guess for chains: accepted = leading run of successes, capped at depth."""
+
+    def __init__(self, alpha: float) -> None:
+        self.mean_alpha = alpha
+
+    def new_streams(self, n, rng):
+        return np.arange(n, dtype=np.int64)
+
+    def accept(self, streams, positions, widths, rng):
+        depth = (widths > 0).sum(axis=1)
+        # Geometric number of successes before the first failure, capped at the depth.
+        run = rng.geometric(1.0 - self.mean_alpha, size=len(depth)) - 1
+        return np.minimum(run, depth).astype(np.int64)
+
+
+def table(arrival_at, prompt, output) -> RequestTable:
+    n = len(arrival_at)
+    return RequestTable(
+        arrival_at=np.asarray(arrival_at, dtype=float),
+        prompt_tokens=np.asarray(prompt, dtype=np.int64),
+        output_tokens=np.asarray(output, dtype=np.int64),
+        task=np.zeros(n, dtype=np.int64),
+        stream=np.arange(n, dtype=np.int64),
+    )
+
+
+def setup(tab, *, policy=NoSpeculation, draft=None, acceptance=None, blocks=10_000,
+          max_num_seqs=8, max_batched_tokens=100, chunked=False, chunk=64, seed=0,
+          replicas=1, router="round_robin", cost=None) -> Setup:
+    return Setup(
+        table=tab,
+        limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16),
+        kv_capacity_blocks=blocks,
+        target_cost=cost or FakeCost(),
+        draft_cost=draft,
+        make_policy=policy,
+        acceptance=acceptance or AcceptAll(),
+        rng=np.random.default_rng(seed),
+        replicas=replicas,
+        router=router,
+    )
