@@ -1,0 +1,235 @@
+"""The acceptance-model contract the engine calls, and the two level-wise models.
+
+A verification is described by its *widths*: per level the number of candidates the draft
+offers there. A chain of γ guesses is ``[1]*γ``; an expansion tree ⟨k1..km⟩ (SpecInfer
+§6.2) is its k's. Rows of a batch are padded with 0 past their depth. A model returns the
+accepted depth ``a`` per sequence (0 <= a <= depth); the verify then emits ``a + 1`` tokens.
+
+Acceptance may depend on the *absolute* output position (a regime tape or a recorded
+trace), so re-guessing a position after a rejection sees the same difficulty there; the
+Bernoulli draws themselves are fresh on every verify.
+
+This module holds the abstract interface and the two models whose level probabilities do
+not depend on the position: i.i.d. α (lecture §4.1) and per-guess conditional rates (the
+vLLM-style view; marginal rates are converted to conditionals here).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import numpy as np
+
+from specdec.errors import UserError
+from workloads.coverage import PowerCoverage, WidthModel, check_probability
+
+
+class AcceptanceModel(abc.ABC):
+    """Draws accepted depths for a whole batch of verifications at once."""
+
+    @abc.abstractmethod
+    def new_streams(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """int64 [n]: an opaque stream id per new request (e.g. an offset into a tape/trace)."""
+
+    @abc.abstractmethod
+    def accept(
+        self,
+        streams: np.ndarray,
+        positions: np.ndarray,
+        widths: np.ndarray,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """Accepted depth per sequence, vectorised over the batch.
+
+        streams int64 [B]; positions int64 [B] = output tokens the request has emitted so
+        far (the first guess is for output token ``positions``); widths int64 [B, m]: per
+        level the number of candidates, rows padded with 0 past their depth (a depth-0 row
+        means no speculation and gets 0). Returns int64 [B] with 0 <= a_i <= depth_i.
+        """
+
+    @property
+    @abc.abstractmethod
+    def mean_alpha(self) -> float:
+        """Prior per-guess acceptance probability, for adaptive policies."""
+
+    @abc.abstractmethod
+    def expected_tokens(self, widths: Sequence[int] | np.ndarray) -> float:
+        """Exact expected tokens per verify (accepted + 1) for one shape.
+
+        For position-dependent models this is the expectation for a verify that starts at a
+        uniformly random position of the stream; measured per-verify averages can differ
+        (lecture §4.5: verifies crowd into hard stretches).
+        """
+
+
+def chain_widths(gamma: int | np.ndarray, max_depth: int | None = None) -> np.ndarray:
+    """Widths for chains: int64 [m] for a scalar γ, int64 [B, m] for an array of γ's.
+
+    ``chain_widths(3) == [1, 1, 1]``; for an array, row i is ``[1]*γ_i`` padded with 0
+    to ``max_depth`` (default: the largest γ).
+    """
+    g = np.asarray(gamma, dtype=np.int64)
+    if np.any(g < 0):
+        raise UserError(f"gamma: must be >= 0, got {int(g.min())}")
+    m = int(g.max(initial=0)) if max_depth is None else int(max_depth)
+    out = (np.arange(m)[None, :] < g.reshape(-1, 1)).astype(np.int64)  # [B, m]
+    return out[0] if g.ndim == 0 else out
+
+
+def check_widths(widths: np.ndarray, batch: int | None = None) -> np.ndarray:
+    """Validate a widths array as int64 [B, m]: entries >= 0 and no gap inside a row.
+
+    A 1-D array is taken as one shape (B = 1). A row such as ``[1, 0, 2]`` is refused: the
+    depth of a row is its count of leading positive entries.
+    """
+    w = np.asarray(widths)
+    if w.ndim == 1:
+        w = w[None, :]
+    if w.ndim != 2:
+        raise UserError(f"widths: must be a [B, m] array, got shape {w.shape}")
+    if w.size and not np.issubdtype(w.dtype, np.integer):
+        if not np.all(np.equal(np.mod(w, 1), 0)):
+            raise UserError("widths: must be integers")
+    w = w.astype(np.int64, copy=False)
+    if batch is not None and w.shape[0] != batch:
+        raise UserError(f"widths: {w.shape[0]} rows for a batch of {batch}")
+    if w.size and w.min() < 0:
+        raise UserError(f"widths: must be >= 0, got {int(w.min())}")
+    active = w > 0
+    if w.shape[1] > 1 and np.any(~active[:, :-1] & active[:, 1:]):
+        raise UserError("widths: a 0 (end of depth) is followed by a positive width")
+    return w
+
+
+def depths(widths: np.ndarray) -> np.ndarray:
+    """int64 [B]: the depth of each row (its count of positive widths)."""
+    return (np.asarray(widths) > 0).sum(axis=1).astype(np.int64)
+
+
+def draw_leading_run(level_p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Accepted depth from conditional per-level probabilities, one draw per level.
+
+    level_p float [B, m]: P(level i accepted | levels < i accepted), 0 past a row's depth.
+    Returns int64 [B]: the length of the leading run of successes.
+    """
+    ok = rng.random(level_p.shape) < level_p  # [B, m]; p = 0 never succeeds
+    return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)  # [B]
+
+
+def expected_from_levels(level_p: np.ndarray) -> np.ndarray:
+    """Exact E[accepted + 1] per row: 1 + Σ_d Π_{i<=d} p_i.   [B, m] -> [B]"""
+    return 1.0 + np.cumprod(level_p, axis=1).sum(axis=1)
+
+
+class IIDAcceptance(AcceptanceModel):
+    """Every guess is accepted independently with probability α (lecture §4.1).
+
+    A level with k candidates succeeds with the width model's coverage (default
+    :class:`PowerCoverage` with θ = 1: k independent candidates, 1 − (1 − α)^k).
+    For a chain the expected tokens per verify are E(α, γ) = (1 − α^{γ+1}) / (1 − α).
+    Streams carry no state: every position is alike.
+    """
+
+    def __init__(self, alpha: float, width_model: WidthModel | None = None) -> None:
+        self.alpha = check_probability("alpha", alpha)
+        self.width_model = width_model if width_model is not None else PowerCoverage(1.0)
+
+    def new_streams(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """int64 [n] zeros: i.i.d. acceptance needs no per-request state."""
+        return np.zeros(_count(n), dtype=np.int64)
+
+    def level_probs(self, widths: np.ndarray) -> np.ndarray:
+        """float [B, m]: per-level success probability (0 past a row's depth)."""
+        w = check_widths(widths)
+        return self.width_model.coverage(np.full(w.shape, self.alpha), w)
+
+    def accept(self, streams, positions, widths, rng):
+        """Accepted depth per sequence: the leading run of independent level successes."""
+        return draw_leading_run(self.level_probs(widths), rng)
+
+    @property
+    def mean_alpha(self) -> float:
+        """The α itself."""
+        return self.alpha
+
+    def expected_tokens(self, widths) -> float:
+        """1 + Σ_d Π_{i<=d} coverage(α, k_i); E(α, γ) for a chain."""
+        return float(expected_from_levels(self.level_probs(widths))[0])
+
+
+class PositionalAcceptance(AcceptanceModel):
+    """Per-guess *conditional* rates: α_i = P(guess i accepted | guesses 1..i−1 accepted).
+
+    Guesses past the end of the table reuse its last rate (documented, not an error: an
+    adaptive policy may try a deeper γ than the table was measured at). Levels with k
+    candidates use the width model on that level's α_i.
+    """
+
+    def __init__(self, rates: Sequence[float], width_model: WidthModel | None = None) -> None:
+        r = np.asarray(rates, dtype=np.float64)
+        if r.ndim != 1 or r.size == 0:
+            raise UserError(f"rates: must be a non-empty list of probabilities, got {rates!r}")
+        for i, v in enumerate(r):
+            check_probability(f"rates[{i}]", float(v))
+        self.rates = r
+        self.width_model = width_model if width_model is not None else PowerCoverage(1.0)
+
+    @classmethod
+    def from_marginals(
+        cls, marginals: Sequence[float], width_model: WidthModel | None = None
+    ) -> PositionalAcceptance:
+        """Build from vLLM-style marginal rates m_i = P(guess i accepted).
+
+        m_i already includes having accepted guesses 1..i−1, so the conditionals are
+        α_1 = m_1 and α_i = m_i / m_{i−1}. Marginals must be non-increasing (a guess cannot
+        be accepted more often than its predecessor). Once a marginal is 0 every later one
+        is 0 and its conditional is taken as 0.
+        """
+        m = np.asarray(marginals, dtype=np.float64)
+        if m.ndim != 1 or m.size == 0:
+            raise UserError(f"marginals: must be a non-empty list, got {marginals!r}")
+        for i, v in enumerate(m):
+            check_probability(f"marginals[{i}]", float(v))
+        for i in range(1, m.size):
+            if m[i] > m[i - 1]:
+                raise UserError(
+                    f"marginals[{i}]: must be <= marginals[{i - 1}] = {m[i - 1]:g} "
+                    f"(marginal rates are non-increasing), got {m[i]:g}"
+                )
+        prev = np.concatenate([[1.0], m[:-1]])  # [n]: m_{i-1}, with m_0 = 1
+        cond = np.divide(m, prev, out=np.zeros_like(m), where=prev > 0)
+        return cls(cond, width_model)
+
+    def new_streams(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """int64 [n] zeros: the rates depend on the guess index only."""
+        return np.zeros(_count(n), dtype=np.int64)
+
+    def level_probs(self, widths: np.ndarray) -> np.ndarray:
+        """float [B, m]: α_i through the width model per level (0 past a row's depth)."""
+        w = check_widths(widths)
+        idx = np.minimum(np.arange(w.shape[1]), self.rates.size - 1)  # [m]
+        alpha = np.broadcast_to(self.rates[idx], w.shape)  # [B, m]
+        return self.width_model.coverage(alpha, w)
+
+    def accept(self, streams, positions, widths, rng):
+        """Accepted depth per sequence, one fresh Bernoulli draw per level."""
+        return draw_leading_run(self.level_probs(widths), rng)
+
+    @property
+    def mean_alpha(self) -> float:
+        """The i.i.d. α with the same expected tokens for a chain as long as the table."""
+        from workloads.calibration import solve_alpha
+
+        return solve_alpha(self.expected_tokens(chain_widths(self.rates.size)),
+                           chain_widths(self.rates.size))
+
+    def expected_tokens(self, widths) -> float:
+        """1 + Σ_d Π_{i<=d} coverage(α_i, k_i)."""
+        return float(expected_from_levels(self.level_probs(widths))[0])
+
+
+def _count(n: int) -> int:
+    if int(n) != n or n < 0:
+        raise UserError(f"n: must be an integer >= 0, got {n!r}")
+    return int(n)

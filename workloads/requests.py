@@ -1,0 +1,165 @@
+"""Request specs: what arrives, when, how long, and which task it belongs to.
+
+:func:`build_requests` combines an arrival process, prompt and output length
+distributions and a task mix into a list of :class:`RequestSpec`, with one generator
+spawned per source (arrivals, prompt lengths, output lengths, tasks) so that changing one
+source never shifts the draws of another. :func:`read_request_csv` loads a recorded trace.
+
+CSV format: a header row, then one request per row, with columns ``arrival_at`` (seconds
+from the start, non-decreasing; ``arrival_s`` is accepted as a synonym), ``prompt_tokens``,
+``output_tokens`` (integers >= 1) and optionally ``task``. Any malformed row is refused with
+one line naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specdec.errors import UserError
+from workloads.arrivals import ArrivalProcess
+from workloads.lengths import LengthDistribution
+
+DEFAULT_TASK = "default"
+REQUIRED_COLUMNS = ("arrival_at", "prompt_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of a workload (immutable). ``arrival_at`` is absolute seconds."""
+
+    id: int
+    arrival_at: float
+    prompt_tokens: int
+    output_tokens: int
+    task: str = DEFAULT_TASK
+
+
+def check_task_weights(tasks: Mapping[str, float]) -> tuple[list[str], np.ndarray]:
+    """Names and normalised weights of a task mix, or a UserError naming the bad entry."""
+    if not tasks:
+        raise UserError("tasks: need at least one task with a weight")
+    names = list(tasks)
+    w = []
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise UserError(f"tasks: task names must be non-empty strings, got {name!r}")
+        try:
+            v = float(tasks[name])
+        except (TypeError, ValueError):
+            raise UserError(f"tasks.{name}: weight must be a number, got {tasks[name]!r}") from None
+        if not (v > 0) or not math.isfinite(v):
+            raise UserError(
+                f"tasks.{name}: weight must be a finite number > 0, got {tasks[name]!r}"
+            )
+        w.append(v)
+    weights = np.array(w)
+    return names, weights / weights.sum()
+
+
+def build_requests(
+    arrivals: ArrivalProcess,
+    prompt_lengths: LengthDistribution,
+    output_lengths: LengthDistribution,
+    rng: np.random.Generator,
+    n: int | None = None,
+    horizon_s: float | None = None,
+    tasks: Mapping[str, float] | None = None,
+) -> list[RequestSpec]:
+    """Requests for a count ``n`` or a horizon ``horizon_s`` (exactly one).
+
+    ``tasks`` maps task names to weights (default: every request is task 'default').
+    Four generators are spawned from ``rng``: arrivals, prompt lengths, output lengths,
+    tasks — in that order, whatever is used.
+    """
+    arr_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
+    times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
+    count = times_at.size
+    prompt = prompt_lengths.sample(count, prompt_rng)  # [N]
+    output = output_lengths.sample(count, output_rng)  # [N]
+    if tasks is None:
+        names, task_idx = [DEFAULT_TASK], np.zeros(count, dtype=np.int64)
+    else:
+        names, p = check_task_weights(tasks)
+        task_idx = task_rng.choice(len(names), size=count, p=p)  # [N]
+    return [
+        RequestSpec(i, float(t), int(a), int(b), names[k])
+        for i, (t, a, b, k) in enumerate(zip(times_at, prompt, output, task_idx, strict=True))
+    ]
+
+
+def _number(path: Path, line: int, column: str, cell: str | None, integer: bool) -> float:
+    if cell is None or cell.strip() == "":
+        raise UserError(f"{path}: line {line}: column '{column}': missing value")
+    text = cell.strip()
+    try:
+        v = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise UserError(f"{path}: line {line}: column '{column}': not {kind}: {text!r}") from None
+    if not math.isfinite(v):
+        raise UserError(f"{path}: line {line}: column '{column}': not finite: {text!r}")
+    if integer and v < 1:
+        raise UserError(f"{path}: line {line}: column '{column}': must be >= 1, got {text}")
+    if v < 0:
+        raise UserError(f"{path}: line {line}: column '{column}': must be >= 0, got {text}")
+    return v
+
+
+def read_request_csv(path: str | Path) -> list[RequestSpec]:
+    """Load a recorded request trace (format in the module docstring); ids are row order."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise UserError(f"{p}: cannot read: {e.strerror}") from None
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    if not header:
+        raise UserError(f"{p}: empty file (expected a header {','.join(REQUIRED_COLUMNS)})")
+    rename = {"arrival_s": "arrival_at"}
+    header = [rename.get(h, h) for h in header]
+    allowed = (*REQUIRED_COLUMNS, "task")
+    for h in header:
+        if h not in allowed:
+            raise UserError(f"{p}: line 1: unknown column '{h}' (expected {', '.join(allowed)})")
+    for col in REQUIRED_COLUMNS:
+        if col not in header:
+            raise UserError(f"{p}: line 1: missing column '{col}'")
+    reader.fieldnames = header
+    specs: list[RequestSpec] = []
+    prev_at = 0.0
+    for i, row in enumerate(reader):
+        line = reader.line_num
+        if None in row:  # more cells than header columns
+            raise UserError(
+                f"{p}: line {line}: {len(header) + len(row[None])} cells for {len(header)} columns"
+            )
+        at = _number(p, line, "arrival_at", row["arrival_at"], integer=False)
+        if at < prev_at:
+            raise UserError(
+                f"{p}: line {line}: column 'arrival_at': times must not decrease, "
+                f"got {at:g} after {prev_at:g}"
+            )
+        prev_at = at
+        prompt = int(_number(p, line, "prompt_tokens", row["prompt_tokens"], integer=True))
+        output = int(_number(p, line, "output_tokens", row["output_tokens"], integer=True))
+        task = (row.get("task") or "").strip() or DEFAULT_TASK
+        specs.append(RequestSpec(i, at, prompt, output, task))
+    if not specs:
+        raise UserError(f"{p}: no requests after the header")
+    return specs
+
+
+def write_request_csv(path: str | Path, specs: list[RequestSpec]) -> None:
+    """Write specs in the format :func:`read_request_csv` reads (times with repr precision)."""
+    with Path(path).open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*REQUIRED_COLUMNS, "task"])
+        for s in specs:
+            w.writerow([repr(s.arrival_at), s.prompt_tokens, s.output_tokens, s.task])
