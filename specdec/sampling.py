@@ -260,7 +260,7 @@ def one_round_rejection_output_distribution(p, q) -> np.ndarray:
     """
     p, q = as_pair(p, q)
     m = one_round_rejection_bound(p, q)
-    ratio = np.divide(p, m * q, out=np.zeros_like(p), where=q > 0.0)  # [V]; m = inf -> 0
+    ratio = np.divide(p / m, q, out=np.zeros_like(p), where=q > 0.0)  # [V]; m = inf -> 0
     accepted = q * np.minimum(ratio, 1.0)  # [V] P(draft is x and accepted)
     return accepted + (1.0 - accepted.sum()) * p
 
