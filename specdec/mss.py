@@ -174,7 +174,10 @@ def _mss_enumerate(p, q, k: int) -> tuple[np.ndarray, float]:
     # a[j, x] = min(1, p_j(x)/q(x)); tokens with q(x) = 0 get weight 0 below anyway.
     ratio = np.divide(chain[:-1], q[None, :], out=np.zeros((k, vocab)), where=q[None, :] > 0)
     accept = np.minimum(ratio, 1.0)  # [k, V]
-    tuples = np.stack(np.unravel_index(np.arange(vocab**k), (vocab,) * k), axis=1)  # [N, k]
+    if k == 0:  # one empty tuple: the output is a plain draw from p
+        tuples = np.zeros((1, 0), dtype=np.int64)
+    else:
+        tuples = np.stack(np.unravel_index(np.arange(vocab**k), (vocab,) * k), axis=1)  # [N, k]
     weight = np.prod(q[tuples], axis=1)  # [N] = Π_j q(x_j)
     a = accept[np.arange(k)[None, :], tuples]  # [N, k] a_j(x_j) per tuple
     reach = np.cumprod(np.concatenate([np.ones((tuples.shape[0], 1)), 1.0 - a], axis=1), axis=1)
