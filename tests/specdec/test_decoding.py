@@ -1,0 +1,163 @@
+"""Speculative decoding (Algorithm 1): greedy equality, KV invariant, E(α, γ), distributions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.analysis import expected_tokens
+from specdec.decoding import autoregressive_decode, speculative_decode
+from specdec.drafts import make_drafter, perturbed_copy
+from specdec.errors import UserError
+from specdec.model import ModelConfig, TinyTransformer
+from specdec.sampling import probs_from_logits
+
+# The lecture's setting (§3.3): three prompts, 120 tokens each, greedy.
+N_NEW = 120
+DRAFTS = [
+    ("perturbed", dict(sigma=0.1)),
+    ("perturbed", dict(sigma=0.3)),
+    ("truncated", dict(layers=1)),
+    ("uniform", {}),
+    ("ngram", dict(ngram=3)),
+]
+
+
+@pytest.fixture(scope="module")
+def target() -> TinyTransformer:
+    return TinyTransformer.random(ModelConfig(), 0)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    rng = np.random.default_rng(1)
+    return [list(rng.integers(0, 48, 16)) for _ in range(3)]
+
+
+@pytest.fixture(scope="module")
+def greedy_refs(target, prompts) -> list[list[int]]:
+    return [autoregressive_decode(target, p, N_NEW).tokens for p in prompts]
+
+
+@pytest.mark.parametrize("kind,kwargs", DRAFTS)
+@pytest.mark.parametrize("gamma", [1, 2, 4, 7])
+def test_greedy_equals_target_greedy(target, prompts, greedy_refs, kind, kwargs, gamma):
+    for prompt, ref in zip(prompts, greedy_refs, strict=True):
+        res = speculative_decode(target, make_drafter(kind, target, seed=5, **kwargs), prompt,
+                                 N_NEW, gamma)
+        assert res.tokens == ref
+        assert res.target_calls <= N_NEW  # never more than plain decoding
+        assert res.draft_calls == gamma * res.target_calls
+
+
+def test_target_calls_drop_as_the_draft_improves(target, prompts):
+    calls = {}
+    for name, kind, kwargs in [("s0.1", "perturbed", dict(sigma=0.1)),
+                               ("s0.3", "perturbed", dict(sigma=0.3)),
+                               ("uniform", "uniform", {})]:
+        calls[name] = sum(
+            speculative_decode(target, make_drafter(kind, target, seed=5, **kwargs), p, N_NEW,
+                               4).target_calls
+            for p in prompts
+        )
+    # Measured: 98 < 192 < 359 of 360 plain calls (lecture: sigma 0.1 takes 360 -> 122).
+    assert calls["s0.1"] < calls["s0.3"] < calls["uniform"] <= 3 * N_NEW
+
+
+@pytest.mark.parametrize("kind,kwargs", DRAFTS)
+def test_kv_cache_lengths_obey_the_invariant(target, prompts, kind, kwargs):
+    gamma, prompt = 4, prompts[0]
+    res = speculative_decode(target, make_drafter(kind, target, seed=5, **kwargs), prompt,
+                             N_NEW, gamma)
+    prev_after, prev_draft = len(prompt) - 1, len(prompt) - 1
+    for it in res.iterations:
+        # Between iterations the target holds everything but the last token.
+        assert it.target_before == prev_after == len(prompt) - 1 + it.position
+        assert it.draft_before == prev_draft
+        assert it.target_verify == it.target_before + gamma + 1  # [last] + γ guesses
+        assert it.target_after == it.target_before + it.accepted + 1  # net growth n + 1
+        # The draft has not seen its own last guess: it owes it after a full accept.
+        assert it.pending == (1 if it.accepted == gamma else 0)
+        assert it.draft_after == it.target_after - it.pending
+        prev_after, prev_draft = it.target_after, it.draft_after
+    assert any(it.accepted == gamma for it in res.iterations) or kind == "uniform"
+
+
+def test_tokens_per_verify_matches_expected_tokens_formula(target):
+    # Lecture §4.1: the sigma 0.3 sweep matched E(α̂, γ) closely. Measured here over 6
+    # prompts x 150 tokens: α̂ ≈ 0.42-0.45 and every ratio within 1.1% of 1; loops in the
+    # random model's text make acceptance mildly bursty (§4.5), so we allow 4%.
+    rng = np.random.default_rng(1)
+    prompts = [list(rng.integers(0, 48, 16)) for _ in range(6)]
+    for gamma in (1, 2, 4, 8):
+        emitted = iterations = accepted = checked = 0
+        for p in prompts:
+            res = speculative_decode(target, make_drafter("perturbed", target, sigma=0.3, seed=5),
+                                     p, 150, gamma)
+            emitted += sum(it.emitted for it in res.iterations)
+            iterations += len(res.iterations)
+            accepted += sum(it.accepted for it in res.iterations)
+            checked += sum(min(gamma, it.accepted + 1) for it in res.iterations)
+        alpha_hat = accepted / checked
+        assert 0.3 < alpha_hat < 0.55
+        measured = emitted / iterations
+        assert measured == pytest.approx(float(expected_tokens(alpha_hat, gamma)), rel=0.04)
+
+
+def exact_two_token_joint(model, prompt, temperature) -> np.ndarray:
+    """P(x1, x2 | prompt) by enumerating x1 through the model, [vocab, vocab]."""
+    cache = model.new_cache()
+    p1 = probs_from_logits(model.forward(prompt, cache), temperature)
+    joint = np.zeros((model.config.vocab, model.config.vocab))
+    for x1 in range(model.config.vocab):
+        cache.truncate(len(prompt))
+        joint[x1] = p1[x1] * probs_from_logits(model.forward([x1], cache), temperature)
+    return joint
+
+
+def plain_noise_level(joint: np.ndarray, n: int, rng) -> float:
+    """Mean TV(empirical, exact) of n plain samples, over 100 replicates.
+
+    Plain ancestral sampling from the target draws exactly from ``joint``, so multinomial
+    draws from it are plain sampling's empirical distributions.
+    """
+    flat = joint.ravel()
+    return float(np.mean([0.5 * np.abs(rng.multinomial(n, flat) / n - flat).sum()
+                          for _ in range(100)]))
+
+
+def test_sampling_preserves_the_two_token_joint(target):
+    # T = 1: our target's logits are wide enough (LOGIT_STD) that the joint has an
+    # effective support of ~16 cells, so TV with 2000 samples concentrates (sd ≈ 8% of its
+    # mean ≈ 0.1). Tolerance 1.25x + 0.005 is > 3 sd above a correct sampler's mean,
+    # while a sampler emitting the draft's own distribution is off by far more (checked).
+    prompt, temperature, n, gamma = [3, 17, 5, 40], 1.0, 2000, 3
+    joint = exact_two_token_joint(target, prompt, temperature)
+    rng = np.random.default_rng(7)
+    drafter = make_drafter("perturbed", target, sigma=0.3, seed=5)
+    counts = np.zeros_like(joint)
+    for _ in range(n):
+        toks = speculative_decode(target, drafter, prompt, 2, gamma, temperature, rng).tokens
+        counts[toks[0], toks[1]] += 1
+    tv_spec = 0.5 * np.abs(counts / n - joint).sum()
+    tv_plain = plain_noise_level(joint, n, np.random.default_rng(8))
+    assert tv_spec <= 1.25 * tv_plain + 0.005
+    draft_joint = exact_two_token_joint(perturbed_copy(target, 0.3, 5), prompt, temperature)
+    assert 0.5 * np.abs(draft_joint - joint).sum() > 1.25 * tv_plain + 0.05
+
+
+def test_sampling_is_deterministic_given_the_seed(target):
+    d = make_drafter("perturbed", target, sigma=0.3, seed=5)
+    a = speculative_decode(target, d, [1, 2, 3], 30, 3, 0.7, np.random.default_rng(3)).tokens
+    b = speculative_decode(target, d, [1, 2, 3], 30, 3, 0.7, np.random.default_rng(3)).tokens
+    assert a == b and len(a) == 30
+
+
+def test_bad_arguments_are_user_errors(target):
+    d = make_drafter("uniform", target)
+    with pytest.raises(UserError):
+        speculative_decode(target, d, [1], 10, 0)
+    with pytest.raises(UserError):
+        speculative_decode(target, d, [1], 10, 2, temperature=0.5)  # no rng
+    with pytest.raises(UserError):
+        autoregressive_decode(target, [], 10)
