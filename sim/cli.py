@@ -21,6 +21,8 @@ COMMANDS: tuple[str, ...] = (
     "trace",
     "speedup",
     "hw",
+    "run",
+    "bench",
 )
 
 

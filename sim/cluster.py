@@ -26,8 +26,9 @@ class Setup:
     """Everything a run needs, resolved.
 
     ``make_policy`` builds one policy per replica (adaptive policies hold state);
-    ``kv_capacity_blocks`` is per replica; ``rng`` is the acceptance draws' generator, from
-    which each replica spawns its own child.
+    ``kv_capacity_blocks`` is per replica; ``seed`` seeds the acceptance draws: replica i
+    draws from child i of it (derived without mutating it, so re-running a setup repeats
+    the same draws).
     """
 
     table: RequestTable
@@ -37,7 +38,7 @@ class Setup:
     draft_cost: object | None
     make_policy: Callable[[], object]
     acceptance: object
-    rng: np.random.Generator
+    seed: np.random.SeedSequence
     replicas: int = 1
     router: str = "round_robin"
     record_bound: bool = True
@@ -58,7 +59,10 @@ class Cluster:
 def wire(env: simpy.Environment, setup: Setup) -> Cluster:
     """Create the replicas, the router and the arrival process in ``env``."""
     log = RunLog(len(setup.table))
-    rngs = setup.rng.spawn(setup.replicas)
+    seed = setup.seed
+    rngs = [np.random.default_rng(np.random.SeedSequence(seed.entropy,
+                                                         spawn_key=(*seed.spawn_key, i)))
+            for i in range(setup.replicas)]
     replicas = []
     for i in range(setup.replicas):
         pricer = IterationPricer(setup.target_cost, setup.draft_cost, setup.record_bound)

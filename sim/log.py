@@ -43,6 +43,7 @@ class RunLog:
         self.finished_at = nan.copy()
         self.emitted = np.zeros(n_requests, dtype=np.int64)
         self.verify_steps = np.zeros(n_requests, dtype=np.int64)
+        self.draft_steps = np.zeros(n_requests, dtype=np.int64)
         self.drafted = np.zeros(n_requests, dtype=np.int64)
         self.accepted = np.zeros(n_requests, dtype=np.int64)
         self.checked = np.zeros(n_requests, dtype=np.int64)
@@ -64,6 +65,7 @@ class RunLog:
             table.output_tokens.tolist(),
             self.emitted.tolist(),
             self.verify_steps.tolist(),
+            self.draft_steps.tolist(),
             self.drafted.tolist(),
             self.accepted.tolist(),
             self.checked.tolist(),

@@ -18,7 +18,8 @@ class RequestRecord:
     ``finished`` is False for requests still waiting or running at the horizon: they are
     recorded, never dropped. Token counters follow vLLM's definitions: ``verify_steps``
     counts target passes that decoded this request after its prefill (with or without
-    speculation), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root),
+    speculation), ``draft_steps`` those of them that verified a draft (vLLM's
+    ``num_drafts``), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root),
     ``accepted_tokens`` the draft tokens the target accepted, and ``checked_tokens`` the
     guesses the verification actually looked at (accepted ones plus the first rejected one),
     which is what the lecture's measured α̂ is averaged over (§4.5).
@@ -35,6 +36,7 @@ class RequestRecord:
     output_tokens: int
     emitted_tokens: int
     verify_steps: int
+    draft_steps: int
     drafted_tokens: int
     accepted_tokens: int
     checked_tokens: int

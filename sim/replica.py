@@ -177,6 +177,7 @@ class Replica:
             self.kv.shrink(dec, self.kv_tokens[dec])
             checked = acc + (acc < depth)
             log.verify_steps[rids] += 1
+            log.draft_steps[rids] += depth > 0
             log.drafted[rids] += nodes
             log.accepted[rids] += acc
             log.checked[rids] += checked

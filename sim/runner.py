@@ -49,3 +49,34 @@ def simulate(
         iterations=log.iteration_records(),
         end_at=float(env.now),
     )
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """Every variant of a scenario, run on the same arrivals, with their summaries."""
+
+    scenario: object
+    variants: list[VariantResult]
+    summaries: list[dict]
+
+
+def run_scenario(scenario, source: str = "scenario", progress=None,
+                 record_bound: bool = True) -> ScenarioResult:
+    """Run every variant of ``scenario`` (a ``sim.scenario.Scenario``); the Python API.
+
+    ``progress(variant_name, now_s)``, if given, is called as simulated time advances.
+    """
+    from sim.build import setups
+    from sim.summary import add_speedups, summarize
+
+    results, summaries = [], []
+    horizon = scenario.run.horizon_s
+    kinds = {v.name: v.policy.kind for v in scenario.variants}
+    for name, setup in setups(scenario, source, record_bound):
+        tick = None if progress is None else (lambda now, n=name: progress(n, now))
+        res = simulate(setup, horizon, name, tick)
+        results.append(res)
+        summaries.append(summarize(name, res.requests, res.iterations, res.end_at,
+                                   chain=kinds[name] != "tree"))
+    base = next((n for n, k in kinds.items() if k == "none"), None)
+    return ScenarioResult(scenario, results, add_speedups(summaries, base))

@@ -84,7 +84,7 @@ def setup(tab, *, policy=NoSpeculation, draft=None, acceptance=None, blocks=10_0
         draft_cost=draft,
         make_policy=policy,
         acceptance=acceptance or AcceptAll(),
-        rng=np.random.default_rng(seed),
+        seed=np.random.SeedSequence(seed),
         replicas=replicas,
         router=router,
     )

@@ -1,0 +1,235 @@
+"""Resolving a scenario into runnable setups: cost models, requests, acceptance, policies.
+
+One seed drives everything through ``numpy.random.SeedSequence(seed).spawn(4)``: the
+workload (arrivals, lengths, tasks), the acceptance streams, the acceptance model's own
+construction (e.g. the bursty regime tape), and the acceptance draws. Every variant gets
+the same requests, streams and model, and a fresh generator for its draws from the same
+child seed, so variants differ only by their policy (and the KV room the draft takes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sim.cluster import Setup
+from sim.kv import blocks_for
+from sim.loading import repo_root
+from sim.log import RequestTable
+from sim.policies import (
+    AdaptiveGamma,
+    BatchLadder,
+    FixedGamma,
+    NoSpeculation,
+    TreePolicy,
+    sglang_tree,
+)
+from sim.pricing import tree_nodes
+from sim.scenario import Scenario
+from sim.scheduler import SchedulerLimits
+from specdec.errors import UserError
+
+
+def resolve_file(name: str) -> Path:
+    """A data file named in a scenario: absolute, relative to the working directory, or
+    relative to the repository root (so shipped scenarios run from anywhere)."""
+    p = Path(name)
+    if p.is_absolute() or p.exists():
+        return p
+    return repo_root() / p
+
+
+def make_acceptance(cfg, rng: np.random.Generator):
+    """The acceptance model a scenario's ``acceptance`` section describes."""
+    import workloads as wl
+
+    kind = cfg.kind
+    if kind == "iid":
+        return wl.IIDAcceptance(cfg.alpha, wl.PowerCoverage(cfg.theta))
+    if kind == "positional":
+        return wl.PositionalAcceptance(cfg.rates)
+    if kind == "marginal":
+        return wl.PositionalAcceptance.from_marginals(cfg.marginals)
+    if kind == "bursty":
+        return wl.BurstyAcceptance(cfg.easy_alpha, cfg.hard_alpha, cfg.easy_mean_tokens,
+                                   cfg.hard_mean_tokens, rng)
+    if kind == "calibrated":
+        return wl.calibrate_iid(cfg.mean_tokens, np.asarray(cfg.expansion, dtype=np.int64))
+    if kind == "trace":
+        from workloads.trace_file import load_trace
+
+        return wl.TraceAcceptance(load_trace(resolve_file(cfg.file)), cfg.mode)
+    if kind == "task_mix":
+        rngs = rng.spawn(len(cfg.tasks))
+        return wl.TaskMixAcceptance({
+            name: (entry.weight, make_acceptance(entry.acceptance, r))
+            for (name, entry), r in zip(cfg.tasks.items(), rngs, strict=True)
+        })
+    raise AssertionError(kind)
+
+
+def _length(cfg):
+    import workloads as wl
+
+    if cfg.kind == "fixed":
+        return wl.FixedLength(cfg.tokens)
+    if cfg.kind == "uniform":
+        return wl.UniformLength(cfg.low, cfg.high)
+    if cfg.kind == "lognormal":
+        return wl.LogNormalLength(cfg.sigma, median_tokens=cfg.median_tokens,
+                                  mean_tokens=cfg.mean_tokens, max_tokens=cfg.max_tokens)
+    return wl.EmpiricalLength.from_csv(resolve_file(cfg.file), cfg.column, cfg.max_tokens)
+
+
+def _arrivals(w):
+    import workloads as wl
+
+    if w.arrivals == "poisson":
+        return wl.PoissonArrivals(w.rate_per_s)
+    if w.arrivals == "gamma":
+        return wl.GammaArrivals(w.rate_per_s, w.cv)
+    if w.arrivals == "onoff":
+        return wl.OnOffArrivals(w.on_rate_per_s, w.off_rate_per_s, w.on_mean_s, w.off_mean_s)
+    return wl.OfflineBatch()
+
+
+def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.Generator,
+                  acceptance) -> RequestTable:
+    """The request table: arrivals × lengths (× tasks), with acceptance streams."""
+    import workloads as wl
+
+    w, n = sc.workload, sc.run.requests
+    mix = sc.acceptance.kind == "task_mix"
+    if w.arrivals == "replay":
+        specs = wl.read_request_csv(resolve_file(w.file))
+        if n is not None:
+            specs = specs[:n]
+        if sc.run.horizon_s is not None:
+            specs = [s for s in specs if s.arrival_at < sc.run.horizon_s]
+    else:
+        tasks = {k: e.weight for k, e in sc.acceptance.tasks.items()} if mix else None
+        horizon = None if n is not None else sc.run.horizon_s
+        specs = wl.build_requests(_arrivals(w), _length(w.prompt), _length(w.output), rng,
+                                  n=n, horizon_s=horizon, tasks=tasks)
+    names = [s.task for s in specs]
+    if mix:
+        stream = acceptance.streams_for_tasks(names, stream_rng)
+        task = acceptance.task_index(names)
+    else:
+        stream = acceptance.new_streams(len(specs), stream_rng)
+        task = np.zeros(len(specs), dtype=np.int64)
+    return RequestTable(
+        arrival_at=np.array([s.arrival_at for s in specs], dtype=np.float64),
+        prompt_tokens=np.array([s.prompt_tokens for s in specs], dtype=np.int64),
+        output_tokens=np.array([s.output_tokens for s in specs], dtype=np.int64),
+        task=task,
+        stream=np.asarray(stream, dtype=np.int64),
+    )
+
+
+def policy_factory(cfg, acceptance):
+    """A zero-argument callable that builds one fresh policy (one per replica)."""
+    kind = cfg.kind
+    if kind == "none":
+        return NoSpeculation
+    if kind == "fixed":
+        return lambda: FixedGamma(cfg.gamma)
+    if kind == "tree":
+        shape = cfg.expansion if cfg.expansion is not None else sglang_tree(cfg.steps, cfg.topk)
+        return lambda: TreePolicy(shape)
+    if kind == "batch_ladder":
+        BatchLadder(cfg.ladder)  # validate now, at build time
+        return lambda: BatchLadder(cfg.ladder)
+    return lambda: AdaptiveGamma(cfg.max_gamma, acceptance.mean_alpha, cfg.smoothing)
+
+
+def cost_models(sc: Scenario, uses_draft: bool):
+    """(target cost model, draft cost model or None, KV blocks per replica)."""
+    from hardware.catalog import load_catalog
+    from hardware.cost import CostModel
+    from hardware.deployment import Deployment
+
+    d = sc.deployment
+    catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
+    gpu = catalog.gpu(d.gpu)
+    target = CostModel(
+        Deployment(model=catalog.model(sc.models.target), gpu=gpu, tp=d.tp, pp=d.pp,
+                   weight_bits=d.weight_bits, kv_bits=d.kv_bits,
+                   offload_fraction=d.offload_fraction),
+        catalog,
+    )
+    if not uses_draft:
+        return target, None, target.kv_capacity_tokens() // sc.scheduler.block_size
+    # The draft runs unsharded (tp = pp = 1) at the target's bit widths.
+    draft = CostModel(
+        Deployment(model=catalog.model(sc.models.draft), gpu=gpu,
+                   weight_bits=d.weight_bits, kv_bits=d.kv_bits),
+        catalog,
+    )
+    if d.draft_placement == "separate":
+        return target, draft, target.kv_capacity_tokens() // sc.scheduler.block_size
+    # Shared GPUs: the draft's weights come off the top, and every cached token needs KV in
+    # both models. The draft (unsharded) lives on one of the target's GPUs, whose bytes per
+    # cached token are the target's share (1 / (tp·pp)) plus the draft's whole KV.
+    tokens = target.kv_capacity_tokens(reserve_bytes=max(draft.resident_weight_bytes()))
+    share = target.kv_bytes_per_token / (d.tp * d.pp)
+    tokens = int(tokens * share / (share + draft.kv_bytes_per_token))
+    return target, draft, tokens // sc.scheduler.block_size
+
+
+def max_verify_tokens(policy) -> int:
+    """The most tokens one sequence can put into a verify pass under ``policy``."""
+    depth = policy.max_depth
+    if isinstance(policy, TreePolicy):
+        return 1 + int(tree_nodes(policy.row[None, :])[0])
+    return 1 + depth
+
+
+def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str):
+    """Refuse requests that could never run, with the numbers that show why."""
+    if len(table) == 0:
+        raise UserError(f"{source}: workload: produced no requests (horizon too short?)")
+    lim = sc.scheduler
+    if verify > lim.max_batched_tokens:
+        raise UserError(f"{source}: scheduler.max_batched_tokens: must be >= a verify pass of "
+                        f"{verify} tokens, got {lim.max_batched_tokens}")
+    total = table.prompt_tokens + table.output_tokens  # [N]
+    i = int(np.argmax(total))
+    need = int(blocks_for(int(total[i]) + verify, lim.block_size))
+    if need > blocks:
+        raise UserError(
+            f"{source}: workload: request {i} ({int(table.prompt_tokens[i])} prompt + "
+            f"{int(table.output_tokens[i])} output tokens) needs {need} KV blocks, but a "
+            f"replica of {sc.models.target} on {sc.deployment.tp}x{sc.deployment.pp} "
+            f"{sc.deployment.gpu} holds {blocks}"
+        )
+    if not lim.chunked_prefill and int(total[i]) - 1 > lim.max_batched_tokens:
+        raise UserError(
+            f"{source}: scheduler.max_batched_tokens: with chunked_prefill off it must hold the "
+            f"longest (re)prefill of {int(total[i]) - 1} tokens, got {lim.max_batched_tokens}"
+        )
+
+
+def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
+    """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
+    ss = np.random.SeedSequence(sc.run.seed).spawn(4)
+    workload_rng, stream_rng, model_rng = (np.random.default_rng(s) for s in ss[:3])
+    acceptance = make_acceptance(sc.acceptance, model_rng)
+    table = make_requests(sc, workload_rng, stream_rng, acceptance)
+    lim = sc.scheduler
+    limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
+                             lim.chunk_tokens, lim.block_size)
+    out = []
+    for v in sc.variants:
+        make_policy = policy_factory(v.policy, acceptance)
+        probe = make_policy()
+        target, draft, blocks = cost_models(sc, probe.uses_draft)
+        check_fits(sc, table, blocks, max_verify_tokens(probe), source)
+        out.append((v.name, Setup(
+            table=table, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
+            draft_cost=draft, make_policy=make_policy, acceptance=acceptance,
+            seed=ss[3], replicas=sc.deployment.replicas,
+            router=sc.deployment.router, record_bound=record_bound,
+        )))
+    return out

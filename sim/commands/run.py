@@ -1,0 +1,139 @@
+"""``specsim run``: simulate a scenario's speculation variants side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from sim.loading import default_scenario_path
+
+_HELP = """\
+Run a scenario: every speculation variant it lists is simulated on the same arrivals
+(same seed), and a summary is printed: TTFT, TPOT and end-to-end latency percentiles,
+throughput, vLLM's acceptance rate and mean acceptance length, measured tokens per verify
+against the i.i.d. formula at the measured alpha, and the speedup over the no-speculation
+variant. Records (CSV) and the fully resolved scenario are written under
+runs/<name>-<timestamp>/ or --out.
+
+examples:
+  specsim run
+  specsim run scenarios/default.yaml --set run.requests=200 --set workload.rate_per_s=8
+  specsim run --seed 3 --json
+"""
+
+
+def add_parser(subparsers) -> None:
+    """Register ``specsim run``."""
+    p = subparsers.add_parser(
+        "run", help="simulate a scenario (default: scenarios/default.yaml)",
+        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("scenario", nargs="?", default=None,
+                   help="scenario YAML file (default: scenarios/default.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, dotted key, YAML value (repeatable), "
+                        "e.g. --set variants.1.policy.gamma=3")
+    p.add_argument("--seed", type=int, default=None, help="override run.seed")
+    p.add_argument("--out", default=None, help="run folder (default: runs/<name>-<timestamp>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load, run, write, print."""
+    from sim.loading import load_scenario
+    from sim.output import default_run_dir, write_run
+    from sim.runner import run_scenario
+
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    path = args.scenario if args.scenario is not None else default_scenario_path()
+    scenario = load_scenario(path, overrides)
+    progress, bars = _progress(scenario, args.no_progress)
+    start = time.perf_counter()
+    try:
+        result = run_scenario(scenario, str(path), progress)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    wall_s = time.perf_counter() - start
+    out = write_run(result, args.out or default_run_dir(scenario.name), str(path), overrides,
+                    wall_s)
+    if args.json:
+        print(json.dumps({"variants": [_public(s) for s in result.summaries], "out": str(out)},
+                         indent=2))
+    else:
+        print(format_table(result.summaries))
+        print(f"records: {out}/")
+    return 0
+
+
+_PUBLIC = ("name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+           "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "throughput_tokens_per_s", "requests_per_s",
+           "acceptance_rate", "mean_acceptance_length", "tokens_per_verify",
+           "formula_tokens_per_verify", "speedup_vs_none")
+
+
+def _public(summary: dict) -> dict:
+    return {k: summary[k] for k in _PUBLIC}
+
+
+def _progress(scenario, disabled: bool):
+    """A tqdm bar per variant over simulated time (only with a horizon and a terminal)."""
+    bars: dict = {}
+    horizon = scenario.run.horizon_s
+    if disabled or horizon is None or not sys.stderr.isatty():
+        return None, bars
+    from tqdm import tqdm
+
+    def tick(name: str, now: float) -> None:
+        if name not in bars:
+            bars[name] = tqdm(total=horizon, desc=name, unit="sim s", file=sys.stderr,
+                              leave=False)
+        bars[name].update(now - bars[name].n)
+
+    return tick, bars
+
+
+_ROWS = (
+    ("requests (finished/arrived)", lambda s: f"{s['finished']}/{s['requests']}"),
+    ("TTFT p50 / p90 / p99 (ms)", lambda s: _ms(s, "ttft")),
+    ("TPOT p50 / p90 / p99 (ms)", lambda s: _ms(s, "tpot")),
+    ("end-to-end p50 / p90 / p99 (s)", lambda s: _trio(s, "e2e", 1.0, "{:.2f}")),
+    ("throughput (tokens/s)", lambda s: _num(s["throughput_tokens_per_s"], "{:.0f}")),
+    ("throughput (requests/s)", lambda s: _num(s["requests_per_s"], "{:.2f}")),
+    ("acceptance rate (vLLM)", lambda s: _num(s["acceptance_rate"], "{:.3f}")),
+    ("mean acceptance length (vLLM)", lambda s: _num(s["mean_acceptance_length"], "{:.3f}")),
+    ("tokens/verify measured", lambda s: _num(s["tokens_per_verify"], "{:.3f}")),
+    ("tokens/verify E(α̂,γ) formula", lambda s: _num(s["formula_tokens_per_verify"], "{:.3f}")),
+    ("speedup vs none (TPOT)", lambda s: _num(s["speedup_vs_none"], "{:.2f}x")),
+)
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _trio(s: dict, key: str, scale: float, fmt: str) -> str:
+    return " / ".join(_num(None if s[f"{key}_p{q}_s"] is None else s[f"{key}_p{q}_s"] * scale,
+                           fmt) for q in (50, 90, 99))
+
+
+def _ms(s: dict, key: str) -> str:
+    return _trio(s, key, 1000.0, "{:.1f}")
+
+
+def format_table(summaries: list[dict]) -> str:
+    """The summary as an aligned text table, one column per variant."""
+    names = [s["name"] for s in summaries]
+    cells = [[label] + [fn(s) for s in summaries] for label, fn in _ROWS]
+    header = [""] + names
+    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in [header, *cells]]
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""Writing a run to disk: records as CSV, the resolved scenario, seed and version.
+
+Layout of a run folder::
+
+    scenario.yaml            the fully resolved scenario (every default filled in)
+    meta.yaml                seed, package version, source file, overrides, wall time
+    summary.json             the summaries ``specsim run --json`` prints
+    <variant>/requests.csv   one row per RequestRecord
+    <variant>/iterations.csv one row per IterationRecord
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from sim.records import IterationRecord, RequestRecord, as_row, field_names
+
+
+def package_version() -> str:
+    """The installed specdec-sim version ("unknown" when running from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specdec-sim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def default_run_dir(name: str, root: str | Path = "runs") -> Path:
+    """``runs/<name>-<UTC timestamp>`` (a new folder name per second)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return Path(root) / f"{name}-{stamp}"
+
+
+def write_records(path: Path, record_type: type, records: list) -> None:
+    """Records as CSV with a header row (plain ``csv``; pandas belongs to reports/)."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(field_names(record_type))
+        w.writerows(as_row(r) for r in records)
+
+
+def write_run(result, out_dir: str | Path, source: str, overrides: list[str],
+              wall_s: float) -> Path:
+    """Write ``result`` (a ``ScenarioResult``) under ``out_dir``; returns the folder."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sc = result.scenario
+    (out / "scenario.yaml").write_text(
+        yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+    )
+    meta = {"seed": sc.run.seed, "version": package_version(), "source": source,
+            "overrides": list(overrides), "wall_s": round(wall_s, 3)}
+    (out / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    (out / "summary.json").write_text(json.dumps({"variants": result.summaries}, indent=2))
+    for v in result.variants:
+        d = out / v.name
+        d.mkdir(exist_ok=True)
+        write_records(d / "requests.csv", RequestRecord, v.requests)
+        write_records(d / "iterations.csv", IterationRecord, v.iterations)
+    return out

@@ -1,0 +1,298 @@
+"""The scenario schema: frozen, typed, validated once at load (pydantic).
+
+A scenario file is a small YAML override over these documented defaults. Sections:
+``models`` (target/draft pair), ``deployment`` (GPU, parallelism, bits, replicas, router),
+``scheduler`` (batching limits), ``workload`` (arrivals and lengths), ``acceptance`` (how
+drafts are accepted), ``variants`` (speculation policies run side by side on the same
+arrivals), ``run`` (request count or horizon, seed) and ``slo``. Loading, ``--set``
+overrides and the one-line error messages live in ``sim.loading``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Pos = Annotated[float, Field(gt=0)]
+PosInt = Annotated[int, Field(ge=1)]
+Prob = Annotated[float, Field(ge=0, le=1)]
+
+
+class Strict(BaseModel):
+    """Frozen, and unknown keys are errors (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Models(Strict):
+    """The target and its draft (catalog ids, see ``specsim hw``)."""
+
+    target: str = "llama-3-8b"
+    draft: str | None = "llama-3.2-1b"
+
+
+class Deployment(Strict):
+    """Hardware and parallelism of each replica."""
+
+    gpu: str = "h100"
+    tp: PosInt = 1
+    pp: PosInt = 1
+    weight_bits: Literal[4, 8, 16] = 16
+    kv_bits: Literal[8, 16] = 16
+    offload_fraction: Prob = 0.0
+    replicas: PosInt = 1
+    router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
+    # "target": the draft shares the target's GPUs (memory too); "separate": its own GPU.
+    draft_placement: Literal["target", "separate"] = "target"
+    catalog: str | None = None  # an extra catalog YAML file (GPUs, links, models)
+
+
+class Scheduler(Strict):
+    """Continuous batching limits, as vLLM names them."""
+
+    max_num_seqs: PosInt = 256
+    max_batched_tokens: PosInt = 8192
+    chunked_prefill: bool = True
+    chunk_tokens: PosInt = 512
+    block_size: PosInt = 16
+
+    @model_validator(mode="after")
+    def _chunk_fits(self):
+        if self.chunked_prefill and self.chunk_tokens > self.max_batched_tokens:
+            raise ValueError(
+                f"chunk_tokens: must be <= max_batched_tokens ({self.max_batched_tokens}),"
+                f" got {self.chunk_tokens}"
+            )
+        return self
+
+
+class FixedLen(Strict):
+    kind: Literal["fixed"]
+    tokens: PosInt
+
+
+class UniformLen(Strict):
+    kind: Literal["uniform"]
+    low: PosInt
+    high: PosInt
+
+
+class LogNormalLen(Strict):
+    kind: Literal["lognormal"]
+    sigma: Pos
+    median_tokens: Pos | None = None
+    mean_tokens: Pos | None = None
+    max_tokens: PosInt | None = None
+
+
+class EmpiricalLen(Strict):
+    kind: Literal["empirical"]
+    file: str
+    column: str
+    max_tokens: PosInt | None = None
+
+
+Length = Annotated[FixedLen | UniformLen | LogNormalLen | EmpiricalLen, Field(discriminator="kind")]
+
+# Which workload fields each arrival kind needs (checked by Workload's validator).
+ARRIVAL_FIELDS = {
+    "poisson": ("rate_per_s",),
+    "gamma": ("rate_per_s", "cv"),
+    "onoff": ("on_rate_per_s", "off_rate_per_s", "on_mean_s", "off_mean_s"),
+    "offline": (),
+    "replay": ("file",),
+}
+
+
+class Workload(Strict):
+    """Arrivals (flat fields by ``arrivals`` kind) and prompt/output length distributions.
+
+    ``replay`` reads arrival times *and* lengths from a CSV request trace (``file``).
+    """
+
+    arrivals: Literal["poisson", "gamma", "onoff", "offline", "replay"] = "poisson"
+    rate_per_s: Pos | None = None
+    cv: Pos | None = None
+    on_rate_per_s: Pos | None = None
+    off_rate_per_s: Annotated[float, Field(ge=0)] | None = None
+    on_mean_s: Pos | None = None
+    off_mean_s: Pos | None = None
+    file: str | None = None
+    prompt: Length = FixedLen(kind="fixed", tokens=512)
+    output: Length = FixedLen(kind="fixed", tokens=256)
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self):
+        for name in ARRIVAL_FIELDS[self.arrivals]:
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required for arrivals '{self.arrivals}'")
+        return self
+
+
+class IidAcc(Strict):
+    kind: Literal["iid"]
+    alpha: Prob
+    theta: Pos = 1.0  # top-k coverage exponent for tree levels, 1 - (1 - α)^(k^θ)
+
+
+class PositionalAcc(Strict):
+    kind: Literal["positional"]
+    rates: list[Prob] = Field(min_length=1)  # α_i for guess i given guesses < i accepted
+
+
+class MarginalAcc(Strict):
+    kind: Literal["marginal"]
+    marginals: list[Prob] = Field(min_length=1)  # vLLM-style P(guess i accepted)
+
+
+class BurstyAcc(Strict):
+    kind: Literal["bursty"]
+    easy_alpha: Prob = 0.95
+    hard_alpha: Prob = 0.3
+    easy_mean_tokens: Annotated[float, Field(ge=1)] = 32.0
+    hard_mean_tokens: Annotated[float, Field(ge=1)] = 32.0
+
+
+class CalibratedAcc(Strict):
+    kind: Literal["calibrated"]
+    mean_tokens: Annotated[float, Field(ge=1)]  # published tokens per verify for this shape
+    expansion: list[PosInt] = Field(min_length=1)  # [1]*γ for a chain
+
+
+class TraceAcc(Strict):
+    kind: Literal["trace"]
+    file: str  # an acceptance trace (.npz), relative to the repository root or absolute
+    mode: Literal["greedy", "sampling"] = "greedy"
+
+
+SingleAcceptance = Annotated[
+    IidAcc | PositionalAcc | MarginalAcc | BurstyAcc | CalibratedAcc | TraceAcc,
+    Field(discriminator="kind"),
+]
+
+
+class TaskEntry(Strict):
+    weight: Pos
+    acceptance: SingleAcceptance
+
+
+class TaskMixAcc(Strict):
+    """Requests belong to tasks (drawn by weight, or a replay file's task column), each
+    with its own acceptance model."""
+
+    kind: Literal["task_mix"]
+    tasks: dict[str, TaskEntry] = Field(min_length=1)
+
+
+Acceptance = Annotated[
+    IidAcc | PositionalAcc | MarginalAcc | BurstyAcc | CalibratedAcc | TraceAcc | TaskMixAcc,
+    Field(discriminator="kind"),
+]
+
+
+class NonePolicy(Strict):
+    kind: Literal["none"]
+
+
+class FixedPolicy(Strict):
+    kind: Literal["fixed"]
+    gamma: PosInt
+
+
+class TreePolicyCfg(Strict):
+    """An expansion tree ⟨k1..km⟩, or SGLang's ``steps``/``topk`` (top-k at the root)."""
+
+    kind: Literal["tree"]
+    expansion: list[PosInt] | None = None
+    steps: PosInt | None = None
+    topk: PosInt | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.expansion is None) == (self.steps is None or self.topk is None):
+            raise ValueError("expansion: give either expansion or both steps and topk")
+        return self
+
+
+class LadderPolicy(Strict):
+    kind: Literal["batch_ladder"]
+    ladder: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]]
+
+
+class AdaptivePolicy(Strict):
+    kind: Literal["adaptive"]
+    max_gamma: PosInt = 8
+    smoothing: Annotated[float, Field(gt=0, le=1)] = 0.1
+
+
+Policy = Annotated[
+    NonePolicy | FixedPolicy | TreePolicyCfg | LadderPolicy | AdaptivePolicy,
+    Field(discriminator="kind"),
+]
+
+# Discriminator values, dropped from error locations so that they name real fields.
+TAGS = frozenset(
+    "fixed uniform lognormal empirical iid positional marginal bursty calibrated trace none "
+    "task_mix "
+    "tree batch_ladder adaptive".split()
+)
+
+
+class Variant(Strict):
+    """One speculation policy to run; all variants share the scenario's arrivals."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$")]  # also a folder name
+    policy: Policy
+
+
+class Run(Strict):
+    """How long to run: a request count, a horizon in simulated seconds, or both (the
+    horizon then cuts the run short; unfinished requests are recorded as such)."""
+
+    requests: PosInt | None = 1000
+    horizon_s: Pos | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _some_bound(self):
+        if self.requests is None and self.horizon_s is None:
+            raise ValueError("requests: give requests, horizon_s, or both")
+        return self
+
+
+class Slo(Strict):
+    """Latency targets a capacity plan must meet (percentiles over finished requests)."""
+
+    ttft_p99_s: Pos | None = None
+    tpot_p99_s: Pos | None = None
+
+
+class Scenario(Strict):
+    """A whole simulation: everything ``specsim run`` needs."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$")] = "scenario"
+    models: Models = Models()
+    deployment: Deployment = Deployment()
+    scheduler: Scheduler = Scheduler()
+    workload: Workload = Workload(rate_per_s=4.0)
+    acceptance: Acceptance = IidAcc(kind="iid", alpha=0.8)
+    variants: list[Variant] = Field(
+        default=[
+            Variant(name="none", policy=NonePolicy(kind="none")),
+            Variant(name="fixed-g4", policy=FixedPolicy(kind="fixed", gamma=4)),
+        ],
+        min_length=1,
+    )
+    run: Run = Run()
+    slo: Slo = Slo()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variants: names must be unique, got {names}")
+        drafting = [v.name for v in self.variants if v.policy.kind != "none"]
+        if drafting and self.models.draft is None:
+            raise ValueError(f"models.draft: variants {drafting} speculate but no draft is set")
+        return self

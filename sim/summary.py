@@ -1,0 +1,111 @@
+"""Summary numbers of a run, from its records (numpy only; DataFrames are for ``reports/``).
+
+Definitions:
+
+- TTFT = first_token_at − arrival_at; TPOT = (finished_at − first_token_at) / (output − 1)
+  over finished requests with more than one output token; end-to-end = finished_at −
+  arrival_at. Percentiles over finished requests (TTFT: over requests that got a token).
+- Throughput = emitted tokens / simulated duration; requests/s = finished / duration.
+- ``acceptance_rate`` = accepted / drafted tokens, and ``mean_acceptance_length`` = 1 +
+  accepted / draft steps, as vLLM defines them.
+- ``tokens_per_verify`` = (accepted + verify steps) / verify steps: tokens a verify yields
+  before capping at the request's end, the lecture's "tokens per verification".
+- ``formula_tokens_per_verify``: the i.i.d. formula E(α̂, γ) at the measured α̂ = accepted
+  / checked guesses (lecture §4.5), averaged over decode steps with each iteration's γ
+  (chain policies only; ``None`` for trees, where no such formula applies).
+- ``speedup_vs_none``: mean TPOT of the first variant whose policy is ``none`` over this
+  variant's (how much faster decoding is per token); ``None`` without such a variant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.records import IterationRecord, RequestRecord
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if len(x) else None
+
+
+def _col(records: list, name: str, dtype=np.float64) -> np.ndarray:
+    return np.fromiter((getattr(r, name) for r in records), dtype=dtype, count=len(records))
+
+
+def latencies(requests: list[RequestRecord]) -> dict[str, np.ndarray]:
+    """Arrays of TTFT, TPOT and end-to-end seconds (finished requests; TTFT: any first token)."""
+    arrival = _col(requests, "arrival_at")
+    first = _col(requests, "first_token_at")
+    done = _col(requests, "finished_at")
+    out = _col(requests, "output_tokens")
+    fin = ~np.isnan(done)
+    multi = fin & (out > 1)
+    return {
+        "ttft": (first - arrival)[~np.isnan(first)],
+        "tpot": (done[multi] - first[multi]) / (out[multi] - 1),
+        "e2e": (done - arrival)[fin],
+    }
+
+
+def formula_tokens_per_verify(
+    requests: list[RequestRecord], iterations: list[IterationRecord]
+) -> float | None:
+    """E(α̂, γ) averaged over decode steps, γ per iteration = drafted / decoding sequences."""
+    from specdec import expected_tokens
+
+    checked = int(_col(requests, "checked_tokens", np.int64).sum())
+    accepted = int(_col(requests, "accepted_tokens", np.int64).sum())
+    seqs = _col(iterations, "decode_seqs")
+    if checked == 0 or seqs.sum() == 0:
+        return None
+    gamma = _col(iterations, "drafted_tokens")[seqs > 0] / seqs[seqs > 0]
+    alpha = accepted / checked
+    e = np.asarray(expected_tokens(alpha, np.rint(gamma).astype(np.int64)), dtype=np.float64)
+    return float((e * seqs[seqs > 0]).sum() / seqs.sum())
+
+
+def summarize(name: str, requests: list[RequestRecord], iterations: list[IterationRecord],
+              duration_s: float, chain: bool = True) -> dict:
+    """The summary of one variant (the keys ``specsim run --json`` prints)."""
+    lat = latencies(requests)
+    emitted = int(_col(requests, "emitted_tokens", np.int64).sum())
+    finished = len(lat["e2e"])
+    steps = int(_col(requests, "verify_steps", np.int64).sum())
+    drafts = int(_col(requests, "draft_steps", np.int64).sum())
+    drafted = int(_col(requests, "drafted_tokens", np.int64).sum())
+    accepted = int(_col(requests, "accepted_tokens", np.int64).sum())
+    return {
+        "name": name,
+        "requests": len(requests),
+        "finished": finished,
+        "ttft_p50_s": _pct(lat["ttft"], 50),
+        "ttft_p90_s": _pct(lat["ttft"], 90),
+        "ttft_p99_s": _pct(lat["ttft"], 99),
+        "tpot_p50_s": _pct(lat["tpot"], 50),
+        "tpot_p90_s": _pct(lat["tpot"], 90),
+        "tpot_p99_s": _pct(lat["tpot"], 99),
+        "tpot_mean_s": float(lat["tpot"].mean()) if len(lat["tpot"]) else None,
+        "e2e_p50_s": _pct(lat["e2e"], 50),
+        "e2e_p90_s": _pct(lat["e2e"], 90),
+        "e2e_p99_s": _pct(lat["e2e"], 99),
+        "throughput_tokens_per_s": emitted / duration_s if duration_s > 0 else None,
+        "requests_per_s": finished / duration_s if duration_s > 0 else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "tokens_per_verify": (accepted + steps) / steps if steps else None,
+        "formula_tokens_per_verify": (
+            formula_tokens_per_verify(requests, iterations) if chain and drafts else None
+        ),
+        "speedup_vs_none": None,
+    }
+
+
+def add_speedups(summaries: list[dict], base_name: str | None) -> list[dict]:
+    """Fill ``speedup_vs_none`` against the no-speculation variant ``base_name``."""
+    base = next((s for s in summaries if s["name"] == base_name), None)
+    if base is None or not base["tpot_mean_s"]:
+        return summaries
+    for s in summaries:
+        if s["tpot_mean_s"]:
+            s["speedup_vs_none"] = base["tpot_mean_s"] / s["tpot_mean_s"]
+    return summaries
