@@ -1,3 +1,45 @@
-"""Hardware: GPU, link and model catalogs and the roofline cost model."""
+"""Hardware: GPU, link and model catalogs and the roofline cost model.
 
-__all__: list[str] = []
+``load_catalog()`` reads the shipped YAML catalogs (plus optional user files);
+``Deployment`` says how a model runs (GPU, TP/PP, bits, offloading); ``CostModel`` prices one
+forward pass over a batch; ``hardware.draft`` prices drafting and places the draft;
+``hardware.speedup`` builds the speedup tables the ``specsim speedup`` command prints.
+"""
+
+from hardware.catalog import Catalog, GpuSpec, LinkSpec, ModelSpec, load_catalog
+from hardware.cost import CostModel, PassCost
+from hardware.deployment import Deployment, StageLayout, stage_layouts
+from hardware.draft import (
+    DraftSetup,
+    chain_draft_seconds,
+    check_colocated_memory,
+    colocated_kv_capacity_tokens,
+    tree_draft_seconds,
+    tree_level_sizes,
+    tree_nodes,
+)
+from hardware.models import ModelConfig, ModelShape, load_hf_config, model_shape
+
+__all__ = [
+    "Catalog",
+    "CostModel",
+    "Deployment",
+    "DraftSetup",
+    "GpuSpec",
+    "LinkSpec",
+    "ModelConfig",
+    "ModelShape",
+    "ModelSpec",
+    "PassCost",
+    "StageLayout",
+    "chain_draft_seconds",
+    "check_colocated_memory",
+    "colocated_kv_capacity_tokens",
+    "load_catalog",
+    "load_hf_config",
+    "model_shape",
+    "stage_layouts",
+    "tree_draft_seconds",
+    "tree_level_sizes",
+    "tree_nodes",
+]

@@ -1,0 +1,269 @@
+"""The roofline cost of one forward pass of one deployed model over a batch.
+
+Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
+
+- FLOPs  = 2 x streamed params x new tokens            (every linear layer, lm_head included)
+         + 4 x layers x heads x d_head x attended keys  (QK^T and AV; a new token attends to
+           its cached context, the earlier new tokens of its sequence and itself, so a
+           sequence with n new tokens over c cached ones attends n·c + n(n+1)/2 keys);
+- bytes  = streamed params x weight bytes               (weights read once per pass)
+         + (context + new tokens) x KV bytes per token  (KV read, then written for new tokens);
+- compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory);
+- comm_s = 2 all-reduces per block of (tokens x hidden x 2 bytes), ring model:
+           2(tp-1)/tp x message / link bandwidth + 2(tp-1) x link latency;
+- host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block);
+- stage_s = max(max(compute_s, memory_s) + comm_s, host_s) + overhead_s.
+
+TP all-reduces sit on the critical path (a block cannot continue before its all-reduce).
+Offloading follows FlexGen: the next blocks' weights stream over PCIe while the GPU computes,
+so a stage costs the larger of its GPU time and its host transfer, plus the overhead.
+Each pipeline stage is its own process and pays the per-pass overhead; a pass through the
+pipeline costs the sum of its stages plus one activation hop (tokens x hidden x 2 bytes over
+``pp_link``) between consecutive stages. Activation traffic to HBM, the logits all-gather
+and the embedding gather are not counted -- they are small next to weights and KV for
+decode and verify, and prefill is compute-bound anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.catalog import Catalog
+from hardware.deployment import GIB, Deployment, stage_layouts
+from specdec.errors import UserError
+
+__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES"]
+
+ACTIVATION_BYTES = 2  # activations travel between GPUs in 16 bits
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """One forward pass: total seconds and its breakdown.
+
+    ``flops`` and ``hbm_bytes`` are summed over every GPU; the ``*_s`` parts are summed over
+    the pipeline stages along the critical path (``comm_s`` includes the pipeline hops).
+    ``bound`` names the largest of compute, memory, comm and host; ``stage_s`` is each
+    stage's time and ``hop_s`` one hop between stages, for an engine that runs one process
+    per stage.
+    """
+
+    seconds: float
+    flops: float
+    hbm_bytes: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    host_s: float
+    overhead_s: float
+    bound: str
+    arithmetic_intensity: float
+    stage_s: tuple[float, ...]
+    hop_s: float
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """Per-GPU constants of one stage, precomputed so a pass is a handful of float ops."""
+
+    flop_per_token: float
+    flop_per_key: float
+    weight_bytes: float
+    kv_bytes_per_token: float
+    inv_flops_per_s: float
+    inv_bytes_per_s: float
+    comm_fixed_s: float
+    comm_per_token_s: float
+    host_s: float
+    overhead_s: float
+
+
+class CostModel:
+    """Prices forward passes of ``dep``; refuses deployments that cannot run.
+
+    Construction checks that the weights plus ``dep.kv_tokens`` tokens of KV fit each GPU
+    (else a UserError with GiB needed vs available).
+    """
+
+    def __init__(self, dep: Deployment, catalog: Catalog) -> None:
+        self.dep = dep
+        gpu, shape = dep.gpu, dep.model.shape
+        self.tp_link = dep.tp_link or catalog.link(gpu.scale_up_link)
+        self.pp_link = dep.pp_link or catalog.link(gpu.node_link)
+        host = catalog.link(gpu.host_link)
+        self.layouts = stage_layouts(dep)
+        wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
+        tp, link = dep.tp, self.tp_link
+        stages = []
+        for lay in self.layouts:
+            weight_bytes = lay.streamed_params * wb
+            ring_steps = 2 * (tp - 1)
+            all_reduces = 2 * lay.layers if tp > 1 else 0
+            offloaded = dep.offload_fraction * weight_bytes
+            stages.append(
+                _Stage(
+                    flop_per_token=2.0 * lay.streamed_params,
+                    flop_per_key=4.0 * lay.layers * lay.attn_heads * shape.d_head,
+                    weight_bytes=weight_bytes,
+                    kv_bytes_per_token=lay.kv_values_per_token * kvb,
+                    inv_flops_per_s=1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute),
+                    inv_bytes_per_s=1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory),
+                    comm_fixed_s=all_reduces * ring_steps * link.latency_s,
+                    comm_per_token_s=all_reduces * (ring_steps / tp) * shape.hidden
+                    * ACTIVATION_BYTES / link.bytes_per_s,
+                    host_s=(offloaded / host.bytes_per_s + lay.layers * host.latency_s)
+                    if offloaded > 0 else 0.0,
+                    overhead_s=gpu.overhead_s,
+                )
+            )
+        self._stages = tuple(stages)
+        self._single = stages[0] if len(stages) == 1 else None
+        self._hop_per_token_s = shape.hidden * ACTIVATION_BYTES / self.pp_link.bytes_per_s
+        self._hop_fixed_s = self.pp_link.latency_s
+        self.check_memory(dep.kv_tokens)
+
+    # ---- memory ---------------------------------------------------------------------------
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one cached token takes over all layers at ``dep.kv_bits`` (logical, once)."""
+        return self.dep.model.shape.kv_values_per_token * self.dep.kv_bits // 8
+
+    @property
+    def stage_kv_bytes_per_token(self) -> tuple[float, ...]:
+        """KV bytes one cached token takes on ONE GPU of each stage (after TP split)."""
+        return tuple(st.kv_bytes_per_token for st in self._stages)
+
+    def resident_weight_bytes(self) -> tuple[int, ...]:
+        """Weight bytes each stage's GPU keeps in its memory (offloaded part excluded)."""
+        keep = 1.0 - self.dep.offload_fraction
+        return tuple(int(lay.stored_params * self.dep.weight_bits / 8 * keep)
+                     for lay in self.layouts)
+
+    def kv_capacity_tokens(self, reserve_bytes: int = 0) -> int:
+        """Cached tokens that fit after weights, workspace and ``reserve_bytes`` per GPU.
+
+        The tightest stage decides (every token has KV on every stage). Never negative.
+        """
+        usable = self.dep.usable_bytes_per_gpu - reserve_bytes
+        tokens = min(
+            (usable - w) // st.kv_bytes_per_token
+            for w, st in zip(self.resident_weight_bytes(), self._stages, strict=True)
+        )
+        return max(int(tokens), 0)
+
+    def kv_capacity_blocks(self, block_tokens: int = 16, reserve_bytes: int = 0) -> int:
+        """Whole KV blocks of ``block_tokens`` tokens that fit (paged KV cache)."""
+        return self.kv_capacity_tokens(reserve_bytes) // block_tokens
+
+    def check_memory(self, kv_tokens: int, reserve_bytes: int = 0) -> None:
+        """Raise a UserError with the numbers if weights + ``kv_tokens`` of KV do not fit."""
+        usable = self.dep.usable_bytes_per_gpu - reserve_bytes
+        for s, (w, st) in enumerate(zip(self.resident_weight_bytes(), self._stages, strict=True)):
+            need = w + kv_tokens * st.kv_bytes_per_token
+            if need > usable:
+                dep = self.dep
+                where = f" (pipeline stage {s})" if dep.pp > 1 else ""
+                raise UserError(
+                    f"{dep.model.id} does not fit on {dep.tp}x{dep.pp} {dep.gpu.id}{where}: "
+                    f"needs {need / GIB:.1f} GiB per GPU (weights {w / GIB:.1f} GiB at "
+                    f"{dep.weight_bits} bits + KV for {kv_tokens} tokens "
+                    f"{kv_tokens * st.kv_bytes_per_token / GIB:.1f} GiB"
+                    + (f" + reserved {reserve_bytes / GIB:.1f} GiB" if reserve_bytes else "")
+                    + f"), available {self.dep.usable_bytes_per_gpu / GIB:.1f} GiB of "
+                    f"{dep.gpu.hbm_capacity_gib:g} GiB after a "
+                    f"{dep.workspace_fraction:.0%} workspace margin"
+                )
+
+    # ---- pricing --------------------------------------------------------------------------
+
+    def pass_seconds_sums(
+        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float
+    ) -> float:
+        """Seconds of one pass from the batch's sums: Σ new, Σ ctx, Σ new·ctx, Σ new².
+
+        A pass depends on the batch only through these; this is the hot path.
+        """
+        keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
+        kv_tokens = sum_ctx + sum_new
+        st = self._single
+        if st is not None:
+            compute = (st.flop_per_token * sum_new + st.flop_per_key * keys) * st.inv_flops_per_s
+            memory = (st.weight_bytes + st.kv_bytes_per_token * kv_tokens) * st.inv_bytes_per_s
+            gpu = (compute if compute > memory else memory) + st.comm_fixed_s \
+                + st.comm_per_token_s * sum_new
+            return (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
+        total = (len(self._stages) - 1) * (self._hop_fixed_s + self._hop_per_token_s * sum_new)
+        for st in self._stages:
+            compute = (st.flop_per_token * sum_new + st.flop_per_key * keys) * st.inv_flops_per_s
+            memory = (st.weight_bytes + st.kv_bytes_per_token * kv_tokens) * st.inv_bytes_per_s
+            gpu = max(compute, memory) + st.comm_fixed_s + st.comm_per_token_s * sum_new
+            total += max(gpu, st.host_s) + st.overhead_s
+        return total
+
+    def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
+        """Seconds of one pass; ``new_tokens[i]`` new and ``context[i]`` cached tokens of seq i."""
+        new = np.asarray(new_tokens, dtype=np.float64)  # [n_seq]
+        ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+        return self.pass_seconds_sums(
+            float(new.sum()), float(ctx.sum()), float(new @ ctx), float(new @ new)
+        )
+
+    def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray) -> PassCost:
+        """One pass with its breakdown (same seconds as :meth:`pass_seconds`)."""
+        new = np.asarray(new_tokens, dtype=np.float64)  # [n_seq]
+        ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+        if new.shape != ctx.shape or new.ndim != 1:
+            raise UserError(
+                f"pass: new_tokens and context must be 1-D of equal length, got shapes "
+                f"{new.shape} and {ctx.shape}"
+            )
+        if (new < 0).any() or (ctx < 0).any():
+            raise UserError("pass: new_tokens and context must be >= 0")
+        sum_new = float(new.sum())
+        keys = float(new @ ctx) + 0.5 * (float(new @ new) + sum_new)
+        kv_tokens = float(ctx.sum()) + sum_new
+        tp = self.dep.tp
+        flops = hbm = compute = memory = comm = host = overhead = 0.0
+        stage_s = []
+        for st in self._stages:
+            f = st.flop_per_token * sum_new + st.flop_per_key * keys
+            b = st.weight_bytes + st.kv_bytes_per_token * kv_tokens
+            c_s, m_s = f * st.inv_flops_per_s, b * st.inv_bytes_per_s
+            comm_s = st.comm_fixed_s + st.comm_per_token_s * sum_new
+            stage_s.append(max(max(c_s, m_s) + comm_s, st.host_s) + st.overhead_s)
+            flops += tp * f
+            hbm += tp * b
+            compute += c_s
+            memory += m_s
+            comm += comm_s
+            host += st.host_s
+            overhead += st.overhead_s
+        hop_s = self._hop_fixed_s + self._hop_per_token_s * sum_new if self.dep.pp > 1 else 0.0
+        comm += (self.dep.pp - 1) * hop_s
+        parts = {"compute": compute, "memory": memory, "comm": comm, "host": host}
+        return PassCost(
+            seconds=sum(stage_s) + (self.dep.pp - 1) * hop_s,
+            flops=flops,
+            hbm_bytes=hbm,
+            compute_s=compute,
+            memory_s=memory,
+            comm_s=comm,
+            host_s=host,
+            overhead_s=overhead,
+            bound=max(parts, key=parts.__getitem__),
+            arithmetic_intensity=flops / hbm,
+            stage_s=tuple(stage_s),
+            hop_s=hop_s,
+        )
+
+    def uniform_pass_seconds(self, batch: int, new_tokens: int, context: int) -> float:
+        """Seconds of a pass where each of ``batch`` sequences has the same counts."""
+        return self.pass_seconds_sums(
+            float(batch * new_tokens),
+            float(batch * context),
+            float(batch * new_tokens * context),
+            float(batch * new_tokens * new_tokens),
+        )

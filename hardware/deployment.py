@@ -1,0 +1,166 @@
+"""Deployments: one model on GPUs with tensor/pipeline parallelism, quantisation, offloading.
+
+A :class:`Deployment` says *how* a model runs; :func:`stage_layouts` turns it into what one
+GPU of each pipeline stage holds and reads, which both the cost model and the memory check
+use. Assumptions (each one a choice, stated where it is made):
+
+- Tensor parallelism (Megatron style) splits every weight matrix and the attention heads
+  over ``tp`` GPUs, so TP must divide ``num_attention_heads``. KV heads are split too when TP
+  divides them; when TP is a multiple of the KV heads (GQA with TP > KV heads) each KV head
+  is *replicated* on ``tp / kv_heads`` GPUs (as vLLM does), so each GPU holds one KV head and
+  its k/v projection. Any other combination is refused.
+- Pipeline parallelism splits the blocks into ``pp`` contiguous stages as evenly as possible
+  (earlier stages take the remainder); the embedding table sits on the first stage, the final
+  norm and lm_head on the last (a tied matrix is then stored on both).
+- ``weight_bits`` applies to every stored parameter (quantisation scales are not counted);
+  compute stays in the 16-bit dtype unless ``compute_dtype`` says otherwise (weight-only
+  quantisation, as in the lecture's 8-bit Llama-3-70B example).
+- Offloading keeps ``offload_fraction`` of each GPU's weights in host memory; they occupy no
+  GPU memory (the workspace margin covers the streaming buffer).
+- Memory: usable = capacity x (1 - workspace_fraction); weights resident + KV must fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
+from specdec.errors import UserError
+
+__all__ = ["Deployment", "StageLayout", "stage_layouts", "GIB"]
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How one model is deployed: GPU type, TP x PP GPUs, bit widths, offloading, links.
+
+    ``tp_link`` / ``pp_link`` default (``None``) to the GPU's ``scale_up_link`` (TP inside a
+    server) and ``node_link`` (pipeline stages on different servers), resolved by the cost
+    model from the catalog. ``kv_tokens`` is the number of cached tokens (summed over
+    sequences) that must fit next to the weights; the cost model refuses the deployment
+    otherwise.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    pp: int = 1
+    weight_bits: int = 16
+    kv_bits: int = 16
+    offload_fraction: float = 0.0
+    tp_link: LinkSpec | None = None
+    pp_link: LinkSpec | None = None
+    compute_dtype: str | None = None
+    workspace_fraction: float = 0.10
+    kv_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        cfg = self.model.config
+        _check(isinstance(self.tp, int) and self.tp >= 1, "tp", "must be an integer >= 1", self.tp)
+        _check(isinstance(self.pp, int) and self.pp >= 1, "pp", "must be an integer >= 1", self.pp)
+        _check(self.weight_bits in (16, 8, 4), "weight_bits", "must be 16, 8 or 4",
+               self.weight_bits)
+        _check(self.kv_bits in (16, 8), "kv_bits", "must be 16 or 8", self.kv_bits)
+        _check(0.0 <= self.offload_fraction <= 1.0, "offload_fraction",
+               "must be in [0, 1]", self.offload_fraction)
+        _check(0.0 <= self.workspace_fraction < 1.0, "workspace_fraction",
+               "must be in [0, 1)", self.workspace_fraction)
+        _check(isinstance(self.kv_tokens, int) and self.kv_tokens >= 0, "kv_tokens",
+               "must be an integer >= 0", self.kv_tokens)
+        if self.pp > cfg.num_hidden_layers:
+            raise UserError(
+                f"{self.model.id}: pp {self.pp} exceeds the model's "
+                f"{cfg.num_hidden_layers} layers"
+            )
+        heads, kv = cfg.num_attention_heads, cfg.kv_heads
+        if heads % self.tp:
+            raise UserError(
+                f"{self.model.id}: tp {self.tp} does not divide num_attention_heads {heads}"
+            )
+        if kv % self.tp and self.tp % kv:
+            raise UserError(
+                f"{self.model.id}: tp {self.tp} neither divides num_key_value_heads {kv} "
+                f"nor is a multiple of it (KV heads cannot be split or replicated evenly)"
+            )
+        self.gpu.peak(self.dtype)  # a dtype the chip lacks is refused here
+
+    @property
+    def n_gpus(self) -> int:
+        """GPUs the deployment occupies: tp x pp."""
+        return self.tp * self.pp
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the matrix multiplies run in (bf16, or fp16 on chips without bf16)."""
+        return self.compute_dtype or self.gpu.default_dtype
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads held by one GPU: split when TP divides them, else one replicated head."""
+        return max(self.model.config.kv_heads // self.tp, 1)
+
+    @property
+    def usable_bytes_per_gpu(self) -> int:
+        """Memory one GPU offers for weights and KV after the workspace margin."""
+        return int(self.gpu.hbm_capacity_bytes * (1.0 - self.workspace_fraction))
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """What ONE GPU of one pipeline stage holds and reads (per-GPU counts).
+
+    ``streamed_params`` are read every pass; ``stored_params`` also count the embedding
+    table(s) the stage keeps; ``kv_values_per_token`` are the K and V values it caches per
+    token; ``attn_heads`` and ``layers`` size the attention work and the all-reduces.
+    """
+
+    layers: int
+    streamed_params: int
+    stored_params: int
+    kv_values_per_token: int
+    attn_heads: int
+    first: bool
+    last: bool
+
+
+def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
+    """Per-GPU contents of each pipeline stage of ``dep`` (see the module notes)."""
+    shape = dep.model.shape
+    tp, kv_heads = dep.tp, dep.kv_heads_per_gpu
+    # k/v projections shrink with the KV heads a GPU holds, the rest of a block with tp.
+    kv_proj = shape.kv_proj_params * kv_heads // shape.n_kv_heads
+    layer = (shape.layer_params - shape.kv_proj_params) // tp + kv_proj
+    base, extra = divmod(shape.n_layers, dep.pp)
+    layouts = []
+    for s in range(dep.pp):
+        n = base + (1 if s < extra else 0)
+        first, last = s == 0, s == dep.pp - 1
+        streamed = n * layer + (math.ceil(shape.head_params / tp) if last else 0)
+        # A tied lm_head on a single stage is the embedding matrix itself: stored once.
+        tied_once = dep.model.config.tied and first and last
+        embedding = shape.embedding_params if first else 0
+        if tied_once:
+            embedding -= dep.model.config.vocab_size * (
+                dep.model.config.word_embed_proj_dim or shape.hidden
+            )
+        stored = streamed + math.ceil(embedding / tp)
+        layouts.append(
+            StageLayout(
+                layers=n,
+                streamed_params=streamed,
+                stored_params=stored,
+                kv_values_per_token=n * 2 * kv_heads * shape.d_head,
+                attn_heads=shape.n_heads // tp,
+                first=first,
+                last=last,
+            )
+        )
+    return tuple(layouts)
+
+
+def _check(ok: bool, field: str, msg: str, value: object) -> None:
+    if not ok:
+        raise UserError(f"deployment: {field}: {msg}, got {value!r}")

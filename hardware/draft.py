@@ -1,0 +1,173 @@
+"""Where the draft model runs, and what drafting a chain or a token tree costs.
+
+Two placements (``DraftSetup.placement``):
+
+- ``"colocated"`` -- the draft runs on the target's own GPUs. Like SpecInfer's small
+  speculative models it is replicated on each of the target's ``tp x pp`` GPUs and the batch's
+  sequences are split over the replicas (data parallel, round-robin). The draft passes run
+  *serially* with the target's verify pass (they share the GPUs), and the draft's weights and
+  KV cache come out of the same GPU memory as the target's.
+- ``"separate"`` -- the draft has GPUs of its own (``replicas`` of them, each holding a full
+  copy, sequences split round-robin). Nothing overlaps either: an iteration's drafting needs
+  the previous verify's accepted tokens and the verify needs the drafts, so draft and verify
+  alternate; but the draft does not take the target's memory.
+
+In both cases an iteration costs draft time + verify time; the replicas run in parallel, so
+the slowest replica's group decides the draft time.
+
+A chain of γ drafts is γ draft passes; pass i feeds each still-drafting sequence one token
+at context ``ctx + i``. An expansion tree ⟨k1..km⟩ costs m draft passes, one per level: pass
+j feeds each sequence that level's nodes (1 for the root, then k1, k1·k2, ...) after the
+nodes of the levels before it, and produces the next level's candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.cost import CostModel
+from hardware.deployment import GIB
+from specdec.errors import UserError
+
+__all__ = [
+    "DraftSetup",
+    "PLACEMENTS",
+    "tree_level_sizes",
+    "tree_nodes",
+    "chain_draft_seconds",
+    "tree_draft_seconds",
+    "colocated_kv_capacity_tokens",
+    "check_colocated_memory",
+]
+
+PLACEMENTS = ("colocated", "separate")
+
+
+@dataclass(frozen=True)
+class DraftSetup:
+    """A draft model's cost model, its placement and how many replicas share the batch."""
+
+    cost: CostModel
+    placement: str = "colocated"
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise UserError(
+                f"draft placement: must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
+            )
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise UserError(f"draft replicas: must be an integer >= 1, got {self.replicas!r}")
+
+    @classmethod
+    def colocated_with(cls, draft: CostModel, target: CostModel) -> DraftSetup:
+        """The draft replicated on every GPU of ``target`` (SpecInfer's arrangement)."""
+        if draft.dep.n_gpus != 1:
+            raise UserError("a co-located draft runs one replica per GPU: give it tp = pp = 1")
+        return cls(cost=draft, placement="colocated", replicas=target.dep.n_gpus)
+
+
+def tree_level_sizes(widths: Sequence[int]) -> list[int]:
+    """Nodes per level of the expansion tree ⟨k1..km⟩, root first: [1, k1, k1·k2, ...]."""
+    sizes = [1]
+    for k in widths:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise UserError(f"tree: every expansion width must be an integer >= 1, got {k!r}")
+        sizes.append(sizes[-1] * int(k))
+    return sizes
+
+
+def tree_nodes(widths: Sequence[int]) -> int:
+    """Nodes of ⟨k1..km⟩ including the root -- the tokens one tree verify feeds per sequence."""
+    return sum(tree_level_sizes(widths))
+
+
+def _groups(n_seq: int, replicas: int) -> list[slice]:
+    """Round-robin split of sequence indices over replicas (empty groups dropped)."""
+    return [slice(r, None, replicas) for r in range(min(replicas, n_seq))]
+
+
+def chain_draft_seconds(
+    setup: DraftSetup, gamma: int | np.ndarray, context: np.ndarray
+) -> float:
+    """Seconds to draft a chain of ``gamma`` tokens per sequence (scalar or per sequence).
+
+    Sequences with fewer drafts drop out of later passes; a sequence with γ = 0 costs nothing.
+    """
+    ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+    gam = np.broadcast_to(np.asarray(gamma), ctx.shape)  # [n_seq]
+    if ctx.ndim != 1 or (gam < 0).any():
+        raise UserError("draft chain: context must be 1-D and gamma >= 0")
+    worst = 0.0
+    for group in _groups(ctx.size, setup.replicas):
+        c, g = ctx[group], gam[group]
+        total = 0.0
+        for i in range(int(g.max(initial=0))):
+            active = g > i  # [n_group]
+            m = float(active.sum())
+            sum_ctx = float(c[active].sum()) + i * m
+            # one new token per active sequence: Σ new·ctx = Σ ctx and Σ new² = Σ new
+            total += setup.cost.pass_seconds_sums(m, sum_ctx, sum_ctx, m)
+        worst = max(worst, total)
+    return worst
+
+
+def tree_draft_seconds(setup: DraftSetup, widths: Sequence[int], context: np.ndarray) -> float:
+    """Seconds to draft the expansion tree ⟨k1..km⟩ for every sequence: m passes."""
+    sizes = tree_level_sizes(widths)
+    ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+    worst = 0.0
+    for group in _groups(ctx.size, setup.replicas):
+        b, sum_c = float(ctx[group].size), float(ctx[group].sum())
+        total, before = 0.0, 0
+        for n in sizes[:-1]:  # the last level is produced, not fed
+            level_ctx = sum_c + b * before
+            total += setup.cost.pass_seconds_sums(b * n, level_ctx, n * level_ctx, b * n * n)
+            before += n
+        worst = max(worst, total)
+    return worst
+
+
+def _draft_per_gpu(draft: DraftSetup) -> tuple[int, float]:
+    """Draft weight bytes on each GPU and its KV bytes per (target) token per GPU."""
+    weights = max(draft.cost.resident_weight_bytes())
+    return weights, draft.cost.kv_bytes_per_token / draft.replicas
+
+
+def colocated_kv_capacity_tokens(target: CostModel, draft: DraftSetup) -> int:
+    """Cached tokens that fit when a co-located draft shares the target's GPUs.
+
+    Every token is cached by both models: the target's share on each GPU plus the draft's
+    (each replica caches only its own sequences, 1/replicas of the tokens).
+    """
+    if draft.placement != "colocated":
+        return target.kv_capacity_tokens()
+    d_weights, d_kv = _draft_per_gpu(draft)
+    usable = target.dep.usable_bytes_per_gpu - d_weights
+    tokens = min(
+        (usable - w) / (kv + d_kv)
+        for w, kv in zip(
+            target.resident_weight_bytes(), target.stage_kv_bytes_per_token, strict=True
+        )
+    )
+    return max(int(tokens), 0)
+
+
+def check_colocated_memory(target: CostModel, draft: DraftSetup, kv_tokens: int) -> None:
+    """Refuse (UserError with GiB) if target + draft weights and both KV caches do not fit."""
+    if draft.placement != "colocated":
+        target.check_memory(kv_tokens)
+        draft.cost.check_memory(-(-kv_tokens // draft.replicas))
+        return
+    d_weights, d_kv = _draft_per_gpu(draft)
+    reserve = d_weights + int(kv_tokens * d_kv)
+    try:
+        target.check_memory(kv_tokens, reserve_bytes=reserve)
+    except UserError as err:
+        raise UserError(
+            f"{err} (reserved = draft {draft.cost.dep.model.id} weights "
+            f"{d_weights / GIB:.1f} GiB + its KV)"
+        ) from None

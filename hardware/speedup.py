@@ -1,0 +1,199 @@
+"""Speedup tables: the analytic one (lecture code 03 demo 2) and the hardware ones.
+
+The hardware tables (code 03 demo 4, code 04 demo 5) price every pass with the cost model
+at one batch size and context instead of assuming "verify costs one decode pass":
+
+    speedup = tokens per iteration x decode_s / (draft_s + verify_s)
+
+where ``decode_s`` is a plain decode pass of the whole batch (1 new token per sequence),
+``verify_s`` one target pass over γ + 1 (chain) or all tree nodes (tree) per sequence, and
+``draft_s`` the draft's passes (see :mod:`hardware.draft`); all at the same batch and
+context. For a chain the tokens per iteration are ``E(α, γ)`` (i.i.d. acceptance); for a
+tree they are measured tokens per verify, given by the caller. ``verify_ratio`` is
+verify_s / decode_s and ``c`` is the draft's cost per draft pass over decode_s, the
+lecture's c. When no row beats 1.0 the best choice is not to speculate: γ 0 / width 0 with
+speedup 1.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+import specdec
+from hardware.cost import CostModel
+from hardware.draft import DraftSetup, chain_draft_seconds, tree_draft_seconds, tree_nodes
+from specdec.errors import UserError
+
+__all__ = [
+    "AnalyticRow",
+    "ChainRow",
+    "TreeRow",
+    "analytic_table",
+    "best_analytic",
+    "chain_table",
+    "best_chain",
+    "tree_table",
+    "best_tree",
+]
+
+
+@dataclass(frozen=True)
+class AnalyticRow:
+    """One γ of the analytic table: E(α, γ), speedup E/(γc + 1), arithmetic multiplier."""
+
+    gamma: int
+    expected_tokens: float
+    speedup: float
+    ops: float
+
+
+@dataclass(frozen=True)
+class ChainRow:
+    """One γ of the hardware chain table (seconds are per iteration of the whole batch)."""
+
+    gamma: int
+    expected_tokens: float
+    decode_s: float
+    draft_s: float
+    verify_s: float
+    verify_ratio: float
+    c: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class TreeRow:
+    """One tree width of the hardware tree table."""
+
+    width: int
+    tree: tuple[int, ...]
+    nodes: int
+    tokens_per_verify: float
+    decode_s: float
+    draft_s: float
+    verify_s: float
+    verify_ratio: float
+    c: float
+    speedup: float
+
+
+def analytic_table(alpha: float, c: float, gamma_max: int) -> list[AnalyticRow]:
+    """γ = 1..gamma_max of Leviathan et al.'s formulas (the core's functions)."""
+    gammas = np.arange(1, _positive(gamma_max, "gamma_max") + 1)  # [G]
+    e = specdec.expected_tokens(alpha, gammas)  # [G]
+    s = specdec.walltime_speedup(alpha, gammas, c)  # [G]
+    ops = specdec.ops_multiplier(alpha, gammas)  # [G]
+    return [
+        AnalyticRow(int(g), float(ei), float(si), float(oi))
+        for g, ei, si, oi in zip(gammas, e, s, ops, strict=True)
+    ]
+
+
+def best_analytic(alpha: float, c: float, rows: list[AnalyticRow]) -> AnalyticRow:
+    """The core's optimal γ among ``rows``, or γ 0 (speedup, E and ops all 1) if none pays."""
+    gamma = specdec.optimal_gamma(alpha, c, max_gamma=len(rows))
+    return rows[gamma - 1] if gamma > 0 else AnalyticRow(0, 1.0, 1.0, 1.0)
+
+
+def chain_table(
+    target: CostModel, draft: DraftSetup, batch: int, context: int, alpha: float, gamma_max: int
+) -> list[ChainRow]:
+    """γ = 1..gamma_max for a uniform batch (every sequence at ``context`` cached tokens)."""
+    batch, context = _positive(batch, "batch"), _non_negative(context, "context")
+    ctx = np.full(batch, float(context))  # [batch]
+    decode_s = target.uniform_pass_seconds(batch, 1, context)
+    rows = []
+    for gamma in range(1, _positive(gamma_max, "gamma_max") + 1):
+        draft_s = chain_draft_seconds(draft, gamma, ctx)
+        verify_s = target.uniform_pass_seconds(batch, gamma + 1, context)
+        e = float(specdec.expected_tokens(alpha, gamma))
+        rows.append(
+            ChainRow(
+                gamma=gamma,
+                expected_tokens=e,
+                decode_s=decode_s,
+                draft_s=draft_s,
+                verify_s=verify_s,
+                verify_ratio=verify_s / decode_s,
+                c=draft_s / (gamma * decode_s),
+                speedup=e * decode_s / (draft_s + verify_s),
+            )
+        )
+    return rows
+
+
+def best_chain(rows: list[ChainRow]) -> ChainRow:
+    """The fastest γ (ties to the smaller), or γ 0 with speedup 1.0 when none beats 1.0."""
+    best = max(rows, key=lambda r: (r.speedup, -r.gamma))
+    if best.speedup > 1.0:
+        return best
+    d = rows[0].decode_s
+    return ChainRow(0, 1.0, d, 0.0, d, 1.0, 0.0, 1.0)
+
+
+def tree_table(
+    target: CostModel,
+    draft: DraftSetup,
+    batch: int,
+    context: int,
+    trees: Sequence[tuple[int, Sequence[int]]],
+    tokens_per_verify: Sequence[float],
+) -> list[TreeRow]:
+    """One row per ``(width, ⟨k1..km⟩)`` with its measured tokens per verify."""
+    batch, context = _positive(batch, "batch"), _non_negative(context, "context")
+    if len(trees) != len(tokens_per_verify):
+        raise UserError(
+            f"tokens-per-verify: need one value per tree ({len(trees)}), "
+            f"got {len(tokens_per_verify)}"
+        )
+    ctx = np.full(batch, float(context))  # [batch]
+    decode_s = target.uniform_pass_seconds(batch, 1, context)
+    rows = []
+    for (width, widths), tokens in zip(trees, tokens_per_verify, strict=True):
+        nodes, depth = tree_nodes(widths), len(widths)
+        if not 1.0 <= tokens <= depth + 1:
+            raise UserError(
+                f"tokens-per-verify: a verify of a depth-{depth} tree yields 1..{depth + 1} "
+                f"tokens, got {tokens!r} for width {width}"
+            )
+        draft_s = tree_draft_seconds(draft, widths, ctx)
+        verify_s = target.uniform_pass_seconds(batch, nodes, context)
+        rows.append(
+            TreeRow(
+                width=width,
+                tree=tuple(int(k) for k in widths),
+                nodes=nodes,
+                tokens_per_verify=float(tokens),
+                decode_s=decode_s,
+                draft_s=draft_s,
+                verify_s=verify_s,
+                verify_ratio=verify_s / decode_s,
+                c=draft_s / (depth * decode_s),
+                speedup=tokens * decode_s / (draft_s + verify_s),
+            )
+        )
+    return rows
+
+
+def best_tree(rows: list[TreeRow]) -> TreeRow:
+    """The fastest width (ties to the narrower), or width 0 with speedup 1.0 if none pays."""
+    best = max(rows, key=lambda r: (r.speedup, -r.width))
+    if best.speedup > 1.0:
+        return best
+    d = rows[0].decode_s
+    return TreeRow(0, (), 1, 1.0, d, 0.0, d, 1.0, 0.0, 1.0)
+
+
+def _positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise UserError(f"{name}: must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _non_negative(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise UserError(f"{name}: must be an integer >= 0, got {value!r}")
+    return int(value)

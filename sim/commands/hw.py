@@ -1,0 +1,174 @@
+"""``specsim hw``: price one forward pass (``hw step``) and show the catalogs (``hw list``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from hardware import CostModel, Deployment, load_catalog
+from hardware.catalog import Catalog
+from specdec.errors import UserError
+
+STEP_HELP = """\
+Price ONE forward pass of a model over a uniform batch with the roofline cost model:
+each of --batch sequences feeds --tokens new tokens (1 = decode, gamma+1 = verify, a tree's
+node count, or a prefill chunk) on top of --context cached tokens. Prints the pass time and
+its breakdown (compute, memory, communication, host transfer, overhead, which bound won).
+Example (lecture section 1.1): specsim hw step --model llama-3-8b --gpu h100 --batch 1
+--context 1024 --tokens 1   ->  6.15 ms, memory-bound."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``specsim hw`` with its ``step`` and ``list`` actions."""
+    parser = subparsers.add_parser(
+        "hw",
+        help="the hardware cost model: price one pass, list GPUs/links/models",
+        description="The hardware cost model and its catalogs.",
+    )
+    actions = parser.add_subparsers(dest="hw_action", metavar="ACTION")
+    step = actions.add_parser(
+        "step", help="price one forward pass", description=STEP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_deployment_flags(step)
+    step.add_argument("--batch", type=int, required=True, help="sequences in the batch")
+    step.add_argument("--context", type=int, required=True,
+                      help="cached tokens per sequence before the pass")
+    step.add_argument("--tokens", type=int, default=1,
+                      help="new tokens per sequence in this pass (default 1: a decode pass)")
+    step.add_argument("--json", action="store_true", help="print a JSON object")
+    step.set_defaults(func=run_step)
+    lst = actions.add_parser("list", help="show the GPU, link and model catalogs",
+                             description="Show the catalogs (shipped plus --catalog files).")
+    lst.add_argument("--catalog", action="append", metavar="FILE",
+                     help="extra catalog YAML file (repeatable)")
+    lst.add_argument("--json", action="store_true", help="print a JSON object")
+    lst.set_defaults(func=run_list)
+    parser.set_defaults(func=lambda args: _no_action(parser))
+
+
+def _no_action(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def add_deployment_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that describe one deployment (shared with ``specsim speedup``)."""
+    p.add_argument("--model", required=True,
+                   help="model id from the catalog, or a Hugging Face config.json path")
+    p.add_argument("--gpu", required=True, help="GPU id from the catalog (see 'hw list')")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
+    p.add_argument("--weight-bits", type=int, default=16, choices=(16, 8, 4),
+                   help="bits per weight (default 16; 8/4 = weight-only quantisation)")
+    p.add_argument("--kv-bits", type=int, default=16, choices=(16, 8),
+                   help="bits per cached K/V value (default 16)")
+    p.add_argument("--offload", type=float, default=0.0, metavar="FRACTION",
+                   help="fraction of the weights kept in host memory and streamed over the "
+                        "GPU's host link every pass (default 0)")
+    p.add_argument("--tp-link", help="link id for TP all-reduces (default: the GPU's "
+                                     "scale_up_link)")
+    p.add_argument("--pp-link", help="link id for pipeline hops (default: the GPU's node_link)")
+    p.add_argument("--catalog", action="append", metavar="FILE",
+                   help="extra catalog YAML file adding or overriding ids (repeatable)")
+
+
+def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> CostModel:
+    """The cost model for the deployment the flags describe, refusing one that cannot run."""
+    dep = Deployment(
+        model=catalog.model(args.model),
+        gpu=catalog.gpu(args.gpu),
+        tp=args.tp,
+        pp=args.pp,
+        weight_bits=args.weight_bits,
+        kv_bits=args.kv_bits,
+        offload_fraction=args.offload,
+        tp_link=catalog.link(args.tp_link) if args.tp_link else None,
+        pp_link=catalog.link(args.pp_link) if args.pp_link else None,
+        kv_tokens=kv_tokens,
+    )
+    return CostModel(dep, catalog)
+
+
+def run_step(args: argparse.Namespace) -> int:
+    """Handler of ``specsim hw step``."""
+    for name in ("batch", "tokens"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
+    if args.context < 0:
+        raise UserError(f"--context: must be >= 0, got {args.context}")
+    catalog = load_catalog(args.catalog)
+    cost = build_cost(args, catalog, kv_tokens=args.batch * (args.context + args.tokens))
+    new = [args.tokens] * args.batch
+    pc = cost.pass_cost(new, [args.context] * args.batch)
+    dep = cost.dep
+    capacity = cost.kv_capacity_tokens()
+    result = {
+        "model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "pp": dep.pp,
+        "weight_bits": dep.weight_bits, "kv_bits": dep.kv_bits,
+        "offload_fraction": dep.offload_fraction, "batch": args.batch,
+        "context": args.context, "tokens": args.tokens,
+        **asdict(pc),
+        "ridge_flop_per_byte": dep.gpu.ridge_flop_per_byte(dep.dtype),
+        "kv_bytes_per_token": cost.kv_bytes_per_token,
+        "kv_capacity_tokens": capacity,
+        "kv_capacity_blocks": capacity // 16,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    ms = 1e3
+    print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}, "
+          f"{dep.weight_bits}-bit weights, {dep.kv_bits}-bit KV, offload "
+          f"{dep.offload_fraction:g}): batch {args.batch} x {args.tokens} new tokens "
+          f"over context {args.context}")
+    print(f"  pass           {pc.seconds * ms:9.3f} ms   ({pc.bound}-bound)")
+    print(f"  compute        {pc.compute_s * ms:9.3f} ms   {pc.flops:.3e} FLOPs")
+    print(f"  memory         {pc.memory_s * ms:9.3f} ms   {pc.hbm_bytes:.3e} HBM bytes")
+    print(f"  communication  {pc.comm_s * ms:9.3f} ms")
+    print(f"  host transfer  {pc.host_s * ms:9.3f} ms")
+    print(f"  overhead       {pc.overhead_s * ms:9.3f} ms")
+    if dep.pp > 1:
+        stages = ", ".join(f"{s * ms:.3f}" for s in pc.stage_s)
+        print(f"  stages         [{stages}] ms, hop {pc.hop_s * ms:.3f} ms")
+    print(f"  arithmetic intensity {pc.arithmetic_intensity:.2f} FLOP/byte "
+          f"(ridge {result['ridge_flop_per_byte']:.0f} FLOP/byte at peak)")
+    print(f"  KV cache: {cost.kv_bytes_per_token} bytes/token, capacity {capacity} tokens "
+          f"({capacity // 16} blocks of 16)")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Handler of ``specsim hw list``."""
+    catalog = load_catalog(args.catalog)
+    if args.json:
+        out = {
+            "gpus": {k: v.model_dump(exclude={"id"}) for k, v in catalog.gpus.items()},
+            "links": {k: v.model_dump(exclude={"id"}) for k, v in catalog.links.items()},
+            "models": {
+                k: {**v.model_dump(exclude={"id"}, exclude_none=True),
+                    "total_params": v.shape.total_params,
+                    "streamed_params": v.shape.streamed_params}
+                for k, v in catalog.models.items()
+            },
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print("GPUs (dense 16-bit peak, memory bandwidth, capacity, eta_c/eta_m, overhead, $/h):")
+    for g in catalog.gpus.values():
+        print(f"  {g.id:10s} {g.peak(g.default_dtype) / 1e12:6.0f} TFLOP/s "
+              f"{g.hbm_bytes_per_s / 1e12:6.3f} TB/s {g.hbm_capacity_gib:5.0f} GiB  "
+              f"{g.eta_compute:.2f}/{g.eta_memory:.2f}  {g.overhead_s * 1e3:.2f} ms  "
+              f"${g.price_per_hour_usd:.2f}  {g.name}")
+    print("Links (bandwidth per direction, per-message latency):")
+    for lk in catalog.links.values():
+        print(f"  {lk.id:12s} {lk.bytes_per_s / 1e9:7.2f} GB/s {lk.latency_s * 1e6:6.1f} us  "
+              f"{lk.name}")
+    print("Models (params total / read per pass, layers, heads/KV heads, vocab, tied):")
+    for m in catalog.models.values():
+        s, c = m.shape, m.config
+        print(f"  {m.id:15s} {s.total_params / 1e9:8.3f}B / {s.streamed_params / 1e9:8.3f}B "
+              f"{c.num_hidden_layers:3d} layers {c.num_attention_heads:3d}/{c.kv_heads:<3d} heads "
+              f"vocab {c.vocab_size:6d} {'tied' if c.tied else 'untied'}")
+    return 0

@@ -1,0 +1,214 @@
+"""``specsim speedup``: speculative-decoding speedup tables, analytic or priced on hardware."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from hardware import CostModel, Deployment, DraftSetup, load_catalog
+from hardware.draft import check_colocated_memory, tree_nodes
+from hardware.speedup import (
+    analytic_table,
+    best_analytic,
+    best_chain,
+    best_tree,
+    chain_table,
+    tree_table,
+)
+from specdec.errors import UserError
+
+DESCRIPTION = """\
+Two modes.
+
+Analytic (lecture code 03 demo 2; Leviathan et al. Thm 3.8/3.11):
+  specsim speedup --alpha 0.8 --c 0.1 [--gamma-max 8]
+prints E(alpha, gamma), the wall-clock speedup E/(gamma*c + 1) and the arithmetic
+multiplier for gamma = 1..N, and the optimal gamma (0 = do not speculate).
+
+Hardware (code 03 demo 4, code 04 demo 5): every pass priced by the cost model at one
+batch size and context, so verifying gamma+1 tokens may cost more than a decode pass:
+  specsim speedup --target llama-3-8b --draft llama-3.2-1b --gpu h100 \\
+      --batch 256 --context 128 --alpha 0.8
+prints per gamma the verify/decode time ratio, the draft cost c (one draft pass over one
+decode pass) and the speedup E * decode / (gamma draft passes + verify).
+Token trees: --tree gives the expansion widths <k1,...,km>; write k for the width to
+sweep and list the widths with --widths, e.g. --tree k,1,1,1 --widths 1,5. Trees need the
+tokens each verify yields per width (--tokens-per-verify, one value per width): these are
+measurements (the lecture took 1.63 for width 1 and 2.34 for width 5 from its code 04
+demo 2(b), tree expanded at level 1), not something the cost model can compute.
+The draft runs on the target's GPUs by default (one replica per GPU, serial with the
+target); --draft-placement separate gives it GPUs of its own (still serial, no shared
+memory)."""
+
+ANALYTIC_ONLY = ("c",)
+HARDWARE_ONLY = ("draft", "gpu", "batch", "context", "tree", "widths", "tokens_per_verify",
+                 "weight_bits", "kv_bits", "draft_weight_bits", "tp", "draft_placement",
+                 "catalog")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``specsim speedup``."""
+    p = subparsers.add_parser(
+        "speedup", help="speculative-decoding speedup tables (analytic or on hardware)",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--alpha", type=float, help="acceptance rate per guessed token, 0..1")
+    p.add_argument("--c", type=float, help="analytic mode: draft pass time / target pass time")
+    p.add_argument("--gamma-max", type=int, help="largest gamma in the table (default 8)")
+    p.add_argument("--target", help="hardware mode: target model id or config.json path")
+    p.add_argument("--draft", help="draft model id or config.json path")
+    p.add_argument("--gpu", help="GPU id (see 'specsim hw list')")
+    p.add_argument("--batch", type=int, help="sequences in the batch")
+    p.add_argument("--context", type=int, help="cached tokens per sequence")
+    p.add_argument("--tp", type=int, help="target tensor parallelism (default 1)")
+    p.add_argument("--weight-bits", type=int, choices=(16, 8, 4),
+                   help="target weight bits (default 16)")
+    p.add_argument("--draft-weight-bits", type=int, choices=(16, 8, 4),
+                   help="draft weight bits (default 16)")
+    p.add_argument("--kv-bits", type=int, choices=(16, 8), help="KV bits, both models")
+    p.add_argument("--draft-placement", choices=("colocated", "separate"),
+                   help="draft on the target's GPUs (default) or on one GPU of its own")
+    p.add_argument("--tree", help="expansion widths k1,k2,...; 'k' marks the swept width")
+    p.add_argument("--widths", help="values of k to sweep, e.g. 1,2,3,4,5")
+    p.add_argument("--tokens-per-verify", help="measured tokens per verify, one per width")
+    p.add_argument("--catalog", action="append", metavar="FILE",
+                   help="extra catalog YAML file (repeatable)")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler: pick the mode from the flags, refuse mixtures with one line."""
+    if args.target is None:
+        _refuse(args, HARDWARE_ONLY, "needs --target (hardware mode)")
+        return _analytic(args)
+    _refuse(args, ANALYTIC_ONLY, "is for the analytic mode; with --target c is computed")
+    for name in ("draft", "gpu", "batch", "context"):
+        if getattr(args, name) is None:
+            raise UserError(f"--{name.replace('_', '-')}: required in hardware mode (--target)")
+    if args.tree is None:
+        _refuse(args, ("widths", "tokens_per_verify"), "needs --tree")
+        if args.alpha is None:
+            raise UserError("--alpha: required for a chain table (or give --tree)")
+    else:
+        _refuse(args, ("alpha", "gamma_max"),
+                "is not used with --tree (trees use --tokens-per-verify)")
+    return _hardware(args)
+
+
+def _refuse(args: argparse.Namespace, names: tuple[str, ...], why: str) -> None:
+    for name in names:
+        if getattr(args, name) is not None:
+            raise UserError(f"--{name.replace('_', '-')} {why}")
+
+
+def _analytic(args: argparse.Namespace) -> int:
+    if args.alpha is None or args.c is None:
+        raise UserError("analytic mode needs --alpha and --c (or give --target for hardware)")
+    rows = analytic_table(args.alpha, args.c, args.gamma_max or 8)
+    best = best_analytic(args.alpha, args.c, rows)
+    if args.json:
+        print(json.dumps({"alpha": args.alpha, "c": args.c,
+                          "rows": [asdict(r) for r in rows], "best": asdict(best)}, indent=2))
+        return 0
+    print(f"alpha {args.alpha:g}, c {args.c:g}")
+    print("gamma  E(alpha,gamma)  speedup    ops")
+    for r in rows:
+        print(f"{r.gamma:5d}  {r.expected_tokens:14.3f}  {r.speedup:7.3f}  {r.ops:5.2f}")
+    print(_best_line("gamma", best.gamma, best.speedup))
+    return 0
+
+
+def _hardware(args: argparse.Namespace) -> int:
+    catalog = load_catalog(args.catalog)
+    gpu = catalog.gpu(args.gpu)
+    kv_bits = args.kv_bits or 16
+    trees, tokens = _trees(args) if args.tree is not None else ([], [])
+    gamma_max = args.gamma_max or 8
+    new_max = max((tree_nodes(w) for _, w in trees), default=gamma_max + 1)
+    kv_tokens = args.batch * (args.context + new_max)
+    target_dep = Deployment(catalog.model(args.target), gpu, tp=args.tp or 1,
+                            weight_bits=args.weight_bits or 16, kv_bits=kv_bits,
+                            kv_tokens=max(kv_tokens, 0))
+    target = CostModel(target_dep, catalog)
+    draft_dep = Deployment(catalog.model(args.draft), gpu,
+                           weight_bits=args.draft_weight_bits or 16, kv_bits=kv_bits)
+    draft_cost = CostModel(draft_dep, catalog)
+    if (args.draft_placement or "colocated") == "colocated":
+        draft = DraftSetup.colocated_with(draft_cost, target)
+    else:
+        draft = DraftSetup(draft_cost, placement="separate", replicas=1)
+    head = {"target": target_dep.model.id, "draft": draft_dep.model.id, "gpu": gpu.id,
+            "batch": args.batch, "context": args.context,
+            "draft_placement": draft.placement}
+    check_colocated_memory(target, draft, kv_tokens)
+    if args.tree is None:
+        rows = chain_table(target, draft, args.batch, args.context, args.alpha, gamma_max)
+        best, key = best_chain(rows), "gamma"
+        head["alpha"] = args.alpha
+    else:
+        rows = tree_table(target, draft, args.batch, args.context, trees, tokens)
+        best, key = best_tree(rows), "width"
+    if args.json:
+        print(json.dumps({**head, "decode_s": rows[0].decode_s,
+                          "rows": [asdict(r) for r in rows], "best": asdict(best)}, indent=2))
+        return 0
+    print(f"{head['target']} + draft {head['draft']} ({draft.placement}) on {gpu.id}, "
+          f"batch {args.batch}, context {args.context}"
+          + (f", alpha {args.alpha:g}" if key == "gamma" else "")
+          + f": decode pass {rows[0].decode_s * 1e3:.3f} ms")
+    if key == "gamma":
+        print("gamma  E(alpha,gamma)  verify ms  verify/decode  draft c  speedup")
+        for r in rows:
+            print(f"{r.gamma:5d}  {r.expected_tokens:14.3f}  {r.verify_s * 1e3:9.3f}  "
+                  f"{r.verify_ratio:13.3f}  {r.c:7.3f}  {r.speedup:7.3f}")
+    else:
+        print("width  tree          nodes  tokens/verify  verify ms  verify/decode  draft c  "
+              "speedup")
+        for r in rows:
+            shape = "<" + ",".join(map(str, r.tree)) + ">"
+            print(f"{r.width:5d}  {shape:12s}  {r.nodes:5d}  {r.tokens_per_verify:13.3f}  "
+                  f"{r.verify_s * 1e3:9.3f}  {r.verify_ratio:13.3f}  {r.c:7.3f}  "
+                  f"{r.speedup:7.3f}")
+    print(_best_line(key, getattr(best, key), best.speedup))
+    return 0
+
+
+def _best_line(key: str, value: int, speedup: float) -> str:
+    if value == 0:
+        return f"best: no speculation ({key} 0, speedup 1.000x)"
+    return f"best: {key} {value}, speedup {speedup:.3f}x"
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"{flag}: must be comma-separated integers, got {text!r}") from None
+
+
+def _trees(args: argparse.Namespace) -> tuple[list[tuple[int, list[int]]], list[float]]:
+    """(width, widths) pairs from --tree/--widths, and the --tokens-per-verify values."""
+    if args.tokens_per_verify is None:
+        raise UserError("--tokens-per-verify: required with --tree (measured, one per width)")
+    try:
+        tokens = [float(x) for x in args.tokens_per_verify.split(",")]
+    except ValueError:
+        raise UserError(
+            f"--tokens-per-verify: must be comma-separated numbers, got "
+            f"{args.tokens_per_verify!r}"
+        ) from None
+    parts = args.tree.split(",")
+    if "k" in parts:
+        if args.widths is None:
+            raise UserError("--widths: required when --tree contains k (the swept width)")
+        template = _int_list(",".join("0" if p == "k" else p for p in parts), "--tree")
+        trees = [(w, [w if p == "k" else t for p, t in zip(parts, template, strict=True)])
+                 for w in _int_list(args.widths, "--widths")]
+    else:
+        if args.widths is not None:
+            raise UserError("--widths needs a 'k' in --tree to mark the swept width")
+        widths = _int_list(args.tree, "--tree")
+        trees = [(widths[0], widths)]
+    return trees, tokens
