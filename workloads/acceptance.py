@@ -88,16 +88,19 @@ def check_widths(widths: np.ndarray, batch: int | None = None) -> np.ndarray:
         w = w[None, :]
     if w.ndim != 2:
         raise UserError(f"widths: must be a [B, m] array, got shape {w.shape}")
-    if w.size and not np.issubdtype(w.dtype, np.integer):
-        if not np.all(np.equal(np.mod(w, 1), 0)):
-            raise UserError("widths: must be integers")
-    w = w.astype(np.int64, copy=False)
+    if w.dtype != np.int64:  # the engine passes int64; anything else is checked and cast
+        if w.size and not np.issubdtype(w.dtype, np.integer):
+            if not np.all(np.equal(np.mod(w, 1), 0)):
+                raise UserError("widths: must be integers")
+        w = w.astype(np.int64)
     if batch is not None and w.shape[0] != batch:
         raise UserError(f"widths: {w.shape[0]} rows for a batch of {batch}")
-    if w.size and w.min() < 0:
+    if w.size == 0:
+        return w
+    if w.min() < 0:
         raise UserError(f"widths: must be >= 0, got {int(w.min())}")
     active = w > 0
-    if w.shape[1] > 1 and np.any(~active[:, :-1] & active[:, 1:]):
+    if np.any(active[:, 1:] > active[:, :-1]):
         raise UserError("widths: a 0 (end of depth) is followed by a positive width")
     return w
 
@@ -174,6 +177,7 @@ class PositionalAcceptance(AcceptanceModel):
             check_probability(f"rates[{i}]", float(v))
         self.rates = r
         self.width_model = width_model if width_model is not None else PowerCoverage(1.0)
+        self._mean_alpha: float | None = None  # solved on first use, then cached
 
     @classmethod
     def from_marginals(
@@ -219,10 +223,12 @@ class PositionalAcceptance(AcceptanceModel):
     @property
     def mean_alpha(self) -> float:
         """The i.i.d. α with the same expected tokens for a chain as long as the table."""
-        from workloads.calibration import solve_alpha
+        if self._mean_alpha is None:
+            from workloads.calibration import solve_alpha  # calibration imports this module
 
-        return solve_alpha(self.expected_tokens(chain_widths(self.rates.size)),
-                           chain_widths(self.rates.size))
+            chain = chain_widths(self.rates.size)
+            self._mean_alpha = solve_alpha(self.expected_tokens(chain), chain)
+        return self._mean_alpha
 
     def expected_tokens(self, widths) -> float:
         """1 + Σ_d Π_{i<=d} coverage(α_i, k_i)."""

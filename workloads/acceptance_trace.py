@@ -69,6 +69,9 @@ class TraceAcceptance(AcceptanceModel):
         self.accept_prob = prob
         self.left = positions_left(seq)  # [n]
         self.source = src
+        self._mean_alpha = float(
+            np.mean(self.ranks == 0) if mode == "greedy" else self.accept_prob[:, 0].mean()
+        )
 
     @property
     def size(self) -> int:
@@ -123,9 +126,7 @@ class TraceAcceptance(AcceptanceModel):
     @property
     def mean_alpha(self) -> float:
         """Greedy: share of rank-0 positions. Sampling: mean one-candidate acceptance."""
-        if self.mode == "greedy":
-            return float(np.mean(self.ranks == 0))
-        return float(self.accept_prob[:, 0].mean())
+        return self._mean_alpha
 
     def expected_tokens(self, widths) -> float:
         """Exact mean of accepted + 1 over verifies starting at every trace position."""
