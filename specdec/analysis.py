@@ -22,17 +22,28 @@ import numpy as np
 
 from specdec.errors import UserError
 
+# Up to this γ, E is summed term by term (cheap, and exact at the edges).
+_HORNER_MAX_GAMMA = 64
+
 
 def expected_tokens(alpha, gamma):
     """``E(α, γ) = (1 − α^{γ+1}) / (1 − α) = Σ_{i=0..γ} α^i``; the α → 1 limit is ``γ + 1``.
 
-    Computed as ``−expm1((γ+1)·log α) / (1 − α)``, which keeps full precision near α = 1
-    where the textbook form cancels.
+    For γ <= 64 the finite sum is evaluated by Horner's rule (``E ← 1 + α·E``, γ times):
+    every term is positive, so it is accurate to a few ulp, exactly 1 at γ = 0 and exactly
+    γ + 1 at α = 1, and non-decreasing in γ even after rounding. Longer γ uses
+    ``−expm1((γ+1)·log α) / (1 − α)``, which avoids the textbook form's cancellation near 1.
     """
     a, g = np.broadcast_arrays(_alpha(alpha), _gamma(gamma))
+    horner = np.ones(a.shape)
+    for step in range(int(min(np.max(g, initial=0.0), _HORNER_MAX_GAMMA))):
+        horner = np.where(step < g, 1.0 + a * horner, horner)
+    if not np.any(g > _HORNER_MAX_GAMMA):
+        return _scalar(horner)
     with np.errstate(divide="ignore", invalid="ignore"):
         geometric = -np.expm1((g + 1.0) * np.log(a)) / (1.0 - a)  # log 0 = -inf gives 1
-    return _scalar(np.where(a == 1.0, g + 1.0, geometric))
+    closed = np.where(a == 1.0, g + 1.0, geometric)
+    return _scalar(np.where(g <= _HORNER_MAX_GAMMA, horner, closed))
 
 
 def walltime_speedup(alpha, gamma, c):

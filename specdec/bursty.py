@@ -96,6 +96,8 @@ def bursty_acceptance_experiment(
         if not 0.0 <= beta <= 1.0:
             raise UserError(f"{name}: must be in [0, 1], got {beta!r}")
     easy = two_state_segments(n_positions, mean_segment_len, rng)  # [n]
+    if n_positions <= gamma:
+        raise UserError(f"n_positions: must exceed gamma = {gamma}, got {n_positions}")
     beta = np.where(easy, easy_beta, hard_beta)  # [n]
     accept = rng.random(n_positions) < beta  # [n] would a guess at t be accepted
     runs = run_lengths(accept)  # [n]
