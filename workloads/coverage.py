@@ -94,9 +94,7 @@ class CoverageTable(WidthModel):
         if not (0.0 < c[0] < 1.0):
             raise UserError(f"coverage[1]: must be strictly between 0 and 1, got {c[0]:g}")
         if np.any(np.diff(c) < 0) or c[-1] >= 1.0:
-            raise UserError(
-                f"coverage table: must be non-decreasing and < 1, got {c.tolist()}"
-            )
+            raise UserError(f"coverage table: must be non-decreasing and < 1, got {c.tolist()}")
         self.table = c
         # [K]: effective independent candidates per width; n_1 = 1 by construction
         self.effective = np.log1p(-c) / np.log1p(-c[0])
