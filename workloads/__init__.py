@@ -16,6 +16,7 @@ from workloads.arrivals import (
     OfflineBatch,
     OnOffArrivals,
     PoissonArrivals,
+    RenewalArrivals,
     ReplayArrivals,
 )
 from workloads.bursty import BurstyAcceptance
@@ -59,6 +60,7 @@ __all__ = [
     "PoissonArrivals",
     "PowerCoverage",
     "PositionalAcceptance",
+    "RenewalArrivals",
     "ReplayArrivals",
     "RequestSpec",
     "TaskMixAcceptance",

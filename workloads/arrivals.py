@@ -50,13 +50,21 @@ class ArrivalProcess(abc.ABC):
         """The long-run mean arrival rate (requests per second)."""
 
     @abc.abstractmethod
-    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """float64 [n]: the next n inter-arrival gaps of a fresh process (renewal processes)."""
-
     def sample(
         self, rng: np.random.Generator, n: int | None = None, horizon_s: float | None = None
     ) -> np.ndarray:
         """float64 [N]: sorted arrival times, N = n, or all arrivals in [0, horizon_s)."""
+
+
+class RenewalArrivals(ArrivalProcess):
+    """Arrivals whose gaps are i.i.d. draws; subclasses supply the gap distribution."""
+
+    @abc.abstractmethod
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """float64 [n]: n independent inter-arrival gaps."""
+
+    def sample(self, rng, n=None, horizon_s=None):
+        """float64 [N]: cumulative gaps, N = n, or all arrivals in [0, horizon_s)."""
         n, horizon_s = _n_or_horizon(n, horizon_s)
         if n is not None:
             return np.cumsum(self._gaps(n, rng))
@@ -68,7 +76,7 @@ class ArrivalProcess(abc.ABC):
         return times[times < horizon_s]
 
 
-class PoissonArrivals(ArrivalProcess):
+class PoissonArrivals(RenewalArrivals):
     """Poisson arrivals: exponential gaps with mean 1 / rate_per_s."""
 
     def __init__(self, rate_per_s: float) -> None:
@@ -82,7 +90,7 @@ class PoissonArrivals(ArrivalProcess):
         return rng.exponential(1.0 / self._rate, size=n)
 
 
-class GammaArrivals(ArrivalProcess):
+class GammaArrivals(RenewalArrivals):
     """Gamma renewal arrivals with mean gap 1 / rate_per_s and coefficient of variation ``cv``.
 
     Gap ~ Gamma(shape = 1/cv², scale = cv² / rate): CV = 1 is Poisson, CV > 1 burstier,
@@ -124,9 +132,6 @@ class OnOffArrivals(ArrivalProcess):
         total = self.on_mean_s + self.off_mean_s
         return (self.on_rate_per_s * self.on_mean_s + self.off_rate_per_s * self.off_mean_s) / total
 
-    def _gaps(self, n, rng):  # not a renewal process; sample() is overridden
-        raise NotImplementedError
-
     def sample(self, rng, n=None, horizon_s=None):
         """float64 [N]: sorted arrival times for n requests or within [0, horizon_s)."""
         n, horizon_s = _n_or_horizon(n, horizon_s)
@@ -160,9 +165,6 @@ class OfflineBatch(ArrivalProcess):
         """Infinite: everything arrives at once."""
         return math.inf
 
-    def _gaps(self, n, rng):
-        return np.zeros(n)
-
     def sample(self, rng, n=None, horizon_s=None):
         """float64 [n] zeros."""
         if n is None or horizon_s is not None:
@@ -191,9 +193,6 @@ class ReplayArrivals(ArrivalProcess):
         """Requests per second over the recorded span."""
         span = self.times_at[-1] - self.times_at[0]
         return math.inf if span == 0 else (self.times_at.size - 1) / span
-
-    def _gaps(self, n, rng):
-        raise NotImplementedError
 
     def sample(self, rng, n=None, horizon_s=None):
         """The first n recorded times, or those before horizon_s (no randomness)."""
