@@ -172,7 +172,8 @@ def _mss_enumerate(p, q, k: int) -> tuple[np.ndarray, float]:
         )
     chain = mss_residual_chain(p, q, k)  # [k+1, V]
     # a[j, x] = min(1, p_j(x)/q(x)); tokens with q(x) = 0 get weight 0 below anyway.
-    ratio = np.divide(chain[:-1], q[None, :], out=np.zeros((k, vocab)), where=q[None, :] > 0)
+    with np.errstate(over="ignore"):  # a subnormal q(x) overflows to inf: min(1, inf) = 1
+        ratio = np.divide(chain[:-1], q[None, :], out=np.zeros((k, vocab)), where=q[None, :] > 0)
     accept = np.minimum(ratio, 1.0)  # [k, V]
     if k == 0:  # one empty tuple: the output is a plain draw from p
         tuples = np.zeros((1, 0), dtype=np.int64)

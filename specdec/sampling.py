@@ -228,7 +228,8 @@ def one_round_rejection_bound(p, q) -> float:
     support = p > 0.0
     if np.any(q[support] <= 0.0):
         return float("inf")
-    return float(np.max(p[support] / q[support]))
+    with np.errstate(over="ignore"):  # a subnormal q(x) overflows to M = inf, as it should
+        return float(np.max(p[support] / q[support]))
 
 
 def one_round_rejection_sample(p, q, x: int, rng: np.random.Generator):
