@@ -168,7 +168,9 @@ def format_validation(file: str, prefix: str, err: ValidationError) -> str:
     Reads ``file: prefix.field: message, got value`` (``prefix`` may be empty, e.g. for a
     whole config.json); the field is omitted for whole-object checks.
     """
-    first = err.errors()[0]
+    errors = err.errors()
+    # An unknown field is usually a misspelt known one: report it before the "missing".
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     parts = [p for p in (prefix, ".".join(str(x) for x in first["loc"])) if p]
     where = f"{file}: {'.'.join(parts)}" if parts else file
     msg = first["msg"].removeprefix("Value error, ")

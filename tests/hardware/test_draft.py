@@ -1,0 +1,98 @@
+"""Draft placement and the cost of drafting chains and expansion trees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hardware import (
+    CostModel,
+    Deployment,
+    DraftSetup,
+    chain_draft_seconds,
+    check_colocated_memory,
+    colocated_kv_capacity_tokens,
+    load_catalog,
+    tree_draft_seconds,
+    tree_level_sizes,
+    tree_nodes,
+)
+from specdec.errors import UserError
+
+CAT = load_catalog()
+
+
+def cost(model, gpu="h100", **kw) -> CostModel:
+    return CostModel(Deployment(model=CAT.model(model), gpu=CAT.gpu(gpu), **kw), CAT)
+
+
+def test_tree_node_counts_of_exercise_6():
+    assert tree_nodes([2, 2, 1]) == 11
+    assert tree_nodes([1, 1, 3, 1, 1, 1, 1, 1]) == 21
+    assert tree_nodes([1, 1, 1, 1]) == 5 and tree_nodes([5, 1, 1, 1]) == 21  # lecture §7.3
+    assert tree_level_sizes([3, 2]) == [1, 3, 6]
+    with pytest.raises(UserError, match="expansion width"):
+        tree_nodes([2, 0])
+
+
+def test_chain_is_gamma_single_token_passes_at_growing_context():
+    d = DraftSetup(cost("llama-3.2-1b"))
+    ctx = np.array([100, 700, 300])
+    expected = sum(d.cost.pass_seconds(np.ones(3), ctx + i) for i in range(4))
+    assert chain_draft_seconds(d, 4, ctx) == pytest.approx(expected, rel=1e-12)
+    assert chain_draft_seconds(d, 0, ctx) == 0.0
+
+
+def test_chain_with_per_sequence_gamma_drops_finished_sequences():
+    d = DraftSetup(cost("llama-3.2-1b"))
+    ctx = np.array([100, 700, 300])
+    gamma = np.array([1, 3, 0])
+    expected = (d.cost.pass_seconds([1, 1], [100, 700])
+                + d.cost.pass_seconds([1], [701]) + d.cost.pass_seconds([1], [702]))
+    assert chain_draft_seconds(d, gamma, ctx) == pytest.approx(expected, rel=1e-12)
+
+
+def test_tree_is_one_pass_per_level_over_that_levels_nodes():
+    d = DraftSetup(cost("llama-3.2-1b"))
+    ctx = np.array([64, 128])
+    # <3,2>: feed the root (1 node), then level 1's 3 nodes after it
+    expected = d.cost.pass_seconds([1, 1], ctx) + d.cost.pass_seconds([3, 3], ctx + 1)
+    assert tree_draft_seconds(d, [3, 2], ctx) == pytest.approx(expected, rel=1e-12)
+    # a chain-shaped tree <1,1,1> costs the same as a chain of 3
+    assert tree_draft_seconds(d, [1, 1, 1], ctx) == pytest.approx(
+        chain_draft_seconds(d, 3, ctx), rel=1e-12)
+
+
+def test_colocated_draft_is_replicated_per_target_gpu_and_splits_the_batch():
+    target = cost("llama-3-70b", tp=4)
+    draft = DraftSetup.colocated_with(cost("llama-3.2-1b"), target)
+    assert (draft.placement, draft.replicas) == ("colocated", 4)
+    ctx = np.full(10, 512)
+    # 10 sequences round-robin over 4 replicas: the busiest replica drafts for 3
+    one = DraftSetup(draft.cost)
+    assert chain_draft_seconds(draft, 2, ctx) == pytest.approx(
+        chain_draft_seconds(one, 2, ctx[:3]), rel=1e-12)
+    with pytest.raises(UserError, match="one replica per GPU"):
+        DraftSetup.colocated_with(cost("llama-3.2-1b", tp=2), target)
+
+
+def test_colocated_draft_shares_memory_separate_does_not():
+    target = cost("llama-3-8b")
+    d = cost("llama-3.2-1b")
+    colo = DraftSetup.colocated_with(d, target)
+    usable = int(80 * 2**30 * 0.9)
+    free = usable - 2 * 8_030_261_248 - 2 * 1_235_814_400
+    assert colocated_kv_capacity_tokens(target, colo) == free // (131_072 + 32_768)
+    sep = DraftSetup(d, placement="separate")
+    assert colocated_kv_capacity_tokens(target, sep) == target.kv_capacity_tokens()
+    check_colocated_memory(target, colo, 300_000)
+    with pytest.raises(UserError, match=r"reserved = draft llama-3.2-1b weights 2\.3 GiB"):
+        check_colocated_memory(target, colo, 400_000)
+    check_colocated_memory(target, sep, 400_000)  # the draft's own GPU holds its KV
+
+
+def test_bad_placement():
+    with pytest.raises(UserError, match="placement: must be one of colocated, separate"):
+        DraftSetup(cost("llama-3.2-1b"), placement="remote")
+    with pytest.raises(UserError, match="replicas"):
+        DraftSetup(cost("llama-3.2-1b"), replicas=0)

@@ -1,0 +1,120 @@
+"""Parameter counts against the published totals, and Hugging Face config loading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware import load_catalog, load_hf_config, model_shape
+from specdec.errors import UserError
+
+# Published parameter totals (model cards / HF `num_parameters()`), exact.
+PUBLISHED = {
+    "llama-3-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "tinyllama-1.1b": 1_100_048_384,
+    "opt-125m": 125_239_296,
+    "opt-6.7b": 6_658_473_984,
+}
+
+
+@pytest.mark.parametrize("model_id", sorted(PUBLISHED))
+def test_total_params_match_published(model_id):
+    assert load_catalog().model(model_id).shape.total_params == PUBLISHED[model_id]
+
+
+def test_streamed_params_exclude_input_embedding_but_keep_lm_head():
+    cat = load_catalog()
+    untied = cat.model("llama-3-8b").shape
+    # untied: the 128256 x 4096 input table is not streamed; the lm_head (same size) is
+    assert untied.streamed_params == PUBLISHED["llama-3-8b"] - 128256 * 4096
+    tied = cat.model("llama-3.2-1b").shape
+    # tied: stored once, but streamed every pass as the lm_head -> every parameter is read
+    assert tied.streamed_params == PUBLISHED["llama-3.2-1b"]
+    opt = cat.model("opt-125m").shape
+    # OPT: token table tied to the lm_head; the learned position table (2050 rows) is gathered
+    assert opt.streamed_params == PUBLISHED["opt-125m"] - 2050 * 768
+
+
+def test_kv_bytes_per_token_of_llama_3_8b_is_128_kib():
+    # lecture §7.2: "1024 tokens x 128 KB"; 32 layers x 2 x 8 KV heads x 128 x 2 bytes
+    assert load_catalog().model("llama-3-8b").shape.kv_values_per_token * 2 == 128 * 1024
+
+
+def test_opt_mlp_and_biases_differ_from_llama():
+    cat = load_catalog()
+    opt = cat.model("opt-6.7b").shape
+    h, f = 4096, 16384
+    # q,k,v,o with biases + fc1/fc2 with biases + two LayerNorms (weight and bias)
+    assert opt.layer_params == 4 * (h * h + h) + (h * f + f) + (f * h + h) + 4 * h
+    llama = cat.model("llama-2-7b").shape
+    assert llama.layer_params == 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+
+
+def _write(tmp_path, body):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+LLAMA3_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rope_theta": 500000.0, "torch_dtype": "bfloat16", "tie_word_embeddings": False,
+    "rms_norm_eps": 1e-05, "bos_token_id": 128000,
+}
+
+
+def test_hf_config_loads_and_ignores_unrelated_fields(tmp_path):
+    cfg = load_hf_config(_write(tmp_path, LLAMA3_8B_CONFIG))
+    assert model_shape(cfg) == load_catalog().model("llama-3-8b").shape
+
+
+def test_catalog_model_accepts_a_config_path(tmp_path):
+    path = _write(tmp_path, LLAMA3_8B_CONFIG)
+    spec = load_catalog().model(str(path))
+    assert spec.shape.total_params == PUBLISHED["llama-3-8b"]
+
+
+def test_opt_config_defaults_to_tied_embeddings(tmp_path):
+    body = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
+            "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048,
+            "word_embed_proj_dim": 768, "do_layer_norm_before": True}
+    cfg = load_hf_config(_write(tmp_path, body))
+    assert cfg.tied
+    assert model_shape(cfg).total_params == PUBLISHED["opt-125m"]
+
+
+@pytest.mark.parametrize(
+    ("body", "expect"),
+    [
+        ({k: v for k, v in LLAMA3_8B_CONFIG.items() if k != "hidden_size"},
+         "config.json: hidden_size: Field required"),
+        ({**LLAMA3_8B_CONFIG, "model_type": "gpt2"}, "config.json: model_type: Input should be"),
+        ({**LLAMA3_8B_CONFIG, "num_hidden_layers": 0}, "num_hidden_layers: Input should be"),
+        ({**LLAMA3_8B_CONFIG, "num_key_value_heads": 5}, "not a multiple of num_key_value_heads 5"),
+        ([1, 2], "must hold a JSON object"),
+    ],
+)
+def test_bad_hf_config_is_one_line_naming_file_and_field(tmp_path, body, expect):
+    path = _write(tmp_path, body)
+    with pytest.raises(UserError) as err:
+        load_hf_config(path)
+    msg = str(err.value)
+    assert expect in msg and "\n" not in msg and str(path) in msg
+
+
+def test_unreadable_and_invalid_json(tmp_path):
+    with pytest.raises(UserError, match="cannot read model config"):
+        load_hf_config(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="bad.json: not valid JSON"):
+        load_hf_config(bad)

@@ -1,0 +1,95 @@
+"""``specsim hw step`` and ``specsim hw list`` end to end through ``sim.cli.main``."""
+
+from __future__ import annotations
+
+import json
+
+from sim.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_step_json_reproduces_6_15_ms(capsys):
+    code, out, _ = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                       "--batch", "1", "--context", "1024", "--tokens", "1", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert round(data["seconds"] * 1e3, 2) == 6.15
+    assert data["bound"] == "memory"
+    for key in ("flops", "hbm_bytes", "compute_s", "memory_s", "comm_s", "host_s", "overhead_s",
+                "arithmetic_intensity", "kv_capacity_tokens", "kv_capacity_blocks"):
+        assert key in data
+    assert data["kv_capacity_blocks"] == data["kv_capacity_tokens"] // 16
+
+
+def test_step_text_names_the_bound(capsys):
+    code, out, _ = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                       "--batch", "128", "--context", "128", "--tokens", "5")
+    assert code == 0
+    assert "(compute-bound)" in out and "ridge 295 FLOP/byte" in out
+
+
+def test_step_with_tp_pp_offload_and_bits(capsys):
+    code, out, _ = run(capsys, "hw", "step", "--model", "llama-2-70b", "--gpu", "a100-80gb",
+                       "--tp", "4", "--pp", "2", "--weight-bits", "8", "--kv-bits", "8",
+                       "--batch", "8", "--context", "512", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["comm_s"] > 0 and len(data["stage_s"]) == 2 and data["hop_s"] > 0
+    code, out, _ = run(capsys, "hw", "step", "--model", "opt-30b", "--gpu", "a10",
+                       "--offload", "1", "--batch", "1", "--context", "128", "--json")
+    assert code == 0 and json.loads(out)["bound"] == "host"
+
+
+def test_step_accepts_a_config_json(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0}))
+    code, out, _ = run(capsys, "hw", "step", "--model", str(path), "--gpu", "h100",
+                       "--batch", "1", "--context", "1024", "--json")
+    assert code == 0 and round(json.loads(out)["seconds"] * 1e3, 2) == 6.15
+
+
+def test_errors_are_one_line_exit_2(capsys):
+    code, out, err = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h1000",
+                         "--batch", "1", "--context", "1")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "unknown gpu 'h1000' (known: a10," in err
+    code, _, err = run(capsys, "hw", "step", "--model", "llama-3-70b", "--gpu", "h100",
+                       "--batch", "1", "--context", "1")
+    assert code == 2 and "does not fit" in err and "GiB" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                       "--tp", "3", "--batch", "1", "--context", "1")
+    assert code == 2 and "tp 3 does not divide num_attention_heads 32" in err
+    code, _, err = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                       "--batch", "0", "--context", "1")
+    assert code == 2 and "--batch: must be >= 1, got 0" in err
+
+
+def test_bad_catalog_file_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "cat.yaml"
+    bad.write_text("gpus:\n  x: {name: 1}\n")
+    code, _, err = run(capsys, "hw", "list", "--catalog", str(bad))
+    assert code == 2 and err.count("\n") == 1 and f"{bad}: gpus.x." in err
+
+
+def test_list_json_and_text(capsys):
+    code, out, _ = run(capsys, "hw", "list", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert {"h100", "t4"} <= set(data["gpus"]) and "nvlink4" in data["links"]
+    assert data["models"]["llama-3-8b"]["total_params"] == 8_030_261_248
+    assert data["models"]["llama-3-8b"]["config"]["hidden_size"] == 4096
+    code, out, _ = run(capsys, "hw", "list")
+    assert code == 0 and "rtx-4090" in out and "ib-ndr-400g" in out and "vicuna-33b" in out
+
+
+def test_hw_without_action_prints_help(capsys):
+    code, out, _ = run(capsys, "hw")
+    assert code == 2 and "step" in out and "list" in out
