@@ -259,15 +259,15 @@ class TinyTransformer:
             q = _rope(q.reshape(n, h_kv * g, hd), cos, sin).reshape(q.shape)
             cache.k[li, base : base + n] = _rope(k, cos, sin)
             cache.v[li, base : base + n] = v
-            keys = cache.k[li, : base + n]  # [T, kv, hd]
-            vals = cache.v[li, : base + n]  # [T, kv, hd]
-            # [n_new, kv, g, hd] x [T, kv, hd] -> [kv, g, n_new, T]
-            scores = np.einsum("nkgd,tkd->kgnt", q, keys) / np.sqrt(hd)
+            keys = cache.k[li, : base + n].transpose(1, 2, 0)  # [kv, hd, T]
+            vals = cache.v[li, : base + n].transpose(1, 0, 2)  # [kv, T, hd]
+            # [kv, g, n_new, hd] @ [kv, 1, hd, T] -> [kv, g, n_new, T]
+            scores = (q.transpose(1, 2, 0, 3) @ keys[:, None]) / np.sqrt(hd)
             scores = np.where(full_mask, scores, -np.inf)
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             weights = scores / scores.sum(axis=-1, keepdims=True)
-            # [kv, g, n_new, T] x [T, kv, hd] -> [n_new, kv*g*hd]
-            att = np.einsum("kgnt,tkd->nkgd", weights, vals).reshape(n, cfg.d_model)
+            # [kv, g, n_new, T] @ [kv, 1, T, hd] -> [kv, g, n_new, hd] -> [n_new, kv*g*hd]
+            att = (weights @ vals[:, None]).transpose(2, 0, 1, 3).reshape(n, cfg.d_model)
             x = x + att @ layer.wo  # [n_new, d_model]
             m = _rms_norm(x, layer.mlp_norm)
             # SwiGLU: [n_new, d] -> [n_new, d_ff] -> [n_new, d]
