@@ -8,8 +8,11 @@ candidates accepts there; and ``sequence[t]``, the recorded run t belongs to.
 * Greedy replay is exact and deterministic: level j of a shape ⟨k1..km⟩ succeeds iff
   ``ranks[t + j] < k_{j+1}`` (the target's token is among the draft's top-k), so a chain
   accepts the leading run of rank-0 positions and a tree stops at the first level whose
-  rank is not covered — what real greedy verification would do.
-* Sampling replay draws each level with ``accept_prob[t + j, k_{j+1} − 1]``.
+  rank is not covered — what real greedy verification would do. The core's
+  :func:`specdec.traces.replay_chain` (O(1) per sequence, from precomputed runs) answers
+  batches of chains, :func:`specdec.traces.replay_tree` anything wider.
+* Sampling replay draws each level with ``accept_prob[t + j, k_{j+1} − 1]``
+  (:func:`specdec.traces.replay_tree_sampled`).
 
 The trace is a ring of its sequences: a stream starts at a uniform random offset and walks
 on through the following sequences (wrapping at the end), but a single verify never
@@ -21,12 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.acceptance import (
-    AcceptanceModel,
-    check_widths,
-    draw_leading_run,
-    expected_from_levels,
-)
+from specdec.traces import AcceptanceTrace, replay_chain, replay_tree, replay_tree_sampled
+from workloads.acceptance import AcceptanceModel, check_widths, depths, expected_from_levels
 
 MODES = ("greedy", "sampling")
 
@@ -44,7 +43,8 @@ class TraceAcceptance(AcceptanceModel):
     """Acceptance replayed from a recorded trace, ``mode`` 'greedy' or 'sampling'.
 
     Stream ids are offsets into the trace; guess j of a verify at position p of stream s
-    is trace position (s + p + j) mod n.
+    is trace position (s + p + j) mod n. ``trace`` is an :class:`AcceptanceTrace` or any
+    object with its four fields (ranks, accept_prob, sequence, meta), converted to one.
     """
 
     def __init__(self, trace, mode: str = "greedy") -> None:
@@ -63,6 +63,10 @@ class TraceAcceptance(AcceptanceModel):
             raise UserError(f"{src}: accept_prob: must be [{n}, K >= 1], got {prob.shape}")
         if not np.all((prob >= 0) & (prob <= 1)):
             raise UserError(f"{src}: accept_prob: values must be in [0, 1]")
+        if not isinstance(trace, AcceptanceTrace):
+            trace = AcceptanceTrace(
+                ranks.astype(np.int32), prob, seq.astype(np.int32), dict(trace.meta)
+            )
         self.trace = trace
         self.mode = mode
         self.ranks = ranks.astype(np.int64)
@@ -113,15 +117,19 @@ class TraceAcceptance(AcceptanceModel):
 
     def accept(self, streams, positions, widths, rng):
         """Greedy: the exact replayed depth (no draws). Sampling: one draw per level."""
-        start = (np.asarray(streams, dtype=np.int64) + np.asarray(positions, dtype=np.int64)) % (
-            self.size
-        )  # [B]
+        s = np.asarray(streams, dtype=np.int64)
+        start = (s + np.asarray(positions, dtype=np.int64)) % self.size  # [B]
         w = check_widths(widths, batch=start.size)
         if self.mode == "greedy":
-            idx, live = self._levels(start, w)
-            ok = live & (self.ranks[idx] < w)  # [B, m]
-            return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
-        return draw_leading_run(self.level_probs(start, w), rng)
+            if w.size == 0 or w.max() <= 1:  # chains (the common case): O(1) per sequence
+                return replay_chain(self.trace, start, depths(w))
+            return replay_tree(self.trace, start, w)
+        if w.size and w.max() > self.max_width:
+            raise UserError(
+                f"{self.source}: width {int(w.max())} exceeds the trace's "
+                f"K = {self.max_width} recorded candidates"
+            )
+        return replay_tree_sampled(self.trace, start, w, rng)
 
     @property
     def mean_alpha(self) -> float:

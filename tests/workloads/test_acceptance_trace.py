@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specdec.errors import UserError
-from workloads.acceptance import chain_widths
+from workloads.acceptance import chain_widths, expected_from_levels
 from workloads.acceptance_trace import TraceAcceptance, positions_left
 
 TRACE_DIR = Path(__file__).resolve().parents[2] / "workloads" / "traces"
@@ -160,14 +160,21 @@ def test_matches_core_replay_functions():
     index = rng.integers(0, t.ranks.size, 2000).astype(np.int64)
     gamma = rng.integers(0, 7, 2000).astype(np.int64)
     zero = np.zeros(2000, np.int64)
+    chains = chain_widths(gamma, 6)
     assert np.array_equal(
-        model.accept(index, zero, chain_widths(gamma, 6), rng),
-        traces.replay_chain(trace, index, gamma),
+        model.accept(index, zero, chains, rng), traces.replay_chain(trace, index, gamma)
     )
     widths = random_widths(rng, 2000, 5, 4).astype(np.int64)
     assert np.array_equal(
         model.accept(index, zero, widths, rng), traces.replay_tree(trace, index, widths)
     )
+    # the level probabilities behind expected_tokens (this module's own windowing) agree
+    for w, ref in (
+        (chains, traces.replay_chain(trace, index, gamma)),
+        (widths, traces.replay_tree(trace, index, widths)),
+    ):
+        levels = model.level_probs(index, w)
+        assert np.array_equal(expected_from_levels(levels) - 1, ref)
 
 
 @pytest.mark.parametrize("path", sorted(TRACE_DIR.glob("*.npz")) or [None])
