@@ -5,7 +5,8 @@ Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
 - FLOPs  = 2 x streamed params x new tokens            (every linear layer, lm_head included)
          + 4 x layers x heads x d_head x attended keys  (QK^T and AV; a new token attends to
            its cached context, the earlier new tokens of its sequence and itself, so a
-           sequence with n new tokens over c cached ones attends n·c + n(n+1)/2 keys);
+           sequence with n new tokens over c cached ones attends n·c + n(n+1)/2 keys; for
+           a token tree this causal count is what a masked tree-attention kernel computes);
 - bytes  = streamed params x weight bytes               (weights read once per pass)
          + (context + new tokens) x KV bytes per token  (KV read, then written for new tokens);
 - compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory);
@@ -205,8 +206,8 @@ class CostModel:
 
     def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Seconds of one pass; ``new_tokens[i]`` new and ``context[i]`` cached tokens of seq i."""
-        new = np.asarray(new_tokens, dtype=np.float64)  # [n_seq]
-        ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+        new = np.asarray(new_tokens)  # [n_seq]; no dtype cast: a copy costs more than the sums
+        ctx = np.asarray(context)  # [n_seq]
         return self.pass_seconds_sums(
             float(new.sum()), float(ctx.sum()), float(new @ ctx), float(new @ new)
         )

@@ -13,6 +13,25 @@ tree they are measured tokens per verify, given by the caller. ``verify_ratio`` 
 verify_s / decode_s and ``c`` is the draft's cost per draft pass over decode_s, the
 lecture's c. When no row beats 1.0 the best choice is not to speculate: γ 0 / width 0 with
 speedup 1.0.
+
+Conventions that reproduce the lecture (all from the shipped catalog defaults):
+
+- §4.2 / §7.1 / §7.2 (Llama-3-8B + Llama-3.2-1B, H100, α = 0.8): the draft runs at 16 bits on
+  the target's GPU at the same batch, pass i of the chain at context + i. This gives c = 0.233
+  (batch 1, context 1024), verify(γ=4) / decode = 3.68, γ = 4 0.727x, best γ = 1 1.031x at
+  batch 256 / context 128, no speculation at batch 512, best 1.637x (γ = 2) at batch 256 /
+  context 1024 and 1.739x (γ = 4) at batch 1.
+- §7.3 (Llama-3-70B at 8-bit weights + Llama-3.2-1B at 16 bits, H200, ⟨k,1,1,1⟩): context
+  1024 (the lecture's context elsewhere; it is what makes a batch-1 pass 18.69 ms), and the
+  tree drafted in 4 passes feeding 1, k, k, k tokens per sequence. Batch 1: 5 and 21 nodes
+  both 18.69 ms; batch 16: narrowest 1.297x; batch 64: every tree below 1. The widest tree
+  at batch 16 comes out 0.629x, not the lecture's 0.64x: with the 1.30x fixing the draft at
+  about 5.1 ms, 0.64 needs the 336-token verify at <= 68.6 ms, and the weights alone are
+  67.97 ms (336 x 139.0 GFLOP at 692 TFLOP/s, + 0.5 ms); full attention over the 1024-token
+  context (4 x layers x heads x d_head FLOPs per key: 0.93 TFLOP, 1.35 ms) exceeds that. The
+  lecture's model must have counted under ~45% of that attention arithmetic (e.g. per KV
+  head). No single context gives both 1.30 and 0.64 with the full count (1.30 needs context
+  <= ~1200, 0.64 needs >= ~1250), so the model keeps the full count and reports 0.63.
 """
 
 from __future__ import annotations
