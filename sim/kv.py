@@ -39,13 +39,12 @@ class BlockManager:
         """Blocks currently owned by sequences."""
         return self.capacity_blocks - self.free_blocks
 
-    def extra_needed(self, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    def extra_needed(self, slots: np.ndarray, tokens: np.ndarray | int) -> np.ndarray:
         """int64 [n]: blocks each slot must add to hold ``tokens`` tokens (0 if it has them)."""
         return np.maximum(blocks_for(tokens, self.block_size) - self.blocks[slots], 0)
 
-    def grow(self, slots: np.ndarray, tokens: np.ndarray) -> None:
-        """Allocate blocks so that each slot holds ``tokens`` tokens."""
-        extra = self.extra_needed(slots, tokens)
+    def grow(self, slots: np.ndarray, extra: np.ndarray) -> None:
+        """Add ``extra[i]`` blocks to ``slots[i]`` (from :meth:`extra_needed`)."""
         total = int(extra.sum())
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
@@ -54,10 +53,10 @@ class BlockManager:
 
     def shrink(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool."""
-        keep = blocks_for(tokens, self.block_size)
-        released = np.maximum(self.blocks[slots] - keep, 0)
-        self.blocks[slots] -= released
-        self.free_blocks += int(released.sum())
+        held = self.blocks[slots]
+        keep = np.minimum(blocks_for(tokens, self.block_size), held)
+        self.blocks[slots] = keep
+        self.free_blocks += int(held.sum() - keep.sum())
 
     def release(self, slots: np.ndarray | int) -> None:
         """Free every block of the given slots (request finished or preempted)."""

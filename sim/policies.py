@@ -2,8 +2,11 @@
 
 A shape is a row of widths, one entry per level: a chain of γ is ``[1]*γ``, an expansion
 tree ⟨k1..km⟩ is its k's, and rows are padded with 0 (a row of zeros = no speculation this
-iteration). Every policy returns ``widths`` int64 [D, max_depth] for the D decoding
-sequences of the batch, the same array the acceptance model takes.
+iteration). Each iteration a policy returns one row, int64 [max_depth], for every decoding
+sequence of the batch: the policies here decide per batch, as vLLM's and SGLang's do (the
+engine broadcasts the row to the acceptance model's per-sequence ``widths`` [D, m], and the
+acceptance of each sequence is still drawn separately). ``shape(n, context)`` gets the
+number of decoding sequences and their cached tokens.
 
 - ``NoSpeculation``: plain decoding.
 - ``FixedGamma``: vLLM's ``num_speculative_tokens``.
@@ -42,9 +45,11 @@ class NoSpeculation:
     max_depth = 0
     uses_draft = False
 
-    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
-        """int64 [n, 0]."""
-        return np.zeros((n, 0), dtype=np.int64)
+    row = np.zeros(0, dtype=np.int64)
+
+    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [0]: no levels."""
+        return self.row
 
     def observe(self, checked: int, accepted: int) -> None:
         """Nothing to learn."""
@@ -59,9 +64,9 @@ class _Static:
         self.row = np.asarray(row, dtype=np.int64)
         self.max_depth = len(self.row)
 
-    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
-        """int64 [n, m]: the same row for every sequence (a read-only broadcast view)."""
-        return np.broadcast_to(self.row, (n, self.max_depth))
+    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [m]: always the same row."""
+        return self.row
 
     def observe(self, checked: int, accepted: int) -> None:
         """Nothing to learn."""
@@ -114,13 +119,10 @@ class BatchLadder:
             self.gamma_by_batch[lo : hi + 1] = g
         self._rows = [chain(int(g), self.max_depth) for g in range(self.max_depth + 1)]
 
-    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
-        """int64 [n, max_depth]: the ladder's γ for a batch of n, as chains."""
-        if n > self.max_batch:
-            gamma = int(self.gamma_by_batch[-1])
-        else:
-            gamma = int(self.gamma_by_batch[n])
-        return np.broadcast_to(self._rows[gamma], (n, self.max_depth))
+    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [max_depth]: the ladder's γ for a batch of n (the last row's beyond it)."""
+        gamma = int(self.gamma_by_batch[min(n, self.max_batch)])
+        return self._rows[gamma]
 
     def observe(self, checked: int, accepted: int) -> None:
         """Nothing to learn."""
@@ -130,7 +132,7 @@ class AdaptiveGamma:
     """Goodput-maximising γ per iteration (SmartSpec's idea).
 
     For each candidate γ in 0..max_gamma it prices the decoding part of the iteration (draft
-    passes + verify) with ``price(widths, context) -> seconds`` (set by the replica) and
+    passes + verify) with ``price(row, context) -> seconds`` (set by the replica) and
     takes the γ with the most expected emitted tokens per
     second, D·E(α̂, γ) / seconds, where α̂ is a running acceptance estimate: an exponential
     moving average (weight ``smoothing`` per iteration) of accepted / checked guesses,
@@ -147,24 +149,24 @@ class AdaptiveGamma:
         self.max_depth = int(max_gamma)
         self.alpha = float(prior_alpha)
         self.smoothing = float(smoothing)
+        # price(row, context) -> seconds of the decoding part; set by the replica.
         self.price: Callable[[np.ndarray, np.ndarray], float] | None = None
         self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
         self.last_gamma = 0
 
-    def widths(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
-        """int64 [n, max_gamma]: the goodput-best chain for this batch."""
+    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+        """int64 [max_gamma]: the goodput-best chain for this batch."""
         from specdec import expected_tokens
 
         if n == 0 or self.price is None:
-            return np.zeros((n, self.max_depth), dtype=np.int64)
+            return self._rows[0]
         best, best_rate = 0, -1.0
         for g in range(self.max_depth + 1):
-            w = np.broadcast_to(self._rows[g], (n, self.max_depth))
-            rate = n * float(expected_tokens(self.alpha, g)) / self.price(w, context)
+            rate = n * float(expected_tokens(self.alpha, g)) / self.price(self._rows[g], context)
             if rate > best_rate:
                 best, best_rate = g, rate
         self.last_gamma = best
-        return np.broadcast_to(self._rows[best], (n, self.max_depth))
+        return self._rows[best]
 
     def observe(self, checked: int, accepted: int) -> None:
         """Fold one iteration's verification outcome into α̂."""

@@ -9,12 +9,14 @@ when the sequence starts decoding.
 
 Placement: a draft on the target's GPUs runs serially with the target on the same chips
 and shares their memory; a draft on its own GPUs (SpecInfer's data-parallel drafts) does
-not share memory but a sequence's verify still waits for its guesses, and the target's GPUs
-have nothing else to run meanwhile in this model, so the iteration time is the same sum
-``draft_s + verify_s`` in both cases; only the KV capacity differs (see ``cluster``).
+not share memory, but a sequence's verify still waits for its guesses and the target has
+nothing else to run meanwhile in this model, so the iteration time is the same sum
+``draft_s + verify_s`` in both cases; only the KV capacity differs (see ``sim.build``).
 
-The cost models only need ``pass_seconds(new_tokens, context)`` and, for the iteration
-record's roofline bound, ``pass_cost(...).bound``.
+A pass depends on the batch only through four sums (Σ new, Σ context, Σ new·context,
+Σ new²), so the engine computes those with a few numpy reductions and calls the cost
+model's ``pass_seconds_sums``; the target's ``pass_cost`` is called only to record which
+roofline bound won.
 """
 
 from __future__ import annotations
@@ -25,34 +27,53 @@ import numpy as np
 
 
 class PassPricer(Protocol):
-    """What the engine needs from a cost model (``hardware.CostModel`` satisfies it)."""
+    """What the engine needs from a cost model (``hardware.cost.CostModel`` has it)."""
 
-    def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray) -> float: ...
+    def pass_seconds_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
+                          sum_new_sq: float) -> float: ...
 
     def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray): ...
 
 
-def level_sizes(widths: np.ndarray) -> np.ndarray:
-    """int64 [B, m]: nodes at each level of each sequence's tree (a chain has 1 per level).
+def level_sizes(row: np.ndarray) -> np.ndarray:
+    """int64 [m]: nodes at each level of a tree shape (1 per level for a chain; 0 past depth)."""
+    return np.cumprod(row)
 
-    Rows are padded with 0 past their depth, and the cumulative product keeps them 0.
+
+_SHAPES: dict[bytes, tuple[int, int, list[int]]] = {}
+
+
+def shape_info(row: np.ndarray) -> tuple[int, int, list[int]]:
+    """(depth, draft nodes below the root, tokens each serial draft pass feeds) of a shape.
+
+    Nodes: γ for a chain of γ, Σ_j Π_{i<=j} k_i for a tree. Feeds: the root (1), then each
+    level's nodes but the last. Memoised: policies reuse a handful of shapes.
     """
-    return np.cumprod(widths, axis=1)  # [B, m] -> [B, m]
+    key = row.tobytes()
+    info = _SHAPES.get(key)
+    if info is None:
+        depth = int((row > 0).sum())
+        sizes = [int(x) for x in level_sizes(row)]
+        info = (depth, sum(sizes), [1] + sizes[: depth - 1] if depth else [])
+        _SHAPES[key] = info
+    return info
 
 
-def tree_nodes(widths: np.ndarray) -> np.ndarray:
-    """int64 [B]: draft nodes below the root (γ for a chain of γ; 0 without speculation)."""
-    if widths.shape[1] == 0:
-        return np.zeros(widths.shape[0], dtype=np.int64)
-    return level_sizes(widths).sum(axis=1)  # [B, m] -> [B]
+def tree_nodes(row: np.ndarray) -> int:
+    """Draft nodes below the root: γ for a chain of γ, Σ_j Π_{i<=j} k_i for a tree."""
+    return shape_info(row)[1]
+
+
+def draft_feeds(row: np.ndarray) -> list[int]:
+    """Tokens per sequence each serial draft pass feeds: the root, then each level's nodes."""
+    return shape_info(row)[2]
 
 
 class IterationPricer:
     """Prices iterations of one replica from its target and (optional) draft cost models.
 
-    ``record_bound`` asks the target model for its full breakdown each iteration (to record
-    which roofline limit won); without it the fast ``pass_seconds`` path is used and the
-    bound is recorded as ``""``.
+    ``record_bound`` asks the target model for its breakdown each iteration (to record which
+    roofline limit won); otherwise the bound is recorded as ``""``.
     """
 
     def __init__(self, target: PassPricer, draft: PassPricer | None, record_bound: bool = True):
@@ -60,49 +81,45 @@ class IterationPricer:
         self.draft = draft
         self.record_bound = record_bound
 
-    def price(
-        self,
-        dec_context: np.ndarray,
-        widths: np.ndarray,
-        verify_tokens: np.ndarray,
-        pre_context: np.ndarray,
-        pre_chunks: np.ndarray,
-    ) -> tuple[float, float, str]:
+    def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
+              pre_chunks: np.ndarray, bound: bool | None = None) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) for one iteration.
 
-        dec_context int64 [D]: cached tokens of the decoding sequences; widths int64 [D, m];
-        verify_tokens int64 [D] = 1 + tree nodes; pre_context, pre_chunks int64 [P]: cached
-        tokens and this iteration's chunk of the prefilling sequences.
+        row int64 [m]: every decoding sequence's shape; dec_context int64 [D]: their cached
+        tokens; pre_context, pre_chunks int64 [P]: cached tokens and this iteration's chunk
+        of the prefilling sequences.
         """
-        new = np.concatenate((verify_tokens, pre_chunks))  # [D + P]
-        ctx = np.concatenate((dec_context, pre_context))  # [D + P]
-        if self.record_bound:
-            cost = self.target.pass_cost(new, ctx)
-            verify_s, bound = float(cost.seconds), str(cost.bound)
+        n_dec = len(dec_context)
+        s_ctx = float(dec_context.sum())
+        if len(pre_chunks):
+            c = pre_chunks.astype(np.float64)
+            p_new, p_ctx = float(c.sum()), float(pre_context.sum())
+            p_new_ctx, p_sq = float(c @ pre_context), float(c @ c)
         else:
-            verify_s, bound = float(self.target.pass_seconds(new, ctx)), ""
-        draft_s = self._draft_seconds(dec_context, widths, pre_context, pre_chunks)
-        return draft_s, verify_s, bound
-
-    def _draft_seconds(self, dec_context, widths, pre_context, pre_chunks) -> float:
-        if self.draft is None:
-            return 0.0
-        depth = widths.shape[1]
-        total = 0.0
-        if depth:
-            # Pass j feeds level j-1: the root (the last token) first, then each level's nodes.
-            feed = np.ones_like(widths)  # [D, m]
-            feed[:, 1:] = level_sizes(widths)[:, :-1]
-            feed[widths == 0] = 0
-        for j in range(max(depth, 1)):
-            if depth:
-                live = feed[:, j] > 0
-                new, ctx = feed[live, j], dec_context[live] + j
-            else:
-                new = ctx = np.zeros(0, dtype=np.int64)
-            if j == 0 and len(pre_chunks):
-                new = np.concatenate((new, pre_chunks))
-                ctx = np.concatenate((ctx, pre_context))
-            if len(new):
-                total += float(self.draft.pass_seconds(new, ctx))
-        return total
+            p_new = p_ctx = p_new_ctx = p_sq = 0.0
+        verify = 1 + tree_nodes(row)
+        verify_s = self.target.pass_seconds_sums(
+            n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
+            n_dec * verify * verify + p_sq,
+        )
+        label = ""
+        if self.record_bound if bound is None else bound:
+            new = np.concatenate((np.full(n_dec, verify, dtype=np.int64), pre_chunks))
+            ctx = np.concatenate((dec_context, pre_context))
+            label = str(self.target.pass_cost(new, ctx).bound)
+        draft_s = 0.0
+        if self.draft is not None:
+            feeds = draft_feeds(row) if n_dec else []
+            if not feeds and p_new:
+                feeds = [0]  # no decoding draft work, but the draft still prefills
+            for j, f in enumerate(feeds):
+                # Pass j: each decoding sequence feeds f tokens on top of ctx + j cached ones.
+                ctx = s_ctx + j * n_dec
+                s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
+                if not f:
+                    s_c = 0.0
+                if j == 0:
+                    s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, \
+                        s_sq + p_sq
+                draft_s += self.draft.pass_seconds_sums(s_new, s_c, s_nc, s_sq)
+        return draft_s, verify_s, label

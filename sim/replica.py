@@ -17,7 +17,7 @@ import simpy
 
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
-from sim.pricing import IterationPricer, tree_nodes
+from sim.pricing import IterationPricer, shape_info, tree_nodes
 from sim.scheduler import SchedulerLimits, plan_batch
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -58,6 +58,7 @@ class Replica:
         self.kv_tokens = np.zeros(n, dtype=np.int64)
         self.output = np.zeros(n, dtype=np.int64)
         self.stream = np.zeros(n, dtype=np.int64)
+        self.counters = np.zeros((n, 5), dtype=np.int64)  # flushed into the log on exit
         self._free_slots = list(range(n - 1, -1, -1))
         self.n_active = 0
         self.waiting: deque[int] = deque()
@@ -104,6 +105,7 @@ class Replica:
     def preempt(self, s: int) -> None:
         """Preempt by recompute: free the slot and its blocks, requeue at the front."""
         rid = int(self.rid[s])
+        self._flush(np.array([s]))
         self.kv.release(s)
         self._resume[rid] = int(self.emitted[s])
         self.log.preemptions[rid] += 1
@@ -130,26 +132,26 @@ class Replica:
                 raise RuntimeError(f"replica {self.index}: nothing schedulable with work queued")
             dec, pre = batch.dec_slots, batch.pre_slots
             draft_s, verify_s, bound = self.pricer.price(
-                self.kv_tokens[dec], batch.widths, batch.verify_tokens,
-                self.kv_tokens[pre], batch.chunks,
+                batch.row, self.kv_tokens[dec], self.kv_tokens[pre], batch.chunks
             )
             yield env.timeout(draft_s + verify_s)
-            emitted, accepted, drafted = self._advance(batch)
+            emitted, accepted, drafted, prefill = self._advance(batch)
             self.log.iterations.append((
                 self.index, start_at, env.now - start_at, len(dec) + len(pre), len(dec),
-                int(batch.chunks.sum()), int(batch.verify_tokens.sum()), drafted, accepted,
-                emitted, draft_s, verify_s, bound,
+                prefill, len(dec) * (1 + batch_nodes(batch)), drafted, accepted, emitted,
+                draft_s, verify_s, bound,
             ))
 
-    def _advance(self, batch) -> tuple[int, int, int]:
-        """Apply one finished iteration; returns (emitted, accepted, drafted) tokens."""
+    def _advance(self, batch) -> tuple[int, int, int, int]:
+        """Apply one finished iteration; returns (emitted, accepted, drafted, prefill) tokens."""
         now = self.env.now
         log = self.log
-        total_emitted = 0
+        total_emitted = prefill = 0
 
         # Prefill chunks: the pass that completes a prompt samples the next token.
         pre, chunks = batch.pre_slots, batch.chunks
         if len(pre):
+            prefill = int(chunks.sum())
             self.prefilled[pre] += chunks
             self.kv_tokens[pre] += chunks
             done = pre[self.prefilled[pre] >= self.target_prefill[pre]]
@@ -160,50 +162,76 @@ class Replica:
                 total_emitted += len(done)
 
         # Verification: accepted guesses + 1 token, capped at the remaining output.
-        dec, widths = batch.dec_slots, batch.widths
-        drafted = accepted_total = 0
-        if len(dec):
-            rids = self.rid[dec]
-            nodes = batch.verify_tokens - 1  # [D]
-            depth = (widths > 0).sum(axis=1) if widths.shape[1] else np.zeros(len(dec), np.int64)
-            if widths.shape[1] and depth.any():
-                acc = self.acceptance.accept(self.stream[dec], self.emitted[dec], widths, self.rng)
+        dec, row = batch.dec_slots, batch.row
+        drafted = accepted = 0
+        n = len(dec)
+        if n:
+            depth, nodes, _ = shape_info(row)
+            emitted = self.emitted[dec]
+            if depth:
+                widths = np.broadcast_to(row, (n, len(row)))  # [D, m]
+                acc = self.acceptance.accept(self.stream[dec], emitted, widths, self.rng)
+                checked = acc + (acc < depth)  # [D]
             else:
-                acc = np.zeros(len(dec), dtype=np.int64)
-            remaining = self.output[dec] - self.emitted[dec]
-            emit = np.minimum(acc + 1, remaining)  # [D]
-            self.emitted[dec] += emit
-            self.kv_tokens[dec] += 1 + acc  # rolled back to the root plus the accepted path
-            self.kv.shrink(dec, self.kv_tokens[dec])
-            checked = acc + (acc < depth)
-            log.verify_steps[rids] += 1
-            log.draft_steps[rids] += depth > 0
-            log.drafted[rids] += nodes
-            log.accepted[rids] += acc
-            log.checked[rids] += checked
-            drafted, accepted_total = int(nodes.sum()), int(acc.sum())
-            total_emitted += int(emit.sum())
-            self.policy.observe(int(checked.sum()), accepted_total)
-
-        # Bookkeeping and completions.
-        touched = np.concatenate((dec, pre))
-        log.emitted[self.rid[touched]] = self.emitted[touched]
-        fin = touched[self.emitted[touched] >= self.output[touched]]
+                acc = checked = np.zeros(n, dtype=np.int64)
+            now_emitted = emitted + np.minimum(acc + 1, self.output[dec] - emitted)  # [D]
+            self.emitted[dec] = now_emitted
+            kept = self.kv_tokens[dec] + 1 + acc  # the root plus the accepted path
+            self.kv_tokens[dec] = kept
+            self.kv.shrink(dec, kept)
+            # [D, 5]: verify steps, draft steps, drafted, accepted, checked
+            upd = np.empty((n, 5), dtype=np.int64)
+            upd[:, :3] = (1, depth > 0, nodes)
+            upd[:, 3] = acc
+            upd[:, 4] = checked
+            self.counters[dec] += upd
+            drafted, accepted = n * nodes, int(acc.sum())
+            total_emitted += int(now_emitted.sum() - emitted.sum())
+            self.policy.observe(int(checked.sum()), accepted)
+            fin = dec[now_emitted >= self.output[dec]]
+        else:
+            fin = _EMPTY
+        if len(pre):
+            fin = np.concatenate((fin, pre[self.emitted[pre] >= self.output[pre]]))
         if len(fin):
-            frids = self.rid[fin]
-            log.finished_at[frids] = now
-            self.kv.release(fin)
-            for s in fin.tolist():
-                self._vacate(s)
-            self.outstanding_requests -= len(fin)
-            self.outstanding_tokens -= int(
-                (self.table.prompt_tokens[frids] + self.table.output_tokens[frids]).sum()
-            )
-        return total_emitted, accepted_total, drafted
+            self._finish(fin, now)
+        return total_emitted, accepted, drafted, prefill
 
-    def _price_decode(self, widths: np.ndarray, context: np.ndarray) -> float:
-        """Seconds of the decoding part of an iteration with these shapes (adaptive policy)."""
-        draft_s, verify_s, _ = self.pricer.price(
-            context, widths, 1 + tree_nodes(widths), _EMPTY, _EMPTY
-        )
+    def _finish(self, fin: np.ndarray, now: float) -> None:
+        """Record and free finished sequences."""
+        rids = self.rid[fin]
+        self.log.finished_at[rids] = now
+        self._flush(fin)
+        self.kv.release(fin)
+        for s in fin.tolist():
+            self._vacate(s)
+        self.outstanding_requests -= len(fin)
+        tab = self.table
+        self.outstanding_tokens -= int((tab.prompt_tokens[rids] + tab.output_tokens[rids]).sum())
+
+    def _flush(self, slots: np.ndarray) -> None:
+        """Add the slots' counters into the log and reset them."""
+        rids = self.rid[slots]
+        log = self.log
+        log.emitted[rids] = self.emitted[slots]
+        c = self.counters[slots]  # [n, 5]
+        log.verify_steps[rids] += c[:, 0]
+        log.draft_steps[rids] += c[:, 1]
+        log.drafted[rids] += c[:, 2]
+        log.accepted[rids] += c[:, 3]
+        log.checked[rids] += c[:, 4]
+        self.counters[slots] = 0
+
+    def flush_running(self) -> None:
+        """At the horizon: write the counters of sequences still running into the log."""
+        self._flush(np.flatnonzero(self.active))
+
+    def _price_decode(self, row: np.ndarray, context: np.ndarray) -> float:
+        """Seconds of the decoding part of an iteration with this shape (adaptive policy)."""
+        draft_s, verify_s, _ = self.pricer.price(row, context, _EMPTY, _EMPTY, bound=False)
         return draft_s + verify_s
+
+
+def batch_nodes(batch) -> int:
+    """Draft nodes per decoding sequence in ``batch``."""
+    return tree_nodes(batch.row)

@@ -42,6 +42,8 @@ def simulate(
         for k in range(1, steps + 1):
             env.run(until=horizon_s * k / steps)
             progress(env.now)
+    for replica in cluster.replicas:
+        replica.flush_running()
     log = cluster.log
     return VariantResult(
         name=name,

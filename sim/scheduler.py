@@ -39,20 +39,22 @@ class SchedulerLimits:
 class Batch:
     """One iteration's work.
 
-    dec_slots int64 [D], widths int64 [D, m], verify_tokens int64 [D];
-    pre_slots int64 [P], chunks int64 [P].
+    row int64 [m]: the draft shape of every decoding sequence; dec_slots int64 [D];
+    pre_slots int64 [P] and chunks int64 [P]: prefilling sequences and their chunks.
     """
 
+    row: np.ndarray
     dec_slots: np.ndarray
-    widths: np.ndarray
-    verify_tokens: np.ndarray
     pre_slots: np.ndarray
     chunks: np.ndarray
 
     @property
     def empty(self) -> bool:
-        """True when nothing runs (the replica then waits for work)."""
+        """True when nothing runs."""
         return len(self.dec_slots) == 0 and len(self.pre_slots) == 0
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int) -> np.ndarray:
@@ -68,55 +70,70 @@ def plan_batch(r) -> Batch:
     """Form the next batch of replica ``r`` (mutates its KV pool, slots and queue)."""
     lim: SchedulerLimits = r.limits
     act = np.flatnonzero(r.active)
-    act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
+    if len(act) > 1:
+        act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
     decoding = r.prefilled[act] >= r.target_prefill[act]
-    dec, pre = act[decoding], act[~decoding]
+    if decoding.all():
+        dec, pre = act, _NONE
+    else:
+        dec, pre = act[decoding], act[~decoding]
 
-    # 1. decoders and their draft shapes, while the verify tokens fit the budget.
-    widths = r.policy.widths(len(dec), r.kv_tokens[dec])  # [D, m]
-    verify = 1 + tree_nodes(widths)  # [D]
-    fits = np.cumsum(verify) <= lim.max_batched_tokens
-    if not fits.all():
-        dec, widths, verify = dec[fits], widths[fits], verify[fits]
-    budget = lim.max_batched_tokens - int(verify.sum())
+    # 1. decoders and their draft shape, while their verify tokens fit the budget.
+    row = r.policy.shape(len(dec), r.kv_tokens[dec])
+    verify = 1 + tree_nodes(row)
+    if len(dec) * verify > lim.max_batched_tokens:
+        dec = dec[: lim.max_batched_tokens // verify]
+    budget = lim.max_batched_tokens - len(dec) * verify
 
     # 2. prefill chunks of running sequences.
-    chunks = _budgeted_chunks(r.target_prefill[pre] - r.prefilled[pre], lim, budget)
-    go = chunks > 0
-    pre, chunks = pre[go], chunks[go]
-    budget -= int(chunks.sum())
+    chunks = _NONE
+    if len(pre):
+        chunks = _budgeted_chunks(r.target_prefill[pre] - r.prefilled[pre], lim, budget)
+        go = chunks > 0
+        pre, chunks = pre[go], chunks[go]
+        budget -= int(chunks.sum())
 
     # 3. KV blocks, preempting the latest arrivals when the pool runs dry.
-    slots = np.concatenate((dec, pre))
-    tokens = r.kv_tokens[slots] + np.concatenate((verify, chunks))
-    if int(r.kv.extra_needed(slots, tokens).sum()) > r.kv.free_blocks:
+    slots = np.concatenate((dec, pre)) if len(pre) else dec
+    tokens = r.kv_tokens[slots] + (np.concatenate((np.full(len(dec), verify), chunks))
+                                   if len(pre) else verify)
+    extra = r.kv.extra_needed(slots, tokens)
+    if int(extra.sum()) > r.kv.free_blocks:
         keep = _preempt_until_fits(r, act, slots, tokens)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
-        dec, widths, verify = dec[kd], widths[kd], verify[kd]
-        pre, chunks = pre[kp], chunks[kp]
-        budget = lim.max_batched_tokens - int(verify.sum()) - int(chunks.sum())
+        dec, pre, chunks = dec[kd], pre[kp], chunks[kp]
+        budget = lim.max_batched_tokens - len(dec) * verify - int(chunks.sum())
         slots = np.concatenate((dec, pre))
-        tokens = r.kv_tokens[slots] + np.concatenate((verify, chunks))
-    r.kv.grow(slots, tokens)
+        tokens = r.kv_tokens[slots] + np.concatenate((np.full(len(dec), verify), chunks))
+        extra = r.kv.extra_needed(slots, tokens)
+    r.kv.grow(slots, extra)
 
     # 4. admissions, first come first served.
+    if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
+        new_slots, new_chunks = _admit(r, lim, budget)
+        if new_slots:
+            pre = np.concatenate((pre, np.array(new_slots, dtype=np.int64)))
+            chunks = np.concatenate((chunks, np.array(new_chunks, dtype=np.int64)))
+    return Batch(row, dec, pre, chunks)
+
+
+def _admit(r, lim: SchedulerLimits, budget: int) -> tuple[list[int], list[int]]:
+    """Admit waiting requests while slots, budget and free blocks last."""
     new_slots, new_chunks = [], []
     while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
         rid = r.waiting[0]
         target = r.prefill_target_of(rid)
         chunk = min(target, lim.chunk_tokens, budget) if lim.chunked_prefill else target
-        if chunk > budget or blocks_for(chunk, lim.block_size) > r.kv.free_blocks:
+        need = int(blocks_for(chunk, lim.block_size))
+        if chunk > budget or need > r.kv.free_blocks:
             break
         r.waiting.popleft()
         slot = r.admit(rid, target)
-        r.kv.grow(np.array([slot]), np.array([chunk]))
+        r.kv.grow(np.array([slot]), np.array([need]))
         new_slots.append(slot)
         new_chunks.append(chunk)
         budget -= chunk
-    if new_slots:
-        pre = np.concatenate((pre, np.array(new_slots, dtype=np.int64)))
-        chunks = np.concatenate((chunks, np.array(new_chunks, dtype=np.int64)))
-    return Batch(dec, widths, verify, pre, chunks)
+    return new_slots, new_chunks
 
 
 def _preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:

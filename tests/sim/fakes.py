@@ -20,9 +20,11 @@ class FakeCost:
     per_token_s: float = 0.001
     per_context_s: float = 0.0
 
+    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq) -> float:
+        return self.overhead_s + self.per_token_s * sum_new + self.per_context_s * sum_ctx
+
     def pass_seconds(self, new_tokens, context) -> float:
-        return (self.overhead_s + self.per_token_s * float(np.sum(new_tokens))
-                + self.per_context_s * float(np.sum(context)))
+        return self.pass_seconds_sums(float(np.sum(new_tokens)), float(np.sum(context)), 0, 0)
 
     def pass_cost(self, new_tokens, context):
         return _Cost(self.pass_seconds(new_tokens, context), "memory")

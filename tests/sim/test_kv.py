@@ -9,13 +9,15 @@ from sim.kv import BlockManager, blocks_for
 def test_exercise_8_rollback():
     kv = BlockManager(capacity_blocks=100, block_size=16, n_slots=1)
     s = np.array([0])
-    kv.grow(s, np.array([1000]))
+    kv.grow(s, kv.extra_needed(s, np.array([1000])))
     assert kv.blocks[0] == 63 and kv.free_blocks == 37  # last block holds 8 tokens
-    kv.grow(s, np.array([1008]))  # γ = 7: last token + 7 guesses fill block 63 exactly
+    # γ = 7: the last token + 7 guesses fill block 63 exactly
+    kv.grow(s, kv.extra_needed(s, np.array([1008])))
     assert kv.blocks[0] == 63
     kv.shrink(s, np.array([1003]))  # 1000 + 1 + 2 accepted
     assert kv.blocks[0] == 63
-    kv.grow(s, np.array([1003 + 16]))  # γ = 15 from 1003 tokens: 1019 -> needs block 64
+    # γ = 15 from 1003 tokens: 1019 -> needs block 64
+    kv.grow(s, kv.extra_needed(s, np.array([1003 + 16])))
     assert kv.blocks[0] == 64 and kv.free_blocks == 36
     kv.shrink(s, np.array([1003 + 3]))  # 2 accepted: block 64 freed whole
     assert kv.blocks[0] == 63 and kv.free_blocks == 37
@@ -27,7 +29,7 @@ def test_the_lectures_literal_gamma_15_case():
     # 1000 cached, γ = 15 writes 16 tokens -> 1016 tokens, 64 blocks; rollback to 1003.
     kv = BlockManager(100, 16, 1)
     s = np.array([0])
-    kv.grow(s, np.array([1016]))
+    kv.grow(s, kv.extra_needed(s, np.array([1016])))
     assert kv.blocks[0] == 64
     kv.shrink(s, np.array([1003]))
     assert kv.blocks[0] == 63
@@ -40,5 +42,5 @@ def test_blocks_for_is_ceiling():
 def test_overdraw_is_a_bug_not_silently_clamped():
     kv = BlockManager(2, 16, 2)
     with pytest.raises(RuntimeError):
-        kv.grow(np.array([0, 1]), np.array([32, 1]))
+        kv.grow(np.array([0, 1]), kv.extra_needed(np.array([0, 1]), np.array([32, 1])))
     assert kv.free_blocks == 2

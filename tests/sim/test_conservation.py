@@ -1,0 +1,138 @@
+"""Conservation properties over random small scenarios (hypothesis), and preemption."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sim.replica
+from sim.kv import BlockManager
+from sim.policies import BatchLadder, FixedGamma, NoSpeculation, TreePolicy
+from sim.runner import simulate
+from tests.sim.fakes import FakeCost, IidChain, setup, table
+
+
+class CheckedBlocks(BlockManager):
+    """A block pool that asserts its invariants after every change."""
+
+    def _check(self):
+        assert 0 <= self.free_blocks <= self.capacity_blocks
+        assert (self.blocks >= 0).all()
+        assert int(self.blocks.sum()) + self.free_blocks == self.capacity_blocks
+
+    def grow(self, slots, extra):
+        super().grow(slots, extra)
+        self._check()
+
+    def shrink(self, slots, tokens):
+        super().shrink(slots, tokens)
+        self._check()
+
+    def release(self, slots):
+        super().release(slots)
+        self._check()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_blocks():
+    """Every replica's pool checks its invariants (patched for this module's tests)."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sim.replica, "BlockManager", CheckedBlocks)
+    yield
+    mp.undo()
+
+
+POLICIES = {
+    "none": NoSpeculation,
+    "g1": lambda: FixedGamma(1),
+    "g4": lambda: FixedGamma(4),
+    "tree": lambda: TreePolicy([2, 1, 2]),
+    "ladder": lambda: BatchLadder([[1, 2, 3], [3, 100, 0]]),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 12),
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(sorted(POLICIES)),
+    chunked=st.booleans(),
+    max_num_seqs=st.integers(1, 6),
+    spare_blocks=st.integers(0, 12),
+    alpha=st.floats(0.0, 1.0),
+)
+def test_every_request_finishes_with_exactly_its_output(
+    monkeypatch_blocks, n, seed, policy, chunked, max_num_seqs, spare_blocks, alpha
+):
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(1, 60, n)
+    output = rng.integers(1, 40, n)
+    arrivals = np.sort(rng.uniform(0, 0.2, n))
+    # Capacity: the largest request plus a verify fits, plus a few spare blocks -> tight.
+    blocks = int(-(-(prompt + output).max() // 16)) + 2 + spare_blocks
+    s = setup(table(arrivals, prompt, output), policy=POLICIES[policy],
+              draft=FakeCost(0.001, 0.0001), acceptance=IidChain(alpha), blocks=blocks,
+              max_num_seqs=max_num_seqs, max_batched_tokens=128, chunked=chunked, chunk=16,
+              seed=seed)
+    res = simulate(s)
+    assert len(res.requests) == n
+    for r in res.requests:
+        assert r.finished
+        assert r.emitted_tokens == r.output_tokens
+        assert r.arrival_at <= r.first_scheduled_at <= r.first_token_at <= r.finished_at
+        assert 0 <= r.accepted_tokens <= r.drafted_tokens
+    assert sum(it.emitted_tokens for it in res.iterations) >= int(output.sum())
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 10), seed=st.integers(0, 1000), horizon=st.floats(0.01, 0.5))
+def test_horizon_keeps_every_arrived_request(monkeypatch_blocks, n, seed, horizon):
+    rng = np.random.default_rng(seed)
+    arrivals = np.sort(rng.uniform(0, 0.5, n))
+    s = setup(table(arrivals, rng.integers(1, 60, n), rng.integers(1, 40, n)),
+              policy=POLICIES["g4"], draft=FakeCost(0.001, 0.0), acceptance=IidChain(0.7),
+              max_num_seqs=3)
+    res = simulate(s, horizon_s=horizon)
+    assert len(res.requests) == int((arrivals <= horizon).sum())
+    for r in res.requests:
+        assert r.emitted_tokens <= r.output_tokens
+        assert r.finished == (r.emitted_tokens == r.output_tokens)
+
+
+def test_tight_memory_preempts_and_everything_still_finishes(monkeypatch_blocks):
+    # 8 requests of 64 prompt + 64 output tokens = 8 blocks each at the end; 20 blocks total.
+    n = 8
+    s = setup(table(np.zeros(n), [64] * n, [64] * n), policy=lambda: FixedGamma(3),
+              draft=FakeCost(0.001, 0.0), acceptance=IidChain(0.6), blocks=20,
+              max_num_seqs=8, max_batched_tokens=512, chunked=True, chunk=64)
+    res = simulate(s)
+    assert all(r.finished and r.emitted_tokens == 64 for r in res.requests)
+    assert sum(r.preemptions for r in res.requests) > 0
+    # The oldest request is never the victim while younger ones run (vLLM's order).
+    assert res.requests[0].preemptions == 0
+
+
+def test_preempted_request_recomputes_prompt_plus_output(monkeypatch_blocks):
+    # Two requests, room for one: the younger is preempted and re-prefills what it had.
+    s = setup(table([0.0, 0.0], [16, 16], [40, 40]), blocks=5, max_num_seqs=2,
+              max_batched_tokens=512, chunked=True, chunk=64)
+    res = simulate(s)
+    old, young = res.requests
+    assert old.preemptions == 0 and young.preemptions >= 1
+    recompute = [it.prefill_tokens for it in res.iterations if it.prefill_tokens > 16]
+    assert recompute and all(p > 16 for p in recompute)
+    assert young.emitted_tokens == 40 and young.finished
+
+
+def test_same_seed_same_records_different_seed_different():
+    def run(seed):
+        rng = np.random.default_rng(seed)
+        n = 30
+        s = setup(table(np.sort(rng.uniform(0, 1, n)), rng.integers(1, 200, n),
+                        rng.integers(1, 100, n)), policy=POLICIES["g4"],
+                  draft=FakeCost(0.001, 0.0), acceptance=IidChain(0.7), chunked=True, seed=seed)
+        return simulate(s)
+
+    a, b, c = run(1), run(1), run(2)
+    assert a.requests == b.requests and a.iterations == b.iterations
+    assert a.requests != c.requests
