@@ -58,10 +58,8 @@ class IidChain:
         return np.arange(n, dtype=np.int64)
 
     def accept(self, streams, positions, widths, rng):
-        depth = (widths > 0).sum(axis=1)
-        # Geometric number of successes before the first failure, capped at the depth.
-        run = rng.geometric(1.0 - self.mean_alpha, size=len(depth)) - 1
-        return np.minimum(run, depth).astype(np.int64)
+        ok = (rng.random(widths.shape) < self.mean_alpha) & (widths > 0)  # [B, m]
+        return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)  # leading run
 
 
 def table(arrival_at, prompt, output) -> RequestTable:
