@@ -84,8 +84,10 @@ def probs_from_logits(logits, temperature: float = 1.0, top_k=None, top_p=None) 
         np.put_along_axis(probs, np.argmax(z, axis=-1)[..., None], 1.0, axis=-1)
         return probs
 
-    z = z / t
-    z = z - np.max(z, axis=-1, keepdims=True)  # the max logit becomes 0: exp cannot overflow
+    # Shift before scaling: the max becomes 0, so a tiny T can only push the others to -inf
+    # (probability 0, the greedy limit) and exp cannot overflow.
+    with np.errstate(over="ignore"):
+        z = (z - np.max(z, axis=-1, keepdims=True)) / t  # [..., V], all <= 0
     probs = np.exp(z)  # [..., V]; -inf -> 0
     vocab = z.shape[-1]
     if k is not None and k < vocab:

@@ -295,6 +295,13 @@ def test_probs_from_logits_top_k_and_top_p():
     )
 
 
+def test_probs_from_logits_tiny_temperature_tends_to_greedy():
+    # logits / 1e-310 would overflow to inf - inf = NaN; shifting first keeps it exact.
+    tiny = probs_from_logits([1.0, 2.0, 2.0], temperature=1e-310)
+    np.testing.assert_array_equal(tiny, [0, 0.5, 0.5])
+    np.testing.assert_array_equal(probs_from_logits([1.0, 3.0, 2.0], temperature=1e-3), [0, 1, 0])
+
+
 def test_probs_from_logits_masks_minus_inf():
     np.testing.assert_allclose(probs_from_logits([0.0, -np.inf, 0.0]), [0.5, 0, 0.5], atol=EXACT)
 
