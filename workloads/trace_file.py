@@ -1,0 +1,144 @@
+"""The on-disk acceptance-trace format: save, load and validate ``.npz`` files.
+
+A trace file is a NumPy ``.npz`` archive (``numpy.savez_compressed``, no pickled objects)
+holding exactly these arrays:
+
+==================  =========  ========  ====================================================
+name                dtype      shape     meaning
+==================  =========  ========  ====================================================
+``format_version``  int64      ``()``    ``1`` (:data:`specdec.traces.TRACE_FORMAT_VERSION`)
+``ranks``           int32      ``[N]``   rank of the target's token in the draft's logits
+                                         (0 = argmax, ties to the lower id); ``>= 0``
+``accept_prob``     float64    ``[N,K]`` P(MSS with k candidates accepts), column k-1; in
+                                         [0, 1] and non-decreasing in k
+``sequence``        int32      ``[N]``   decoding run of each position; ``>= 0``, each run
+                                         contiguous (non-decreasing ids)
+``meta_json``       str        ``()``    JSON object: ``format_version``, ``target`` (model
+                                         config), ``draft`` (kind, sigma, layers, ngram),
+                                         ``temperature``, ``seed``, ``prompts``,
+                                         ``tokens_per_prompt``, ``tokens``, ``k_max``
+==================  =========  ========  ====================================================
+
+``load_trace`` refuses anything else with a one-line :class:`UserError` naming the file and
+the field. The semantics of the arrays are in :mod:`specdec.traces`.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from specdec.errors import UserError
+from specdec.traces import TRACE_FORMAT_VERSION, AcceptanceTrace
+
+ARRAYS = ("format_version", "ranks", "accept_prob", "sequence", "meta_json")
+META_KEYS = ("format_version", "target", "draft", "temperature", "seed", "prompts",
+             "tokens_per_prompt", "tokens", "k_max")
+# Rounding slack for "non-decreasing in k" and "within [0, 1]".
+_PROB_TOL = 1e-12
+
+
+def save_trace(path, trace: AcceptanceTrace) -> Path:
+    """Write ``trace`` to ``path`` (``.npz``); returns the path written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:  # a file object stops numpy from appending ".npz"
+        np.savez_compressed(
+            fh,
+            format_version=np.array(TRACE_FORMAT_VERSION, dtype=np.int64),
+            ranks=np.asarray(trace.ranks, dtype=np.int32),
+            accept_prob=np.asarray(trace.accept_prob, dtype=np.float64),
+            sequence=np.asarray(trace.sequence, dtype=np.int32),
+            meta_json=np.array(json.dumps(trace.meta, sort_keys=True)),
+        )
+    return path
+
+
+def load_trace(path) -> AcceptanceTrace:
+    """Read and validate a trace file; raise a one-line :class:`UserError` if malformed."""
+    path = Path(path)
+    where = str(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            data = {name: npz[name] for name in npz.files}
+    except FileNotFoundError:
+        raise UserError(f"{where}: trace file not found") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{where}: not a readable .npz trace file ({first})") from None
+    for name in ARRAYS:
+        if name not in data:
+            raise UserError(f"{where}: {name}: missing array")
+    version = data["format_version"]
+    if version.shape != () or version.dtype.kind not in "iu":
+        raise UserError(f"{where}: format_version: must be an integer scalar")
+    if int(version) != TRACE_FORMAT_VERSION:
+        raise UserError(f"{where}: format_version: unknown version {int(version)} "
+                        f"(this SpecSim reads {TRACE_FORMAT_VERSION})")
+    ranks, accept, seq = data["ranks"], data["accept_prob"], data["sequence"]
+    _check(where, "ranks", ranks, np.int32, 1)
+    n = ranks.shape[0]
+    if n == 0:
+        raise UserError(f"{where}: ranks: the trace has no positions")
+    _check(where, "accept_prob", accept, np.float64, 2)
+    _check(where, "sequence", seq, np.int32, 1)
+    if accept.shape[0] != n or accept.shape[1] < 1:
+        raise UserError(f"{where}: accept_prob: shape {accept.shape}, expected ({n}, K >= 1)")
+    if seq.shape != (n,):
+        raise UserError(f"{where}: sequence: shape {seq.shape}, expected ({n},)")
+    if ranks.min() < 0:
+        raise UserError(f"{where}: ranks: must be >= 0, found {int(ranks.min())}")
+    if not np.all(np.isfinite(accept)) or accept.min() < -_PROB_TOL or \
+            accept.max() > 1 + _PROB_TOL:
+        raise UserError(f"{where}: accept_prob: probabilities must lie in [0, 1]")
+    if accept.shape[1] > 1 and np.diff(accept, axis=1).min() < -_PROB_TOL:
+        bad = int(np.argwhere(np.diff(accept, axis=1) < -_PROB_TOL)[0, 0])
+        raise UserError(f"{where}: accept_prob: decreases in k at position {bad}")
+    if seq.min() < 0 or np.any(np.diff(seq) < 0):
+        raise UserError(f"{where}: sequence: ids must be >= 0 and non-decreasing (contiguous runs)")
+    meta = _meta(where, data["meta_json"], accept.shape[1], int(np.unique(seq).size), n)
+    return AcceptanceTrace(ranks, accept, seq, meta)
+
+
+def _check(where: str, name: str, arr: np.ndarray, dtype, ndim: int) -> None:
+    if arr.dtype != dtype:
+        raise UserError(f"{where}: {name}: dtype {arr.dtype}, expected {np.dtype(dtype)}")
+    if arr.ndim != ndim:
+        raise UserError(f"{where}: {name}: {arr.ndim}-D array, expected {ndim}-D")
+
+
+def _meta(where: str, raw: np.ndarray, k: int, n_seq: int, n: int) -> dict:
+    if raw.shape != () or raw.dtype.kind != "U":
+        raise UserError(f"{where}: meta_json: must be a string scalar")
+    try:
+        meta = json.loads(str(raw))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: meta_json: invalid JSON ({err.msg})") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{where}: meta_json: must be a JSON object")
+    for key in META_KEYS:
+        if key not in meta:
+            raise UserError(f"{where}: meta_json.{key}: missing")
+    if meta["format_version"] != TRACE_FORMAT_VERSION:
+        raise UserError(f"{where}: meta_json.format_version: {meta['format_version']!r} "
+                        f"differs from the file's {TRACE_FORMAT_VERSION}")
+    if meta["k_max"] != k:
+        raise UserError(f"{where}: meta_json.k_max: {meta['k_max']!r}, but accept_prob has "
+                        f"{k} columns")
+    if not isinstance(meta["prompts"], list) or len(meta["prompts"]) != n_seq:
+        raise UserError(f"{where}: meta_json.prompts: expected one prompt per sequence "
+                        f"({n_seq})")
+    per_prompt = meta["tokens_per_prompt"]
+    if not isinstance(per_prompt, list) or not all(isinstance(x, int) for x in per_prompt):
+        raise UserError(f"{where}: meta_json.tokens_per_prompt: must be a list of integers")
+    if meta["tokens"] != n or sum(per_prompt) != n:
+        raise UserError(f"{where}: meta_json.tokens: {meta['tokens']!r}, but the trace has "
+                        f"{n} positions")
+    if not isinstance(meta["draft"], dict) or "kind" not in meta["draft"]:
+        raise UserError(f"{where}: meta_json.draft: must be an object with a 'kind'")
+    if not isinstance(meta["target"], dict):
+        raise UserError(f"{where}: meta_json.target: must be an object (a model config)")
+    return meta
