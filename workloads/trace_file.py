@@ -19,6 +19,17 @@ name                dtype      shape     meaning
                                          ``tokens_per_prompt``, ``tokens``, ``k_max``
 ==================  =========  ========  ====================================================
 
+The committed traces in ``workloads/traces/`` were written by::
+
+    specsim trace --draft perturbed --sigma 0.1 --temperature 0   --tokens 2000 --prompts 16 \
+        --k-max 5 --seed 0 --out workloads/traces/perturbed-0.1-greedy.npz
+    specsim trace --draft perturbed --sigma 0.3 --temperature 0   ... perturbed-0.3-greedy.npz
+    specsim trace --draft perturbed --sigma 0.3 --temperature 0.5 ... perturbed-0.3-t0.5.npz
+
+and a test regenerates each from its own metadata and demands identical arrays. That
+equality is bit-for-bit, so a change to the model's or the sampler's floating-point
+arithmetic (even one ulp in a softmax) shows up there: rerun these commands and commit.
+
 ``load_trace`` refuses anything else with a one-line :class:`UserError` naming the file and
 the field. The semantics of the arrays are in :mod:`specdec.traces`.
 """
