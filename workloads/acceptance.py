@@ -148,8 +148,16 @@ class IIDAcceptance(AcceptanceModel):
         return self.width_model.coverage(np.full(w.shape, self.alpha), w)
 
     def accept(self, streams, positions, widths, rng):
-        """Accepted depth per sequence: the leading run of independent level successes."""
-        return draw_leading_run(self.level_probs(widths), rng)
+        """Accepted depth per sequence: the leading run of independent level successes.
+
+        Chains take one draw per sequence: the run before the first rejection is
+        Geometric(1 − α) − 1, capped at γ — the same law as γ Bernoulli draws.
+        """
+        w = check_widths(widths)
+        if w.size and w.max() <= 1 and self.alpha < 1.0:
+            run = rng.geometric(1.0 - self.alpha, size=w.shape[0]) - 1  # [B]
+            return np.minimum(run, depths(w))
+        return draw_leading_run(self.level_probs(w), rng)
 
     @property
     def mean_alpha(self) -> float:
