@@ -193,3 +193,13 @@ def test_committed_traces_replay_like_the_core(path):
         model.accept(index, zero, chain_widths(gamma, 8), rng),
         traces.replay_chain(trace, index, gamma),
     )
+    # exact expectations: greedy = 1 + mean over starts of min(γ, run0); sampling by draws
+    assert model.expected_tokens(chain_widths(4)) == pytest.approx(
+        1 + np.minimum(4, trace.run0).mean(), abs=1e-12
+    )
+    sampled = TraceAcceptance(trace, "sampling")
+    n = 200_000
+    a = sampled.accept(
+        sampled.new_streams(n, rng), np.zeros(n, np.int64), chain_widths(np.full(n, 4)), rng
+    )
+    assert float((a + 1).mean()) == pytest.approx(sampled.expected_tokens([1, 1, 1, 1]), rel=0.01)
