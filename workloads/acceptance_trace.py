@@ -45,15 +45,16 @@ class TraceAcceptance(AcceptanceModel):
     Stream ids are offsets into the trace; guess j of a verify at position p of stream s
     is trace position (s + p + j) mod n. ``trace`` is an :class:`AcceptanceTrace` or any
     object with its four fields (ranks, accept_prob, sequence, meta), converted to one.
+    ``source`` (e.g. the trace file's path) prefixes error messages.
     """
 
-    def __init__(self, trace, mode: str = "greedy") -> None:
+    def __init__(self, trace, mode: str = "greedy", source: str | None = None) -> None:
         if mode not in MODES:
             raise UserError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
         ranks = np.asarray(trace.ranks)
         prob = np.asarray(trace.accept_prob, dtype=np.float64)
         seq = np.asarray(trace.sequence)
-        src = trace.meta.get("path", "trace") if isinstance(trace.meta, dict) else "trace"
+        src = source or "trace"
         n = ranks.size
         if n == 0 or ranks.ndim != 1 or seq.shape != (n,):
             raise UserError(f"{src}: ranks and sequence must be 1-D of one non-zero length")
