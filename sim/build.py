@@ -180,10 +180,9 @@ def cost_models(sc: Scenario, uses_draft: bool):
 
 def max_verify_tokens(policy) -> int:
     """The most tokens one sequence can put into a verify pass under ``policy``."""
-    depth = policy.max_depth
     if isinstance(policy, TreePolicy):
-        return 1 + int(tree_nodes(policy.row[None, :])[0])
-    return 1 + depth
+        return 1 + tree_nodes(policy.row)
+    return 1 + policy.max_depth
 
 
 def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str):
@@ -211,20 +210,39 @@ def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, sour
         )
 
 
+class _Section:
+    """Re-raise a UserError from a lower layer prefixed with the scenario file and section."""
+
+    def __init__(self, source: str, section: str) -> None:
+        self.prefix = f"{source}: {section}: "
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if isinstance(err, UserError) and not str(err).startswith(self.prefix.split(": ")[0]):
+            raise UserError(self.prefix + " ".join(str(err).split())) from None
+        return False
+
+
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
     ss = np.random.SeedSequence(sc.run.seed).spawn(4)
     workload_rng, stream_rng, model_rng = (np.random.default_rng(s) for s in ss[:3])
-    acceptance = make_acceptance(sc.acceptance, model_rng)
-    table = make_requests(sc, workload_rng, stream_rng, acceptance)
+    with _Section(source, "acceptance"):
+        acceptance = make_acceptance(sc.acceptance, model_rng)
+    with _Section(source, "workload"):
+        table = make_requests(sc, workload_rng, stream_rng, acceptance)
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size)
     out = []
-    for v in sc.variants:
-        make_policy = policy_factory(v.policy, acceptance)
-        probe = make_policy()
-        target, draft, blocks = cost_models(sc, probe.uses_draft)
+    for i, v in enumerate(sc.variants):
+        with _Section(source, f"variants.{i}"):
+            make_policy = policy_factory(v.policy, acceptance)
+            probe = make_policy()
+        with _Section(source, "deployment"):
+            target, draft, blocks = cost_models(sc, probe.uses_draft)
         check_fits(sc, table, blocks, max_verify_tokens(probe), source)
         out.append((v.name, Setup(
             table=table, limits=limits, kv_capacity_blocks=blocks, target_cost=target,

@@ -102,7 +102,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     """Read, override and validate a scenario (no path: ``scenarios/default.yaml``)."""
     p = Path(path) if path is not None else default_scenario_path()
     doc = apply_overrides(read_yaml(p), overrides or [])
-    return validate(doc, _display(p))
+    return validate(doc, display_path(p))
 
 
 def format_error(err: dict) -> str:
@@ -141,7 +141,8 @@ def _num(v):
     return f"{v:g}" if isinstance(v, float) else v
 
 
-def _display(p: Path) -> str:
+def display_path(p: Path) -> str:
+    """``p`` relative to the working directory when it is below it (shorter messages)."""
     try:
         return str(p.resolve().relative_to(Path.cwd()))
     except ValueError:
@@ -149,4 +150,8 @@ def _display(p: Path) -> str:
 
 
 def _first_line(e: Exception) -> str:
+    """A YAML error as 'line L, column C: problem' (one line)."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
     return " ".join(str(e).split())

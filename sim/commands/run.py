@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
-from sim.loading import default_scenario_path
+from sim.loading import default_scenario_path, display_path
 
 _HELP = """\
 Run a scenario: every speculation variant it lists is simulated on the same arrivals
@@ -51,17 +52,18 @@ def main(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
-    path = args.scenario if args.scenario is not None else default_scenario_path()
+    path = Path(args.scenario) if args.scenario is not None else default_scenario_path()
+    source = display_path(path)
     scenario = load_scenario(path, overrides)
     progress, bars = _progress(scenario, args.no_progress)
     start = time.perf_counter()
     try:
-        result = run_scenario(scenario, str(path), progress)
+        result = run_scenario(scenario, source, progress)
     finally:
         for bar in bars.values():
             bar.close()
     wall_s = time.perf_counter() - start
-    out = write_run(result, args.out or default_run_dir(scenario.name), str(path), overrides,
+    out = write_run(result, args.out or default_run_dir(scenario.name), source, overrides,
                     wall_s)
     if args.json:
         print(json.dumps({"variants": [_public(s) for s in result.summaries], "out": str(out)},

@@ -1,0 +1,89 @@
+"""``specsim run`` and ``specsim bench`` end to end, and every shipped scenario runs."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.loading import load_scenario, repo_root
+from sim.runner import run_scenario
+
+SCENARIOS = sorted((repo_root() / "scenarios").glob("*.yaml"))
+KEYS = {"name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+        "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "throughput_tokens_per_s", "requests_per_s",
+        "acceptance_rate", "mean_acceptance_length", "tokens_per_verify",
+        "formula_tokens_per_verify", "speedup_vs_none"}
+SHORT = ["run.requests=40", "run.horizon_s=null"]
+
+
+def test_run_json_writes_records_and_resolved_scenario(tmp_path, capsys):
+    out = tmp_path / "run"
+    sets = [x for s in SHORT for x in ("--set", s)]
+    code = main(["run", *sets, "--seed", "5", "--out", str(out), "--json", "--no-progress"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["out"] == str(out)
+    names = [v["name"] for v in doc["variants"]]
+    assert names == ["none", "fixed-g4"]
+    for v in doc["variants"]:
+        assert set(v) == KEYS
+        assert v["requests"] == 40 and v["finished"] == 40
+    none, spec = doc["variants"]
+    assert none["speedup_vs_none"] == pytest.approx(1.0)
+    assert none["acceptance_rate"] is None and spec["acceptance_rate"] > 0
+    resolved = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert resolved["run"]["seed"] == 5 and resolved["run"]["requests"] == 40
+    assert resolved["scheduler"]["block_size"] == 16  # defaults are filled in
+    meta = yaml.safe_load((out / "meta.yaml").read_text())
+    assert meta["seed"] == 5 and meta["version"]
+    with (out / "fixed-g4" / "requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 40 and all(r["finished"] == "True" for r in rows)
+    assert (out / "none" / "iterations.csv").read_text().startswith("replica,start_at,")
+
+
+def test_run_prints_a_table(tmp_path, capsys):
+    sets = [x for s in SHORT for x in ("--set", s)]
+    assert main(["run", *sets, "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    for label in ("TTFT p50", "tokens/verify measured", "speedup vs none", "fixed-g4"):
+        assert label in text
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_every_shipped_scenario_loads_and_runs_short(path):
+    sc = load_scenario(path, SHORT)
+    res = run_scenario(sc, path.name)
+    assert [s["name"] for s in res.summaries] == [v.name for v in sc.variants]
+    for v in res.variants:
+        assert len(v.requests) == 40
+        assert all(r.finished for r in v.requests)
+
+
+def test_same_seed_same_records_different_seed_different_arrivals():
+    a = run_scenario(load_scenario(None, SHORT))
+    b = run_scenario(load_scenario(None, SHORT))
+    c = run_scenario(load_scenario(None, [*SHORT, "run.seed=1"]))
+    for va, vb in zip(a.variants, b.variants, strict=True):
+        assert va.requests == vb.requests and va.iterations == vb.iterations
+    arrivals = [[r.arrival_at for r in v.requests] for v in (a.variants[0], c.variants[0])]
+    assert arrivals[0] != arrivals[1]
+    # variants share their arrivals
+    assert [r.arrival_at for r in a.variants[0].requests] == \
+        [r.arrival_at for r in a.variants[1].requests]
+
+
+def test_bench_json(capsys):
+    assert main(["bench", "--requests", "300", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"requests", "wall_s", "requests_per_s", "iterations_per_s", "peak_rss_mb"} <= set(doc)
+    assert doc["requests"] == 300 and doc["wall_s"] > 0 and doc["peak_rss_mb"] > 0
+
+
+def test_default_scenario_is_found_from_anywhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario(None, SHORT).name == "default"
+    assert Path(repo_root() / "scenarios" / "default.yaml").exists()
