@@ -132,12 +132,28 @@ class LogNormalLength(LengthDistribution):
         return np.maximum(out, 1)  # ceil of X > 0 is >= 1 already; guards X underflow to 0
 
     def mean_tokens(self) -> float:
-        """Exact mean of ceil(X) (truncated if bounded), summed over the integer support."""
-        hi = self.max_tokens or int(math.ceil(math.exp(self.mu + 12 * self.sigma)))
+        """Mean of ceil(X) (truncated at max_tokens if bounded).
+
+        Summed exactly over k = 1..h with P(ceil X = k) = F(k) − F(k − 1), h = max_tokens or
+        at most 50 000; an unbounded tail beyond h adds E[X; X > h] + ½·P(X > h), which is
+        off by at most ½·P(X > h) tokens.
+        """
+        tail = self.max_tokens is None
+        cap = math.exp(self.mu + 9 * self.sigma)
+        hi = self.max_tokens or int(min(math.ceil(cap), 50_000))
         k = np.arange(1, hi + 1, dtype=np.float64)  # [hi]
-        cdf = 0.5 * np.vectorize(math.erfc)(-(np.log(k) - self.mu) / (self.sigma * math.sqrt(2)))
+        cdf = np.array([self._cdf(x) for x in k.tolist()])  # [hi]
         pmf = np.diff(np.concatenate([[0.0], cdf]))  # P(ceil X = k) = F(k) − F(k − 1)
-        return float((k * pmf).sum() / pmf.sum())
+        if not tail:
+            return float((k * pmf).sum() / pmf.sum())
+        beyond = 1.0 - self._cdf(hi)
+        z = (self.mu + self.sigma**2 - math.log(hi)) / self.sigma
+        tail_mean = math.exp(self.mu + self.sigma**2 / 2) * 0.5 * math.erfc(-z / math.sqrt(2))
+        return float((k * pmf).sum() + tail_mean + 0.5 * beyond)
+
+    def _cdf(self, x: float) -> float:
+        """P(X <= x) for the continuous lognormal."""
+        return 0.5 * math.erfc(-(math.log(x) - self.mu) / (self.sigma * math.sqrt(2)))
 
 
 class EmpiricalLength(LengthDistribution):
