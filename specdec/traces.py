@@ -8,10 +8,10 @@ generated position t:
 - ``ranks[t]`` (int32): the rank of ``x_t`` in the draft's logits given the true prefix
   ``x_<t`` — 0 is the draft's argmax, ties go to the lower token id, the order that top-k
   tree children use (:func:`specdec.drafts.rank_order`), so replay is exact;
-- ``accept_prob[t, k-1]`` (float64, k = 1..K): the probability that MSS with k independent
-  candidates from the draft's q_t accepts one, against the target's p_t at the run's
-  temperature (column 0 is Σ min(p, q)); greedy makes both one-hot, so every column is
-  1 at rank 0 and 0 elsewhere;
+- ``accept_prob[t, k-1]`` (float64 holding float32-rounded values, k = 1..K): the
+  probability that MSS with k independent candidates from the draft's q_t accepts one,
+  against the target's p_t at the run's temperature (column 0 is Σ min(p, q)); greedy
+  makes both one-hot, so every column is 1 at rank 0 and 0 elsewhere;
 - ``sequence[t]`` (int32): which run (prompt) position t belongs to; runs are contiguous.
 
 Replay (vectorised over a batch; the simulator calls it every iteration):
@@ -184,7 +184,11 @@ def record_trace(
         probs.append(np.stack([mss_acceptance_probabilities(p, q, k_max)
                                for p, q in zip(p_rows, q_rows, strict=True)]))
         seqs.append(np.full(n_new, s))
-    return (np.concatenate(ranks).astype(np.int32), np.concatenate(probs).astype(np.float64),
+    # Rounded to float32 precision (~7 digits), stored as float64: BLAS kernels and thread
+    # counts reorder float64 sums at the 1e-16 level, and this rounding absorbs that, so a
+    # trace regenerates bit-identically from its metadata on any machine (almost surely).
+    accept = np.concatenate(probs).astype(np.float32).astype(np.float64)
+    return (np.concatenate(ranks).astype(np.int32), accept,
             np.concatenate(seqs).astype(np.int32))
 
 
