@@ -105,6 +105,14 @@ def check_widths(widths: np.ndarray, batch: int | None = None) -> np.ndarray:
     return w
 
 
+def one_shape(widths) -> np.ndarray:
+    """Validate widths that must describe a single shape; int64 [1, m]."""
+    w = check_widths(widths)
+    if w.shape[0] != 1:
+        raise UserError(f"widths: one shape expected, got {w.shape[0]} rows")
+    return w
+
+
 def depths(widths: np.ndarray) -> np.ndarray:
     """int64 [B]: the depth of each row (its count of positive widths)."""
     return (np.asarray(widths) > 0).sum(axis=1).astype(np.int64)
@@ -166,7 +174,7 @@ class IIDAcceptance(AcceptanceModel):
 
     def expected_tokens(self, widths) -> float:
         """1 + Σ_d Π_{i<=d} coverage(α, k_i); E(α, γ) for a chain."""
-        return float(expected_from_levels(self.level_probs(widths))[0])
+        return float(expected_from_levels(self.level_probs(one_shape(widths)))[0])
 
 
 class PositionalAcceptance(AcceptanceModel):
@@ -240,7 +248,7 @@ class PositionalAcceptance(AcceptanceModel):
 
     def expected_tokens(self, widths) -> float:
         """1 + Σ_d Π_{i<=d} coverage(α_i, k_i)."""
-        return float(expected_from_levels(self.level_probs(widths))[0])
+        return float(expected_from_levels(self.level_probs(one_shape(widths)))[0])
 
 
 def _count(n: int) -> int:

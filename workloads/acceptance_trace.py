@@ -25,7 +25,13 @@ import numpy as np
 
 from specdec.errors import UserError
 from specdec.traces import AcceptanceTrace, replay_chain, replay_tree, replay_tree_sampled
-from workloads.acceptance import AcceptanceModel, check_widths, depths, expected_from_levels
+from workloads.acceptance import (
+    AcceptanceModel,
+    check_widths,
+    depths,
+    expected_from_levels,
+    one_shape,
+)
 
 MODES = ("greedy", "sampling")
 
@@ -139,9 +145,7 @@ class TraceAcceptance(AcceptanceModel):
 
     def expected_tokens(self, widths) -> float:
         """Exact mean of accepted + 1 over verifies starting at every trace position."""
-        w = check_widths(widths)
-        if w.shape[0] != 1:
-            raise UserError(f"widths: one shape expected, got {w.shape[0]} rows")
+        w = one_shape(widths)
         start = np.arange(self.size, dtype=np.int64)  # [n]
         rows = np.broadcast_to(w, (self.size, w.shape[1]))  # [n, m]
         return float(expected_from_levels(self.level_probs(start, rows)).mean())

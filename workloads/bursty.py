@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.acceptance import AcceptanceModel, check_widths, draw_leading_run
+from workloads.acceptance import AcceptanceModel, check_widths, draw_leading_run, one_shape
 from workloads.coverage import PowerCoverage, WidthModel, check_probability
 
 EASY, HARD = 0, 1
@@ -136,9 +136,7 @@ class BurstyAcceptance(AcceptanceModel):
         Forward recursion over the regime chain: v_d[s] = P(levels 1..d accepted, regime of
         level d is s); v_1 = π ⊙ c(β, k_1), v_{d+1} = (v_d P) ⊙ c(β, k_{d+1}).
         """
-        w = check_widths(widths)
-        if w.shape[0] != 1:
-            raise UserError(f"widths: one shape expected, got {w.shape[0]} rows")
+        w = one_shape(widths)
         leave = 1.0 / self.mean_tokens  # [2]: per-position switch probabilities
         trans = np.array([[1 - leave[0], leave[0]], [leave[1], 1 - leave[1]]])  # [2, 2]
         v = np.array([self.easy_fraction, 1 - self.easy_fraction])

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.acceptance import IIDAcceptance, check_widths, depths, expected_from_levels
+from workloads.acceptance import (
+    IIDAcceptance,
+    check_widths,
+    depths,
+    expected_from_levels,
+    one_shape,
+)
 from workloads.coverage import PowerCoverage, WidthModel
 
 # SpecInfer Table 2 (lecture §6.6): tokens per verify for trees <1,1,w,1,1,1,1,1>, w = 1..5.
@@ -53,9 +59,7 @@ def solve_alpha(
     Bisection on the exact expected value (strictly increasing in α from 1 at α = 0 to
     depth + 1 at α = 1). A target outside [1, depth + 1] is a UserError.
     """
-    w = check_widths(widths)
-    if w.shape[0] != 1:
-        raise UserError(f"widths: one shape expected, got {w.shape[0]} rows")
+    w = one_shape(widths)
     depth = int(depths(w)[0])
     target = float(mean_tokens)
     if not (1.0 <= target <= depth + 1.0):
