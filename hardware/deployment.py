@@ -23,6 +23,7 @@ use. Assumptions (each one a choice, stated where it is made):
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
@@ -59,8 +60,8 @@ class Deployment:
 
     def __post_init__(self) -> None:
         cfg = self.model.config
-        _check(isinstance(self.tp, int) and self.tp >= 1, "tp", "must be an integer >= 1", self.tp)
-        _check(isinstance(self.pp, int) and self.pp >= 1, "pp", "must be an integer >= 1", self.pp)
+        _check(_is_int(self.tp) and self.tp >= 1, "tp", "must be an integer >= 1", self.tp)
+        _check(_is_int(self.pp) and self.pp >= 1, "pp", "must be an integer >= 1", self.pp)
         _check(self.weight_bits in (16, 8, 4), "weight_bits", "must be 16, 8 or 4",
                self.weight_bits)
         _check(self.kv_bits in (16, 8), "kv_bits", "must be 16 or 8", self.kv_bits)
@@ -68,7 +69,7 @@ class Deployment:
                "must be in [0, 1]", self.offload_fraction)
         _check(0.0 <= self.workspace_fraction < 1.0, "workspace_fraction",
                "must be in [0, 1)", self.workspace_fraction)
-        _check(isinstance(self.kv_tokens, int) and self.kv_tokens >= 0, "kv_tokens",
+        _check(_is_int(self.kv_tokens) and self.kv_tokens >= 0, "kv_tokens",
                "must be an integer >= 0", self.kv_tokens)
         if self.pp > cfg.num_hidden_layers:
             raise UserError(
@@ -159,6 +160,11 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
             )
         )
     return tuple(layouts)
+
+
+def _is_int(value: object) -> bool:
+    """Python or numpy integers, not bools (a scenario may hand over either)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _check(ok: bool, field: str, msg: str, value: object) -> None:

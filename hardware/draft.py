@@ -23,6 +23,7 @@ nodes of the levels before it, and produces the next level's candidates.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -59,7 +60,8 @@ class DraftSetup:
             raise UserError(
                 f"draft placement: must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
             )
-        if not isinstance(self.replicas, int) or self.replicas < 1:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, numbers.Integral) \
+                or self.replicas < 1:
             raise UserError(f"draft replicas: must be an integer >= 1, got {self.replicas!r}")
 
     @classmethod
