@@ -135,3 +135,16 @@ def test_bad_settings_are_user_errors():
         record_settings(tokens=3, prompts=4)
     with pytest.raises(UserError):
         record_settings(tokens=100_000, prompts=1)  # beyond max_seq
+
+
+@pytest.mark.parametrize("draft", ["ngram", "truncated", "uniform"])
+def test_replay_is_exact_for_every_draft_kind(draft):
+    trace = record_settings(draft=draft, tokens=2 * (N_NEW + MARGIN), prompts=2, k_max=2, seed=9)
+    target, drafter = build_models(trace.meta)
+    starts = np.cumsum([0] + trace.meta["tokens_per_prompt"][:-1])
+    for s, prompt in enumerate(trace.meta["prompts"]):
+        for widths in [(1, 1, 1, 1), (2, 1, 2)]:
+            res = tree_decode(target, drafter, prompt, N_NEW, widths)
+            idx = np.array([starts[s] + it.position for it in res.iterations], dtype=np.int64)
+            replayed = replay_tree(trace, idx, np.tile(widths, (idx.size, 1)))
+            assert list(replayed) == [it.accepted for it in res.iterations]
