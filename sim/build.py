@@ -145,10 +145,17 @@ def policy_factory(cfg, acceptance):
 
 
 def cost_models(sc: Scenario, uses_draft: bool):
-    """(target cost model, draft cost model or None, KV blocks per replica)."""
+    """(target cost model, ``DraftSetup`` or None, KV blocks per replica).
+
+    The draft runs unsharded (tp = pp = 1) at the target's bit widths. Co-located, a copy
+    sits on each of the target's GPUs and every cached token needs KV in both models
+    (``hardware.draft.colocated_kv_capacity_tokens``); on its own GPU, the draft's KV must
+    also fit there, so the smaller of the two capacities counts.
+    """
     from hardware.catalog import load_catalog
     from hardware.cost import CostModel
     from hardware.deployment import Deployment
+    from hardware.draft import DraftSetup, colocated_kv_capacity_tokens
 
     d = sc.deployment
     catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
@@ -159,23 +166,21 @@ def cost_models(sc: Scenario, uses_draft: bool):
                    offload_fraction=d.offload_fraction),
         catalog,
     )
+    block = sc.scheduler.block_size
     if not uses_draft:
-        return target, None, target.kv_capacity_tokens() // sc.scheduler.block_size
-    # The draft runs unsharded (tp = pp = 1) at the target's bit widths.
-    draft = CostModel(
+        return target, None, target.kv_capacity_tokens() // block
+    draft_cost = CostModel(
         Deployment(model=catalog.model(sc.models.draft), gpu=gpu,
                    weight_bits=d.weight_bits, kv_bits=d.kv_bits),
         catalog,
     )
     if d.draft_placement == "separate":
-        return target, draft, target.kv_capacity_tokens() // sc.scheduler.block_size
-    # Shared GPUs: the draft's weights come off the top, and every cached token needs KV in
-    # both models. The draft (unsharded) lives on one of the target's GPUs, whose bytes per
-    # cached token are the target's share (1 / (tp·pp)) plus the draft's whole KV.
-    tokens = target.kv_capacity_tokens(reserve_bytes=max(draft.resident_weight_bytes()))
-    share = target.kv_bytes_per_token / (d.tp * d.pp)
-    tokens = int(tokens * share / (share + draft.kv_bytes_per_token))
-    return target, draft, tokens // sc.scheduler.block_size
+        draft = DraftSetup(cost=draft_cost, placement="separate")
+        tokens = min(target.kv_capacity_tokens(), draft_cost.kv_capacity_tokens())
+    else:
+        draft = DraftSetup.colocated_with(draft_cost, target)
+        tokens = colocated_kv_capacity_tokens(target, draft)
+    return target, draft, tokens // block
 
 
 def max_verify_tokens(policy) -> int:
@@ -246,7 +251,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
         check_fits(sc, table, blocks, max_verify_tokens(probe), source)
         out.append((v.name, Setup(
             table=table, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
-            draft_cost=draft, make_policy=make_policy, acceptance=acceptance,
+            draft=draft, make_policy=make_policy, acceptance=acceptance,
             seed=ss[3], replicas=sc.deployment.replicas,
             router=sc.deployment.router, record_bound=record_bound,
         )))

@@ -25,7 +25,9 @@ from sim.scheduler import SchedulerLimits
 class Setup:
     """Everything a run needs, resolved.
 
-    ``make_policy`` builds one policy per replica (adaptive policies hold state);
+    ``draft`` is a ``hardware.draft.DraftSetup`` (the draft's cost model, placement and
+    replicas) or None; ``make_policy`` builds one policy per replica (adaptive policies hold
+    state);
     ``kv_capacity_blocks`` is per replica; ``seed`` seeds the acceptance draws: replica i
     draws from child i of it (derived without mutating it, so re-running a setup repeats
     the same draws).
@@ -35,7 +37,7 @@ class Setup:
     limits: SchedulerLimits
     kv_capacity_blocks: int
     target_cost: object
-    draft_cost: object | None
+    draft: object | None
     make_policy: Callable[[], object]
     acceptance: object
     seed: np.random.SeedSequence
@@ -65,7 +67,7 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
             for i in range(setup.replicas)]
     replicas = []
     for i in range(setup.replicas):
-        pricer = IterationPricer(setup.target_cost, setup.draft_cost, setup.record_bound)
+        pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound)
         replicas.append(
             Replica(env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
                     setup.acceptance, rngs[i], setup.table, log)

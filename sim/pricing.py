@@ -70,13 +70,15 @@ def draft_feeds(row: np.ndarray) -> list[int]:
 
 
 class IterationPricer:
-    """Prices iterations of one replica from its target and (optional) draft cost models.
+    """Prices iterations of one replica from its target cost model and (optional) draft.
+
+    ``draft`` is a ``hardware.draft.DraftSetup`` (or anything with ``cost`` and ``replicas``).
 
     ``record_bound`` asks the target model for its breakdown each iteration (to record which
     roofline limit won); otherwise the bound is recorded as ``""``.
     """
 
-    def __init__(self, target: PassPricer, draft: PassPricer | None, record_bound: bool = True):
+    def __init__(self, target: PassPricer, draft=None, record_bound: bool = True):
         self.target = target
         self.draft = draft
         self.record_bound = record_bound
@@ -109,17 +111,38 @@ class IterationPricer:
             label = str(self.target.pass_cost(new, ctx).bound)
         draft_s = 0.0
         if self.draft is not None:
-            feeds = draft_feeds(row) if n_dec else []
-            if not feeds and p_new:
-                feeds = [0]  # no decoding draft work, but the draft still prefills
-            for j, f in enumerate(feeds):
-                # Pass j: each decoding sequence feeds f tokens on top of ctx + j cached ones.
-                ctx = s_ctx + j * n_dec
-                s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
-                if not f:
-                    s_c = 0.0
-                if j == 0:
-                    s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, \
-                        s_sq + p_sq
-                draft_s += self.draft.pass_seconds_sums(s_new, s_c, s_nc, s_sq)
+            draft_s = self._draft_seconds(row, n_dec, s_ctx, dec_context,
+                                          (p_new, p_ctx, p_new_ctx, p_sq))
         return draft_s, verify_s, label
+
+    def _draft_seconds(self, row, n_dec, s_ctx, dec_context, pre_sums) -> float:
+        """The draft's serial passes: its share of the prefill, then one pass per level.
+
+        Pass j of a shape feeds each decoding sequence that level's nodes (1 for the root,
+        then k1, k1·k2, ...) after the nodes fed before it, as ``hardware.draft`` prices it.
+        With one draft replica the prefill chunks ride along in the first pass and the sums
+        are formed here; with several (a draft on each of the target's GPUs, sequences split
+        round robin) ``hardware.draft`` prices the levels and the prefill is one extra pass.
+        """
+        cost, replicas = self.draft.cost, self.draft.replicas
+        feeds = draft_feeds(row) if n_dec else []
+        p_new, p_ctx, p_new_ctx, p_sq = pre_sums
+        if replicas > 1:
+            from hardware.draft import tree_draft_seconds
+
+            total = tree_draft_seconds(self.draft, row[row > 0].tolist(), dec_context) \
+                if feeds else 0.0
+            if p_new:
+                total += cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq)
+            return total
+        if not feeds:
+            return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq) if p_new else 0.0
+        total, before = 0.0, 0
+        for j, f in enumerate(feeds):
+            ctx = s_ctx + n_dec * before
+            s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
+            if j == 0:
+                s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
+            total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq)
+            before += f
+        return total

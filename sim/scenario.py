@@ -43,8 +43,10 @@ class Deployment(Strict):
     offload_fraction: Prob = 0.0
     replicas: PosInt = 1
     router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
-    # "target": the draft shares the target's GPUs (memory too); "separate": its own GPU.
-    draft_placement: Literal["target", "separate"] = "target"
+    # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory
+    # (SpecInfer); "separate": the draft on a GPU of its own. Iterations cost draft + verify
+    # time either way (drafting and verifying depend on each other).
+    draft_placement: Literal["colocated", "separate"] = "colocated"
     catalog: str | None = None  # an extra catalog YAML file (GPUs, links, models)
 
 

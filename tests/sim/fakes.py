@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hardware.draft import DraftSetup
 from sim.cluster import Setup
 from sim.log import RequestTable
 from sim.policies import NoSpeculation
@@ -81,7 +82,7 @@ def setup(tab, *, policy=NoSpeculation, draft=None, acceptance=None, blocks=10_0
         limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16),
         kv_capacity_blocks=blocks,
         target_cost=cost or FakeCost(),
-        draft_cost=draft,
+        draft=None if draft is None else DraftSetup(cost=draft),
         make_policy=policy,
         acceptance=acceptance or AcceptAll(),
         seed=np.random.SeedSequence(seed),

@@ -1,0 +1,76 @@
+"""The engine with the real cost model: pricing agrees with hardware/, and the batch-1
+latency ratio (speculation vs none) matches the analytic hardware speedup."""
+
+import numpy as np
+import pytest
+
+from hardware.catalog import load_catalog
+from hardware.cost import CostModel
+from hardware.deployment import Deployment
+from hardware.draft import DraftSetup, chain_draft_seconds, tree_draft_seconds
+from hardware.speedup import chain_table
+from sim.policies import FixedGamma
+from sim.pricing import IterationPricer
+from sim.runner import simulate
+from tests.sim.fakes import setup, table
+
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def models():
+    cat = load_catalog()
+    gpu = cat.gpu("h100")
+    target = CostModel(Deployment(model=cat.model("llama-3-8b"), gpu=gpu), cat)
+    draft = CostModel(Deployment(model=cat.model("llama-3.2-1b"), gpu=gpu), cat)
+    return target, DraftSetup.colocated_with(draft, target)
+
+
+@pytest.mark.parametrize("row", [[1, 1, 1, 1], [2, 2, 1], [1, 1, 3, 1, 1, 1, 1, 1]])
+def test_iteration_price_matches_hardware(models, row):
+    target, draft = models
+    ctx = np.array([100, 2000, 513, 77], dtype=np.int64)
+    row = np.array(row, dtype=np.int64)
+    draft_s, verify_s, bound = IterationPricer(target, draft).price(row, ctx, EMPTY, EMPTY)
+    nodes = int(np.cumprod(row).sum())
+    assert verify_s == pytest.approx(target.pass_seconds(np.full(4, 1 + nodes), ctx), rel=1e-12)
+    want = (chain_draft_seconds(draft, len(row), ctx) if (row == 1).all()
+            else tree_draft_seconds(draft, row.tolist(), ctx))
+    assert draft_s == pytest.approx(want, rel=1e-12)
+    assert bound in ("compute", "memory")
+
+
+def test_prefill_chunks_ride_in_the_target_pass_and_the_first_draft_pass(models):
+    target, draft = models
+    ctx, row = np.array([1000]), np.array([1, 1])
+    pre_ctx, chunk = np.array([0, 512]), np.array([512, 300])
+    draft_s, verify_s, _ = IterationPricer(target, draft).price(row, ctx, pre_ctx, chunk)
+    assert verify_s == pytest.approx(
+        target.pass_seconds(np.array([3, 512, 300]), np.array([1000, 0, 512])), rel=1e-12)
+    first = draft.cost.pass_seconds(np.array([1, 512, 300]), np.array([1000, 0, 512]))
+    second = draft.cost.pass_seconds(np.array([1]), np.array([1001]))
+    assert draft_s == pytest.approx(first + second, rel=1e-12)
+
+
+def test_batch1_latency_ratio_matches_the_analytic_hardware_speedup(models):
+    from workloads import IIDAcceptance
+
+    target, draft = models
+    alpha, gamma, prompt, output, n = 0.8, 4, 1024, 1200, 8
+    arrivals = np.arange(n) * 1e4  # one request at a time: batch 1
+    tab = table(arrivals, [prompt] * n, [output] * n)
+
+    def tpot(policy, d):
+        s = setup(tab, policy=policy, acceptance=IIDAcceptance(alpha), blocks=10_000,
+                  max_batched_tokens=2048, chunked=True, chunk=2048, seed=4)
+        s = s.__class__(**{**s.__dict__, "target_cost": target, "draft": d})
+        res = simulate(s)
+        return np.mean([(r.finished_at - r.first_token_at) / (r.output_tokens - 1)
+                        for r in res.requests])
+
+    from sim.policies import NoSpeculation
+
+    measured = tpot(NoSpeculation, None) / tpot(lambda: FixedGamma(gamma), draft)
+    mid = prompt + output // 2  # the context midway through decoding
+    analytic = chain_table(target, draft, 1, mid, alpha, gamma)[gamma - 1].speedup
+    assert measured == pytest.approx(analytic, rel=0.02)
