@@ -196,13 +196,26 @@ class CostModel:
             gpu = (compute if compute > memory else memory) + st.comm_fixed_s \
                 + st.comm_per_token_s * sum_new
             return (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
-        total = (len(self._stages) - 1) * (self._hop_fixed_s + self._hop_per_token_s * sum_new)
+        stages = self.stage_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq)
+        return sum(stages) + (len(stages) - 1) * self.hop_seconds(sum_new)
+
+    def stage_seconds_sums(
+        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float
+    ) -> tuple[float, ...]:
+        """Each pipeline stage's seconds for the batch with these sums (one process per stage)."""
+        keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
+        kv_tokens = sum_ctx + sum_new
+        out = []
         for st in self._stages:
             compute = (st.flop_per_token * sum_new + st.flop_per_key * keys) * st.inv_flops_per_s
             memory = (st.weight_bytes + st.kv_bytes_per_token * kv_tokens) * st.inv_bytes_per_s
             gpu = max(compute, memory) + st.comm_fixed_s + st.comm_per_token_s * sum_new
-            total += max(gpu, st.host_s) + st.overhead_s
-        return total
+            out.append(max(gpu, st.host_s) + st.overhead_s)
+        return tuple(out)
+
+    def hop_seconds(self, sum_new: float) -> float:
+        """Seconds for one batch's activations to hop between two pipeline stages."""
+        return self._hop_fixed_s + self._hop_per_token_s * sum_new
 
     def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
         """Seconds of one pass; ``new_tokens[i]`` new and ``context[i]`` cached tokens of seq i."""

@@ -153,6 +153,11 @@ def test_pipeline_stages_sum_with_hops():
     assert pc.flops == pytest.approx(one.flops, rel=1e-12)
     assert pc.hbm_bytes == pytest.approx(one.hbm_bytes, rel=1e-12)
     assert pc.overhead_s == 2 * one.overhead_s  # each stage process pays its own
+    c = cost(pp=2)
+    sums = (8.0, 8 * 512.0, 8 * 512.0, 8.0)
+    assert c.stage_seconds_sums(*sums) == pytest.approx(pc.stage_s, rel=1e-12)
+    assert c.hop_seconds(8.0) == pytest.approx(pc.hop_s, rel=1e-12)
+    assert c.pass_seconds_sums(*sums) == pytest.approx(pc.seconds, rel=1e-12)
     with pytest.raises(UserError, match="pp 40 exceeds the model's 32 layers"):
         cost(pp=40)
 
