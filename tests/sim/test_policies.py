@@ -1,0 +1,80 @@
+"""Speculation policies: shapes, the batch ladder, the goodput-adaptive γ, trees in the engine."""
+
+import numpy as np
+import pytest
+
+from sim.policies import (
+    AdaptiveGamma,
+    BatchLadder,
+    FixedGamma,
+    NoSpeculation,
+    TreePolicy,
+    sglang_tree,
+)
+from sim.pricing import draft_feeds, shape_info, tree_nodes
+from sim.runner import simulate
+from specdec.errors import UserError
+from tests.sim.fakes import AcceptAll, FakeCost, setup, table
+
+
+def test_shapes():
+    assert NoSpeculation().shape(5).tolist() == []
+    assert FixedGamma(3).shape(5).tolist() == [1, 1, 1]
+    assert TreePolicy([2, 2, 1]).shape(1).tolist() == [2, 2, 1]
+    assert sglang_tree(steps=3, topk=4) == [4, 1, 1]
+
+
+def test_tree_sizes_match_the_lecture_exercise_6():
+    # <2,2,1>: 11 nodes with the root; <1,1,3,1,1,1,1,1>: 21 nodes with the root.
+    assert 1 + tree_nodes(np.array([2, 2, 1])) == 11
+    assert 1 + tree_nodes(np.array([1, 1, 3, 1, 1, 1, 1, 1])) == 21
+    assert draft_feeds(np.array([2, 2, 1])) == [1, 2, 4]
+    assert shape_info(np.array([1, 1, 0, 0])) == (2, 2, [1, 1])
+
+
+def test_batch_ladder_picks_gamma_by_batch_size():
+    ladder = BatchLadder([[1, 4, 4], [5, 16, 2], [17, 64, 0]])
+    assert ladder.shape(1).tolist() == [1, 1, 1, 1]
+    assert ladder.shape(4).tolist() == [1, 1, 1, 1]
+    assert ladder.shape(5).tolist() == [1, 1, 0, 0]
+    assert ladder.shape(64).tolist() == [0, 0, 0, 0]
+    assert ladder.shape(500).tolist() == [0, 0, 0, 0]  # beyond the last row: its γ
+    with pytest.raises(UserError, match="policy.ladder"):
+        BatchLadder([[1, 4, 4], [4, 8, 2]])  # overlap
+
+
+def _adaptive(alpha: float, draft_s: float) -> AdaptiveGamma:
+    pol = AdaptiveGamma(max_gamma=8, prior_alpha=alpha, smoothing=0.1)
+    # verify costs 10 ms whatever its size; each draft pass costs draft_s
+    pol.price = lambda row, ctx: 0.010 + draft_s * int((row > 0).sum())
+    return pol
+
+
+def test_adaptive_matches_the_optimal_gamma_formula():
+    from specdec import optimal_gamma
+
+    for alpha, c in [(0.8, 0.1), (0.6, 0.1), (0.9, 0.02), (0.1, 0.2)]:
+        pol = _adaptive(alpha, c * 0.010)
+        gamma = int((pol.shape(1, np.array([100])) > 0).sum())
+        assert gamma == optimal_gamma(alpha, c, max_gamma=8), (alpha, c)
+
+
+def test_adaptive_learns_alpha_from_what_it_observes():
+    pol = _adaptive(0.9, 0.002)
+    for _ in range(200):
+        pol.observe(checked=10, accepted=2)  # α̂ -> 0.2
+    assert pol.alpha == pytest.approx(0.2, abs=1e-6)
+    assert int((pol.shape(1, np.array([1])) > 0).sum()) <= 1
+
+
+def test_tree_policy_in_the_engine_emits_depth_plus_one():
+    # All guesses accepted: a <2,2,1> tree verify emits 3 + 1 tokens; 11 verify tokens.
+    s = setup(table([0.0], [8], [9]), policy=lambda: TreePolicy([2, 2, 1]),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll())
+    res = simulate(s)
+    r = res.requests[0]
+    assert r.finished and r.emitted_tokens == 9
+    # 1 token from the prefill, then verifies of 4, 4 tokens
+    assert [it.emitted_tokens for it in res.iterations] == [1, 4, 4]
+    assert [it.verify_tokens for it in res.iterations] == [0, 11, 11]
+    assert r.drafted_tokens == 20 and r.accepted_tokens == 6 and r.draft_steps == 2
