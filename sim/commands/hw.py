@@ -1,4 +1,5 @@
-"""``specsim hw``: price one forward pass (``hw step``) and show the catalogs (``hw list``)."""
+"""``specsim hw``: price one pass (``hw step``), show the catalogs (``hw list``), and
+``hw speedup`` -- the same command as ``specsim speedup`` (DESIGN.md lists it under ``hw``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import asdict
 
 from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
+from sim.commands import speedup
 from specdec.errors import UserError
 
 STEP_HELP = """\
@@ -45,6 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="extra catalog YAML file (repeatable)")
     lst.add_argument("--json", action="store_true", help="print a JSON object")
     lst.set_defaults(func=run_list)
+    spd = actions.add_parser(
+        "speedup", help="the same as 'specsim speedup' (analytic or hardware speedup tables)",
+        description=speedup.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    speedup.add_arguments(spd)
     parser.set_defaults(func=lambda args: _no_action(parser))
 
 

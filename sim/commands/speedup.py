@@ -53,6 +53,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "speedup", help="speculative-decoding speedup tables (analytic or on hardware)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(p)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of both modes, and the handler (also used by ``specsim hw speedup``)."""
     p.add_argument("--alpha", type=float, help="acceptance rate per guessed token, 0..1")
     p.add_argument("--c", type=float, help="analytic mode: draft pass time / target pass time")
     p.add_argument("--gamma-max", type=int, help="largest gamma in the table (default 8)")

@@ -93,3 +93,10 @@ def test_list_json_and_text(capsys):
 def test_hw_without_action_prints_help(capsys):
     code, out, _ = run(capsys, "hw")
     assert code == 2 and "step" in out and "list" in out
+
+
+def test_hw_speedup_is_specsim_speedup(capsys):
+    argv = ["--alpha", "0.8", "--c", "0.1", "--json"]
+    _, direct, _ = run(capsys, "speedup", *argv)
+    code, via_hw, _ = run(capsys, "hw", "speedup", *argv)
+    assert code == 0 and json.loads(via_hw) == json.loads(direct)
