@@ -12,7 +12,8 @@ Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
 - compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory);
 - comm_s = 2 all-reduces per block of (tokens x hidden x 2 bytes), ring model:
            2(tp-1)/tp x message / link bandwidth + 2(tp-1) x link latency;
-- host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block);
+- host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block); under TP
+           each GPU streams its own shard over its own host link;
 - stage_s = max(max(compute_s, memory_s) + comm_s, host_s) + overhead_s.
 
 TP all-reduces sit on the critical path (a block cannot continue before its all-reduce).
