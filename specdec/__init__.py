@@ -69,3 +69,90 @@ __all__ = [
     "speedup_lower_bound",
     "walltime_speedup",
 ]
+
+# The tiny transformer, drafts, speculative / tree decoding and acceptance traces (§3, §6).
+from specdec.decoding import (  # noqa: E402
+    DecodeResult,
+    IterationStats,
+    autoregressive_decode,
+    speculative_decode,
+)
+from specdec.drafts import (  # noqa: E402
+    DRAFT_KINDS,
+    Drafter,
+    ModelDrafter,
+    NgramDrafter,
+    UniformDrafter,
+    make_drafter,
+    perturbed_copy,
+    rank_order,
+    token_ranks,
+    truncated_copy,
+)
+from specdec.model import KVCache, ModelConfig, TinyTransformer  # noqa: E402
+from specdec.traces import (  # noqa: E402
+    TRACE_FORMAT_VERSION,
+    AcceptanceTrace,
+    build_models,
+    record_settings,
+    record_trace,
+    regenerate,
+    replay_chain,
+    replay_chain_sampled,
+    replay_tree,
+    replay_tree_sampled,
+    trace_summary,
+)
+from specdec.tree import (  # noqa: E402
+    TokenTree,
+    expansion_tree,
+    merge_tree,
+    tree_forward,
+    verify_greedy,
+    verify_stochastic,
+)
+from specdec.tree_decoding import merge_tree_decode, tree_decode  # noqa: E402
+
+__all__ += [
+    # tiny transformer and KV cache (lecture §3.2)
+    "KVCache",
+    "ModelConfig",
+    "TinyTransformer",
+    # drafts (lecture §3.3)
+    "DRAFT_KINDS",
+    "Drafter",
+    "ModelDrafter",
+    "NgramDrafter",
+    "UniformDrafter",
+    "make_drafter",
+    "perturbed_copy",
+    "rank_order",
+    "token_ranks",
+    "truncated_copy",
+    # speculative decoding, Algorithm 1 (lecture §3.1)
+    "DecodeResult",
+    "IterationStats",
+    "autoregressive_decode",
+    "speculative_decode",
+    # token trees and tree decoding (lecture §6)
+    "TokenTree",
+    "expansion_tree",
+    "merge_tree",
+    "merge_tree_decode",
+    "tree_decode",
+    "tree_forward",
+    "verify_greedy",
+    "verify_stochastic",
+    # acceptance traces (DESIGN.md)
+    "TRACE_FORMAT_VERSION",
+    "AcceptanceTrace",
+    "build_models",
+    "record_settings",
+    "record_trace",
+    "regenerate",
+    "replay_chain",
+    "replay_chain_sampled",
+    "replay_tree",
+    "replay_tree_sampled",
+    "trace_summary",
+]
