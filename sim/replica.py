@@ -169,13 +169,13 @@ class Replica:
             depth, nodes, _ = shape_info(row)
             emitted = self.emitted[dec]
             if depth:
-                widths = np.broadcast_to(row, (n, len(row)))  # [D, m]
-                acc = self.acceptance.accept(self.stream[dec], emitted, widths, self.rng)
+                acc = self.acceptance.accept(self.stream[dec], emitted, _rows(row, n), self.rng)
                 checked = acc + (acc < depth)  # [D]
             else:
                 acc = checked = np.zeros(n, dtype=np.int64)
-            now_emitted = emitted + np.minimum(acc + 1, self.output[dec] - emitted)  # [D]
-            self.emitted[dec] = now_emitted
+            remaining = self.output[dec] - emitted  # [D]
+            step = np.minimum(acc + 1, remaining)  # [D]
+            self.emitted[dec] = emitted + step
             kept = self.kv_tokens[dec] + 1 + acc  # the root plus the accepted path
             self.kv_tokens[dec] = kept
             self.kv.shrink(dec, kept)
@@ -186,9 +186,9 @@ class Replica:
             upd[:, 4] = checked
             self.counters[dec] += upd
             drafted, accepted = n * nodes, int(acc.sum())
-            total_emitted += int(now_emitted.sum() - emitted.sum())
+            total_emitted += int(step.sum())
             self.policy.observe(int(checked.sum()), accepted)
-            fin = dec[now_emitted >= self.output[dec]]
+            fin = dec[step == remaining]
         else:
             fin = _EMPTY
         if len(pre):
@@ -230,6 +230,19 @@ class Replica:
         """Seconds of the decoding part of an iteration with this shape (adaptive policy)."""
         draft_s, verify_s, _ = self.pricer.price(row, context, _EMPTY, _EMPTY, bound=False)
         return draft_s + verify_s
+
+
+_ROWS: dict[tuple[bytes, int], np.ndarray] = {}
+
+
+def _rows(row: np.ndarray, n: int) -> np.ndarray:
+    """int64 [n, m]: ``row`` for n sequences (a cached read-only broadcast of a private copy)."""
+    key = (row.tobytes(), n)
+    view = _ROWS.get(key)
+    if view is None:
+        view = np.broadcast_to(row.copy(), (n, len(row)))
+        _ROWS[key] = view
+    return view
 
 
 def batch_nodes(batch) -> int:
