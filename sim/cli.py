@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "hw",
     "run",
     "bench",
+    "sweep",
 )
 
 

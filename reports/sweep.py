@@ -1,0 +1,212 @@
+"""Parameter sweeps: the cartesian product of scenario overrides, run in parallel.
+
+A sweep varies dotted scenario keys (the same keys as ``specsim run --set``) over lists of
+values, from ``--vary key=v1,v2,...`` flags and/or a ``sweep:`` block in the scenario file::
+
+    sweep:
+      vary:
+        workload.rate_per_s: [2, 4, 8]
+        variants.1.policy.gamma: [2, 4]
+
+The scenario schema (``sim.scenario``) has no ``sweep`` section, so this module removes the
+block before validating the rest. A ``--vary`` flag for a key the block also names replaces
+the block's values.
+
+Every point runs with its own seed, derived from the scenario's seed and the point's values
+(never from the order points finish in), so the table is the same with 1 worker, N local
+processes or a Dask cluster. ``same_seed=True`` gives every point the scenario's seed
+instead (common random numbers across points). A point that sets ``run.seed`` itself keeps it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from specdec.errors import UserError
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A base scenario document (no ``sweep`` block), where it came from, and the axes."""
+
+    base: dict
+    source: str
+    vary: tuple[tuple[str, tuple], ...]
+
+    def points(self) -> list[dict]:
+        """Every point of the cartesian product, first axis slowest."""
+        keys = [k for k, _ in self.vary]
+        return [dict(zip(keys, combo, strict=True))
+                for combo in itertools.product(*(vals for _, vals in self.vary))]
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets/braces: ``'1,[2,3],4'`` -> ['1', '[2,3]', '4']."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+def parse_vary(text: str) -> tuple[str, tuple]:
+    """``'key=v1,v2'`` -> (key, (v1, v2)), each value parsed as YAML (lists in brackets)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip() or not raw.strip():
+        raise UserError(f"--vary {text}: expected key=v1,v2,... with a dotted key")
+    values = []
+    for part in split_top_level(raw):
+        if not part.strip():
+            raise UserError(f"--vary {text}: empty value in the list")
+        try:
+            values.append(yaml.safe_load(part))
+        except yaml.YAMLError:
+            raise UserError(f"--vary {text}: value {part!r} is not valid YAML") from None
+    return key.strip(), tuple(values)
+
+
+def load_sweep(path: str | Path, vary: list[str] | None = None,
+               overrides: list[str] | None = None) -> SweepSpec:
+    """Read a scenario file, take its ``sweep:`` block out, merge ``--vary`` flags."""
+    from sim.loading import apply_overrides, display_path, read_yaml, validate
+
+    p = Path(path)
+    source = display_path(p)
+    doc = read_yaml(p)
+    block = doc.pop("sweep", None) or {}
+    axes: dict[str, tuple] = {}
+    if not isinstance(block, dict) or not isinstance(block.get("vary", {}), dict) \
+            or set(block) - {"vary"}:
+        raise UserError(f"{source}: sweep: must be a mapping with one key, vary: {{key: [values]}}")
+    for key, values in (block.get("vary") or {}).items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{source}: sweep.vary.{key}: must be a non-empty list, got {values!r}")
+        axes[str(key)] = tuple(values)
+    for text in vary or []:
+        key, values = parse_vary(text)
+        axes[key] = values
+    if not axes:
+        raise UserError(f"{source}: nothing to sweep: give --vary key=v1,v2 or a sweep: block")
+    doc = apply_overrides(doc, overrides or [])
+    # Axes apply to the resolved scenario, so they may reach defaults the file leaves out
+    # (e.g. variants.1.policy.gamma of the default variants).
+    resolved = validate(doc, source).model_dump(mode="json")
+    return SweepSpec(resolved, source, tuple(axes.items()))
+
+
+def point_seed(base_seed: int, point: dict) -> int:
+    """A seed in [0, 2**32) from the scenario seed and the point's values (order-free)."""
+    digest = hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).digest()
+    words = np.frombuffer(digest[:16], dtype=np.uint32)  # [4]
+    seq = np.random.SeedSequence([int(base_seed), *(int(w) for w in words)])
+    return int(seq.generate_state(1, dtype=np.uint32)[0])
+
+
+def point_overrides(point: dict) -> list[str]:
+    """The ``--set`` texts that realise ``point`` (values as JSON, which is YAML)."""
+    return [f"{k}={json.dumps(v)}" for k, v in point.items()]
+
+
+def run_point(base: dict, source: str, point: dict, same_seed: bool = False) -> list[dict]:
+    """Run one point; one row per variant: the point's values, seed, variant and summary."""
+    from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
+    from sim.loading import apply_overrides, validate
+    from sim.runner import run_scenario
+
+    doc = apply_overrides(base, point_overrides(point))
+    scenario = validate(doc, f"{source} at {point}")
+    if "run.seed" not in point and not same_seed:
+        scenario = scenario.model_copy(
+            update={"run": scenario.run.model_copy(
+                update={"seed": point_seed(scenario.run.seed, point)})})
+    result = run_scenario(scenario, source)
+    slo = scenario.slo.model_dump()
+    rows = [summarize_frames(v.name, requests_frame(v.requests), iterations_frame(v.iterations),
+                             v.end_at, slo) for v in result.variants]
+    kinds = {v.name: v.policy.kind for v in scenario.variants}
+    base_name = next((n for n, k in kinds.items() if k == "none"), None)
+    table = add_speedups(pd.DataFrame(rows), base_name)
+    table.insert(0, "variant", table.pop("name"))
+    table.insert(1, "policy", [kinds[n] for n in table["variant"]])
+    table.insert(0, "seed", scenario.run.seed)
+    for i, (k, v) in enumerate(point.items()):
+        table.insert(i, k, [v if not isinstance(v, list | dict) else json.dumps(v)] * len(table))
+    return table.to_dict("records")
+
+
+def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
+              same_seed: bool = False, progress: Callable[[], None] | None = None
+              ) -> pd.DataFrame:
+    """Run every point; one combined table in point order, whatever ran where.
+
+    ``workers`` > 1 uses that many local processes; ``scheduler`` (a Dask scheduler address,
+    or a ``dask.distributed.Client``) runs the points on that cluster. ``progress()`` is called
+    once per finished point.
+    """
+    if workers < 1:
+        raise UserError(f"--workers: must be >= 1, got {workers}")
+    points = spec.points()
+    args = [(spec.base, spec.source, p, same_seed) for p in points]
+    if scheduler is not None:
+        results = _on_dask(scheduler, args, progress)
+    elif workers == 1:
+        results = []
+        for a in args:
+            results.append(run_point(*a))
+            if progress:
+                progress()
+    else:
+        results = _on_processes(workers, args, progress)
+    return pd.DataFrame([row for rows in results for row in rows])
+
+
+def _on_processes(workers: int, args: list[tuple], progress) -> list:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: list = [None] * len(args)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_point, *a): i for i, a in enumerate(args)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            if progress:
+                progress()
+    return results
+
+
+def _on_dask(scheduler, args: list[tuple], progress) -> list:
+    from dask.distributed import Client, as_completed
+
+    own = not isinstance(scheduler, Client)
+    try:
+        client = Client(scheduler) if own else scheduler
+    except OSError as e:
+        raise UserError(f"--scheduler {scheduler}: cannot connect: {e}") from None
+    try:
+        futures = [client.submit(run_point, *a, pure=False) for a in args]
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list = [None] * len(args)
+        for fut in as_completed(futures):
+            results[index[fut.key]] = fut.result()
+            if progress:
+                progress()
+        return results
+    finally:
+        if own:
+            client.close()

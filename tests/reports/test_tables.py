@@ -1,0 +1,89 @@
+"""reports.tables / reports.run_folder: frames, summaries against the engine's, goodput."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reports.run_folder import load_run, summary_table
+from reports.tables import meets_slo, seeds_table, trim_warmup, write_table
+from specdec.errors import UserError
+
+
+def test_summary_matches_engine_summary(small_run):
+    table = summary_table(load_run(small_run))
+    engine = json.loads((small_run / "summary.json").read_text())["variants"]
+    assert list(table["name"]) == [s["name"] for s in engine]
+    for (_, row), s in zip(table.iterrows(), engine, strict=True):
+        for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p90_s",
+                    "throughput_tokens_per_s", "requests_per_s", "tokens_per_verify"):
+            assert row[key] == pytest.approx(s[key], rel=1e-12), key
+    spec = table.set_index("name").loc["fixed-g4"]
+    assert spec["speedup_tpot"] == pytest.approx(engine[1]["speedup_vs_none"], rel=1e-12)
+
+
+def test_time_split_and_bounds_sum_to_one(small_run):
+    table = summary_table(load_run(small_run)).set_index("name")
+    for name in ("none", "fixed-g4"):
+        r = table.loc[name]
+        split = r["draft_time_share"] + r["prefill_time_share"] + r["decode_time_share"]
+        assert split == pytest.approx(1.0, abs=1e-9)
+        bounds = sum(r[f"{b}_bound_share"] for b in ("compute", "memory", "comm", "host"))
+        assert bounds == pytest.approx(1.0, abs=1e-9)
+    assert table.loc["none", "draft_time_share"] == 0.0
+    assert table.loc["fixed-g4", "draft_time_share"] > 0.0
+    assert 1.0 <= table.loc["none", "mean_batch_size"] <= 256
+
+
+def test_goodput_counts_requests_within_thresholds(small_run):
+    run = load_run(small_run)
+    v = run.variants[0]
+    ttft_cut = float(v.requests["ttft_s"].median())
+    ok = meets_slo(v.requests, {"ttft_s": ttft_cut, "tpot_s": None})
+    assert ok.sum() == (v.requests["ttft_s"] <= ttft_cut).sum()
+    loose = summary_table(run, slo={"ttft_p99_s": 1e9})
+    assert (loose["goodput_requests_per_s"] == loose["requests_per_s"]).all()
+    tight = summary_table(run, slo={"tpot_p99_s": 1e-9})
+    assert (tight["goodput_requests_per_s"] == 0).all()
+    with pytest.raises(UserError, match="unknown metric"):
+        meets_slo(v.requests, {"itl_s": 1.0})
+
+
+def test_warmup_trimming(small_run):
+    run = load_run(small_run)
+    v = run.variants[0]
+    cut = float(v.requests["arrival_at"].quantile(0.5))
+    req, it = trim_warmup(v.requests, v.iterations, cut)
+    assert (req["arrival_at"] >= cut).all() and len(req) < len(v.requests)
+    assert (it["start_at"] >= cut).all()
+    trimmed = summary_table(run, warmup_s=cut)
+    assert (trimmed["requests"] == [len(x.requests[x.requests["arrival_at"] >= cut])
+                                    for x in run.variants]).all()
+    with pytest.raises(UserError, match="warmup_s"):
+        trim_warmup(v.requests, v.iterations, -1.0)
+
+
+def test_seeds_table_t_interval():
+    t = pd.DataFrame({"name": ["a"] * 3 + ["b"], "seed": [0, 1, 2, 0],
+                      "x": [1.0, 2.0, 3.0, 5.0]})
+    s = seeds_table(t).set_index("name")
+    assert s.loc["a", "x_mean"] == 2.0 and s.loc["a", "seeds"] == 3
+    # t(0.975, 2) = 4.302653; sd = 1; half-width = t / sqrt(3).
+    assert s.loc["a", "x_ci"] == pytest.approx(4.302653 / np.sqrt(3), rel=1e-6)
+    assert np.isnan(s.loc["b", "x_ci"])
+
+
+def test_write_table_csv_and_parquet(tmp_path):
+    df = pd.DataFrame({"a": [1, 2], "b": [0.5, np.nan]})
+    paths = write_table(df, tmp_path / "sub" / "t")
+    assert [p.name for p in paths] == ["t.csv", "t.parquet"]
+    pd.testing.assert_frame_equal(pd.read_csv(paths[0]), df)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths[1]), df)
+
+
+def test_missing_run_folder_is_user_error(tmp_path):
+    with pytest.raises(UserError, match="cannot read run file"):
+        load_run(tmp_path)
