@@ -254,5 +254,6 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             draft=draft, make_policy=make_policy, acceptance=acceptance,
             seed=ss[3], replicas=sc.deployment.replicas,
             router=sc.deployment.router, record_bound=record_bound,
+            pipeline_stages=sc.deployment.pp,
         )))
     return out

@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from sim.log import RequestTable, RunLog
+from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
 from sim.replica import Replica
 from sim.router import Router, arrivals
@@ -44,6 +45,7 @@ class Setup:
     replicas: int = 1
     router: str = "round_robin"
     record_bound: bool = True
+    pipeline_stages: int = 1
 
 
 @dataclass
@@ -68,10 +70,12 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
     replicas = []
     for i in range(setup.replicas):
         pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound)
-        replicas.append(
-            Replica(env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
-                    setup.acceptance, rngs[i], setup.table, log)
-        )
+        args = (env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
+                setup.acceptance, rngs[i], setup.table, log)
+        if setup.pipeline_stages > 1:
+            replicas.append(PipelinedReplica(*args, stages=setup.pipeline_stages))
+        else:
+            replicas.append(Replica(*args))
     router = Router(replicas, setup.router)
     arrived = [0]
     env.process(arrivals(env, setup.table.arrival_at, router, arrived))

@@ -115,6 +115,20 @@ class IterationPricer:
                                           (p_new, p_ctx, p_new_ctx, p_sq))
         return draft_s, verify_s, label
 
+    def price_stages(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
+                     pre_chunks: np.ndarray):
+        """(draft_s, the target's ``PassCost`` with ``stage_s`` and ``hop_s``) for a pipeline."""
+        n_dec = len(dec_context)
+        verify = 1 + tree_nodes(row)
+        new = np.concatenate((np.full(n_dec, verify, dtype=np.int64), pre_chunks))
+        cost = self.target.pass_cost(new, np.concatenate((dec_context, pre_context)))
+        draft_s = 0.0
+        if self.draft is not None:
+            c = pre_chunks.astype(np.float64)
+            sums = (float(c.sum()), float(pre_context.sum()), float(c @ pre_context), float(c @ c))
+            draft_s = self._draft_seconds(row, n_dec, float(dec_context.sum()), dec_context, sums)
+        return draft_s, cost
+
     def _draft_seconds(self, row, n_dec, s_ctx, dec_context, pre_sums) -> float:
         """The draft's serial passes: its share of the prefill, then one pass per level.
 

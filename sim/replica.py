@@ -82,6 +82,10 @@ class Replica:
             self._wake.succeed()
 
     # -- the scheduler's side ---------------------------------------------------------
+    def schedulable(self) -> np.ndarray:
+        """bool [slots]: running sequences the scheduler may put in the next batch."""
+        return self.active
+
     def prefill_target_of(self, rid: int) -> int:
         """Tokens to prefill for ``rid``: its prompt, plus what it emitted before a preemption."""
         return int(self.table.prompt_tokens[rid]) + self._resume.get(rid, 0)

@@ -69,7 +69,7 @@ def _budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int
 def plan_batch(r) -> Batch:
     """Form the next batch of replica ``r`` (mutates its KV pool, slots and queue)."""
     lim: SchedulerLimits = r.limits
-    act = np.flatnonzero(r.active)
+    act = np.flatnonzero(r.schedulable())  # running and not in flight in a pipeline
     if len(act) > 1:
         act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
     decoding = r.prefilled[act] >= r.target_prefill[act]

@@ -1,0 +1,132 @@
+"""Pipeline-parallel replicas: stages on different GPUs, several micro-batches in flight.
+
+A replica whose target is split into ``pp`` stages runs one SimPy process per stage
+(``pipeline_stage``): each takes a micro-batch from its inbox (a ``Store``), computes for
+that stage's share of the pass, then sends the activations over the link to the next stage
+(``transfer``; each inter-stage link is a shared ``Resource``, one transfer at a time, and
+the stage goes on with its next micro-batch meanwhile); the last stage hands the finished
+micro-batch back to the replica. The replica's scheduler keeps up
+to ``pp`` micro-batches in flight, as Orca and vLLM do (vLLM's "virtual engines"): a
+sequence in flight is not scheduled again until its verify has left the last stage, so its
+next iteration always sees its accepted tokens.
+
+The draft (co-located) runs at the start of a micro-batch, on the first stage's GPU, before
+the target's first stage: its passes are added to stage 0's time. Per-stage times and the
+hop time come from the cost model's ``pass_cost`` (``stage_s``, ``hop_s``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from sim.replica import Replica
+from sim.scheduler import Batch, plan_batch
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """A batch in flight through the stages, with its prices."""
+
+    batch: Batch
+    start_at: float
+    draft_s: float
+    verify_s: float
+    stage_s: tuple[float, ...]
+    hop_s: float
+    bound: str
+
+
+def pipeline_stage(env: simpy.Environment, k: int, inbox: simpy.Store,
+                   outbox: simpy.Store | None, link: simpy.Resource | None, replica):
+    """Stage ``k``: compute each micro-batch's share, then send it on (asynchronously: the
+    stage starts its next micro-batch while the activations travel)."""
+    while True:
+        mb = yield inbox.get()
+        yield env.timeout(mb.stage_s[k] + (mb.draft_s if k == 0 else 0.0))
+        if outbox is None:
+            replica.complete(mb)
+        else:
+            env.process(transfer(env, mb, link, outbox))
+
+
+def transfer(env: simpy.Environment, mb, link: simpy.Resource, outbox: simpy.Store):
+    """One hop: wait for the shared link, hold it for the transfer, deliver."""
+    with link.request() as req:
+        yield req
+        yield env.timeout(mb.hop_s)
+    yield outbox.put(mb)
+
+
+class PipelinedReplica(Replica):
+    """A replica whose target runs as ``stages`` pipeline stages (see module docstring)."""
+
+    def __init__(self, *args, stages: int, **kwargs) -> None:
+        self.stages = int(stages)
+        super().__init__(*args, **kwargs)
+        self.busy = np.zeros(self.limits.max_num_seqs, dtype=bool)
+        self.in_flight = 0
+        env = self.env
+        inboxes = [simpy.Store(env) for _ in range(self.stages)]
+        links = [simpy.Resource(env, capacity=1) for _ in range(self.stages - 1)]
+        self.first_stage = inboxes[0]
+        for k in range(self.stages):
+            last = k == self.stages - 1
+            env.process(pipeline_stage(env, k, inboxes[k], None if last else inboxes[k + 1],
+                                       None if last else links[k], self))
+
+    def schedulable(self) -> np.ndarray:
+        """Running sequences not already in flight."""
+        return self.active & ~self.busy
+
+    def _has_work(self) -> bool:
+        return bool(self.waiting) or bool(self.schedulable().any())
+
+    def run(self):
+        """The scheduler: dispatch micro-batches while fewer than ``stages`` are in flight."""
+        env = self.env
+        while True:
+            if self.in_flight < self.stages and self._has_work():
+                batch = plan_batch(self)
+                if not batch.empty:
+                    self._dispatch(batch)
+                    continue
+            self._wake = env.event()
+            yield self._wake
+            self._wake = None
+
+    def _dispatch(self, batch: Batch) -> None:
+        dec, pre = batch.dec_slots, batch.pre_slots
+        draft_s, cost = self.pricer.price_stages(
+            batch.row, self.kv_tokens[dec], self.kv_tokens[pre], batch.chunks
+        )
+        self.busy[dec] = True
+        self.busy[pre] = True
+        self.in_flight += 1
+        self.first_stage.put(MicroBatch(batch, self.env.now, draft_s, float(cost.seconds),
+                                        tuple(cost.stage_s), float(cost.hop_s), str(cost.bound)))
+
+    def complete(self, mb: MicroBatch) -> None:
+        """The last stage finished ``mb``: apply it, free its sequences, wake the scheduler."""
+        batch = mb.batch
+        dec, pre = batch.dec_slots, batch.pre_slots
+        emitted, accepted, drafted, prefill = self._advance(batch)
+        self.busy[dec] = False
+        self.busy[pre] = False
+        self.in_flight -= 1
+        env = self.env
+        self.log.iterations.append((
+            self.index, mb.start_at, env.now - mb.start_at, len(dec) + len(pre), len(dec),
+            prefill, len(dec) * (1 + self._nodes(batch)), drafted, accepted, emitted,
+            mb.draft_s, mb.verify_s, mb.bound,
+        ))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    @staticmethod
+    def _nodes(batch: Batch) -> int:
+        from sim.pricing import tree_nodes
+
+        return tree_nodes(batch.row)
