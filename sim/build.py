@@ -101,7 +101,14 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
 
     w, n = sc.workload, sc.run.requests
     mix = sc.acceptance.kind == "task_mix"
-    if w.arrivals == "replay":
+    if w.arrivals == "closed_loop":
+        # Arrival times are written by the engine as users send; nan until then.
+        specs = wl.build_requests(wl.OfflineBatch(), _length(w.prompt), _length(w.output), rng,
+                                  n=n, tasks={k: e.weight for k, e in sc.acceptance.tasks.items()}
+                                  if mix else None)
+        specs = [wl.RequestSpec(s.id, float("nan"), s.prompt_tokens, s.output_tokens, s.task)
+                 for s in specs]
+    elif w.arrivals == "replay":
         specs = wl.read_request_csv(resolve_file(w.file))
         if n is not None:
             specs = specs[:n]
@@ -241,6 +248,14 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size)
+    users, think_s = 0, None
+    if sc.workload.arrivals == "closed_loop":
+        import workloads as wl
+
+        with _Section(source, "workload"):
+            loop = wl.ClosedLoop(sc.workload.users, sc.workload.think_mean_s, sc.workload.think_cv)
+        users = loop.users
+        think_s = loop.think_times(len(table) + users, np.random.default_rng(ss[2].spawn(1)[0]))
     out = []
     for i, v in enumerate(sc.variants):
         with _Section(source, f"variants.{i}"):
@@ -254,6 +269,6 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             draft=draft, make_policy=make_policy, acceptance=acceptance,
             seed=ss[3], replicas=sc.deployment.replicas,
             router=sc.deployment.router, record_bound=record_bound,
-            pipeline_stages=sc.deployment.pp,
+            pipeline_stages=sc.deployment.pp, closed_loop_users=users, think_s=think_s,
         )))
     return out

@@ -8,6 +8,7 @@ those parts through ``hardware`` and ``workloads`` and then calls ``wire``. Test
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
 from sim.replica import Replica
-from sim.router import Router, arrivals
+from sim.router import Router, arrivals, closed_loop_users
 from sim.scheduler import SchedulerLimits
 
 
@@ -46,6 +47,8 @@ class Setup:
     router: str = "round_robin"
     record_bound: bool = True
     pipeline_stages: int = 1
+    closed_loop_users: int = 0  # > 0: a closed loop of this many users instead of arrivals
+    think_s: np.ndarray | None = None  # the closed loop's pre-drawn think times
 
 
 @dataclass
@@ -54,6 +57,7 @@ class Cluster:
 
     env: simpy.Environment
     setup: Setup
+    table: RequestTable
     replicas: list[Replica]
     router: Router
     log: RunLog
@@ -62,7 +66,11 @@ class Cluster:
 
 def wire(env: simpy.Environment, setup: Setup) -> Cluster:
     """Create the replicas, the router and the arrival process in ``env``."""
-    log = RunLog(len(setup.table))
+    table = setup.table
+    if setup.closed_loop_users:
+        # the users write arrival times as they send: give this run its own copy
+        table = dataclasses.replace(table, arrival_at=table.arrival_at.copy())
+    log = RunLog(len(table))
     seed = setup.seed
     rngs = [np.random.default_rng(np.random.SeedSequence(seed.entropy,
                                                          spawn_key=(*seed.spawn_key, i)))
@@ -71,12 +79,24 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
     for i in range(setup.replicas):
         pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound)
         args = (env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
-                setup.acceptance, rngs[i], setup.table, log)
+                setup.acceptance, rngs[i], table, log)
         if setup.pipeline_stages > 1:
             replicas.append(PipelinedReplica(*args, stages=setup.pipeline_stages))
         else:
             replicas.append(Replica(*args))
     router = Router(replicas, setup.router)
     arrived = [0]
-    env.process(arrivals(env, setup.table.arrival_at, router, arrived))
-    return Cluster(env, setup, replicas, router, log, arrived)
+    if setup.closed_loop_users:
+        finished: dict = {}
+
+        def notify(rids) -> None:
+            for rid in rids.tolist():
+                finished.pop(rid).succeed()
+
+        for r in replicas:
+            r.on_finish = notify
+        closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
+                          router, arrived, finished)
+    else:
+        env.process(arrivals(env, table.arrival_at, router, arrived))
+    return Cluster(env, setup, table, replicas, router, log, arrived)

@@ -66,6 +66,7 @@ class Replica:
         self.outstanding_requests = 0
         self.outstanding_tokens = 0
         self._wake: simpy.Event | None = None
+        self.on_finish = None  # called with the ids of finished requests (closed loops)
         if hasattr(policy, "price"):
             policy.price = self._price_decode
         self.process = env.process(self.run())
@@ -210,6 +211,8 @@ class Replica:
         for s in fin.tolist():
             self._vacate(s)
         self.outstanding_requests -= len(fin)
+        if self.on_finish is not None:
+            self.on_finish(rids)
         tab = self.table
         self.outstanding_tokens -= int((tab.prompt_tokens[rids] + tab.output_tokens[rids]).sum())
 

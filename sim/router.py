@@ -60,3 +60,29 @@ def arrivals(env: simpy.Environment, arrival_at, router: Router, counter: list[i
             router.submit(i)
             i += 1
             counter[0] = i
+
+
+def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,
+                      counter: list[int], finished: dict):
+    """Start ``users`` closed-loop users (the engine drives the loop; workloads gives the
+    think times). Each user thinks, sends the next request, waits until it finishes, and
+    repeats until the table's requests are used up. Think times are pre-drawn (``think_s``,
+    taken in the order users need them) and arrival times are written into ``arrival_at``
+    as requests are sent, so request ids stay in arrival order.
+    """
+    think = iter(think_s.tolist())
+    for _ in range(users):
+        env.process(_user(env, think, arrival_at, router, counter, finished))
+
+
+def _user(env, think, arrival_at, router: Router, counter: list[int], finished: dict):
+    while True:
+        yield env.timeout(next(think))
+        rid = counter[0]
+        if rid >= len(arrival_at):
+            return
+        counter[0] = rid + 1
+        arrival_at[rid] = env.now
+        done = finished[rid] = env.event()
+        router.submit(rid)
+        yield done

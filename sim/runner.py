@@ -47,7 +47,7 @@ def simulate(
     log = cluster.log
     return VariantResult(
         name=name,
-        requests=log.request_records(setup.table, cluster.arrived[0]),
+        requests=log.request_records(cluster.table, cluster.arrived[0]),
         iterations=log.iteration_records(),
         end_at=float(env.now),
     )

@@ -104,16 +104,20 @@ ARRIVAL_FIELDS = {
     "onoff": ("on_rate_per_s", "off_rate_per_s", "on_mean_s", "off_mean_s"),
     "offline": (),
     "replay": ("file",),
+    "closed_loop": ("users", "think_mean_s"),
 }
 
 
 class Workload(Strict):
     """Arrivals (flat fields by ``arrivals`` kind) and prompt/output length distributions.
 
-    ``replay`` reads arrival times *and* lengths from a CSV request trace (``file``).
+    ``replay`` reads arrival times *and* lengths from a CSV request trace (``file``);
+    ``closed_loop`` has ``users`` that each send a request, wait for it to finish, think
+    (gamma with mean ``think_mean_s`` and ``think_cv``; 1 = exponential) and repeat.
     """
 
-    arrivals: Literal["poisson", "gamma", "onoff", "offline", "replay"] = "poisson"
+    arrivals: Literal["poisson", "gamma", "onoff", "offline", "replay", "closed_loop"] = \
+        "poisson"
     rate_per_s: Pos | None = None
     cv: Pos | None = None
     on_rate_per_s: Pos | None = None
@@ -121,6 +125,9 @@ class Workload(Strict):
     on_mean_s: Pos | None = None
     off_mean_s: Pos | None = None
     file: str | None = None
+    users: PosInt | None = None
+    think_mean_s: Annotated[float, Field(ge=0)] | None = None
+    think_cv: Pos = 1.0
     prompt: Length = FixedLen(kind="fixed", tokens=512)
     output: Length = FixedLen(kind="fixed", tokens=256)
 
@@ -294,6 +301,8 @@ class Scenario(Strict):
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: names must be unique, got {names}")
+        if self.workload.arrivals == "closed_loop" and self.run.requests is None:
+            raise ValueError("run.requests: required for a closed loop (how many to send)")
         drafting = [v.name for v in self.variants if v.policy.kind != "none"]
         if drafting and self.models.draft is None:
             raise ValueError(f"models.draft: variants {drafting} speculate but no draft is set")

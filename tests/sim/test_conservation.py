@@ -136,3 +136,20 @@ def test_same_seed_same_records_different_seed_different():
     a, b, c = run(1), run(1), run(2)
     assert a.requests == b.requests and a.iterations == b.iterations
     assert a.requests != c.requests
+
+
+def test_closed_loop_users_keep_one_request_each_in_flight():
+    from dataclasses import replace
+
+    n, users = 30, 3
+    s = replace(setup(table(np.full(n, np.nan), [8] * n, [5] * n), max_num_seqs=8),
+                closed_loop_users=users, think_s=np.full(n + users, 0.05))
+    res = simulate(s)
+    assert len(res.requests) == n and all(r.finished for r in res.requests)
+    # at most `users` requests are ever outstanding: each arrives after an earlier one ends
+    events = sorted([(r.arrival_at, 1) for r in res.requests]
+                    + [(r.finished_at, -1) for r in res.requests])
+    level = np.cumsum([d for _, d in events])
+    assert level.max() == users
+    # the first requests arrive one think time after the start
+    assert [r.arrival_at for r in res.requests[:users]] == pytest.approx([0.05] * users)
