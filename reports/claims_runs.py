@@ -1,0 +1,62 @@
+"""Running the claim scenarios (``scenarios/claims/*.yaml``) one variant at a time.
+
+Every claim simulation is a shipped scenario plus ``--set``-style overrides (batch size,
+request count, acceptance calibration, the one variant to run), so each number can be
+reproduced with ``specsim run scenarios/claims/<file> --set ...``. A run holds a single
+variant because acceptance is calibrated per tree shape (one scenario = one acceptance
+model); all runs of a scenario share its seed, hence the same requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.loading import load_scenario, repo_root
+
+__all__ = ["SimPoint", "claims_scenario", "simulate_variant", "cost_pair", "policy_yaml"]
+
+
+@dataclass(frozen=True)
+class SimPoint:
+    """One simulated variant: mean TPOT (s), measured tokens per verify (None without
+    speculation) and how many requests finished."""
+
+    tpot_mean_s: float
+    tokens_per_verify: float | None
+    finished: int
+
+
+def claims_scenario(name: str) -> Path:
+    """``scenarios/claims/<name>`` under the repository root."""
+    return repo_root() / "scenarios" / "claims" / name
+
+
+def policy_yaml(shape: Sequence[int] | None, gamma: int | None = None) -> str:
+    """The YAML value of one variant list: no speculation, a chain of γ, or a tree."""
+    if gamma is not None:
+        return f"[{{name: g{gamma}, policy: {{kind: fixed, gamma: {gamma}}}}}]"
+    if shape is None:
+        return "[{name: none, policy: {kind: none}}]"
+    tree = ",".join(str(int(k)) for k in shape)
+    return f"[{{name: tree, policy: {{kind: tree, expansion: [{tree}]}}}}]"
+
+
+def simulate_variant(path: Path, overrides: Sequence[str]) -> SimPoint:
+    """Run the scenario at ``path`` with ``overrides`` (which must leave one variant)."""
+    from sim.runner import run_scenario
+
+    sc = load_scenario(path, list(overrides))
+    result = run_scenario(sc, str(path.name), record_bound=False)
+    (s,) = result.summaries
+    return SimPoint(s["tpot_mean_s"], s["tokens_per_verify"], s["finished"])
+
+
+def cost_pair(path: Path, overrides: Sequence[str] = ()):
+    """(target ``CostModel``, draft ``DraftSetup``) of the scenario at ``path``."""
+    from sim.build import cost_models
+
+    sc = load_scenario(path, list(overrides))
+    target, draft, _ = cost_models(sc, True)
+    return target, draft
