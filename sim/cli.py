@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "run",
     "bench",
     "sweep",
+    "grid",
 )
 
 

@@ -1,0 +1,203 @@
+"""Figures (matplotlib, Agg backend, PNG): each function returns a Figure ready to save.
+
+Every figure has a title, axes labelled with units and a caption line at the bottom that
+says what was plotted and under which assumptions. ``save`` refuses to write a figure whose
+axes hold no data, so an empty plot can never pass silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def caption(fig: Figure, text: str) -> Figure:
+    """Put ``text`` as a one-line caption under the axes."""
+    fig.text(0.01, 0.01, text, fontsize=7.5, ha="left", va="bottom", wrap=True)
+    fig.subplots_adjust(bottom=0.2)
+    return fig
+
+
+def has_data(fig: Figure) -> bool:
+    """True when some axes draw non-empty lines, bars, images or scatter points."""
+    for ax in fig.axes:
+        if any(len(line.get_xdata()) for line in ax.lines):
+            return True
+        if any(im.get_array() is not None and np.size(im.get_array()) for im in ax.images):
+            return True
+        if any(p.get_height() != 0 for p in ax.patches if hasattr(p, "get_height")):
+            return True
+        if any(len(c.get_offsets()) for c in ax.collections):
+            return True
+    return False
+
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG and close it; a figure without data is a ValueError."""
+    if not has_data(fig):
+        raise ValueError(f"{path}: refusing to save a figure with no data")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _heat(ax, values: np.ndarray, labels: np.ndarray, xticks, yticks, cmap="RdYlGn"):
+    """An annotated heatmap centred on 1.0 (speedup: red below, green above)."""
+    finite = values[np.isfinite(values)]
+    span = max(abs(finite.max() - 1.0), abs(1.0 - finite.min()), 0.05) if len(finite) else 1.0
+    im = ax.imshow(values, cmap=cmap, vmin=1.0 - span, vmax=1.0 + span, aspect="auto",
+                   origin="lower")
+    ax.set_xticks(range(len(xticks)), [str(x) for x in xticks])
+    ax.set_yticks(range(len(yticks)), [str(y) for y in yticks])
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, labels[i, j], ha="center", va="center", fontsize=7)
+    return im
+
+
+def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
+    """Batch × context grid of the best speedup, each cell annotated with its best γ.
+
+    ``grid`` has columns batch, context, best_gamma, best_speedup, fits
+    (``reports.grid.chain_grid``). Cells that do not fit the GPU are marked 'no fit'.
+    """
+    batches = sorted(grid["batch"].unique())
+    contexts = sorted(grid["context"].unique())
+    values = np.full((len(batches), len(contexts)), np.nan)  # [batch, context]
+    labels = np.full(values.shape, "", dtype=object)
+    for r in grid.itertuples():
+        i, j = batches.index(r.batch), contexts.index(r.context)
+        values[i, j] = r.best_speedup
+        if np.isnan(r.best_speedup):
+            labels[i, j] = "no fit"
+            continue
+        g = "none" if r.best_gamma == 0 else f"γ={int(r.best_gamma)}"
+        labels[i, j] = f"{r.best_speedup:.2f}×\n{g}" + ("" if r.fits else "\nno fit")
+    fig, ax = plt.subplots(figsize=(1.2 * len(contexts) + 2.5, 0.6 * len(batches) + 2.2))
+    im = _heat(ax, values, labels, contexts, batches)
+    fig.colorbar(im, ax=ax, label="best speedup vs no speculation (×)")
+    ax.set_xlabel("context (cached tokens per sequence)")
+    ax.set_ylabel("batch size (sequences)")
+    ax.set_title(title)
+    return caption(fig, "Each cell: the best speedup over plain decoding and the γ that gives "
+                        "it (none = do not speculate). " + note)
+
+
+def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
+    """Tree width × batch grid of speedups (``reports.grid.tree_grid``); best width starred."""
+    widths = sorted(grid["width"].unique())
+    batches = sorted(grid["batch"].unique())
+    values = np.full((len(widths), len(batches)), np.nan)  # [width, batch]
+    labels = np.full(values.shape, "", dtype=object)
+    for r in grid.itertuples():
+        i, j = widths.index(r.width), batches.index(r.batch)
+        values[i, j] = r.speedup
+        labels[i, j] = f"{r.speedup:.2f}×" + (" *" if r.best else "")
+    fig, ax = plt.subplots(figsize=(1.1 * len(batches) + 2.5, 0.55 * len(widths) + 2.2))
+    im = _heat(ax, values, labels, batches, widths)
+    fig.colorbar(im, ax=ax, label="speedup vs no speculation (×)")
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel("tree width k (nodes at the expanded level)")
+    ax.set_title(title)
+    return caption(fig, "* = best width at that batch (none starred: no tree beats plain "
+                        "decoding). " + note)
+
+
+def crossover(load: pd.DataFrame, metric: str, base: str, other: str) -> float | None:
+    """The offered rate where ``other``'s ``metric`` first rises above ``base``'s (linear
+    interpolation between measured rates); None if it never does (or is above throughout)."""
+    a = load[load["variant"] == base].set_index("rate_per_s")[metric]
+    b = load[load["variant"] == other].set_index("rate_per_s")[metric]
+    rates = sorted(set(a.index) & set(b.index))
+    diff = [float(b[r] - a[r]) for r in rates]
+    for k in range(1, len(rates)):
+        if diff[k - 1] < 0 <= diff[k]:
+            r0, r1 = rates[k - 1], rates[k]
+            return r0 + (r1 - r0) * (-diff[k - 1]) / (diff[k] - diff[k - 1])
+    return None
+
+
+def latency_vs_load(load: pd.DataFrame, metrics=("tpot_p50_s", "ttft_p99_s"), title: str = "",
+                    note: str = "") -> Figure:
+    """Latency against offered load per variant, the crossover with 'none' marked.
+
+    ``load`` has columns rate_per_s, variant, policy and the metric columns (seconds).
+    """
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
+    variants = list(dict.fromkeys(load["variant"]))
+    base = next((v for v in variants
+                 if (load.loc[load["variant"] == v, "policy"] == "none").all()), None)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for v in variants:
+            d = load[load["variant"] == v].sort_values("rate_per_s")
+            ax.plot(d["rate_per_s"], d[metric] * 1e3, marker="o", label=v)
+            if base is not None and v != base:
+                x = crossover(load, metric, base, v)
+                if x is not None:
+                    ax.axvline(x, ls="--", color="grey", lw=1)
+                    ax.annotate(f"{v} loses\nabove {x:.2g}/s", (x, ax.get_ylim()[1]),
+                                fontsize=7, ha="left", va="top")
+        ax.set_xlabel("offered load (requests/s)")
+        ax.set_ylabel(f"{metric.removesuffix('_s').replace('_', ' ')} (ms)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "Latency vs offered load: speculation vs none")
+    return caption(fig, "Dashed line: the load above which the speculative variant's latency "
+                        "exceeds plain decoding's (interpolated). " + note)
+
+
+def latency_cdfs(frames: dict[str, pd.DataFrame], title: str = "", note: str = "") -> Figure:
+    """Empirical CDFs of TTFT and TPOT per variant (``frames``: name -> requests frame)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, col, label in ((axes[0], "ttft_s", "TTFT"), (axes[1], "tpot_s", "TPOT")):
+        for name, df in frames.items():
+            x = np.sort(df[col].dropna().to_numpy()) * 1e3  # [n] ms
+            if len(x):
+                ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name)
+        ax.set_xlabel(f"{label} (ms)")
+        ax.set_ylabel("fraction of requests ≤ x")
+        ax.set_xscale("log")
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "Latency distributions (finished requests)")
+    return caption(fig, "TTFT over requests that got a first token; TPOT over finished "
+                        "requests with more than one output token. " + note)
+
+
+def tokens_per_verify_hist(hist: pd.DataFrame, title: str = "", note: str = "") -> Figure:
+    """Measured vs i.i.d.-formula distribution of tokens per verify (``reports.bursty``).
+
+    ``hist`` has columns tokens, measured, iid (probabilities) and optionally variant.
+    """
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    x = hist["tokens"].to_numpy()
+    ax.bar(x - 0.2, hist["measured"], width=0.4, label="measured (acceptance model replay)")
+    ax.bar(x + 0.2, hist["iid"], width=0.4, label="i.i.d. formula at measured α̂")
+    ax.set_xlabel("tokens per verify (accepted + 1)")
+    ax.set_ylabel("fraction of verifies")
+    ax.set_xticks(x)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Tokens per verify: measured vs i.i.d. formula")
+    return caption(fig, note)
+
+
+def batch_over_time(series: dict[str, pd.DataFrame], title: str = "", note: str = "") -> Figure:
+    """Batch size of every iteration against simulated time (``series``: name -> iterations)."""
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for name, it in series.items():
+        ax.plot(it["start_at"], it["batch_size"], lw=0.8, label=name, drawstyle="steps-post")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("batch size (sequences)")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Batch size over time")
+    return caption(fig, "Sequences in each target pass (prefilling and decoding), replica 0 "
+                        "and any others overlaid. " + note)

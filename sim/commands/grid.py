@@ -1,0 +1,127 @@
+"""``specsim grid``: batch × context (or tree width × batch) speedup grids, CSV + heatmap."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specdec.errors import UserError
+
+_HELP = """\
+Where does speculation pay? For a target/draft pair on a GPU at acceptance rate alpha, a
+grid over batch size x context (cached tokens per sequence) of the best gamma and its
+speedup over plain decoding, every pass priced by the cost model and the acceptance from the
+i.i.d. formula E(alpha, gamma) (the lecture's section 7 tables, from hardware/speedup.py).
+Writes grid.csv (one row per cell: best_gamma, best_speedup, speedup_g1..gN, fits) and a
+heatmap grid.png under --out.
+
+--tree k,1,1,1 --widths 1,2,3,4,5 instead makes a tree width x batch grid at one context
+(tokens per verify from the i.i.d. tree model with top-k coverage 1-(1-alpha)^(k^theta), or
+measured values with --tokens-per-verify): tree_grid.csv and tree_grid.png.
+
+--simulate runs the engine instead: closed loop at a fixed concurrency = batch (all requests
+at once, max_num_seqs = batch, one unchunked prefill, fixed short outputs), speedup = mean
+TPOT without speculation / with each gamma.
+
+example (the lecture's pattern: ~1.74x at small batch, below 1x at context 128 / batch 256
+with gamma 4, best gamma falling as batch grows, context 1024 above 1.6x at batch 256):
+  specsim grid --target llama-3-8b --draft llama-3.2-1b --gpu h100 --alpha 0.8
+"""
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"{flag}: must be comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise UserError(f"{flag}: values must be >= 1, got {text!r}")
+    return values
+
+
+def add_parser(subparsers) -> None:
+    """Register ``specsim grid``."""
+    p = subparsers.add_parser(
+        "grid", help="batch x context (or tree width x batch) speedup grid and heatmap",
+        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--target", required=True, help="target model id (see 'specsim hw list')")
+    p.add_argument("--draft", required=True, help="draft model id")
+    p.add_argument("--gpu", required=True, help="GPU id")
+    p.add_argument("--alpha", type=float, required=True, help="acceptance rate per guess, 0..1")
+    p.add_argument("--batches", default="1,4,16,64,256,512", help="batch sizes (comma list)")
+    p.add_argument("--contexts", default="128,512,1024,2048,4096",
+                   help="contexts in cached tokens (comma list; one value with --tree)")
+    p.add_argument("--gamma-max", type=int, default=8, help="largest gamma tried (default 8)")
+    p.add_argument("--tp", type=int, default=1, help="target tensor parallelism (default 1)")
+    p.add_argument("--tree", help="tree template with one level k, e.g. k,1,1,1")
+    p.add_argument("--widths", default="1,2,3,4,5", help="values of k with --tree")
+    p.add_argument("--theta", type=float, default=1.0,
+                   help="top-k coverage exponent of the i.i.d. tree model (default 1)")
+    p.add_argument("--tokens-per-verify", help="measured tokens per verify, one per width")
+    p.add_argument("--simulate", action="store_true",
+                   help="run the engine closed-loop at concurrency = batch (chains only)")
+    p.add_argument("--catalog", action="append", metavar="FILE", help="extra catalog YAML")
+    p.add_argument("--out", default=None, help="output folder (default: runs/grid-<time>)")
+    p.add_argument("--json", action="store_true", help="print the grid as JSON")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the grid, write CSV + heatmap, print it."""
+    from reports import figures
+    from reports.grid import chain_grid, make_pair, simulate_grid, tree_grid
+    from reports.tables import write_table
+    from sim.output import default_run_dir
+
+    batches = _ints(args.batches, "--batches")
+    contexts = _ints(args.contexts, "--contexts")
+    if args.gamma_max < 1:
+        raise UserError(f"--gamma-max: must be >= 1, got {args.gamma_max}")
+    if not 0.0 <= args.alpha <= 1.0:
+        raise UserError(f"--alpha: must be in [0, 1], got {args.alpha}")
+    out = Path(args.out or default_run_dir("grid"))
+    pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog)
+    head = f"{args.target} + {args.draft} on {args.gpu}" + (f" TP{args.tp}" if args.tp > 1
+                                                             else "")
+    if args.tree is not None:
+        if args.simulate:
+            raise UserError("--simulate: only chain grids are simulated (drop --tree)")
+        if len(contexts) != 1:
+            raise UserError(f"--contexts: a tree grid takes one context, got {args.contexts!r}")
+        tokens = None
+        if args.tokens_per_verify is not None:
+            try:
+                tokens = [float(x) for x in args.tokens_per_verify.split(",")]
+            except ValueError:
+                raise UserError(f"--tokens-per-verify: must be numbers, got "
+                                f"{args.tokens_per_verify!r}") from None
+        grid = tree_grid(pair, args.alpha, args.tree, _ints(args.widths, "--widths"), batches,
+                         contexts[0], args.theta, tokens)
+        stem = "tree_grid"
+        fig = figures.tree_heatmap(
+            grid, f"{head}, tree <{args.tree}>, context {contexts[0]}",
+            "tokens/verify: " + ("measured (given)" if tokens else
+                                 f"i.i.d. α={args.alpha:g}, θ={args.theta:g}")
+            + "; cost-model priced draft + verify.")
+    else:
+        if args.simulate:
+            grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
+                                 contexts, args.gamma_max, args.tp)
+            note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."
+        else:
+            grid = chain_grid(pair, args.alpha, batches, contexts, args.gamma_max)
+            note = f"Analytic: E(α,γ) at α={args.alpha:g}, cost-model priced passes."
+        stem = "grid"
+        fig = figures.speedup_heatmap(grid, f"{head}, α = {args.alpha:g}: best speedup", note)
+    paths = write_table(grid, out / stem)
+    png = figures.save(fig, out / f"{stem}.png")
+    if args.json:
+        rows = json.loads(grid.to_json(orient="records"))
+        print(json.dumps({"rows": rows, "files": [str(p) for p in [*paths, png]]}, indent=2))
+        return 0
+    shown = grid.drop(columns=[c for c in grid.columns if c.startswith("speedup_g")])
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"table: {paths[0]}\nheatmap: {png}")
+    return 0

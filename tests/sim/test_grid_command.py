@@ -1,0 +1,66 @@
+"""``specsim grid``: the lecture's §7 pattern read back from the CSV it writes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sim.cli import main
+
+BASE = ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100",
+        "--alpha", "0.8"]
+
+
+@pytest.fixture(scope="module")
+def grid_csv(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid")
+    assert main([*BASE, "--batches", "1,4,16,64,256,512", "--contexts", "128,512,1024",
+                 "--out", str(out)]) == 0
+    assert (out / "grid.png").stat().st_size > 10_000
+    return pd.read_csv(out / "grid.csv").set_index(["batch", "context"])
+
+
+def test_lecture_section_7_pattern(grid_csv):
+    g = grid_csv
+    # ≈ 1.74x at small batch (γ = 4).
+    assert round(g.loc[(1, 1024), "best_speedup"], 2) == 1.74
+    assert g.loc[(1, 1024), "best_gamma"] == 4
+    # Context 128, batch 256: γ = 4 is below 1x (0.73x); the best γ is 1 at 1.03x.
+    assert round(g.loc[(256, 128), "speedup_g4"], 2) == 0.73
+    assert g.loc[(256, 128), "best_gamma"] == 1
+    # Context 1024 stays above 1.6x at batch 256.
+    assert g.loc[(256, 1024), "best_speedup"] > 1.6
+    # The best γ falls (never rises) as the batch grows, at every context.
+    for ctx in (128, 512, 1024):
+        gammas = [g.loc[(b, ctx), "best_gamma"] for b in (1, 4, 16, 64, 256, 512)]
+        assert gammas == sorted(gammas, reverse=True)
+        assert gammas[0] > gammas[-1]
+    # Batch 512, context 128: do not speculate.
+    assert g.loc[(512, 128), "best_gamma"] == 0 and g.loc[(512, 128), "best_speedup"] == 1.0
+
+
+def test_tree_grid_json(tmp_path, capsys):
+    rc = main([*BASE, "--tree", "k,1,1,1", "--widths", "1,2", "--batches", "1,64",
+               "--contexts", "1024", "--out", str(tmp_path), "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 4 and (tmp_path / "tree_grid.png").exists()
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--batches", "1,x"], "--batches"),
+    (["--contexts", "0"], "--contexts"),
+    (["--tree", "k,1", "--contexts", "128,1024"], "one context"),
+    (["--tree", "k,1", "--contexts", "128", "--simulate"], "--simulate"),
+    (["--gpu", "nope"], "nope"),
+])
+def test_bad_input_one_line(tmp_path, capsys, extra, msg):
+    args = [*BASE, "--out", str(tmp_path)]
+    if "--gpu" in extra:
+        args[args.index("--gpu") + 1] = extra[1]
+        extra = []
+    assert main([*args, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0]
