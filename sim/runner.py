@@ -31,17 +31,23 @@ def simulate(
     """Run ``setup`` until every request finished, or until ``horizon_s`` simulated seconds.
 
     Requests still queued or running at the horizon are recorded with ``finished=False``.
-    ``progress``, if given, is called with the simulated time now and then (a progress bar).
+    ``progress(now_s, total_s)``, if given, is called now and then as simulated time passes
+    (for a progress bar); without a horizon the total is the last arrival time, an estimate.
     """
     env = simpy.Environment()
     cluster = wire(env, setup)
-    if progress is None or horizon_s is None:
+    last = float(setup.table.arrival_at[-1]) if len(setup.table) else 0.0
+    total = horizon_s if horizon_s is not None else last
+    if progress is None or not total > 0:  # also skips a closed loop's unknown (nan) total
         env.run(until=horizon_s)
     else:
         steps = 100
         for k in range(1, steps + 1):
-            env.run(until=horizon_s * k / steps)
-            progress(env.now)
+            env.run(until=total * k / steps)
+            progress(env.now, total)
+        if horizon_s is None:
+            env.run()
+            progress(env.now, env.now)
     for replica in cluster.replicas:
         replica.flush_running()
     log = cluster.log
@@ -66,7 +72,7 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
                  record_bound: bool = True) -> ScenarioResult:
     """Run every variant of ``scenario`` (a ``sim.scenario.Scenario``); the Python API.
 
-    ``progress(variant_name, now_s)``, if given, is called as simulated time advances.
+    ``progress(variant_name, now_s, total_s)``, if given, is called as simulated time advances.
     """
     from sim.build import setups
     from sim.summary import add_speedups, summarize
@@ -75,7 +81,7 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
     horizon = scenario.run.horizon_s
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     for name, setup in setups(scenario, source, record_bound):
-        tick = None if progress is None else (lambda now, n=name: progress(n, now))
+        tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)
         results.append(res)
         summaries.append(summarize(name, res.requests, res.iterations, res.end_at,

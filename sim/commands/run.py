@@ -85,18 +85,19 @@ def _public(summary: dict) -> dict:
 
 
 def _progress(scenario, disabled: bool):
-    """A tqdm bar per variant over simulated time (only with a horizon and a terminal)."""
+    """A tqdm bar per variant over simulated time, on stderr when it is a terminal."""
     bars: dict = {}
-    horizon = scenario.run.horizon_s
-    if disabled or horizon is None or not sys.stderr.isatty():
+    if disabled or not sys.stderr.isatty():
         return None, bars
     from tqdm import tqdm
 
-    def tick(name: str, now: float) -> None:
+    def tick(name: str, now: float, total: float) -> None:
         if name not in bars:
-            bars[name] = tqdm(total=horizon, desc=name, unit="sim s", file=sys.stderr,
+            bars[name] = tqdm(total=round(total, 3), desc=name, unit="sim s", file=sys.stderr,
                               leave=False)
-        bars[name].update(now - bars[name].n)
+        bar = bars[name]
+        bar.total = max(bar.total, round(total, 3))
+        bar.update(round(now - bar.n, 3))
 
     return tick, bars
 

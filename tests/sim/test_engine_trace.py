@@ -56,3 +56,13 @@ def test_horizon_records_unfinished_requests():
     r0, r1 = res.requests
     assert r0.finished is False and r0.emitted_tokens == 1 and math.isnan(r0.finished_at)
     assert r1.finished is False and math.isnan(r1.first_token_at)
+
+
+def test_progress_reports_simulated_time_and_does_not_change_results():
+    ticks = []
+    tab = table([0.0, 0.005, 0.5], [4, 2, 2], [3, 2, 2])
+    plain = simulate(setup(tab))
+    watched = simulate(setup(tab), progress=lambda now, total: ticks.append((now, total)))
+    assert watched.requests == plain.requests and watched.iterations == plain.iterations
+    assert ticks[0][1] == 0.5 and ticks[-1][0] == pytest.approx(plain.end_at)
+    assert [t for t, _ in ticks] == sorted(t for t, _ in ticks)
