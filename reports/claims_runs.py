@@ -21,11 +21,18 @@ __all__ = ["SimPoint", "claims_scenario", "simulate_variant", "cost_pair", "poli
 @dataclass(frozen=True)
 class SimPoint:
     """One simulated variant: mean TPOT (s), measured tokens per verify (None without
-    speculation) and how many requests finished."""
+    speculation), how many requests finished, and the steady-state decode rate.
+
+    ``steady_tokens_per_s`` = emitted tokens / seconds over the iterations that decoded a
+    full batch (``decode_seqs`` = the batch asked for) and prefilled nothing: the fixed-
+    concurrency decode speed, free of prefill interference and of the thinning tail.
+    ``None`` when no batch was asked for or no iteration qualifies.
+    """
 
     tpot_mean_s: float
     tokens_per_verify: float | None
     finished: int
+    steady_tokens_per_s: float | None = None
 
 
 def claims_scenario(name: str) -> Path:
@@ -43,14 +50,21 @@ def policy_yaml(shape: Sequence[int] | None, gamma: int | None = None) -> str:
     return f"[{{name: tree, policy: {{kind: tree, expansion: [{tree}]}}}}]"
 
 
-def simulate_variant(path: Path, overrides: Sequence[str]) -> SimPoint:
+def simulate_variant(path: Path, overrides: Sequence[str], steady_batch: int | None = None
+                     ) -> SimPoint:
     """Run the scenario at ``path`` with ``overrides`` (which must leave one variant)."""
     from sim.runner import run_scenario
 
     sc = load_scenario(path, list(overrides))
     result = run_scenario(sc, str(path.name), record_bound=False)
     (s,) = result.summaries
-    return SimPoint(s["tpot_mean_s"], s["tokens_per_verify"], s["finished"])
+    steady = None
+    if steady_batch is not None:
+        its = [r for r in result.variants[0].iterations
+               if r.decode_seqs == steady_batch and r.prefill_tokens == 0]
+        seconds = sum(r.duration_s for r in its)
+        steady = sum(r.emitted_tokens for r in its) / seconds if seconds > 0 else None
+    return SimPoint(s["tpot_mean_s"], s["tokens_per_verify"], s["finished"], steady)
 
 
 def cost_pair(path: Path, overrides: Sequence[str] = ()):
