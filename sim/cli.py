@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "bench",
     "sweep",
     "grid",
+    "claims",
 )
 
 
