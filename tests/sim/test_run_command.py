@@ -11,7 +11,12 @@ from sim.cli import main
 from sim.loading import load_scenario, repo_root
 from sim.runner import run_scenario
 
-SCENARIOS = sorted((repo_root() / "scenarios").glob("*.yaml"))
+# Every scenario file under scenarios/ (candidate lists for `specsim plan`, which hold a
+# top-level `candidates` key, are overrides for a scenario, not scenarios themselves).
+SCENARIOS = sorted(
+    p for p in (repo_root() / "scenarios").rglob("*.yaml")
+    if "candidates" not in (yaml.safe_load(p.read_text()) or {})
+)
 KEYS = {"name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
         "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "throughput_tokens_per_s", "requests_per_s",
         "acceptance_rate", "mean_acceptance_length", "tokens_per_verify",
