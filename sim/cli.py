@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "sweep",
     "grid",
     "claims",
+    "plan",
 )
 
 

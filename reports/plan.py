@@ -1,0 +1,233 @@
+"""Capacity planning: the highest request rate each candidate deployment serves within an SLO,
+the replicas a target rate needs, and what a million output tokens cost.
+
+A candidate is a set of scenario overrides (GPU type, TP, ...) plus one speculation policy.
+For each, the simulator runs the scenario (its seed, its request count) with that policy as
+the only variant at a trial ``workload.rate_per_s`` and checks the SLO: every request
+finished, and each ``<metric>_p<q>`` percentile (TTFT, TPOT, end-to-end, over finished
+requests as in ``sim.summary``) at or below its limit. The search doubles (or halves) the
+rate from the scenario's own until the SLO flips, then bisects until the failing rate is
+within ``rel_tol`` (default 5%) of the passing one; the passing rate is reported. With a
+fixed seed, arrivals at rate r are the same draws scaled by 1/r, so runs at different rates
+differ only by load.
+
+Costs: one replica of a candidate occupies ``tp × pp`` GPUs (plus one for a draft placed
+``separate``) at the catalog's ``price_per_hour_usd``; the cost per million output tokens is
+that hourly price over the output tokens per hour at the highest passing rate (that rate ×
+the run's mean output tokens per request). Replicas for
+a target rate = ceil(target / highest rate): it assumes the router spreads load evenly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specdec.errors import UserError
+
+_SLO_KEY = re.compile(r"^(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)$")
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """``'ttft_p99=2s,tpot_p50=50ms'`` -> {'ttft_p99_s': 2.0, 'tpot_p50_s': 0.05}."""
+    slo = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        m = _SLO_KEY.match(key.strip())
+        if not sep or m is None or not 0 < float(m.group(2)) <= 100:
+            raise UserError(f"--slo {text}: {part.strip()!r} must look like ttft_p99=2s "
+                            f"(metrics ttft, tpot, e2e; percentile in (0, 100])")
+        num = re.match(r"^\s*([0-9.eE+-]+)\s*(s|ms|us)?\s*$", value)
+        try:
+            seconds = float(num.group(1)) * _UNITS[num.group(2) or "s"] if num else None
+        except ValueError:
+            seconds = None
+        if seconds is None or not seconds > 0:
+            raise UserError(f"--slo {text}: {key.strip()}: need a positive time such as 2s, "
+                            f"50ms, got {value!r}")
+        slo[f"{key.strip()}_s"] = seconds
+    return slo
+
+
+def slo_from_scenario(scenario) -> dict[str, float]:
+    """The scenario's ``slo`` section as an SLO dict (unset targets left out)."""
+    return {k: v for k, v in scenario.slo.model_dump().items() if v is not None}
+
+
+def measure_slo(requests, slo: dict[str, float]) -> tuple[bool, dict[str, float]]:
+    """(all finished and every percentile within its limit, the measured percentiles)."""
+    from sim.summary import latencies
+
+    lat = latencies(requests)
+    measured, ok = {}, all(r.finished for r in requests)
+    for key, limit in slo.items():
+        metric, q = _SLO_KEY.match(key.removesuffix("_s")).groups()
+        x = lat[metric]
+        value = float(np.percentile(x, float(q))) if len(x) else math.inf
+        measured[key] = value
+        ok = ok and value <= limit
+    return ok, measured
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A deployment to price: scenario overrides and the one speculation policy it runs."""
+
+    name: str
+    overrides: dict = field(default_factory=dict)
+    policy: dict = field(default_factory=lambda: {"kind": "none"})
+
+    def set_args(self, rate: float | None = None) -> list[str]:
+        """The ``specsim run --set`` arguments that reproduce this candidate at ``rate``."""
+        args = [f"{k}={json.dumps(v)}" for k, v in self.overrides.items()]
+        args.append("variants=" + json.dumps([{"name": self.name, "policy": self.policy}]))
+        if rate is not None:
+            args.append(f"workload.rate_per_s={rate!r}")
+        return args
+
+
+def load_candidates(path: str | Path) -> list[Candidate]:
+    """Read ``candidates: [{name, set: {dotted.key: value}, policy: {...}}]`` from YAML."""
+    from sim.loading import display_path, read_yaml
+
+    p = Path(path)
+    src = display_path(p)
+    items = read_yaml(p).get("candidates")
+    if not isinstance(items, list) or not items:
+        raise UserError(f"{src}: candidates: must be a non-empty list")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or set(item) - {"name", "set", "policy"} \
+                or "name" not in item:
+            raise UserError(f"{src}: candidates.{i}: needs name, optional set and policy "
+                            f"only, got {item!r}")
+        overrides = item.get("set") or {}
+        if not isinstance(overrides, dict):
+            raise UserError(f"{src}: candidates.{i}.set: must be a mapping of dotted keys")
+        out.append(Candidate(str(item["name"]), dict(overrides),
+                             item.get("policy") or {"kind": "none"}))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise UserError(f"{src}: candidates: names must be unique, got {names}")
+    return out
+
+
+def scenario_for(base: dict, cand: Candidate, rate: float, source: str):
+    """The validated scenario of ``cand`` at ``rate`` (what ``specsim run`` would run)."""
+    from sim.loading import apply_overrides, validate
+
+    doc = apply_overrides(base, cand.set_args(rate))
+    return validate(doc, f"{source} (candidate {cand.name})")
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    """Outcome of the rate search for one candidate."""
+
+    max_rate_per_s: float  # highest rate found to meet the SLO (0 if none did)
+    fail_rate_per_s: float  # lowest rate found to miss it (inf if none did)
+    runs: int
+    summary: dict | None  # sim.summary of the run at max_rate_per_s
+    measured: dict  # the SLO percentiles at max_rate_per_s
+
+
+def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
+                rel_tol: float = 0.05, max_steps: int = 40) -> RateSearch:
+    """Bisection over the arrival rate for the highest rate that meets ``slo``."""
+    from sim.runner import run_scenario
+
+    if base.get("workload", {}).get("arrivals") not in ("poisson", "gamma"):
+        raise UserError(f"{source}: workload.arrivals: plan needs rate-driven arrivals "
+                        f"(poisson or gamma), got {base.get('workload', {}).get('arrivals')!r}")
+    cache: dict[float, tuple] = {}
+
+    def trial(rate: float) -> bool:
+        sc = scenario_for(base, cand, rate, source)
+        res = run_scenario(sc, source)
+        reqs = res.variants[0].requests
+        ok, measured = measure_slo(reqs, slo)
+        summary = dict(res.summaries[0])
+        summary["output_tokens_per_request"] = float(np.mean([r.output_tokens for r in reqs]))
+        cache[rate] = (ok, summary, measured)
+        return ok
+
+    lo, hi = 0.0, math.inf
+    rate = float(base["workload"]["rate_per_s"])
+    for _ in range(max_steps):  # bracket: double up from a pass, halve down from a fail
+        if trial(rate):
+            lo, rate = rate, rate * 2
+        else:
+            hi, rate = rate, rate / 2
+        if lo > 0 and hi < math.inf:
+            break
+    while lo > 0 and hi < math.inf and hi > lo * (1 + rel_tol) and len(cache) < max_steps:
+        mid = 0.5 * (lo + hi)
+        if trial(mid):
+            lo = mid
+        else:
+            hi = mid
+    if lo == 0.0:
+        return RateSearch(0.0, hi, len(cache), None, {})
+    _, summary, measured = cache[lo]
+    return RateSearch(lo, hi, len(cache), summary, measured)
+
+
+def _gpu_price(base: dict, cand: Candidate, source: str) -> tuple[str, int, float]:
+    """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate."""
+    from hardware import load_catalog
+
+    sc = scenario_for(base, cand, float(base["workload"]["rate_per_s"]), source)
+    d = sc.deployment
+    gpus = d.tp * d.pp + (1 if d.draft_placement == "separate"
+                          and cand.policy.get("kind") != "none" else 0)
+    cat = load_catalog([d.catalog] if d.catalog else None)
+    return d.gpu, gpus * d.replicas, cat.gpu(d.gpu).price_per_hour_usd
+
+
+def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source: str,
+         target_rate: float | None = None, rel_tol: float = 0.05,
+         progress=None) -> pd.DataFrame:
+    """One row per candidate, cheapest first (per target rate if given, else per million
+    output tokens); infeasible candidates last. ``progress(name)`` after each candidate."""
+    if not slo:
+        raise UserError(f"{source}: no SLO: give --slo or set slo: in the scenario")
+    if target_rate is not None and not target_rate > 0:
+        raise UserError(f"--target-rate: must be > 0, got {target_rate}")
+    rows = []
+    for cand in candidates:
+        gpu, gpus, price = _gpu_price(base, cand, source)
+        found = search_rate(base, cand, slo, source, rel_tol)
+        s = found.summary or {}
+        per_hour = price * gpus
+        # Sustained output rate: requests/s x output tokens per request (the run's own
+        # throughput also counts the final drain, when the queue empties).
+        thr = found.max_rate_per_s * s.get("output_tokens_per_request", 0.0)
+        row = {"candidate": cand.name, "gpu": gpu, "gpus": gpus,
+               "policy": cand.policy.get("kind"), "max_rate_per_s": found.max_rate_per_s,
+               "fail_rate_per_s": found.fail_rate_per_s, "rel_tol": rel_tol,
+               "runs": found.runs, "output_tokens_per_s": thr,
+               "usd_per_hour": per_hour,
+               "usd_per_million_tokens": per_hour / (thr * 3600) * 1e6 if thr else math.inf}
+        row.update({f"measured_{k}": v for k, v in found.measured.items()})
+        if target_rate is not None:
+            n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
+            row["replicas_for_target"] = n
+            row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
+        row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
+        rows.append(row)
+        if progress:
+            progress(cand.name)
+    table = pd.DataFrame(rows)
+    key = "usd_per_hour_for_target" if target_rate is not None else "usd_per_million_tokens"
+    table = table.sort_values([key, "max_rate_per_s"], ascending=[True, False],
+                              kind="stable").reset_index(drop=True)
+    table.insert(0, "rank", range(1, len(table) + 1))
+    table["cheapest"] = [i == 0 and math.isfinite(table.loc[0, key]) for i in range(len(table))]
+    return table

@@ -1,0 +1,129 @@
+"""``specsim plan``: the cheapest deployment that meets an SLO at a given traffic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from specdec.errors import UserError
+
+_HELP = """\
+Capacity planning. For each candidate deployment (GPU type x count x TP x speculation
+policy) find, with the simulator at the scenario's fixed seed and request count, the highest
+request rate that meets the SLO: the rate is doubled/halved from the scenario's until the
+SLO flips, then bisected until the failing rate is within --rel-tol (default 5%) of the
+passing one. Reports that rate, the replicas a --target-rate needs, and the cost per
+million output tokens from the catalog's hourly GPU prices; ranks the candidates and marks
+the cheapest.
+
+SLO: --slo ttft_p99=2s,tpot_p50=50ms (metrics ttft, tpot, e2e; any percentile; units s, ms,
+us); without --slo the scenario's slo: section is used. A run meets the SLO when every
+request finished and every listed percentile is within its limit.
+
+Candidates file (YAML):
+  candidates:
+    - name: h200-tp2-chain4
+      set: {deployment.gpu: h200, deployment.tp: 2}   # dotted scenario overrides
+      policy: {kind: fixed, gamma: 4}                  # the one policy it runs
+Without --candidates, each variant of the scenario is a candidate on its own deployment.
+Each row's run_args re-runs it: specsim run SCENARIO <run_args>.
+
+example:
+  specsim plan scenarios/plan-llama70b.yaml --candidates scenarios/plan-candidates.yaml \\
+      --slo ttft_p99=2s,tpot_p99=50ms --target-rate 30
+"""
+
+_SHOWN = ("rank", "candidate", "gpu", "gpus", "policy", "max_rate_per_s", "usd_per_hour",
+          "usd_per_million_tokens")
+
+
+def add_parser(subparsers) -> None:
+    """Register ``specsim plan``."""
+    p = subparsers.add_parser(
+        "plan", help="cheapest deployment meeting an SLO (rate search with the simulator)",
+        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("scenario", help="base scenario YAML (workload, models, run, slo)")
+    p.add_argument("--slo", default=None, help="e.g. ttft_p99=2s,tpot_p50=50ms")
+    p.add_argument("--candidates", default=None, help="candidates YAML file")
+    p.add_argument("--target-rate", type=float, default=None,
+                   help="requests/s to serve: replicas needed and their hourly cost")
+    p.add_argument("--rel-tol", type=float, default=0.05,
+                   help="stop bisecting when fail rate <= pass rate x (1 + tol) (default 0.05)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field of the base scenario (repeatable)")
+    p.add_argument("--out", default=None, help="write plan.csv here (default: runs/plan-...)")
+    p.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Search every candidate, rank, write, print."""
+    from tqdm import tqdm
+
+    from reports.plan import (
+        Candidate,
+        load_candidates,
+        parse_slo,
+        plan,
+        slo_from_scenario,
+    )
+    from reports.tables import write_table
+    from sim.loading import apply_overrides, display_path, read_yaml, validate
+    from sim.output import default_run_dir
+
+    if not 0 < args.rel_tol < 1:
+        raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")
+    path = Path(args.scenario)
+    source = display_path(path)
+    scenario = validate(apply_overrides(read_yaml(path), args.overrides), source)
+    base = scenario.model_dump(mode="json")
+    slo = parse_slo(args.slo) if args.slo else slo_from_scenario(scenario)
+    if args.candidates:
+        candidates = load_candidates(args.candidates)
+    else:
+        candidates = [Candidate(v.name, {}, v.policy.model_dump(mode="json", exclude_none=True))
+                      for v in scenario.variants]
+    bar = tqdm(total=len(candidates), desc="plan", unit="candidate", file=sys.stderr,
+               disable=args.no_progress)
+    try:
+        table = plan(base, candidates, slo, source, args.target_rate, args.rel_tol,
+                     lambda name: bar.update(1))
+    finally:
+        bar.close()
+    out = Path(args.out or default_run_dir(f"plan-{scenario.name}"))
+    paths = write_table(table, out / "plan")
+    slo_text = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in slo.items())
+    if args.json:
+        rows = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
+        print(json.dumps({"slo": slo, "rel_tol": args.rel_tol, "target_rate": args.target_rate,
+                          "rows": rows, "files": [str(p) for p in paths]}, indent=2))
+        return 0
+    cols = list(_SHOWN)
+    if args.target_rate is not None:
+        cols += ["replicas_for_target", "usd_per_hour_for_target"]
+    shown = table[cols].copy()
+    shown.insert(0, "", ["*" if c else "" for c in table["cheapest"]])
+    print(f"SLO: {slo_text}; rates within {args.rel_tol:.0%} (fixed seed "
+          f"{scenario.run.seed}, {scenario.run.requests} requests per run)")
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    best = table.iloc[0]
+    if best["cheapest"]:
+        print(f"* cheapest: {best['candidate']}; re-run: specsim run {source} {best['run_args']}")
+    else:
+        print("no candidate meets the SLO at any rate tried")
+    print(f"table: {paths[0]}")
+    return 0
+
+
+def _clean(v):
+    """JSON has no NaN or infinity: those become null."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
