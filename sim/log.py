@@ -42,11 +42,8 @@ class RunLog:
         self.first_token_at = nan.copy()
         self.finished_at = nan.copy()
         self.emitted = np.zeros(n_requests, dtype=np.int64)
-        self.verify_steps = np.zeros(n_requests, dtype=np.int64)
-        self.draft_steps = np.zeros(n_requests, dtype=np.int64)
-        self.drafted = np.zeros(n_requests, dtype=np.int64)
-        self.accepted = np.zeros(n_requests, dtype=np.int64)
-        self.checked = np.zeros(n_requests, dtype=np.int64)
+        # [N, 5]: verify steps, draft steps, drafted, accepted, checked tokens per request
+        self.counts = np.zeros((n_requests, 5), dtype=np.int64)
         self.preemptions = np.zeros(n_requests, dtype=np.int64)
         self.iterations: list[tuple] = []
 
@@ -64,11 +61,7 @@ class RunLog:
             table.prompt_tokens.tolist(),
             table.output_tokens.tolist(),
             self.emitted.tolist(),
-            self.verify_steps.tolist(),
-            self.draft_steps.tolist(),
-            self.drafted.tolist(),
-            self.accepted.tolist(),
-            self.checked.tolist(),
+            *self.counts.T.tolist(),
             self.preemptions.tolist(),
             done.tolist(),
         )

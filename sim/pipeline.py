@@ -100,7 +100,7 @@ class PipelinedReplica(Replica):
     def _dispatch(self, batch: Batch) -> None:
         dec, pre = batch.dec_slots, batch.pre_slots
         draft_s, cost = self.pricer.price_stages(
-            batch.row, self.kv_tokens[dec], self.kv_tokens[pre], batch.chunks
+            batch.row, batch.dec_context, batch.pre_context, batch.chunks
         )
         self.busy[dec] = True
         self.busy[pre] = True

@@ -137,7 +137,7 @@ class Replica:
                 raise RuntimeError(f"replica {self.index}: nothing schedulable with work queued")
             dec, pre = batch.dec_slots, batch.pre_slots
             draft_s, verify_s, bound = self.pricer.price(
-                batch.row, self.kv_tokens[dec], self.kv_tokens[pre], batch.chunks
+                batch.row, batch.dec_context, batch.pre_context, batch.chunks
             )
             yield env.timeout(draft_s + verify_s)
             emitted, accepted, drafted, prefill = self._advance(batch)
@@ -157,9 +157,10 @@ class Replica:
         pre, chunks = batch.pre_slots, batch.chunks
         if len(pre):
             prefill = int(chunks.sum())
-            self.prefilled[pre] += chunks
-            self.kv_tokens[pre] += chunks
-            done = pre[self.prefilled[pre] >= self.target_prefill[pre]]
+            filled = self.prefilled[pre] + chunks
+            self.prefilled[pre] = filled
+            self.kv_tokens[pre] = batch.pre_context + chunks
+            done = pre[filled >= self.target_prefill[pre]]
             if len(done):
                 first = done[self.emitted[done] == 0]
                 log.first_token_at[self.rid[first]] = now
@@ -181,7 +182,7 @@ class Replica:
             remaining = self.output[dec] - emitted  # [D]
             step = np.minimum(acc + 1, remaining)  # [D]
             self.emitted[dec] = emitted + step
-            kept = self.kv_tokens[dec] + 1 + acc  # the root plus the accepted path
+            kept = batch.dec_context + 1 + acc  # the root plus the accepted path
             self.kv_tokens[dec] = kept
             self.kv.shrink(dec, kept)
             # [D, 5]: verify steps, draft steps, drafted, accepted, checked
@@ -221,12 +222,7 @@ class Replica:
         rids = self.rid[slots]
         log = self.log
         log.emitted[rids] = self.emitted[slots]
-        c = self.counters[slots]  # [n, 5]
-        log.verify_steps[rids] += c[:, 0]
-        log.draft_steps[rids] += c[:, 1]
-        log.drafted[rids] += c[:, 2]
-        log.accepted[rids] += c[:, 3]
-        log.checked[rids] += c[:, 4]
+        log.counts[rids] += self.counters[slots]  # [n, 5]
         self.counters[slots] = 0
 
     def flush_running(self) -> None:

@@ -39,13 +39,16 @@ class SchedulerLimits:
 class Batch:
     """One iteration's work.
 
-    row int64 [m]: the draft shape of every decoding sequence; dec_slots int64 [D];
-    pre_slots int64 [P] and chunks int64 [P]: prefilling sequences and their chunks.
+    row int64 [m]: the draft shape of every decoding sequence; dec_slots, dec_context
+    int64 [D]: the decoding sequences and their cached tokens; pre_slots, pre_context,
+    chunks int64 [P]: the prefilling sequences, their cached tokens and their chunks.
     """
 
     row: np.ndarray
     dec_slots: np.ndarray
+    dec_context: np.ndarray
     pre_slots: np.ndarray
+    pre_context: np.ndarray
     chunks: np.ndarray
 
     @property
@@ -72,49 +75,56 @@ def plan_batch(r) -> Batch:
     act = np.flatnonzero(r.schedulable())  # running and not in flight in a pipeline
     if len(act) > 1:
         act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
-    decoding = r.prefilled[act] >= r.target_prefill[act]
-    if decoding.all():
-        dec, pre = act, _NONE
+    ctx = r.kv_tokens[act]  # [A]
+    left = r.target_prefill[act] - r.prefilled[act]  # [A]: prompt tokens still to prefill
+    if not left.any():
+        dec, dctx, pre, pctx, left = act, ctx, _NONE, _NONE, _NONE
     else:
-        dec, pre = act[decoding], act[~decoding]
+        decoding = left == 0
+        dec, dctx, pre, pctx, left = (act[decoding], ctx[decoding], act[~decoding],
+                                      ctx[~decoding], left[~decoding])
 
     # 1. decoders and their draft shape, while their verify tokens fit the budget.
-    row = r.policy.shape(len(dec), r.kv_tokens[dec])
+    row = r.policy.shape(len(dec), dctx)
     verify = 1 + tree_nodes(row)
     if len(dec) * verify > lim.max_batched_tokens:
-        dec = dec[: lim.max_batched_tokens // verify]
+        keep = lim.max_batched_tokens // verify
+        dec, dctx = dec[:keep], dctx[:keep]
     budget = lim.max_batched_tokens - len(dec) * verify
 
     # 2. prefill chunks of running sequences.
     chunks = _NONE
     if len(pre):
-        chunks = _budgeted_chunks(r.target_prefill[pre] - r.prefilled[pre], lim, budget)
+        chunks = _budgeted_chunks(left, lim, budget)
         go = chunks > 0
-        pre, chunks = pre[go], chunks[go]
+        pre, pctx, chunks = pre[go], pctx[go], chunks[go]
         budget -= int(chunks.sum())
 
     # 3. KV blocks, preempting the latest arrivals when the pool runs dry.
-    slots = np.concatenate((dec, pre)) if len(pre) else dec
-    tokens = r.kv_tokens[slots] + (np.concatenate((np.full(len(dec), verify), chunks))
-                                   if len(pre) else verify)
+    if len(pre):
+        slots = np.concatenate((dec, pre))
+        tokens = np.concatenate((dctx + verify, pctx + chunks))
+    else:
+        slots, tokens = dec, dctx + verify
     extra = r.kv.extra_needed(slots, tokens)
     if int(extra.sum()) > r.kv.free_blocks:
         keep = _preempt_until_fits(r, act, slots, tokens)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
-        dec, pre, chunks = dec[kd], pre[kp], chunks[kp]
+        dec, dctx, pre, pctx, chunks = dec[kd], dctx[kd], pre[kp], pctx[kp], chunks[kp]
         budget = lim.max_batched_tokens - len(dec) * verify - int(chunks.sum())
         slots = np.concatenate((dec, pre))
-        tokens = r.kv_tokens[slots] + np.concatenate((np.full(len(dec), verify), chunks))
+        tokens = np.concatenate((dctx + verify, pctx + chunks))
         extra = r.kv.extra_needed(slots, tokens)
     r.kv.grow(slots, extra)
 
-    # 4. admissions, first come first served.
+    # 4. admissions, first come first served (nothing cached yet: context 0).
     if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
         new_slots, new_chunks = _admit(r, lim, budget)
         if new_slots:
             pre = np.concatenate((pre, np.array(new_slots, dtype=np.int64)))
+            pctx = np.concatenate((pctx, np.zeros(len(new_slots), dtype=np.int64)))
             chunks = np.concatenate((chunks, np.array(new_chunks, dtype=np.int64)))
-    return Batch(row, dec, pre, chunks)
+    return Batch(row, dec, dctx, pre, pctx, chunks)
 
 
 def _admit(r, lim: SchedulerLimits, budget: int) -> tuple[list[int], list[int]]:
