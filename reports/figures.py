@@ -149,7 +149,7 @@ def latency_vs_load(load: pd.DataFrame, metrics=("tpot_p50_s", "ttft_p99_s"), ti
                                 fontsize=7, ha="left", va="top")
         ax.set_xlabel("offered load (requests/s)")
         ax.set_ylabel(f"{metric.removesuffix('_s').replace('_', ' ')} (ms)")
-        ax.set_yscale("log")
+        ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     fig.suptitle(title or "Latency vs offered load: speculation vs none")
     return caption(fig, "Dashed line: the load above which the speculative variant's latency "

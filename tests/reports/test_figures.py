@@ -1,0 +1,86 @@
+"""reports.figures: every figure carries data, titles, labelled axes and a caption."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from reports import figures
+from reports.grid import chain_grid, make_pair, tree_grid
+from reports.run_folder import load_run
+
+
+def _check(fig):
+    assert figures.has_data(fig)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() and ax.get_ylabel()
+    assert ax.get_title() or fig._suptitle is not None
+    assert any(t.get_text() for t in fig.texts)  # the caption line
+
+
+def _load():
+    rates = [1.0, 2.0, 4.0]
+    return pd.DataFrame({
+        "rate_per_s": rates * 2, "variant": ["none"] * 3 + ["g4"] * 3,
+        "policy": ["none"] * 3 + ["fixed"] * 3,
+        "tpot_p50_s": [0.010, 0.011, 0.020, 0.006, 0.009, 0.030],
+        "ttft_p99_s": [0.1, 0.1, 0.2, 0.1, 0.2, 0.4],
+    })
+
+
+def test_crossover_interpolates():
+    # diff (g4 - none): -0.004, -0.002, +0.010 -> zero at 2 + 2 * 0.002 / 0.012.
+    assert figures.crossover(_load(), "tpot_p50_s", "none", "g4") == pytest.approx(2 + 1 / 3)
+    assert figures.crossover(_load(), "ttft_p99_s", "none", "g4") is None
+
+
+def test_latency_vs_load_marks_crossover():
+    fig = figures.latency_vs_load(_load())
+    _check(fig)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 3  # two curves and the crossover line
+    assert ax.lines[2].get_xdata()[0] == pytest.approx(2 + 1 / 3)
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [10.0, 11.0, 20.0])  # ms
+    plt.close(fig)
+
+
+def test_heatmaps_hold_the_grid_values():
+    pair = make_pair("llama-3-8b", "llama-3.2-1b", "h100")
+    g = chain_grid(pair, 0.8, [1, 256], [128, 1024], 4)
+    fig = figures.speedup_heatmap(g, "t")
+    _check(fig)
+    img = fig.axes[0].images[0].get_array()
+    assert img.shape == (2, 2)
+    assert img[1, 0] == pytest.approx(g.set_index(["batch", "context"]).loc[(256, 128),
+                                                                          "best_speedup"])
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert "1.74×\nγ=4" in labels
+    plt.close(fig)
+    t = tree_grid(pair, 0.8, "k,1", [1, 2], [1, 64], 512)
+    fig = figures.tree_heatmap(t, "t")
+    _check(fig)
+    assert fig.axes[0].images[0].get_array().shape == (2, 2)
+    plt.close(fig)
+
+
+def test_run_figures(small_run):
+    run = load_run(small_run)
+    fig = figures.latency_cdfs({v.name: v.requests for v in run.variants})
+    _check(fig)
+    assert all(len(line.get_xdata()) == 60 for line in fig.axes[0].lines)  # 60 TTFTs each
+    plt.close(fig)
+    fig = figures.batch_over_time({v.name: v.iterations for v in run.variants})
+    _check(fig)
+    assert len(fig.axes[0].lines[0].get_xdata()) == len(run.variants[0].iterations)
+    plt.close(fig)
+
+
+def test_save_refuses_empty(tmp_path):
+    fig, ax = plt.subplots()
+    ax.set_xlabel("x")
+    with pytest.raises(ValueError, match="no data"):
+        figures.save(fig, tmp_path / "empty.png")
+    assert not (tmp_path / "empty.png").exists()
+    plt.close(fig)

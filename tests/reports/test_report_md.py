@@ -1,0 +1,77 @@
+"""write_run_report: report.md, tables with their columns, figures with data in them."""
+
+from __future__ import annotations
+
+import shutil
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from reports import bursty, figures
+from reports.load import load_curve
+from reports.report_md import chain_gamma, report_figures, write_run_report
+from reports.run_folder import load_run
+
+
+@pytest.fixture(scope="module")
+def report(small_run, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rep") / "run"
+    shutil.copytree(small_run, folder)
+    return write_run_report(folder, load_requests=40)
+
+
+def test_report_files(report):
+    folder = report.parent
+    text = report.read_text()
+    for heading in ("## Summary", "## Latency vs offered load", "## Acceptance"):
+        assert heading in text
+    for png in ("latency_vs_load", "tokens_per_verify", "latency_cdf", "batch_over_time"):
+        assert (folder / "figures" / f"{png}.png").stat().st_size > 5000
+        assert f"figures/{png}.png" in text
+    for stem in ("summary", "load_curve", "tokens_per_verify", "run_lengths", "formula_bias"):
+        assert (folder / "tables" / f"{stem}.csv").exists()
+        assert (folder / "tables" / f"{stem}.parquet").exists()
+
+
+def test_report_table_columns(report):
+    t = report.parent / "tables"
+    summary = pd.read_csv(t / "summary.csv")
+    assert list(summary["name"]) == ["none", "fixed-g4"]
+    for col in ("goodput_requests_per_s", "mean_batch_size", "acceptance_rate",
+                "mean_acceptance_length", "draft_time_share", "memory_bound_share",
+                "speedup_tpot"):
+        assert col in summary.columns
+    load = pd.read_csv(t / "load_curve.csv")
+    assert load["rate_per_s"].nunique() == 6 and set(load["variant"]) == {"none", "fixed-g4"}
+    assert (load["requests"] == 40).all()
+    hist = pd.read_csv(t / "tokens_per_verify.csv")
+    assert list(hist["tokens"]) == [1, 2, 3, 4, 5]  # γ = 4 of the fixed-g4 variant
+    assert hist["measured"].sum() == pytest.approx(1.0)
+
+
+def test_report_figures_have_data_before_saving(small_run):
+    run = load_run(small_run)
+    load = load_curve(run.scenario, multipliers=(0.5, 1.0), max_requests=20)
+    hist, _ = bursty.scenario_histograms(run.scenario, chain_gamma(run), 32, 8)
+    figs = report_figures(run, load, hist)
+    assert set(figs) == {"latency_vs_load", "latency_cdf", "tokens_per_verify",
+                         "batch_over_time"}
+    for fig in figs.values():
+        assert figures.has_data(fig)
+    # The load figure: one line per variant with one point per rate, in milliseconds.
+    ax = figs["latency_vs_load"].axes[0]
+    curves = [ln for ln in ax.lines if len(ln.get_xdata()) == 2]
+    assert len(curves) == 2
+    # The histogram: 2 x (γ + 1) bars, heights = the table's fractions.
+    heights = [p.get_height() for p in figs["tokens_per_verify"].axes[0].patches]
+    assert heights == pytest.approx([*hist["measured"], *hist["iid"]])
+    for fig in figs.values():
+        plt.close(fig)
+
+
+def test_no_load_curve_for_offline_arrivals(small_run, tmp_path):
+    run = load_run(small_run)
+    sc = dict(run.scenario)
+    sc["workload"] = {**sc["workload"], "arrivals": "offline", "rate_per_s": None}
+    assert load_curve(sc) is None
