@@ -18,7 +18,8 @@ sweep.csv (and sweep.parquet when pyarrow is installed) under --out.
 
 Each point's seed is derived from the scenario's seed and the point's values, so the table
 is identical whatever --workers or --scheduler ran it (--same-seed: every point uses the
-scenario's seed).
+scenario's seed). With run.seed as an axis (--vary run.seed=0,1,2,3) sweep_ci.csv adds, per
+other point and variant, the mean and 95% Student-t half-width of every column over seeds.
 
 examples:
   specsim sweep scenarios/default.yaml --vary workload.rate_per_s=2,4,8 \\
@@ -60,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from reports.sweep import load_sweep, run_sweep
-    from reports.tables import write_table
+    from reports.tables import seeds_table, write_table
     from sim.output import default_run_dir
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
@@ -74,12 +75,17 @@ def main(args: argparse.Namespace) -> int:
         bar.close()
     out = Path(args.out or default_run_dir(f"sweep-{spec.base.get('name', 'scenario')}"))
     paths = write_table(table, out / "sweep")
+    axes = [k for k, _ in spec.vary]
+    if "run.seed" in axes:
+        # Seeds as an axis: also the mean and 95% t-interval over seeds per other point.
+        keys = [k for k in axes if k != "run.seed"] + ["variant"]
+        paths += write_table(seeds_table(table.drop(columns=["run.seed"]), by=keys),
+                             out / "sweep_ci")
     if args.json:
         rows = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
         print(json.dumps({"points": n, "rows": rows, "files": [str(p) for p in paths]},
                          indent=2))
         return 0
-    axes = [k for k, _ in spec.vary]
     shown = table[[*axes, *_SHOWN]]
     with _pd_options():
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))

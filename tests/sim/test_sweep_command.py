@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 import yaml
 
 from sim.cli import main
@@ -64,3 +65,20 @@ def test_sweep_on_scheduler_address(tmp_path, capsys):
                    "--out", str(tmp_path / "d")])
     assert rc == 0
     assert len(json.loads(capsys.readouterr().out)["rows"]) == 4
+
+
+def test_seed_axis_gives_confidence_table(tmp_path, capsys):
+    rc = main(["sweep", str(_scenario(tmp_path)), "--vary", "run.seed=1,2,3",
+               "--vary", "workload.rate_per_s=2,4", "--out", str(tmp_path / "s"), "--json",
+               "--no-progress"])
+    assert rc == 0
+    capsys.readouterr()
+    full = pd.read_csv(tmp_path / "s" / "sweep.csv")
+    ci = pd.read_csv(tmp_path / "s" / "sweep_ci.csv")
+    assert len(ci) == 2 * 2 and (ci["seeds"] == 3).all()
+    # A seed given as an axis is used as is.
+    assert set(full["seed"]) == {1, 2, 3}
+    g = full[(full["workload.rate_per_s"] == 4) & (full["variant"] == "fixed-g4")]
+    row = ci[(ci["workload.rate_per_s"] == 4) & (ci["variant"] == "fixed-g4")].iloc[0]
+    assert row["tpot_mean_s_mean"] == pytest.approx(g["tpot_mean_s"].mean(), rel=1e-12)
+    assert row["tpot_mean_s_ci"] > 0
