@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
+_sum = np.add.reduce
+
+
 
 def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
     """Blocks needed to hold ``tokens`` tokens of KV: ceil(tokens / block_size)."""
@@ -45,7 +49,7 @@ class BlockManager:
 
     def grow(self, slots: np.ndarray, extra: np.ndarray) -> None:
         """Add ``extra[i]`` blocks to ``slots[i]`` (from :meth:`extra_needed`)."""
-        total = int(extra.sum())
+        total = int(_sum(extra))
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
         self.blocks[slots] += extra
@@ -56,7 +60,7 @@ class BlockManager:
         held = self.blocks[slots]
         keep = np.minimum(blocks_for(tokens, self.block_size), held)
         self.blocks[slots] = keep
-        self.free_blocks += int(held.sum() - keep.sum())
+        self.free_blocks += int(_sum(held) - _sum(keep))
 
     def release(self, slots: np.ndarray | int) -> None:
         """Free every block of the given slots (request finished or preempted)."""

@@ -25,6 +25,10 @@ from typing import Protocol
 
 import numpy as np
 
+# ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
+_sum = np.add.reduce
+
+
 
 class PassPricer(Protocol):
     """What the engine needs from a cost model (``hardware.cost.CostModel`` has it)."""
@@ -92,10 +96,10 @@ class IterationPricer:
         of the prefilling sequences.
         """
         n_dec = len(dec_context)
-        s_ctx = float(dec_context.sum())
+        s_ctx = float(_sum(dec_context))
         if len(pre_chunks):
             c = pre_chunks.astype(np.float64)
-            p_new, p_ctx = float(c.sum()), float(pre_context.sum())
+            p_new, p_ctx = float(_sum(c)), float(_sum(pre_context))
             p_new_ctx, p_sq = float(c @ pre_context), float(c @ c)
         else:
             p_new = p_ctx = p_new_ctx = p_sq = 0.0
@@ -125,8 +129,8 @@ class IterationPricer:
         draft_s = 0.0
         if self.draft is not None:
             c = pre_chunks.astype(np.float64)
-            sums = (float(c.sum()), float(pre_context.sum()), float(c @ pre_context), float(c @ c))
-            draft_s = self._draft_seconds(row, n_dec, float(dec_context.sum()), dec_context, sums)
+            sums = (float(_sum(c)), float(_sum(pre_context)), float(c @ pre_context), float(c @ c))
+            draft_s = self._draft_seconds(row, n_dec, float(_sum(dec_context)), dec_context, sums)
         return draft_s, cost
 
     def _draft_seconds(self, row, n_dec, s_ctx, dec_context, pre_sums) -> float:

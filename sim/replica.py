@@ -20,6 +20,10 @@ from sim.log import RequestTable, RunLog
 from sim.pricing import IterationPricer, shape_info, tree_nodes
 from sim.scheduler import SchedulerLimits, plan_batch
 
+# ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
+_sum = np.add.reduce
+
+
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -156,7 +160,7 @@ class Replica:
         # Prefill chunks: the pass that completes a prompt samples the next token.
         pre, chunks = batch.pre_slots, batch.chunks
         if len(pre):
-            prefill = int(chunks.sum())
+            prefill = int(_sum(chunks))
             filled = self.prefilled[pre] + chunks
             self.prefilled[pre] = filled
             self.kv_tokens[pre] = batch.pre_context + chunks
@@ -191,9 +195,9 @@ class Replica:
             upd[:, 3] = acc
             upd[:, 4] = checked
             self.counters[dec] += upd
-            drafted, accepted = n * nodes, int(acc.sum())
-            total_emitted += int(step.sum())
-            self.policy.observe(int(checked.sum()), accepted)
+            drafted, accepted = n * nodes, int(_sum(acc))
+            total_emitted += int(_sum(step))
+            self.policy.observe(int(_sum(checked)), accepted)
             fin = dec[step == remaining]
         else:
             fin = _EMPTY
@@ -209,8 +213,9 @@ class Replica:
         self.log.finished_at[rids] = now
         self._flush(fin)
         self.kv.release(fin)
-        for s in fin.tolist():
-            self._vacate(s)
+        self.active[fin] = False
+        self._free_slots.extend(fin.tolist())
+        self.n_active -= len(fin)
         self.outstanding_requests -= len(fin)
         if self.on_finish is not None:
             self.on_finish(rids)

@@ -23,6 +23,11 @@ import numpy as np
 from sim.kv import blocks_for
 from sim.pricing import tree_nodes
 
+# ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
+_sum = np.add.reduce
+_any = np.logical_or.reduce
+
+
 
 @dataclass(frozen=True)
 class SchedulerLimits:
@@ -77,7 +82,7 @@ def plan_batch(r) -> Batch:
         act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
     ctx = r.kv_tokens[act]  # [A]
     left = r.target_prefill[act] - r.prefilled[act]  # [A]: prompt tokens still to prefill
-    if not left.any():
+    if not _any(left):
         dec, dctx, pre, pctx, left = act, ctx, _NONE, _NONE, _NONE
     else:
         decoding = left == 0
@@ -98,7 +103,7 @@ def plan_batch(r) -> Batch:
         chunks = _budgeted_chunks(left, lim, budget)
         go = chunks > 0
         pre, pctx, chunks = pre[go], pctx[go], chunks[go]
-        budget -= int(chunks.sum())
+        budget -= int(_sum(chunks))
 
     # 3. KV blocks, preempting the latest arrivals when the pool runs dry.
     if len(pre):
@@ -107,11 +112,11 @@ def plan_batch(r) -> Batch:
     else:
         slots, tokens = dec, dctx + verify
     extra = r.kv.extra_needed(slots, tokens)
-    if int(extra.sum()) > r.kv.free_blocks:
+    if int(_sum(extra)) > r.kv.free_blocks:
         keep = _preempt_until_fits(r, act, slots, tokens)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
         dec, dctx, pre, pctx, chunks = dec[kd], dctx[kd], pre[kp], pctx[kp], chunks[kp]
-        budget = lim.max_batched_tokens - len(dec) * verify - int(chunks.sum())
+        budget = lim.max_batched_tokens - len(dec) * verify - int(_sum(chunks))
         slots = np.concatenate((dec, pre))
         tokens = np.concatenate((dctx + verify, pctx + chunks))
         extra = r.kv.extra_needed(slots, tokens)
@@ -139,7 +144,8 @@ def _admit(r, lim: SchedulerLimits, budget: int) -> tuple[list[int], list[int]]:
             break
         r.waiting.popleft()
         slot = r.admit(rid, target)
-        r.kv.grow(np.array([slot]), np.array([need]))
+        r.kv.blocks[slot] += need
+        r.kv.free_blocks -= need
         new_slots.append(slot)
         new_chunks.append(chunk)
         budget -= chunk
