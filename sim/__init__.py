@@ -1,3 +1,44 @@
-"""The SimPy serving engine, scenarios and the ``specsim`` command line."""
+"""The SimPy serving engine, scenarios and the ``specsim`` command line.
 
-__all__: list[str] = []
+Python API (the same as ``specsim run``)::
+
+    from sim import load_scenario, run_scenario
+    result = run_scenario(load_scenario("scenarios/default.yaml", ["run.requests=200"]))
+    result.summaries            # one dict per speculation variant
+    result.variants[0].requests # RequestRecord per request; .iterations: IterationRecord
+
+Names are imported lazily so that ``import sim`` (and the command line's start-up) stays
+light and never pulls in ``hardware`` or ``workloads`` before they are needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Scenario": "sim.scenario",
+    "load_scenario": "sim.loading",
+    "apply_overrides": "sim.loading",
+    "run_scenario": "sim.runner",
+    "simulate": "sim.runner",
+    "ScenarioResult": "sim.runner",
+    "VariantResult": "sim.runner",
+    "RequestRecord": "sim.records",
+    "IterationRecord": "sim.records",
+    "summarize": "sim.summary",
+    "write_run": "sim.output",
+    "Setup": "sim.cluster",
+    "wire": "sim.cluster",
+    "setups": "sim.build",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Import ``name`` from its module on first use (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -92,3 +92,16 @@ def test_default_scenario_is_found_from_anywhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_scenario(None, SHORT).name == "default"
     assert Path(repo_root() / "scenarios" / "default.yaml").exists()
+
+
+def test_python_api_is_importable_lazily():
+    import subprocess
+    import sys
+
+    code = ("import sys, sim; assert 'hardware' not in sys.modules; "
+            "assert 'workloads' not in sys.modules; "
+            "from sim import load_scenario, run_scenario, RequestRecord, IterationRecord; "
+            "print(len(run_scenario(load_scenario(None, ['run.requests=5'])).variants))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=repo_root(), check=True)
+    assert out.stdout.strip() == "2"
