@@ -1,0 +1,140 @@
+"""The scenario reference (docs/reference/scenario.md), generated from the pydantic schema.
+
+``scenario_reference()`` walks ``sim.scenario.Scenario``: one section per model class, one
+row per field with its type, default and description (the class docstring and the field's
+comment-free annotation). A test checks that the committed page equals this output, so the
+reference cannot drift from the schema. Regenerate with::
+
+    python -m reports.schema_doc > docs/reference/scenario.md
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+
+from pydantic import BaseModel
+
+HEADER = """\
+# Scenario reference
+
+Generated from `sim/scenario.py` by `python -m reports.schema_doc` — do not edit by hand
+(`tests/reports/test_docs.py` fails when this page and the schema disagree).
+
+A scenario is a YAML mapping; every field has a default, so a file names only what it
+changes. Unknown keys are errors. Sections whose type is a union pick their form with
+`kind:`. Values are checked when the file is loaded; a bad one is reported as
+`file: section.field: problem, got value`. Any field can be overridden on the command
+line with `--set dotted.key=value` (list items by index: `variants.1.policy.gamma=3`).
+"""
+
+
+def _type_name(tp) -> str:
+    """A readable type: int, float > 0, list[int], one of 'a' | 'b', Section, ..."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        base, *meta = args
+        bounds = _bounds([a for m in meta for a in getattr(m, "metadata", [m])])
+        text = _type_name(base)
+        return f"{text} ({', '.join(bounds)})" if bounds else text
+    if origin is typing.Literal:
+        return " \\| ".join(json.dumps(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_type_name(a) for a in args if a is not type(None)]
+        text = " \\| ".join(parts)
+        return f"{text} or null" if type(None) in args else text
+    if origin is list:
+        return f"list[{_type_name(args[0])}]"
+    if origin is dict:
+        return f"map[{_type_name(args[0])} → {_type_name(args[1])}]"
+    if inspect.isclass(tp) and issubclass(tp, BaseModel):
+        return f"[{tp.__name__}](#{tp.__name__.lower()})"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
+    """Every model reachable from ``root``, in first-seen order."""
+    seen: list[type[BaseModel]] = []
+
+    def visit(tp) -> None:
+        if inspect.isclass(tp) and issubclass(tp, BaseModel):
+            if tp in seen:
+                return
+            seen.append(tp)
+            for f in tp.model_fields.values():
+                visit(f.annotation)
+            return
+        for a in typing.get_args(tp):
+            visit(a)
+
+    visit(root)
+    return seen
+
+
+def _bounds(metadata) -> list[str]:
+    out = []
+    for attr in metadata:
+        for op, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="),
+                        ("min_length", "min items"), ("max_length", "max items")):
+            v = getattr(attr, op, None)
+            if v is not None:
+                out.append(f"{sym} {v}")
+    return out
+
+
+def _comments(model: type[BaseModel]) -> dict[str, str]:
+    """Trailing ``# comments`` on field lines of the class source (the schema's notes)."""
+    notes: dict[str, str] = {}
+    try:
+        lines = inspect.getsource(model).splitlines()
+    except (OSError, TypeError):
+        return notes
+    for line in lines:
+        m = re.match(r"^\s{4}(\w+)\s*:[^#]*#\s*(.+)$", line)
+        if m and m.group(1) in model.model_fields:
+            notes[m.group(1)] = m.group(2).strip()
+    return notes
+
+
+def _default(field) -> str:
+    if field.is_required():
+        return "required"
+    d = field.get_default(call_default_factory=True)
+    if isinstance(d, BaseModel):
+        d = d.model_dump(mode="json", exclude_none=True)
+    elif isinstance(d, list):
+        d = [x.model_dump(mode="json", exclude_none=True) if isinstance(x, BaseModel) else x
+             for x in d]
+    return "`" + json.dumps(d, ensure_ascii=False) + "`"
+
+
+def scenario_reference() -> str:
+    """The reference page as markdown."""
+    from sim.scenario import Scenario
+
+    out = [HEADER]
+    for model in _models(Scenario):
+        out.append(f"## {model.__name__}\n")
+        doc = model.__dict__.get("__doc__")  # its own, not one inherited from a base
+        if doc:
+            out.append(" ".join(doc.split()) + "\n")
+        notes = _comments(model)
+        out.append("| field | type | default | notes |")
+        out.append("|---|---|---|---|")
+        for name, f in model.model_fields.items():
+            kind = _type_name(f.annotation)
+            bounds = _bounds(f.metadata)
+            if bounds:
+                kind += f" ({', '.join(bounds)})"
+            note = notes.get(name, "").replace("|", "\\|")
+            out.append(f"| `{name}` | {kind} | {_default(f)} | {note} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(scenario_reference(), end="")
