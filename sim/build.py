@@ -148,7 +148,8 @@ def policy_factory(cfg, acceptance):
     if kind == "batch_ladder":
         BatchLadder(cfg.ladder)  # validate now, at build time
         return lambda: BatchLadder(cfg.ladder)
-    return lambda: AdaptiveGamma(cfg.max_gamma, acceptance.mean_alpha, cfg.smoothing)
+    return lambda: AdaptiveGamma(cfg.max_gamma, acceptance.mean_alpha, cfg.smoothing,
+                                 cfg.max_width)
 
 
 def cost_models(sc: Scenario, uses_draft: bool):
@@ -194,7 +195,7 @@ def max_verify_tokens(policy) -> int:
     """The most tokens one sequence can put into a verify pass under ``policy``."""
     if isinstance(policy, TreePolicy):
         return 1 + tree_nodes(policy.row)
-    return 1 + policy.max_depth
+    return 1 + policy.max_depth + (getattr(policy, "max_width", 1) - 1)
 
 
 def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str):

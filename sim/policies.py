@@ -51,7 +51,7 @@ class NoSpeculation:
         """int64 [0]: no levels."""
         return self.row
 
-    def observe(self, checked: int, accepted: int) -> None:
+    def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
         """Nothing to learn."""
 
 
@@ -68,7 +68,7 @@ class _Static:
         """int64 [m]: always the same row."""
         return self.row
 
-    def observe(self, checked: int, accepted: int) -> None:
+    def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
         """Nothing to learn."""
 
 
@@ -124,51 +124,82 @@ class BatchLadder:
         gamma = int(self.gamma_by_batch[min(n, self.max_batch)])
         return self._rows[gamma]
 
-    def observe(self, checked: int, accepted: int) -> None:
+    def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
         """Nothing to learn."""
 
 
 class AdaptiveGamma:
-    """Goodput-maximising γ per iteration (SmartSpec's idea).
+    """Goodput-maximising draft shape per iteration (SmartSpec's idea).
 
-    For each candidate γ in 0..max_gamma it prices the decoding part of the iteration (draft
-    passes + verify) with ``price(row, context) -> seconds`` (set by the replica) and
-    takes the γ with the most expected emitted tokens per
-    second, D·E(α̂, γ) / seconds, where α̂ is a running acceptance estimate: an exponential
-    moving average (weight ``smoothing`` per iteration) of accepted / checked guesses,
-    starting from the acceptance model's prior ``mean_alpha``.
+    For each candidate chain γ in 0..max_gamma it prices the decoding part of the iteration
+    (draft passes + verify) with ``price(row, context) -> seconds`` (set by the replica) and
+    takes the shape with the most expected emitted tokens per second, D·E(α̂, γ) / seconds.
+    With ``max_width`` > 1 it then also tries trees ⟨k,1,…,1⟩ (k = 2..max_width, the best
+    chain's depth; SpecInfer §6.7: widen where acceptance is likeliest), their expected
+    tokens from the i.i.d. model at α̂ with top-k coverage 1 − (1 − α̂)^k
+    (``workloads.IIDAcceptance``).
+
+    α̂ is an exponential moving average (weight ``smoothing`` per iteration) of accepted /
+    checked single-candidate guesses, starting from the acceptance model's prior
+    ``mean_alpha``; after a tree verify only its chain levels (2 and deeper) count.
     """
 
     uses_draft = True
 
-    def __init__(self, max_gamma: int, prior_alpha: float, smoothing: float = 0.1) -> None:
+    def __init__(self, max_gamma: int, prior_alpha: float, smoothing: float = 0.1,
+                 max_width: int = 1) -> None:
         if max_gamma < 1:
             raise UserError(f"policy.max_gamma: must be >= 1, got {max_gamma}")
         if not 0.0 < smoothing <= 1.0:
             raise UserError(f"policy.smoothing: must be in (0, 1], got {smoothing}")
+        if max_width < 1:
+            raise UserError(f"policy.max_width: must be >= 1, got {max_width}")
         self.max_depth = int(max_gamma)
+        self.max_width = int(max_width)
         self.alpha = float(prior_alpha)
         self.smoothing = float(smoothing)
         # price(row, context) -> seconds of the decoding part; set by the replica.
         self.price: Callable[[np.ndarray, np.ndarray], float] | None = None
         self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
-        self.last_gamma = 0
+        self.last_row = self._rows[0]
 
     def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
-        """int64 [max_gamma]: the goodput-best chain for this batch."""
+        """int64 [max_gamma]: the goodput-best shape for this batch."""
         from specdec import expected_tokens
 
         if n == 0 or self.price is None:
             return self._rows[0]
-        best, best_rate = 0, -1.0
+        best, best_rate = self._rows[0], -1.0
         for g in range(self.max_depth + 1):
             rate = n * float(expected_tokens(self.alpha, g)) / self.price(self._rows[g], context)
             if rate > best_rate:
-                best, best_rate = g, rate
-        self.last_gamma = best
-        return self._rows[best]
+                best, best_rate = self._rows[g], rate
+        depth = int((best > 0).sum())
+        if self.max_width > 1 and depth:
+            from workloads import IIDAcceptance
 
-    def observe(self, checked: int, accepted: int) -> None:
-        """Fold one iteration's verification outcome into α̂."""
+            model = IIDAcceptance(self.alpha)
+            for k in range(2, self.max_width + 1):
+                row = best.copy()
+                row[0] = k
+                rate = n * model.expected_tokens(row[:depth]) / self.price(row, context)
+                if rate > best_rate:
+                    best, best_rate = row, rate
+        self.last_row = best
+        return best
+
+    def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
+        """Fold one iteration's accepted depths (int64 [D]) under shape ``row`` into α̂."""
+        depth = int((row > 0).sum())
+        if depth == 0 or len(accepted) == 0:
+            return
+        if row[0] > 1:  # a tree: only levels 2.. are single-candidate guesses
+            passed = accepted[accepted >= 1] - 1  # [D'] accepted among levels 2..depth
+            depth -= 1
+        else:
+            passed = accepted
+        if depth == 0:
+            return
+        checked = int((passed + (passed < depth)).sum())
         if checked > 0:
-            self.alpha += self.smoothing * (accepted / checked - self.alpha)
+            self.alpha += self.smoothing * (int(passed.sum()) / checked - self.alpha)

@@ -197,7 +197,7 @@ class Replica:
             self.counters[dec] += upd
             drafted, accepted = n * nodes, int(_sum(acc))
             total_emitted += int(_sum(step))
-            self.policy.observe(int(_sum(checked)), accepted)
+            self.policy.observe(acc, row)
             fin = dec[step == remaining]
         else:
             fin = _EMPTY

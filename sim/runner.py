@@ -80,11 +80,14 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
     results, summaries = [], []
     horizon = scenario.run.horizon_s
     kinds = {v.name: v.policy.kind for v in scenario.variants}
+    # The i.i.d. chain formula applies to policies that only ever draft chains.
+    chains = {v.name: v.policy.kind != "tree" and getattr(v.policy, "max_width", 1) == 1
+              for v in scenario.variants}
     for name, setup in setups(scenario, source, record_bound):
         tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)
         results.append(res)
         summaries.append(summarize(name, res.requests, res.iterations, res.end_at,
-                                   chain=kinds[name] != "tree"))
+                                   chain=chains[name]))
     base = next((n for n, k in kinds.items() if k == "none"), None)
     return ScenarioResult(scenario, results, add_speedups(summaries, base))

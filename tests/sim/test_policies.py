@@ -61,10 +61,29 @@ def test_adaptive_matches_the_optimal_gamma_formula():
 
 def test_adaptive_learns_alpha_from_what_it_observes():
     pol = _adaptive(0.9, 0.002)
+    chain4 = np.array([1, 1, 1, 1, 0, 0, 0, 0])
     for _ in range(200):
-        pol.observe(checked=10, accepted=2)  # α̂ -> 0.2
+        pol.observe(np.array([0, 0, 1, 4]), chain4)  # 5 accepted of 8 checked
+    assert pol.alpha == pytest.approx(5 / 8, abs=1e-6)
+    for _ in range(200):
+        pol.observe(np.array([0, 0, 0, 1]), chain4)  # 1 of 5 -> α̂ 0.2
     assert pol.alpha == pytest.approx(0.2, abs=1e-6)
     assert int((pol.shape(1, np.array([1])) > 0).sum()) <= 1
+    # after a tree <3,1,1>, only levels 2 and 3 count: depths 3 -> 2 of 2, 1 -> 0 of 1
+    pol.alpha = 0.5
+    pol.observe(np.array([3, 1, 0]), np.array([3, 1, 1, 0, 0, 0, 0, 0]))
+    assert pol.alpha == pytest.approx(0.5 + 0.1 * (2 / 3 - 0.5))
+
+
+def test_adaptive_widens_the_root_when_verify_is_free():
+    # Free draft passes and a flat verify price: a wider root only adds expected tokens.
+    pol = AdaptiveGamma(max_gamma=4, prior_alpha=0.5, smoothing=0.1, max_width=3)
+    pol.price = lambda row, ctx: 0.010
+    assert pol.shape(1, np.array([10])).tolist() == [3, 1, 1, 1]
+    # ...but not when each verified node costs 3 ms: γ = 1 gives 1.5 / 13 ms, better than
+    # γ = 2 (1.75 / 16 ms) and than a root of 2 (1 + 0.75) / 16 ms or 3 (1.875 / 19 ms).
+    pol.price = lambda row, ctx: 0.010 + 0.003 * int(np.cumprod(row).sum())
+    assert pol.shape(1, np.array([10])).tolist() == [1, 0, 0, 0]
 
 
 def test_tree_policy_in_the_engine_emits_depth_plus_one():
