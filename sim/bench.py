@@ -56,5 +56,7 @@ def run_bench(requests: int, seed: int = 0) -> dict:
         "requests_per_s": requests / wall_s,
         "iterations_per_s": len(v.iterations) / wall_s,
         "peak_rss_mb": peak_rss_mb(),
-        "mean_batch": sum(it.batch_size for it in v.iterations) / max(len(v.iterations), 1),
+        # sequences in the batch, weighted by iteration time (Little's law's "in service")
+        "mean_batch": sum(it.batch_size * it.duration_s for it in v.iterations)
+        / max(sum(it.duration_s for it in v.iterations), 1e-12),
     }

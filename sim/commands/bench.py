@@ -39,4 +39,5 @@ def main(args: argparse.Namespace) -> int:
         print(f"requests/wall s   {r['requests_per_s']:.0f}")
         print(f"iterations/wall s {r['iterations_per_s']:.0f}")
         print(f"peak RSS          {r['peak_rss_mb']:.0f} MB")
+        print(f"mean batch        {r['mean_batch']:.1f} sequences (time-weighted)")
     return 0
