@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from reports.claims import VERDICTS
 from sim.cli import main
 
@@ -57,3 +59,16 @@ def test_help_lists_groups(capsys):
         assert e.code == 0
     out = capsys.readouterr().out
     assert "specinfer-distributed" in out and "trees-vs-load" in out
+
+
+@pytest.mark.slow
+def test_full_run_every_row_has_a_verdict(capsys, tmp_path):
+    # The full `specsim claims` (about 10-20 s here): every claim of the brief is present.
+    code, out, _ = run(capsys, "claims", "--json", "--out", str(tmp_path))
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert len(rows) == 23
+    assert rows["specinfer-tree-parallel-decoding"]["verdict"] == "not comparable"
+    assert {r["verdict"] for r in rows.values()} <= set(VERDICTS)
+    # batch 1..16, two modes, two single-node setups
+    assert len(rows["specinfer-one-node"]["checks"]) == 20
