@@ -191,13 +191,15 @@ def tokens_per_verify_hist(hist: pd.DataFrame, title: str = "", note: str = "") 
 
 
 def batch_over_time(series: dict[str, pd.DataFrame], title: str = "", note: str = "") -> Figure:
-    """Batch size of every iteration against simulated time (``series``: name -> iterations)."""
+    """Batch size of each iteration of the first replica against simulated time
+    (``series``: variant name -> iterations frame)."""
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for name, it in series.items():
+        it = it[it["replica"] == it["replica"].min()] if len(it) else it  # one replica
         ax.plot(it["start_at"], it["batch_size"], lw=0.8, label=name, drawstyle="steps-post")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("batch size (sequences)")
     ax.legend(fontsize=8)
     ax.set_title(title or "Batch size over time")
-    return caption(fig, "Sequences in each target pass (prefilling and decoding), replica 0 "
-                        "and any others overlaid. " + note)
+    return caption(fig, "Sequences in each target pass (prefilling and decoding) of the first "
+                        "replica. " + note)
