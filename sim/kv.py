@@ -30,12 +30,14 @@ class BlockManager:
     whole batch is handled in one call.
     """
 
-    def __init__(self, capacity_blocks: int, block_size: int, n_slots: int) -> None:
+    def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
+                 blocks: np.ndarray | None = None) -> None:
         if capacity_blocks < 1 or block_size < 1:
             raise ValueError("KV pool needs at least one block of at least one token")
         self.capacity_blocks = int(capacity_blocks)
         self.block_size = int(block_size)
-        self.blocks = np.zeros(n_slots, dtype=np.int64)
+        # int64 [n_slots]; the owner may pass a (column) view of its own state array
+        self.blocks = np.zeros(n_slots, dtype=np.int64) if blocks is None else blocks
         self.free_blocks = int(capacity_blocks)
 
     @property
@@ -61,6 +63,13 @@ class BlockManager:
         keep = np.minimum(blocks_for(tokens, self.block_size), held)
         self.blocks[slots] = keep
         self.free_blocks += int(_sum(held) - _sum(keep))
+
+    def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Blocks to keep for ``tokens`` tokens, given ``held`` (gathered by the caller, who
+        writes the result back): whole tail blocks return to the pool."""
+        keep = np.minimum(blocks_for(tokens, self.block_size), held)
+        self.free_blocks += int(_sum(held) - _sum(keep))
+        return keep
 
     def release(self, slots: np.ndarray | int) -> None:
         """Free every block of the given slots (request finished or preempted)."""

@@ -19,6 +19,7 @@ from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.pricing import IterationPricer, shape_info, tree_nodes
 from sim.scheduler import SchedulerLimits, plan_batch
+from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, N_COLS, OUTPUT, RID, STREAM, TARGET
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
@@ -53,16 +54,16 @@ class Replica:
         self.table = table
         self.log = log
         n = limits.max_num_seqs
-        self.kv = BlockManager(kv_capacity_blocks, limits.block_size, n)
+        # All per-slot state in one int64 [slots, N_COLS] array, so that a batch's rows are
+        # gathered and scattered with one fancy-index operation each; named column views.
+        self.state = np.zeros((n, N_COLS), dtype=np.int64)
+        st = self.state
+        self.rid, self.target_prefill, self.prefilled = st[:, RID], st[:, TARGET], st[:, FILLED]
+        self.emitted, self.kv_tokens, self.output = st[:, EMITTED], st[:, KV], st[:, OUTPUT]
+        self.stream = st[:, STREAM]
+        self.counters = st[:, COUNTS:]  # [slots, 5], flushed into the log on exit
+        self.kv = BlockManager(kv_capacity_blocks, limits.block_size, n, blocks=st[:, BLOCKS])
         self.active = np.zeros(n, dtype=bool)
-        self.rid = np.zeros(n, dtype=np.int64)
-        self.target_prefill = np.zeros(n, dtype=np.int64)
-        self.prefilled = np.zeros(n, dtype=np.int64)
-        self.emitted = np.zeros(n, dtype=np.int64)
-        self.kv_tokens = np.zeros(n, dtype=np.int64)
-        self.output = np.zeros(n, dtype=np.int64)
-        self.stream = np.zeros(n, dtype=np.int64)
-        self.counters = np.zeros((n, 5), dtype=np.int64)  # flushed into the log on exit
         self._free_slots = list(range(n - 1, -1, -1))
         self.n_active = 0
         self.waiting: deque[int] = deque()
@@ -177,24 +178,23 @@ class Replica:
         n = len(dec)
         if n:
             depth, nodes, _ = shape_info(row)
-            emitted = self.emitted[dec]
+            st = self.state[dec]  # [D, N_COLS]: gather once, scatter once below
+            emitted = st[:, EMITTED]
             if depth:
-                acc = self.acceptance.accept(self.stream[dec], emitted, _rows(row, n), self.rng)
+                acc = self.acceptance.accept(st[:, STREAM], emitted, _rows(row, n), self.rng)
                 checked = acc + (acc < depth)  # [D]
             else:
                 acc = checked = np.zeros(n, dtype=np.int64)
-            remaining = self.output[dec] - emitted  # [D]
+            remaining = st[:, OUTPUT] - emitted  # [D]
             step = np.minimum(acc + 1, remaining)  # [D]
-            self.emitted[dec] = emitted + step
+            emitted += step  # (a view into st)
             kept = batch.dec_context + 1 + acc  # the root plus the accepted path
-            self.kv_tokens[dec] = kept
-            self.kv.shrink(dec, kept)
-            # [D, 5]: verify steps, draft steps, drafted, accepted, checked
-            upd = np.empty((n, 5), dtype=np.int64)
-            upd[:, :3] = (1, depth > 0, nodes)
-            upd[:, 3] = acc
-            upd[:, 4] = checked
-            self.counters[dec] += upd
+            st[:, KV] = kept
+            st[:, BLOCKS] = self.kv.rolled_back(st[:, BLOCKS], kept)
+            st[:, COUNTS:COUNTS + 3] += (1, depth > 0, nodes)
+            st[:, COUNTS + 3] += acc
+            st[:, COUNTS + 4] += checked
+            self.state[dec] = st
             drafted, accepted = n * nodes, int(_sum(acc))
             total_emitted += int(_sum(step))
             self.policy.observe(acc, row)

@@ -22,6 +22,7 @@ import numpy as np
 
 from sim.kv import blocks_for
 from sim.pricing import tree_nodes
+from sim.slots import FILLED, KV, TARGET
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
@@ -80,8 +81,9 @@ def plan_batch(r) -> Batch:
     act = np.flatnonzero(r.schedulable())  # running and not in flight in a pipeline
     if len(act) > 1:
         act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
-    ctx = r.kv_tokens[act]  # [A]
-    left = r.target_prefill[act] - r.prefilled[act]  # [A]: prompt tokens still to prefill
+    st = r.state[act]  # [A, N_COLS]
+    ctx = st[:, KV]  # [A]
+    left = st[:, TARGET] - st[:, FILLED]  # [A]: prompt tokens still to prefill
     if not _any(left):
         dec, dctx, pre, pctx, left = act, ctx, _NONE, _NONE, _NONE
     else:

@@ -32,6 +32,12 @@ class CheckedBlocks(BlockManager):
         super().release(slots)
         self._check()
 
+    def rolled_back(self, held, tokens):
+        keep = super().rolled_back(held, tokens)
+        assert (keep >= 0).all() and (keep <= held).all()
+        assert 0 <= self.free_blocks <= self.capacity_blocks
+        return keep
+
 
 @pytest.fixture(scope="module")
 def monkeypatch_blocks():
