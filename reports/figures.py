@@ -113,11 +113,17 @@ def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
                         "decoding). " + note)
 
 
+def _load_col(load: pd.DataFrame) -> str:
+    return "rate_per_s" if "rate_per_s" in load.columns else "users"
+
+
 def crossover(load: pd.DataFrame, metric: str, base: str, other: str) -> float | None:
-    """The offered rate where ``other``'s ``metric`` first rises above ``base``'s (linear
-    interpolation between measured rates); None if it never does (or is above throughout)."""
-    a = load[load["variant"] == base].set_index("rate_per_s")[metric]
-    b = load[load["variant"] == other].set_index("rate_per_s")[metric]
+    """The offered load (rate or users) where ``other``'s ``metric`` first rises above
+    ``base``'s (linear interpolation between measured loads); None if it never does (or is
+    above throughout)."""
+    x = _load_col(load)
+    a = load[load["variant"] == base].set_index(x)[metric]
+    b = load[load["variant"] == other].set_index(x)[metric]
     rates = sorted(set(a.index) & set(b.index))
     diff = [float(b[r] - a[r]) for r in rates]
     for k in range(1, len(rates)):
@@ -131,23 +137,28 @@ def latency_vs_load(load: pd.DataFrame, metrics=("tpot_p50_s", "ttft_p99_s"), ti
                     note: str = "") -> Figure:
     """Latency against offered load per variant, the crossover with 'none' marked.
 
-    ``load`` has columns rate_per_s, variant, policy and the metric columns (seconds).
+    ``load`` has columns rate_per_s (or users, for a closed loop), variant, policy and the
+    metric columns (seconds).
     """
+    xcol = _load_col(load)
+    xlabel = ("offered load (requests/s)" if xcol == "rate_per_s"
+              else "closed-loop users (concurrent clients)")
+    xunit = "/s" if xcol == "rate_per_s" else " users"
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
     variants = list(dict.fromkeys(load["variant"]))
     base = next((v for v in variants
                  if (load.loc[load["variant"] == v, "policy"] == "none").all()), None)
     for ax, metric in zip(axes[0], metrics, strict=True):
         for v in variants:
-            d = load[load["variant"] == v].sort_values("rate_per_s")
-            ax.plot(d["rate_per_s"], d[metric] * 1e3, marker="o", label=v)
+            d = load[load["variant"] == v].sort_values(xcol)
+            ax.plot(d[xcol], d[metric] * 1e3, marker="o", label=v)
             if base is not None and v != base:
                 x = crossover(load, metric, base, v)
                 if x is not None:
                     ax.axvline(x, ls="--", color="grey", lw=1)
-                    ax.annotate(f"{v} loses\nabove {x:.2g}/s", (x, ax.get_ylim()[1]),
+                    ax.annotate(f"{v} loses\nabove {x:.2g}{xunit}", (x, ax.get_ylim()[1]),
                                 fontsize=7, ha="left", va="top")
-        ax.set_xlabel("offered load (requests/s)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(f"{metric.removesuffix('_s').replace('_', ' ')} (ms)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)

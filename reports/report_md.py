@@ -10,8 +10,8 @@ Reads the run folder (``reports.run_folder``), writes into it:
     figures/batch_over_time.png
 
 (each table also as .parquet when pyarrow is importable). The latency-vs-load curve re-runs
-the resolved scenario at several rates with at most ``load_requests`` requests each; it is
-left out, with a note, when the arrivals are not rate-driven.
+the resolved scenario at several rates (or closed-loop user counts) with at most
+``load_requests`` requests each; it is left out, with a note, for other arrival kinds.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pandas as pd
 import yaml
 
 from reports import bursty, figures
+from reports.load import load_column
 from reports.run_folder import RunData, load_run, summary_table
 from reports.tables import write_table
 
@@ -156,8 +157,8 @@ def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
             "contributed; bound shares weight each iteration by its duration.", ""]
     out += ["## Latency vs offered load", ""]
     if load is None:
-        out.append("Not drawn: the arrivals are not rate-driven (poisson or gamma), so the "
-                   "scenario cannot be re-run at scaled rates.")
+        out.append("Not drawn: the arrivals are neither rate-driven (poisson, gamma) nor a "
+                   "closed loop, so the scenario cannot be re-run at scaled load.")
     else:
         out.append(f"![latency vs load]({rel['latency_vs_load']})")
         out.append("")
@@ -192,21 +193,23 @@ def _crossovers(load: pd.DataFrame) -> str:
                  if (load.loc[load["variant"] == v, "policy"] == "none").all()), None)
     if base is None:
         return "No `none` variant: no crossover to mark."
+    unit = "req/s" if load_column(load) == "rate_per_s" else "users"
     parts = []
     for v in variants:
         if v == base:
             continue
         x = figures.crossover(load, "tpot_p50_s", base, v)
         parts.append(f"`{v}` has lower median TPOT than `{base}` "
-                     + ("at every rate tried" if x is None and _wins(load, base, v)
-                        else "at no rate tried" if x is None
-                        else f"up to ≈ {x:.3g} req/s, higher above"))
+                     + ("at every load tried" if x is None and _wins(load, base, v)
+                        else "at no load tried" if x is None
+                        else f"up to ≈ {x:.3g} {unit}, higher above"))
     return "; ".join(parts) + "."
 
 
 def _wins(load: pd.DataFrame, base: str, v: str) -> bool:
-    a = load[load["variant"] == base].set_index("rate_per_s")["tpot_p50_s"]
-    b = load[load["variant"] == v].set_index("rate_per_s")["tpot_p50_s"]
+    x = load_column(load)
+    a = load[load["variant"] == base].set_index(x)["tpot_p50_s"]
+    b = load[load["variant"] == v].set_index(x)["tpot_p50_s"]
     return bool((b < a).all())
 
 

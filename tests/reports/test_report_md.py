@@ -75,3 +75,15 @@ def test_no_load_curve_for_offline_arrivals(small_run, tmp_path):
     sc = dict(run.scenario)
     sc["workload"] = {**sc["workload"], "arrivals": "offline", "rate_per_s": None}
     assert load_curve(sc) is None
+
+
+def test_closed_loop_load_is_users(small_run):
+    run = load_run(small_run)
+    sc = dict(run.scenario)
+    sc["workload"] = {**sc["workload"], "arrivals": "closed_loop", "rate_per_s": None,
+                      "users": 4, "think_mean_s": 0.5}
+    load = load_curve(sc, multipliers=(0.1, 0.25, 1.0, 2.0), max_requests=20)
+    assert sorted(load["users"].unique()) == [1, 4, 8]  # 0.4 and 1.0 both round to 1
+    fig = figures.latency_vs_load(load)
+    assert figures.has_data(fig) and "users" in fig.axes[0].get_xlabel()
+    plt.close(fig)
