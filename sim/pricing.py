@@ -110,8 +110,10 @@ class IterationPricer:
         )
         label = ""
         if self.record_bound if bound is None else bound:
-            new = np.concatenate((np.full(n_dec, verify, dtype=np.int64), pre_chunks))
-            ctx = np.concatenate((dec_context, pre_context))
+            new = np.full(n_dec, verify, dtype=np.int64)
+            ctx = dec_context
+            if len(pre_chunks):
+                new, ctx = np.concatenate((new, pre_chunks)), np.concatenate((ctx, pre_context))
             label = str(self.target.pass_cost(new, ctx).bound)
         draft_s = 0.0
         if self.draft is not None:

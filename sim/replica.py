@@ -209,10 +209,14 @@ class Replica:
 
     def _finish(self, fin: np.ndarray, now: float) -> None:
         """Record and free finished sequences."""
-        rids = self.rid[fin]
-        self.log.finished_at[rids] = now
-        self._flush(fin)
-        self.kv.release(fin)
+        st = self.state[fin]  # [F, N_COLS]
+        rids = st[:, RID]
+        log = self.log
+        log.finished_at[rids] = now
+        log.emitted[rids] = st[:, EMITTED]
+        log.counts[rids] += st[:, COUNTS:]  # [F, 5]
+        self.kv.free_blocks += int(_sum(st[:, BLOCKS]))
+        self.state[fin] = 0  # blocks and counters back to zero for the next tenant
         self.active[fin] = False
         self._free_slots.extend(fin.tolist())
         self.n_active -= len(fin)
@@ -220,7 +224,7 @@ class Replica:
         if self.on_finish is not None:
             self.on_finish(rids)
         tab = self.table
-        self.outstanding_tokens -= int((tab.prompt_tokens[rids] + tab.output_tokens[rids]).sum())
+        self.outstanding_tokens -= int(_sum(tab.prompt_tokens[rids]) + _sum(st[:, OUTPUT]))
 
     def _flush(self, slots: np.ndarray) -> None:
         """Add the slots' counters into the log and reset them."""
