@@ -57,6 +57,14 @@ class BlockManager:
         self.blocks[slots] += extra
         self.free_blocks -= total
 
+    def grant(self, slots: np.ndarray, held: np.ndarray, extra: np.ndarray) -> None:
+        """Like :meth:`grow`, given the slots' ``held`` blocks (gathered by the caller)."""
+        total = int(_sum(extra))
+        if total > self.free_blocks:
+            raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
+        self.blocks[slots] = held + extra
+        self.free_blocks -= total
+
     def shrink(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool."""
         held = self.blocks[slots]

@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.kv import blocks_for
 from sim.pricing import tree_nodes
-from sim.slots import FILLED, KV, TARGET
+from sim.slots import BLOCKS, FILLED, KV, TARGET
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
@@ -113,7 +113,9 @@ def plan_batch(r) -> Batch:
         tokens = np.concatenate((dctx + verify, pctx + chunks))
     else:
         slots, tokens = dec, dctx + verify
-    extra = r.kv.extra_needed(slots, tokens)
+    # blocks held: from the gathered rows when the batch is exactly the running set
+    held = st[:, BLOCKS] if slots is act else r.kv.blocks[slots]
+    extra = np.maximum(blocks_for(tokens, lim.block_size) - held, 0)
     if int(_sum(extra)) > r.kv.free_blocks:
         keep = _preempt_until_fits(r, act, slots, tokens)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
@@ -121,8 +123,9 @@ def plan_batch(r) -> Batch:
         budget = lim.max_batched_tokens - len(dec) * verify - int(_sum(chunks))
         slots = np.concatenate((dec, pre))
         tokens = np.concatenate((dctx + verify, pctx + chunks))
-        extra = r.kv.extra_needed(slots, tokens)
-    r.kv.grow(slots, extra)
+        held = r.kv.blocks[slots]
+        extra = np.maximum(blocks_for(tokens, lim.block_size) - held, 0)
+    r.kv.grant(slots, held, extra)
 
     # 4. admissions, first come first served (nothing cached yet: context 0).
     if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:

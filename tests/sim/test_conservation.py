@@ -24,6 +24,11 @@ class CheckedBlocks(BlockManager):
         super().grow(slots, extra)
         self._check()
 
+    def grant(self, slots, held, extra):
+        assert (held == self.blocks[slots]).all()
+        super().grant(slots, held, extra)
+        self._check()
+
     def shrink(self, slots, tokens):
         super().shrink(slots, tokens)
         self._check()
