@@ -15,26 +15,36 @@ from sim.scheduler import SchedulerLimits
 
 @dataclass(frozen=True)
 class FakeCost:
-    """seconds = overhead_s + per_token_s * Σ new tokens + per_context_s * Σ context."""
+    """seconds = overhead_s + per_token_s * Σ new tokens + per_context_s * Σ context.
+
+    With ``stages`` > 1 that time is split evenly over pipeline stages, plus ``hop_s`` per hop.
+    """
 
     overhead_s: float = 0.010
     per_token_s: float = 0.001
     per_context_s: float = 0.0
+    stages: int = 1
+    hop_s: float = 0.0005
 
     def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq) -> float:
-        return self.overhead_s + self.per_token_s * sum_new + self.per_context_s * sum_ctx
+        return (self.overhead_s + self.per_token_s * sum_new + self.per_context_s * sum_ctx
+                + (self.stages - 1) * self.hop_s)
 
     def pass_seconds(self, new_tokens, context) -> float:
         return self.pass_seconds_sums(float(np.sum(new_tokens)), float(np.sum(context)), 0, 0)
 
     def pass_cost(self, new_tokens, context):
-        return _Cost(self.pass_seconds(new_tokens, context), "memory")
+        total = self.pass_seconds(new_tokens, context)
+        compute = total - (self.stages - 1) * self.hop_s
+        return _Cost(total, "memory", (compute / self.stages,) * self.stages, self.hop_s)
 
 
 @dataclass(frozen=True)
 class _Cost:
     seconds: float
     bound: str
+    stage_s: tuple = ()
+    hop_s: float = 0.0
 
 
 class AcceptAll:

@@ -1,5 +1,7 @@
 """Conservation properties over random small scenarios (hypothesis), and preemption."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -71,9 +73,10 @@ POLICIES = {
     max_num_seqs=st.integers(1, 6),
     spare_blocks=st.integers(0, 12),
     alpha=st.floats(0.0, 1.0),
+    stages=st.sampled_from([1, 1, 2, 3]),
 )
 def test_every_request_finishes_with_exactly_its_output(
-    monkeypatch_blocks, n, seed, policy, chunked, max_num_seqs, spare_blocks, alpha
+    monkeypatch_blocks, n, seed, policy, chunked, max_num_seqs, spare_blocks, alpha, stages
 ):
     rng = np.random.default_rng(seed)
     prompt = rng.integers(1, 60, n)
@@ -84,8 +87,8 @@ def test_every_request_finishes_with_exactly_its_output(
     s = setup(table(arrivals, prompt, output), policy=POLICIES[policy],
               draft=FakeCost(0.001, 0.0001), acceptance=IidChain(alpha), blocks=blocks,
               max_num_seqs=max_num_seqs, max_batched_tokens=128, chunked=chunked, chunk=16,
-              seed=seed)
-    res = simulate(s)
+              seed=seed, cost=FakeCost(stages=stages))
+    res = simulate(replace(s, pipeline_stages=stages))
     assert len(res.requests) == n
     for r in res.requests:
         assert r.finished
