@@ -42,9 +42,8 @@ class RunLog:
         self.first_token_at = nan.copy()
         self.finished_at = nan.copy()
         self.emitted = np.zeros(n_requests, dtype=np.int64)
-        # [N, 5]: verify steps, draft steps, drafted, accepted, checked tokens per request
-        self.counts = np.zeros((n_requests, 5), dtype=np.int64)
-        self.preemptions = np.zeros(n_requests, dtype=np.int64)
+        # [N, 6]: verify steps, draft steps, drafted, accepted, checked tokens, preemptions
+        self.counts = np.zeros((n_requests, 6), dtype=np.int64)
         self.iterations: list[tuple] = []
 
     def request_records(self, table: RequestTable, arrived: int) -> list[RequestRecord]:
@@ -62,7 +61,6 @@ class RunLog:
             table.output_tokens.tolist(),
             self.emitted.tolist(),
             *self.counts.T.tolist(),
-            self.preemptions.tolist(),
             done.tolist(),
         )
         return [RequestRecord(*row) for row in zip(*cols, strict=False)]

@@ -19,7 +19,18 @@ from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.pricing import IterationPricer, shape_info, tree_nodes
 from sim.scheduler import SchedulerLimits, plan_batch
-from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, N_COLS, OUTPUT, RID, STREAM, TARGET
+from sim.slots import (
+    BLOCKS,
+    COUNTS,
+    EMITTED,
+    FILLED,
+    KV,
+    N_COLS,
+    OUTPUT,
+    RID,
+    STREAM,
+    TARGET,
+)
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
@@ -61,13 +72,14 @@ class Replica:
         self.rid, self.target_prefill, self.prefilled = st[:, RID], st[:, TARGET], st[:, FILLED]
         self.emitted, self.kv_tokens, self.output = st[:, EMITTED], st[:, KV], st[:, OUTPUT]
         self.stream = st[:, STREAM]
-        self.counters = st[:, COUNTS:]  # [slots, 5], flushed into the log on exit
+        self.counters = st[:, COUNTS:]  # [slots, 6], written to the log when a request leaves
         self.kv = BlockManager(kv_capacity_blocks, limits.block_size, n, blocks=st[:, BLOCKS])
         self.active = np.zeros(n, dtype=bool)
         self._free_slots = list(range(n - 1, -1, -1))
         self.n_active = 0
         self.waiting: deque[int] = deque()
-        self._resume: dict[int, int] = {}  # preempted request -> tokens it had emitted
+        # preempted request -> (tokens it had emitted, its counters): carried back to the queue
+        self._resume: dict[int, tuple[int, np.ndarray]] = {}
         self.outstanding_requests = 0
         self.outstanding_tokens = 0
         self._wake: simpy.Event | None = None
@@ -94,7 +106,8 @@ class Replica:
 
     def prefill_target_of(self, rid: int) -> int:
         """Tokens to prefill for ``rid``: its prompt, plus what it emitted before a preemption."""
-        return int(self.table.prompt_tokens[rid]) + self._resume.get(rid, 0)
+        back = self._resume.get(rid)
+        return int(self.table.prompt_tokens[rid]) + (back[0] if back else 0)
 
     def admit(self, rid: int, target: int) -> int:
         """Give waiting request ``rid`` a slot; returns the slot."""
@@ -104,21 +117,25 @@ class Replica:
         self.target_prefill[s] = target
         self.prefilled[s] = 0
         self.kv_tokens[s] = 0
-        self.emitted[s] = self._resume.pop(rid, 0)
+        back = self._resume.pop(rid, None)
+        if back is None:  # first admission (a preempted request was scheduled before)
+            self.log.first_scheduled_at[rid] = self.env.now
+            self.emitted[s] = 0
+        else:
+            self.emitted[s] = back[0]
+            self.counters[s] = back[1]
         self.output[s] = self.table.output_tokens[rid]
         self.stream[s] = self.table.stream[rid]
         self.n_active += 1
-        if np.isnan(self.log.first_scheduled_at[rid]):
-            self.log.first_scheduled_at[rid] = self.env.now
         return s
 
     def preempt(self, s: int) -> None:
         """Preempt by recompute: free the slot and its blocks, requeue at the front."""
         rid = int(self.rid[s])
-        self._flush(np.array([s]))
+        self.counters[s, -1] += 1  # preemptions
+        self._resume[rid] = (int(self.emitted[s]), self.counters[s].copy())
         self.kv.release(s)
-        self._resume[rid] = int(self.emitted[s])
-        self.log.preemptions[rid] += 1
+        self.state[s] = 0
         self._vacate(s)
         self.waiting.appendleft(rid)
 
@@ -214,7 +231,7 @@ class Replica:
         log = self.log
         log.finished_at[rids] = now
         log.emitted[rids] = st[:, EMITTED]
-        log.counts[rids] += st[:, COUNTS:]  # [F, 5]
+        log.counts[rids] = st[:, COUNTS:]  # [F, 6]
         self.kv.free_blocks += int(_sum(st[:, BLOCKS]))
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
         self.active[fin] = False
@@ -226,17 +243,16 @@ class Replica:
         tab = self.table
         self.outstanding_tokens -= int(_sum(tab.prompt_tokens[rids]) + _sum(st[:, OUTPUT]))
 
-    def _flush(self, slots: np.ndarray) -> None:
-        """Add the slots' counters into the log and reset them."""
-        rids = self.rid[slots]
-        log = self.log
-        log.emitted[rids] = self.emitted[slots]
-        log.counts[rids] += self.counters[slots]  # [n, 5]
-        self.counters[slots] = 0
-
     def flush_running(self) -> None:
-        """At the horizon: write the counters of sequences still running into the log."""
-        self._flush(np.flatnonzero(self.active))
+        """At the horizon: write what running and preempted requests have done so far."""
+        log = self.log
+        slots = np.flatnonzero(self.active)
+        rids = self.rid[slots]
+        log.emitted[rids] = self.emitted[slots]
+        log.counts[rids] = self.counters[slots]  # [n, 6]
+        for rid, (emitted, counters) in self._resume.items():
+            log.emitted[rid] = emitted
+            log.counts[rid] = counters
 
     def _price_decode(self, row: np.ndarray, context: np.ndarray) -> float:
         """Seconds of the decoding part of an iteration with this shape (adaptive policy)."""

@@ -6,7 +6,10 @@ instead of one per field (the simulator's hot path; see ``specsim bench``).
 """
 
 # request id, tokens to prefill (prompt + tokens emitted before a preemption), prefilled,
-# emitted, cached KV tokens, requested output, acceptance stream, KV blocks held, then five
-# counters flushed into the RunLog: verify steps, draft steps, drafted, accepted, checked.
+# emitted, cached KV tokens, requested output, acceptance stream, KV blocks held, then the
+# request's counters, written to the RunLog when it leaves: verify steps, draft steps,
+# drafted, accepted and checked tokens, preemptions. A preempted request carries its
+# emitted tokens and counters with it back to the queue.
 RID, TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS = range(9)
-N_COLS = COUNTS + 5
+N_COUNTERS = 6
+N_COLS = COUNTS + N_COUNTERS

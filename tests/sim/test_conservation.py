@@ -95,7 +95,12 @@ def test_every_request_finishes_with_exactly_its_output(
         assert r.emitted_tokens == r.output_tokens
         assert r.arrival_at <= r.first_scheduled_at <= r.first_token_at <= r.finished_at
         assert 0 <= r.accepted_tokens <= r.drafted_tokens
-    assert sum(it.emitted_tokens for it in res.iterations) >= int(output.sum())
+    # the iteration records and the request records account for the same tokens
+    its, reqs = res.iterations, res.requests
+    assert sum(it.emitted_tokens for it in its) == int(output.sum())
+    assert sum(it.accepted_tokens for it in its) == sum(r.accepted_tokens for r in reqs)
+    assert sum(it.drafted_tokens for it in its) == sum(r.drafted_tokens for r in reqs)
+    assert sum(it.decode_seqs for it in its) == sum(r.verify_steps for r in reqs)
 
 
 @settings(max_examples=20, deadline=None)
