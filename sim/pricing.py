@@ -34,9 +34,11 @@ class PassPricer(Protocol):
     """What the engine needs from a cost model (``hardware.cost.CostModel`` has it)."""
 
     def pass_seconds_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
-                          sum_new_sq: float) -> float: ...
+                          sum_new_sq: float) -> float:
+        """Seconds of one pass from Σ new, Σ context, Σ new·context, Σ new²."""
 
-    def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray): ...
+    def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray):
+        """The pass with its breakdown; needs ``seconds``, ``bound``, ``stage_s``, ``hop_s``."""
 
 
 def level_sizes(row: np.ndarray) -> np.ndarray:

@@ -70,17 +70,24 @@ class Scheduler(Strict):
 
 
 class FixedLen(Strict):
+    """Every request has exactly ``tokens`` tokens."""
+
     kind: Literal["fixed"]
     tokens: PosInt
 
 
 class UniformLen(Strict):
+    """Integer token counts uniform on [low, high]."""
+
     kind: Literal["uniform"]
     low: PosInt
     high: PosInt
 
 
 class LogNormalLen(Strict):
+    """ceil of a lognormal: give ``median_tokens`` or ``mean_tokens``; ``max_tokens`` bounds
+    it (draws above are resampled, see ``workloads.LogNormalLength``)."""
+
     kind: Literal["lognormal"]
     sigma: Pos
     median_tokens: Pos | None = None
@@ -89,6 +96,8 @@ class LogNormalLen(Strict):
 
 
 class EmpiricalLen(Strict):
+    """Resampled from a column of a CSV file (path relative to the repository root)."""
+
     kind: Literal["empirical"]
     file: str
     column: str
@@ -140,22 +149,30 @@ class Workload(Strict):
 
 
 class IidAcc(Strict):
+    """Each guess accepted with probability ``alpha``, independently (lecture §4.1)."""
+
     kind: Literal["iid"]
     alpha: Prob
     theta: Pos = 1.0  # top-k coverage exponent for tree levels, 1 - (1 - α)^(k^θ)
 
 
 class PositionalAcc(Strict):
+    """Per-guess conditional rates: guess i accepted with ``rates[i]`` given guesses < i were."""
+
     kind: Literal["positional"]
     rates: list[Prob] = Field(min_length=1)  # α_i for guess i given guesses < i accepted
 
 
 class MarginalAcc(Strict):
+    """vLLM-style marginal rates P(guess i accepted), converted to conditionals."""
+
     kind: Literal["marginal"]
     marginals: list[Prob] = Field(min_length=1)  # vLLM-style P(guess i accepted)
 
 
 class BurstyAcc(Strict):
+    """Two-state easy/hard stretches with geometric lengths (lecture §4.5)."""
+
     kind: Literal["bursty"]
     easy_alpha: Prob = 0.95
     hard_alpha: Prob = 0.3
@@ -164,12 +181,16 @@ class BurstyAcc(Strict):
 
 
 class CalibratedAcc(Strict):
+    """i.i.d. α solved so that the shape ``expansion`` yields ``mean_tokens`` per verify."""
+
     kind: Literal["calibrated"]
     mean_tokens: Annotated[float, Field(ge=1)]  # published tokens per verify for this shape
     expansion: list[PosInt] = Field(min_length=1)  # [1]*γ for a chain
 
 
 class TraceAcc(Strict):
+    """Replay of a recorded acceptance trace (``specsim trace``): greedy ranks or sampling."""
+
     kind: Literal["trace"]
     file: str  # an acceptance trace (.npz), relative to the repository root or absolute
     mode: Literal["greedy", "sampling"] = "greedy"
@@ -182,6 +203,8 @@ SingleAcceptance = Annotated[
 
 
 class TaskEntry(Strict):
+    """One task of a mix: its weight among requests and its acceptance model."""
+
     weight: Pos
     acceptance: SingleAcceptance
 
@@ -201,10 +224,14 @@ Acceptance = Annotated[
 
 
 class NonePolicy(Strict):
+    """No speculation."""
+
     kind: Literal["none"]
 
 
 class FixedPolicy(Strict):
+    """A chain of ``gamma`` guesses every iteration (vLLM ``num_speculative_tokens``)."""
+
     kind: Literal["fixed"]
     gamma: PosInt
 
@@ -225,11 +252,15 @@ class TreePolicyCfg(Strict):
 
 
 class LadderPolicy(Strict):
+    """γ by batch size: rows ``[min_batch, max_batch, gamma]``; γ = 0 turns speculation off."""
+
     kind: Literal["batch_ladder"]
     ladder: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]]
 
 
 class AdaptivePolicy(Strict):
+    """Goodput-maximising γ each iteration (and root width up to ``max_width``)."""
+
     kind: Literal["adaptive"]
     max_gamma: PosInt = 8
     smoothing: Annotated[float, Field(gt=0, le=1)] = 0.1
