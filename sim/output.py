@@ -32,9 +32,14 @@ def package_version() -> str:
 
 
 def default_run_dir(name: str, root: str | Path = "runs") -> Path:
-    """``runs/<name>-<UTC timestamp>`` (a new folder name per second)."""
+    """``runs/<name>-<UTC timestamp>``, with ``-2``, ``-3``... if that folder exists."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return Path(root) / f"{name}-{stamp}"
+    base = Path(root) / f"{name}-{stamp}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    return path
 
 
 def write_records(path: Path, record_type: type, records: list) -> None:

@@ -105,3 +105,12 @@ def test_python_api_is_importable_lazily():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=repo_root(), check=True)
     assert out.stdout.strip() == "2"
+
+
+def test_default_run_folders_never_collide(tmp_path):
+    from sim.output import default_run_dir
+
+    first = default_run_dir("x", tmp_path)
+    first.mkdir(parents=True)
+    second = default_run_dir("x", tmp_path)
+    assert second != first and second.name.startswith(first.name)
