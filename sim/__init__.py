@@ -2,10 +2,13 @@
 
 Python API (the same as ``specsim run``)::
 
-    from sim import load_scenario, run_scenario
-    result = run_scenario(load_scenario("scenarios/default.yaml", ["run.requests=200"]))
+    import sim
+    result, folder = sim.run("scenarios/default.yaml", ["run.requests=200"], seed=1)
     result.summaries            # one dict per speculation variant
     result.variants[0].requests # RequestRecord per request; .iterations: IterationRecord
+
+    # or step by step, without writing anything:
+    result = sim.run_scenario(sim.load_scenario(None, ["run.requests=200"]))
 
 Names are imported lazily so that ``import sim`` (and the command line's start-up) stays
 light and never pulls in ``hardware`` or ``workloads`` before they are needed.
@@ -19,6 +22,7 @@ _EXPORTS = {
     "Scenario": "sim.scenario",
     "load_scenario": "sim.loading",
     "apply_overrides": "sim.loading",
+    "run": "sim.runner",
     "run_scenario": "sim.runner",
     "simulate": "sim.runner",
     "ScenarioResult": "sim.runner",

@@ -91,3 +91,29 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
                                    chain=chains[name]))
     base = next((n for n, k in kinds.items() if k == "none"), None)
     return ScenarioResult(scenario, results, add_speedups(summaries, base))
+
+
+def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
+        out=None, write: bool = True, progress=None):
+    """What ``specsim run`` does, as a function: load ``scenario_path`` (default
+    ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
+    (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
+    ``(ScenarioResult, run folder or None)``. Never prints.
+    """
+    import time
+    from pathlib import Path
+
+    from sim.loading import default_scenario_path, display_path, load_scenario
+    from sim.output import default_run_dir, write_run
+
+    sets = list(overrides) + ([f"run.seed={seed}"] if seed is not None else [])
+    path = Path(scenario_path) if scenario_path is not None else default_scenario_path()
+    source = display_path(path)
+    scenario = load_scenario(path, sets)
+    start = time.perf_counter()
+    result = run_scenario(scenario, source, progress)
+    if not write:
+        return result, None
+    folder = write_run(result, out or default_run_dir(scenario.name), source, sets,
+                       time.perf_counter() - start)
+    return result, folder

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from pathlib import Path
-
-from sim.loading import default_scenario_path, display_path
 
 _HELP = """\
 Run a scenario: every speculation variant it lists is simulated on the same arrivals
@@ -44,27 +40,15 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Load, run, write, print."""
-    from sim.loading import load_scenario
-    from sim.output import default_run_dir, write_run
-    from sim.runner import run_scenario
+    """Load, run, write (``sim.runner.run``), print."""
+    from sim.runner import run
 
-    overrides = list(args.overrides)
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    path = Path(args.scenario) if args.scenario is not None else default_scenario_path()
-    source = display_path(path)
-    scenario = load_scenario(path, overrides)
-    progress, bars = _progress(scenario, args.no_progress)
-    start = time.perf_counter()
+    progress, bars = _progress(args.no_progress)
     try:
-        result = run_scenario(scenario, source, progress)
+        result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress)
     finally:
         for bar in bars.values():
             bar.close()
-    wall_s = time.perf_counter() - start
-    out = write_run(result, args.out or default_run_dir(scenario.name), source, overrides,
-                    wall_s)
     if args.json:
         print(json.dumps({"variants": [_public(s) for s in result.summaries], "out": str(out)},
                          indent=2))
@@ -84,7 +68,7 @@ def _public(summary: dict) -> dict:
     return {k: summary[k] for k in _PUBLIC}
 
 
-def _progress(scenario, disabled: bool):
+def _progress(disabled: bool):
     """A tqdm bar per variant over simulated time, on stderr when it is a terminal."""
     bars: dict = {}
     if disabled or not sys.stderr.isatty():

@@ -114,3 +114,14 @@ def test_default_run_folders_never_collide(tmp_path):
     first.mkdir(parents=True)
     second = default_run_dir("x", tmp_path)
     assert second != first and second.name.startswith(first.name)
+
+
+def test_python_run_does_what_the_command_does(tmp_path):
+    import sim
+
+    result, folder = sim.run(None, SHORT, seed=2, out=tmp_path / "api")
+    assert folder == tmp_path / "api" and (folder / "scenario.yaml").exists()
+    assert yaml.safe_load((folder / "meta.yaml").read_text())["seed"] == 2
+    assert json.loads((folder / "summary.json").read_text())["variants"] == result.summaries
+    again, none = sim.run(None, SHORT, seed=2, write=False)
+    assert none is None and again.variants[1].requests == result.variants[1].requests
