@@ -11,11 +11,12 @@ within ``rel_tol`` (default 5%) of the passing one; the passing rate is reported
 fixed seed, arrivals at rate r are the same draws scaled by 1/r, so runs at different rates
 differ only by load.
 
-Costs: one replica of a candidate occupies ``tp × pp`` GPUs (plus one for a draft placed
-``separate``) at the catalog's ``price_per_hour_usd``; the cost per million output tokens is
-that hourly price over the output tokens per hour at the highest passing rate (that rate ×
-the run's mean output tokens per request). Replicas for
-a target rate = ceil(target / highest rate): it assumes the router spreads load evenly.
+Costs: a candidate deployment occupies ``deployment.replicas`` × (``tp × pp`` GPUs, plus
+one for a draft placed ``separate``) at the catalog's ``price_per_hour_usd``; the cost per
+million output tokens is that hourly price over the output tokens per hour at the highest
+passing rate (that rate × the run's mean output tokens per request). Replicas for a target
+rate (``replicas_for_target``, in copies of the whole candidate deployment) = ceil(target /
+highest rate): it assumes the load spreads evenly over the copies.
 """
 
 from __future__ import annotations
