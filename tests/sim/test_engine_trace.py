@@ -66,3 +66,27 @@ def test_progress_reports_simulated_time_and_does_not_change_results():
     assert watched.requests == plain.requests and watched.iterations == plain.iterations
     assert ticks[0][1] == 0.5 and ticks[-1][0] == pytest.approx(plain.end_at)
     assert [t for t, _ in ticks] == sorted(t for t, _ in ticks)
+
+
+def test_chunked_prefill_shares_iterations_with_decodes():
+    # chunk 16, budget 20. r0 (prompt 4, output 4) at 0; r1 (prompt 40, output 2) at 1 ms.
+    # t=0     : prefill r0 4                         -> 10 + 4  = 14 ms; r0 token 1
+    # t=0.014 : decode r0 1 + r1 chunk 16            -> 10 + 17 = 27 ms; r0 token 2
+    # t=0.041 : decode r0 1 + r1 chunk 16            -> 27 ms -> 0.068; r0 token 3
+    # t=0.068 : decode r0 1 + r1 last chunk 8        -> 19 ms -> 0.087; r0 token 4 (done),
+    #           r1 token 1
+    # t=0.087 : decode r1 1                          -> 11 ms -> 0.098; r1 done
+    res = simulate(setup(table([0.0, 0.001], [4, 40], [4, 2]), chunked=True, chunk=16,
+                         max_batched_tokens=20))
+    r0, r1 = res.requests
+    assert (r0.first_token_at, r0.finished_at) == pytest.approx((0.014, 0.087))
+    assert (r1.first_scheduled_at, r1.first_token_at, r1.finished_at) == pytest.approx(
+        (0.014, 0.087, 0.098))
+    assert [it.prefill_tokens for it in res.iterations] == [4, 16, 16, 8, 0]
+
+
+def test_a_prompt_that_does_not_fit_the_budget_gets_a_partial_chunk():
+    # budget 10: the decode takes 1, so the new prompt's first chunk is 9, not 16.
+    res = simulate(setup(table([0.0, 0.001], [4, 30], [3, 1]), chunked=True, chunk=16,
+                         max_batched_tokens=10))
+    assert [it.prefill_tokens for it in res.iterations][:3] == [4, 9, 9]
