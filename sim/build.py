@@ -149,7 +149,7 @@ def policy_factory(cfg, acceptance):
         BatchLadder(cfg.ladder)  # validate now, at build time
         return lambda: BatchLadder(cfg.ladder)
     return lambda: AdaptiveGamma(cfg.max_gamma, acceptance.mean_alpha, cfg.smoothing,
-                                 cfg.max_width)
+                                 cfg.max_width, cfg.per_sequence)
 
 
 def cost_models(sc: Scenario, uses_draft: bool):

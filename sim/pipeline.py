@@ -119,14 +119,8 @@ class PipelinedReplica(Replica):
         env = self.env
         self.log.iterations.append((
             self.index, mb.start_at, env.now - mb.start_at, len(dec) + len(pre), len(dec),
-            prefill, len(dec) * (1 + self._nodes(batch)), drafted, accepted, emitted,
+            prefill, batch.verify_tokens, drafted, accepted, emitted,
             mb.draft_s, mb.verify_s, mb.bound,
         ))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
-
-    @staticmethod
-    def _nodes(batch: Batch) -> int:
-        from sim.pricing import tree_nodes
-
-        return tree_nodes(batch.row)

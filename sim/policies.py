@@ -5,8 +5,10 @@ tree ⟨k1..km⟩ is its k's, and rows are padded with 0 (a row of zeros = no sp
 iteration). Each iteration a policy returns one row, int64 [max_depth], for every decoding
 sequence of the batch: the policies here decide per batch, as vLLM's and SGLang's do (the
 engine broadcasts the row to the acceptance model's per-sequence ``widths`` [D, m], and the
-acceptance of each sequence is still drawn separately). ``shape(n, context)`` gets the
-number of decoding sequences and their cached tokens.
+acceptance of each sequence is still drawn separately); a per-sequence policy returns
+int64 [D, m] instead, one row per sequence. ``shape(n, context, history)`` gets the number
+of decoding sequences, their cached tokens and their history (int64 [D, 2]: accepted and
+checked guesses so far).
 
 - ``NoSpeculation``: plain decoding.
 - ``FixedGamma``: vLLM's ``num_speculative_tokens``.
@@ -47,7 +49,8 @@ class NoSpeculation:
 
     row = np.zeros(0, dtype=np.int64)
 
-    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+    def shape(self, n: int, context: np.ndarray | None = None,
+              history: np.ndarray | None = None) -> np.ndarray:
         """int64 [0]: no levels."""
         return self.row
 
@@ -64,7 +67,8 @@ class _Static:
         self.row = np.asarray(row, dtype=np.int64)
         self.max_depth = len(self.row)
 
-    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+    def shape(self, n: int, context: np.ndarray | None = None,
+              history: np.ndarray | None = None) -> np.ndarray:
         """int64 [m]: always the same row."""
         return self.row
 
@@ -119,7 +123,8 @@ class BatchLadder:
             self.gamma_by_batch[lo : hi + 1] = g
         self._rows = [chain(int(g), self.max_depth) for g in range(self.max_depth + 1)]
 
-    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+    def shape(self, n: int, context: np.ndarray | None = None,
+              history: np.ndarray | None = None) -> np.ndarray:
         """int64 [max_depth]: the ladder's γ for a batch of n (the last row's beyond it)."""
         gamma = int(self.gamma_by_batch[min(n, self.max_batch)])
         return self._rows[gamma]
@@ -142,18 +147,32 @@ class AdaptiveGamma:
     α̂ is an exponential moving average (weight ``smoothing`` per iteration) of accepted /
     checked single-candidate guesses, starting from the acceptance model's prior
     ``mean_alpha``; after a tree verify only its chain levels (2 and deeper) count.
+
+    With ``per_sequence`` (chains only) each sequence then gets its own γ_i ≤ the batch's
+    best γ (the draft passes are shared by the whole batch, so the batch-level search
+    fixes how many there are; a sequence can only drop out early): the lecture's optimum
+    (Theorem 3.8, ``specdec.optimal_gamma``) at its own α_i = (accepted_i + 8 α̂) /
+    (checked_i + 8) — its history shrunk toward the batch estimate — and at this batch's
+    draft-to-verify cost ratio c = (T(γ=1) − T(γ=0)) / T(γ=0). Hard requests guess less
+    (exercise 9(c)) and stop spending verify tokens on guesses that will be rejected.
     """
+
+    PRIOR_GUESSES = 8  # weight of α̂ in a sequence's own estimate, in guesses
 
     uses_draft = True
 
     def __init__(self, max_gamma: int, prior_alpha: float, smoothing: float = 0.1,
-                 max_width: int = 1) -> None:
+                 max_width: int = 1, per_sequence: bool = False) -> None:
         if max_gamma < 1:
             raise UserError(f"policy.max_gamma: must be >= 1, got {max_gamma}")
         if not 0.0 < smoothing <= 1.0:
             raise UserError(f"policy.smoothing: must be in (0, 1], got {smoothing}")
         if max_width < 1:
             raise UserError(f"policy.max_width: must be >= 1, got {max_width}")
+        if per_sequence and max_width > 1:
+            raise UserError("policy.per_sequence: per-sequence shapes are chains; "
+                            f"use max_width 1, got {max_width}")
+        self.per_sequence = bool(per_sequence)
         self.max_depth = int(max_gamma)
         self.max_width = int(max_width)
         self.alpha = float(prior_alpha)
@@ -163,7 +182,8 @@ class AdaptiveGamma:
         self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
         self.last_row = self._rows[0]
 
-    def shape(self, n: int, context: np.ndarray | None = None) -> np.ndarray:
+    def shape(self, n: int, context: np.ndarray | None = None,
+              history: np.ndarray | None = None) -> np.ndarray:
         """int64 [max_gamma]: the goodput-best shape for this batch."""
         from specdec import expected_tokens
 
@@ -185,11 +205,33 @@ class AdaptiveGamma:
                 rate = n * model.expected_tokens(row[:depth]) / self.price(row, context)
                 if rate > best_rate:
                     best, best_rate = row, rate
+        if self.per_sequence and depth and history is not None:
+            best = self._per_sequence(n, context, history, depth)
         self.last_row = best
         return best
 
+    def _per_sequence(self, n, context, history, gamma_max: int) -> np.ndarray:
+        """int64 [n, max_gamma]: chains of γ_i <= gamma_max, from each sequence's own α_i."""
+        from specdec import optimal_gamma
+
+        k = self.PRIOR_GUESSES
+        alpha = (history[:, 0] + k * self.alpha) / (history[:, 1] + k)  # [n]
+        t0 = self.price(self._rows[0], context)
+        c = (self.price(self._rows[1], context) - t0) / t0
+        gamma = np.asarray(optimal_gamma(alpha, c, max_gamma=gamma_max), dtype=np.int64)
+        return (np.arange(self.max_depth) < gamma[:, None]).astype(np.int64)  # [n, m]
+
     def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
-        """Fold one iteration's accepted depths (int64 [D]) under shape ``row`` into α̂."""
+        """Fold one iteration's accepted depths (int64 [D]) under shape ``row`` into α̂.
+
+        ``row`` is the batch's shape [m], or one chain per sequence [D, m].
+        """
+        if row.ndim == 2:
+            depths = (row > 0).sum(axis=1)  # [D]
+            checked = int((accepted + (accepted < depths)).sum())
+            if checked > 0:
+                self.alpha += self.smoothing * (int(accepted.sum()) / checked - self.alpha)
+            return
         depth = int((row > 0).sum())
         if depth == 0 or len(accepted) == 0:
             return

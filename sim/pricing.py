@@ -93,10 +93,12 @@ class IterationPricer:
               pre_chunks: np.ndarray, bound: bool | None = None) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) for one iteration.
 
-        row int64 [m]: every decoding sequence's shape; dec_context int64 [D]: their cached
-        tokens; pre_context, pre_chunks int64 [P]: cached tokens and this iteration's chunk
-        of the prefilling sequences.
+        row int64 [m]: every decoding sequence's shape, or int64 [D, m]: one per sequence;
+        dec_context int64 [D]: their cached tokens; pre_context, pre_chunks int64 [P]: cached
+        tokens and this iteration's chunk of the prefilling sequences.
         """
+        if row.ndim == 2:
+            return self._per_sequence(row, dec_context, pre_context, pre_chunks, bound)
         n_dec = len(dec_context)
         s_ctx = float(_sum(dec_context))
         if len(pre_chunks):
@@ -126,6 +128,8 @@ class IterationPricer:
     def price_stages(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
                      pre_chunks: np.ndarray):
         """(draft_s, the target's ``PassCost`` with ``stage_s`` and ``hop_s``) for a pipeline."""
+        if row.ndim == 2:
+            return self._per_sequence(row, dec_context, pre_context, pre_chunks, True, True)
         n_dec = len(dec_context)
         verify = 1 + tree_nodes(row)
         new = np.concatenate((np.full(n_dec, verify, dtype=np.int64), pre_chunks))
@@ -167,4 +171,55 @@ class IterationPricer:
                 s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
             total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq)
             before += f
+        return total
+
+    def _per_sequence(self, widths, dec_context, pre_context, pre_chunks, bound, stages=False):
+        """The general path: a shape per decoding sequence (widths int64 [D, m]).
+
+        Verify: 1 + that sequence's nodes each. Draft: pass j feeds each sequence that has a
+        level j its level j−1 nodes; sequences with shallower shapes drop out of later
+        passes. Returns what ``price`` (or, with ``stages``, ``price_stages``) returns.
+        """
+        sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level
+        new = np.concatenate((1 + sizes.sum(axis=1), pre_chunks))  # [D + P]
+        ctx = np.concatenate((dec_context, pre_context))  # [D + P]
+        label, cost = "", None
+        if stages or (self.record_bound if bound is None else bound):
+            cost = self.target.pass_cost(new, ctx)
+            label = str(cost.bound)
+        verify_s = float(cost.seconds) if cost is not None else self.target.pass_seconds(new, ctx)
+        draft_s = 0.0
+        if self.draft is not None:
+            draft_s = self._draft_per_sequence(widths, sizes, dec_context, pre_context,
+                                               pre_chunks)
+        return (draft_s, cost) if stages else (draft_s, verify_s, label)
+
+    def _draft_per_sequence(self, widths, sizes, dec_context, pre_context, pre_chunks):
+        dcost = self.draft.cost
+        has = widths > 0  # [D, m]
+        feed = np.zeros_like(widths)  # [D, m]: tokens pass j feeds per sequence
+        feed[:, 0] = has[:, 0]
+        feed[:, 1:] = sizes[:, :-1] * has[:, 1:]
+        if self.draft.replicas > 1:
+            from hardware.draft import chain_draft_seconds
+
+            if (widths > 1).any():
+                raise ValueError("per-sequence trees with several draft replicas: chains only")
+            total = chain_draft_seconds(self.draft, has.sum(axis=1), dec_context)
+            if len(pre_chunks):
+                total += dcost.pass_seconds(pre_chunks, pre_context)
+            return total
+        before = np.cumsum(feed, axis=1) - feed  # [D, m]: nodes fed before pass j
+        total = 0.0
+        for j in range(max(widths.shape[1], 1)):
+            if widths.shape[1]:
+                live = feed[:, j] > 0
+                new_j, ctx_j = feed[live, j], dec_context[live] + before[live, j]
+            else:
+                new_j = ctx_j = np.zeros(0, dtype=np.int64)
+            if j == 0 and len(pre_chunks):
+                new_j = np.concatenate((new_j, pre_chunks))
+                ctx_j = np.concatenate((ctx_j, pre_context))
+            if len(new_j):
+                total += dcost.pass_seconds(new_j, ctx_j)
         return total

@@ -165,7 +165,7 @@ class Replica:
             emitted, accepted, drafted, prefill = self._advance(batch)
             self.log.iterations.append((
                 self.index, start_at, env.now - start_at, len(dec) + len(pre), len(dec),
-                prefill, len(dec) * (1 + batch_nodes(batch)), drafted, accepted, emitted,
+                prefill, batch.verify_tokens, drafted, accepted, emitted,
                 draft_s, verify_s, bound,
             ))
 
@@ -194,11 +194,17 @@ class Replica:
         drafted = accepted = 0
         n = len(dec)
         if n:
-            depth, nodes, _ = shape_info(row)
             st = self.state[dec]  # [D, N_COLS]: gather once, scatter once below
             emitted = st[:, EMITTED]
-            if depth:
-                acc = self.acceptance.accept(st[:, STREAM], emitted, _rows(row, n), self.rng)
+            if row.ndim == 1:  # one shape for the batch: scalars
+                depth, nodes, _ = shape_info(row)
+                widths = _rows(row, n) if depth else None
+            else:  # a shape per sequence: arrays [D]
+                depth = (row > 0).sum(axis=1)
+                nodes = np.cumprod(row, axis=1).sum(axis=1)
+                widths = row if depth.any() else None
+            if widths is not None:
+                acc = self.acceptance.accept(st[:, STREAM], emitted, widths, self.rng)
                 checked = acc + (acc < depth)  # [D]
             else:
                 acc = checked = np.zeros(n, dtype=np.int64)
@@ -208,11 +214,14 @@ class Replica:
             kept = batch.dec_context + 1 + acc  # the root plus the accepted path
             st[:, KV] = kept
             st[:, BLOCKS] = self.kv.rolled_back(st[:, BLOCKS], kept)
-            st[:, COUNTS:COUNTS + 3] += (1, depth > 0, nodes)
+            st[:, COUNTS] += 1
+            st[:, COUNTS + 1] += depth > 0
+            st[:, COUNTS + 2] += nodes
             st[:, COUNTS + 3] += acc
             st[:, COUNTS + 4] += checked
             self.state[dec] = st
-            drafted, accepted = n * nodes, int(_sum(acc))
+            drafted = n * nodes if row.ndim == 1 else int(_sum(nodes))
+            accepted = int(_sum(acc))
             total_emitted += int(_sum(step))
             self.policy.observe(acc, row)
             fin = dec[step == remaining]

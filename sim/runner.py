@@ -81,8 +81,9 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
     horizon = scenario.run.horizon_s
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     # The i.i.d. chain formula applies to policies that only ever draft chains.
+    # (per-sequence γ's average differently: no formula there either)
     chains = {v.name: v.policy.kind != "tree" and getattr(v.policy, "max_width", 1) == 1
-              for v in scenario.variants}
+              and not getattr(v.policy, "per_sequence", False) for v in scenario.variants}
     for name, setup in setups(scenario, source, record_bound):
         tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)

@@ -265,6 +265,7 @@ class AdaptivePolicy(Strict):
     max_gamma: PosInt = 8
     smoothing: Annotated[float, Field(gt=0, le=1)] = 0.1
     max_width: PosInt = 1  # > 1: also try trees <k,1,...,1> with k up to this
+    per_sequence: bool = False  # each sequence its own γ <= the batch's, from its history
 
 
 Policy = Annotated[

@@ -22,7 +22,9 @@ import numpy as np
 
 from sim.kv import blocks_for
 from sim.pricing import tree_nodes
-from sim.slots import BLOCKS, FILLED, KV, TARGET
+from sim.slots import BLOCKS, COUNTS, FILLED, KV, TARGET
+
+HISTORY = slice(COUNTS + 3, COUNTS + 5)  # per-request accepted and checked tokens so far
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
@@ -45,7 +47,8 @@ class SchedulerLimits:
 class Batch:
     """One iteration's work.
 
-    row int64 [m]: the draft shape of every decoding sequence; dec_slots, dec_context
+    row int64 [m]: the draft shape of every decoding sequence (or int64 [D, m]: one per
+    sequence, from a per-sequence policy); dec_slots, dec_context
     int64 [D]: the decoding sequences and their cached tokens; pre_slots, pre_context,
     chunks int64 [P]: the prefilling sequences, their cached tokens and their chunks.
     """
@@ -56,6 +59,13 @@ class Batch:
     pre_slots: np.ndarray
     pre_context: np.ndarray
     chunks: np.ndarray
+
+    @property
+    def verify_tokens(self) -> int:
+        """Tokens the decoding sequences put into the target pass (root + nodes each)."""
+        if self.row.ndim == 1:
+            return len(self.dec_slots) * (1 + tree_nodes(self.row))
+        return int(_sum(1 + np.cumprod(self.row, axis=1).sum(axis=1)))
 
     @property
     def empty(self) -> bool:
@@ -85,19 +95,26 @@ def plan_batch(r) -> Batch:
     ctx = st[:, KV]  # [A]
     left = st[:, TARGET] - st[:, FILLED]  # [A]: prompt tokens still to prefill
     if not _any(left):
-        dec, dctx, pre, pctx, left = act, ctx, _NONE, _NONE, _NONE
+        dec, dctx, dhist, pre, pctx, left = act, ctx, st[:, HISTORY], _NONE, _NONE, _NONE
     else:
         decoding = left == 0
-        dec, dctx, pre, pctx, left = (act[decoding], ctx[decoding], act[~decoding],
-                                      ctx[~decoding], left[~decoding])
+        dec, dctx, dhist = act[decoding], ctx[decoding], st[decoding][:, HISTORY]
+        pre, pctx, left = act[~decoding], ctx[~decoding], left[~decoding]
 
-    # 1. decoders and their draft shape, while their verify tokens fit the budget.
-    row = r.policy.shape(len(dec), dctx)
-    verify = 1 + tree_nodes(row)
-    if len(dec) * verify > lim.max_batched_tokens:
-        keep = lim.max_batched_tokens // verify
-        dec, dctx = dec[:keep], dctx[:keep]
-    budget = lim.max_batched_tokens - len(dec) * verify
+    # 1. decoders and their draft shapes, while their verify tokens fit the budget.
+    row = r.policy.shape(len(dec), dctx, dhist)  # [m] for all, or [D, m] per sequence
+    if row.ndim == 1:
+        verify = 1 + tree_nodes(row)
+        if len(dec) * verify > lim.max_batched_tokens:
+            keep = lim.max_batched_tokens // verify
+            dec, dctx = dec[:keep], dctx[:keep]
+        budget = lim.max_batched_tokens - len(dec) * verify
+    else:
+        verify = 1 + np.cumprod(row, axis=1).sum(axis=1)  # [D]
+        fits = np.cumsum(verify) <= lim.max_batched_tokens  # a prefix, oldest first
+        if not fits.all():
+            dec, dctx, row, verify = dec[fits], dctx[fits], row[fits], verify[fits]
+        budget = lim.max_batched_tokens - int(_sum(verify))
 
     # 2. prefill chunks of running sequences.
     chunks = _NONE
@@ -120,7 +137,10 @@ def plan_batch(r) -> Batch:
         keep = _preempt_until_fits(r, act, slots, tokens)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
         dec, dctx, pre, pctx, chunks = dec[kd], dctx[kd], pre[kp], pctx[kp], chunks[kp]
-        budget = lim.max_batched_tokens - len(dec) * verify - int(_sum(chunks))
+        if row.ndim == 2:
+            row, verify = row[kd], verify[kd]
+        budget = (lim.max_batched_tokens - int(_sum(np.broadcast_to(verify, dec.shape)))
+                  - int(_sum(chunks)))
         slots = np.concatenate((dec, pre))
         tokens = np.concatenate((dctx + verify, pctx + chunks))
         held = r.kv.blocks[slots]

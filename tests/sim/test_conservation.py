@@ -12,6 +12,7 @@ from sim.kv import BlockManager
 from sim.policies import BatchLadder, FixedGamma, NoSpeculation, TreePolicy
 from sim.runner import simulate
 from tests.sim.fakes import FakeCost, IidChain, setup, table
+from tests.sim.test_policies import Mixed
 
 
 class CheckedBlocks(BlockManager):
@@ -61,6 +62,7 @@ POLICIES = {
     "g4": lambda: FixedGamma(4),
     "tree": lambda: TreePolicy([2, 1, 2]),
     "ladder": lambda: BatchLadder([[1, 2, 3], [3, 100, 0]]),
+    "mixed": Mixed,  # a shape per sequence
 }
 
 

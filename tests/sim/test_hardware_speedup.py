@@ -74,3 +74,19 @@ def test_batch1_latency_ratio_matches_the_analytic_hardware_speedup(models):
     mid = prompt + output // 2  # the context midway through decoding
     analytic = chain_table(target, draft, 1, mid, alpha, gamma)[gamma - 1].speedup
     assert measured == pytest.approx(analytic, rel=0.02)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_per_sequence_pricing_agrees_with_the_uniform_path_and_hardware(models, replicas):
+    target, draft = models
+    draft = DraftSetup(draft.cost, "colocated", replicas)
+    pricer = IterationPricer(target, draft)
+    ctx = np.array([100, 2000, 513, 77], dtype=np.int64)
+    row = np.array([1, 1, 1, 0])
+    same = pricer.price(np.tile(row, (4, 1)), ctx, EMPTY, EMPTY)
+    assert same == pytest.approx(pricer.price(row, ctx, EMPTY, EMPTY))
+    gammas = np.array([3, 0, 1, 2])
+    widths = (np.arange(3) < gammas[:, None]).astype(np.int64)
+    draft_s, verify_s, _ = pricer.price(widths, ctx, EMPTY, EMPTY)
+    assert draft_s == pytest.approx(chain_draft_seconds(draft, gammas, ctx), rel=1e-12)
+    assert verify_s == pytest.approx(target.pass_seconds(1 + gammas, ctx), rel=1e-12)

@@ -97,3 +97,51 @@ def test_tree_policy_in_the_engine_emits_depth_plus_one():
     assert [it.emitted_tokens for it in res.iterations] == [1, 4, 4]
     assert [it.verify_tokens for it in res.iterations] == [0, 11, 11]
     assert r.drafted_tokens == 20 and r.accepted_tokens == 6 and r.draft_steps == 2
+
+
+class Mixed:
+    """A per-sequence test policy: shapes cycle through a chain, a tree, none and γ = 1."""
+
+    uses_draft = True
+    max_depth = 3
+    ROWS = np.array([[1, 1, 1], [2, 1, 0], [0, 0, 0], [1, 0, 0]])
+
+    def shape(self, n, context=None, history=None):
+        return self.ROWS[np.arange(n) % 4]
+
+    def observe(self, accepted, row):
+        pass
+
+
+def test_per_sequence_shapes_in_the_engine():
+    # Four requests at once, all guesses accepted: each emits depth + 1 per verify.
+    s = setup(table([0.0] * 4, [8] * 4, [9] * 4), policy=Mixed, draft=FakeCost(0.001, 0.0),
+              acceptance=AcceptAll())
+    res = simulate(s)
+    assert all(r.finished and r.emitted_tokens == 9 for r in res.requests)
+    first = res.iterations[1]  # the first decoding iteration
+    assert first.decode_seqs == 4
+    assert first.verify_tokens == 4 + 3 + 4 + 0 + 1  # roots + (3, 2+2, 0, 1) nodes
+    assert first.emitted_tokens == 4 + 3 + 1 + 2
+    assert first.drafted_tokens == 3 + 4 + 0 + 1
+
+
+def test_adaptive_per_sequence_gives_easy_requests_longer_chains():
+    from specdec import optimal_gamma
+
+    pol = AdaptiveGamma(max_gamma=8, prior_alpha=0.8, smoothing=0.1, per_sequence=True)
+    # verify 10 ms flat, draft passes 0.5 ms: c = 0.05 at this batch
+    pol.price = lambda row, ctx: 0.010 + 0.0005 * int((row > 0).sum())
+    batch_gamma = int((pol.shape(3, np.array([100] * 3)) > 0).sum())  # no history: one row
+    assert batch_gamma == optimal_gamma(0.8, 0.05, max_gamma=8) == 8
+    history = np.array([[950, 1000], [300, 1000], [0, 0]])  # easy, hard, new
+    widths = pol.shape(3, np.array([100, 100, 100]), history)
+    gammas = (widths > 0).sum(axis=1)
+    assert widths.shape == (3, 8)
+    assert gammas[0] == batch_gamma and 1 <= gammas[1] < gammas[0]
+    for g, (acc, chk) in zip(gammas, history, strict=True):
+        want = optimal_gamma((acc + 8 * 0.8) / (chk + 8), 0.05, max_gamma=batch_gamma)
+        assert g == want
+    # when speculating does not pay for the batch, nobody speculates
+    pol.price = lambda row, ctx: 0.010 + 0.02 * int((row > 0).sum())
+    assert not pol.shape(3, np.array([100] * 3), history).any()
