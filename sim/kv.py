@@ -51,14 +51,10 @@ class BlockManager:
 
     def grow(self, slots: np.ndarray, extra: np.ndarray) -> None:
         """Add ``extra[i]`` blocks to ``slots[i]`` (from :meth:`extra_needed`)."""
-        total = int(_sum(extra))
-        if total > self.free_blocks:
-            raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
-        self.blocks[slots] += extra
-        self.free_blocks -= total
+        self.grant(slots, self.blocks[slots], extra)
 
     def grant(self, slots: np.ndarray, held: np.ndarray, extra: np.ndarray) -> None:
-        """Like :meth:`grow`, given the slots' ``held`` blocks (gathered by the caller)."""
+        """:meth:`grow` given the slots' ``held`` blocks (the engine gathers them itself)."""
         total = int(_sum(extra))
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
@@ -67,10 +63,7 @@ class BlockManager:
 
     def shrink(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool."""
-        held = self.blocks[slots]
-        keep = np.minimum(blocks_for(tokens, self.block_size), held)
-        self.blocks[slots] = keep
-        self.free_blocks += int(_sum(held) - _sum(keep))
+        self.blocks[slots] = self.rolled_back(self.blocks[slots], tokens)
 
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Blocks to keep for ``tokens`` tokens, given ``held`` (gathered by the caller, who

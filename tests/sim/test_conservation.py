@@ -23,17 +23,9 @@ class CheckedBlocks(BlockManager):
         assert (self.blocks >= 0).all()
         assert int(self.blocks.sum()) + self.free_blocks == self.capacity_blocks
 
-    def grow(self, slots, extra):
-        super().grow(slots, extra)
-        self._check()
-
     def grant(self, slots, held, extra):
         assert (held == self.blocks[slots]).all()
         super().grant(slots, held, extra)
-        self._check()
-
-    def shrink(self, slots, tokens):
-        super().shrink(slots, tokens)
         self._check()
 
     def release(self, slots):
