@@ -75,7 +75,7 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
     ``progress(variant_name, now_s, total_s)``, if given, is called as simulated time advances.
     """
     from sim.build import setups
-    from sim.summary import add_speedups, summarize
+    from sim.summary import add_speedups, slo_verdict, summarize
 
     results, summaries = [], []
     horizon = scenario.run.horizon_s
@@ -88,8 +88,9 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
         tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)
         results.append(res)
-        summaries.append(summarize(name, res.requests, res.iterations, res.end_at,
-                                   chain=chains[name]))
+        summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name])
+        summ["slo"] = slo_verdict(summ, scenario.slo.ttft_p99_s, scenario.slo.tpot_p99_s)
+        summaries.append(summ)
     base = next((n for n, k in kinds.items() if k == "none"), None)
     return ScenarioResult(scenario, results, add_speedups(summaries, base))
 

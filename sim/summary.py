@@ -100,6 +100,20 @@ def summarize(name: str, requests: list[RequestRecord], iterations: list[Iterati
     }
 
 
+def slo_verdict(summary: dict, ttft_p99_s: float | None, tpot_p99_s: float | None) -> str | None:
+    """"met" / "missed" for a scenario's SLO (p99 TTFT and TPOT targets), or None without one.
+
+    Unfinished requests count against it: an SLO is missed if any request is unfinished.
+    """
+    if ttft_p99_s is None and tpot_p99_s is None:
+        return None
+    ok = summary["finished"] == summary["requests"]
+    for key, limit in (("ttft_p99_s", ttft_p99_s), ("tpot_p99_s", tpot_p99_s)):
+        if limit is not None:
+            ok = ok and summary[key] is not None and summary[key] <= limit
+    return "met" if ok else "missed"
+
+
 def add_speedups(summaries: list[dict], base_name: str | None) -> list[dict]:
     """Fill ``speedup_vs_none`` against the no-speculation variant ``base_name``."""
     base = next((s for s in summaries if s["name"] == base_name), None)

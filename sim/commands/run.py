@@ -98,6 +98,7 @@ _ROWS = (
     ("tokens/verify measured", lambda s: _num(s["tokens_per_verify"], "{:.3f}")),
     ("tokens/verify E(α̂,γ) formula", lambda s: _num(s["formula_tokens_per_verify"], "{:.3f}")),
     ("speedup vs none (TPOT)", lambda s: _num(s["speedup_vs_none"], "{:.2f}x")),
+    ("SLO (p99 TTFT, TPOT)", lambda s: s.get("slo") or "-"),
 )
 
 

@@ -125,3 +125,13 @@ def test_python_run_does_what_the_command_does(tmp_path):
     assert json.loads((folder / "summary.json").read_text())["variants"] == result.summaries
     again, none = sim.run(None, SHORT, seed=2, write=False)
     assert none is None and again.variants[1].requests == result.variants[1].requests
+
+
+def test_slo_verdicts():
+    from sim.summary import slo_verdict
+
+    s = {"finished": 10, "requests": 10, "ttft_p99_s": 0.5, "tpot_p99_s": 0.02}
+    assert slo_verdict(s, None, None) is None
+    assert slo_verdict(s, 1.0, 0.05) == "met"
+    assert slo_verdict(s, 0.4, None) == "missed"
+    assert slo_verdict({**s, "finished": 9}, 1.0, 0.05) == "missed"
