@@ -52,7 +52,10 @@ class IterationRecord:
     ``prefill_tokens`` and ``verify_tokens`` split its new tokens (verify tokens are the
     last token plus the draft guesses or tree nodes of every decoding sequence);
     ``emitted_tokens`` are the output tokens the iteration produced; ``bound`` is which
-    roofline limit won the target pass ("compute", "memory", "comm", "host").
+    roofline limit won the target pass ("compute", "memory", "comm", "host"). In a
+    pipeline-parallel replica there is one record per micro-batch and ``duration_s`` runs
+    from its dispatch until it leaves the last stage (waits for busy stages and links
+    included), so one replica's records may overlap in time.
     """
 
     replica: int
