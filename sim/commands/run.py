@@ -11,8 +11,10 @@ Run a scenario: every speculation variant it lists is simulated on the same arri
 (same seed), and a summary is printed: TTFT, TPOT and end-to-end latency percentiles,
 throughput, vLLM's acceptance rate and mean acceptance length, measured tokens per verify
 against the i.i.d. formula at the measured alpha, and the speedup over the no-speculation
-variant. Records (CSV) and the fully resolved scenario are written under
-runs/<name>-<timestamp>/ or --out.
+variant. Records (CSV), the fully resolved scenario and a report (report.md with
+tables/ and figures/: latency vs offered load, tokens per verify, CDFs, batch over time)
+are written under runs/<name>-<timestamp>/ or --out. The latency-vs-load curve re-simulates
+the scenario at several rates (capped by --report-requests); --no-report skips the report.
 
 examples:
   specsim run
@@ -36,11 +38,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", default=None, help="run folder (default: runs/<name>-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-report", action="store_true",
+                   help="write records and summary only, no report.md / figures")
+    p.add_argument("--report-requests", type=int, default=200, metavar="N",
+                   help="requests per point of the report's latency-vs-load curve "
+                        "(default: 200)")
+    p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
+                   help="simulated seconds trimmed from the report's tables (default: 0)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Load, run, write (``sim.runner.run``), print."""
+    """Load, run, write (``sim.runner.run``), report (``reports.write_run_report``), print."""
     from sim.runner import run
 
     progress, bars = _progress(args.no_progress)
@@ -49,12 +58,21 @@ def main(args: argparse.Namespace) -> int:
     finally:
         for bar in bars.values():
             bar.close()
+    report = None
+    if not args.no_report:
+        from reports import write_run_report
+
+        report = write_run_report(out, warmup_s=args.warmup, load_requests=args.report_requests)
     if args.json:
-        print(json.dumps({"variants": [_public(s) for s in result.summaries], "out": str(out)},
-                         indent=2))
+        doc = {"variants": [_public(s) for s in result.summaries], "out": str(out)}
+        if report is not None:
+            doc["report"] = str(report)
+        print(json.dumps(doc, indent=2))
     else:
         print(format_table(result.summaries))
         print(f"records: {out}/")
+        if report is not None:
+            print(f"report: {report}")
     return 0
 
 

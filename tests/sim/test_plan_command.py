@@ -21,7 +21,8 @@ def _run_meets(capsys, scenario, args: list[str], rate: float, tmp_path) -> bool
     args = [a for a in args if not a.startswith("workload.rate_per_s=")]
     sets = [x for a in args for x in ("--set", a)]
     assert main(["run", str(scenario), *sets, "--set", f"workload.rate_per_s={rate!r}",
-                 "--json", "--no-progress", "--out", str(tmp_path / f"r{rate}")]) == 0
+                 "--json", "--no-progress", "--no-report",
+                 "--out", str(tmp_path / f"r{rate}")]) == 0
     s = json.loads(capsys.readouterr().out)["variants"][0]
     return (s["finished"] == s["requests"] and s["ttft_p99_s"] <= 2.0
             and s["tpot_p99_s"] <= 0.05)

@@ -27,10 +27,17 @@ SHORT = ["run.requests=40", "run.horizon_s=null"]
 def test_run_json_writes_records_and_resolved_scenario(tmp_path, capsys):
     out = tmp_path / "run"
     sets = [x for s in SHORT for x in ("--set", s)]
-    code = main(["run", *sets, "--seed", "5", "--out", str(out), "--json", "--no-progress"])
+    code = main(["run", *sets, "--seed", "5", "--out", str(out), "--json", "--no-progress",
+                 "--report-requests", "40"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["out"] == str(out)
+    assert doc["report"] == str(out / "report.md")
+    report = (out / "report.md").read_text()
+    for fig in ("latency_vs_load", "tokens_per_verify"):
+        assert (out / "figures" / f"{fig}.png").stat().st_size > 0
+        assert f"figures/{fig}.png" in report
+    assert (out / "tables" / "summary.csv").exists()
     names = [v["name"] for v in doc["variants"]]
     assert names == ["none", "fixed-g4"]
     for v in doc["variants"]:
@@ -52,8 +59,10 @@ def test_run_json_writes_records_and_resolved_scenario(tmp_path, capsys):
 
 def test_run_prints_a_table(tmp_path, capsys):
     sets = [x for s in SHORT for x in ("--set", s)]
-    assert main(["run", *sets, "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    out = tmp_path / "r"
+    assert main(["run", *sets, "--out", str(out), "--no-progress", "--no-report"]) == 0
     text = capsys.readouterr().out
+    assert not (out / "report.md").exists()
     for label in ("TTFT p50", "tokens/verify measured", "speedup vs none", "fixed-g4"):
         assert label in text
 
