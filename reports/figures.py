@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 
@@ -20,9 +21,12 @@ from matplotlib.figure import Figure  # noqa: E402
 
 
 def caption(fig: Figure, text: str) -> Figure:
-    """Put ``text`` as a one-line caption under the axes."""
+    """Put ``text`` as a caption under the axes, with room below the axis labels for as
+    many lines as it wraps to (~19 characters per inch of figure width at 7.5 pt)."""
+    width_in, height_in = fig.get_size_inches()
+    lines = max(1, -(-len(text) // int(19 * width_in)))
     fig.text(0.01, 0.01, text, fontsize=7.5, ha="left", va="bottom", wrap=True)
-    fig.subplots_adjust(bottom=0.2)
+    fig.subplots_adjust(bottom=min(0.45, (0.62 + 0.14 * lines) / height_in))
     return fig
 
 
@@ -117,15 +121,29 @@ def _load_col(load: pd.DataFrame) -> str:
     return "rate_per_s" if "rate_per_s" in load.columns else "users"
 
 
-def crossover(load: pd.DataFrame, metric: str, base: str, other: str) -> float | None:
-    """The offered load (rate or users) where ``other``'s ``metric`` first rises above
-    ``base``'s (linear interpolation between measured loads); None if it never does (or is
-    above throughout)."""
+def baseline_variant(load: pd.DataFrame) -> str | None:
+    """The variant of a load table that never speculates (policy 'none'), if any."""
+    for v in dict.fromkeys(load["variant"]):
+        if (load.loc[load["variant"] == v, "policy"] == "none").all():
+            return v
+    return None
+
+
+def _diffs(load: pd.DataFrame, metric: str, base: str, other: str
+           ) -> tuple[list[float], list[float]]:
+    """(loads both variants ran at, ``other``'s ``metric`` minus ``base``'s at each)."""
     x = _load_col(load)
     a = load[load["variant"] == base].set_index(x)[metric]
     b = load[load["variant"] == other].set_index(x)[metric]
     rates = sorted(set(a.index) & set(b.index))
-    diff = [float(b[r] - a[r]) for r in rates]
+    return rates, [float(b[r] - a[r]) for r in rates]
+
+
+def crossover(load: pd.DataFrame, metric: str, base: str, other: str) -> float | None:
+    """The offered load (rate or users) where ``other``'s ``metric`` first rises above
+    ``base``'s (linear interpolation between measured loads); None if it never does (or is
+    above throughout)."""
+    rates, diff = _diffs(load, metric, base, other)
     for k in range(1, len(rates)):
         if diff[k - 1] < 0 <= diff[k]:
             r0, r1 = rates[k - 1], rates[k]
@@ -133,38 +151,87 @@ def crossover(load: pd.DataFrame, metric: str, base: str, other: str) -> float |
     return None
 
 
+def compare_curves(load: pd.DataFrame, metric: str, base: str, other: str) -> str:
+    """How ``other``'s ``metric`` compares with ``base``'s over the loads tried, as a clause:
+    lower throughout, never lower, or lower up to the crossover and higher above."""
+    rates, diff = _diffs(load, metric, base, other)
+    unit = "req/s" if _load_col(load) == "rate_per_s" else "users"
+    tried = f"{rates[0]:g}–{rates[-1]:g} {unit}" if rates else "no common load"
+    if rates and all(d < 0 for d in diff):
+        return f"{other} is lower than {base} at every load tried ({tried}; no crossover)"
+    if rates and all(d >= 0 for d in diff):
+        return f"{other} is not lower than {base} at any load tried ({tried}; no crossover)"
+    x = crossover(load, metric, base, other)
+    if x is None:
+        return f"{other} is higher than {base} at light load, lower at heavy load ({tried})"
+    again = any(d < 0 for r, d in zip(rates, diff, strict=True) if r > x)
+    return (f"{other} is lower than {base} up to ≈ {x:.3g} {unit}, higher above"
+            + (" (lower again at a heavier load)" if again else ""))
+
+
+def _metric_name(metric: str) -> str:
+    """'tpot_p50_s' -> 'TPOT p50'."""
+    name, _, pct = metric.removesuffix("_s").partition("_")
+    return f"{name.upper()} {pct}".strip()
+
+
 def latency_vs_load(load: pd.DataFrame, metrics=("tpot_p50_s", "ttft_p99_s"), title: str = "",
                     note: str = "") -> Figure:
     """Latency against offered load per variant, the crossover with 'none' marked.
 
     ``load`` has columns rate_per_s (or users, for a closed loop), variant, policy and the
-    metric columns (seconds).
+    metric columns (seconds). A panel whose values span more than 20× (an overloaded queue)
+    gets a log y axis so the light-load points stay readable. The caption says, per panel,
+    where each speculating variant crosses plain decoding, or that it does not in range.
     """
     xcol = _load_col(load)
     xlabel = ("offered load (requests/s)" if xcol == "rate_per_s"
               else "closed-loop users (concurrent clients)")
-    xunit = "/s" if xcol == "rate_per_s" else " users"
+    xunit = " req/s" if xcol == "rate_per_s" else " users"
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
     variants = list(dict.fromkeys(load["variant"]))
-    base = next((v for v in variants
-                 if (load.loc[load["variant"] == v, "policy"] == "none").all()), None)
+    base = baseline_variant(load)
+    said, drawn = [], False
     for ax, metric in zip(axes[0], metrics, strict=True):
+        values = load[metric].to_numpy(dtype=float) * 1e3  # [rows] ms
+        positive = values[values > 0]
+        log = len(positive) and positive.max() > 20 * positive.min()
         for v in variants:
             d = load[load["variant"] == v].sort_values(xcol)
             ax.plot(d[xcol], d[metric] * 1e3, marker="o", label=v)
-            if base is not None and v != base:
-                x = crossover(load, metric, base, v)
-                if x is not None:
-                    ax.axvline(x, ls="--", color="grey", lw=1)
-                    ax.annotate(f"{v} loses\nabove {x:.2g}{xunit}", (x, ax.get_ylim()[1]),
-                                fontsize=7, ha="left", va="top")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{metric.removesuffix('_s').replace('_', ' ')} (ms)")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        if load[xcol].min() > 0 and load[xcol].max() >= 8 * load[xcol].min():
+            ax.set_xscale("log", base=2)  # the loads are multiples of the scenario's
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        for v in variants:
+            if base is None or v == base:
+                continue
+            said.append(f"{_metric_name(metric)}: {compare_curves(load, metric, base, v)}.")
+            x = crossover(load, metric, base, v)
+            if x is not None:
+                drawn = True
+                ax.axvline(x, ls="--", color="grey", lw=1)
+                # Label on the side of the line with more room.
+                right = ax.transAxes.inverted().transform(ax.transData.transform((x, 0)))[0]
+                ax.annotate(f"{v} higher\nabove {x:.3g}{xunit}", (x, 0.97),
+                            xycoords=("data", "axes fraction"), fontsize=7,
+                            ha="right" if right > 0.6 else "left", va="top",
+                            xytext=(-3 if right > 0.6 else 3, 0), textcoords="offset points")
+        ax.set_xlabel(xlabel + (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_ylabel(f"{_metric_name(metric)} (ms" + (", log scale)" if log else ")"))
+        ax.legend(fontsize=8, loc="lower right" if log else "best")
     fig.suptitle(title or "Latency vs offered load: speculation vs none")
-    return caption(fig, "Dashed line: the load above which the speculative variant's latency "
-                        "exceeds plain decoding's (interpolated). " + note)
+    if base is None:
+        head = "No variant without speculation: no crossover to mark."
+    elif drawn:
+        head = (f"Dashed line: the load above which the speculative variant's latency exceeds "
+                f"{base}'s (interpolated between loads).")
+    else:
+        head = f"No crossover with {base} inside the loads tried (no dashed line)."
+    return caption(fig, " ".join([head, *said, note]).strip())
 
 
 def latency_cdfs(frames: dict[str, pd.DataFrame], title: str = "", note: str = "") -> Figure:

@@ -6,11 +6,17 @@ loop at multiples of its ``users`` (rounded, at least 1). All levels share the s
 seed (common random numbers: Poisson or gamma arrivals are the same draws scaled by
 1/rate), so the curves differ only by load. Other arrival kinds return ``None``.
 
+Above the scenario's own load the request count grows with the load (``requests_at``), so
+every level spans the same stretch of arrivals: a fixed count at 8× the rate would arrive in
+1/8 of the time, too briefly for the queue and the batch to grow to where they settle, and
+the high-load points (where a crossover lies) would look lighter than they are.
+
 The table's load column is ``rate_per_s`` or ``users``; ``load_column(table)`` says which.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -30,6 +36,12 @@ def load_axis(scenario: dict, multipliers: Sequence[float]) -> tuple[str, tuple]
     return None
 
 
+def requests_at(base_requests: int, multiplier: float) -> int:
+    """Requests to run at ``multiplier`` × the scenario's load: ``base_requests`` at or
+    below it, proportionally more above it (the same arrival window)."""
+    return max(1, math.ceil(base_requests * max(1.0, multiplier)))
+
+
 def load_column(table: pd.DataFrame) -> str:
     """The load column of a ``load_curve`` table."""
     return next(c for c in LOAD_COLUMNS if c in table.columns)
@@ -40,18 +52,31 @@ def load_curve(scenario: dict, multipliers: Sequence[float] = MULTIPLIERS,
                source: str = "scenario") -> pd.DataFrame | None:
     """One row per (load level, variant) with the sweep summary columns.
 
-    ``scenario`` is a resolved scenario document; runs keep at most ``max_requests``
-    requests (``None``: the scenario's own count) so a report stays quick.
+    ``scenario`` is a resolved scenario document. At or below its own load a level runs at
+    most ``max_requests`` requests (``None``: the scenario's own count), so a report stays
+    quick; above it, that count times the multiplier (``requests_at``). A scenario bounded
+    by ``run.horizon_s`` alone keeps its horizon and gets no request count.
     """
     from reports.sweep import SweepSpec, run_sweep
 
     axis = load_axis(scenario, multipliers)
     if axis is None:
         return None
-    base = dict(scenario)
-    run = dict(base.get("run") or {})
-    if max_requests is not None and (run.get("requests") or max_requests) > max_requests:
-        run["requests"] = max_requests
-    base["run"] = run
-    table = run_sweep(SweepSpec(base, source, (axis,)), workers=workers, same_seed=True)
-    return table.rename(columns={axis[0]: axis[0].removeprefix("workload.")})
+    key, levels = axis
+    own = (scenario.get("run") or {}).get("requests")
+    base_n = own if own is None or max_requests is None else min(own, max_requests)
+    vary = [axis]
+    if base_n is not None:
+        # One request count per level, zipped with the levels (not a cartesian product).
+        counts = tuple(requests_at(base_n, _multiplier(scenario, key, v)) for v in levels)
+        vary.append(("run.requests", counts))
+    spec = SweepSpec(dict(scenario), source, tuple(vary), zipped=True)
+    table = run_sweep(spec, workers=workers, same_seed=True)
+    table = table.drop(columns=["run.requests"], errors="ignore")
+    return table.rename(columns={key: key.removeprefix("workload.")})
+
+
+def _multiplier(scenario: dict, key: str, level: float) -> float:
+    """``level`` over the scenario's own load on ``key``."""
+    own = scenario["workload"][key.removeprefix("workload.")]
+    return float(level) / float(own)

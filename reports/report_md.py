@@ -89,8 +89,7 @@ def report_figures(run: RunData, load: pd.DataFrame | None, hist: pd.DataFrame
     if load is not None:
         out["latency_vs_load"] = figures.latency_vs_load(
             load, title=f"{name}: latency vs offered load",
-            note=f"Each point: {int(load['requests'].max())} requests, seed "
-                 f"{run.scenario['run']['seed']} at every rate.")
+            note=_load_note(load, run.scenario["run"]["seed"]))
     out["latency_cdf"] = figures.latency_cdfs({v.name: v.requests for v in run.variants},
                                               title=f"{name}: TTFT and TPOT distributions")
     gamma = int(hist["gamma"].iloc[0])
@@ -101,6 +100,18 @@ def report_figures(run: RunData, load: pd.DataFrame | None, hist: pd.DataFrame
     out["batch_over_time"] = figures.batch_over_time(
         {v.name: v.iterations for v in run.variants}, title=f"{name}: batch size over time")
     return out
+
+
+def _load_note(load: pd.DataFrame, seed: int) -> str:
+    """What each point of the latency-vs-load curve ran."""
+    col = load_column(load)
+    n = load.groupby(col)["requests"].max()
+    unit = "req/s" if col == "rate_per_s" else "users"
+    counts = (f"{n.iloc[0]} requests per point" if n.nunique() == 1 else
+              f"{n.min()} requests per point at light load, up to {n.max()} at "
+              f"{n.idxmax():g} {unit} (more requests at higher load: the same arrival "
+              "window)")
+    return f"{counts}; seed {seed} at every load."
 
 
 def write_run_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: int = 200,
@@ -188,29 +199,14 @@ def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
 
 
 def _crossovers(load: pd.DataFrame) -> str:
-    variants = list(dict.fromkeys(load["variant"]))
-    base = next((v for v in variants
-                 if (load.loc[load["variant"] == v, "policy"] == "none").all()), None)
+    """One sentence per speculating variant and metric: where it crosses plain decoding."""
+    base = figures.baseline_variant(load)
     if base is None:
         return "No `none` variant: no crossover to mark."
-    unit = "req/s" if load_column(load) == "rate_per_s" else "users"
-    parts = []
-    for v in variants:
-        if v == base:
-            continue
-        x = figures.crossover(load, "tpot_p50_s", base, v)
-        parts.append(f"`{v}` has lower median TPOT than `{base}` "
-                     + ("at every load tried" if x is None and _wins(load, base, v)
-                        else "at no load tried" if x is None
-                        else f"up to ≈ {x:.3g} {unit}, higher above"))
-    return "; ".join(parts) + "."
-
-
-def _wins(load: pd.DataFrame, base: str, v: str) -> bool:
-    x = load_column(load)
-    a = load[load["variant"] == base].set_index(x)["tpot_p50_s"]
-    b = load[load["variant"] == v].set_index(x)["tpot_p50_s"]
-    return bool((b < a).all())
+    parts = [f"{name}: {figures.compare_curves(load, metric, base, v)}"
+             for metric, name in (("tpot_p50_s", "Median TPOT"), ("ttft_p99_s", "p99 TTFT"))
+             for v in dict.fromkeys(load["variant"]) if v != base]
+    return ". ".join(parts) + "."
 
 
 def _meta(folder: Path) -> dict:

@@ -36,17 +36,29 @@ from specdec.errors import UserError
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A base scenario document (no ``sweep`` block), where it came from, and the axes."""
+    """A base scenario document (no ``sweep`` block), where it came from, and the axes.
+
+    ``zipped=True`` pairs the axes' values position by position (all axes the same length)
+    instead of taking their cartesian product: one point per position.
+    """
 
     base: dict
     source: str
     vary: tuple[tuple[str, tuple], ...]
+    zipped: bool = False
 
     def points(self) -> list[dict]:
-        """Every point of the cartesian product, first axis slowest."""
+        """Every point: the cartesian product (first axis slowest), or the zipped values."""
         keys = [k for k, _ in self.vary]
-        return [dict(zip(keys, combo, strict=True))
-                for combo in itertools.product(*(vals for _, vals in self.vary))]
+        values = [vals for _, vals in self.vary]
+        if self.zipped:
+            if len({len(v) for v in values}) > 1:
+                raise UserError(f"{self.source}: zipped sweep axes differ in length: "
+                                + ", ".join(f"{k} has {len(v)}" for k, v in self.vary))
+            combos = zip(*values, strict=True)
+        else:
+            combos = itertools.product(*values)
+        return [dict(zip(keys, combo, strict=True)) for combo in combos]
 
 
 def split_top_level(text: str) -> list[str]:

@@ -46,6 +46,48 @@ def test_latency_vs_load_marks_crossover():
     plt.close(fig)
 
 
+def test_compare_curves_in_words():
+    load = _load()
+    assert figures.baseline_variant(load) == "none"
+    assert figures.compare_curves(load, "tpot_p50_s", "none", "g4") == (
+        "g4 is lower than none up to ≈ 2.33 req/s, higher above")
+    assert figures.compare_curves(load, "ttft_p99_s", "none", "g4") == (
+        "g4 is not lower than none at any load tried (1–4 req/s; no crossover)")
+    load["tpot_p50_s"] = [0.010, 0.011, 0.020, 0.006, 0.009, 0.019]
+    assert figures.compare_curves(load, "tpot_p50_s", "none", "g4") == (
+        "g4 is lower than none at every load tried (1–4 req/s; no crossover)")
+    load["tpot_p50_s"] = [0.010, 0.011, 0.020, 0.012, 0.009, 0.019]
+    assert figures.crossover(load, "tpot_p50_s", "none", "g4") is None
+    assert "higher than none at light load, lower at heavy load" in figures.compare_curves(
+        load, "tpot_p50_s", "none", "g4")
+
+
+def test_latency_vs_load_caption_without_crossover():
+    # Speculation wins at every load: no dashed line, and the caption must not claim one.
+    load = _load()
+    load["tpot_p50_s"] = [0.010, 0.011, 0.020, 0.006, 0.009, 0.019]
+    fig = figures.latency_vs_load(load)
+    _check(fig)
+    assert [len(ax.lines) for ax in fig.axes] == [2, 2]
+    text = fig.texts[-1].get_text()  # the caption (the suptitle comes first)
+    assert text.startswith("No crossover with none inside the loads tried")
+    assert "Dashed line" not in text
+    assert "TPOT p50: g4 is lower than none at every load tried" in text
+    plt.close(fig)
+    fig = figures.latency_vs_load(_load())
+    assert fig.texts[-1].get_text().startswith("Dashed line")
+    plt.close(fig)
+
+
+def test_latency_vs_load_log_axes_for_wide_ranges():
+    load = _load()
+    load["ttft_p99_s"] = [0.1, 0.1, 5.0, 0.1, 0.2, 9.0]  # an overloaded queue at 4/s
+    fig = figures.latency_vs_load(load)
+    assert [ax.get_yscale() for ax in fig.axes] == ["linear", "log"]
+    assert fig.axes[0].get_xscale() == "linear"  # 1–4/s: less than 8× apart
+    plt.close(fig)
+
+
 def test_heatmaps_hold_the_grid_values():
     pair = make_pair("llama-3-8b", "llama-3.2-1b", "h100")
     g = chain_grid(pair, 0.8, [1, 256], [128, 1024], 4)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from reports import bursty, figures
-from reports.load import load_curve
+from reports.load import load_curve, requests_at
 from reports.report_md import chain_gamma, report_figures, write_run_report
 from reports.run_folder import load_run
 
@@ -44,7 +44,9 @@ def test_report_table_columns(report):
         assert col in summary.columns
     load = pd.read_csv(t / "load_curve.csv")
     assert load["rate_per_s"].nunique() == 6 and set(load["variant"]) == {"none", "fixed-g4"}
-    assert (load["requests"] == 40).all()
+    # 40 requests up to the scenario's own rate (6/s), then the same arrival window.
+    per_rate = load.groupby("rate_per_s")["requests"].max()
+    assert list(per_rate) == [40, 40, 40, 80, 160, 320]
     hist = pd.read_csv(t / "tokens_per_verify.csv")
     assert list(hist["tokens"]) == [1, 2, 3, 4, 5]  # γ = 4 of the fixed-g4 variant
     assert hist["measured"].sum() == pytest.approx(1.0)
@@ -68,6 +70,15 @@ def test_report_figures_have_data_before_saving(small_run):
     assert heights == pytest.approx([*hist["measured"], *hist["iid"]])
     for fig in figs.values():
         plt.close(fig)
+
+
+def test_load_requests_scale_with_load():
+    assert [requests_at(40, m) for m in (0.25, 1.0, 1.5, 8.0)] == [40, 40, 60, 320]
+
+
+def test_report_says_where_the_curves_cross(report):
+    text = report.read_text()
+    assert "Median TPOT: fixed-g4 is " in text and "p99 TTFT: fixed-g4 is " in text
 
 
 def test_no_load_curve_for_offline_arrivals(small_run, tmp_path):

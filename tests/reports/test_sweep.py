@@ -6,7 +6,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from reports.sweep import load_sweep, parse_vary, point_seed, run_sweep, split_top_level
+from reports.sweep import (
+    SweepSpec,
+    load_sweep,
+    parse_vary,
+    point_seed,
+    run_sweep,
+    split_top_level,
+)
 from specdec.errors import UserError
 
 
@@ -29,6 +36,16 @@ def test_point_seed_depends_on_values_not_order():
     assert a != point_seed(7, {"x": 1, "y": 3})
     assert a != point_seed(8, {"x": 1, "y": 2})
     assert 0 <= a < 2**32
+
+
+def test_points_product_or_zipped():
+    axes = (("a", (1, 2)), ("b", (10, 20)))
+    assert SweepSpec({}, "s", axes).points() == [
+        {"a": 1, "b": 10}, {"a": 1, "b": 20}, {"a": 2, "b": 10}, {"a": 2, "b": 20}]
+    assert SweepSpec({}, "s", axes, zipped=True).points() == [
+        {"a": 1, "b": 10}, {"a": 2, "b": 20}]
+    with pytest.raises(UserError, match="a has 2, b has 1"):
+        SweepSpec({}, "s", (("a", (1, 2)), ("b", (10,))), zipped=True).points()
 
 
 def test_sweep_block_and_vary_merge(small_scenario):
