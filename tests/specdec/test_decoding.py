@@ -126,12 +126,16 @@ def plain_noise_level(joint: np.ndarray, n: int, rng) -> float:
                           for _ in range(100)]))
 
 
-def test_sampling_preserves_the_two_token_joint(target):
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_sampling_preserves_the_two_token_joint(target, gamma):
     # T = 1: our target's logits are wide enough (LOGIT_STD) that the joint has an
     # effective support of ~16 cells, so TV with 2000 samples concentrates (sd ≈ 8% of its
     # mean ≈ 0.1). Tolerance 1.25x + 0.005 is > 3 sd above a correct sampler's mean,
     # while a sampler emitting the draft's own distribution is off by far more (checked).
-    prompt, temperature, n, gamma = [3, 17, 5, 40], 1.0, 2000, 3
+    # The second token takes every path of step 4: with γ = 1 it is the free token from
+    # p_{γ+1} whenever x_1 is accepted (a greedy argmax there fails this test); with γ = 3
+    # it is an accepted guess or a residual draw at i = 2.
+    prompt, temperature, n = [3, 17, 5, 40], 1.0, 2000
     joint = exact_two_token_joint(target, prompt, temperature)
     rng = np.random.default_rng(7)
     drafter = make_drafter("perturbed", target, sigma=0.3, seed=5)

@@ -8,6 +8,8 @@ import pytest
 from specdec.drafts import ModelDrafter, make_drafter, rank_order
 from specdec.errors import UserError
 from specdec.model import ModelConfig, TinyTransformer
+from specdec.mss import mss_sample
+from specdec.sampling import sample
 from specdec.tree import (
     TokenTree,
     expansion_tree,
@@ -144,6 +146,29 @@ def test_verify_stochastic_on_identical_distributions_accepts_every_level(target
         probs[i] = tree.q[i] if tree.q[i] is not None else np.full(48, 1 / 48)
     path, _ = verify_stochastic(tree, probs, rng)
     assert len(path) == 3 and tree.tokens[path[1]] == tree.draws[0][0]
+
+
+def test_verify_stochastic_runs_mss_on_every_draw_in_draw_order():
+    # A root whose three draws from q were 2, 2, 0: two child nodes, but MSS must see all
+    # three draws in order — the duplicate 2 is always rejected and still moves the
+    # residual on (dropping it biases the output, lecture §6.4). An accepted leaf then
+    # emits a draw from p at that leaf. Same generator, same decisions as mss_sample.
+    tree = TokenTree([], [], [], [])
+    root = tree.add(9, -1)
+    tree.draws[root] = [2, 2, 0]
+    tree.q[root] = np.array([0.3, 0.0, 0.6, 0.05, 0.05])
+    leaf = {2: tree.add(2, root), 0: tree.add(0, root)}
+    probs = np.array([[0.5, 0.2, 0.1, 0.1, 0.1],
+                      [0.1, 0.1, 0.6, 0.1, 0.1],
+                      [0.2, 0.2, 0.2, 0.2, 0.2]])
+    outcomes = set()
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        j, token = mss_sample(probs[0], tree.q[root], [2, 2, 0], rng)
+        expected = ([0], token) if j < 0 else ([0, leaf[token]], sample(probs[leaf[token]], rng))
+        assert verify_stochastic(tree, probs, np.random.default_rng(seed)) == expected
+        outcomes.add((j, token if j < 0 else None))
+    assert {j for j, _ in outcomes} == {-1, 0, 2}  # rejection, first draw, the third draw
 
 
 def test_bad_widths_are_user_errors(draft):

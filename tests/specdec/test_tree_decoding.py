@@ -87,15 +87,18 @@ def test_merge_tree_decoding_equals_target_greedy(target, prompts, greedy_refs):
     assert merged.target_calls <= single.target_calls  # more candidates, never fewer accepted
 
 
-def test_mss_tree_sampling_preserves_the_two_token_joint(target):
-    # Same setting and tolerance reasoning as the chain test in test_decoding.py.
+@pytest.mark.parametrize("widths", [(3,), (3, 2)])
+def test_mss_tree_sampling_preserves_the_two_token_joint(target, widths):
+    # Same setting and tolerance reasoning as the chain test in test_decoding.py. With
+    # ⟨3⟩ the second token is the draw from p at an accepted leaf (an argmax there fails
+    # this test); with ⟨3, 2⟩ it comes from MSS at a depth-1 node.
     prompt, temperature, n = [3, 17, 5, 40], 1.0, 2000
     joint = exact_two_token_joint(target, prompt, temperature)
     rng = np.random.default_rng(11)
     drafter = make_drafter("perturbed", target, sigma=0.3, seed=5)
     counts = np.zeros_like(joint)
     for _ in range(n):
-        toks = tree_decode(target, drafter, prompt, 2, (3, 2), temperature, rng).tokens
+        toks = tree_decode(target, drafter, prompt, 2, widths, temperature, rng).tokens
         counts[toks[0], toks[1]] += 1
     tv_tree = 0.5 * np.abs(counts / n - joint).sum()
     assert tv_tree <= 1.25 * plain_noise_level(joint, n, np.random.default_rng(8)) + 0.005
