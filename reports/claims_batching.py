@@ -103,7 +103,7 @@ def batching_claims(quick: bool = False) -> list[ClaimRow]:
         ClaimRow("batching-long-context",
                  "Batch 256, context 1024: speculation still pays (KV reads dominate)",
                  "1.64×", _pair(kv), kv, common, "analytic + simulated",
-                 {"series": curves, "logx": True, "xlabel": "batch size",
+                 {"series": curves, "logx": True, "xlabel": "batch size (sequences)",
                   "ylabel": "best speedup over γ (×)"}),
     ]
 

@@ -203,3 +203,19 @@ def test_write_claims_folder(tmp_path, quick_rows):
     report = (tmp_path / "out" / "report.md").read_text()
     assert all(r.claim in report for r in quick_rows)
     assert len(format_table(quick_rows).splitlines()) == 1 + 2 * len(quick_rows)
+
+
+def test_claims_figure_panels_read_as_claims(quick_rows):
+    from reports.claims_figures import claims_figure
+    from reports.figures import has_data, plt
+
+    fig = claims_figure(quick_rows)
+    panels = [r for r in quick_rows if r.extra.get("series")]
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == len(panels) and has_data(fig)
+    for ax, row in zip(shown, panels, strict=True):
+        assert ax.get_title().replace("\n", " ") == f"{row.claim} [{row.verdict}]"
+        assert "(" in ax.get_xlabel() and "(×)" in ax.get_ylabel()  # units
+        assert len(ax.lines) >= len(row.extra["series"])
+    assert fig._suptitle is not None and any("Verdicts" in t.get_text() for t in fig.texts)
+    plt.close(fig)
