@@ -60,3 +60,30 @@ def test_relative_links_resolve():
     for page in PAGES:
         for target in re.findall(r"\]\(([^)#:]+\.md)", page.read_text()):
             assert (page.parent / target).exists(), (page, target)
+
+
+def _subcommand_flags() -> dict[str, set[str]]:
+    """Each command's option strings, from the real parser."""
+    import argparse
+
+    from sim.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: {s for act in p._actions for s in act.option_strings}
+            for name, p in sub.choices.items()}
+
+
+def test_flags_in_doc_commands_exist():
+    # Every --flag written after `specsim CMD` in a shell block is one CMD accepts.
+    flags = _subcommand_flags()
+    seen = 0
+    for page in PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                m = re.match(r"\s*specsim (\w+)(.*)", line)
+                if not m:
+                    continue
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", m.group(2).split("#")[0]):
+                    seen += 1
+                    assert flag in flags[m.group(1)], (page.name, m.group(1), flag)
+    assert seen > 20  # the docs do show flags
