@@ -91,16 +91,65 @@ def pick(probs: np.ndarray, rng: np.random.Generator | None) -> int:
     return sample(probs, rng)
 
 
-def prefill(target: TinyTransformer, drafter: Drafter | None, prompt: list[int]):
-    """Start the invariant: caches hold the prompt but its last token."""
+def prefill(target: TinyTransformer, drafters, prompt: list[int]):
+    """Start the invariant: caches hold the prompt but its last token.
+
+    ``drafters`` is one :class:`Drafter`, a list of them (merge-based trees) or None; each
+    is reset and fed the same context. Returns the target's new cache.
+    """
     cache = target.new_cache()
     if len(prompt) > 1:
         target.forward(prompt[:-1], cache, logits_for="last")
-    if drafter is not None:
+    if drafters is None:
+        drafters = []
+    elif isinstance(drafters, Drafter):
+        drafters = [drafters]
+    for drafter in drafters:
         drafter.reset()
         if len(prompt) > 1:
             drafter.extend(prompt[:-1])
     return cache
+
+
+def record_iteration(
+    result: DecodeResult,
+    position: int,
+    guesses: int,
+    accepted: int,
+    draft_calls: int,
+    before: tuple[int, int, int],
+    cache,
+    drafter: Drafter,
+) -> None:
+    """Append one verify step's :class:`IterationStats`, read after rollback / compaction.
+
+    ``before`` is ``(target length before, target length right after the verify pass,
+    draft length before)``; ``drafter`` is the one whose debt ``pending`` reports.
+    """
+    target_before, target_verify, draft_before = before
+    result.iterations.append(
+        IterationStats(
+            position=position,
+            guesses=guesses,
+            accepted=accepted,
+            emitted=accepted + 1,
+            draft_calls=draft_calls,
+            target_before=target_before,
+            target_verify=target_verify,
+            target_after=cache.length,
+            draft_before=draft_before,
+            draft_after=drafter.length,
+            pending=cache.length - drafter.length,
+        )
+    )
+
+
+def finish(result: DecodeResult, seq: list[int], n_prompt: int, max_new_tokens: int):
+    """Cut the output at ``max_new_tokens`` and total the calls; returns ``result``."""
+    result.tokens = seq[n_prompt : n_prompt + max_new_tokens]
+    result.target_calls = len(result.iterations)
+    result.draft_calls = sum(it.draft_calls for it in result.iterations)
+    return result
 
 
 def autoregressive_decode(
@@ -166,24 +215,7 @@ def speculative_decode(
         # Rollback: keep [last] + n accepted guesses; the draft drops what it saw beyond.
         cache.truncate(base + 1 + n)
         drafter.truncate(min(drafter.length, base + 1 + n))
-        # Step 5.
-        result.iterations.append(
-            IterationStats(
-                position=len(seq) - len(prompt),
-                guesses=gamma,
-                accepted=n,
-                emitted=n + 1,
-                draft_calls=drafter.calls - calls_before,
-                target_before=base,
-                target_verify=verify_len,
-                target_after=cache.length,
-                draft_before=draft_before,
-                draft_after=drafter.length,
-                pending=cache.length - drafter.length,
-            )
-        )
-        seq += guesses[:n] + [t]
-    result.tokens = seq[len(prompt) : len(prompt) + max_new_tokens]
-    result.target_calls = len(result.iterations)
-    result.draft_calls = sum(it.draft_calls for it in result.iterations)
-    return result
+        record_iteration(result, len(seq) - len(prompt), gamma, n, drafter.calls - calls_before,
+                         (base, verify_len, draft_before), cache, drafter)
+        seq += guesses[:n] + [t]  # Step 5.
+    return finish(result, seq, len(prompt), max_new_tokens)

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.decoding import DecodeResult, IterationStats, check_decode_args, prefill
+from specdec.decoding import (
+    DecodeResult,
+    check_decode_args,
+    finish,
+    prefill,
+    record_iteration,
+)
 from specdec.drafts import Drafter, rank_order
 from specdec.errors import UserError
 from specdec.model import TinyTransformer
@@ -38,7 +44,8 @@ from specdec.tree import (
 def _verify_and_advance(
     target: TinyTransformer, cache, tree: TokenTree, temperature, rng
 ) -> tuple[list[int], int, int]:
-    """Steps 2-4 for one tree: returns (accepted node path, next token, verify length)."""
+    """Steps 2-4 for one tree: returns (accepted tokens below the root, next token, verify
+    length: the target cache's length right after the tree pass)."""
     base = cache.length
     logits = tree_forward(target, tree, cache)  # Step 2: [n_nodes, vocab]
     verify_len = cache.length
@@ -47,7 +54,7 @@ def _verify_and_advance(
     else:
         path, t = verify_stochastic(tree, probs_from_logits(logits, temperature), rng)
     cache.compact(base, np.asarray(path))  # Step 4: slots base .. base + len(path) - 1
-    return path, t, verify_len
+    return [tree.tokens[i] for i in path[1:]], t, verify_len
 
 
 def tree_decode(
@@ -72,28 +79,11 @@ def tree_decode(
         base, draft_before = cache.length, drafter.length
         # Step 1: the tree; the draft first consumes what it owes, ending with the root.
         tree = expansion_tree(drafter, seq[drafter.length :], widths, temperature, rng)
-        path, t, verify_len = _verify_and_advance(target, cache, tree, temperature, rng)
-        accepted = [tree.tokens[i] for i in path[1:]]
-        result.iterations.append(
-            IterationStats(
-                position=len(seq) - len(prompt),
-                guesses=tree.size - 1,
-                accepted=len(accepted),
-                emitted=len(accepted) + 1,
-                draft_calls=len(list(widths)),
-                target_before=base,
-                target_verify=verify_len,
-                target_after=cache.length,
-                draft_before=draft_before,
-                draft_after=drafter.length,
-                pending=cache.length - drafter.length,
-            )
-        )
+        accepted, t, verify_len = _verify_and_advance(target, cache, tree, temperature, rng)
+        record_iteration(result, len(seq) - len(prompt), tree.size - 1, len(accepted),
+                         len(list(widths)), (base, verify_len, draft_before), cache, drafter)
         seq += accepted + [t]  # Step 5
-    result.tokens = seq[len(prompt) : len(prompt) + max_new_tokens]
-    result.target_calls = len(result.iterations)
-    result.draft_calls = sum(it.draft_calls for it in result.iterations)
-    return result
+    return finish(result, seq, len(prompt), max_new_tokens)
 
 
 def merge_tree_decode(
@@ -106,49 +96,28 @@ def merge_tree_decode(
     """Greedy decoding over merge-based trees: each draft guesses a chain of γ, merged.
 
     The drafts could run in parallel (SpecInfer puts them on different GPUs), so
-    ``draft_calls`` counts γ passes per iteration, not γ per draft.
+    ``draft_calls`` counts γ passes per iteration, not γ per draft. ``pending`` reports
+    the first draft's debt (every draft owes the same tokens).
     """
     prompt = check_decode_args(prompt, max_new_tokens, 0.0, None)
     if gamma < 1 or not drafters:
         raise UserError(f"merge tree: need gamma >= 1 and >= 1 draft, got {gamma}, {drafters}")
-    cache = prefill(target, drafters[0], prompt)
-    for d in drafters[1:]:
-        d.reset()
-        if len(prompt) > 1:
-            d.extend(prompt[:-1])
+    cache = prefill(target, drafters, prompt)
     seq = list(prompt)
     result = DecodeResult([])
     while len(seq) - len(prompt) < max_new_tokens:
         base, draft_before = cache.length, drafters[0].length
         chains = []
         for d in drafters:  # Step 1: each draft guesses γ tokens greedily, then rolls back
-            start, feed, chain = d.length, seq[d.length :], []
+            feed, chain = seq[d.length :], []
             for _ in range(gamma):
                 chain.append(int(rank_order(d.extend(feed)[-1])[0]))
                 feed = [chain[-1]]
-            d.truncate(start + len(seq[start:]))  # back to holding the root
+            d.truncate(len(seq))  # back to holding the root
             chains.append(chain)
         tree = merge_tree(seq[-1], chains)
-        path, t, verify_len = _verify_and_advance(target, cache, tree, 0.0, None)
-        accepted = [tree.tokens[i] for i in path[1:]]
-        result.iterations.append(
-            IterationStats(
-                position=len(seq) - len(prompt),
-                guesses=tree.size - 1,
-                accepted=len(accepted),
-                emitted=len(accepted) + 1,
-                draft_calls=gamma,
-                target_before=base,
-                target_verify=verify_len,
-                target_after=cache.length,
-                draft_before=draft_before,
-                draft_after=drafters[0].length,
-                pending=cache.length - drafters[0].length,
-            )
-        )
-        seq += accepted + [t]
-    result.tokens = seq[len(prompt) : len(prompt) + max_new_tokens]
-    result.target_calls = len(result.iterations)
-    result.draft_calls = sum(it.draft_calls for it in result.iterations)
-    return result
-
+        accepted, t, verify_len = _verify_and_advance(target, cache, tree, 0.0, None)
+        record_iteration(result, len(seq) - len(prompt), tree.size - 1, len(accepted), gamma,
+                         (base, verify_len, draft_before), cache, drafters[0])
+        seq += accepted + [t]  # Step 5
+    return finish(result, seq, len(prompt), max_new_tokens)
