@@ -19,7 +19,7 @@ _sum = np.add.reduce
 
 def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
     """Blocks needed to hold ``tokens`` tokens of KV: ceil(tokens / block_size)."""
-    return -(-tokens // block_size)
+    return (tokens + (block_size - 1)) // block_size
 
 
 class BlockManager:
@@ -69,7 +69,7 @@ class BlockManager:
         """Blocks to keep for ``tokens`` tokens, given ``held`` (gathered by the caller, who
         writes the result back): whole tail blocks return to the pool."""
         keep = np.minimum(blocks_for(tokens, self.block_size), held)
-        self.free_blocks += int(_sum(held) - _sum(keep))
+        self.free_blocks += int(_sum(held - keep))
         return keep
 
     def release(self, slots: np.ndarray | int) -> None:

@@ -17,7 +17,7 @@ import simpy
 
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
-from sim.pricing import IterationPricer, shape_info, tree_nodes
+from sim.pricing import IterationPricer, shape_info
 from sim.scheduler import SchedulerLimits, plan_batch
 from sim.slots import (
     BLOCKS,
@@ -34,6 +34,7 @@ from sim.slots import (
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
+_any = np.logical_or.reduce
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -172,22 +173,24 @@ class Replica:
     def _advance(self, batch) -> tuple[int, int, int, int]:
         """Apply one finished iteration; returns (emitted, accepted, drafted, prefill) tokens."""
         now = self.env.now
-        log = self.log
         total_emitted = prefill = 0
 
         # Prefill chunks: the pass that completes a prompt samples the next token.
         pre, chunks = batch.pre_slots, batch.chunks
         if len(pre):
             prefill = int(_sum(chunks))
-            filled = self.prefilled[pre] + chunks
-            self.prefilled[pre] = filled
-            self.kv_tokens[pre] = batch.pre_context + chunks
-            done = pre[filled >= self.target_prefill[pre]]
-            if len(done):
-                first = done[self.emitted[done] == 0]
-                log.first_token_at[self.rid[first]] = now
-                self.emitted[done] += 1
-                total_emitted += len(done)
+            sp = self.state[pre]  # [P, N_COLS]: gather once, scatter once below
+            filled = sp[:, FILLED]
+            filled += chunks  # (a view into sp)
+            sp[:, KV] = batch.pre_context + chunks
+            done = filled >= sp[:, TARGET]  # [P]
+            if _any(done):
+                # first token: a request that emitted nothing before (not a recompute)
+                first = done & (sp[:, EMITTED] == 0)
+                self.log.first_token_at[sp[first, RID]] = now
+                sp[done, EMITTED] += 1
+                total_emitted += int(_sum(done))
+            self.state[pre] = sp
 
         # Verification: accepted guesses + 1 token, capped at the remaining output.
         dec, row = batch.dec_slots, batch.row
@@ -198,37 +201,42 @@ class Replica:
             emitted = st[:, EMITTED]
             if row.ndim == 1:  # one shape for the batch: scalars
                 depth, nodes, _ = shape_info(row)
-                widths = _rows(row, n) if depth else None
+                # verify steps, draft steps and drafted tokens: the same for every row
+                st[:, COUNTS:COUNTS + 3] += _step_counts(row)
+                drafted = n * nodes
+                speculating = depth > 0
+                widths = _rows(row, n)
             else:  # a shape per sequence: arrays [D]
                 depth = (row > 0).sum(axis=1)
                 nodes = np.cumprod(row, axis=1).sum(axis=1)
-                widths = row if depth.any() else None
-            if widths is not None:
-                acc = self.acceptance.accept(st[:, STREAM], emitted, widths, self.rng)
-                checked = acc + (acc < depth)  # [D]
+                st[:, COUNTS] += 1
+                st[:, COUNTS + 1] += depth > 0
+                st[:, COUNTS + 2] += nodes
+                drafted = int(_sum(nodes))
+                speculating = bool(depth.any())
+                widths = row
+            if speculating:
+                acc = self.acceptance.draw(st[:, STREAM], emitted, widths, self.rng)  # [D]
+                st[:, COUNTS + 3] += acc
+                st[:, COUNTS + 4] += acc + (acc < depth)  # checked: accepted + first rejected
+                accepted = int(_sum(acc))
+                acc1 = acc + 1
             else:
-                acc = checked = np.zeros(n, dtype=np.int64)
+                acc, acc1 = _zeros(n), _ones(n)
             remaining = st[:, OUTPUT] - emitted  # [D]
-            step = np.minimum(acc + 1, remaining)  # [D]
+            step = np.minimum(acc1, remaining)  # [D]
             emitted += step  # (a view into st)
-            kept = batch.dec_context + 1 + acc  # the root plus the accepted path
+            kept = batch.dec_context + acc1  # the root plus the accepted path
             st[:, KV] = kept
             st[:, BLOCKS] = self.kv.rolled_back(st[:, BLOCKS], kept)
-            st[:, COUNTS] += 1
-            st[:, COUNTS + 1] += depth > 0
-            st[:, COUNTS + 2] += nodes
-            st[:, COUNTS + 3] += acc
-            st[:, COUNTS + 4] += checked
             self.state[dec] = st
-            drafted = n * nodes if row.ndim == 1 else int(_sum(nodes))
-            accepted = int(_sum(acc))
             total_emitted += int(_sum(step))
             self.policy.observe(acc, row)
             fin = dec[step == remaining]
         else:
             fin = _EMPTY
         if len(pre):
-            fin = np.concatenate((fin, pre[self.emitted[pre] >= self.output[pre]]))
+            fin = np.concatenate((fin, pre[sp[:, EMITTED] >= sp[:, OUTPUT]]))
         if len(fin):
             self._finish(fin, now)
         return total_emitted, accepted, drafted, prefill
@@ -270,6 +278,36 @@ class Replica:
 
 
 _ROWS: dict[tuple[bytes, int], np.ndarray] = {}
+_STEP_COUNTS: dict[bytes, np.ndarray] = {}
+_CONST: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _step_counts(row: np.ndarray) -> np.ndarray:
+    """int64 [3]: what one verify with shape ``row`` adds to a sequence's verify steps,
+    draft steps and drafted tokens (1, 1 if it drafts, its nodes)."""
+    key = row.tobytes()
+    counts = _STEP_COUNTS.get(key)
+    if counts is None:
+        depth, nodes, _ = shape_info(row)
+        counts = _STEP_COUNTS[key] = np.array([1, int(depth > 0), nodes], dtype=np.int64)
+    return counts
+
+
+def _const(value: int, n: int) -> np.ndarray:
+    """int64 [n] filled with ``value``: a cached read-only array (the caller never writes)."""
+    out = _CONST.get((value, n))
+    if out is None:
+        out = _CONST[(value, n)] = np.full(n, value, dtype=np.int64)
+        out.flags.writeable = False
+    return out
+
+
+def _zeros(n: int) -> np.ndarray:
+    return _const(0, n)
+
+
+def _ones(n: int) -> np.ndarray:
+    return _const(1, n)
 
 
 def _rows(row: np.ndarray, n: int) -> np.ndarray:
@@ -281,7 +319,3 @@ def _rows(row: np.ndarray, n: int) -> np.ndarray:
         _ROWS[key] = view
     return view
 
-
-def batch_nodes(batch) -> int:
-    """Draft nodes per decoding sequence in ``batch``."""
-    return tree_nodes(batch.row)

@@ -32,7 +32,6 @@ class AcceptanceModel(abc.ABC):
     def new_streams(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """int64 [n]: an opaque stream id per new request (e.g. an offset into a tape/trace)."""
 
-    @abc.abstractmethod
     def accept(
         self,
         streams: np.ndarray,
@@ -46,6 +45,25 @@ class AcceptanceModel(abc.ABC):
         far (the first guess is for output token ``positions``); widths int64 [B, m]: per
         level the number of candidates, rows padded with 0 past their depth (a depth-0 row
         means no speculation and gets 0). Returns int64 [B] with 0 <= a_i <= depth_i.
+        Validates its inputs (UserError on bad widths), then calls :meth:`draw`.
+        """
+        s = np.asarray(streams, dtype=np.int64)
+        return self.draw(s, np.asarray(positions, dtype=np.int64),
+                         check_widths(widths, batch=s.size), rng)
+
+    @abc.abstractmethod
+    def draw(
+        self,
+        streams: np.ndarray,
+        positions: np.ndarray,
+        widths: np.ndarray,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """:meth:`accept` without validation: the engine's hot path.
+
+        The caller guarantees int64 streams and positions [B] and valid int64 widths
+        [B, m] (entries >= 0, no gap inside a row; a read-only broadcast view is fine).
+        Same draws from ``rng`` as :meth:`accept`, so both give the same depths.
         """
 
     @property
@@ -125,7 +143,7 @@ def draw_leading_run(level_p: np.ndarray, rng: np.random.Generator) -> np.ndarra
     Returns int64 [B]: the length of the leading run of successes.
     """
     ok = rng.random(level_p.shape) < level_p  # [B, m]; p = 0 never succeeds
-    return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)  # [B]
+    return np.add.reduce(np.logical_and.accumulate(ok, axis=1), axis=1)  # [B] int64
 
 
 def expected_from_levels(level_p: np.ndarray) -> np.ndarray:
@@ -152,20 +170,22 @@ class IIDAcceptance(AcceptanceModel):
 
     def level_probs(self, widths: np.ndarray) -> np.ndarray:
         """float [B, m]: per-level success probability (0 past a row's depth)."""
-        w = check_widths(widths)
+        return self._level_probs(check_widths(widths))
+
+    def _level_probs(self, w: np.ndarray) -> np.ndarray:
         return self.width_model.coverage(np.full(w.shape, self.alpha), w)
 
-    def accept(self, streams, positions, widths, rng):
+    def draw(self, streams, positions, widths, rng):
         """Accepted depth per sequence: the leading run of independent level successes.
 
         Chains take one draw per sequence: the run before the first rejection is
         Geometric(1 − α) − 1, capped at γ — the same law as γ Bernoulli draws.
         """
-        w = check_widths(widths)
+        w = widths
         if w.size and w.max() <= 1 and self.alpha < 1.0:
             run = rng.geometric(1.0 - self.alpha, size=w.shape[0]) - 1  # [B]
             return np.minimum(run, depths(w))
-        return draw_leading_run(self.level_probs(w), rng)
+        return draw_leading_run(self._level_probs(w), rng)
 
     @property
     def mean_alpha(self) -> float:
@@ -227,14 +247,16 @@ class PositionalAcceptance(AcceptanceModel):
 
     def level_probs(self, widths: np.ndarray) -> np.ndarray:
         """float [B, m]: α_i through the width model per level (0 past a row's depth)."""
-        w = check_widths(widths)
+        return self._level_probs(check_widths(widths))
+
+    def _level_probs(self, w: np.ndarray) -> np.ndarray:
         idx = np.minimum(np.arange(w.shape[1]), self.rates.size - 1)  # [m]
         alpha = np.broadcast_to(self.rates[idx], w.shape)  # [B, m]
         return self.width_model.coverage(alpha, w)
 
-    def accept(self, streams, positions, widths, rng):
+    def draw(self, streams, positions, widths, rng):
         """Accepted depth per sequence, one fresh Bernoulli draw per level."""
-        return draw_leading_run(self.level_probs(widths), rng)
+        return draw_leading_run(self._level_probs(widths), rng)
 
     @property
     def mean_alpha(self) -> float:

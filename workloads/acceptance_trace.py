@@ -122,11 +122,10 @@ class TraceAcceptance(AcceptanceModel):
         k = np.maximum(w, 1) - 1  # [B, m]: column of accept_prob (masked where w == 0)
         return np.where(live, self.accept_prob[idx, k], 0.0)
 
-    def accept(self, streams, positions, widths, rng):
+    def draw(self, streams, positions, widths, rng):
         """Greedy: the exact replayed depth (no draws). Sampling: one draw per level."""
-        s = np.asarray(streams, dtype=np.int64)
-        start = (s + np.asarray(positions, dtype=np.int64)) % self.size  # [B]
-        w = check_widths(widths, batch=start.size)
+        start = (streams + positions) % self.size  # [B]
+        w = widths
         if self.mode == "greedy":
             if w.size == 0 or w.max() <= 1:  # chains (the common case): O(1) per sequence
                 return replay_chain(self.trace, start, depths(w))

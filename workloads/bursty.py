@@ -27,10 +27,15 @@ import math
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.acceptance import AcceptanceModel, check_widths, draw_leading_run, one_shape
+from workloads.acceptance import AcceptanceModel, draw_leading_run, one_shape
 from workloads.coverage import PowerCoverage, WidthModel, check_probability
 
 EASY, HARD = 0, 1
+
+# BurstyAcceptance.draw's table covers levels up to this wide and shapes up to this deep
+TABLE_WIDTH = 16
+TABLE_DEPTH = 64
+_OFFSETS = np.arange(TABLE_DEPTH)
 
 
 def _mean_tokens(field: str, value: float) -> float:
@@ -103,6 +108,13 @@ class BurstyAcceptance(AcceptanceModel):
             )
         self.width_model = width_model if width_model is not None else PowerCoverage(1.0)
         self.tape = regime_tape(self.mean_tokens[0], self.mean_tokens[1], int(tape_tokens), rng)
+        # draw's lookups: coverage per (regime, width), and the tape extended so that a
+        # verify's guesses never wrap around its end
+        k = np.arange(TABLE_WIDTH + 1)  # [K + 1]
+        self._level_table = self.width_model.coverage(
+            np.repeat(self.beta, k.size).reshape(2, -1), np.tile(k, (2, 1)))  # [2, K + 1]
+        self._ring = np.concatenate(
+            (self.tape, self.tape[np.arange(TABLE_DEPTH) % self.tape.size]))  # [tape + depth]
 
     @property
     def easy_fraction(self) -> float:
@@ -119,11 +131,27 @@ class BurstyAcceptance(AcceptanceModel):
         idx = (start[:, None] + np.arange(m)) % self.tape.size  # [B, m]
         return self.tape[idx]
 
-    def accept(self, streams, positions, widths, rng):
-        """Accepted depth per sequence: leading run of per-level draws at each position's β."""
-        w = check_widths(widths, batch=len(streams))
-        beta = self.beta[self.regimes(streams, positions, w.shape[1])]  # [B, m]
-        return draw_leading_run(self.width_model.coverage(beta, w), rng)
+    def draw(self, streams, positions, widths, rng):
+        """Accepted depth per sequence: leading run of per-level draws at each position's β.
+
+        The level probabilities come from a table of coverage(β_regime, k) for every
+        regime and width up to ``TABLE_WIDTH`` (the same numbers as computing them per
+        call), indexed by regime and width; the regime of guess j is read from the tape
+        extended by ``TABLE_DEPTH`` positions, so only the start wraps. Wider or deeper
+        shapes (rare) take the direct path.
+        """
+        m = widths.shape[1]
+        start = (streams + positions) % self.tape.size  # [B]
+        if m <= TABLE_DEPTH:
+            idx = start[:, None] + _OFFSETS[:m]  # [B, m] into the extended tape
+            try:
+                p = self._level_table[self._ring[idx], widths]  # [B, m]
+            except IndexError:  # a level wider than the table
+                pass
+            else:
+                return draw_leading_run(p, rng)
+        beta = self.beta[self.regimes(start, np.zeros_like(start), m)]  # [B, m]
+        return draw_leading_run(self.width_model.coverage(beta, widths), rng)
 
     @property
     def mean_alpha(self) -> float:

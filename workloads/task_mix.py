@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.acceptance import AcceptanceModel, check_widths
+from workloads.acceptance import AcceptanceModel
 from workloads.requests import check_task_weights
 
 TASK_BITS = 8
@@ -69,19 +69,16 @@ class TaskMixAcceptance(AcceptanceModel):
         """The task name of each stream."""
         return [self.names[i] for i in (np.asarray(streams) & (MAX_TASKS - 1)).tolist()]
 
-    def accept(self, streams, positions, widths, rng):
+    def draw(self, streams, positions, widths, rng):
         """Accepted depth per sequence, each task's rows answered by its own model."""
-        s = np.asarray(streams, dtype=np.int64)
-        pos = np.asarray(positions, dtype=np.int64)
-        w = check_widths(widths, batch=s.size)
-        task = s & (MAX_TASKS - 1)  # [B]
-        inner = s >> TASK_BITS  # [B]
-        out = np.zeros(s.size, dtype=np.int64)
+        task = streams & (MAX_TASKS - 1)  # [B]
+        inner = streams >> TASK_BITS  # [B]
+        out = np.zeros(streams.size, dtype=np.int64)
         for i in np.unique(task).tolist():
             if i >= len(self.models):
                 raise UserError(f"streams: task index {i} is not in this mix")
             mask = task == i
-            out[mask] = self.models[i].accept(inner[mask], pos[mask], w[mask], rng)
+            out[mask] = self.models[i].draw(inner[mask], positions[mask], widths[mask], rng)
         return out
 
     @property

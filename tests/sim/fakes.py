@@ -55,7 +55,7 @@ class AcceptAll:
     def new_streams(self, n, rng):
         return np.arange(n, dtype=np.int64)
 
-    def accept(self, streams, positions, widths, rng):
+    def draw(self, streams, positions, widths, rng):
         return (widths > 0).sum(axis=1).astype(np.int64)
 
 
@@ -68,7 +68,7 @@ class IidChain:
     def new_streams(self, n, rng):
         return np.arange(n, dtype=np.int64)
 
-    def accept(self, streams, positions, widths, rng):
+    def draw(self, streams, positions, widths, rng):
         ok = (rng.random(widths.shape) < self.mean_alpha) & (widths > 0)  # [B, m]
         return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)  # leading run
 

@@ -90,3 +90,22 @@ def test_validation(kwargs, field):
     args.update(kwargs)
     with pytest.raises(UserError, match=field):
         BurstyAcceptance(rng=np.random.default_rng(0), **args)
+
+
+@pytest.mark.parametrize("row", [[1, 1, 1, 1], [3, 1, 2], [20, 1], [1] * 70])
+def test_draw_uses_the_same_level_probabilities_as_the_definition(row):
+    # draw's lookup tables (and its direct path for shapes beyond them: width 20, depth 70)
+    # give exactly coverage(β of the guessed position's regime, k), including the tape's wrap
+    from workloads.acceptance import check_widths, draw_leading_run
+
+    m = BurstyAcceptance(0.9, 0.2, 8, 8, np.random.default_rng(5), tape_tokens=1000)
+    n = 300
+    rng = np.random.default_rng(6)
+    streams = rng.integers(0, 1000, n)
+    positions = rng.integers(0, 3000, n)
+    w = check_widths(np.broadcast_to(np.array(row), (n, len(row))), batch=n)
+    level_p = m.width_model.coverage(m.beta[m.regimes(streams, positions, len(row))], w)
+    expect = draw_leading_run(level_p, np.random.default_rng(7))
+    got = m.draw(streams, positions, w, np.random.default_rng(7))
+    assert np.array_equal(got, expect)
+    assert np.array_equal(m.accept(streams, positions, w, np.random.default_rng(7)), expect)
