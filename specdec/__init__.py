@@ -9,6 +9,12 @@ from specdec.analysis import (
     walltime_speedup,
 )
 from specdec.bursty import BurstyResult, bursty_acceptance_experiment
+from specdec.counterexamples import (
+    one_round_rejection_acceptance_probability,
+    one_round_rejection_output_distribution,
+    wrong_resample_from_p_output_distribution,
+    wrong_topk_ratio_output_distribution,
+)
 from specdec.errors import UserError
 from specdec.mss import (
     deterministic_acceptance_probability,
@@ -19,20 +25,16 @@ from specdec.mss import (
     naive_acceptance_probability,
     naive_sample,
     top_k_candidates,
-    wrong_topk_ratio_output_distribution,
 )
 from specdec.sampling import (
     acceptance_probability,
     lenient_acceptance_probability,
-    one_round_rejection_acceptance_probability,
-    one_round_rejection_output_distribution,
     probs_from_logits,
     residual_distribution,
     sample,
     speculative_output_distribution,
     speculative_sample,
     total_variation,
-    wrong_resample_from_p_output_distribution,
 )
 
 __all__ = [
@@ -40,15 +42,12 @@ __all__ = [
     # sampling (lecture §2)
     "acceptance_probability",
     "lenient_acceptance_probability",
-    "one_round_rejection_acceptance_probability",
-    "one_round_rejection_output_distribution",
     "probs_from_logits",
     "residual_distribution",
     "sample",
     "speculative_output_distribution",
     "speculative_sample",
     "total_variation",
-    "wrong_resample_from_p_output_distribution",
     # multi-step speculative sampling (lecture §6.4)
     "deterministic_acceptance_probability",
     "mss_acceptance_probabilities",
@@ -58,6 +57,10 @@ __all__ = [
     "naive_acceptance_probability",
     "naive_sample",
     "top_k_candidates",
+    # the wrong and the worse variants, kept to be shown wrong (lecture §2.6, §6.4)
+    "one_round_rejection_acceptance_probability",
+    "one_round_rejection_output_distribution",
+    "wrong_resample_from_p_output_distribution",
     "wrong_topk_ratio_output_distribution",
     # analysis (lecture §4)
     "BurstyResult",

@@ -21,7 +21,8 @@ whatever happened before, and ``P(some accepted) = 1 − Π_j (1 − β_j)``.
 The correctness needs candidates drawn at random from ``q``: the proof multiplies
 ``P(candidate = x) = q(x)`` by ``min(1, p/q)`` to get ``min(p, q)``. Deterministic top-k
 candidates with the same ratio rule are biased (kept below as a counter-example); the
-correct treatment of deterministic candidates degenerates to NS.
+correct treatment of deterministic candidates degenerates to NS. The biased variant is
+:func:`specdec.counterexamples.wrong_topk_ratio_output_distribution`.
 """
 
 from __future__ import annotations
@@ -135,31 +136,6 @@ def top_k_candidates(q, k: int) -> list[int]:
     if k > np.count_nonzero(q):
         raise UserError(f"k: {k} exceeds the {np.count_nonzero(q)} tokens with q > 0")
     return [int(i) for i in np.argsort(-q, kind="stable")[:k]]
-
-
-def wrong_topk_ratio_output_distribution(p, q, k: int) -> np.ndarray:
-    """WRONG (lecture §6.4, last column): MSS's ratio rule on deterministic top-k candidates.
-
-    The candidates are :func:`top_k_candidates` instead of random draws, checked exactly as
-    in :func:`mss_sample`. Exact output: candidate ``c_j`` receives
-    ``Π_{i<j}(1 − a_i)·a_j`` with ``a_j = min(1, p_j(c_j)/q(c_j))``, the rest goes to
-    ``p_{k+1}``. Biased in general (the lecture measures mean TV 0.24–0.34).
-    """
-    p, q = as_pair(p, q)
-    xs = top_k_candidates(q, k)
-    chain = mss_residual_chain(p, q, len(xs))  # [k+1, V]
-    out = np.zeros_like(p)  # [V]
-    reach = 1.0
-    for j, x in enumerate(xs):
-        a = min(1.0, chain[j, x] / q[x])
-        out[x] += reach * a
-        reach *= 1.0 - a
-    return out + reach * chain[-1]
-
-
-def wrong_topk_ratio_sample(p, q, k: int, rng: np.random.Generator) -> tuple[int, int]:
-    """WRONG: :func:`mss_sample` fed the deterministic top-k of ``q``; a counter-example."""
-    return mss_sample(p, q, top_k_candidates(q, k), rng)
 
 
 def _mss_enumerate(p, q, k: int) -> tuple[np.ndarray, float]:

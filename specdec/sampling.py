@@ -18,9 +18,8 @@ By the law of total probability the output is exactly ``p`` (appendix A.1)::
 where ``β = Σ_x min(p(x), q(x)) = 1 - TV(p, q)`` is the acceptance probability and ``1 - β``
 is also the residual's normalising constant.
 
-Two variants are kept as counter-examples for the tests (lecture §2.6): the known-WRONG
-"resample from p after a rejection" (error A) and the correct-but-worse one-round rejection
-sampling (appendix A.2). Each comes with its exact output distribution.
+The variants the lecture warns about (§2.6: "resample from p after a rejection", one-round
+rejection sampling) live in :mod:`specdec.counterexamples`.
 """
 
 from __future__ import annotations
@@ -161,10 +160,8 @@ def speculative_sample(p, q, x: int, rng: np.random.Generator, lenience: float =
     :func:`speculative_output_distribution`.
     """
     p, q = as_pair(p, q)
-    x = _check_token(x, p.size, "x")
+    x = check_draft_token(x, q)
     lenience = check_lenience(lenience)
-    if q[x] <= 0.0:
-        raise UserError(f"x: token {x} has draft probability 0, so it cannot be a draw from q")
     # Steps 1-2: u < p(x)/(l q(x)) written without the division; never accepts p(x) = 0.
     if rng.random() * lenience * q[x] < p[x]:
         return True, x
@@ -194,80 +191,6 @@ def speculative_output_distribution(p, q, lenience: float = 1.0) -> np.ndarray:
     return accepted + (1.0 - accepted.sum()) * residual_distribution(p, q)
 
 
-# --- Counter-examples (lecture §2.6) -----------------------------------------------------
-
-
-def wrong_resample_from_p_sample(p, q, x: int, rng: np.random.Generator):
-    """WRONG (lecture §2.6, error A): the ratio test, but a rejection redraws from ``p``.
-
-    Kept only as a counter-example; the output is :func:`wrong_resample_from_p_output_distribution`,
-    not ``p``.
-    """
-    p, q = as_pair(p, q)
-    x = _check_token(x, p.size, "x")
-    if q[x] <= 0.0:
-        raise UserError(f"x: token {x} has draft probability 0, so it cannot be a draw from q")
-    if rng.random() * q[x] < p[x]:
-        return True, x
-    return False, sample(p, rng)
-
-
-def wrong_resample_from_p_output_distribution(p, q) -> np.ndarray:
-    """Exact output of error A: ``min(p, q) + (1 − β)·p``, which is not ``p``.
-
-    The overlap ``min(p, q)`` is counted twice (once through acceptance, once inside the
-    redraw), so the output leans towards tokens both models like; it equals ``p`` only when
-    ``β = 1`` or ``min(p, q) = β·p``.
-    """
-    p, q = as_pair(p, q)
-    overlap = np.minimum(p, q)  # [V]
-    return overlap + (1.0 - overlap.sum()) * p
-
-
-def one_round_rejection_bound(p, q) -> float:
-    """``M = max_x p(x)/q(x)`` over tokens with ``p(x) > 0`` (``inf`` if q misses one)."""
-    p, q = as_pair(p, q)
-    support = p > 0.0
-    if np.any(q[support] <= 0.0):
-        return float("inf")
-    with np.errstate(over="ignore"):  # a subnormal q(x) overflows to M = inf, as it should
-        return float(np.max(p[support] / q[support]))
-
-
-def one_round_rejection_sample(p, q, x: int, rng: np.random.Generator):
-    """Correct but worse (appendix A.2): accept ``x ~ q`` w.p. ``p(x)/(M q(x))``, else draw from p.
-
-    The output is exactly ``p`` (``q·p/(Mq) + (1 − 1/M)·p = p``) but the acceptance
-    probability is ``1/M <= β``: see :func:`one_round_rejection_acceptance_probability`.
-    """
-    p, q = as_pair(p, q)
-    x = _check_token(x, p.size, "x")
-    if q[x] <= 0.0:
-        raise UserError(f"x: token {x} has draft probability 0, so it cannot be a draw from q")
-    m = one_round_rejection_bound(p, q)
-    if rng.random() * m * q[x] < p[x]:  # m = inf never accepts
-        return True, x
-    return False, sample(p, rng)
-
-
-def one_round_rejection_acceptance_probability(p, q) -> float:
-    """``Σ_x q(x)·p(x)/(M q(x)) = 1/M``: never above β, since ``q >= p/M`` everywhere
-    gives ``min(p, q) >= p/M`` and so ``β >= 1/M`` (appendix A.2)."""
-    return 1.0 / one_round_rejection_bound(p, q)
-
-
-def one_round_rejection_output_distribution(p, q) -> np.ndarray:
-    """Exact output of :func:`one_round_rejection_sample` by total probability.
-
-    ``P(out = x) = q(x)·p(x)/(M q(x)) + (1 − Σ accepted)·p(x) = p(x)/M + (1 − 1/M)·p(x)``.
-    """
-    p, q = as_pair(p, q)
-    m = one_round_rejection_bound(p, q)
-    ratio = np.divide(p / m, q, out=np.zeros_like(p), where=q > 0.0)  # [V]; m = inf -> 0
-    accepted = q * np.minimum(ratio, 1.0)  # [V] P(draft is x and accepted)
-    return accepted + (1.0 - accepted.sum()) * p
-
-
 # --- Argument checks ---------------------------------------------------------------------
 
 
@@ -279,11 +202,14 @@ def check_lenience(lenience: float) -> float:
     return l_val
 
 
-def _check_token(x, vocab: int, name: str) -> int:
+def check_draft_token(x, q: np.ndarray) -> int:
+    """``x`` as a token id that can be a draw from ``q``: an integer in range with q(x) > 0."""
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise UserError(f"{name}: must be an integer token id, got {x!r}")
-    if not 0 <= int(x) < vocab:
-        raise UserError(f"{name}: token id must be in [0, {vocab}), got {int(x)}")
+        raise UserError(f"x: must be an integer token id, got {x!r}")
+    if not 0 <= int(x) < q.size:
+        raise UserError(f"x: token id must be in [0, {q.size}), got {int(x)}")
+    if q[int(x)] <= 0.0:
+        raise UserError(f"x: token {int(x)} has draft probability 0, so it cannot be a draw from q")
     return int(x)
 
 

@@ -11,18 +11,12 @@ from specdec.errors import UserError
 from specdec.sampling import (
     acceptance_probability,
     lenient_acceptance_probability,
-    one_round_rejection_acceptance_probability,
-    one_round_rejection_bound,
-    one_round_rejection_output_distribution,
-    one_round_rejection_sample,
     probs_from_logits,
     residual_distribution,
     sample,
     speculative_output_distribution,
     speculative_sample,
     total_variation,
-    wrong_resample_from_p_output_distribution,
-    wrong_resample_from_p_sample,
 )
 
 EXACT = 1e-12
@@ -158,61 +152,6 @@ def test_sample_never_draws_zero_mass_and_follows_p():
     assert abs(np.mean(draws == 3) - 0.75) <= 4 * np.sqrt(0.75 * 0.25 / 10_000)
     a = [sample(p, np.random.default_rng(11)) for _ in range(3)]
     assert a == [sample(p, np.random.default_rng(11))] * 3  # deterministic given the seed
-
-
-# --- The wrong and the worse variants -----------------------------------------------------
-
-
-def test_resample_from_p_is_biased():
-    # Lecture §2.6 error A: mean TV about 0.15 on 500 random pairs; here Dirichlet(1), V = 10.
-    rng = np.random.default_rng(500)
-    pairs = [(rng.dirichlet(np.ones(10)), rng.dirichlet(np.ones(10))) for _ in range(500)]
-    tvs = np.array(
-        [total_variation(wrong_resample_from_p_output_distribution(p, q), p) for p, q in pairs]
-    )
-    assert tvs.mean() > 0.10  # measured 0.154 with this seed
-    assert np.all(tvs > 1e-3)
-    # ...while the correct rule is exact on the same pairs.
-    assert max(np.abs(speculative_output_distribution(p, q) - p).max() for p, q in pairs) <= EXACT
-
-
-def test_resample_from_p_sampler_matches_its_exact_distribution():
-    rng = np.random.default_rng(8)
-    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.5, 0.3])
-    wrong = wrong_resample_from_p_output_distribution(p, q)
-    np.testing.assert_allclose(wrong, [0.44, 0.42, 0.14], atol=EXACT)  # min(p,q) + 0.4 p
-    n = 20_000
-    freq, _ = _empirical(lambda: wrong_resample_from_p_sample(p, q, sample(q, rng), rng), 3, n)
-    assert np.all(np.abs(freq - wrong) <= 4 * np.sqrt(wrong * (1 - wrong) / n))
-    assert abs(freq[0] - p[0]) > 0.1  # far outside the noise: the bias is visible
-
-
-def test_one_round_rejection_is_exact_but_accepts_less():
-    for p, q in PAIRS:
-        np.testing.assert_allclose(one_round_rejection_output_distribution(p, q), p, atol=EXACT)
-        assert (
-            one_round_rejection_acceptance_probability(p, q) <= acceptance_probability(p, q) + EXACT
-        )
-    gaps = [
-        acceptance_probability(p, q) - one_round_rejection_acceptance_probability(p, q)
-        for p, q in PAIRS
-    ]
-    assert np.mean(gaps) > 0.1
-
-
-def test_one_round_rejection_hand_example_and_monte_carlo():
-    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.2, 0.5, 0.3])
-    assert one_round_rejection_bound(p, q) == pytest.approx(3.0)  # max p/q = 0.6 / 0.2
-    assert one_round_rejection_acceptance_probability(p, q) == pytest.approx(1 / 3)  # < β = 0.6
-    rng = np.random.default_rng(9)
-    n = 20_000
-    freq, rate = _empirical(lambda: one_round_rejection_sample(p, q, sample(q, rng), rng), 3, n)
-    assert abs(rate - 1 / 3) <= 4 * np.sqrt(2 / 9 / n)
-    assert np.all(np.abs(freq - p) <= 4 * np.sqrt(p * (1 - p) / n))
-    # A draft that misses part of p's support has M = inf: never accepts, still exact.
-    p2, q2 = np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5])
-    assert one_round_rejection_acceptance_probability(p2, q2) == 0.0
-    np.testing.assert_allclose(one_round_rejection_output_distribution(p2, q2), p2, atol=EXACT)
 
 
 # --- The lenient variant (appendix A.5) ---------------------------------------------------
