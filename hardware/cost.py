@@ -36,7 +36,7 @@ from hardware.catalog import Catalog
 from hardware.deployment import GIB, Deployment, stage_layouts
 from specdec.errors import UserError
 
-__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES"]
+__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "causal_keys"]
 
 ACTIVATION_BYTES = 2  # activations travel between GPUs in 16 bits
 
@@ -66,20 +66,62 @@ class PassCost:
     hop_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Stage:
-    """Per-GPU constants of one stage, precomputed so a pass is a handful of float ops."""
+    """Per-GPU constants of one stage, precomputed so a pass is a handful of float ops.
+
+    The ``*_s`` coefficients are seconds (FLOPs over the effective peak, bytes over the
+    effective bandwidth); the raw FLOP and byte counts are kept for the breakdown.
+    """
 
     flop_per_token: float
     flop_per_key: float
     weight_bytes: float
     kv_bytes_per_token: float
-    inv_flops_per_s: float
-    inv_bytes_per_s: float
+    compute_s_per_token: float
+    compute_s_per_key: float
+    weight_s: float
+    memory_s_per_kv_token: float
     comm_fixed_s: float
     comm_per_token_s: float
     host_s: float
     overhead_s: float
+
+
+def _stage_parts(
+    st: _Stage, new: float, kv_tokens: float, keys: float
+) -> tuple[float, float, float, float]:
+    """(compute_s, memory_s, comm_s, seconds) of one stage: THE per-stage formula.
+
+    ``new`` tokens fed, ``kv_tokens`` KV entries read or written, ``keys`` attended
+    (query, key) pairs. Every pricing method goes through here.
+    """
+    compute = st.compute_s_per_token * new + st.compute_s_per_key * keys
+    memory = st.weight_s + st.memory_s_per_kv_token * kv_tokens
+    comm = st.comm_fixed_s + st.comm_per_token_s * new
+    gpu = (compute if compute > memory else memory) + comm
+    return compute, memory, comm, (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
+
+
+def _bound(compute: float, memory: float, comm: float, host: float) -> str:
+    """The largest of the four parts (ties to the earlier name: compute, memory, comm, host)."""
+    name, top = "compute", compute
+    if memory > top:
+        name, top = "memory", memory
+    if comm > top:
+        name, top = "comm", comm
+    return "host" if host > top else name
+
+
+def causal_keys(sum_new: float, sum_new_ctx: float, sum_new_sq: float) -> float:
+    """Attended (query, key) pairs of a causal batch: Σ new·ctx + ½(Σ new² + Σ new).
+
+    A sequence with n new tokens over c cached ones attends n·c + n(n+1)/2 keys (its
+    context, the earlier new tokens and itself) -- right for decode, a chain verify and a
+    prefill chunk. A token tree's nodes see only their ancestors, which is fewer; see
+    :func:`hardware.draft.tree_attended_keys`.
+    """
+    return sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
 
 
 class CostModel:
@@ -98,20 +140,27 @@ class CostModel:
         self.layouts = stage_layouts(dep)
         wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
         tp, link = dep.tp, self.tp_link
+        inv_flops_per_s = 1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute)
+        inv_bytes_per_s = 1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory)
         stages = []
         for lay in self.layouts:
             weight_bytes = lay.streamed_params * wb
             ring_steps = 2 * (tp - 1)
             all_reduces = 2 * lay.layers if tp > 1 else 0
             offloaded = dep.offload_fraction * weight_bytes
+            flop_per_token = 2.0 * lay.streamed_params
+            flop_per_key = 4.0 * lay.layers * lay.attn_heads * shape.d_head
+            kv_bytes = lay.kv_values_per_token * kvb
             stages.append(
                 _Stage(
-                    flop_per_token=2.0 * lay.streamed_params,
-                    flop_per_key=4.0 * lay.layers * lay.attn_heads * shape.d_head,
+                    flop_per_token=flop_per_token,
+                    flop_per_key=flop_per_key,
                     weight_bytes=weight_bytes,
-                    kv_bytes_per_token=lay.kv_values_per_token * kvb,
-                    inv_flops_per_s=1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute),
-                    inv_bytes_per_s=1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory),
+                    kv_bytes_per_token=kv_bytes,
+                    compute_s_per_token=flop_per_token * inv_flops_per_s,
+                    compute_s_per_key=flop_per_key * inv_flops_per_s,
+                    weight_s=weight_bytes * inv_bytes_per_s,
+                    memory_s_per_kv_token=kv_bytes * inv_bytes_per_s,
                     comm_fixed_s=all_reduces * ring_steps * link.latency_s,
                     comm_per_token_s=all_reduces * (ring_steps / tp) * shape.hidden
                     * ACTIVATION_BYTES / link.bytes_per_s,
@@ -180,53 +229,99 @@ class CostModel:
                 )
 
     # ---- pricing --------------------------------------------------------------------------
+    #
+    # A pass depends on the batch only through Σ new, Σ ctx and the attended keys; the sums
+    # methods are the engine's hot path, the array methods check their input and also give
+    # the breakdown. All of them price a stage with ``_stage_parts``.
 
     def pass_seconds_sums(
-        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float
+        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
+        sum_keys: float | None = None,
     ) -> float:
         """Seconds of one pass from the batch's sums: Σ new, Σ ctx, Σ new·ctx, Σ new².
 
-        A pass depends on the batch only through these; this is the hot path.
+        ``sum_keys`` (attended query-key pairs over the batch) replaces the causal count
+        :func:`causal_keys` computes from the last two sums -- give it for token trees.
         """
-        keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
-        kv_tokens = sum_ctx + sum_new
+        if sum_keys is None:
+            sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
         st = self._single
         if st is not None:
-            compute = (st.flop_per_token * sum_new + st.flop_per_key * keys) * st.inv_flops_per_s
-            memory = (st.weight_bytes + st.kv_bytes_per_token * kv_tokens) * st.inv_bytes_per_s
-            gpu = (compute if compute > memory else memory) + st.comm_fixed_s \
-                + st.comm_per_token_s * sum_new
-            return (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
-        stages = self.stage_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq)
-        return sum(stages) + (len(stages) - 1) * self.hop_seconds(sum_new)
+            return _stage_parts(st, sum_new, sum_ctx + sum_new, sum_keys)[3]
+        return self._pipeline(sum_new, sum_ctx + sum_new, sum_keys)[0]
+
+    def pass_seconds_bound_sums(
+        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
+        sum_keys: float | None = None,
+    ) -> tuple[float, str]:
+        """(seconds, bound) of one pass from the sums: what :meth:`pass_cost` says, cheaply.
+
+        ``bound`` is the largest of compute, memory, comm and host (as in :class:`PassCost`).
+        """
+        if sum_keys is None:
+            sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
+        st = self._single
+        if st is not None:
+            compute, memory, comm, seconds = _stage_parts(st, sum_new, sum_ctx + sum_new, sum_keys)
+            return seconds, _bound(compute, memory, comm, st.host_s)
+        seconds, compute, memory, comm, host, _, _ = self._pipeline(
+            sum_new, sum_ctx + sum_new, sum_keys
+        )
+        return seconds, _bound(compute, memory, comm, host)
 
     def stage_seconds_sums(
-        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float
+        self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
+        sum_keys: float | None = None,
     ) -> tuple[float, ...]:
         """Each pipeline stage's seconds for the batch with these sums (one process per stage)."""
-        keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
-        kv_tokens = sum_ctx + sum_new
-        out = []
-        for st in self._stages:
-            compute = (st.flop_per_token * sum_new + st.flop_per_key * keys) * st.inv_flops_per_s
-            memory = (st.weight_bytes + st.kv_bytes_per_token * kv_tokens) * st.inv_bytes_per_s
-            gpu = max(compute, memory) + st.comm_fixed_s + st.comm_per_token_s * sum_new
-            out.append(max(gpu, st.host_s) + st.overhead_s)
-        return tuple(out)
+        if sum_keys is None:
+            sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
+        return self._pipeline(sum_new, sum_ctx + sum_new, sum_keys)[5]
 
     def hop_seconds(self, sum_new: float) -> float:
         """Seconds for one batch's activations to hop between two pipeline stages."""
         return self._hop_fixed_s + self._hop_per_token_s * sum_new
 
-    def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray) -> float:
-        """Seconds of one pass; ``new_tokens[i]`` new and ``context[i]`` cached tokens of seq i."""
+    def _pipeline(
+        self, new: float, kv_tokens: float, keys: float
+    ) -> tuple[float, float, float, float, float, tuple[float, ...], float]:
+        """(seconds, compute, memory, comm, host, stage seconds, hop) summed over the stages.
+
+        The parts are summed along the critical path; ``comm`` includes the pp - 1 hops.
+        """
+        compute = memory = comm = host = 0.0
+        stage_s = []
+        for st in self._stages:
+            c_s, m_s, x_s, s_s = _stage_parts(st, new, kv_tokens, keys)
+            compute += c_s
+            memory += m_s
+            comm += x_s
+            host += st.host_s
+            stage_s.append(s_s)
+        hops = len(stage_s) - 1
+        hop_s = self.hop_seconds(new) if hops else 0.0
+        comm += hops * hop_s
+        return sum(stage_s) + hops * hop_s, compute, memory, comm, host, tuple(stage_s), hop_s
+
+    def pass_seconds(
+        self, new_tokens: np.ndarray, context: np.ndarray, keys: np.ndarray | None = None
+    ) -> float:
+        """Seconds of one pass; ``new_tokens[i]`` new and ``context[i]`` cached tokens of seq i.
+
+        ``keys[i]``, when given, are the (query, key) pairs sequence i attends (default the
+        causal ``new·ctx + new(new+1)/2``; a token tree attends fewer, see
+        :func:`hardware.draft.tree_attended_keys`).
+        """
         new = np.asarray(new_tokens)  # [n_seq]; no dtype cast: a copy costs more than the sums
         ctx = np.asarray(context)  # [n_seq]
         return self.pass_seconds_sums(
-            float(new.sum()), float(ctx.sum()), float(new @ ctx), float(new @ new)
+            float(new.sum()), float(ctx.sum()), float(new @ ctx), float(new @ new),
+            None if keys is None else float(np.sum(keys)),
         )
 
-    def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray) -> PassCost:
+    def pass_cost(
+        self, new_tokens: np.ndarray, context: np.ndarray, keys: np.ndarray | None = None
+    ) -> PassCost:
         """One pass with its breakdown (same seconds as :meth:`pass_seconds`)."""
         new = np.asarray(new_tokens, dtype=np.float64)  # [n_seq]
         ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
@@ -238,47 +333,50 @@ class CostModel:
         if (new < 0).any() or (ctx < 0).any():
             raise UserError("pass: new_tokens and context must be >= 0")
         sum_new = float(new.sum())
-        keys = float(new @ ctx) + 0.5 * (float(new @ new) + sum_new)
+        if keys is None:
+            sum_keys = causal_keys(sum_new, float(new @ ctx), float(new @ new))
+        else:
+            att = np.asarray(keys, dtype=np.float64)  # [n_seq]
+            if att.shape != new.shape or (att < 0).any():
+                raise UserError(
+                    f"pass: keys must be >= 0, one per sequence ({new.size}), got shape "
+                    f"{att.shape}"
+                )
+            sum_keys = float(att.sum())
         kv_tokens = float(ctx.sum()) + sum_new
+        seconds, compute, memory, comm, host, stage_s, hop_s = self._pipeline(
+            sum_new, kv_tokens, sum_keys
+        )
         tp = self.dep.tp
-        flops = hbm = compute = memory = comm = host = overhead = 0.0
-        stage_s = []
-        for st in self._stages:
-            f = st.flop_per_token * sum_new + st.flop_per_key * keys
-            b = st.weight_bytes + st.kv_bytes_per_token * kv_tokens
-            c_s, m_s = f * st.inv_flops_per_s, b * st.inv_bytes_per_s
-            comm_s = st.comm_fixed_s + st.comm_per_token_s * sum_new
-            stage_s.append(max(max(c_s, m_s) + comm_s, st.host_s) + st.overhead_s)
-            flops += tp * f
-            hbm += tp * b
-            compute += c_s
-            memory += m_s
-            comm += comm_s
-            host += st.host_s
-            overhead += st.overhead_s
-        hop_s = self._hop_fixed_s + self._hop_per_token_s * sum_new if self.dep.pp > 1 else 0.0
-        comm += (self.dep.pp - 1) * hop_s
-        parts = {"compute": compute, "memory": memory, "comm": comm, "host": host}
+        flops = tp * sum(st.flop_per_token * sum_new + st.flop_per_key * sum_keys
+                         for st in self._stages)
+        hbm = tp * sum(st.weight_bytes + st.kv_bytes_per_token * kv_tokens for st in self._stages)
         return PassCost(
-            seconds=sum(stage_s) + (self.dep.pp - 1) * hop_s,
+            seconds=seconds,
             flops=flops,
             hbm_bytes=hbm,
             compute_s=compute,
             memory_s=memory,
             comm_s=comm,
             host_s=host,
-            overhead_s=overhead,
-            bound=max(parts, key=parts.__getitem__),
+            overhead_s=sum(st.overhead_s for st in self._stages),
+            bound=_bound(compute, memory, comm, host),
             arithmetic_intensity=flops / hbm,
-            stage_s=tuple(stage_s),
+            stage_s=stage_s,
             hop_s=hop_s,
         )
 
-    def uniform_pass_seconds(self, batch: int, new_tokens: int, context: int) -> float:
-        """Seconds of a pass where each of ``batch`` sequences has the same counts."""
+    def uniform_pass_seconds(
+        self, batch: int, new_tokens: int, context: int, keys: float | None = None
+    ) -> float:
+        """Seconds of a pass where each of ``batch`` sequences has the same counts.
+
+        ``keys`` are the pairs ONE sequence attends (default causal; give a tree's).
+        """
         return self.pass_seconds_sums(
             float(batch * new_tokens),
             float(batch * context),
             float(batch * new_tokens * context),
             float(batch * new_tokens * new_tokens),
+            None if keys is None else float(batch * keys),
         )

@@ -97,6 +97,59 @@ def test_pass_cost_rejects_bad_arrays():
         c.pass_cost([1, 1], [3])
     with pytest.raises(UserError, match=">= 0"):
         c.pass_cost([-1], [3])
+    with pytest.raises(UserError, match=r"keys must be >= 0, one per sequence \(2\)"):
+        c.pass_cost([1, 1], [3, 3], keys=[4])
+
+
+DEPLOYMENTS = {  # one of each bound, and every path through the stages
+    "memory": {},
+    "compute-8bit": {"weight_bits": 8, "kv_bits": 8},
+    "comm": {"tp": 32},
+    "pipeline": {"tp": 2, "pp": 3},
+    "host": {"offload_fraction": 0.7},
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 600), st.integers(0, 4000)), min_size=1, max_size=10),
+       st.booleans())
+def test_bound_sums_agree_with_pass_cost(seqs, tree_keys):
+    """The engine's cheap (seconds, bound) from the sums is exactly what pass_cost says."""
+    new = np.array([s[0] for s in seqs])
+    ctx = np.array([s[1] for s in seqs])
+    keys = new * ctx + new if tree_keys else None  # e.g. a star: every node sees ctx + itself
+    sums = (float(new.sum()), float(ctx.sum()), float(new @ ctx), float(new @ new))
+    for kw in DEPLOYMENTS.values():
+        c = cost(**kw)
+        pc = c.pass_cost(new, ctx, keys=keys)
+        sum_keys = None if keys is None else float(keys.sum())
+        seconds, bound = c.pass_seconds_bound_sums(*sums, sum_keys=sum_keys)
+        assert (seconds, bound) == (pc.seconds, pc.bound)
+        assert c.pass_seconds_sums(*sums, sum_keys=sum_keys) == pc.seconds
+        assert c.pass_seconds(new, ctx, keys=keys) == pc.seconds
+        assert sum(c.stage_seconds_sums(*sums, sum_keys=sum_keys)) \
+            + (c.dep.pp - 1) * pc.hop_s == pytest.approx(pc.seconds, rel=1e-12)
+
+
+def test_each_bound_is_reached():
+    batch = {"memory": 1, "compute-8bit": 512, "comm": 1, "pipeline": 1, "host": 1}
+    bounds = {name: cost(**kw).pass_seconds_bound_sums(batch[name] * 5.0, 0.0, 0.0,
+                                                      batch[name] * 25.0)[1]
+              for name, kw in DEPLOYMENTS.items()}
+    assert bounds == {"memory": "memory", "compute-8bit": "compute", "comm": "comm",
+                      "pipeline": "memory", "host": "host"}
+
+
+def test_attended_keys_price_the_attention_arithmetic():
+    """``keys`` replaces the causal count: fewer keys, less attention arithmetic, same bytes."""
+    c = cost()
+    new, ctx = np.array([21, 21]), np.array([1024, 1024])
+    causal = c.pass_cost(new, ctx)
+    assert causal.flops == c.pass_cost(new, ctx, keys=21 * 1024 + np.array([231, 231])).flops
+    tree = c.pass_cost(new, ctx, keys=np.array([21 * 1024 + 71] * 2))
+    per_key = 4 * 32 * 32 * 128
+    assert causal.flops - tree.flops == pytest.approx(2 * (231 - 71) * per_key, rel=1e-12)
+    assert tree.hbm_bytes == causal.hbm_bytes
 
 
 def test_bits_halve_the_bytes():
