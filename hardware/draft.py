@@ -40,6 +40,7 @@ __all__ = [
     "tree_nodes",
     "chain_draft_seconds",
     "tree_draft_seconds",
+    "tree_attended_keys",
     "colocated_kv_capacity_tokens",
     "check_colocated_memory",
 ]
@@ -118,19 +119,38 @@ def chain_draft_seconds(
 
 
 def tree_draft_seconds(setup: DraftSetup, widths: Sequence[int], context: np.ndarray) -> float:
-    """Seconds to draft the expansion tree ⟨k1..km⟩ for every sequence: m passes."""
+    """Seconds to draft the expansion tree ⟨k1..km⟩ for every sequence: m passes.
+
+    Pass j feeds level j's nodes; each attends its context and its j ancestors and itself
+    (tree mask), while the KV of every node fed before is in the cache (read, as a tree
+    kernel reads the whole tree's KV).
+    """
     sizes = tree_level_sizes(widths)
     ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
     worst = 0.0
     for group in _groups(ctx.size, setup.replicas):
         b, sum_c = float(ctx[group].size), float(ctx[group].sum())
         total, before = 0.0, 0
-        for n in sizes[:-1]:  # the last level is produced, not fed
-            level_ctx = sum_c + b * before
-            total += setup.cost.pass_seconds_sums(b * n, level_ctx, n * level_ctx, b * n * n)
+        for depth, n in enumerate(sizes[:-1]):  # the last level is produced, not fed
+            total += setup.cost.pass_seconds_sums(
+                b * n, sum_c + b * before, 0.0, 0.0, sum_keys=n * (sum_c + b * (depth + 1))
+            )
             before += n
         worst = max(worst, total)
     return worst
+
+
+def tree_attended_keys(widths: Sequence[int], context: float | np.ndarray) -> float | np.ndarray:
+    """(query, key) pairs one sequence's tree verify attends: Σ_levels nodes x (ctx + depth + 1).
+
+    The verify feeds the root and every node of ⟨k1..km⟩; under the tree's topology-aware
+    mask a node at depth l sees the ``context`` cached tokens, its l ancestors and itself,
+    not the n(n+1)/2 keys of a causal run of n tokens. A chain ⟨1,..,1⟩ gives the causal
+    count. Pass the result as ``keys`` to :meth:`hardware.cost.CostModel.pass_cost`.
+    """
+    ctx = np.asarray(context, dtype=np.float64)
+    total = sum(n * (ctx + depth + 1) for depth, n in enumerate(tree_level_sizes(widths)))
+    return float(total) if total.ndim == 0 else total
 
 
 def _draft_per_gpu(draft: DraftSetup) -> tuple[int, float]:

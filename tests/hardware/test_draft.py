@@ -13,6 +13,7 @@ from hardware import (
     check_colocated_memory,
     colocated_kv_capacity_tokens,
     load_catalog,
+    tree_attended_keys,
     tree_draft_seconds,
     tree_level_sizes,
     tree_nodes,
@@ -55,12 +56,52 @@ def test_chain_with_per_sequence_gamma_drops_finished_sequences():
 def test_tree_is_one_pass_per_level_over_that_levels_nodes():
     d = DraftSetup(cost("llama-3.2-1b"))
     ctx = np.array([64, 128])
-    # <3,2>: feed the root (1 node), then level 1's 3 nodes after it
-    expected = d.cost.pass_seconds([1, 1], ctx) + d.cost.pass_seconds([3, 3], ctx + 1)
+    # <3,2>: feed the root (1 node), then level 1's 3 nodes after it; each of those sees
+    # its context, the root and itself (tree mask), not the causal 3(3+1)/2 among them
+    expected = d.cost.pass_seconds([1, 1], ctx) \
+        + d.cost.pass_seconds([3, 3], ctx + 1, keys=3 * (ctx + 2))
     assert tree_draft_seconds(d, [3, 2], ctx) == pytest.approx(expected, rel=1e-12)
     # a chain-shaped tree <1,1,1> costs the same as a chain of 3
     assert tree_draft_seconds(d, [1, 1, 1], ctx) == pytest.approx(
         chain_draft_seconds(d, 3, ctx), rel=1e-12)
+
+
+def _tree_keys_by_walking(widths, context):
+    """Build the tree node by node (parent pointers) and count what each node attends."""
+    parents, level = [None], [0]
+    for k in widths:
+        nxt = []
+        for p in level:
+            for _ in range(k):
+                parents.append(p)
+                nxt.append(len(parents) - 1)
+        level = nxt
+    total = 0
+    for node in range(len(parents)):
+        seen, a = 1, parents[node]  # itself, then its ancestors up to the root
+        while a is not None:
+            seen, a = seen + 1, parents[a]
+        total += context + seen
+    return total
+
+
+def test_widest_tree_of_section_7_3_attends_71_keys_beyond_its_context():
+    # root 1 + level 1: 5 x 2 + levels 2..4: 5 x (3 + 4 + 5) = 71 (causal would be 231)
+    assert tree_attended_keys([5, 1, 1, 1], 1024) == 21 * 1024 + 71
+
+
+@pytest.mark.parametrize("widths", [[1, 1, 1, 1], [5, 1, 1, 1], [2, 2, 1], [3], [1, 1, 3, 1, 1]])
+def test_tree_verify_attends_context_and_ancestors_only(widths):
+    assert tree_attended_keys(widths, 1024) == _tree_keys_by_walking(widths, 1024)
+    n = tree_nodes(widths)
+    causal = n * 1024 + n * (n + 1) / 2
+    if all(k == 1 for k in widths):
+        assert tree_attended_keys(widths, 1024) == causal  # a chain is causal
+    else:
+        assert tree_attended_keys(widths, 1024) < causal
+    ctx = np.array([0, 10])
+    assert tree_attended_keys(widths, ctx).tolist() == [
+        _tree_keys_by_walking(widths, 0), _tree_keys_by_walking(widths, 10)]
 
 
 def test_colocated_draft_is_replicated_per_target_gpu_and_splits_the_batch():
