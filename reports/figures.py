@@ -55,18 +55,25 @@ def save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-def _heat(ax, values: np.ndarray, labels: np.ndarray, xticks, yticks, cmap="RdYlGn"):
-    """An annotated heatmap centred on 1.0 (speedup: red below, green above)."""
+def _heatmap(values: np.ndarray, labels: np.ndarray, xticks, yticks, *, xlabel: str,
+             ylabel: str, cbar: str, title: str, text: str) -> Figure:
+    """An annotated heatmap centred on 1.0 (speedup: red below, green above), rows =
+    ``yticks`` from the bottom, columns = ``xticks``; ``text`` is the caption."""
     finite = values[np.isfinite(values)]
     span = max(abs(finite.max() - 1.0), abs(1.0 - finite.min()), 0.05) if len(finite) else 1.0
-    im = ax.imshow(values, cmap=cmap, vmin=1.0 - span, vmax=1.0 + span, aspect="auto",
+    fig, ax = plt.subplots(figsize=(1.2 * len(xticks) + 2.5, 0.6 * len(yticks) + 2.2))
+    im = ax.imshow(values, cmap="RdYlGn", vmin=1.0 - span, vmax=1.0 + span, aspect="auto",
                    origin="lower")
     ax.set_xticks(range(len(xticks)), [str(x) for x in xticks])
     ax.set_yticks(range(len(yticks)), [str(y) for y in yticks])
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             ax.text(j, i, labels[i, j], ha="center", va="center", fontsize=7)
-    return im
+    fig.colorbar(im, ax=ax, label=cbar)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return caption(fig, text)
 
 
 def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
@@ -87,14 +94,12 @@ def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
             continue
         g = "none" if r.best_gamma == 0 else f"γ={int(r.best_gamma)}"
         labels[i, j] = f"{r.best_speedup:.2f}×\n{g}" + ("" if r.fits else "\nno fit")
-    fig, ax = plt.subplots(figsize=(1.2 * len(contexts) + 2.5, 0.6 * len(batches) + 2.2))
-    im = _heat(ax, values, labels, contexts, batches)
-    fig.colorbar(im, ax=ax, label="best speedup vs no speculation (×)")
-    ax.set_xlabel("context (cached tokens per sequence)")
-    ax.set_ylabel("batch size (sequences)")
-    ax.set_title(title)
-    return caption(fig, "Each cell: the best speedup over plain decoding and the γ that gives "
-                        "it (none = do not speculate). " + note)
+    return _heatmap(values, labels, contexts, batches,
+                    xlabel="context (cached tokens per sequence)",
+                    ylabel="batch size (sequences)",
+                    cbar="best speedup vs no speculation (×)", title=title,
+                    text="Each cell: the best speedup over plain decoding and the γ that "
+                         "gives it (none = do not speculate). " + note)
 
 
 def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
@@ -107,14 +112,11 @@ def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
         i, j = widths.index(r.width), batches.index(r.batch)
         values[i, j] = r.speedup
         labels[i, j] = f"{r.speedup:.2f}×" + (" *" if r.best else "")
-    fig, ax = plt.subplots(figsize=(1.1 * len(batches) + 2.5, 0.55 * len(widths) + 2.2))
-    im = _heat(ax, values, labels, batches, widths)
-    fig.colorbar(im, ax=ax, label="speedup vs no speculation (×)")
-    ax.set_xlabel("batch size (sequences)")
-    ax.set_ylabel("tree width k (nodes at the expanded level)")
-    ax.set_title(title)
-    return caption(fig, "* = best width at that batch (none starred: no tree beats plain "
-                        "decoding). " + note)
+    return _heatmap(values, labels, batches, widths, xlabel="batch size (sequences)",
+                    ylabel="tree width k (nodes at the expanded level)",
+                    cbar="speedup vs no speculation (×)", title=title,
+                    text="* = best width at that batch (none starred: no tree beats plain "
+                         "decoding). " + note)
 
 
 def _load_col(load: pd.DataFrame) -> str:
