@@ -120,6 +120,48 @@ def test_property_output_is_p_for_any_pair(raw):
     assert 0.0 <= acceptance_probability(p, q) <= 1.0 + EXACT
 
 
+class ScriptedUniforms:
+    """Stands in for a Generator: ``random()`` returns the given values in order."""
+
+    def __init__(self, *values: float):
+        self.values = list(values)
+
+    def random(self) -> float:
+        return self.values.pop(0)
+
+
+@pytest.mark.parametrize("lenience", [1.0, 0.5])
+def test_the_sampler_realises_the_exact_output_formula(lenience):
+    # speculative_sample, driven by chosen uniforms: the draft token x is accepted exactly
+    # for u < p(x)/(l q(x)), and a rejection inverts the residual's CDF with the next
+    # uniform. Weighting those measures by q(x) is the formula speculative_output_distribution
+    # evaluates, so the sampler's exact output distribution is that formula (= p at l = 1).
+    checked = 0
+    for p, q in PAIRS[:300] + PAIRS[-300:]:
+        residual = residual_distribution(p, q)
+        cdf = np.cumsum(residual)
+        mids = cdf - residual / 2  # one uniform inside each token's CDF step
+        out = np.zeros_like(p)
+        for x in np.flatnonzero(q > 0):
+            t = p[x] / (lenience * q[x])  # acceptance threshold on u
+            if t > 0:
+                assert speculative_sample(p, q, int(x), ScriptedUniforms(min(t, 1) * (1 - 1e-9)),
+                                          lenience) == (True, x)
+            if t < 1:
+                for y in np.flatnonzero(residual > 1e-9):
+                    rng = ScriptedUniforms(t * (1 + 1e-9), mids[y])
+                    assert speculative_sample(p, q, int(x), rng, lenience) == (False, y)
+                    checked += 1
+            accept = min(t, 1.0)
+            out[x] += q[x] * accept
+            out += q[x] * (1 - accept) * residual
+        np.testing.assert_allclose(out, speculative_output_distribution(p, q, lenience),
+                                   rtol=0, atol=EXACT)
+        if lenience == 1.0:
+            np.testing.assert_allclose(out, p, rtol=0, atol=EXACT)
+    assert checked > 1000
+
+
 # --- Monte Carlo --------------------------------------------------------------------------
 
 
