@@ -105,6 +105,11 @@ def test_leviathan_numbers_are_the_formula():
     assert implied_c(0.75, 7, 3.4) == pytest.approx(((1 - 0.75**8) / 0.25 / 3.4 - 1) / 7)
     # the c the T5-large measurement needs is about twice the c used
     assert implied_c(0.82, 7, 1.7) == pytest.approx(0.2288, abs=5e-4)
+    # 2.6x at α = 0.62, γ = 7 exceeds E = (1 - 0.62^8) / 0.38 = 2.574: no c >= 0 explains it,
+    # and only that row says so.
+    assert implied_c(0.62, 7, 2.6) < 0 < implied_c(0.75, 7, 3.4)
+    assert "2.6× exceeds E(α, γ) = 2.57" in rows["leviathan-t5-small"].assumptions
+    assert "exceeds" not in rows["leviathan-t5-large"].assumptions
 
 
 # ---- the groups, reduced: shapes and consistency of verdicts with numbers -----------------
