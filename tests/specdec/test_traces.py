@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.decoding import speculative_decode
+from specdec.decoding import autoregressive_decode, speculative_decode
+from specdec.drafts import token_ranks
 from specdec.errors import UserError
+from specdec.mss import mss_acceptance_probabilities
+from specdec.sampling import probs_from_logits
 from specdec.traces import (
     AcceptanceTrace,
     build_models,
@@ -113,6 +116,25 @@ def test_sampling_trace_probabilities_are_mss_acceptance():
     tr = record_settings(draft="perturbed", sigma=0.3, temperature=0.5, tokens=200, prompts=2,
                          k_max=4, seed=1)
     assert tr.accept_prob.shape == (200, 4)
+    # Recompute along the text another way: sample it with autoregressive_decode from the
+    # recorded seed (the fourth spawned child), then score every position with ONE
+    # teacher-forced target pass and one draft pass over prompt + text.
+    target, drafter = build_models(tr.meta)
+    sample_rng = np.random.default_rng(np.random.SeedSequence(tr.meta["seed"]).spawn(4)[3])
+    start = 0
+    for prompt, n in zip(tr.meta["prompts"], tr.meta["tokens_per_prompt"], strict=True):
+        text = autoregressive_decode(target, prompt, n, 0.5, sample_rng).tokens
+        context = prompt + text[:-1]  # row len(prompt) - 1 + t predicts text[t]
+        p = probs_from_logits(target.forward(context, target.new_cache(), "all"), 0.5)
+        drafter.reset()
+        q_logits = drafter.extend(context)[len(prompt) - 1 :]  # [n, vocab]
+        q = probs_from_logits(q_logits, 0.5)
+        exact = np.stack([mss_acceptance_probabilities(p_t, q_t, 4)
+                          for p_t, q_t in zip(p[len(prompt) - 1 :], q, strict=True)])
+        rows = slice(start, start + n)
+        np.testing.assert_allclose(tr.accept_prob[rows], exact, rtol=2**-23, atol=1e-15)
+        np.testing.assert_array_equal(tr.ranks[rows], token_ranks(q_logits, np.array(text)))
+        start += n
     assert np.all(np.diff(tr.accept_prob, axis=1) >= -1e-15)  # more candidates never hurt
     assert 0.2 < tr.accept_prob[:, 0].mean() < 0.9
     assert np.all(tr.accept_prob[:, 0] > 0)  # softmax drafts overlap the target everywhere
