@@ -183,7 +183,12 @@ def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
                                    "{:+.1f}%"),
                                   ("tpot_p99_over_p50", "TPOT p99/p50", 1, "{:.2f}"))),
             "", "Formula error > 0: the i.i.d. formula over-predicts tokens per verify (easy "
-                "and hard stretches make acceptance bursty, lecture §4.5).", "",
+                "and hard stretches make acceptance bursty, lecture §4.5). Two acceptance "
+                "rates appear in this report: the summary's *acc. rate* is vLLM's accepted / "
+                "drafted, which counts the guesses after the first rejection that are never "
+                "checked; α̂ is accepted / checked guesses, the α of the formula E(α̂, γ). The "
+                "histogram and run lengths below replay the scenario's acceptance model with "
+                "their own draws, so their α̂ differs a little from the run's.", "",
             f"![tokens per verify]({rel['tokens_per_verify']})", ""]
     tail = runs[runs["run_length"] >= 8]
     out.append(f"Runs of accepted tokens (replay, α̂ = {runs['alpha_hat'].iloc[0]:.3f}): "
