@@ -29,6 +29,31 @@ def test_total_params_match_published(model_id):
     assert load_catalog().model(model_id).shape.total_params == PUBLISHED[model_id]
 
 
+# Sizes published to a few digits only (LLaMA paper Table 2, the OPT paper, model names):
+# the catalog's totals are within 1% of them (LLaMA-7B: 6.738B for "6.7B", 0.6%). OPT-13B
+# is the exception: 12.85B against its nominal "13B" (1.1%), so it gets 1.2%.
+NOMINAL = {
+    "llama-7b": (6.7e9, 0.01), "llama-13b": (13.0e9, 0.01), "llama-30b": (32.5e9, 0.01),
+    "llama-65b": (65.2e9, 0.01), "llama-68m": (68e6, 0.01), "opt-30b": (30e9, 0.01),
+    "opt-13b": (13e9, 0.012), "vicuna-7b": (6.7e9, 0.01), "vicuna-13b": (13.0e9, 0.01),
+    "vicuna-33b": (32.5e9, 0.01),
+}
+
+
+@pytest.mark.parametrize("model_id", sorted(NOMINAL))
+def test_total_params_match_nominal_sizes(model_id):
+    size, rel = NOMINAL[model_id]
+    assert load_catalog().model(model_id).shape.total_params == pytest.approx(size, rel=rel)
+
+
+def test_every_catalog_model_is_checked_and_vicuna_has_llama_1_shapes():
+    cat = load_catalog()
+    assert set(cat.models) == set(PUBLISHED) | set(NOMINAL)
+    for vicuna, llama in (("vicuna-7b", "llama-7b"), ("vicuna-13b", "llama-13b"),
+                          ("vicuna-33b", "llama-30b")):
+        assert cat.model(vicuna).shape == cat.model(llama).shape
+
+
 def test_streamed_params_exclude_input_embedding_but_keep_lm_head():
     cat = load_catalog()
     untied = cat.model("llama-3-8b").shape
