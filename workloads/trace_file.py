@@ -16,8 +16,9 @@ name                dtype      shape     meaning
                                          contiguous (non-decreasing ids)
 ``meta_json``       str        ``()``    JSON object: ``format_version``, ``target`` (model
                                          config), ``draft`` (kind, sigma, layers, ngram),
-                                         ``temperature``, ``seed``, ``prompts``,
-                                         ``tokens_per_prompt``, ``tokens``, ``k_max``
+                                         ``temperature``, ``seed``, ``prompts`` (one per
+                                         sequence), ``tokens_per_prompt`` (each
+                                         sequence's length), ``tokens`` (N), ``k_max`` (K)
 ==================  =========  ========  ====================================================
 
 The committed traces in ``workloads/traces/`` were written by::
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.drafts import DRAFT_KINDS
 from specdec.errors import UserError
 from specdec.traces import TRACE_FORMAT_VERSION, AcceptanceTrace
 
@@ -59,6 +61,7 @@ META_KEYS = (
     "tokens",
     "k_max",
 )
+DRAFT_KEYS = ("kind", "sigma", "layers", "ngram")
 # Rounding slack for "non-decreasing in k" and "within [0, 1]".
 _PROB_TOL = 1e-12
 
@@ -122,7 +125,8 @@ def load_trace(path) -> AcceptanceTrace:
         raise UserError(f"{where}: accept_prob: decreases in k at position {bad}")
     if seq.min() < 0 or np.any(np.diff(seq) < 0):
         raise UserError(f"{where}: sequence: ids must be >= 0 and non-decreasing (contiguous runs)")
-    meta = _meta(where, data["meta_json"], accept.shape[1], int(np.unique(seq).size), n)
+    _, seq_lengths = np.unique(seq, return_counts=True)  # [n_seq] positions per sequence
+    meta = _meta(where, data["meta_json"], accept.shape[1], [int(c) for c in seq_lengths], n)
     return AcceptanceTrace(ranks, accept, seq, meta)
 
 
@@ -133,7 +137,8 @@ def _check(where: str, name: str, arr: np.ndarray, dtype, ndim: int) -> None:
         raise UserError(f"{where}: {name}: {arr.ndim}-D array, expected {ndim}-D")
 
 
-def _meta(where: str, raw: np.ndarray, k: int, n_seq: int, n: int) -> dict:
+def _meta(where: str, raw: np.ndarray, k: int, seq_lengths: list[int], n: int) -> dict:
+    n_seq = len(seq_lengths)
     if raw.shape != () or raw.dtype.kind != "U":
         raise UserError(f"{where}: meta_json: must be a string scalar")
     try:
@@ -163,8 +168,28 @@ def _meta(where: str, raw: np.ndarray, k: int, n_seq: int, n: int) -> dict:
         raise UserError(
             f"{where}: meta_json.tokens: {meta['tokens']!r}, but the trace has {n} positions"
         )
-    if not isinstance(meta["draft"], dict) or "kind" not in meta["draft"]:
-        raise UserError(f"{where}: meta_json.draft: must be an object with a 'kind'")
+    if per_prompt != seq_lengths:
+        raise UserError(
+            f"{where}: meta_json.tokens_per_prompt: {per_prompt!r} differs from the "
+            f"sequence lengths {seq_lengths!r}"
+        )
+    draft = meta["draft"]
+    if not isinstance(draft, dict) or any(key not in draft for key in DRAFT_KEYS):
+        raise UserError(
+            f"{where}: meta_json.draft: must be an object with {', '.join(DRAFT_KEYS)}"
+        )
+    if draft["kind"] not in DRAFT_KINDS:
+        raise UserError(
+            f"{where}: meta_json.draft.kind: {draft['kind']!r} is not one of "
+            f"{', '.join(DRAFT_KINDS)}"
+        )
     if not isinstance(meta["target"], dict):
         raise UserError(f"{where}: meta_json.target: must be an object (a model config)")
+    temperature = meta["temperature"]
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+        np.isfinite(temperature) and temperature >= 0
+    ):
+        raise UserError(f"{where}: meta_json.temperature: must be a number >= 0")
+    if isinstance(meta["seed"], bool) or not isinstance(meta["seed"], int) or meta["seed"] < 0:
+        raise UserError(f"{where}: meta_json.seed: must be an integer >= 0")
     return meta

@@ -88,7 +88,20 @@ def _corruptions(a: dict) -> list[tuple[str, dict, str]]:
         ("meta k", {"meta_json": _meta_with(a, k_max=k + 1)}, "meta_json.k_max"),
         ("meta tokens", {"meta_json": _meta_with(a, tokens=n + 1)}, "meta_json.tokens"),
         ("meta prompts", {"meta_json": _meta_with(a, prompts=[[1]])}, "meta_json.prompts"),
+        ("meta lengths", {"meta_json": _meta_with(a, tokens_per_prompt=[n - 1, 1])},
+         f"meta_json.tokens_per_prompt: [{n - 1}, 1] differs from the sequence lengths"),
+        ("meta draft", {"meta_json": _meta_with(a, draft={"kind": "perturbed"})},
+         "meta_json.draft: must be an object with kind, sigma, layers, ngram"),
+        ("meta kind", {"meta_json": _meta_with(a, draft={**_draft(a), "kind": "oracle"})},
+         "meta_json.draft.kind: 'oracle' is not one of"),
+        ("meta temperature", {"meta_json": _meta_with(a, temperature=-1)},
+         "meta_json.temperature: must be a number >= 0"),
+        ("meta seed", {"meta_json": _meta_with(a, seed="0")}, "meta_json.seed: must be an integer"),
     ]
+
+
+def _draft(a: dict) -> dict:
+    return json.loads(str(a["meta_json"]))["draft"]
 
 
 def test_malformed_files_give_one_line_errors(tmp_path, small):
