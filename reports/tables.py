@@ -200,3 +200,17 @@ def write_table(df: pd.DataFrame, stem: str | Path) -> list[Path]:
     paths.append(stem.with_suffix(".parquet"))
     df.to_parquet(paths[1], index=False)
     return paths
+
+
+def json_records(df: pd.DataFrame) -> list[dict]:
+    """The rows of ``df`` as JSON-ready dicts: numpy scalars become Python numbers, and NaN
+    or infinity (which JSON cannot hold) become None."""
+
+    def clean(v):
+        if hasattr(v, "item"):
+            v = v.item()
+        if isinstance(v, float) and not np.isfinite(v):
+            return None
+        return v
+
+    return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]

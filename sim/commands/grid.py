@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     """Build the grid, write CSV + heatmap, print it."""
     from reports import figures
     from reports.grid import chain_grid, make_pair, simulate_grid, tree_grid
-    from reports.tables import write_table
+    from reports.tables import json_records, write_table
     from sim.output import default_run_dir
 
     batches = _ints(args.batches, "--batches")
@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
     paths = write_table(grid, out / stem)
     png = figures.save(fig, out / f"{stem}.png")
     if args.json:
-        rows = json.loads(grid.to_json(orient="records"))
+        rows = json_records(grid)
         print(json.dumps({"rows": rows, "files": [str(p) for p in [*paths, png]]}, indent=2))
         return 0
     shown = grid.drop(columns=[c for c in grid.columns if c.startswith("speedup_g")])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
         plan,
         slo_from_scenario,
     )
-    from reports.tables import write_table
+    from reports.tables import json_records, write_table
     from sim.loading import apply_overrides, display_path, read_yaml, validate
     from sim.output import default_run_dir
 
@@ -99,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
     paths = write_table(table, out / "plan")
     slo_text = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in slo.items())
     if args.json:
-        rows = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
+        rows = json_records(table)
         print(json.dumps({"slo": slo, "rel_tol": args.rel_tol, "target_rate": args.target_rate,
                           "rows": rows, "files": [str(p) for p in paths]}, indent=2))
         return 0
@@ -118,12 +117,3 @@ def main(args: argparse.Namespace) -> int:
         print("no candidate meets the SLO at any rate tried")
     print(f"table: {paths[0]}")
     return 0
-
-
-def _clean(v):
-    """JSON has no NaN or infinity: those become null."""
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from reports.sweep import load_sweep, run_sweep
-    from reports.tables import seeds_table, write_table
+    from reports.tables import json_records, seeds_table, write_table
     from sim.output import default_run_dir
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
@@ -82,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         paths += write_table(seeds_table(table.drop(columns=["run.seed"]), by=keys),
                              out / "sweep_ci")
     if args.json:
-        rows = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
+        rows = json_records(table)
         print(json.dumps({"points": n, "rows": rows, "files": [str(p) for p in paths]},
                          indent=2))
         return 0
@@ -91,15 +90,6 @@ def main(args: argparse.Namespace) -> int:
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"table: {paths[0]}")
     return 0
-
-
-def _clean(v):
-    """JSON has no NaN: missing numbers become null."""
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if hasattr(v, "item"):
-        return _clean(v.item())
-    return v
 
 
 def _pd_options():

@@ -87,3 +87,14 @@ def test_write_table_csv_and_parquet(tmp_path):
 def test_missing_run_folder_is_user_error(tmp_path):
     with pytest.raises(UserError, match="cannot read run file"):
         load_run(tmp_path)
+
+
+def test_json_records_have_no_nan_or_numpy_scalars():
+    from reports.tables import json_records
+
+    df = pd.DataFrame({"a": [1, 2], "b": [0.5, np.nan], "c": [np.inf, -1.0], "d": ["x", "y"]})
+    rows = json_records(df)
+    assert rows == [{"a": 1, "b": 0.5, "c": None, "d": "x"},
+                    {"a": 2, "b": None, "c": -1.0, "d": "y"}]
+    assert type(rows[0]["a"]) is int
+    json.dumps(rows, allow_nan=False)  # strict JSON
