@@ -3,8 +3,10 @@
 The shipped catalogs live in ``hardware/data/{gpus,links,models}.yaml`` (their headers
 document every field and its unit). A user catalog file has the same layout -- a mapping
 with any of the sections ``gpus``, ``links``, ``models`` -- and adds ids or overrides shipped
-ones (e.g. to calibrate ``eta_memory`` for a real machine). Every problem is reported as one
-:class:`UserError` line naming the file and the field.
+ones (e.g. to calibrate ``eta_memory`` for a real machine). An entry for an id already known
+needs only the fields it changes (``gpus: {h100: {eta_memory: 0.7}}``); a model's ``config``
+is replaced whole. Every problem is reported as one :class:`UserError` line naming the file
+and the field.
 """
 
 from __future__ import annotations
@@ -169,6 +171,9 @@ def _parse(path: Path, raw: dict[str, Any], tables: dict[str, dict[str, Any]]) -
                 raise UserError(f"{path}: {where}: must be a mapping of fields, got {body!r}")
             if "id" in body:
                 raise UserError(f"{path}: {where}.id: the id is the entry's key; remove the field")
+            base = tables[section].get(entry_id)
+            if base is not None:  # overriding a known id: only the fields given change
+                body = {**base.model_dump(exclude={"id"}), **body}
             try:
                 tables[section][entry_id] = _SPEC_TYPES[section](id=entry_id, **body)
             except ValidationError as err:

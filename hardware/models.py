@@ -174,7 +174,9 @@ def format_validation(file: str, prefix: str, err: ValidationError) -> str:
     parts = [p for p in (prefix, ".".join(str(x) for x in first["loc"])) if p]
     where = f"{file}: {'.'.join(parts)}" if parts else file
     msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] in ("missing", "model_type", "dict_type") or not first["loc"]:
+    # a whole-object check (e.g. heads vs hidden size) would echo the whole mapping: skip it
+    if first["type"] in ("missing", "model_type", "dict_type") or not first["loc"] \
+            or isinstance(first["input"], dict):
         return f"{where}: {msg}"
     return f"{where}: {msg}, got {first['input']!r}"
 

@@ -104,6 +104,26 @@ def test_user_file_adds_and_overrides_ids(tmp_path):
     assert load_catalog().link("pcie4-x16").bytes_per_s == 31.5e9
 
 
+def test_user_file_overriding_a_known_id_needs_only_the_changed_fields(tmp_path):
+    path = _file(tmp_path, """\
+    gpus:
+      h100: {eta_memory: 0.6, overhead_s: 0.0002}
+    models:
+      llama-3-8b: {source: my own note}
+    """)
+    cat, shipped = load_catalog(path), load_catalog()
+    h100 = cat.gpu("h100")
+    assert (h100.eta_memory, h100.overhead_s) == (0.6, 0.0002)
+    assert h100.model_dump(exclude={"eta_memory", "overhead_s"}) == \
+        shipped.gpu("h100").model_dump(exclude={"eta_memory", "overhead_s"})
+    assert cat.model("llama-3-8b").config == shipped.model("llama-3-8b").config
+    assert cat.model("llama-3-8b").source == "my own note"
+    bad = _file(tmp_path, "gpus:\n  h100: {eta_memory: 2}\n")
+    with pytest.raises(UserError, match=r"gpus\.h100\.eta_memory: Input should be less than or "
+                                        r"equal to 1, got 2$"):
+        load_catalog(bad)
+
+
 BAD = [
     ("gpus: {a: [1, 2\n", "invalid YAML at line"),
     ("- 1\n- 2\n", "must be a mapping with sections"),
@@ -133,7 +153,8 @@ BAD = [
     ("models:\n  m: {source: s, config: {model_type: opt, hidden_size: 64, ffn_dim: 9,"
      " num_hidden_layers: 2, num_attention_heads: 5, vocab_size: 100,"
      " max_position_embeddings: 32}}\n",
-     "models.m.config: hidden_size 64 is not a multiple of num_attention_heads 5"),
+     "models.m.config: hidden_size 64 is not a multiple of num_attention_heads 5 (give "
+     "head_dim)"),
     ("models:\n  m: {config: {}}\n", "models.m.source: Field required"),
 ]
 
@@ -146,6 +167,7 @@ def test_malformed_catalog_file_is_one_line_naming_file_and_field(tmp_path, text
     msg = str(err.value)
     assert msg.startswith(f"{path}: "), msg
     assert expect in msg, msg
+    assert "got {" not in msg  # a whole-entry check does not echo the whole mapping
     assert "\n" not in msg
 
 
