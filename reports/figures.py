@@ -244,9 +244,14 @@ def latency_cdfs(frames: dict[str, pd.DataFrame], title: str = "", note: str = "
             x = np.sort(df[col].dropna().to_numpy()) * 1e3  # [n] ms
             if len(x):
                 ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name)
-        ax.set_xlabel(f"{label} (ms)")
+        ax.set_xlabel(f"{label} (ms, log scale)")
         ax.set_ylabel("fraction of requests ≤ x")
         ax.set_xscale("log")
+        # Plain numbers (3, 4, 6 ms), not 3×10^0; minor ticks labelled only as far as they
+        # fit (a subset over 1-2 decades, none beyond).
+        fmt = matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(fmt)
         ax.legend(fontsize=8)
     fig.suptitle(title or "Latency distributions (finished requests)")
     return caption(fig, "TTFT over requests that got a first token; TPOT over finished "
