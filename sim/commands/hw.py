@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
+from hardware.draft import tree_attended_keys, tree_nodes
 from sim.commands import speedup
 from specdec.errors import UserError
 
@@ -18,7 +19,10 @@ each of --batch sequences feeds --tokens new tokens (1 = decode, gamma+1 = verif
 node count, or a prefill chunk) on top of --context cached tokens. Prints the pass time and
 its breakdown (compute, memory, communication, host transfer, overhead, which bound won).
 Example (lecture section 1.1): specsim hw step --model llama-3-8b --gpu h100 --batch 1
---context 1024 --tokens 1   ->  6.15 ms, memory-bound."""
+--context 1024 --tokens 1   ->  6.15 ms, memory-bound.
+A token tree's verify: --tree 5,1,1,1 instead of --tokens feeds the root and every node of
+the expansion tree <5,1,1,1> (21 tokens) and prices its attention with the tree mask (each
+node sees the context and its ancestors only)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -37,8 +41,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     step.add_argument("--batch", type=int, required=True, help="sequences in the batch")
     step.add_argument("--context", type=int, required=True,
                       help="cached tokens per sequence before the pass")
-    step.add_argument("--tokens", type=int, default=1,
-                      help="new tokens per sequence in this pass (default 1: a decode pass)")
+    fed = step.add_mutually_exclusive_group()
+    fed.add_argument("--tokens", type=int, default=1,
+                     help="new tokens per sequence in this pass (default 1: a decode pass)")
+    fed.add_argument("--tree", metavar="K1,K2,...",
+                     help="verify the expansion tree <K1,...,Km> per sequence (its root and "
+                          "nodes, attention under the tree mask) instead of --tokens")
     step.add_argument("--json", action="store_true", help="print a JSON object")
     step.set_defaults(func=run_step)
     lst = actions.add_parser("list", help="show the GPU, link and model catalogs",
@@ -105,17 +113,21 @@ def run_step(args: argparse.Namespace) -> int:
             raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
     if args.context < 0:
         raise UserError(f"--context: must be >= 0, got {args.context}")
+    tokens, keys = args.tokens, None
+    if args.tree is not None:
+        widths = _widths(args.tree)
+        tokens = tree_nodes(widths)
+        keys = [tree_attended_keys(widths, args.context)] * args.batch
     catalog = load_catalog(args.catalog)
-    cost = build_cost(args, catalog, kv_tokens=args.batch * (args.context + args.tokens))
-    new = [args.tokens] * args.batch
-    pc = cost.pass_cost(new, [args.context] * args.batch)
+    cost = build_cost(args, catalog, kv_tokens=args.batch * (args.context + tokens))
+    pc = cost.pass_cost([tokens] * args.batch, [args.context] * args.batch, keys=keys)
     dep = cost.dep
     capacity = cost.kv_capacity_tokens()
     result = {
         "model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "pp": dep.pp,
         "weight_bits": dep.weight_bits, "kv_bits": dep.kv_bits,
         "offload_fraction": dep.offload_fraction, "batch": args.batch,
-        "context": args.context, "tokens": args.tokens,
+        "context": args.context, "tokens": tokens, "tree": args.tree,
         **asdict(pc),
         "ridge_flop_per_byte": dep.gpu.ridge_flop_per_byte(dep.dtype),
         "kv_bytes_per_token": cost.kv_bytes_per_token,
@@ -126,9 +138,10 @@ def run_step(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     ms = 1e3
+    tree = f" (tree <{args.tree}>)" if args.tree is not None else ""
     print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}, "
           f"{dep.weight_bits}-bit weights, {dep.kv_bits}-bit KV, offload "
-          f"{dep.offload_fraction:g}): batch {args.batch} x {args.tokens} new tokens "
+          f"{dep.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
           f"over context {args.context}")
     print(f"  pass           {pc.seconds * ms:9.3f} ms   ({pc.bound}-bound)")
     print(f"  compute        {pc.compute_s * ms:9.3f} ms   {pc.flops:.3e} FLOPs")
@@ -144,6 +157,17 @@ def run_step(args: argparse.Namespace) -> int:
     print(f"  KV cache: {cost.kv_bytes_per_token} bytes/token, capacity {capacity} tokens "
           f"({capacity // 16} blocks of 16)")
     return 0
+
+
+def _widths(text: str) -> list[int]:
+    """The expansion widths of ``--tree`` (each an integer >= 1)."""
+    try:
+        widths = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--tree: must be comma-separated integers, got {text!r}") from None
+    if any(k < 1 for k in widths):
+        raise UserError(f"--tree: every expansion width must be >= 1, got {text!r}")
+    return widths
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -45,6 +45,26 @@ def test_step_with_tp_pp_offload_and_bits(capsys):
     assert code == 0 and json.loads(out)["bound"] == "host"
 
 
+def test_step_prices_a_tree_verify_with_the_tree_mask(capsys):
+    """Lecture §7.3: 21 nodes of <5,1,1,1> on the 8-bit Llama-3-70B, H200, batch 1: 18.7 ms."""
+    argv = ["hw", "step", "--model", "llama-3-70b", "--gpu", "h200", "--weight-bits", "8",
+            "--batch", "16", "--context", "1024"]
+    code, out, _ = run(capsys, *argv, "--tree", "5,1,1,1", "--json")
+    assert code == 0
+    tree = json.loads(out)
+    assert (tree["tokens"], tree["tree"], tree["bound"]) == (21, "5,1,1,1", "compute")
+    code, out, _ = run(capsys, *argv, "--tokens", "21", "--json")
+    causal = json.loads(out)
+    # 16 sequences x (231 - 71) keys fewer, 4 x 80 x 64 x 128 FLOPs each
+    assert causal["flops"] - tree["flops"] == 16 * 160 * 4 * 80 * 64 * 128
+    assert tree["seconds"] < causal["seconds"] and tree["hbm_bytes"] == causal["hbm_bytes"]
+    argv[argv.index("16")] = "1"
+    code, out, _ = run(capsys, *argv, "--tree", "5,1,1,1")
+    assert code == 0 and "21 new tokens (tree <5,1,1,1>)" in out and "18.689 ms" in out
+    code, _, err = run(capsys, *argv, "--tree", "5,0")
+    assert code == 2 and "--tree: every expansion width must be >= 1, got '5,0'" in err
+
+
 def test_step_accepts_a_config_json(capsys, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({
