@@ -1,4 +1,4 @@
-"""The tiny transformer: cache consistency, rollback, RoPE and GQA shapes."""
+"""The tiny transformer: the formulas, cache consistency, rollback, RoPE and GQA shapes."""
 
 from __future__ import annotations
 
@@ -28,6 +28,50 @@ def test_bad_config_is_a_user_error(kwargs):
     # d_model 60 / 4 heads = head_dim 15: odd, so RoPE cannot pair dimensions.
     with pytest.raises(UserError):
         ModelConfig(**kwargs)
+
+
+def reference_logits(model: TinyTransformer, tokens) -> np.ndarray:
+    """The forward written out from the formulas, one head and one query at a time.
+
+    RMSNorm ``x / sqrt(mean(x²) + 1e-6) · g``; RoPE rotating dimension pairs (i, i + hd/2)
+    by ``pos · θ^(−2i/hd)``; query head h reads KV head ``h // (n_heads / n_kv_heads)``;
+    causal softmax attention scaled by ``1/sqrt(hd)``; SwiGLU ``(silu(m W_g) ⊙ m W_u) W_d``.
+    """
+    cfg = model.config
+    hd, half, group = cfg.head_dim, cfg.head_dim // 2, cfg.n_heads // cfg.n_kv_heads
+
+    def rms(v, gain):
+        return v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + 1e-6) * gain
+
+    def rope(v, pos):
+        angle = pos * cfg.rope_theta ** (-2.0 * np.arange(half) / hd)
+        cos, sin = np.cos(angle), np.sin(angle)
+        return np.concatenate([v[:half] * cos - v[half:] * sin, v[:half] * sin + v[half:] * cos])
+
+    x = model.embed[np.asarray(tokens)]  # [n, d]
+    n = x.shape[0]
+    for layer in model.layers:
+        a = rms(x, layer.attn_norm)
+        q, k, v = a @ layer.wq, a @ layer.wk, a @ layer.wv
+        heads = np.zeros((n, cfg.n_heads * hd))
+        for h in range(cfg.n_heads):
+            kv = slice((h // group) * hd, (h // group + 1) * hd)
+            for i in range(n):
+                qi = rope(q[i, h * hd : (h + 1) * hd], i)
+                scores = np.array([qi @ rope(k[j, kv], j) for j in range(i + 1)]) / np.sqrt(hd)
+                w = np.exp(scores - scores.max())
+                heads[i, h * hd : (h + 1) * hd] = (w / w.sum()) @ v[: i + 1, kv]
+        x = x + heads @ layer.wo
+        m = rms(x, layer.mlp_norm)
+        gate = m @ layer.w_gate
+        x = x + (gate / (1 + np.exp(-gate)) * (m @ layer.w_up)) @ layer.w_down
+    return rms(x, model.final_norm) @ model.lm_head  # [n, vocab]
+
+
+def test_forward_is_the_written_out_formulas(model):
+    tokens = np.random.default_rng(3).integers(0, 48, 9)
+    np.testing.assert_allclose(model.forward(tokens, model.new_cache(), "all"),
+                               reference_logits(model, tokens), rtol=0, atol=1e-10)
 
 
 def test_one_pass_equals_token_by_token(model):
