@@ -3,10 +3,11 @@
 Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
 
 - FLOPs  = 2 x streamed params x new tokens            (every linear layer, lm_head included)
-         + 4 x layers x heads x d_head x attended keys  (QK^T and AV; a new token attends to
-           its cached context, the earlier new tokens of its sequence and itself, so a
-           sequence with n new tokens over c cached ones attends n·c + n(n+1)/2 keys; for
-           a token tree this causal count is what a masked tree-attention kernel computes);
+         + 4 x layers x heads x d_head x attended keys  (QK^T and AV; by default causal: a
+           new token attends to its cached context, the earlier new tokens of its sequence
+           and itself, n·c + n(n+1)/2 keys for n new tokens over c cached ones; a token
+           tree's nodes see only their ancestors, so a tree verify passes its own count,
+           ``keys`` / ``sum_keys`` from :func:`hardware.draft.tree_attended_keys`);
 - bytes  = streamed params x weight bytes               (weights read once per pass)
          + (context + new tokens) x KV bytes per token  (KV read, then written for new tokens);
 - compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory);
