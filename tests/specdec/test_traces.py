@@ -85,26 +85,33 @@ def greedy_trace() -> AcceptanceTrace:
                            k_max=3, seed=4)
 
 
+def assert_replay_reproduces(trace: AcceptanceTrace, decode, replay) -> None:
+    """Decode every recorded prompt for real with the trace's own models; replaying the
+    trace at each iteration's position must give that iteration's accepted count."""
+    target, drafter = build_models(trace.meta)
+    starts = np.cumsum([0] + trace.meta["tokens_per_prompt"][:-1])
+    for s, prompt in enumerate(trace.meta["prompts"]):
+        res = decode(target, drafter, prompt)
+        idx = np.array([starts[s] + it.position for it in res.iterations], dtype=np.int64)
+        assert list(replay(idx)) == [it.accepted for it in res.iterations]
+
+
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 def test_chain_replay_reproduces_real_speculative_decoding(greedy_trace, gamma):
-    target, drafter = build_models(greedy_trace.meta)
-    starts = np.cumsum([0] + greedy_trace.meta["tokens_per_prompt"][:-1])
-    for s, prompt in enumerate(greedy_trace.meta["prompts"]):
-        res = speculative_decode(target, drafter, prompt, N_NEW, gamma)
-        idx = np.array([starts[s] + it.position for it in res.iterations], dtype=np.int64)
-        replayed = replay_chain(greedy_trace, idx, np.full(idx.size, gamma))
-        assert list(replayed) == [it.accepted for it in res.iterations]
+    assert_replay_reproduces(
+        greedy_trace,
+        lambda target, drafter, prompt: speculative_decode(target, drafter, prompt, N_NEW, gamma),
+        lambda idx: replay_chain(greedy_trace, idx, np.full(idx.size, gamma)),
+    )
 
 
 @pytest.mark.parametrize("widths", [(2, 2, 1), (3, 1, 1, 1), (1, 1, 3, 1)])
 def test_tree_replay_reproduces_real_tree_decoding(greedy_trace, widths):
-    target, drafter = build_models(greedy_trace.meta)
-    starts = np.cumsum([0] + greedy_trace.meta["tokens_per_prompt"][:-1])
-    for s, prompt in enumerate(greedy_trace.meta["prompts"]):
-        res = tree_decode(target, drafter, prompt, N_NEW, widths)
-        idx = np.array([starts[s] + it.position for it in res.iterations], dtype=np.int64)
-        replayed = replay_tree(greedy_trace, idx, np.tile(widths, (idx.size, 1)))
-        assert list(replayed) == [it.accepted for it in res.iterations]
+    assert_replay_reproduces(
+        greedy_trace,
+        lambda target, drafter, prompt: tree_decode(target, drafter, prompt, N_NEW, widths),
+        lambda idx: replay_tree(greedy_trace, idx, np.tile(widths, (idx.size, 1))),
+    )
 
 
 def test_greedy_accept_prob_is_rank_zero_in_every_column(greedy_trace):
@@ -160,13 +167,11 @@ def test_bad_settings_are_user_errors():
 
 
 @pytest.mark.parametrize("draft", ["ngram", "truncated", "uniform"])
-def test_replay_is_exact_for_every_draft_kind(draft):
+@pytest.mark.parametrize("widths", [(1, 1, 1, 1), (2, 1, 2)])
+def test_replay_is_exact_for_every_draft_kind(draft, widths):
     trace = record_settings(draft=draft, tokens=2 * (N_NEW + MARGIN), prompts=2, k_max=2, seed=9)
-    target, drafter = build_models(trace.meta)
-    starts = np.cumsum([0] + trace.meta["tokens_per_prompt"][:-1])
-    for s, prompt in enumerate(trace.meta["prompts"]):
-        for widths in [(1, 1, 1, 1), (2, 1, 2)]:
-            res = tree_decode(target, drafter, prompt, N_NEW, widths)
-            idx = np.array([starts[s] + it.position for it in res.iterations], dtype=np.int64)
-            replayed = replay_tree(trace, idx, np.tile(widths, (idx.size, 1)))
-            assert list(replayed) == [it.accepted for it in res.iterations]
+    assert_replay_reproduces(
+        trace,
+        lambda target, drafter, prompt: tree_decode(target, drafter, prompt, N_NEW, widths),
+        lambda idx: replay_tree(trace, idx, np.tile(widths, (idx.size, 1))),
+    )
