@@ -200,6 +200,7 @@ def speculative_decode(
             qs.append(q)
             feed = [guesses[-1]]
         # Step 2: one target pass over [last] + guesses -> p_1 .. p_{γ+1}, [γ+1, vocab].
+        # Indexing is 0-based here: ps[i] is the lecture's p_{i+1}, qs[i] its q_{i+1}.
         ps = probs_from_logits(target.forward([seq[-1]] + guesses, cache, "all"), temperature)
         verify_len = cache.length
         # Step 3: accept front to back until the first rejection.
