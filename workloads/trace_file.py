@@ -29,9 +29,12 @@ The committed traces in ``workloads/traces/`` were written by::
     specsim trace --draft perturbed --sigma 0.3 --temperature 0.5 ... perturbed-0.3-t0.5.npz
 
 and a test regenerates each from its own metadata and demands identical arrays. The
-recorder rounds ``accept_prob`` to float32 precision, which absorbs the 1e-16-level noise of
-BLAS summation order (thread counts, CPU kernels); a real change to the model's or the
-sampler's arithmetic still shows up there: then rerun these commands and commit.
+recorder rounds ``accept_prob`` to float32 precision (relative step 2^-24 ≈ 6e-8): that
+absorbs the 1e-16-level noise of BLAS summation order (thread counts, CPU kernels) unless a
+value lies within that noise of a float32 rounding boundary, odds of a few in 1e9 per value
+(~1e-4 for a 10,000-value trace), the same order as a near-tie flipping an argmax or a rank.
+Greedy traces hold exact 0s and 1s. A real change to the model's or the sampler's arithmetic
+still shows up in the test: then rerun these commands and commit the new files.
 
 ``load_trace`` refuses anything else with a one-line :class:`UserError` naming the file and
 the field. The semantics of the arrays are in :mod:`specdec.traces`.
