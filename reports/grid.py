@@ -128,7 +128,13 @@ def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequ
                   contexts: Sequence[int], gamma_max: int = 4, tp: int = 1,
                   output_tokens: int = 64, waves: int = 1, seed: int = 0) -> pd.DataFrame:
     """The engine's closed-loop version of ``chain_grid`` (same columns, plus
-    ``throughput_speedup``); ``waves`` × batch requests per cell."""
+    ``throughput_speedup``); ``waves`` × batch requests per cell.
+
+    ``best_speedup`` and ``speedup_g<γ>`` are mean-TPOT ratios (decoding only), comparable
+    with the analytic grid. ``throughput_speedup`` is output tokens/s over the whole run,
+    the wave's prefill included (the draft prefills the prompts too), so with long contexts
+    and short outputs it can sit below 1× while the decode speedup is well above it.
+    """
     from sim.loading import validate
     from sim.runner import run_scenario
 
