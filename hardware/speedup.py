@@ -30,12 +30,14 @@ Conventions that reproduce the lecture (all from the shipped catalog defaults):
   comes out 0.629x, not the lecture's 0.64x. Its 336-token verify is compute-bound:
   67.47 ms of weight arithmetic (336 x 139.0 GFLOP at 692 TFLOP/s) + 1.31 ms of attention
   over the context (4 x layers x heads x d_head FLOPs per attended key) + 0.5 ms. Without
-  the attention term the row is 0.640x and every other number of the lecture is unchanged,
-  so the lecture's hw_model apparently prices FLOPs as 2 x params x tokens. Attention
-  arithmetic is real (each of the 64 query heads does its own QK^T and AV), so the model
-  keeps it. No other convention closes the gap: the tree mask instead of a causal count
-  changes the row by 1e-4, the draft's pass layout by less, an 8-bit draft breaks the 1.30x
-  (1.37x), and no single context gives both (1.30 needs context <= ~1190, 0.64 >= ~1240).
+  the attention term the row is 0.640x and every other number of the lecture is unchanged
+  (counting it per KV head, 1/8 of it under GQA, gives 0.639x, also 0.64), so the lecture's
+  hw_model apparently prices FLOPs as 2 x params x tokens, or attention per KV head. The
+  attention arithmetic is real (each of the 64 query heads does its own QK^T and AV), so
+  the model keeps it (DESIGN.md's formula also counts it). No other convention closes the
+  gap: the tree mask instead of a causal count changes the row by 1e-4, the draft's pass
+  layout by less, an 8-bit draft breaks the 1.30x (1.37x), and no single context gives both
+  (1.30 needs context <= ~1190, 0.64 >= ~1240).
 """
 
 from __future__ import annotations
