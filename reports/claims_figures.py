@@ -29,11 +29,13 @@ def claims_figure(rows: Sequence):
     panels = [r for r in rows if r.extra.get("series")]
     if not panels:
         return None
+    from matplotlib.ticker import FormatStrFormatter
+
     from reports.figures import plt  # pyplot after the Agg backend is selected (files only)
 
     cols = min(len(panels), 3)
     n_rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(n_rows, cols, figsize=(5.2 * cols, 3.8 * n_rows), squeeze=False)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(5.2 * cols, 4.2 * n_rows), squeeze=False)
     for ax, row in zip(axes.ravel(), panels, strict=False):
         band = row.extra.get("band")
         if band is not None:
@@ -44,6 +46,7 @@ def claims_figure(rows: Sequence):
             ax.plot(xs, ys, marker="o", label=label)
         if row.extra.get("logx"):
             ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # 1, 2, 4, not 2^0
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_title(textwrap.fill(f"{row.claim} [{row.verdict}]", 58), fontsize=8)
         ax.set_xlabel(row.extra.get("xlabel", "batch size (sequences)"))
@@ -51,11 +54,17 @@ def claims_figure(rows: Sequence):
         ax.legend(fontsize=7)
     for ax in axes.ravel()[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle("Paper claims: SpecSim's numbers (lines) against the paper's range "
-                 "(green band)")
-    fig.text(0.01, 0.005, "Speedup = per-token latency (or decode rate) without speculation "
-             "over with it, same requests; dotted line = 1× (no gain). Verdicts are computed "
-             "from every checked point (report.md lists each).", fontsize=7.5, ha="left",
-             va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    width_in, height_in = fig.get_size_inches()
+    # Wrap to the figure's width (~11 characters per inch at the title's size, ~19 at 7.5 pt).
+    title = textwrap.fill("Paper claims: SpecSim's numbers (lines) against the paper's range "
+                          "(green band)", int(11 * width_in))
+    note = textwrap.fill("Speedup = per-token latency (or decode rate) without speculation "
+                         "over with it, same requests; dotted line = 1× (no gain). Verdicts "
+                         "are computed from every checked point (report.md lists each).",
+                         int(19 * width_in))
+    fig.suptitle(title)
+    fig.text(0.01, 0.005, note, fontsize=7.5, ha="left", va="bottom")
+    top = 1 - 0.25 * (title.count("\n") + 1) / height_in
+    bottom = 0.14 * (note.count("\n") + 1) / height_in
+    fig.tight_layout(rect=(0, bottom, 1, top))
     return fig
