@@ -19,6 +19,8 @@ _EXPORTS = {
     "seeds_table": "reports.tables",
     "trim_warmup": "reports.tables",
     "write_table": "reports.tables",
+    "json_records": "reports.tables",
+    "SweepSpec": "reports.sweep",
     "load_sweep": "reports.sweep",
     "run_sweep": "reports.sweep",
     "point_seed": "reports.sweep",
