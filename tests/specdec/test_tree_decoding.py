@@ -10,7 +10,7 @@ from specdec.drafts import make_drafter
 from specdec.model import ModelConfig, TinyTransformer
 from specdec.tree_decoding import merge_tree_decode, tree_decode
 
-from .test_decoding import JOINT_PROMPT, JOINT_T, joint_tv_and_tolerance
+from .test_decoding import JOINT_PROMPT, joint_tv_and_tolerance
 
 N_NEW = 120
 
@@ -92,15 +92,17 @@ def test_merge_tree_decoding_equals_target_greedy(target, prompts, greedy_refs):
     assert max(it.accepted for it in merged.iterations) == 4
 
 
-@pytest.mark.parametrize("widths", [(3,), (3, 2)])
-def test_mss_tree_sampling_preserves_the_two_token_joint(target, widths):
+@pytest.mark.parametrize(("widths", "temperature"), [((3,), 1.0), ((3, 2), 0.7)])
+def test_mss_tree_sampling_preserves_the_two_token_joint(target, widths, temperature):
     # Same setting and tolerance reasoning as the chain test in test_decoding.py. With
     # ⟨3⟩ the second token is the draw from p at an accepted leaf (an argmax there fails
     # this test); with ⟨3, 2⟩ it comes from MSS at a depth-1 node.
     drafter = make_drafter("perturbed", target, sigma=0.3, seed=5)
     tv, tolerance = joint_tv_and_tolerance(
         target,
-        lambda rng: tree_decode(target, drafter, JOINT_PROMPT, 2, widths, JOINT_T, rng).tokens,
+        lambda rng: tree_decode(target, drafter, JOINT_PROMPT, 2, widths, temperature,
+                                rng).tokens,
         seed=11,
+        temperature=temperature,
     )
     assert tv <= tolerance
