@@ -7,6 +7,7 @@ axes hold no data, so an empty plot can never pass silently.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -61,7 +62,8 @@ def _heatmap(values: np.ndarray, labels: np.ndarray, xticks, yticks, *, xlabel: 
     ``yticks`` from the bottom, columns = ``xticks``; ``text`` is the caption."""
     finite = values[np.isfinite(values)]
     span = max(abs(finite.max() - 1.0), abs(1.0 - finite.min()), 0.05) if len(finite) else 1.0
-    fig, ax = plt.subplots(figsize=(1.2 * len(xticks) + 2.5, 0.6 * len(yticks) + 2.2))
+    width_in = max(6.5, 1.2 * len(xticks) + 2.5)  # room for the title on small grids
+    fig, ax = plt.subplots(figsize=(width_in, 0.6 * len(yticks) + 2.2))
     im = ax.imshow(values, cmap="RdYlGn", vmin=1.0 - span, vmax=1.0 + span, aspect="auto",
                    origin="lower")
     ax.set_xticks(range(len(xticks)), [str(x) for x in xticks])
@@ -72,8 +74,29 @@ def _heatmap(values: np.ndarray, labels: np.ndarray, xticks, yticks, *, xlabel: 
     fig.colorbar(im, ax=ax, label=cbar)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, int(8 * width_in)))
     return caption(fig, text)
+
+
+def _matrix(grid: pd.DataFrame, row_key: str, col_key: str, cell
+            ) -> tuple[np.ndarray, np.ndarray, list, list]:
+    """(values [rows, cols], labels, row ticks, column ticks) of a long-format grid, each
+    cell's (value, label) from ``cell(row)``; cells the grid lacks stay nan and blank."""
+    rows = sorted(grid[row_key].unique())
+    cols = sorted(grid[col_key].unique())
+    values = np.full((len(rows), len(cols)), np.nan)  # [row, col]
+    labels = np.full(values.shape, "", dtype=object)
+    for r in grid.itertuples():
+        i, j = rows.index(getattr(r, row_key)), cols.index(getattr(r, col_key))
+        values[i, j], labels[i, j] = cell(r)
+    return values, labels, rows, cols
+
+
+def _chain_cell(r) -> tuple[float, str]:
+    if np.isnan(r.best_speedup):
+        return np.nan, "no fit"
+    g = "none" if r.best_gamma == 0 else f"γ={int(r.best_gamma)}"
+    return r.best_speedup, f"{r.best_speedup:.2f}×\n{g}" + ("" if r.fits else "\nno fit")
 
 
 def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
@@ -82,18 +105,7 @@ def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
     ``grid`` has columns batch, context, best_gamma, best_speedup, fits
     (``reports.grid.chain_grid``). Cells that do not fit the GPU are marked 'no fit'.
     """
-    batches = sorted(grid["batch"].unique())
-    contexts = sorted(grid["context"].unique())
-    values = np.full((len(batches), len(contexts)), np.nan)  # [batch, context]
-    labels = np.full(values.shape, "", dtype=object)
-    for r in grid.itertuples():
-        i, j = batches.index(r.batch), contexts.index(r.context)
-        values[i, j] = r.best_speedup
-        if np.isnan(r.best_speedup):
-            labels[i, j] = "no fit"
-            continue
-        g = "none" if r.best_gamma == 0 else f"γ={int(r.best_gamma)}"
-        labels[i, j] = f"{r.best_speedup:.2f}×\n{g}" + ("" if r.fits else "\nno fit")
+    values, labels, batches, contexts = _matrix(grid, "batch", "context", _chain_cell)
     return _heatmap(values, labels, contexts, batches,
                     xlabel="context (cached tokens per sequence)",
                     ylabel="batch size (sequences)",
@@ -104,14 +116,9 @@ def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
 
 def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
     """Tree width × batch grid of speedups (``reports.grid.tree_grid``); best width starred."""
-    widths = sorted(grid["width"].unique())
-    batches = sorted(grid["batch"].unique())
-    values = np.full((len(widths), len(batches)), np.nan)  # [width, batch]
-    labels = np.full(values.shape, "", dtype=object)
-    for r in grid.itertuples():
-        i, j = widths.index(r.width), batches.index(r.batch)
-        values[i, j] = r.speedup
-        labels[i, j] = f"{r.speedup:.2f}×" + (" *" if r.best else "")
+    values, labels, widths, batches = _matrix(
+        grid, "width", "batch", lambda r: (r.speedup, f"{r.speedup:.2f}×" + (" *" if r.best
+                                                                            else "")))
     return _heatmap(values, labels, batches, widths, xlabel="batch size (sequences)",
                     ylabel="tree width k (nodes at the expanded level)",
                     cbar="speedup vs no speculation (×)", title=title,
