@@ -15,8 +15,8 @@ nothing else to run meanwhile in this model, so the iteration time is the same s
 
 A pass depends on the batch only through four sums (Σ new, Σ context, Σ new·context,
 Σ new²), so the engine computes those with a few numpy reductions and calls the cost
-model's ``pass_seconds_sums``; the target's ``pass_cost`` is called only to record which
-roofline bound won.
+model's ``pass_seconds_sums`` (``pass_seconds_bound_sums`` when it also records which
+roofline bound won).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ class PassPricer(Protocol):
     def pass_seconds_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
                           sum_new_sq: float) -> float:
         """Seconds of one pass from Σ new, Σ context, Σ new·context, Σ new²."""
+
+    def pass_seconds_bound_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
+                                sum_new_sq: float) -> tuple[float, str]:
+        """(seconds, the roofline bound that won) of one pass from the same sums."""
 
     def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray):
         """The pass with its breakdown; needs ``seconds``, ``bound``, ``stage_s``, ``hop_s``."""
@@ -108,17 +112,13 @@ class IterationPricer:
         else:
             p_new = p_ctx = p_new_ctx = p_sq = 0.0
         verify = 1 + tree_nodes(row)
-        verify_s = self.target.pass_seconds_sums(
-            n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
-            n_dec * verify * verify + p_sq,
-        )
+        sums = (n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
+                n_dec * verify * verify + p_sq)
         label = ""
         if self.record_bound if bound is None else bound:
-            new = np.full(n_dec, verify, dtype=np.int64)
-            ctx = dec_context
-            if len(pre_chunks):
-                new, ctx = np.concatenate((new, pre_chunks)), np.concatenate((ctx, pre_context))
-            label = str(self.target.pass_cost(new, ctx).bound)
+            verify_s, label = self.target.pass_seconds_bound_sums(*sums)
+        else:
+            verify_s = self.target.pass_seconds_sums(*sums)
         draft_s = 0.0
         if self.draft is not None:
             draft_s = self._draft_seconds(row, n_dec, s_ctx, dec_context,

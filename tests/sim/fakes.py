@@ -30,6 +30,9 @@ class FakeCost:
         return (self.overhead_s + self.per_token_s * sum_new + self.per_context_s * sum_ctx
                 + (self.stages - 1) * self.hop_s)
 
+    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq):
+        return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq), "memory"
+
     def pass_seconds(self, new_tokens, context) -> float:
         return self.pass_seconds_sums(float(np.sum(new_tokens)), float(np.sum(context)), 0, 0)
 

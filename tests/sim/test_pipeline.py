@@ -24,6 +24,9 @@ class TwoStages:
     def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq):
         return 2 * (0.005 + 0.001 * sum_new) + 0.002
 
+    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq):
+        return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq), "memory"
+
     def pass_cost(self, new_tokens, context):
         stage = 0.005 + 0.001 * float(np.sum(new_tokens))
         return _Cost(2 * stage + 0.002, "memory", (stage, stage), 0.002)
