@@ -15,7 +15,26 @@ from specdec.counterexamples import (
     wrong_resample_from_p_output_distribution,
     wrong_topk_ratio_output_distribution,
 )
+from specdec.decoding import (
+    DecodeResult,
+    IterationStats,
+    autoregressive_decode,
+    speculative_decode,
+)
+from specdec.drafts import (
+    DRAFT_KINDS,
+    Drafter,
+    ModelDrafter,
+    NgramDrafter,
+    UniformDrafter,
+    make_drafter,
+    perturbed_copy,
+    rank_order,
+    token_ranks,
+    truncated_copy,
+)
 from specdec.errors import UserError
+from specdec.model import KVCache, ModelConfig, TinyTransformer
 from specdec.mss import (
     deterministic_acceptance_probability,
     mss_acceptance_probabilities,
@@ -36,6 +55,28 @@ from specdec.sampling import (
     speculative_sample,
     total_variation,
 )
+from specdec.traces import (
+    TRACE_FORMAT_VERSION,
+    AcceptanceTrace,
+    build_models,
+    record_settings,
+    record_trace,
+    regenerate,
+    replay_chain,
+    replay_chain_sampled,
+    replay_tree,
+    replay_tree_sampled,
+    trace_summary,
+)
+from specdec.tree import (
+    TokenTree,
+    expansion_tree,
+    merge_tree,
+    tree_forward,
+    verify_greedy,
+    verify_stochastic,
+)
+from specdec.tree_decoding import merge_tree_decode, tree_decode
 
 __all__ = [
     "UserError",
@@ -71,52 +112,6 @@ __all__ = [
     "optimal_speedup",
     "speedup_lower_bound",
     "walltime_speedup",
-]
-
-# The tiny transformer, drafts, speculative / tree decoding and acceptance traces (§3, §6).
-from specdec.decoding import (  # noqa: E402
-    DecodeResult,
-    IterationStats,
-    autoregressive_decode,
-    speculative_decode,
-)
-from specdec.drafts import (  # noqa: E402
-    DRAFT_KINDS,
-    Drafter,
-    ModelDrafter,
-    NgramDrafter,
-    UniformDrafter,
-    make_drafter,
-    perturbed_copy,
-    rank_order,
-    token_ranks,
-    truncated_copy,
-)
-from specdec.model import KVCache, ModelConfig, TinyTransformer  # noqa: E402
-from specdec.traces import (  # noqa: E402
-    TRACE_FORMAT_VERSION,
-    AcceptanceTrace,
-    build_models,
-    record_settings,
-    record_trace,
-    regenerate,
-    replay_chain,
-    replay_chain_sampled,
-    replay_tree,
-    replay_tree_sampled,
-    trace_summary,
-)
-from specdec.tree import (  # noqa: E402
-    TokenTree,
-    expansion_tree,
-    merge_tree,
-    tree_forward,
-    verify_greedy,
-    verify_stochastic,
-)
-from specdec.tree_decoding import merge_tree_decode, tree_decode  # noqa: E402
-
-__all__ += [
     # tiny transformer and KV cache (lecture §3.2)
     "KVCache",
     "ModelConfig",
