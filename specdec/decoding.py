@@ -70,13 +70,33 @@ class DecodeResult:
         return sum(it.accepted for it in self.iterations) / max(1, checked)
 
 
-def check_decode_args(prompt, max_new_tokens: int, temperature: float, rng) -> list[int]:
-    """Validate the shared arguments of the decoding loops; return the prompt as a list."""
+def check_decode_args(
+    target: TinyTransformer, prompt, max_new_tokens: int, temperature: float, rng,
+    lookahead: int = 1,
+) -> list[int]:
+    """Validate the shared arguments of the decoding loops; return the prompt as a list.
+
+    ``lookahead`` is the most positions one verify pass writes (γ + 1, or the tree's node
+    count): the last pass starts with at most ``len(prompt) + max_new_tokens - 2`` tokens
+    cached, so that plus ``lookahead`` must fit in the target's ``max_seq``.
+    """
     prompt = [int(t) for t in np.asarray(prompt).reshape(-1)]
     if not prompt:
         raise UserError("prompt: needs at least one token")
+    vocab = target.config.vocab
+    if min(prompt) < 0 or max(prompt) >= vocab:
+        bad = next(t for t in prompt if not 0 <= t < vocab)
+        raise UserError(f"prompt: token ids must be in [0, {vocab}), got {bad}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise UserError(f"max_new_tokens: must be an integer >= 1, got {max_new_tokens!r}")
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens: must be >= 1, got {max_new_tokens}")
+    needed = len(prompt) + max_new_tokens - 2 + lookahead
+    if needed > target.config.max_seq:
+        raise UserError(
+            f"max_new_tokens: prompt ({len(prompt)}) + {max_new_tokens} new tokens + the verify "
+            f"lookahead need {needed} positions, beyond the model's max_seq {target.config.max_seq}"
+        )
     if not temperature >= 0:
         raise UserError(f"temperature: must be >= 0, got {temperature!r}")
     if temperature > 0 and rng is None:
@@ -160,7 +180,7 @@ def autoregressive_decode(
     rng: np.random.Generator | None = None,
 ) -> DecodeResult:
     """Plain decoding for reference: one target call per generated token."""
-    prompt = check_decode_args(prompt, max_new_tokens, temperature, rng)
+    prompt = check_decode_args(target, prompt, max_new_tokens, temperature, rng)
     cache = prefill(target, None, prompt)
     out, last = [], prompt[-1]
     for _ in range(max_new_tokens):
@@ -180,9 +200,9 @@ def speculative_decode(
     rng: np.random.Generator | None = None,
 ) -> DecodeResult:
     """Algorithm 1 with γ guesses per iteration, greedy (T = 0) or sampling (T > 0)."""
-    prompt = check_decode_args(prompt, max_new_tokens, temperature, rng)
-    if gamma < 1:
-        raise UserError(f"gamma: must be >= 1, got {gamma}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1:
+        raise UserError(f"gamma: must be an integer >= 1, got {gamma!r}")
+    prompt = check_decode_args(target, prompt, max_new_tokens, temperature, rng, gamma + 1)
     # Greedy needs no randomness, but speculative_sample wants a generator: with one-hot
     # p and q no draw it makes can change the outcome.
     draw_rng = rng if rng is not None else np.random.default_rng(0)

@@ -71,7 +71,9 @@ def tree_decode(
     ``draft_calls`` counts one draft pass per tree level (a real system expands a level in
     one batched pass); ``guesses`` is the number of nodes below the root.
     """
-    prompt = check_decode_args(prompt, max_new_tokens, temperature, rng)
+    widths = [int(k) for k in widths]
+    nodes = 1 + int(np.sum(np.cumprod(widths)))  # a full ⟨k_1..k_m⟩ tree, root included
+    prompt = check_decode_args(target, prompt, max_new_tokens, temperature, rng, nodes)
     cache = prefill(target, drafter, prompt)
     seq = list(prompt)
     result = DecodeResult([])
@@ -81,7 +83,7 @@ def tree_decode(
         tree = expansion_tree(drafter, seq[drafter.length :], widths, temperature, rng)
         accepted, t, verify_len = _verify_and_advance(target, cache, tree, temperature, rng)
         record_iteration(result, len(seq) - len(prompt), tree.size - 1, len(accepted),
-                         len(list(widths)), (base, verify_len, draft_before), cache, drafter)
+                         len(widths), (base, verify_len, draft_before), cache, drafter)
         seq += accepted + [t]  # Step 5
     return finish(result, seq, len(prompt), max_new_tokens)
 
@@ -99,9 +101,12 @@ def merge_tree_decode(
     ``draft_calls`` counts γ passes per iteration, not γ per draft. ``pending`` reports
     the first draft's debt (every draft owes the same tokens).
     """
-    prompt = check_decode_args(prompt, max_new_tokens, 0.0, None)
-    if gamma < 1 or not drafters:
-        raise UserError(f"merge tree: need gamma >= 1 and >= 1 draft, got {gamma}, {drafters}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)) or gamma < 1:
+        raise UserError(f"gamma: must be an integer >= 1, got {gamma!r}")
+    if not drafters:
+        raise UserError("drafters: merge-based trees need at least one draft")
+    prompt = check_decode_args(target, prompt, max_new_tokens, 0.0, None,
+                               1 + gamma * len(drafters))
     cache = prefill(target, drafters, prompt)
     seq = list(prompt)
     result = DecodeResult([])

@@ -177,9 +177,28 @@ def test_sampling_is_deterministic_given_the_seed(target):
 
 def test_bad_arguments_are_user_errors(target):
     d = make_drafter("uniform", target)
-    with pytest.raises(UserError):
-        speculative_decode(target, d, [1], 10, 0)
-    with pytest.raises(UserError):
-        speculative_decode(target, d, [1], 10, 2, temperature=0.5)  # no rng
-    with pytest.raises(UserError):
-        autoregressive_decode(target, [], 10)
+    cases = [
+        (lambda: speculative_decode(target, d, [1], 10, 0), "gamma"),
+        (lambda: speculative_decode(target, d, [1], 10, 2.5), "gamma"),
+        (lambda: speculative_decode(target, d, [1], 10, 2, temperature=0.5), "rng"),
+        (lambda: speculative_decode(target, d, [1], 10, 2, temperature=-1.0), "temperature"),
+        (lambda: speculative_decode(target, d, [1, 48], 10, 2), "prompt"),
+        (lambda: speculative_decode(target, d, [1], 0, 2), "max_new_tokens"),
+        (lambda: autoregressive_decode(target, [], 10), "prompt"),
+        (lambda: autoregressive_decode(target, [1], 10.0), "max_new_tokens"),
+    ]
+    for call, field in cases:
+        with pytest.raises(UserError, match=f"^{field}:"):
+            call()
+
+
+def test_max_seq_is_checked_up_front(target):
+    # max_seq 1024: the last verify pass starts with at most len(prompt) + n - 2 tokens
+    # cached and writes γ + 1 more.
+    d = make_drafter("uniform", target)
+    assert len(autoregressive_decode(target, [1, 2], 1023).tokens) == 1023  # fills 1024
+    with pytest.raises(UserError, match="^max_new_tokens: .*1025 positions"):
+        autoregressive_decode(target, [1, 2], 1024)
+    with pytest.raises(UserError, match="^max_new_tokens: .*1025 positions"):
+        speculative_decode(target, d, [1, 2], 1020, 4)
+    assert len(speculative_decode(target, d, [1, 2], 1019, 4).tokens) == 1019

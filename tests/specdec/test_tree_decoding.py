@@ -7,6 +7,7 @@ import pytest
 
 from specdec.decoding import autoregressive_decode, speculative_decode
 from specdec.drafts import make_drafter
+from specdec.errors import UserError
 from specdec.model import ModelConfig, TinyTransformer
 from specdec.tree_decoding import merge_tree_decode, tree_decode
 
@@ -106,3 +107,20 @@ def test_mss_tree_sampling_preserves_the_two_token_joint(target, widths, tempera
         temperature=temperature,
     )
     assert tv <= tolerance
+
+
+def test_bad_arguments_are_user_errors(target):
+    d = make_drafter("uniform", target)
+    cases = [
+        # ⟨2, 2, 1⟩ writes 11 nodes per verify: 2 + 1014 - 2 + 11 = 1025 > max_seq 1024.
+        (lambda: tree_decode(target, d, [1, 2], 1014, (2, 2, 1)), "max_new_tokens"),
+        (lambda: tree_decode(target, d, [1], 10, ()), "tree widths"),
+        (lambda: tree_decode(target, d, [1], 10, (2, 0)), "tree widths"),
+        (lambda: tree_decode(target, d, [1], 10, (2,), temperature=0.5), "rng"),
+        (lambda: merge_tree_decode(target, [d, d], [1, 2], 1016, 4), "max_new_tokens"),
+        (lambda: merge_tree_decode(target, [d], [1], 10, 0), "gamma"),
+        (lambda: merge_tree_decode(target, [], [1], 10, 2), "drafters"),
+    ]
+    for call, field in cases:
+        with pytest.raises(UserError, match=f"^{field}:"):
+            call()
