@@ -5,7 +5,10 @@ guesses or tree nodes) and every prefill chunk, priced by the cost model as one 
 The draft is autoregressive, so a chain of γ needs γ serial draft passes and an expansion
 tree ⟨k1..km⟩ needs m passes, pass j feeding the nodes of level j−1 (lecture §3.1, §6.2).
 The draft also prefills every prompt chunk (in its first pass) so that its own KV exists
-when the sequence starts decoding.
+when the sequence starts decoding. Attention is causal for decodes, chains and prefill
+chunks; a token tree's nodes attend only their context, their ancestors and themselves
+(SpecInfer's topology-aware mask, lecture §6.2), so tree passes give the cost model their
+attended keys (``sum_keys``, as ``hardware.draft.tree_attended_keys`` counts them).
 
 Placement: a draft on the target's GPUs runs serially with the target on the same chips
 and shares their memory; a draft on its own GPUs (SpecInfer's data-parallel drafts) does
@@ -34,14 +37,21 @@ class PassPricer(Protocol):
     """What the engine needs from a cost model (``hardware.cost.CostModel`` has it)."""
 
     def pass_seconds_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
-                          sum_new_sq: float) -> float:
-        """Seconds of one pass from Σ new, Σ context, Σ new·context, Σ new²."""
+                          sum_new_sq: float, sum_keys: float | None = None) -> float:
+        """Seconds of one pass from Σ new, Σ context, Σ new·context, Σ new² (and the
+        attended keys, which replace the causal count where given: token trees)."""
 
     def pass_seconds_bound_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
-                                sum_new_sq: float) -> tuple[float, str]:
+                                sum_new_sq: float,
+                                sum_keys: float | None = None) -> tuple[float, str]:
         """(seconds, the roofline bound that won) of one pass from the same sums."""
 
-    def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray):
+    def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray,
+                     keys: np.ndarray | None = None) -> float:
+        """Seconds of one pass over per-sequence arrays (keys: attended keys per sequence)."""
+
+    def pass_cost(self, new_tokens: np.ndarray, context: np.ndarray,
+                  keys: np.ndarray | None = None):
         """The pass with its breakdown; needs ``seconds``, ``bound``, ``stage_s``, ``hop_s``."""
 
 
@@ -79,6 +89,32 @@ def draft_feeds(row: np.ndarray) -> list[int]:
     return shape_info(row)[2]
 
 
+_TREE_KEYS: dict[bytes, float | None] = {}
+
+
+def tree_key_term(row: np.ndarray) -> float | None:
+    """Σ_l n_l·(l + 1) over the levels of a tree verify (root l = 0), or None for a chain.
+
+    Under the tree mask a node at depth l attends its context, its l ancestors and itself,
+    so one sequence's verify attends ``(1 + nodes)·ctx + this`` keys
+    (``hardware.draft.tree_attended_keys``). A chain's causal count is the same number,
+    and chains keep the cost model's own causal sums (None), so their prices are unchanged.
+    """
+    key = row.tobytes()
+    if key not in _TREE_KEYS:
+        depth = shape_info(row)[0]
+        sizes = [1] + [int(x) for x in level_sizes(row[:depth])]
+        _TREE_KEYS[key] = (float(sum(n * (lvl + 1) for lvl, n in enumerate(sizes)))
+                           if depth and int(row.max()) > 1 else None)
+    return _TREE_KEYS[key]
+
+
+def _causal_keys(new: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """float [n]: keys a causal run of ``new`` tokens over ``ctx`` cached ones attends."""
+    c = new.astype(np.float64)
+    return c * ctx + 0.5 * c * (c + 1)
+
+
 class IterationPricer:
     """Prices iterations of one replica from its target cost model and (optional) draft.
 
@@ -114,11 +150,14 @@ class IterationPricer:
         verify = 1 + tree_nodes(row)
         sums = (n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
                 n_dec * verify * verify + p_sq)
+        tri = tree_key_term(row)
+        keys = None if tri is None or not n_dec else \
+            verify * s_ctx + n_dec * tri + p_new_ctx + 0.5 * (p_sq + p_new)  # tree mask
         label = ""
         if self.record_bound if bound is None else bound:
-            verify_s, label = self.target.pass_seconds_bound_sums(*sums)
+            verify_s, label = self.target.pass_seconds_bound_sums(*sums, sum_keys=keys)
         else:
-            verify_s = self.target.pass_seconds_sums(*sums)
+            verify_s = self.target.pass_seconds_sums(*sums, sum_keys=keys)
         draft_s = 0.0
         if self.draft is not None:
             draft_s = self._draft_seconds(row, n_dec, s_ctx, dec_context,
@@ -133,7 +172,12 @@ class IterationPricer:
         n_dec = len(dec_context)
         verify = 1 + tree_nodes(row)
         new = np.concatenate((np.full(n_dec, verify, dtype=np.int64), pre_chunks))
-        cost = self.target.pass_cost(new, np.concatenate((dec_context, pre_context)))
+        keys = None
+        tri = tree_key_term(row)
+        if tri is not None:
+            keys = np.concatenate((verify * dec_context + tri,
+                                   _causal_keys(pre_chunks, pre_context)))  # [D + P]
+        cost = self.target.pass_cost(new, np.concatenate((dec_context, pre_context)), keys)
         draft_s = 0.0
         if self.draft is not None:
             c = pre_chunks.astype(np.float64)
@@ -163,13 +207,18 @@ class IterationPricer:
             return total
         if not feeds:
             return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq) if p_new else 0.0
+        tree = tree_key_term(row) is not None
         total, before = 0.0, 0
         for j, f in enumerate(feeds):
-            ctx = s_ctx + n_dec * before
+            ctx = s_ctx + n_dec * before  # KV read: contexts and every node fed before
             s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
+            # a tree's level-j nodes attend their context, j ancestors and themselves
+            keys = f * (s_ctx + n_dec * (j + 1)) if tree else None
             if j == 0:
                 s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
-            total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq)
+                if tree:
+                    keys += p_new_ctx + 0.5 * (p_sq + p_new)
+            total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys)
             before += f
         return total
 
@@ -183,11 +232,17 @@ class IterationPricer:
         sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level
         new = np.concatenate((1 + sizes.sum(axis=1), pre_chunks))  # [D + P]
         ctx = np.concatenate((dec_context, pre_context))  # [D + P]
+        keys = None
+        if (widths > 1).any():  # trees: each node attends its context, ancestors and itself
+            tri = 1 + (sizes * np.arange(2, widths.shape[1] + 2)).sum(axis=1)  # [D]
+            keys = np.concatenate((new[: len(dec_context)] * dec_context + tri,
+                                   _causal_keys(pre_chunks, pre_context)))  # [D + P]
         label, cost = "", None
         if stages or (self.record_bound if bound is None else bound):
-            cost = self.target.pass_cost(new, ctx)
+            cost = self.target.pass_cost(new, ctx, keys)
             label = str(cost.bound)
-        verify_s = float(cost.seconds) if cost is not None else self.target.pass_seconds(new, ctx)
+        verify_s = float(cost.seconds) if cost is not None else \
+            self.target.pass_seconds(new, ctx, keys)
         draft_s = 0.0
         if self.draft is not None:
             draft_s = self._draft_per_sequence(widths, sizes, dec_context, pre_context,
@@ -210,16 +265,22 @@ class IterationPricer:
                 total += dcost.pass_seconds(pre_chunks, pre_context)
             return total
         before = np.cumsum(feed, axis=1) - feed  # [D, m]: nodes fed before pass j
+        tree = bool((widths > 1).any())
         total = 0.0
         for j in range(max(widths.shape[1], 1)):
+            keys = None
             if widths.shape[1]:
                 live = feed[:, j] > 0
                 new_j, ctx_j = feed[live, j], dec_context[live] + before[live, j]
+                if tree:  # level-j nodes attend their context, j ancestors and themselves
+                    keys = new_j * (dec_context[live] + j + 1.0)
             else:
                 new_j = ctx_j = np.zeros(0, dtype=np.int64)
             if j == 0 and len(pre_chunks):
                 new_j = np.concatenate((new_j, pre_chunks))
                 ctx_j = np.concatenate((ctx_j, pre_context))
+                if keys is not None:
+                    keys = np.concatenate((keys, _causal_keys(pre_chunks, pre_context)))
             if len(new_j):
-                total += dcost.pass_seconds(new_j, ctx_j)
+                total += dcost.pass_seconds(new_j, ctx_j, keys)
         return total

@@ -26,17 +26,17 @@ class FakeCost:
     stages: int = 1
     hop_s: float = 0.0005
 
-    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq) -> float:
+    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None) -> float:
         return (self.overhead_s + self.per_token_s * sum_new + self.per_context_s * sum_ctx
                 + (self.stages - 1) * self.hop_s)
 
-    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq):
+    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None):
         return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq), "memory"
 
-    def pass_seconds(self, new_tokens, context) -> float:
+    def pass_seconds(self, new_tokens, context, keys=None) -> float:
         return self.pass_seconds_sums(float(np.sum(new_tokens)), float(np.sum(context)), 0, 0)
 
-    def pass_cost(self, new_tokens, context):
+    def pass_cost(self, new_tokens, context, keys=None):
         total = self.pass_seconds(new_tokens, context)
         compute = total - (self.stages - 1) * self.hop_s
         return _Cost(total, "memory", (compute / self.stages,) * self.stages, self.hop_s)

@@ -7,7 +7,12 @@ import pytest
 from hardware.catalog import load_catalog
 from hardware.cost import CostModel
 from hardware.deployment import Deployment
-from hardware.draft import DraftSetup, chain_draft_seconds, tree_draft_seconds
+from hardware.draft import (
+    DraftSetup,
+    chain_draft_seconds,
+    tree_attended_keys,
+    tree_draft_seconds,
+)
 from hardware.speedup import chain_table
 from sim.policies import FixedGamma
 from sim.pricing import IterationPricer
@@ -33,7 +38,9 @@ def test_iteration_price_matches_hardware(models, row):
     row = np.array(row, dtype=np.int64)
     draft_s, verify_s, bound = IterationPricer(target, draft).price(row, ctx, EMPTY, EMPTY)
     nodes = int(np.cumprod(row).sum())
-    assert verify_s == pytest.approx(target.pass_seconds(np.full(4, 1 + nodes), ctx), rel=1e-12)
+    keys = None if (row == 1).all() else tree_attended_keys(row.tolist(), ctx)
+    assert verify_s == pytest.approx(
+        target.pass_seconds(np.full(4, 1 + nodes), ctx, keys), rel=1e-12)
     want = (chain_draft_seconds(draft, len(row), ctx) if (row == 1).all()
             else tree_draft_seconds(draft, row.tolist(), ctx))
     assert draft_s == pytest.approx(want, rel=1e-12)
@@ -90,3 +97,25 @@ def test_per_sequence_pricing_agrees_with_the_uniform_path_and_hardware(models, 
     draft_s, verify_s, _ = pricer.price(widths, ctx, EMPTY, EMPTY)
     assert draft_s == pytest.approx(chain_draft_seconds(draft, gammas, ctx), rel=1e-12)
     assert verify_s == pytest.approx(target.pass_seconds(1 + gammas, ctx), rel=1e-12)
+
+
+def test_a_tree_verify_is_priced_under_the_tree_mask(models):
+    # 256 sequences verifying <4,4,2> (53 tokens each, 13.6k in the pass) at 4k context:
+    # compute-bound, so the attended keys matter. A node sees its context, its ancestors
+    # and itself (SpecInfer's mask), not the 53·54/2 keys of a causal run of 53 tokens.
+    target, draft = models
+    n, row = 256, np.array([4, 4, 2], dtype=np.int64)
+    ctx = np.full(n, 4000, dtype=np.int64)
+    new = np.full(n, 53)
+    pricer = IterationPricer(target, draft)
+    draft_s, verify_s, bound = pricer.price(row, ctx, EMPTY, EMPTY)
+    tree = target.pass_cost(new, ctx, tree_attended_keys(row.tolist(), ctx))
+    assert bound == tree.bound == "compute"
+    assert verify_s == pytest.approx(tree.seconds, rel=1e-12)
+    assert verify_s < target.pass_seconds(new, ctx) * (1 - 1e-4)  # causal: more keys
+    assert draft_s == pytest.approx(tree_draft_seconds(draft, row.tolist(), ctx), rel=1e-12)
+    # the per-sequence path and the pipeline path price it the same way
+    per_seq = pricer.price(np.tile(row, (n, 1)), ctx, EMPTY, EMPTY)
+    assert per_seq == pytest.approx((draft_s, verify_s, bound), rel=1e-12)
+    _, cost = pricer.price_stages(row, ctx, EMPTY, EMPTY)
+    assert cost.seconds == pytest.approx(verify_s, rel=1e-12)
