@@ -9,7 +9,7 @@ from specdec.drafts import ModelDrafter, make_drafter, rank_order
 from specdec.errors import UserError
 from specdec.model import ModelConfig, TinyTransformer
 from specdec.mss import mss_sample
-from specdec.sampling import sample
+from specdec.sampling import probs_from_logits, sample
 from specdec.tree import (
     TokenTree,
     expansion_tree,
@@ -84,6 +84,16 @@ def test_sampled_tree_merges_duplicates_and_keeps_draw_order(target):
     assert len(kids) < 6  # this seed draws a duplicate, merged into one node
     assert tree.q[0] is not None and tree.q[0].sum() == pytest.approx(1.0)
     assert all(len(tree.draws[c]) == 3 for c in tree.children(0))
+    # The root's draws are 6 independent draws from the draft's q at T = 1 given the prefix
+    # (the same generator replays them), and each child's q is the draft's given its path.
+    fresh = make_drafter("perturbed", target, sigma=0.3, seed=5)
+    q_root = probs_from_logits(fresh.extend(PREFIX)[-1], 1.0)
+    np.testing.assert_allclose(tree.q[0], q_root, rtol=0, atol=1e-12)
+    rng = np.random.default_rng(4)
+    assert tree.draws[0] == [sample(q_root, rng) for _ in range(6)]
+    first = tree.children(0)[0]
+    q_child = probs_from_logits(fresh.extend([tree.tokens[first]])[-1], 1.0)
+    np.testing.assert_allclose(tree.q[first], q_child, rtol=0, atol=1e-12)
 
 
 def test_tree_forward_equals_path_by_path_forward(target, draft):
