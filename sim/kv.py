@@ -61,6 +61,20 @@ class BlockManager:
         self.blocks[slots] = held + extra
         self.free_blocks -= total
 
+    def take(self, slot: int, n: int) -> None:
+        """Give ``n`` blocks to ``slot`` (an admission's first chunk)."""
+        if n > self.free_blocks:
+            raise RuntimeError(f"KV pool overdrawn: need {n} blocks, {self.free_blocks} free")
+        self.blocks[slot] += n
+        self.free_blocks -= n
+
+    def returned(self, n: int) -> None:
+        """Take back ``n`` blocks of sequences whose counts the caller has already cleared."""
+        self.free_blocks += n
+        if self.free_blocks > self.capacity_blocks:
+            raise RuntimeError(f"KV pool over capacity: {self.free_blocks} free of "
+                               f"{self.capacity_blocks}")
+
     def shrink(self, slots: np.ndarray, tokens: np.ndarray) -> None:
         """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool."""
         self.blocks[slots] = self.rolled_back(self.blocks[slots], tokens)

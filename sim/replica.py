@@ -249,8 +249,8 @@ class Replica:
         log.finished_at[rids] = now
         log.emitted[rids] = st[:, EMITTED]
         log.counts[rids] = st[:, COUNTS:]  # [F, 6]
-        self.kv.free_blocks += int(_sum(st[:, BLOCKS]))
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
+        self.kv.returned(int(_sum(st[:, BLOCKS])))
         self.active[fin] = False
         self._free_slots.extend(fin.tolist())
         self.n_active -= len(fin)

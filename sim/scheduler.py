@@ -169,8 +169,7 @@ def _admit(r, lim: SchedulerLimits, budget: int) -> tuple[list[int], list[int]]:
             break
         r.waiting.popleft()
         slot = r.admit(rid, target)
-        r.kv.blocks[slot] += need
-        r.kv.free_blocks -= need
+        r.kv.take(slot, need)
         new_slots.append(slot)
         new_chunks.append(chunk)
         budget -= chunk

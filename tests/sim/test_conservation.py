@@ -32,6 +32,14 @@ class CheckedBlocks(BlockManager):
         super().release(slots)
         self._check()
 
+    def take(self, slot, n):
+        super().take(slot, n)
+        self._check()
+
+    def returned(self, n):
+        super().returned(n)
+        self._check()
+
     def rolled_back(self, held, tokens):
         keep = super().rolled_back(held, tokens)
         assert (keep >= 0).all() and (keep <= held).all()

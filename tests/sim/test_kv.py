@@ -36,7 +36,8 @@ def test_the_lectures_literal_gamma_15_case():
 
 
 def test_blocks_for_is_ceiling():
-    assert blocks_for(np.array([0, 1, 16, 17, 32]), 16).tolist() == [0, 1, 1, 2, 2]
+    assert blocks_for(np.array([0, 1, 15, 16, 17, 32, 1003]), 16).tolist() == [0, 1, 1, 1, 2, 2, 63]
+    assert blocks_for(1016, 16) == 64  # exercise 8: 1000 + 16 tokens need a 64th block
 
 
 def test_overdraw_is_a_bug_not_silently_clamped():
@@ -44,3 +45,16 @@ def test_overdraw_is_a_bug_not_silently_clamped():
     with pytest.raises(RuntimeError):
         kv.grow(np.array([0, 1]), kv.extra_needed(np.array([0, 1]), np.array([32, 1])))
     assert kv.free_blocks == 2
+
+
+def test_admission_takes_and_finish_returns_within_capacity():
+    kv = BlockManager(3, 16, 2)
+    kv.take(1, 2)
+    assert kv.blocks.tolist() == [0, 2] and kv.free_blocks == 1
+    with pytest.raises(RuntimeError):
+        kv.take(0, 2)  # only one block free
+    kv.blocks[1] = 0  # the engine clears a finished slot, then hands its blocks back
+    kv.returned(2)
+    assert kv.free_blocks == 3
+    with pytest.raises(RuntimeError):
+        kv.returned(1)  # more than was ever taken: over capacity
