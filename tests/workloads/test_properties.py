@@ -61,3 +61,35 @@ def test_accepted_between_zero_and_depth(batch, which, seed):
     a = model.accept(streams, positions, widths, rng)
     assert a.dtype == np.int64 and a.shape == (widths.shape[0],)
     assert np.all(a >= 0) and np.all(a <= depths(widths))
+
+
+def test_draw_is_accept_without_the_checks():
+    # The engine calls draw (no validation) on a read-only broadcast of one shape; it must
+    # give exactly what accept gives for the same generator state, for every model.
+    from tests.workloads.test_acceptance_trace import make_trace
+    from workloads import (
+        BurstyAcceptance,
+        IIDAcceptance,
+        PositionalAcceptance,
+        TraceAcceptance,
+    )
+    from workloads.task_mix import TaskMixAcceptance
+
+    models = [
+        IIDAcceptance(0.7),
+        PositionalAcceptance([0.9, 0.7, 0.5]),
+        BurstyAcceptance(0.95, 0.3, 20, 20, np.random.default_rng(1)),
+        TraceAcceptance(make_trace(), "greedy"),
+        TraceAcceptance(make_trace(), "sampling"),
+        TaskMixAcceptance({"a": (1.0, IIDAcceptance(0.5)), "b": (2.0, IIDAcceptance(0.9))}),
+    ]
+    n = 50
+    for model in models:
+        streams = model.new_streams(n, np.random.default_rng(2))
+        positions = np.random.default_rng(3).integers(0, 200, n)
+        for row in ([1, 1, 1, 1], [2, 1, 3], [0, 0]):
+            w = np.broadcast_to(np.array(row, dtype=np.int64), (n, len(row)))
+            a = model.accept(streams, positions, w, np.random.default_rng(4))
+            d = model.draw(streams, positions, w, np.random.default_rng(4))
+            assert np.array_equal(a, d), (model, row)
+            assert ((0 <= d) & (d <= (w > 0).sum(axis=1))).all()
