@@ -25,7 +25,6 @@ from sim.policies import (
     TreePolicy,
     sglang_tree,
 )
-from sim.pricing import tree_nodes
 from sim.scenario import Scenario
 from sim.scheduler import SchedulerLimits
 from specdec.errors import UserError
@@ -192,10 +191,9 @@ def cost_models(sc: Scenario, uses_draft: bool):
 
 
 def max_verify_tokens(policy) -> int:
-    """The most tokens one sequence can put into a verify pass under ``policy``."""
-    if isinstance(policy, TreePolicy):
-        return 1 + tree_nodes(policy.row)
-    return 1 + policy.max_depth + (getattr(policy, "max_width", 1) - 1)
+    """The most tokens one sequence can put into a verify pass under ``policy``: the root
+    plus its largest shape's draft nodes (an adaptive tree <k,1,..,1> of depth d has k·d)."""
+    return 1 + policy.max_nodes
 
 
 def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str):

@@ -45,6 +45,7 @@ class NoSpeculation:
     """No draft: every decoding sequence verifies just its last token."""
 
     max_depth = 0
+    max_nodes = 0  # the most draft nodes one sequence verifies (tree_nodes of its shapes)
     uses_draft = False
 
     row = np.zeros(0, dtype=np.int64)
@@ -66,6 +67,7 @@ class _Static:
     def __init__(self, row: Sequence[int]) -> None:
         self.row = np.asarray(row, dtype=np.int64)
         self.max_depth = len(self.row)
+        self.max_nodes = int(np.cumprod(self.row).sum())
 
     def shape(self, n: int, context: np.ndarray | None = None,
               history: np.ndarray | None = None) -> np.ndarray:
@@ -117,6 +119,7 @@ class BatchLadder:
             expect = hi + 1
         self.max_batch = expect - 1
         self.max_depth = max(g for _, _, g in rows)
+        self.max_nodes = self.max_depth
         # gamma_by_batch[b] for b = 0..max_batch; 0 decoding sequences need no shape.
         self.gamma_by_batch = np.zeros(self.max_batch + 1, dtype=np.int64)
         for lo, hi, g in rows:
@@ -175,6 +178,8 @@ class AdaptiveGamma:
         self.per_sequence = bool(per_sequence)
         self.max_depth = int(max_gamma)
         self.max_width = int(max_width)
+        # the widest candidate: <max_width, 1, ..., 1> at full depth
+        self.max_nodes = self.max_width * self.max_depth
         self.alpha = float(prior_alpha)
         self.smoothing = float(smoothing)
         # price(row, context) -> seconds of the decoding part; set by the replica.

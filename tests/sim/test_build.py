@@ -73,3 +73,20 @@ def test_the_workload_layer_errors_name_the_file_and_section():
     sc = load_scenario(None, [*SMALL, "workload={arrivals: replay, file: /nonexistent.csv}"])
     with pytest.raises(UserError, match=r"^x\.yaml: workload: /nonexistent\.csv: cannot read"):
         setups(sc, "x.yaml")
+
+
+@pytest.mark.parametrize("policy, tokens", [
+    ("{kind: fixed, gamma: 5}", 6),
+    ("{kind: tree, expansion: [2, 2, 1]}", 1 + 2 + 4 + 4),
+    ("{kind: tree, steps: 3, topk: 4}", 1 + 12),
+    ("{kind: batch_ladder, ladder: [[1, 4, 6], [5, 256, 2]]}", 7),
+    ("{kind: adaptive, max_gamma: 8, max_width: 3}", 1 + 3 * 8),  # <3,1,...,1> at depth 8
+])
+def test_a_verify_that_cannot_fit_the_token_budget_is_refused_at_build(policy, tokens):
+    sets = [f"variants=[{{name: v, policy: {policy}}}]", "run.requests=3",
+            "scheduler.chunked_prefill=true", "scheduler.chunk_tokens=1"]
+    setups(load_scenario(None, [*sets, f"scheduler.max_batched_tokens={tokens}"]), "x.yaml")
+    sc = load_scenario(None, [*sets, f"scheduler.max_batched_tokens={tokens - 1}"])
+    with pytest.raises(UserError, match=rf"max_batched_tokens: must be >= a verify pass of "
+                                        rf"{tokens} tokens, got {tokens - 1}"):
+        setups(sc, "x.yaml")
