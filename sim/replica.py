@@ -263,7 +263,7 @@ class Replica:
     def flush_running(self) -> None:
         """At the horizon: write what running and preempted requests have done so far."""
         log = self.log
-        slots = np.flatnonzero(self.active)
+        slots = self.active.nonzero()[0]
         rids = self.rid[slots]
         log.emitted[rids] = self.emitted[slots]
         log.counts[rids] = self.counters[slots]  # [n, 6]

@@ -79,18 +79,19 @@ _NONE = np.zeros(0, dtype=np.int64)
 def _budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int) -> np.ndarray:
     """int64 [P]: each prefilling sequence's chunk under the token budget, in priority order."""
     want = np.minimum(remaining, limits.chunk_tokens) if limits.chunked_prefill else remaining
-    before = np.cumsum(want) - want  # tokens taken by higher-priority chunks
-    if limits.chunked_prefill:
-        return np.clip(budget - before, 0, want)  # a partial chunk fills the budget
+    before = want.cumsum() - want  # tokens taken by higher-priority chunks
+    if limits.chunked_prefill:  # a partial chunk fills the budget
+        return np.minimum(np.maximum(budget - before, 0), want)
     return np.where(before + want <= budget, want, 0)
 
 
 def plan_batch(r) -> Batch:
     """Form the next batch of replica ``r`` (mutates its KV pool, slots and queue)."""
     lim: SchedulerLimits = r.limits
-    act = np.flatnonzero(r.schedulable())  # running and not in flight in a pipeline
+    # (ndarray methods: the np.* wrappers cost ~1 µs a call on this hot path)
+    act = r.schedulable().nonzero()[0]  # running and not in flight in a pipeline
     if len(act) > 1:
-        act = act[np.argsort(r.rid[act], kind="stable")]  # oldest request first
+        act = act[r.rid[act].argsort(kind="stable")]  # oldest request first
     st = r.state[act]  # [A, N_COLS]
     ctx = st[:, KV]  # [A]
     left = st[:, TARGET] - st[:, FILLED]  # [A]: prompt tokens still to prefill
@@ -111,7 +112,7 @@ def plan_batch(r) -> Batch:
         budget = lim.max_batched_tokens - len(dec) * verify
     else:
         verify = 1 + np.cumprod(row, axis=1).sum(axis=1)  # [D]
-        fits = np.cumsum(verify) <= lim.max_batched_tokens  # a prefix, oldest first
+        fits = verify.cumsum() <= lim.max_batched_tokens  # a prefix, oldest first
         if not fits.all():
             dec, dctx, row, verify = dec[fits], dctx[fits], row[fits], verify[fits]
         budget = lim.max_batched_tokens - int(_sum(verify))
@@ -151,9 +152,15 @@ def plan_batch(r) -> Batch:
     if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
         new_slots, new_chunks = _admit(r, lim, budget)
         if new_slots:
-            pre = np.concatenate((pre, np.array(new_slots, dtype=np.int64)))
-            pctx = np.concatenate((pctx, np.zeros(len(new_slots), dtype=np.int64)))
-            chunks = np.concatenate((chunks, np.array(new_chunks, dtype=np.int64)))
+            new_pre = np.array(new_slots, dtype=np.int64)
+            new_ctx = np.zeros(len(new_slots), dtype=np.int64)
+            new_chunks = np.array(new_chunks, dtype=np.int64)
+            if len(pre):
+                pre = np.concatenate((pre, new_pre))
+                pctx = np.concatenate((pctx, new_ctx))
+                chunks = np.concatenate((chunks, new_chunks))
+            else:
+                pre, pctx, chunks = new_pre, new_ctx, new_chunks
     return Batch(row, dec, dctx, pre, pctx, chunks)
 
 
