@@ -52,13 +52,8 @@ class AcceptanceModel(abc.ABC):
                          check_widths(widths, batch=s.size), rng)
 
     @abc.abstractmethod
-    def draw(
-        self,
-        streams: np.ndarray,
-        positions: np.ndarray,
-        widths: np.ndarray,
-        rng: np.random.Generator,
-    ) -> np.ndarray:
+    def draw(self, streams: np.ndarray, positions: np.ndarray, widths: np.ndarray,
+             rng: np.random.Generator) -> np.ndarray:
         """:meth:`accept` without validation: the engine's hot path.
 
         The caller guarantees int64 streams and positions [B] and valid int64 widths
