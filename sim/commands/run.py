@@ -14,7 +14,9 @@ against the i.i.d. formula at the measured alpha, and the speedup over the no-sp
 variant. Records (CSV), the fully resolved scenario and a report (report.md with
 tables/ and figures/: latency vs offered load, tokens per verify, CDFs, batch over time)
 are written under runs/<name>-<timestamp>/ or --out. The latency-vs-load curve re-simulates
-the scenario at several rates (capped by --report-requests); --no-report skips the report.
+the scenario at 1/4x to 8x its load with --report-requests requests per point up to its own
+rate and proportionally more above it (so every point spans the same stretch of arrivals);
+--no-report skips the report.
 
 examples:
   specsim run
@@ -41,8 +43,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-report", action="store_true",
                    help="write records and summary only, no report.md / figures")
     p.add_argument("--report-requests", type=int, default=200, metavar="N",
-                   help="requests per point of the report's latency-vs-load curve "
-                        "(default: 200)")
+                   help="requests per load point of the report's latency-vs-load curve up to "
+                        "the scenario's own rate, proportionally more above it (default: 200)")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables (default: 0)")
     p.set_defaults(func=main)
