@@ -154,7 +154,8 @@ def policy_factory(cfg, acceptance):
 def cost_models(sc: Scenario, uses_draft: bool):
     """(target cost model, ``DraftSetup`` or None, KV blocks per replica).
 
-    The draft runs unsharded (tp = pp = 1) at the target's bit widths. Co-located, a copy
+    The draft runs unsharded (tp = pp = 1) at the target's KV width and at
+    ``deployment.draft_weight_bits`` (the target's weight width when unset). Co-located, a copy
     sits on each of the target's GPUs and every cached token needs KV in both models
     (``hardware.draft.colocated_kv_capacity_tokens``); on its own GPU, the draft's KV must
     also fit there, so the smaller of the two capacities counts.
@@ -178,7 +179,8 @@ def cost_models(sc: Scenario, uses_draft: bool):
         return target, None, target.kv_capacity_tokens() // block
     draft_cost = CostModel(
         Deployment(model=catalog.model(sc.models.draft), gpu=gpu,
-                   weight_bits=d.weight_bits, kv_bits=d.kv_bits),
+                   weight_bits=d.weight_bits if d.draft_weight_bits is None
+                   else d.draft_weight_bits, kv_bits=d.kv_bits),
         catalog,
     )
     if d.draft_placement == "separate":

@@ -39,6 +39,9 @@ class Deployment(Strict):
     tp: PosInt = 1
     pp: PosInt = 1
     weight_bits: Literal[4, 8, 16] = 16
+    # Real deployments often quantise the target and keep the small draft in 16 bits
+    # (lecture §7.3: Llama-3-70B at 8 bits + a 16-bit Llama-3.2-1B draft).
+    draft_weight_bits: Literal[4, 8, 16] | None = None  # the draft's; null = weight_bits
     kv_bits: Literal[8, 16] = 16
     offload_fraction: Prob = 0.0
     replicas: PosInt = 1

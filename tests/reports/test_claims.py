@@ -184,6 +184,27 @@ def test_lecture_grid_numbers(quick_rows):
     assert round(one["analytic verify 21 nodes, B=1 (ms)"], 1) == 18.7
 
 
+def test_the_tree_claims_engine_drafts_at_16_bits_as_the_analytic_rows_do(quick_rows):
+    # Lecture §7.3: the 70B target at 8 bits, the 1B draft at 16 (deployment.draft_weight_bits).
+    import numpy as np
+
+    from hardware.catalog import load_catalog
+    from hardware.cost import CostModel
+    from hardware.deployment import Deployment
+    from reports.claims_batching import TREES
+    from reports.claims_runs import claims_scenario, cost_pair
+
+    target, draft = cost_pair(claims_scenario(TREES))
+    assert (target.dep.weight_bits, draft.cost.dep.weight_bits) == (8, 16)
+    cat = load_catalog()
+    alone = CostModel(Deployment(cat.model("llama-3.2-1b"), cat.gpu("h200")), cat)  # 16-bit
+    new, ctx = np.full(16, 1), np.full(16, 1024)
+    assert draft.cost.pass_seconds(new, ctx) == alone.pass_seconds(new, ctx)
+    rows = {r.name: r for r in quick_rows}
+    assert "8-bit weights, so its drafting" not in rows["trees-batch-16"].assumptions
+    assert "Llama-3.2-1B (16-bit weights" in rows["trees-batch-16"].assumptions
+
+
 def test_table2_fit_rows():
     rows = {r.name: r for r in run_claims(["specinfer-table2"], quick=True)}
     greedy = rows["specinfer-table2-greedy"]

@@ -90,3 +90,71 @@ def test_a_verify_that_cannot_fit_the_token_budget_is_refused_at_build(policy, t
     with pytest.raises(UserError, match=rf"max_batched_tokens: must be >= a verify pass of "
                                         rf"{tokens} tokens, got {tokens - 1}"):
         setups(sc, "x.yaml")
+
+
+# Lecture §7.3's deployment: Llama-3-70B at 8 bits with a Llama-3.2-1B draft on one H200.
+SEVENTY_B = ["models.target=llama-3-70b", "models.draft=llama-3.2-1b", "deployment.gpu=h200",
+             "deployment.weight_bits=8", "run.requests=3"]
+
+
+def _draft_pair(draft_bits: int | None):
+    from sim.build import cost_models
+
+    extra = [] if draft_bits is None else [f"deployment.draft_weight_bits={draft_bits}"]
+    return cost_models(load_scenario(None, [*SEVENTY_B, *extra]), True)
+
+
+def test_the_draft_takes_the_targets_weight_bits_unless_given_its_own():
+    from hardware.catalog import load_catalog
+    from hardware.cost import CostModel
+    from hardware.deployment import Deployment
+
+    assert _draft_pair(None)[1].cost.dep.weight_bits == 8
+    assert _draft_pair(8)[1].cost.dep.weight_bits == 8
+    target, draft, _ = _draft_pair(16)
+    assert (target.dep.weight_bits, draft.cost.dep.weight_bits) == (8, 16)
+    assert draft.cost.dep.kv_bits == target.dep.kv_bits == 16  # only the weights change
+    # The engine's draft is the cost model a 16-bit 1B on an H200 is, pass for pass.
+    cat = load_catalog()
+    alone = CostModel(Deployment(cat.model("llama-3.2-1b"), cat.gpu("h200"), weight_bits=16), cat)
+    new, ctx = np.array([1, 1, 1, 1]), np.array([1024, 900, 17, 3000])
+    assert draft.cost.pass_seconds(new, ctx) == alone.pass_seconds(new, ctx)
+
+
+def test_a_16_bit_draft_pass_streams_twice_the_weight_bytes():
+    new, ctx = np.array([1]), np.array([1024])  # one decode token: memory-bound
+    p8 = _draft_pair(None)[1].cost.pass_cost(new, ctx)
+    p16 = _draft_pair(16)[1].cost.pass_cost(new, ctx)
+    assert p8.bound == p16.bound == "memory"
+    draft = _draft_pair(16)[1].cost
+    streamed = draft.layouts[0].streamed_params  # ~1.2 B: all but the input embedding
+    assert p16.hbm_bytes - p8.hbm_bytes == pytest.approx(streamed, rel=1e-12)  # 1 byte more each
+    gpu = draft.dep.gpu
+    assert p16.memory_s - p8.memory_s == pytest.approx(
+        streamed / (gpu.hbm_bytes_per_s * gpu.eta_memory), rel=1e-12)
+    assert p16.seconds - p8.seconds == pytest.approx(p16.memory_s - p8.memory_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("draft_bits", [8, 16])
+def test_the_kv_room_counts_a_colocated_draft_at_its_own_bits(draft_bits):
+    target, draft, blocks = _draft_pair(draft_bits)
+    (w_target,), (w_draft,) = target.resident_weight_bytes(), draft.cost.resident_weight_bytes()
+    assert w_draft == draft.cost.layouts[0].stored_params * draft_bits // 8
+    usable = target.dep.usable_bytes_per_gpu - w_draft - w_target
+    per_token = target.kv_bytes_per_token + draft.cost.kv_bytes_per_token  # tp = 1
+    assert blocks == int(usable / per_token) // 16
+    assert blocks == {8: 11178, 16: 10964}[draft_bits]
+
+
+def test_a_request_that_fits_beside_an_8_bit_draft_is_refused_beside_a_16_bit_one():
+    # 175_900 + 8 tokens + a 5-token verify = 10_995 blocks of 16: room for 11_178 beside
+    # the 8-bit draft, 10_964 beside the 16-bit one.
+    sets = [*SEVENTY_B, "workload.prompt={kind: fixed, tokens: 175900}",
+            "workload.output={kind: fixed, tokens: 8}",
+            "variants=[{name: g4, policy: {kind: fixed, gamma: 4}}]"]
+    setups(load_scenario(None, [*sets, "deployment.draft_weight_bits=8"]), "x.yaml")
+    sc = load_scenario(None, [*sets, "deployment.draft_weight_bits=16"])
+    with pytest.raises(UserError, match=r"^x\.yaml: workload: request 0 \(175900 prompt \+ 8 "
+                                        r"output tokens\) needs 10995 KV blocks, but a replica "
+                                        r"of llama-3-70b on 1x1 h200 holds 10964$"):
+        setups(sc, "x.yaml")
