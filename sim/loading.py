@@ -1,7 +1,9 @@
 """Loading scenarios: YAML files, ``--set`` overrides, and one-line errors.
 
 Every problem becomes a :class:`~specdec.errors.UserError` of one line naming the file and
-the field, e.g. ``scenarios/x.yaml: workload.rate_per_s: must be > 0, got -1``.
+the field, e.g. ``scenarios/x.yaml: workload.rate_per_s: must be > 0, got -1``; when the
+bad value came from a ``--set`` override, the override is named after the file:
+``scenarios/x.yaml (--set workload.rate_per_s=-1): workload.rate_per_s: must be > 0, got -1``.
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ def default_scenario_path() -> Path:
 def parse_override(text: str) -> tuple[list[str], object]:
     """``'a.b.0.c=value'`` -> (['a', 'b', '0', 'c'], YAML-parsed value)."""
     key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
+    keys = key.strip().split(".")
+    if not sep or not all(k.strip() for k in keys):
         raise UserError(f"--set {text}: expected key=value with a dotted key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise UserError(f"--set {text}: value is not valid YAML ({_first_line(e)})") from None
-    return key.strip().split("."), value
+    return [k.strip() for k in keys], value
 
 
 def apply_overrides(doc: dict, overrides: list[str]) -> dict:
@@ -98,11 +101,39 @@ def validate(doc: dict, source: str) -> Scenario:
         raise UserError(f"{source}: {format_error(e.errors()[0])}") from None
 
 
+def validate_overridden(doc: dict, overrides: list[str], source: str) -> Scenario:
+    """``doc`` with ``overrides`` applied, validated; a problem an override brought in names
+    it: ``source (--set key=value): field: message``.
+
+    The culprit is the last override that set the failing field (or a section holding it);
+    failing that (a check of one field that another one decides), the first override after
+    which the problem appears among all the errors of ``doc`` with the first k overrides,
+    k = 0, 1, ... -- the file alone (k = 0) is blamed when it already has the problem. Only
+    a failing load pays for these re-validations.
+    """
+    try:
+        return Scenario.model_validate(apply_overrides(doc, overrides))
+    except ValidationError as e:
+        problem = format_error(e.errors()[0])
+    field = problem.partition(": ")[0].split(".")
+    for text in reversed(overrides):
+        keys = parse_override(text)[0]
+        if keys == field[: len(keys)]:
+            raise UserError(f"{source} (--set {text}): {problem}") from None
+    for k in range(len(overrides) + 1):
+        try:
+            Scenario.model_validate(apply_overrides(doc, overrides[:k]))
+        except ValidationError as e:
+            if problem in (format_error(err) for err in e.errors()):
+                where = source if k == 0 else f"{source} (--set {overrides[k - 1]})"
+                raise UserError(f"{where}: {problem}") from None
+    raise AssertionError("the full override list fails, so some prefix of it must")
+
+
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
     """Read, override and validate a scenario (no path: ``scenarios/default.yaml``)."""
     p = Path(path) if path is not None else default_scenario_path()
-    doc = apply_overrides(read_yaml(p), overrides or [])
-    return validate(doc, display_path(p))
+    return validate_overridden(read_yaml(p), list(overrides or []), display_path(p))
 
 
 def format_error(err: dict) -> str:

@@ -42,3 +42,58 @@ def test_bad_overrides_are_refused_in_one_line(override, expected, tmp_path, cap
     code = main(["run", "--set", override, "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and expected in err[0]
+
+
+def _run_error(args, tmp_path, capsys) -> str:
+    code = main(["run", *args, "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert not (tmp_path / "o").exists()
+    return err[0].removeprefix("specsim run: error: ")
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    (["workload.rate_per_s=-1"],
+     "(--set workload.rate_per_s=-1): workload.rate_per_s: must be > 0, got -1"),
+    (["workload.rte_per_s=3"], "(--set workload.rte_per_s=3): workload.rte_per_s: unknown field"),
+    (["foo.bar=1"], "(--set foo.bar=1): foo: unknown field"),
+    (["workload.rate_per_s=abc"], "(--set workload.rate_per_s=abc): workload.rate_per_s: input "
+                                  "should be a valid number, unable to parse string as a number, "
+                                  "got 'abc'"),
+    (["workload.rate_per_s.x=1"], "(--set workload.rate_per_s.x=1): workload.rate_per_s: input "
+                                  "should be a valid number, got {'x': 1}"),
+    # A check of one field that another decides: the override that brought the problem in.
+    (["workload.arrivals=gamma"],
+     "(--set workload.arrivals=gamma): workload.cv: required for arrivals 'gamma'"),
+    (["run.seed=3", "variants.1.name=none"],
+     "(--set variants.1.name=none): variants: names must be unique, got ['none', 'none']"),
+    # The value that stands is named: the last override of the field, not a later other one.
+    (["workload.rate_per_s=-1", "workload.rate_per_s=-2", "run.seed=3"],
+     "(--set workload.rate_per_s=-2): workload.rate_per_s: must be > 0, got -2"),
+])
+def test_an_error_an_override_brought_in_names_it_after_the_file(sets, expected, tmp_path,
+                                                                 capsys):
+    from sim.loading import default_scenario_path, display_path
+
+    args = [a for s in sets for a in ("--set", s)]
+    assert _run_error(args, tmp_path, capsys) == f"{display_path(default_scenario_path())} " \
+        + expected
+
+
+@pytest.mark.parametrize("override", ["foo", "=3", "a..b=1", "workload.=1", " =1"])
+def test_a_malformed_override_is_named_in_one_line(override, tmp_path, capsys):
+    assert _run_error(["--set", override], tmp_path, capsys) == \
+        f"--set {override}: expected key=value with a dotted key"
+
+
+def test_an_error_in_the_file_is_not_blamed_on_an_override(tmp_path, capsys):
+    path = HERE / "negative_rate.yaml"
+    for sets in (["run.seed=1"], ["run.seed=1", "scheduler.max_num_seqs=8"]):
+        args = [str(path), *(a for s in sets for a in ("--set", s))]
+        line = _run_error(args, tmp_path, capsys)
+        assert line.endswith("negative_rate.yaml: workload.rate_per_s: must be > 0, got -1")
+        assert "--set" not in line
+    # ... but the file's bad value set again by an override is the override's
+    line = _run_error([str(path), "--set", "workload.rate_per_s=-1"], tmp_path, capsys)
+    assert line.endswith("negative_rate.yaml (--set workload.rate_per_s=-1): "
+                         "workload.rate_per_s: must be > 0, got -1")
