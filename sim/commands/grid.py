@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from sim.commands._lists import float_list, int_list
 from specdec.errors import UserError
 
 _HELP = """\
@@ -28,16 +29,6 @@ example (the lecture's pattern: ~1.74x at small batch, below 1x at context 128 /
 with gamma 4, best gamma falling as batch grows, context 1024 above 1.6x at batch 256):
   specsim grid --target llama-3-8b --draft llama-3.2-1b --gpu h100 --alpha 0.8
 """
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UserError(f"{flag}: must be comma-separated integers, got {text!r}") from None
-    if any(v < 1 for v in values):
-        raise UserError(f"{flag}: values must be >= 1, got {text!r}")
-    return values
 
 
 def add_parser(subparsers) -> None:
@@ -75,8 +66,8 @@ def main(args: argparse.Namespace) -> int:
     from reports.tables import json_records, write_table
     from sim.output import default_run_dir
 
-    batches = _ints(args.batches, "--batches")
-    contexts = _ints(args.contexts, "--contexts")
+    batches = int_list(args.batches, "--batches", minimum=1)
+    contexts = int_list(args.contexts, "--contexts", minimum=1)
     if args.gamma_max < 1:
         raise UserError(f"--gamma-max: must be >= 1, got {args.gamma_max}")
     if not 0.0 <= args.alpha <= 1.0:
@@ -92,13 +83,10 @@ def main(args: argparse.Namespace) -> int:
             raise UserError(f"--contexts: a tree grid takes one context, got {args.contexts!r}")
         tokens = None
         if args.tokens_per_verify is not None:
-            try:
-                tokens = [float(x) for x in args.tokens_per_verify.split(",")]
-            except ValueError:
-                raise UserError(f"--tokens-per-verify: must be numbers, got "
-                                f"{args.tokens_per_verify!r}") from None
-        grid = tree_grid(pair, args.alpha, args.tree, _ints(args.widths, "--widths"), batches,
-                         contexts[0], args.theta, tokens)
+            tokens = float_list(args.tokens_per_verify, "--tokens-per-verify")
+        widths = int_list(args.widths, "--widths", minimum=1)
+        grid = tree_grid(pair, args.alpha, args.tree, widths, batches, contexts[0], args.theta,
+                         tokens)
         stem = "tree_grid"
         fig = figures.tree_heatmap(
             grid, f"{head}, tree <{args.tree}>, context {contexts[0]}",

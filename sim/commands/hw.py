@@ -11,6 +11,7 @@ from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
 from hardware.draft import tree_attended_keys, tree_nodes
 from sim.commands import speedup
+from sim.commands._lists import int_list
 from specdec.errors import UserError
 
 STEP_HELP = """\
@@ -115,7 +116,7 @@ def run_step(args: argparse.Namespace) -> int:
         raise UserError(f"--context: must be >= 0, got {args.context}")
     tokens, keys = args.tokens, None
     if args.tree is not None:
-        widths = _widths(args.tree)
+        widths = int_list(args.tree, "--tree", minimum=1, what="every expansion width")
         tokens = tree_nodes(widths)
         keys = [tree_attended_keys(widths, args.context)] * args.batch
     catalog = load_catalog(args.catalog)
@@ -157,17 +158,6 @@ def run_step(args: argparse.Namespace) -> int:
     print(f"  KV cache: {cost.kv_bytes_per_token} bytes/token, capacity {capacity} tokens "
           f"({capacity // 16} blocks of 16)")
     return 0
-
-
-def _widths(text: str) -> list[int]:
-    """The expansion widths of ``--tree`` (each an integer >= 1)."""
-    try:
-        widths = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UserError(f"--tree: must be comma-separated integers, got {text!r}") from None
-    if any(k < 1 for k in widths):
-        raise UserError(f"--tree: every expansion width must be >= 1, got {text!r}")
-    return widths
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from hardware.speedup import (
     chain_table,
     tree_table,
 )
+from sim.commands._lists import float_list, int_list
 from specdec.errors import UserError
 
 DESCRIPTION = """\
@@ -186,34 +187,21 @@ def _best_line(key: str, value: int, speedup: float) -> str:
     return f"best: {key} {value}, speedup {speedup:.3f}x"
 
 
-def _int_list(text: str, flag: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UserError(f"{flag}: must be comma-separated integers, got {text!r}") from None
-
-
 def _trees(args: argparse.Namespace) -> tuple[list[tuple[int, list[int]]], list[float]]:
     """(width, widths) pairs from --tree/--widths, and the --tokens-per-verify values."""
     if args.tokens_per_verify is None:
         raise UserError("--tokens-per-verify: required with --tree (measured, one per width)")
-    try:
-        tokens = [float(x) for x in args.tokens_per_verify.split(",")]
-    except ValueError:
-        raise UserError(
-            f"--tokens-per-verify: must be comma-separated numbers, got "
-            f"{args.tokens_per_verify!r}"
-        ) from None
+    tokens = float_list(args.tokens_per_verify, "--tokens-per-verify")
     parts = args.tree.split(",")
     if "k" in parts:
         if args.widths is None:
             raise UserError("--widths: required when --tree contains k (the swept width)")
-        template = _int_list(",".join("0" if p == "k" else p for p in parts), "--tree")
+        template = int_list(",".join("0" if p == "k" else p for p in parts), "--tree")
         trees = [(w, [w if p == "k" else t for p, t in zip(parts, template, strict=True)])
-                 for w in _int_list(args.widths, "--widths")]
+                 for w in int_list(args.widths, "--widths")]
     else:
         if args.widths is not None:
             raise UserError("--widths needs a 'k' in --tree to mark the swept width")
-        widths = _int_list(args.tree, "--tree")
+        widths = int_list(args.tree, "--tree")
         trees = [(widths[0], widths)]
     return trees, tokens
