@@ -84,6 +84,8 @@ class Candidate:
     name: str
     overrides: dict = field(default_factory=dict)
     policy: dict = field(default_factory=lambda: {"kind": "none"})
+    # How an error names this candidate, e.g. 'cands.yaml candidates.1 h100-tp3'.
+    origin: str = ""
 
     def set_args(self, rate: float | None = None) -> list[str]:
         """The ``specsim run --set`` arguments that reproduce this candidate at ``rate``."""
@@ -92,6 +94,15 @@ class Candidate:
         if rate is not None:
             args.append(f"workload.rate_per_s={rate!r}")
         return args
+
+    def labels(self, rate: float | None = None) -> list[str]:
+        """How an error names each of ``set_args(rate)``: the candidate, then the field."""
+        who = self.origin or f"candidate {self.name}"
+        out = [f"{who} set {a}" for a in self.set_args()[:-1]]
+        out.append(f"{who} policy {json.dumps(self.policy)}")
+        if rate is not None:
+            out.append(f"plan's trial workload.rate_per_s={rate!r}")
+        return out
 
 
 def load_candidates(path: str | Path) -> list[Candidate]:
@@ -113,19 +124,41 @@ def load_candidates(path: str | Path) -> list[Candidate]:
         if not isinstance(overrides, dict):
             raise UserError(f"{src}: candidates.{i}.set: must be a mapping of dotted keys")
         out.append(Candidate(str(item["name"]), dict(overrides),
-                             item.get("policy") or {"kind": "none"}))
+                             item.get("policy") or {"kind": "none"},
+                             f"{src} candidates.{i} {item['name']}"))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise UserError(f"{src}: candidates: names must be unique, got {names}")
     return out
 
 
-def scenario_for(base: dict, cand: Candidate, rate: float, source: str):
-    """The validated scenario of ``cand`` at ``rate`` (what ``specsim run`` would run)."""
-    from sim.loading import apply_overrides, validate
+def _layers(base: dict, cand: Candidate, rate: float, doc: dict | None, sets) -> tuple:
+    """(document, overrides, labels, resolve_at) of ``cand`` at ``rate``: its overrides on the
+    resolved ``base``, or, given ``doc``, on the file's ``doc`` resolved with ``sets``."""
+    texts, labels = cand.set_args(rate), cand.labels(rate)
+    if doc is None:
+        return base, texts, labels, None
+    return (doc, [*sets, *texts], [*(f"--set {t}" for t in sets), *labels], len(sets))
 
-    doc = apply_overrides(base, cand.set_args(rate))
-    return validate(doc, f"{source} (candidate {cand.name})")
+
+def scenario_for(base: dict, cand: Candidate, rate: float, source: str,
+                 doc: dict | None = None, sets=()):
+    """The validated scenario of ``cand`` at ``rate`` (what ``specsim run`` would run); a
+    problem names the candidate field (or ``--set``) that brought it in."""
+    from sim.loading import validate_overridden
+
+    d, texts, labels, resolve_at = _layers(base, cand, rate, doc, sets)
+    return validate_overridden(d, texts, source, labels, resolve_at)
+
+
+def build_for(base: dict, cand: Candidate, rate: float, source: str,
+              doc: dict | None = None, sets=()):
+    """``(scenario, setups)`` of ``cand`` at ``rate``: validated and built, a problem (unknown
+    GPU, TP, memory) named as in ``scenario_for``."""
+    from sim.runner import build_overridden
+
+    d, texts, labels, resolve_at = _layers(base, cand, rate, doc, sets)
+    return build_overridden(d, texts, source, labels, resolve_at)
 
 
 @dataclass(frozen=True)
@@ -140,9 +173,11 @@ class RateSearch:
 
 
 def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
-                rel_tol: float = 0.05, max_steps: int = 40) -> RateSearch:
-    """Bisection over the arrival rate for the highest rate that meets ``slo``."""
-    from sim.runner import run_scenario
+                rel_tol: float = 0.05, max_steps: int = 40, doc: dict | None = None,
+                sets=()) -> RateSearch:
+    """Bisection over the arrival rate for the highest rate that meets ``slo``. ``doc`` and
+    ``sets``: the file's document and ``--set`` overrides behind ``base``, for errors."""
+    from sim.runner import run_setups
 
     if base.get("workload", {}).get("arrivals") not in ("poisson", "gamma"):
         raise UserError(f"{source}: workload.arrivals: plan needs rate-driven arrivals "
@@ -150,8 +185,7 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
     cache: dict[float, tuple] = {}
 
     def trial(rate: float) -> bool:
-        sc = scenario_for(base, cand, rate, source)
-        res = run_scenario(sc, source)
+        res = run_setups(*build_for(base, cand, rate, source, doc, sets))
         reqs = res.variants[0].requests
         ok, measured = measure_slo(reqs, slo)
         summary = dict(res.summaries[0])
@@ -180,31 +214,37 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
     return RateSearch(lo, hi, len(cache), summary, measured)
 
 
-def _gpu_price(base: dict, cand: Candidate, source: str) -> tuple[str, int, float]:
-    """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate."""
+def _gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
+    """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate's built scenario ``sc``."""
     from hardware import load_catalog
+    from sim.build import resolve_file
 
-    sc = scenario_for(base, cand, float(base["workload"]["rate_per_s"]), source)
     d = sc.deployment
     gpus = d.tp * d.pp + (1 if d.draft_placement == "separate"
                           and cand.policy.get("kind") != "none" else 0)
-    cat = load_catalog([d.catalog] if d.catalog else None)
+    cat = load_catalog([resolve_file(d.catalog)] if d.catalog else None)
     return d.gpu, gpus * d.replicas, cat.gpu(d.gpu).price_per_hour_usd
 
 
 def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source: str,
          target_rate: float | None = None, rel_tol: float = 0.05,
-         progress=None) -> pd.DataFrame:
+         progress=None, doc: dict | None = None, sets=()) -> pd.DataFrame:
     """One row per candidate, cheapest first (per target rate if given, else per million
-    output tokens); infeasible candidates last. ``progress(name)`` after each candidate."""
+    output tokens); infeasible candidates last. ``progress(name)`` after each candidate.
+
+    Each candidate is built first at the scenario's rate, so a bad one (unknown GPU, TP that
+    does not divide the heads, a model that does not fit) is refused before any search,
+    naming the candidate field that brought it in (or, given the file's ``doc`` and the
+    ``--set`` overrides ``sets`` behind ``base``, the override)."""
     if not slo:
         raise UserError(f"{source}: no SLO: give --slo or set slo: in the scenario")
     if target_rate is not None and not target_rate > 0:
         raise UserError(f"--target-rate: must be > 0, got {target_rate}")
     rows = []
     for cand in candidates:
-        gpu, gpus, price = _gpu_price(base, cand, source)
-        found = search_rate(base, cand, slo, source, rel_tol)
+        sc, _ = build_for(base, cand, float(base["workload"]["rate_per_s"]), source, doc, sets)
+        gpu, gpus, price = _gpu_price(sc, cand)
+        found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
         s = found.summary or {}
         per_hour = price * gpus
         # Sustained output rate: requests/s x output tokens per request (the run's own

@@ -28,7 +28,11 @@ A scenario is a YAML mapping; every field has a default, so a file names only wh
 changes. Unknown keys are errors. Sections whose type is a union pick their form with
 `kind:`. Values are checked when the file is loaded; a bad one is reported as
 `file: section.field: problem, got value`. Any field can be overridden on the command
-line with `--set dotted.key=value` (list items by index: `variants.1.policy.gamma=3`).
+line with `--set dotted.key=value` (list items by index: `variants.1.policy.gamma=3`); a
+problem an override brought in names it after the file,
+`file (--set dotted.key=value): section.field: problem, got value` (likewise
+`(--vary key=value)` for a sweep point and the candidates file and entry for a plan
+candidate), also when it is found only as the scenario is built (unknown GPU, TP, memory).
 """
 
 

@@ -16,6 +16,10 @@ Every point runs with its own seed, derived from the scenario's seed and the poi
 (never from the order points finish in), so the table is the same with 1 worker, N local
 processes or a Dask cluster. ``same_seed=True`` gives every point the scenario's seed
 instead (common random numbers across points). A point that sets ``run.seed`` itself keeps it.
+
+A bad point is refused in one line naming its value after the file, as ``specsim run`` names
+a ``--set``: ``x.yaml (--vary deployment.tp=3): deployment: ...`` (``sweep.vary`` for the
+file's block), whether validating or building the scenario found it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +50,11 @@ class SweepSpec:
     source: str
     vary: tuple[tuple[str, tuple], ...]
     zipped: bool = False
+    # For errors that name their cause: the file's document (no sweep block), the --set
+    # overrides that resolved it into ``base``, and where each axis came from (its flag).
+    doc: dict | None = None
+    sets: tuple[str, ...] = ()
+    flags: dict = field(default_factory=dict)
 
     def points(self) -> list[dict]:
         """Every point: the cartesian product (first axis slowest), or the zipped values."""
@@ -97,13 +106,14 @@ def parse_vary(text: str) -> tuple[str, tuple]:
 def load_sweep(path: str | Path, vary: list[str] | None = None,
                overrides: list[str] | None = None) -> SweepSpec:
     """Read a scenario file, take its ``sweep:`` block out, merge ``--vary`` flags."""
-    from sim.loading import apply_overrides, display_path, read_yaml, validate
+    from sim.loading import display_path, read_yaml, validate_overridden
 
     p = Path(path)
     source = display_path(p)
     doc = read_yaml(p)
     block = doc.pop("sweep", None) or {}
     axes: dict[str, tuple] = {}
+    flags: dict[str, str] = {}
     if not isinstance(block, dict) or not isinstance(block.get("vary", {}), dict) \
             or set(block) - {"vary"}:
         raise UserError(f"{source}: sweep: must be a mapping with one key, vary: {{key: [values]}}")
@@ -111,16 +121,18 @@ def load_sweep(path: str | Path, vary: list[str] | None = None,
         if not isinstance(values, list) or not values:
             raise UserError(f"{source}: sweep.vary.{key}: must be a non-empty list, got {values!r}")
         axes[str(key)] = tuple(values)
+        flags[str(key)] = "sweep.vary"
     for text in vary or []:
         key, values = parse_vary(text)
         axes[key] = values
+        flags[key] = "--vary"
     if not axes:
         raise UserError(f"{source}: nothing to sweep: give --vary key=v1,v2 or a sweep: block")
-    doc = apply_overrides(doc, overrides or [])
+    sets = tuple(overrides or [])
     # Axes apply to the resolved scenario, so they may reach defaults the file leaves out
     # (e.g. variants.1.policy.gamma of the default variants).
-    resolved = validate(doc, source).model_dump(mode="json")
-    return SweepSpec(resolved, source, tuple(axes.items()))
+    resolved = validate_overridden(doc, list(sets), source).model_dump(mode="json")
+    return SweepSpec(resolved, source, tuple(axes.items()), doc=doc, sets=sets, flags=flags)
 
 
 def point_seed(base_seed: int, point: dict) -> int:
@@ -136,19 +148,37 @@ def point_overrides(point: dict) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in point.items()]
 
 
-def run_point(base: dict, source: str, point: dict, same_seed: bool = False) -> list[dict]:
-    """Run one point; one row per variant: the point's values, seed, variant and summary."""
-    from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
-    from sim.loading import apply_overrides, validate
-    from sim.runner import run_scenario
+def run_point(base: dict, source: str, point: dict, same_seed: bool = False,
+              doc: dict | None = None, sets: tuple[str, ...] = (),
+              flags: dict | None = None) -> list[dict]:
+    """Run one point; one row per variant: the point's values, seed, variant and summary.
 
-    doc = apply_overrides(base, point_overrides(point))
-    scenario = validate(doc, f"{source} at {point}")
+    A bad point names its value after the file, ``x.yaml (--vary key=value): field: problem``
+    (``flags[key]`` instead of ``--vary``; ``sweep.vary`` for the file's block). Given ``doc``
+    and ``sets`` (the file's document and the ``--set`` overrides that resolved it into
+    ``base``), a problem they brought in is traced to them too.
+    """
+    from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
+    from sim.loading import validate_overridden
+    from sim.runner import build_overridden, run_setups
+
+    texts = point_overrides(point)
+    labels = [f"{(flags or {}).get(k, '--vary')} {t}" for k, t in zip(point, texts, strict=True)]
+    if doc is None:
+        doc, resolve_at = base, None
+    else:
+        texts, resolve_at = [*sets, *texts], len(sets)
+        labels = [*(f"--set {t}" for t in sets), *labels]
+    prepare = None
     if "run.seed" not in point and not same_seed:
-        scenario = scenario.model_copy(
-            update={"run": scenario.run.model_copy(
-                update={"seed": point_seed(scenario.run.seed, point)})})
-    result = run_scenario(scenario, source)
+        seed = point_seed(validate_overridden(doc, texts, source, labels, resolve_at).run.seed,
+                          point)
+
+        def prepare(sc):
+            return sc.model_copy(update={"run": sc.run.model_copy(update={"seed": seed})})
+
+    scenario, built = build_overridden(doc, texts, source, labels, resolve_at, prepare)
+    result = run_setups(scenario, built)
     slo = scenario.slo.model_dump()
     rows = [summarize_frames(v.name, requests_frame(v.requests), iterations_frame(v.iterations),
                              v.end_at, slo) for v in result.variants]
@@ -175,7 +205,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
     if workers < 1:
         raise UserError(f"--workers: must be >= 1, got {workers}")
     points = spec.points()
-    args = [(spec.base, spec.source, p, same_seed) for p in points]
+    args = [(spec.base, spec.source, p, same_seed, spec.doc, spec.sets, spec.flags)
+            for p in points]
     if scheduler is not None:
         results = _on_dask(scheduler, args, progress)
     elif workers == 1:

@@ -4,6 +4,9 @@ Every problem becomes a :class:`~specdec.errors.UserError` of one line naming th
 the field, e.g. ``scenarios/x.yaml: workload.rate_per_s: must be > 0, got -1``; when the
 bad value came from a ``--set`` override, the override is named after the file:
 ``scenarios/x.yaml (--set workload.rate_per_s=-1): workload.rate_per_s: must be > 0, got -1``.
+:func:`blame` finds that override; ``sim.runner.build_overridden`` uses it for problems
+found while building, and ``specsim sweep`` / ``plan`` label their own overrides
+(``--vary key=value``, a candidates file's entry) the same way.
 """
 
 from __future__ import annotations
@@ -101,33 +104,79 @@ def validate(doc: dict, source: str) -> Scenario:
         raise UserError(f"{source}: {format_error(e.errors()[0])}") from None
 
 
-def validate_overridden(doc: dict, overrides: list[str], source: str) -> Scenario:
-    """``doc`` with ``overrides`` applied, validated; a problem an override brought in names
-    it: ``source (--set key=value): field: message``.
+def overridden_doc(doc: dict, overrides: list[str], k: int, resolve_at: int | None = None) -> dict:
+    """``doc`` with the first ``k`` overrides applied. With ``resolve_at`` = n, the first n
+    apply to ``doc`` as written and the rest to the resolved scenario (validated, every
+    default filled in), so they may reach fields the file leaves out (``variants.1...``)."""
+    if resolve_at is None or k <= resolve_at:
+        return apply_overrides(doc, overrides[:k])
+    base = Scenario.model_validate(apply_overrides(doc, overrides[:resolve_at]))
+    return apply_overrides(base.model_dump(mode="json"), overrides[resolve_at:k])
 
-    The culprit is the last override that set the failing field (or a section holding it);
-    failing that (a check of one field that another one decides), the first override after
-    which the problem appears among all the errors of ``doc`` with the first k overrides,
-    k = 0, 1, ... -- the file alone (k = 0) is blamed when it already has the problem. Only
-    a failing load pays for these re-validations.
+
+def validate_overridden(doc: dict, overrides: list[str], source: str,
+                        labels: list[str] | None = None,
+                        resolve_at: int | None = None) -> Scenario:
+    """``doc`` with ``overrides`` applied (see :func:`overridden_doc`), validated; a problem an
+    override brought in names it: ``source (--set key=value): field: message``
+    (``labels[i]`` instead of ``--set overrides[i]`` when given, e.g. ``--vary key=value``).
+
+    The culprit is found by :func:`blame`. Only a failing load pays for its re-validations.
     """
     try:
-        return Scenario.model_validate(apply_overrides(doc, overrides))
+        return Scenario.model_validate(
+            overridden_doc(doc, overrides, len(overrides), resolve_at))
     except ValidationError as e:
         problem = format_error(e.errors()[0])
-    field = problem.partition(": ")[0].split(".")
-    for text in reversed(overrides):
-        keys = parse_override(text)[0]
-        if keys == field[: len(keys)]:
-            raise UserError(f"{source} (--set {text}): {problem}") from None
-    for k in range(len(overrides) + 1):
+
+    def problems(k: int) -> list[str]:
         try:
-            Scenario.model_validate(apply_overrides(doc, overrides[:k]))
+            Scenario.model_validate(overridden_doc(doc, overrides, k, resolve_at))
         except ValidationError as e:
-            if problem in (format_error(err) for err in e.errors()):
-                where = source if k == 0 else f"{source} (--set {overrides[k - 1]})"
-                raise UserError(f"{where}: {problem}") from None
-    raise AssertionError("the full override list fails, so some prefix of it must")
+            return [format_error(err) for err in e.errors()]
+        return []
+
+    raise UserError(f"{blame(problem, source, overrides, problems, labels)}: {problem}") from None
+
+
+def blame(problem: str, source: str, overrides: list[str], problems, labels=None,
+          shape=None) -> str:
+    """Where ``problem`` (``field: message``) came from: ``source`` (the file is at fault) or
+    ``source (label)`` for the override that brought it in.
+
+    The culprit is the last override that set the failing field (or a section holding it).
+    Failing that (a check of one field that another one decides, or a problem found while
+    building), ``problems(k)`` lists the problems of the document with the first k overrides,
+    k = 0, 1, ...: the culprit is the first override after which a problem of the same
+    ``shape(problem)`` appears (the file alone, k = 0, when it already has it) -- or a later
+    one that sets the same field again, up to the first after which ``problem`` itself
+    appears. ``shape`` (default: the text itself) may hide numbers a later, unrelated
+    override changes (a seed draws other request lengths). ``labels[i]`` names
+    ``overrides[i]`` (default ``--set overrides[i]``).
+    """
+    names = labels if labels is not None else [f"--set {t}" for t in overrides]
+    keys = [parse_override(t)[0] for t in overrides]
+    field = problem.partition(": ")[0].split(".")
+    for i in reversed(range(len(overrides))):
+        if keys[i] == field[: len(keys[i])]:
+            return f"{source} ({names[i]})"
+    shape = shape or (lambda text: text)
+    culprit = None
+    for k in range(len(overrides) + 1):
+        found = problems(k)
+        if culprit is None and shape(problem) in (shape(p) for p in found):
+            culprit = k
+        elif culprit and _overlap(keys[k - 1], keys[culprit - 1]):
+            culprit = k  # the same field set again: the value that stands is the culprit's
+        if problem in found:
+            return source if not culprit else f"{source} ({names[culprit - 1]})"
+    raise AssertionError("the full override list has the problem, so some prefix of it must")
+
+
+def _overlap(a: list[str], b: list[str]) -> bool:
+    """Whether two dotted keys name the same field or one holds the other."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

@@ -2,7 +2,10 @@
 
 ``simulate(setup)`` runs one wired setup and returns its records; ``run_scenario(scenario)``
 (the Python API behind ``specsim run``) runs every speculation variant of a scenario on the
-same arrivals and returns a ``RunResult`` per variant.
+same arrivals and returns a ``RunResult`` per variant. ``build_overridden(doc, overrides, ...)``
+is the shared path from a scenario file and its overrides to runnable setups (``run``,
+``sweep``, ``plan``): any problem, found validating or building, names the override that
+brought it in.
 """
 
 from __future__ import annotations
@@ -75,6 +78,63 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
     ``progress(variant_name, now_s, total_s)``, if given, is called as simulated time advances.
     """
     from sim.build import setups
+
+    return run_setups(scenario, setups(scenario, source, record_bound), progress)
+
+
+def build_overridden(doc: dict, overrides: list[str], source: str,
+                     labels: list[str] | None = None, resolve_at: int | None = None,
+                     prepare=None, record_bound: bool = True):
+    """``(scenario, [(variant name, Setup)])`` for ``doc`` with ``overrides``: the shared path
+    of ``specsim run``, ``sweep`` and ``plan`` from a scenario file to runnable setups.
+
+    A problem, found validating or building (unknown GPU, TP that does not divide the heads,
+    a model or request that does not fit), names the override that brought it in, as
+    ``source (--set key=value): field: problem`` (``labels`` and ``resolve_at`` as in
+    ``sim.loading.validate_overridden``), or only ``source`` when the file is at fault.
+    ``prepare(scenario)`` (e.g. a sweep point's seed) is applied before building.
+    """
+    from pydantic import ValidationError
+
+    from sim.build import setups
+    from sim.loading import blame, overridden_doc, validate_overridden
+    from sim.scenario import Scenario
+    from specdec.errors import UserError
+
+    prep = prepare or (lambda sc: sc)
+    scenario = prep(validate_overridden(doc, overrides, source, labels, resolve_at))
+    head = f"{source}: "
+    try:
+        return scenario, setups(scenario, source, record_bound)
+    except UserError as e:
+        if not overrides or not str(e).startswith(head):
+            raise
+        problem = str(e).removeprefix(head)
+
+    def problems(k: int) -> list[str]:
+        try:
+            sc = Scenario.model_validate(overridden_doc(doc, overrides, k, resolve_at))
+            setups(prep(sc), source, record_bound)
+        except ValidationError:
+            return []  # not this problem: an earlier override alone may be invalid
+        except UserError as e:
+            return [str(e).removeprefix(head)]
+        return []
+
+    where = blame(problem, source, overrides, problems, labels, _numbers_hidden)
+    raise UserError(f"{where}: {problem}") from None
+
+
+def _numbers_hidden(problem: str) -> str:
+    """A build problem with its stand-alone numbers as '#': request sizes, KV blocks and GiB
+    change with unrelated overrides (the seed), names like 'h100' or 'llama-3-8b' do not."""
+    import re
+
+    return re.sub(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w-])", "#", problem)
+
+
+def run_setups(scenario, built, progress=None) -> ScenarioResult:
+    """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals."""
     from sim.summary import add_speedups, slo_verdict, summarize
 
     results, summaries = [], []
@@ -84,7 +144,7 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
     # (per-sequence γ's average differently: no formula there either)
     chains = {v.name: v.policy.kind != "tree" and getattr(v.policy, "max_width", 1) == 1
               and not getattr(v.policy, "per_sequence", False) for v in scenario.variants}
-    for name, setup in setups(scenario, source, record_bound):
+    for name, setup in built:
         tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)
         results.append(res)
@@ -105,15 +165,17 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     import time
     from pathlib import Path
 
-    from sim.loading import default_scenario_path, display_path, load_scenario
+    from sim.loading import default_scenario_path, display_path, read_yaml
     from sim.output import default_run_dir, write_run
 
     sets = list(overrides) + ([f"run.seed={seed}"] if seed is not None else [])
+    labels = [f"--set {t}" for t in overrides] + ([f"--seed {seed}"] if seed is not None else [])
     path = Path(scenario_path) if scenario_path is not None else default_scenario_path()
     source = display_path(path)
-    scenario = load_scenario(path, sets)
+    doc = read_yaml(path)
     start = time.perf_counter()
-    result = run_scenario(scenario, source, progress)
+    scenario, built = build_overridden(doc, sets, source, labels)
+    result = run_setups(scenario, built, progress)
     if not write:
         return result, None
     folder = write_run(result, out or default_run_dir(scenario.name), source, sets,

@@ -72,26 +72,28 @@ def main(args: argparse.Namespace) -> int:
         slo_from_scenario,
     )
     from reports.tables import json_records, write_table
-    from sim.loading import apply_overrides, display_path, read_yaml, validate
+    from sim.loading import display_path, read_yaml, validate_overridden
     from sim.output import default_run_dir
 
     if not 0 < args.rel_tol < 1:
         raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")
     path = Path(args.scenario)
     source = display_path(path)
-    scenario = validate(apply_overrides(read_yaml(path), args.overrides), source)
+    doc = read_yaml(path)
+    scenario = validate_overridden(doc, args.overrides, source)
     base = scenario.model_dump(mode="json")
     slo = parse_slo(args.slo) if args.slo else slo_from_scenario(scenario)
     if args.candidates:
         candidates = load_candidates(args.candidates)
     else:
-        candidates = [Candidate(v.name, {}, v.policy.model_dump(mode="json", exclude_none=True))
-                      for v in scenario.variants]
+        candidates = [Candidate(v.name, {}, v.policy.model_dump(mode="json", exclude_none=True),
+                                f"{source} variants.{i} {v.name}")
+                      for i, v in enumerate(scenario.variants)]
     bar = tqdm(total=len(candidates), desc="plan", unit="candidate", file=sys.stderr,
                disable=args.no_progress)
     try:
         table = plan(base, candidates, slo, source, args.target_rate, args.rel_tol,
-                     lambda name: bar.update(1))
+                     lambda name: bar.update(1), doc=doc, sets=args.overrides)
     finally:
         bar.close()
     out = Path(args.out or default_run_dir(f"plan-{scenario.name}"))

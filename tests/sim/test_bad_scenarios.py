@@ -97,3 +97,45 @@ def test_an_error_in_the_file_is_not_blamed_on_an_override(tmp_path, capsys):
     line = _run_error([str(path), "--set", "workload.rate_per_s=-1"], tmp_path, capsys)
     assert line.endswith("negative_rate.yaml (--set workload.rate_per_s=-1): "
                          "workload.rate_per_s: must be > 0, got -1")
+
+
+# Problems found while BUILDING (catalog look-ups, TP, memory, KV) name the override too.
+@pytest.mark.parametrize(("sets", "expected"), [
+    (["deployment.gpu=h900"], "(--set deployment.gpu=h900): deployment: unknown gpu 'h900'"),
+    (["deployment.tp=3"], "(--set deployment.tp=3): deployment: llama-3-8b: tp 3 does not "
+                          "divide num_attention_heads 32"),
+    (["run.seed=4", "models.target=llama-3-70b", "run.requests=5"],
+     "(--set models.target=llama-3-70b): deployment: llama-3-70b does not fit on 1x1 h100"),
+    (["scheduler.max_batched_tokens=4", "scheduler.chunk_tokens=4"],
+     "(--set scheduler.max_batched_tokens=4): scheduler.max_batched_tokens: must be >= a "
+     "verify pass of 5 tokens, got 4"),
+    # Two problems in turn: the one that stands is named with the override that brought it.
+    (["deployment.tp=3", "deployment.gpu=h900"],
+     "(--set deployment.gpu=h900): deployment: unknown gpu 'h900'"),
+    (["deployment.tp=3", "run.seed=2", "deployment.tp=5"],
+     "(--set deployment.tp=5): deployment: llama-3-8b: tp 5 does not divide"),
+])
+def test_a_build_error_an_override_brought_in_names_it(sets, expected, tmp_path, capsys):
+    from sim.loading import default_scenario_path, display_path
+
+    args = [a for s in sets for a in ("--set", s)]
+    line = _run_error(args, tmp_path, capsys)
+    assert line.startswith(f"{display_path(default_scenario_path())} {expected}"), line
+
+
+def test_a_build_error_is_not_blamed_on_a_later_seed(tmp_path, capsys):
+    line = _run_error(["--set", "deployment.tp=3", "--seed", "5"], tmp_path, capsys)
+    assert "(--set deployment.tp=3): deployment:" in line
+    line = _run_error(["--seed", "5", "--set", "run.requests=3", "--set",
+                       "workload.prompt={kind: fixed, tokens: 900000}"], tmp_path, capsys)
+    assert "(--set workload.prompt={kind: fixed, tokens: 900000}): workload: request " \
+        in line and "--seed" not in line
+
+
+@pytest.mark.parametrize("name", ["unknown_gpu.yaml", "model_does_not_fit.yaml",
+                                  "request_exceeds_kv.yaml"])
+def test_a_build_error_in_the_file_is_not_blamed_on_an_override(name, tmp_path, capsys):
+    path = HERE / name
+    line = _run_error([str(path), "--set", "run.seed=1", "--set", "scheduler.max_num_seqs=8"],
+                      tmp_path, capsys)
+    assert f"{name}: {_expected(path)}" in line and "--set" not in line

@@ -82,3 +82,52 @@ def test_plan_text_output_and_errors(tmp_path, capsys):
     assert main(["plan", str(scenario), "--slo", "ttft=1s"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--slo" in err[0]
+
+
+def _small(tmp_path):
+    doc = yaml.safe_load(SCENARIO.read_text())
+    doc["run"]["requests"] = 40
+    scenario = tmp_path / "p.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    return scenario
+
+
+def _plan_error(args, tmp_path, capsys) -> str:
+    """The one stderr line of a refused ``specsim plan``, without the command's prefix."""
+    assert main(["plan", *args, "--slo", "ttft_p99=2s", "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert not (tmp_path / "o").exists()
+    return err[0].removeprefix("specsim plan: error: ")
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ({"name": "bad-gpu", "set": {"deployment.gpu": "h900"}},
+     "set deployment.gpu=\"h900\"): deployment: unknown gpu 'h900'"),
+    ({"name": "bad-tp", "set": {"deployment.tp": 3}},
+     "set deployment.tp=3): deployment: llama-3-70b: tp 3 does not divide"),
+    ({"name": "no-fit", "set": {"deployment.tp": 1}},
+     "set deployment.tp=1): deployment: llama-3-70b does not fit on 1x1 h100"),
+    ({"name": "bad-gamma", "policy": {"kind": "fixed", "gamma": 0}},
+     'policy {"gamma": 0, "kind": "fixed"}): variants.0.policy.gamma: must be >= 1, got 0'),
+    ({"name": "bad-field", "set": {"deployment.tpp": 2}},
+     "set deployment.tpp=2): deployment.tpp: unknown field"),
+])
+def test_a_bad_candidate_is_named_by_file_and_entry(entry, expected, tmp_path, capsys):
+    scenario = _small(tmp_path)
+    cpath = tmp_path / "c.yaml"
+    good = {"name": "ok", "set": {"deployment.gpu": "h200", "deployment.tp": 2}}
+    cpath.write_text(yaml.safe_dump({"candidates": [good, entry]}))
+    line = _plan_error([str(scenario), "--candidates", str(cpath)], tmp_path, capsys)
+    assert line.startswith(f"{scenario} ({cpath} candidates.1 {entry['name']} {expected}"), line
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("workload.rate_per_s=-1", "workload.rate_per_s: must be > 0, got -1"),
+    ("deployment.gpu=h900", "deployment: unknown gpu 'h900'"),
+])
+def test_a_bad_set_of_the_base_is_named(override, expected, tmp_path, capsys):
+    scenario = _small(tmp_path)
+    line = _plan_error([str(scenario), "--set", override], tmp_path, capsys)
+    assert line.startswith(f"{scenario} (--set {override}): {expected}"), line

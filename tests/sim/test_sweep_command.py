@@ -82,3 +82,48 @@ def test_seed_axis_gives_confidence_table(tmp_path, capsys):
     row = ci[(ci["workload.rate_per_s"] == 4) & (ci["variant"] == "fixed-g4")].iloc[0]
     assert row["tpot_mean_s_mean"] == pytest.approx(g["tpot_mean_s"].mean(), rel=1e-12)
     assert row["tpot_mean_s_ci"] > 0
+
+
+def _sweep_error(args, tmp_path, capsys) -> str:
+    """The one stderr line of a refused ``specsim sweep``, without the command's prefix."""
+    assert main(["sweep", *args, "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert not (tmp_path / "o").exists()
+    return err[0].removeprefix("specsim sweep: error: ")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    # A bad axis value, found validating or building, names the --vary value.
+    (["--vary", "workload.rate_per_s=2,-1"],
+     "(--vary workload.rate_per_s=-1): workload.rate_per_s: must be > 0, got -1"),
+    (["--vary", "deployment.tp=1,3"],
+     "(--vary deployment.tp=3): deployment: llama-3-8b: tp 3 does not divide "
+     "num_attention_heads 32"),
+    (["--vary", "workload.rate_per_s=2", "--vary", 'deployment.gpu=h100,"h900"'],
+     "(--vary deployment.gpu=\"h900\"): deployment: unknown gpu 'h900'"),
+    # A bad --set of the base names the --set, also when only building finds it.
+    (["--vary", "workload.rate_per_s=2,4", "--set", "scheduler.max_num_seqs=0"],
+     "(--set scheduler.max_num_seqs=0): scheduler.max_num_seqs: must be >= 1, got 0"),
+    (["--vary", "workload.rate_per_s=2,4", "--set", "deployment.gpu=h900"],
+     "(--set deployment.gpu=h900): deployment: unknown gpu 'h900'"),
+])
+def test_a_bad_point_or_override_is_named_after_the_file(args, expected, tmp_path, capsys):
+    path = _scenario(tmp_path)
+    line = _sweep_error([str(path), *args], tmp_path, capsys)
+    assert line.startswith(f"{path} {expected}"), line
+
+
+def test_a_bad_value_of_the_files_sweep_block_names_the_block(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "sweep": {"vary": {"deployment.tp": [1, 3]}}}))
+    line = _sweep_error([str(path)], tmp_path, capsys)
+    assert line.startswith(f"{path} (sweep.vary deployment.tp=3): deployment: "), line
+
+
+def test_a_file_at_fault_is_named_alone(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "deployment": {"gpu": "h900"}}))
+    line = _sweep_error([str(path), "--vary", "workload.rate_per_s=2,4", "--set", "run.seed=3"],
+                        tmp_path, capsys)
+    assert line.startswith(f"{path}: deployment: unknown gpu 'h900'"), line
