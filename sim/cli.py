@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from specdec.errors import UserError
@@ -67,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"specsim {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`specsim hw list | head`): stop quietly, as Unix tools do.
+        # Point stdout at devnull so the interpreter's final flush cannot raise again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:  # stdout without a file descriptor (io.UnsupportedOperation)
+            pass
+        return 1
 
 
 if __name__ == "__main__":

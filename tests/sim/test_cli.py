@@ -26,3 +26,35 @@ def test_every_subcommand_has_help():
     sub = next(a for a in parser._actions if a.dest == "command")
     for name, subparser in sub.choices.items():
         assert subparser.format_help().startswith("usage: specsim " + name)
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
+    """`specsim ... | head`: a BrokenPipeError ends the command with code 1, no traceback."""
+    import sim.commands.hw as hw
+
+    def broken(args):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(hw, "run_list", broken)
+    assert main(["hw", "list"]) == 1
+    assert capsys.readouterr().err == ""
+
+
+def test_a_closed_pipe_through_a_real_pipe():
+    """A real reader that closes early: exit 1 and nothing on stderr."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sim.cli import main; import sim.commands.hw as hw\n"
+            "def flood(args):\n"
+            "    for _ in range(100000):\n"
+            "        print('x' * 100)\n"
+            "hw.run_list = flood\n"
+            "sys.exit(main(['hw', 'list']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err
