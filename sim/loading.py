@@ -79,21 +79,62 @@ def apply_overrides(doc: dict, overrides: list[str]) -> dict:
     return out
 
 
-def read_yaml(path: Path) -> dict:
-    """The YAML mapping in ``path`` (an empty file is an empty mapping)."""
+def read_yaml(path: Path, what: str = "scenario") -> dict:
+    """The YAML mapping in ``path``, a ``what`` (named in errors: "scenario", "candidates
+    file"...). A path that does not exist relative to the working directory is looked up
+    under the repository root (see :func:`find_file`). Refused in one line: an unreadable
+    or empty file, bytes that are not UTF-8, invalid YAML, a key given twice in one mapping
+    (YAML would silently keep the last), and a document that is not a mapping."""
+    path = find_file(path, what)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: cannot read {what}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
-        raise UserError(f"{path}: cannot read scenario: {e.strerror}") from None
+        raise UserError(f"{path}: cannot read {what}: {e.strerror}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML: {_first_line(e)}") from None
     if doc is None:
-        return {}
+        raise UserError(f"{path}: the {what} file is empty (write {{}} for all defaults)")
     if not isinstance(doc, dict):
-        raise UserError(f"{path}: a scenario must be a YAML mapping, got {type(doc).__name__}")
+        raise UserError(f"{path}: a {what} must be a YAML mapping, got {type(doc).__name__}")
     return doc
+
+
+def find_file(path: str | Path, what: str = "scenario") -> Path:
+    """``path`` as given when it exists (relative to the working directory); else, for a
+    relative path, the same path under the repository root, so ``specsim run
+    scenarios/default.yaml`` works from any folder, as bare ``specsim run``, trace files and
+    catalogs already do. Neither: a one-line error naming both places."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    under = repo_root() / p
+    if under.exists():
+        return under
+    raise UserError(f"{p}: {what} not found here or under {repo_root()}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        """The mapping of ``node``; a repeated key is a ConstructorError naming its line."""
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                duplicate = False  # an unhashable key; the base class reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            if not isinstance(key, list | dict):
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def validate(doc: dict, source: str) -> Scenario:

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from sim.records import IterationRecord, RequestRecord, as_row, field_names
+from specdec.errors import UserError
 
 
 def package_version() -> str:
@@ -42,6 +43,19 @@ def default_run_dir(name: str, root: str | Path = "runs") -> Path:
     return path
 
 
+def make_dir(path: str | Path, flag: str) -> Path:
+    """Create the folder ``path`` (and its parents) or raise a one-line UserError naming
+    ``flag`` and the path: an existing file there, or a place that cannot be written."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{flag} {out}: cannot create the folder: {e.strerror}") from None
+    return out
+
+
 def write_records(path: Path, record_type: type, records: list) -> None:
     """Records as CSV with a header row (plain ``csv``; pandas belongs to reports/)."""
     with path.open("w", newline="") as f:
@@ -53,8 +67,16 @@ def write_records(path: Path, record_type: type, records: list) -> None:
 def write_run(result, out_dir: str | Path, source: str, overrides: list[str],
               wall_s: float) -> Path:
     """Write ``result`` (a ``ScenarioResult``) under ``out_dir``; returns the folder."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dir(out_dir, "--out")
+    try:
+        _write_files(result, out, source, overrides, wall_s)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write {e.filename or 'the run'}: {e.strerror}") \
+            from None
+    return out
+
+
+def _write_files(result, out: Path, source: str, overrides: list[str], wall_s: float) -> None:
     sc = result.scenario
     (out / "scenario.yaml").write_text(
         yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
@@ -68,4 +90,3 @@ def write_run(result, out_dir: str | Path, source: str, overrides: list[str],
         d.mkdir(exist_ok=True)
         write_records(d / "requests.csv", RequestRecord, v.requests)
         write_records(d / "iterations.csv", IterationRecord, v.iterations)
-    return out

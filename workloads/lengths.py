@@ -176,7 +176,7 @@ class EmpiricalLength(LengthDistribution):
         """Token counts from one column of a CSV file with a header row."""
         p = Path(path)
         try:
-            with p.open(newline="") as f:
+            with p.open(newline="", encoding="utf-8") as f:
                 reader = csv.DictReader(f)
                 if reader.fieldnames is None or column not in reader.fieldnames:
                     raise UserError(f"{p}: missing column '{column}'")
@@ -193,6 +193,8 @@ class EmpiricalLength(LengthDistribution):
                         raise UserError(
                             f"{p}: line {row_no}: column '{column}': must be >= 1, got {cell}"
                         )
+        except UnicodeDecodeError as e:
+            raise UserError(f"{p}: cannot read: not UTF-8 text (byte {e.start})") from None
         except OSError as e:
             raise UserError(f"{p}: cannot read: {e.strerror}") from None
         if not values:

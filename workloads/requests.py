@@ -115,7 +115,9 @@ def read_request_csv(path: str | Path) -> list[RequestSpec]:
     """Load a recorded request trace (format in the module docstring); ids are row order."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p}: cannot read: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise UserError(f"{p}: cannot read: {e.strerror}") from None
     reader = csv.DictReader(text.splitlines())

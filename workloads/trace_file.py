@@ -72,6 +72,14 @@ _PROB_TOL = 1e-12
 def save_trace(path, trace: AcceptanceTrace) -> Path:
     """Write ``trace`` to ``path`` (``.npz``); returns the path written."""
     path = Path(path)
+    try:
+        _write(path, trace)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the trace: {e.strerror}") from None
+    return path
+
+
+def _write(path: Path, trace: AcceptanceTrace) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:  # a file object stops numpy from appending ".npz"
         np.savez_compressed(
@@ -82,7 +90,6 @@ def save_trace(path, trace: AcceptanceTrace) -> Path:
             sequence=np.asarray(trace.sequence, dtype=np.int32),
             meta_json=np.array(json.dumps(trace.meta, sort_keys=True)),
         )
-    return path
 
 
 def load_trace(path) -> AcceptanceTrace:
@@ -94,9 +101,14 @@ def load_trace(path) -> AcceptanceTrace:
             data = {name: npz[name] for name in npz.files}
     except FileNotFoundError:
         raise UserError(f"{where}: trace file not found") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"{where}: not a readable .npz trace file ({first})") from None
+    except IsADirectoryError:
+        raise UserError(f"{where}: is a folder, not a trace file") from None
+    except PermissionError as err:
+        raise UserError(f"{where}: cannot read the trace: {err.strerror}") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+        # numpy's own text for a non-archive suggests allow_pickle=True: wrong advice here.
+        raise UserError(f"{where}: not a valid trace file (expected a .npz archive written "
+                        "by specsim trace)") from None
     for name in ARRAYS:
         if name not in data:
             raise UserError(f"{where}: {name}: missing array")

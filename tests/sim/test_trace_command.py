@@ -41,3 +41,10 @@ def test_trace_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert "tokens" in capsys.readouterr().err
     assert main(["trace", "--tokens", "50", "--out", str(tmp_path / "x.txt")]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_trace_out_where_nothing_can_be_written_is_one_line(capsys):
+    code = main(["trace", "--tokens", "20", "--prompts", "2", "--out", "/proc/x.npz"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "/proc/x.npz: cannot write the trace" in err[0]

@@ -104,3 +104,10 @@ def test_seeded_determinism():
     a = d.sample(1000, np.random.default_rng(9))
     assert np.array_equal(a, d.sample(1000, np.random.default_rng(9)))
     assert not np.array_equal(a, d.sample(1000, np.random.default_rng(10)))
+
+
+def test_empirical_csv_that_is_not_utf8_is_one_line(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_bytes(b"a\n\xff\n")
+    with pytest.raises(UserError, match=r"bad\.csv: cannot read: not UTF-8 text \(byte 2\)"):
+        EmpiricalLength.from_csv(f, "a")

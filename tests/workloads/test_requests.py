@@ -116,3 +116,10 @@ def test_csv_rejects_bad_files_with_one_line(tmp_path, text, fragment):
 def test_csv_missing_file(tmp_path):
     with pytest.raises(UserError, match="cannot read"):
         read_request_csv(tmp_path / "nope.csv")
+
+
+def test_csv_that_is_not_utf8_is_one_line(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_bytes(b"arrival_at,prompt_tokens,output_tokens\n\xff\xfe,1,1\n")
+    with pytest.raises(UserError, match=r"bad\.csv: cannot read: not UTF-8 text \(byte 39\)"):
+        read_request_csv(f)

@@ -125,7 +125,19 @@ def test_missing_meta_key_and_unreadable_files(tmp_path, small):
     with pytest.raises(UserError, match=r"meta_json\.seed: missing"):
         load_trace(path)
     (tmp_path / "junk.npz").write_text("not a zip file")
-    with pytest.raises(UserError, match="not a readable .npz trace file"):
+    with pytest.raises(UserError, match="junk.npz: not a valid trace file") as err:
         load_trace(tmp_path / "junk.npz")
+    assert "pickle" not in str(err.value)  # numpy's advice to allow pickles misleads here
+    (tmp_path / "folder.npz").mkdir()
+    with pytest.raises(UserError, match="folder.npz: is a folder"):
+        load_trace(tmp_path / "folder.npz")
     with pytest.raises(UserError, match="trace file not found"):
         load_trace(tmp_path / "absent.npz")
+
+
+def test_saving_where_nothing_can_be_written_is_one_line(tmp_path, small):
+    (tmp_path / "file").write_text("x")
+    for bad in ("/proc/x.npz", tmp_path / "file" / "t.npz"):
+        with pytest.raises(UserError, match="cannot write the trace") as err:
+            save_trace(bad, small)
+        assert str(err.value).startswith(f"{bad}: ") and "\n" not in str(err.value)
