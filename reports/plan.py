@@ -11,6 +11,15 @@ within ``rel_tol`` (default 5%) of the passing one; the passing rate is reported
 fixed seed, arrivals at rate r are the same draws scaled by 1/r, so runs at different rates
 differ only by load.
 
+A finite run can meet any SLO at a rate the deployment cannot sustain: with few requests, or
+a loose SLO, all of them arrive before the queue has grown enough to break it, and doubling
+would never stop. So a passing trial must also keep up: its completion rate (requests
+finished per second between the first and the last completion) at least ``KEEP_UP`` (half)
+of the offered rate. Below that the requests came as one burst, or piled up in a queue the
+deployment drains at its own, lower, rate. Such a pass is refused (``UserError``, with the
+numbers): the run is too short or the SLO too loose for the search to find a limit; more
+``run.requests`` or a tighter SLO does.
+
 Costs: a candidate deployment occupies ``deployment.replicas`` × (``tp × pp`` GPUs, plus
 one for a draft placed ``separate``) at the catalog's ``price_per_hour_usd``; the cost per
 million output tokens is that hourly price over the output tokens per hour at the highest
@@ -172,6 +181,9 @@ class RateSearch:
     measured: dict  # the SLO percentiles at max_rate_per_s
 
 
+KEEP_UP = 0.5  # a passing trial must complete at least this share of the offered rate
+
+
 def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
                 rel_tol: float = 0.05, max_steps: int = 40, doc: dict | None = None,
                 sets=()) -> RateSearch:
@@ -191,6 +203,16 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
         summary = dict(res.summaries[0])
         summary["output_tokens_per_request"] = float(np.mean([r.output_tokens for r in reqs]))
         cache[rate] = (ok, summary, measured)
+        ends = sorted(r.finished_at for r in reqs if r.finished)
+        done = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] \
+            else math.inf
+        if ok and done < KEEP_UP * rate:
+            span = max(r.arrival_at for r in reqs) if reqs else 0.0
+            raise UserError(
+                f"{source}: candidate {cand.name}: the SLO still holds at {rate:.4g} req/s, but "
+                f"the run completes only {done:.4g} req/s ({len(reqs)} requests arrive within "
+                f"{span:.3g} s): the run is too short or the SLO too loose to find a rate "
+                f"limit; raise run.requests or tighten the SLO")
         return ok
 
     lo, hi = 0.0, math.inf
@@ -240,9 +262,10 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
         raise UserError(f"{source}: no SLO: give --slo or set slo: in the scenario")
     if target_rate is not None and not target_rate > 0:
         raise UserError(f"--target-rate: must be > 0, got {target_rate}")
+    rate0 = float(base["workload"]["rate_per_s"])
+    built = [build_for(base, cand, rate0, source, doc, sets)[0] for cand in candidates]
     rows = []
-    for cand in candidates:
-        sc, _ = build_for(base, cand, float(base["workload"]["rate_per_s"]), source, doc, sets)
+    for cand, sc in zip(candidates, built, strict=True):
         gpu, gpus, price = _gpu_price(sc, cand)
         found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
         s = found.summary or {}

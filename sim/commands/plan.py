@@ -14,9 +14,11 @@ Capacity planning. For each candidate deployment (GPU type x count x TP x specul
 policy) find, with the simulator at the scenario's fixed seed and request count, the highest
 request rate that meets the SLO: the rate is doubled/halved from the scenario's until the
 SLO flips, then bisected until the failing rate is within --rel-tol (default 5%) of the
-passing one. Reports that rate, the replicas a --target-rate needs, and the cost per
-million output tokens from the catalog's hourly GPU prices; ranks the candidates and marks
-the cheapest.
+passing one. A pass where the deployment completes under half the offered rate (the
+requests came as one burst, or queued up) is refused: the run is too short or the SLO too
+loose to find a limit; raise run.requests or tighten the SLO. Reports that rate, the
+replicas a --target-rate needs, and the cost per million output tokens from the catalog's
+hourly GPU prices; ranks the candidates and marks the cheapest.
 
 SLO: --slo ttft_p99=2s,tpot_p50=50ms (metrics ttft, tpot, e2e; any percentile; units s, ms,
 us); without --slo the scenario's slo: section is used. A run meets the SLO when every

@@ -66,7 +66,7 @@ def test_shipped_candidates_use_engine_policies():
         scenario_for(base.model_dump(mode="json"), c, 1.0, "plan")
 
 
-def _small_base(requests=80):
+def _small_base(requests=160):
     doc = read_yaml(repo_root() / "scenarios" / "plan-llama70b.yaml")
     doc["run"]["requests"] = requests
     return validate(doc, "plan").model_dump(mode="json")

@@ -70,7 +70,7 @@ def test_plan_shipped_example_then_rerun(tmp_path, capsys):
 
 def test_plan_text_output_and_errors(tmp_path, capsys):
     doc = yaml.safe_load(SCENARIO.read_text())
-    doc["run"]["requests"] = 40
+    doc["run"]["requests"] = 300  # 40 arrive as one burst at any rate the SLO allows
     doc["variants"] = [{"name": "g2", "policy": {"kind": "fixed", "gamma": 2}}]
     scenario = tmp_path / "p.yaml"
     scenario.write_text(yaml.safe_dump(doc))
@@ -131,3 +131,18 @@ def test_a_bad_set_of_the_base_is_named(override, expected, tmp_path, capsys):
     scenario = _small(tmp_path)
     line = _plan_error([str(scenario), "--set", override], tmp_path, capsys)
     assert line.startswith(f"{scenario} (--set {override}): {expected}"), line
+
+
+@pytest.mark.parametrize("args", [["--set", "run.requests=20"],
+                                  ["--slo", "ttft_p99=60s,tpot_p99=200ms"]])
+def test_plan_refuses_a_run_too_short_or_an_slo_too_loose(args, tmp_path, capsys):
+    """Too few requests, or a loose SLO, hold at any rate: the search used to double the rate
+    to 1e12 req/s. A pass where the deployment does not keep up with the offered rate is
+    refused with the numbers instead."""
+    assert main(["plan", str(SCENARIO), *args, "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "the SLO still holds at" in err[0] and "the run completes only" in err[0]
+    assert "too short or the SLO too loose" in err[0]
+    assert not (tmp_path / "o").exists()
