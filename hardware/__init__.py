@@ -8,11 +8,12 @@ forward pass over a batch; ``hardware.draft`` prices drafting and places the dra
 
 from hardware.catalog import Catalog, GpuSpec, LinkSpec, ModelSpec, load_catalog
 from hardware.cost import CostModel, PassCost
-from hardware.deployment import Deployment, StageLayout, stage_layouts
+from hardware.deployment import Deployment, StageLayout, check_positions, stage_layouts
 from hardware.draft import (
     DraftSetup,
     chain_draft_seconds,
     check_colocated_memory,
+    check_same_vocab,
     colocated_kv_capacity_tokens,
     tree_attended_keys,
     tree_draft_seconds,
@@ -35,6 +36,8 @@ __all__ = [
     "StageLayout",
     "chain_draft_seconds",
     "check_colocated_memory",
+    "check_positions",
+    "check_same_vocab",
     "colocated_kv_capacity_tokens",
     "load_catalog",
     "load_hf_config",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from hardware.models import ModelConfig, ModelShape, format_validation, load_hf_config, model_shape
 from specdec.errors import UserError
@@ -49,6 +49,7 @@ class GpuSpec(_Frozen):
     host_link: str
     scale_up_link: str
     node_link: str
+    gpus_per_node: PositiveInt
     price_per_hour_usd: float = Field(ge=0)
     source: str
 
@@ -138,9 +139,14 @@ def _lookup(kind: str, key: str, table: dict[str, Any]) -> Any:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UserError(f"{path}: cannot read catalog file: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"{path}: not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); a catalog file must be UTF-8 YAML"
+        ) from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:

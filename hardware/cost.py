@@ -12,7 +12,10 @@ Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
          + (context + new tokens) x KV bytes per token  (KV read, then written for new tokens);
 - compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory);
 - comm_s = 2 all-reduces per block of (tokens x hidden x 2 bytes), ring model:
-           2(tp-1)/tp x message / link bandwidth + 2(tp-1) x link latency;
+           2(tp-1)/tp x message / link bandwidth + 2(tp-1) x link latency; the link is the
+           GPU's ``scale_up_link`` while tp <= its ``gpus_per_node``, else (TP spanning
+           servers) its ``node_link``: every ring step waits for the slowest hop, and some
+           hop crosses servers (no hierarchical all-reduce is modelled);
 - host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block); under TP
            each GPU streams its own shard over its own host link;
 - stage_s = max(max(compute_s, memory_s) + comm_s, host_s) + overhead_s.
@@ -29,6 +32,7 @@ decode and verify, and prefill is compute-bound anyway.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +118,16 @@ def _bound(compute: float, memory: float, comm: float, host: float) -> str:
     return "host" if host > top else name
 
 
+def _gib_formatter(need: float, available: float):
+    """A bytes -> 'GiB' formatter with 1-3 decimals: the fewest that tell need from available."""
+    digits = 3
+    for d in (1, 2):
+        if f"{need / GIB:.{d}f}" != f"{available / GIB:.{d}f}":
+            digits = d
+            break
+    return lambda n: f"{n / GIB:.{digits}f}"
+
+
 def causal_keys(sum_new: float, sum_new_ctx: float, sum_new_sq: float) -> float:
     """Attended (query, key) pairs of a causal batch: Σ new·ctx + ½(Σ new² + Σ new).
 
@@ -135,7 +149,12 @@ class CostModel:
     def __init__(self, dep: Deployment, catalog: Catalog) -> None:
         self.dep = dep
         gpu, shape = dep.gpu, dep.model.shape
-        self.tp_link = dep.tp_link or catalog.link(gpu.scale_up_link)
+        # TP over more GPUs than one server holds spans servers: the all-reduce ring then
+        # crosses the node link, and a ring runs at its slowest link (an explicit tp_link wins).
+        spans_nodes = dep.tp > gpu.gpus_per_node
+        self.tp_link = dep.tp_link or catalog.link(
+            gpu.node_link if spans_nodes else gpu.scale_up_link
+        )
         self.pp_link = dep.pp_link or catalog.link(gpu.node_link)
         host = catalog.link(gpu.host_link)
         self.layouts = stage_layouts(dep)
@@ -210,21 +229,32 @@ class CostModel:
         """Whole KV blocks of ``block_tokens`` tokens that fit (paged KV cache)."""
         return self.kv_capacity_tokens(reserve_bytes) // block_tokens
 
-    def check_memory(self, kv_tokens: int, reserve_bytes: int = 0) -> None:
-        """Raise a UserError with the numbers if weights + ``kv_tokens`` of KV do not fit."""
+    def check_memory(self, kv_tokens: int, reserve_bytes: int = 0, subject: str = "") -> None:
+        """Raise a UserError with the numbers if weights + ``kv_tokens`` of KV do not fit.
+
+        ``subject`` replaces the model id that starts the message (e.g. to say that it is a
+        draft that does not fit next to its target). The GiB figures get as many decimals
+        as it takes for "needs" to read larger than "available" (exact bytes if 3 are not
+        enough).
+        """
         usable = self.dep.usable_bytes_per_gpu - reserve_bytes
         for s, (w, st) in enumerate(zip(self.resident_weight_bytes(), self._stages, strict=True)):
             need = w + kv_tokens * st.kv_bytes_per_token
             if need > usable:
                 dep = self.dep
                 where = f" (pipeline stage {s})" if dep.pp > 1 else ""
+                total, available = need + reserve_bytes, dep.usable_bytes_per_gpu
+                gib = _gib_formatter(total, available)
+                exact = "" if gib(total) != gib(available) else (
+                    f" ({int(math.ceil(total))} > {available} bytes)"
+                )
                 raise UserError(
-                    f"{dep.model.id} does not fit on {dep.tp}x{dep.pp} {dep.gpu.id}{where}: "
-                    f"needs {need / GIB:.1f} GiB per GPU (weights {w / GIB:.1f} GiB at "
-                    f"{dep.weight_bits} bits + KV for {kv_tokens} tokens "
-                    f"{kv_tokens * st.kv_bytes_per_token / GIB:.1f} GiB"
-                    + (f" + reserved {reserve_bytes / GIB:.1f} GiB" if reserve_bytes else "")
-                    + f"), available {self.dep.usable_bytes_per_gpu / GIB:.1f} GiB of "
+                    f"{subject or dep.model.id} does not fit on {dep.tp}x{dep.pp} "
+                    f"{dep.gpu.id}{where}: needs {gib(total)} GiB per GPU (weights "
+                    f"{gib(w)} GiB at {dep.weight_bits} bits + KV for {kv_tokens} tokens "
+                    f"{gib(kv_tokens * st.kv_bytes_per_token)} GiB"
+                    + (f" + reserved {gib(reserve_bytes)} GiB" if reserve_bytes else "")
+                    + f"), available {gib(available)} GiB{exact} of "
                     f"{dep.gpu.hbm_capacity_gib:g} GiB after a "
                     f"{dep.workspace_fraction:.0%} workspace margin"
                 )

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 from specdec.errors import UserError
 
-__all__ = ["Deployment", "StageLayout", "stage_layouts", "GIB"]
+__all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB"]
 
 GIB = 2**30
 
@@ -160,6 +160,22 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
             )
         )
     return tuple(layouts)
+
+
+def check_positions(model: ModelSpec, context: int, new_tokens: int) -> None:
+    """Refuse a pass that needs more positions than the model has.
+
+    A sequence with ``context`` cached tokens fed ``new_tokens`` more (for a token tree: its
+    depth + 1, the positions its nodes take, not its node count) occupies positions up to
+    ``context + new_tokens``; beyond ``max_position_embeddings`` the model was never trained
+    (OPT's learned position table has no rows there). UserError with the numbers.
+    """
+    limit = model.config.max_position_embeddings
+    if context + new_tokens > limit:
+        raise UserError(
+            f"{model.id}: context {context} + {new_tokens} new tokens = "
+            f"{context + new_tokens} positions exceed max_position_embeddings {limit}"
+        )
 
 
 def _is_int(value: object) -> bool:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hardware.catalog import ModelSpec
 from hardware.cost import CostModel
 from hardware.deployment import GIB
 from specdec.errors import UserError
@@ -43,6 +44,7 @@ __all__ = [
     "tree_attended_keys",
     "colocated_kv_capacity_tokens",
     "check_colocated_memory",
+    "check_same_vocab",
 ]
 
 PLACEMENTS = ("colocated", "separate")
@@ -179,17 +181,43 @@ def colocated_kv_capacity_tokens(target: CostModel, draft: DraftSetup) -> int:
 
 
 def check_colocated_memory(target: CostModel, draft: DraftSetup, kv_tokens: int) -> None:
-    """Refuse (UserError with GiB) if target + draft weights and both KV caches do not fit."""
+    """Refuse (UserError with GiB) if target + draft weights and both KV caches do not fit.
+
+    The target is checked alone first, so a message that names the draft means the target
+    would fit without it; the draft's message names the target deployment it was paired with.
+    """
+    t = target.dep
+    target.check_memory(kv_tokens)
+    paired = f"{t.model.id} on {t.tp}x{t.pp} {t.gpu.id}"
     if draft.placement != "colocated":
-        target.check_memory(kv_tokens)
-        draft.cost.check_memory(-(-kv_tokens // draft.replicas))
+        draft.cost.check_memory(
+            -(-kv_tokens // draft.replicas),
+            subject=f"draft {draft.cost.dep.model.id} (separate GPUs, for target {paired})",
+        )
         return
     d_weights, d_kv = _draft_per_gpu(draft)
     reserve = d_weights + int(kv_tokens * d_kv)
+    name = draft.cost.dep.model.id
     try:
-        target.check_memory(kv_tokens, reserve_bytes=reserve)
+        target.check_memory(kv_tokens, reserve_bytes=reserve,
+                            subject=f"draft {name} (co-located) next to target {t.model.id}")
     except UserError as err:
         raise UserError(
-            f"{err} (reserved = draft {draft.cost.dep.model.id} weights "
-            f"{d_weights / GIB:.1f} GiB + its KV)"
+            f"{err} (reserved = draft {name} weights {d_weights / GIB:.1f} GiB + its KV)"
         ) from None
+
+
+def check_same_vocab(target: ModelSpec, draft: ModelSpec) -> None:
+    """Refuse a draft whose vocabulary size differs from the target's.
+
+    Speculation needs the draft to propose the target's own token ids, i.e. a shared
+    tokenizer; the configs do not name the tokenizer, so equal ``vocab_size`` is the check
+    made (necessary, not sufficient).
+    """
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv != dv:
+        raise UserError(
+            f"draft {draft.id} cannot speculate for target {target.id}: draft vocab_size {dv}, "
+            f"target vocab_size {tv}; the draft must share the target's tokenizer (equal "
+            f"vocab_size is the check made)"
+        )

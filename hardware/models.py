@@ -189,9 +189,14 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     """
     path = Path(path)
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise UserError(f"{path}: cannot read model config: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"{path}: not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); a config.json must be UTF-8 JSON"
+        ) from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
     if not isinstance(raw, dict):

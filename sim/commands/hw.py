@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
+from hardware.deployment import check_positions
 from hardware.draft import tree_attended_keys, tree_nodes
 from sim.commands import speedup
 from sim.commands._lists import int_list
@@ -39,9 +40,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_deployment_flags(step)
-    step.add_argument("--batch", type=int, required=True, help="sequences in the batch")
+    step.add_argument("--batch", type=int, required=True,
+                      help="sequences in the batch, >= 1 (required, no default)")
     step.add_argument("--context", type=int, required=True,
-                      help="cached tokens per sequence before the pass")
+                      help="cached tokens per sequence before the pass, >= 0 (required, no "
+                           "default); context + new tokens must not exceed the model's "
+                           "max_position_embeddings")
     fed = step.add_mutually_exclusive_group()
     fed.add_argument("--tokens", type=int, default=1,
                      help="new tokens per sequence in this pass (default 1: a decode pass)")
@@ -74,7 +78,9 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
                    help="model id from the catalog, or a Hugging Face config.json path")
     p.add_argument("--gpu", required=True, help="GPU id from the catalog (see 'hw list')")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel GPUs (default 1); more than the GPU's gpus_per_node "
+                        "('hw list') span servers")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
     p.add_argument("--weight-bits", type=int, default=16, choices=(16, 8, 4),
                    help="bits per weight (default 16; 8/4 = weight-only quantisation)")
@@ -84,7 +90,8 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                    help="fraction of the weights kept in host memory and streamed over the "
                         "GPU's host link every pass (default 0)")
     p.add_argument("--tp-link", help="link id for TP all-reduces (default: the GPU's "
-                                     "scale_up_link)")
+                                     "scale_up_link, or its node_link when --tp exceeds its "
+                                     "gpus_per_node and the ring spans servers)")
     p.add_argument("--pp-link", help="link id for pipeline hops (default: the GPU's node_link)")
     p.add_argument("--catalog", action="append", metavar="FILE",
                    help="extra catalog YAML file adding or overriding ids (repeatable)")
@@ -92,6 +99,11 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
 
 def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> CostModel:
     """The cost model for the deployment the flags describe, refusing one that cannot run."""
+    for name in ("tp", "pp"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
+    if not 0.0 <= args.offload <= 1.0:
+        raise UserError(f"--offload: must be a fraction in [0, 1], got {args.offload:g}")
     dep = Deployment(
         model=catalog.model(args.model),
         gpu=catalog.gpu(args.gpu),
@@ -100,8 +112,8 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
         weight_bits=args.weight_bits,
         kv_bits=args.kv_bits,
         offload_fraction=args.offload,
-        tp_link=catalog.link(args.tp_link) if args.tp_link else None,
-        pp_link=catalog.link(args.pp_link) if args.pp_link else None,
+        tp_link=catalog.link(args.tp_link) if args.tp_link is not None else None,
+        pp_link=catalog.link(args.pp_link) if args.pp_link is not None else None,
         kv_tokens=kv_tokens,
     )
     return CostModel(dep, catalog)
@@ -114,12 +126,14 @@ def run_step(args: argparse.Namespace) -> int:
             raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
     if args.context < 0:
         raise UserError(f"--context: must be >= 0, got {args.context}")
-    tokens, keys = args.tokens, None
+    tokens, keys, positions = args.tokens, None, args.tokens
     if args.tree is not None:
         widths = int_list(args.tree, "--tree", minimum=1, what="every expansion width")
         tokens = tree_nodes(widths)
+        positions = len(widths) + 1  # a tree's nodes take depth + 1 positions, not one each
         keys = [tree_attended_keys(widths, args.context)] * args.batch
     catalog = load_catalog(args.catalog)
+    check_positions(catalog.model(args.model), args.context, positions)
     cost = build_cost(args, catalog, kv_tokens=args.batch * (args.context + tokens))
     pc = cost.pass_cost([tokens] * args.batch, [args.context] * args.batch, keys=keys)
     dep = cost.dep
@@ -134,6 +148,8 @@ def run_step(args: argparse.Namespace) -> int:
         "kv_bytes_per_token": cost.kv_bytes_per_token,
         "kv_capacity_tokens": capacity,
         "kv_capacity_blocks": capacity // 16,
+        "tp_link": cost.tp_link.id if dep.tp > 1 else None,
+        "gpus_per_node": dep.gpu.gpus_per_node,
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -147,7 +163,10 @@ def run_step(args: argparse.Namespace) -> int:
     print(f"  pass           {pc.seconds * ms:9.3f} ms   ({pc.bound}-bound)")
     print(f"  compute        {pc.compute_s * ms:9.3f} ms   {pc.flops:.3e} FLOPs")
     print(f"  memory         {pc.memory_s * ms:9.3f} ms   {pc.hbm_bytes:.3e} HBM bytes")
-    print(f"  communication  {pc.comm_s * ms:9.3f} ms")
+    spans = f", TP over {-(-dep.tp // dep.gpu.gpus_per_node)} servers" \
+        if dep.tp > dep.gpu.gpus_per_node else ""
+    print(f"  communication  {pc.comm_s * ms:9.3f} ms"
+          + (f"   (TP all-reduces over {cost.tp_link.id}{spans})" if dep.tp > 1 else ""))
     print(f"  host transfer  {pc.host_s * ms:9.3f} ms")
     print(f"  overhead       {pc.overhead_s * ms:9.3f} ms")
     if dep.pp > 1:
@@ -176,12 +195,13 @@ def run_list(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=2))
         return 0
-    print("GPUs (dense 16-bit peak, memory bandwidth, capacity, eta_c/eta_m, overhead, $/h):")
+    print("GPUs (dense 16-bit peak, memory bandwidth, capacity, eta_c/eta_m, overhead, $/h, "
+          "GPUs per server):")
     for g in catalog.gpus.values():
         print(f"  {g.id:10s} {g.peak(g.default_dtype) / 1e12:6.0f} TFLOP/s "
               f"{g.hbm_bytes_per_s / 1e12:6.3f} TB/s {g.hbm_capacity_gib:5.0f} GiB  "
               f"{g.eta_compute:.2f}/{g.eta_memory:.2f}  {g.overhead_s * 1e3:.2f} ms  "
-              f"${g.price_per_hour_usd:.2f}  {g.name}")
+              f"${g.price_per_hour_usd:.2f}  {g.gpus_per_node}/node  {g.name}")
     print("Links (bandwidth per direction, per-message latency):")
     for lk in catalog.links.values():
         print(f"  {lk.id:12s} {lk.bytes_per_s / 1e9:7.2f} GB/s {lk.latency_s * 1e6:6.1f} us  "

@@ -7,7 +7,8 @@ import json
 from dataclasses import asdict
 
 from hardware import CostModel, Deployment, DraftSetup, load_catalog
-from hardware.draft import check_colocated_memory, tree_nodes
+from hardware.deployment import check_positions
+from hardware.draft import check_colocated_memory, check_same_vocab, tree_nodes
 from hardware.speedup import (
     analytic_table,
     best_analytic,
@@ -59,33 +60,47 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of both modes, and the handler (also used by ``specsim hw speedup``)."""
-    p.add_argument("--alpha", type=float, help="acceptance rate per guessed token, 0..1")
-    p.add_argument("--c", type=float, help="analytic mode: draft pass time / target pass time")
-    p.add_argument("--gamma-max", type=int, help="largest gamma in the table (default 8)")
+    p.add_argument("--alpha", type=float,
+                   help="acceptance rate per guessed token, 0..1 (no default: required, "
+                        "except for hardware trees)")
+    p.add_argument("--c", type=float, help="analytic mode: draft pass time / target pass time "
+                                           "(no default: required in analytic mode)")
+    p.add_argument("--gamma-max", type=int, help="largest gamma in the table, >= 1 (default 8)")
     p.add_argument("--target", help="hardware mode: target model id or config.json path")
-    p.add_argument("--draft", help="draft model id or config.json path")
-    p.add_argument("--gpu", help="GPU id (see 'specsim hw list')")
-    p.add_argument("--batch", type=int, help="sequences in the batch")
-    p.add_argument("--context", type=int, help="cached tokens per sequence")
-    p.add_argument("--tp", type=int, help="target tensor parallelism (default 1)")
+    p.add_argument("--draft", help="draft model id or config.json path; must have the "
+                                   "target's vocab_size (shared tokenizer) (required with "
+                                   "--target)")
+    p.add_argument("--gpu", help="GPU id (see 'specsim hw list') (required with --target)")
+    p.add_argument("--batch", type=int,
+                   help="sequences in the batch, >= 1 (no default: required with --target)")
+    p.add_argument("--context", type=int,
+                   help="cached tokens per sequence, >= 0 (no default: required with --target)")
+    p.add_argument("--tp", type=int, help="target tensor parallelism, >= 1 (default 1)")
     p.add_argument("--weight-bits", type=int, choices=(16, 8, 4),
                    help="target weight bits (default 16)")
     p.add_argument("--draft-weight-bits", type=int, choices=(16, 8, 4),
-                   help="draft weight bits (default 16)")
-    p.add_argument("--kv-bits", type=int, choices=(16, 8), help="KV bits, both models")
+                   help="draft weight bits (default: the target's --weight-bits, as a "
+                        "scenario's deployment.draft_weight_bits; the lecture's section 7.3 "
+                        "tables use a 16-bit draft: give 16)")
+    p.add_argument("--kv-bits", type=int, choices=(16, 8), help="KV bits, both models "
+                                                                "(default 16)")
     p.add_argument("--draft-placement", choices=("colocated", "separate"),
-                   help="draft on the target's GPUs (default) or on one GPU of its own")
-    p.add_argument("--tree", help="expansion widths k1,k2,...; 'k' marks the swept width")
-    p.add_argument("--widths", help="values of k to sweep, e.g. 1,2,3,4,5")
-    p.add_argument("--tokens-per-verify", help="measured tokens per verify, one per width")
+                   help="draft on the target's GPUs (default colocated) or on one GPU of "
+                        "its own (separate)")
+    p.add_argument("--tree", help="expansion widths k1,k2,...; 'k' marks the swept width "
+                                  "(default: none, a chain table)")
+    p.add_argument("--widths", help="values of k to sweep, e.g. 1,2,3,4,5 (needs a k in --tree)")
+    p.add_argument("--tokens-per-verify", help="measured tokens per verify, one per width "
+                                               "(required with --tree)")
     p.add_argument("--catalog", action="append", metavar="FILE",
-                   help="extra catalog YAML file (repeatable)")
+                   help="extra catalog YAML file (repeatable; default: the shipped catalogs)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler: pick the mode from the flags, refuse mixtures with one line."""
+    _check_ranges(args)
     if args.target is None:
         _refuse(args, HARDWARE_ONLY, "needs --target (hardware mode)")
         return _analytic(args)
@@ -103,6 +118,14 @@ def run(args: argparse.Namespace) -> int:
     return _hardware(args)
 
 
+def _check_ranges(args: argparse.Namespace) -> None:
+    """Refuse out-of-range integers given explicitly (nothing is clamped to a default)."""
+    for name, least in (("gamma_max", 1), ("tp", 1), ("batch", 1), ("context", 0)):
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise UserError(f"--{name.replace('_', '-')}: must be >= {least}, got {value}")
+
+
 def _refuse(args: argparse.Namespace, names: tuple[str, ...], why: str) -> None:
     for name in names:
         if getattr(args, name) is not None:
@@ -112,7 +135,7 @@ def _refuse(args: argparse.Namespace, names: tuple[str, ...], why: str) -> None:
 def _analytic(args: argparse.Namespace) -> int:
     if args.alpha is None or args.c is None:
         raise UserError("analytic mode needs --alpha and --c (or give --target for hardware)")
-    rows = analytic_table(args.alpha, args.c, args.gamma_max or 8)
+    rows = analytic_table(args.alpha, args.c, 8 if args.gamma_max is None else args.gamma_max)
     best = best_analytic(args.alpha, args.c, rows)
     if args.json:
         print(json.dumps({"alpha": args.alpha, "c": args.c,
@@ -129,19 +152,33 @@ def _analytic(args: argparse.Namespace) -> int:
 def _hardware(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     gpu = catalog.gpu(args.gpu)
-    kv_bits = args.kv_bits or 16
+    target_model, draft_model = catalog.model(args.target), catalog.model(args.draft)
+    check_same_vocab(target_model, draft_model)
+    kv_bits = 16 if args.kv_bits is None else args.kv_bits
+    weight_bits = 16 if args.weight_bits is None else args.weight_bits
+    draft_bits = weight_bits if args.draft_weight_bits is None else args.draft_weight_bits
+    tp = 1 if args.tp is None else args.tp
+    placement = args.draft_placement or "colocated"
     trees, tokens = _trees(args) if args.tree is not None else ([], [])
-    gamma_max = args.gamma_max or 8
+    gamma_max = 8 if args.gamma_max is None else args.gamma_max
     new_max = max((tree_nodes(w) for _, w in trees), default=gamma_max + 1)
+    # positions a sequence reaches: a chain's gamma drafts + the bonus token; a tree's depth + 1
+    positions = max((len(w) + 1 for _, w in trees), default=gamma_max + 1)
+    check_positions(target_model, args.context, positions)
+    check_positions(draft_model, args.context, positions)
     kv_tokens = args.batch * (args.context + new_max)
-    target_dep = Deployment(catalog.model(args.target), gpu, tp=args.tp or 1,
-                            weight_bits=args.weight_bits or 16, kv_bits=kv_bits,
-                            kv_tokens=max(kv_tokens, 0))
+    target_dep = Deployment(target_model, gpu, tp=tp, weight_bits=weight_bits,
+                            kv_bits=kv_bits, kv_tokens=kv_tokens)
     target = CostModel(target_dep, catalog)
-    draft_dep = Deployment(catalog.model(args.draft), gpu,
-                           weight_bits=args.draft_weight_bits or 16, kv_bits=kv_bits)
-    draft_cost = CostModel(draft_dep, catalog)
-    if (args.draft_placement or "colocated") == "colocated":
+    draft_dep = Deployment(draft_model, gpu, weight_bits=draft_bits, kv_bits=kv_bits)
+    try:
+        draft_cost = CostModel(draft_dep, catalog)
+    except UserError as err:
+        raise UserError(
+            f"draft {err} (asked for: target {target_model.id} tp {tp} on {gpu.id}, draft "
+            f"{placement})"
+        ) from None
+    if placement == "colocated":
         draft = DraftSetup.colocated_with(draft_cost, target)
     else:
         draft = DraftSetup(draft_cost, placement="separate", replicas=1)
@@ -196,12 +233,13 @@ def _trees(args: argparse.Namespace) -> tuple[list[tuple[int, list[int]]], list[
     if "k" in parts:
         if args.widths is None:
             raise UserError("--widths: required when --tree contains k (the swept width)")
-        template = int_list(",".join("0" if p == "k" else p for p in parts), "--tree")
+        template = int_list(",".join("1" if p == "k" else p for p in parts), "--tree",
+                            minimum=1, what="every expansion width")
         trees = [(w, [w if p == "k" else t for p, t in zip(parts, template, strict=True)])
-                 for w in int_list(args.widths, "--widths")]
+                 for w in int_list(args.widths, "--widths", minimum=1, what="every width")]
     else:
         if args.widths is not None:
             raise UserError("--widths needs a 'k' in --tree to mark the swept width")
-        widths = int_list(args.tree, "--tree")
+        widths = int_list(args.tree, "--tree", minimum=1, what="every expansion width")
         trees = [(widths[0], widths)]
     return trees, tokens

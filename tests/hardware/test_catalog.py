@@ -86,6 +86,7 @@ GPU_OK = """\
         host_link: pcie4-x16
         scale_up_link: nvlink3
         node_link: eth-100g
+        gpus_per_node: 4
         price_per_hour_usd: 1.0
         source: a test entry
 """
@@ -179,3 +180,20 @@ def test_missing_catalog_file(tmp_path):
 def test_empty_user_file_changes_nothing(tmp_path):
     path = _file(tmp_path, "")
     assert set(load_catalog(path).gpus) == set(load_catalog().gpus)
+
+
+def test_every_gpu_says_how_many_share_a_server():
+    cat = load_catalog()
+    per_node = {g.id: g.gpus_per_node for g in cat.gpus.values()}
+    assert all(n >= 1 for n in per_node.values())
+    assert per_node["h100"] == per_node["h200"] == per_node["a100-80gb"] == 8  # HGX boards
+    assert per_node["a10"] == 4  # g5.12xlarge-style server
+
+
+def test_non_utf8_catalog_file_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("gpus:\n  h100: {name: caf\u00e9}\n".encode("latin-1"))
+    with pytest.raises(UserError) as err:
+        load_catalog(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: not a UTF-8 text file (byte 0xe9") and "\n" not in msg

@@ -267,3 +267,69 @@ def test_model_that_does_not_fit_is_refused_with_gib_numbers():
 def test_bad_deployment_fields(kw, match):
     with pytest.raises(UserError, match=match):
         cost(gpu="a100-80gb", **kw)
+
+
+def test_tp_beyond_one_server_prices_the_all_reduce_over_the_node_link():
+    """H100: 8 per HGX server. TP 8 rings over NVLink; TP 16 spans 2 servers, over IB."""
+    nvlink, ib = CAT.link("nvlink4"), CAT.link("ib-ndr-400g")
+
+    def ring_s(tp, link, tokens=1):
+        steps = 2 * (tp - 1)
+        return 2 * 32 * (steps * link.latency_s + steps / tp * tokens * 4096 * 2 / link.bytes_per_s)
+
+    assert cost(tp=8).tp_link == nvlink
+    assert cost(tp=8).pass_cost([1], [1024]).comm_s == pytest.approx(ring_s(8, nvlink), rel=1e-12)
+    c16 = cost(tp=16)
+    assert c16.tp_link == ib
+    assert c16.pass_cost([1], [1024]).comm_s == pytest.approx(ring_s(16, ib), rel=1e-12)
+    # an explicit link is the user's word, even across servers
+    assert cost(tp=16, tp_link=nvlink).tp_link == nvlink
+    # an A10 server holds 4: tp 8 of them crosses the node link (100 GbE)
+    assert cost("llama-3-8b", "a10", tp=8).tp_link == CAT.link("eth-100g")
+    assert cost("llama-3-8b", "a10", tp=4).tp_link == CAT.link("pcie4-x16")
+
+
+def test_replicated_kv_heads_are_counted_in_memory_and_bytes_read():
+    """Llama-3-8B has 8 KV heads: at tp 16 each is held (and read) by 2 GPUs, with its k/v
+    projection -- 16 heads' worth of KV and k/v weights in all, twice tp 8's."""
+    shape = CAT.model("llama-3-8b").shape
+    a, b = cost(tp=8).pass_cost([1] * 4, [512] * 4), cost(tp=16).pass_cost([1] * 4, [512] * 4)
+    kv_tokens = 4 * 513
+    extra = kv_tokens * L3_8B_KV + 32 * shape.kv_proj_params * 2  # replicated KV + k/v weights
+    assert b.hbm_bytes - a.hbm_bytes == pytest.approx(extra, rel=1e-9)
+    assert 16 * cost(tp=16).stage_kv_bytes_per_token[0] == 2 * L3_8B_KV
+
+
+def test_a_fit_error_shows_need_above_available():
+    """One token too many: need and available agree to 0.1 GiB, so the message says more."""
+    c = cost("llama-3-8b", "a10")
+    fits = c.kv_capacity_tokens()
+    c.check_memory(fits)
+    with pytest.raises(UserError) as err:
+        c.check_memory(fits + 1)
+    msg = str(err.value)
+    need = msg.split("needs ")[1].split(" GiB")[0]
+    available = msg.split("available ")[1].split(" GiB")[0]
+    assert need != available or "bytes)" in msg, msg
+    if "bytes)" in msg:
+        a, b = msg.split("(")[-1].split(" bytes)")[0].split(" > ")
+        assert int(a) > int(b)
+
+
+def test_gib_digits_grow_until_need_and_available_differ():
+    from hardware.cost import _gib_formatter
+    gib = 2**30
+    assert _gib_formatter(21.64 * gib, 21.6 * gib)(21.64 * gib) == "21.64"
+    assert _gib_formatter(22.0 * gib, 21.6 * gib)(22.0 * gib) == "22.0"
+    assert _gib_formatter(21.6001 * gib, 21.6 * gib)(21.6001 * gib) == "21.600"
+
+
+def test_positions_beyond_the_model_are_refused():
+    from hardware import check_positions
+    model = CAT.model("llama-3-8b")  # max_position_embeddings 8192
+    check_positions(model, 8191, 1)
+    with pytest.raises(UserError, match=r"llama-3-8b: context 200000 \+ 1 new tokens = 200001 "
+                                        r"positions exceed max_position_embeddings 8192"):
+        check_positions(model, 200000, 1)
+    with pytest.raises(UserError, match="8193 positions"):
+        check_positions(model, 8188, 5)

@@ -11,6 +11,7 @@ from hardware import (
     DraftSetup,
     chain_draft_seconds,
     check_colocated_memory,
+    check_same_vocab,
     colocated_kv_capacity_tokens,
     load_catalog,
     tree_attended_keys,
@@ -129,6 +130,11 @@ def test_colocated_draft_shares_memory_separate_does_not():
     check_colocated_memory(target, colo, 300_000)
     with pytest.raises(UserError, match=r"reserved = draft llama-3.2-1b weights 2\.3 GiB"):
         check_colocated_memory(target, colo, 400_000)
+    # the target alone fits 400k tokens: the message says it is the draft, and next to what
+    target.check_memory(400_000)
+    with pytest.raises(UserError, match=r"^draft llama-3.2-1b \(co-located\) next to target "
+                                        r"llama-3-8b does not fit on 1x1 h100: needs 7\d\.\d GiB"):
+        check_colocated_memory(target, colo, 400_000)
     check_colocated_memory(target, sep, 400_000)  # the draft's own GPU holds its KV
 
 
@@ -137,3 +143,23 @@ def test_bad_placement():
         DraftSetup(cost("llama-3.2-1b"), placement="remote")
     with pytest.raises(UserError, match="replicas"):
         DraftSetup(cost("llama-3.2-1b"), replicas=0)
+
+
+def test_separate_draft_that_does_not_fit_is_named_as_the_draft():
+    target, big = cost("llama-3-8b", "a100-80gb"), cost("llama-3-8b", "a10")
+    sep = DraftSetup(big, placement="separate")
+    with pytest.raises(UserError, match=r"^draft llama-3-8b \(separate GPUs, for target "
+                                        r"llama-3-8b on 1x1 a100-80gb\) does not fit on 1x1 a10"):
+        check_colocated_memory(target, sep, 100_000)
+
+
+def test_draft_must_share_the_target_vocabulary():
+    check_same_vocab(CAT.model("llama-3-8b"), CAT.model("llama-3.2-1b"))
+    check_same_vocab(CAT.model("opt-13b"), CAT.model("opt-125m"))
+    with pytest.raises(UserError) as err:
+        check_same_vocab(CAT.model("llama-3-8b"), CAT.model("opt-125m"))
+    assert str(err.value) == (
+        "draft opt-125m cannot speculate for target llama-3-8b: draft vocab_size 50272, "
+        "target vocab_size 128256; the draft must share the target's tokenizer (equal "
+        "vocab_size is the check made)"
+    )

@@ -143,3 +143,11 @@ def test_unreadable_and_invalid_json(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(UserError, match="bad.json: not valid JSON"):
         load_hf_config(bad)
+
+
+def test_non_utf8_config_json_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"model_type": "llama", "_name": "\xff"}')
+    with pytest.raises(UserError) as err:
+        load_hf_config(path)
+    assert str(err.value).startswith(f"{path}: not a UTF-8 text file (byte 0xff")

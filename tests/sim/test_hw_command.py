@@ -120,3 +120,49 @@ def test_hw_speedup_is_specsim_speedup(capsys):
     _, direct, _ = run(capsys, "speedup", *argv)
     code, via_hw, _ = run(capsys, "hw", "speedup", *argv)
     assert code == 0 and json.loads(via_hw) == json.loads(direct)
+
+
+STEP = ["hw", "step", "--model", "llama-3-8b", "--gpu", "h100", "--batch", "1"]
+
+
+def test_step_refuses_bad_flags_instead_of_ignoring_them(capsys):
+    for extra, message in (
+        (["--context", "1", "--tp", "0"], "--tp: must be >= 1, got 0"),
+        (["--context", "1", "--pp", "0"], "--pp: must be >= 1, got 0"),
+        (["--context", "1", "--offload", "1.5"],
+         "--offload: must be a fraction in [0, 1], got 1.5"),
+        (["--context", "1", "--tp-link", ""], "unknown link ''"),
+        (["--context", "1", "--pp-link", ""], "unknown link ''"),
+        (["--context", "200000"], "llama-3-8b: context 200000 + 1 new tokens = 200001 positions "
+                                  "exceed max_position_embeddings 8192"),
+        (["--context", "8190", "--tokens", "3"], "8193 positions exceed"),
+        (["--context", "8188", "--tree", "5,1,1,1"], "context 8188 + 5 new tokens"),
+    ):
+        code, out, err = run(capsys, *STEP, *extra)
+        assert code == 2 and out == "" and err.count("\n") == 1, (extra, err)
+        assert message in err, (extra, err)
+    code, _, _ = run(capsys, *STEP, "--context", "8187", "--tree", "5,1,1,1")
+    assert code == 0  # 21 nodes but only 5 positions deep
+
+
+def test_step_tp_across_servers_uses_the_node_link(capsys):
+    def step(tp):
+        code, out, _ = run(capsys, *STEP, "--context", "1024", "--tp", str(tp), "--json")
+        assert code == 0
+        return json.loads(out)
+
+    eight, sixteen = step(8), step(16)
+    assert (eight["tp_link"], sixteen["tp_link"]) == ("nvlink4", "ib-ndr-400g")
+    assert eight["gpus_per_node"] == 8 and step(1)["tp_link"] is None
+    assert sixteen["comm_s"] > 5 * eight["comm_s"]  # over NVLink it would be ~2x
+    code, out, _ = run(capsys, *STEP, "--context", "1024", "--tp", "16")
+    assert "(TP all-reduces over ib-ndr-400g, TP over 2 servers)" in out
+    code, out, _ = run(capsys, "hw", "list")
+    assert "8/node" in out
+
+
+def test_non_utf8_catalog_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "cat.yaml"
+    bad.write_bytes(b"gpus:\n  h100: {name: \xe9}\n")
+    code, _, err = run(capsys, "hw", "list", "--catalog", str(bad))
+    assert code == 2 and err.count("\n") == 1 and f"{bad}: not a UTF-8 text file" in err

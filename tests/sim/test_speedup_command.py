@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from sim.cli import main
 
 HW = ["speedup", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100"]
+# lecture section 7.3: 8-bit target, 16-bit draft (the draft defaults to the target's bits)
 TREE = ["speedup", "--target", "llama-3-70b", "--weight-bits", "8", "--draft", "llama-3.2-1b",
-        "--gpu", "h200", "--context", "1024", "--tree", "k,1,1,1", "--widths", "1,5",
+        "--draft-weight-bits", "16", "--gpu", "h200", "--context", "1024", "--tree", "k,1,1,1",
+        "--widths", "1,5",
         "--tokens-per-verify", "1.63,2.34"]
 
 
@@ -103,3 +106,88 @@ def test_mixed_or_missing_flags_are_one_line_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["speedup", "--alpha", "0.8", "--c", "0.1", "--gamma-max", "0"],
+         "--gamma-max: must be >= 1, got 0"),
+        ([*HW, "--batch", "1", "--context", "1", "--alpha", "0.8", "--gamma-max", "0"],
+         "--gamma-max: must be >= 1, got 0"),
+        ([*HW, "--batch", "1", "--context", "1", "--alpha", "0.8", "--tp", "0"],
+         "--tp: must be >= 1, got 0"),
+        ([*HW, "--batch", "0", "--context", "1", "--alpha", "0.8"], "--batch: must be >= 1, got 0"),
+        ([*HW, "--batch", "1", "--context", "-1", "--alpha", "0.8"],
+         "--context: must be >= 0, got -1"),
+        ([*TREE[:-6], "--tree", "0,1,1", "--tokens-per-verify", "1.5", "--batch", "1"],
+         "--tree: every expansion width must be >= 1, got '0,1,1'"),
+        ([*TREE[:-6], "--tree", "k,0", "--widths", "1", "--tokens-per-verify", "1.5",
+          "--batch", "1"],
+         "--tree: every expansion width must be >= 1"),
+        ([*TREE[:-6], "--tree", "k,1", "--widths", "0,2", "--tokens-per-verify", "1.5,1.5",
+          "--batch", "1"],
+         "--widths: every width must be >= 1, got '0,2'"),
+        (["speedup", "--target", "llama-3-8b", "--draft", "opt-125m", "--gpu", "h100",
+          "--batch", "1", "--context", "128", "--alpha", "0.8"],
+         "draft opt-125m cannot speculate for target llama-3-8b: draft vocab_size 50272, "
+         "target vocab_size 128256; the draft must share the target's tokenizer"),
+        ([*HW, "--batch", "1", "--context", "8184", "--alpha", "0.8"],
+         "llama-3-8b: context 8184 + 9 new tokens = 8193 positions exceed "
+         "max_position_embeddings 8192"),
+        (["speedup", "--target", "llama-3-70b", "--tp", "4", "--weight-bits", "4",
+          "--draft-weight-bits", "16", "--draft", "llama-3.2-1b", "--gpu", "a10",
+          "--batch", "82", "--context", "2048", "--alpha", "0.8"],
+         "draft llama-3.2-1b (co-located) next to target llama-3-70b does not fit on 4x1 a10"),
+        (["speedup", "--target", "llama-3-8b", "--weight-bits", "4", "--draft", "llama-3-70b",
+          "--draft-placement", "separate", "--gpu", "a10", "--batch", "1", "--context", "16",
+          "--alpha", "0.8"],
+         "draft llama-3-70b does not fit on 1x1 a10"),
+    ],
+)
+def test_bad_values_are_refused_not_clamped(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_separate_draft_error_names_the_asked_deployment(capsys):
+    code, _, err = run(capsys, "speedup", "--target", "llama-3-8b", "--weight-bits", "4",
+                       "--draft", "llama-3-70b", "--draft-placement", "separate", "--gpu", "a10",
+                       "--batch", "1", "--context", "16", "--alpha", "0.8")
+    assert code == 2
+    assert "(asked for: target llama-3-8b tp 1 on a10, draft separate)" in err
+
+
+def test_the_largest_context_that_fits_the_positions_runs(capsys):
+    code, _, _ = run(capsys, *HW, "--batch", "1", "--context", "8183", "--alpha", "0.8")
+    assert code == 0
+
+
+def test_draft_weight_bits_default_to_the_targets(capsys):
+    """As a scenario's deployment.draft_weight_bits (null = the target's bits)."""
+    base = [*HW, "--batch", "1", "--context", "1024", "--alpha", "0.8", "--weight-bits", "8",
+            "--json"]
+
+    def c_of(*extra):
+        code, out, _ = run(capsys, *base, *extra)
+        assert code == 0
+        return json.loads(out)["rows"][0]["c"]
+
+    assert c_of() == c_of("--draft-weight-bits", "8")
+    assert c_of() < c_of("--draft-weight-bits", "16")
+
+
+def test_help_states_every_default(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # no wrapping inside a flag's help
+    with pytest.raises(SystemExit):
+        main(["speedup", "--help"])
+    options = capsys.readouterr().out.split("options:", 1)[1]
+    entries = [e for e in re.split(r"\n  (?=-)", options) if e.strip()]
+    helps = {e.split()[0]: " ".join(e.split()) for e in entries}
+    for flag, said in (("--alpha", "no default: required"), ("--batch", "no default"),
+                       ("--context", "no default"), ("--gamma-max", "(default 8)"),
+                       ("--tp", "(default 1)"), ("--kv-bits", "(default 16)"),
+                       ("--draft-weight-bits", "default: the target's --weight-bits"),
+                       ("--draft-placement", "default colocated")):
+        assert said in helps[flag], (flag, helps[flag])
