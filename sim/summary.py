@@ -5,7 +5,16 @@ Definitions:
 - TTFT = first_token_at − arrival_at; TPOT = (finished_at − first_token_at) / (output − 1)
   over finished requests with more than one output token; end-to-end = finished_at −
   arrival_at. Percentiles over finished requests (TTFT: over requests that got a token).
-- Throughput = emitted tokens / simulated duration; requests/s = finished / duration.
+- Throughput is measured over the steady window [first arrival, last arrival], not up to
+  the last finish, which would count draining the queue after arrivals stop (a deployment
+  that keeps up would look slower than its offered rate, and the faster drainer would look
+  like the higher-throughput one): ``throughput_tokens_per_s`` = output tokens emitted by
+  iterations that end inside the window / its length; ``requests_per_s`` = requests that
+  finish inside it / its length. When the window is empty (an offline batch, every request
+  arriving at t=0; or a single request) both fall back to the makespan: all emitted tokens
+  and finished requests over the simulated duration. The window still holds the warm-up
+  (requests that arrived in its first end-to-end latency finish inside it only in part), so
+  a run only a few latencies long reads low; more ``run.requests`` shrinks that share.
 - ``acceptance_rate`` = accepted / drafted tokens, and ``mean_acceptance_length`` = 1 +
   accepted / draft steps, as vLLM defines them.
 - ``tokens_per_verify`` = (accepted + verify steps) / verify steps: tokens a verify yields
@@ -64,6 +73,35 @@ def formula_tokens_per_verify(
     return float((e * seqs[seqs > 0]).sum() / seqs.sum())
 
 
+def window_rates(arrival_at, finished_at, iteration_end_at, iteration_emitted, emitted: int,
+                 finished: int, duration_s: float) -> dict[str, float | None]:
+    """``throughput_tokens_per_s`` and ``requests_per_s`` over the arrival window (see the
+    module docstring) from plain arrays: requests' ``arrival_at`` and ``finished_at`` (NaN
+    when unfinished), iterations' end times and ``emitted_tokens``; over the makespan
+    ``duration_s`` (``emitted`` tokens, ``finished`` requests) when that window is empty.
+    ``reports`` computes the same numbers from its frames through this function."""
+    arrival = np.asarray(arrival_at, dtype=np.float64)
+    first, last = (float(arrival.min()), float(arrival.max())) if arrival.size else (0.0, 0.0)
+    if last > first:
+        window = last - first
+        ends = np.asarray(iteration_end_at, dtype=np.float64)
+        done = np.asarray(finished_at, dtype=np.float64)
+        tokens = np.asarray(iteration_emitted, dtype=np.int64)[(ends >= first) & (ends <= last)]
+        return {"throughput_tokens_per_s": float(tokens.sum()) / window,
+                "requests_per_s": int(((done >= first) & (done <= last)).sum()) / window}
+    return {"throughput_tokens_per_s": emitted / duration_s if duration_s > 0 else None,
+            "requests_per_s": finished / duration_s if duration_s > 0 else None}
+
+
+def throughput(requests: list[RequestRecord], iterations: list[IterationRecord], emitted: int,
+               finished: int, duration_s: float) -> dict[str, float | None]:
+    """:func:`window_rates` of a variant's records."""
+    return window_rates(
+        _col(requests, "arrival_at"), _col(requests, "finished_at"),
+        _col(iterations, "start_at") + _col(iterations, "duration_s"),
+        _col(iterations, "emitted_tokens", np.int64), emitted, finished, duration_s)
+
+
 def summarize(name: str, requests: list[RequestRecord], iterations: list[IterationRecord],
               duration_s: float, chain: bool = True) -> dict:
     """The summary of one variant (the keys ``specsim run --json`` prints)."""
@@ -88,8 +126,7 @@ def summarize(name: str, requests: list[RequestRecord], iterations: list[Iterati
         "e2e_p50_s": _pct(lat["e2e"], 50),
         "e2e_p90_s": _pct(lat["e2e"], 90),
         "e2e_p99_s": _pct(lat["e2e"], 99),
-        "throughput_tokens_per_s": emitted / duration_s if duration_s > 0 else None,
-        "requests_per_s": finished / duration_s if duration_s > 0 else None,
+        **throughput(requests, iterations, emitted, finished, duration_s),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "tokens_per_verify": (accepted + steps) / steps if steps else None,
