@@ -39,10 +39,11 @@ class Deployment:
     """How one model is deployed: GPU type, TP x PP GPUs, bit widths, offloading, links.
 
     ``tp_link`` / ``pp_link`` default (``None``) to the GPU's ``scale_up_link`` (TP inside a
-    server) and ``node_link`` (pipeline stages on different servers), resolved by the cost
-    model from the catalog. ``kv_tokens`` is the number of cached tokens (summed over
-    sequences) that must fit next to the weights; the cost model refuses the deployment
-    otherwise.
+    server; its ``node_link`` when ``tp`` exceeds the GPU's ``gpus_per_node`` and the
+    all-reduce ring spans servers) and ``node_link`` (pipeline stages on different servers),
+    resolved by the cost model from the catalog. ``kv_tokens`` is the number of cached
+    tokens (summed over sequences) that must fit next to the weights; the cost model refuses
+    the deployment otherwise.
     """
 
     model: ModelSpec

@@ -39,6 +39,11 @@ sweep and list the widths with --widths, e.g. --tree k,1,1,1 --widths 1,5. Trees
 tokens each verify yields per width (--tokens-per-verify, one value per width): these are
 measurements (the lecture took 1.63 for width 1 and 2.34 for width 5 from its code 04
 demo 2(b), tree expanded at level 1), not something the cost model can compute.
+The draft's weights default to the target's --weight-bits (as a scenario's
+deployment.draft_weight_bits); the lecture's section 7.3 trees pair an 8-bit Llama-3-70B
+with a 16-bit draft: --weight-bits 8 --draft-weight-bits 16. The draft must share the
+target's tokenizer (checked as equal vocab_size), and context + the tokens a pass adds must
+stay within both models' max_position_embeddings.
 The draft runs on the target's GPUs by default (one replica per GPU, serial with the
 target); --draft-placement separate gives it GPUs of its own (still serial, no shared
 memory)."""
@@ -184,7 +189,8 @@ def _hardware(args: argparse.Namespace) -> int:
         draft = DraftSetup(draft_cost, placement="separate", replicas=1)
     head = {"target": target_dep.model.id, "draft": draft_dep.model.id, "gpu": gpu.id,
             "batch": args.batch, "context": args.context,
-            "draft_placement": draft.placement}
+            "draft_placement": draft.placement, "tp": tp, "weight_bits": weight_bits,
+            "draft_weight_bits": draft_bits, "kv_bits": kv_bits}
     check_colocated_memory(target, draft, kv_tokens)
     if args.tree is None:
         rows = chain_table(target, draft, args.batch, args.context, args.alpha, gamma_max)
@@ -197,7 +203,8 @@ def _hardware(args: argparse.Namespace) -> int:
         print(json.dumps({**head, "decode_s": rows[0].decode_s,
                           "rows": [asdict(r) for r in rows], "best": asdict(best)}, indent=2))
         return 0
-    print(f"{head['target']} + draft {head['draft']} ({draft.placement}) on {gpu.id}, "
+    print(f"{head['target']} ({weight_bits}-bit, tp {tp}) + draft {head['draft']} "
+          f"({draft_bits}-bit, {draft.placement}) on {gpu.id}, "
           f"batch {args.batch}, context {args.context}"
           + (f", alpha {args.alpha:g}" if key == "gamma" else "")
           + f": decode pass {rows[0].decode_s * 1e3:.3f} ms")

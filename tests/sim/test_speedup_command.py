@@ -191,3 +191,12 @@ def test_help_states_every_default(capsys, monkeypatch):
                        ("--draft-weight-bits", "default: the target's --weight-bits"),
                        ("--draft-placement", "default colocated")):
         assert said in helps[flag], (flag, helps[flag])
+
+
+def test_output_states_the_bits_used(capsys):
+    code, out, _ = run(capsys, *TREE, "--batch", "1", "--json")
+    data = json.loads(out)
+    assert (data["weight_bits"], data["draft_weight_bits"], data["tp"]) == (8, 16, 1)
+    code, out, _ = run(capsys, *HW, "--batch", "1", "--context", "1", "--alpha", "0.8",
+                       "--weight-bits", "4")
+    assert out.startswith("llama-3-8b (4-bit, tp 1) + draft llama-3.2-1b (4-bit, colocated)")
