@@ -20,9 +20,12 @@ Prob = Annotated[float, Field(ge=0, le=1)]
 
 
 class Strict(BaseModel):
-    """Frozen, and unknown keys are errors (a typo must not be silently ignored)."""
+    """Frozen, unknown keys are errors (a typo must not be silently ignored), and types are
+    strict: a bool is not a number (``rate_per_s: true`` is not 1.0), a string is neither
+    a number nor a bool (``chunked_prefill: "yes"`` is not true). Integers are accepted
+    where a float is expected (YAML writes ``rate_per_s: 4``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class Models(Strict):
@@ -130,7 +133,7 @@ class Workload(Strict):
 
     arrivals: Literal["poisson", "gamma", "onoff", "offline", "replay", "closed_loop"] = \
         "poisson"
-    rate_per_s: Pos | None = None
+    rate_per_s: Pos | None = 4.0  # poisson and gamma arrivals
     cv: Pos | None = None
     on_rate_per_s: Pos | None = None
     off_rate_per_s: Annotated[float, Field(ge=0)] | None = None
@@ -320,7 +323,7 @@ class Scenario(Strict):
     models: Models = Models()
     deployment: Deployment = Deployment()
     scheduler: Scheduler = Scheduler()
-    workload: Workload = Workload(rate_per_s=4.0)
+    workload: Workload = Workload()
     acceptance: Acceptance = IidAcc(kind="iid", alpha=0.8)
     variants: list[Variant] = Field(
         default=[

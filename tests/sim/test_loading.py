@@ -50,3 +50,22 @@ def test_a_relative_path_falls_back_to_the_repository_root(tmp_path, monkeypatch
     with pytest.raises(UserError) as err:
         load_scenario("scenarios/nope.yaml")
     assert str(err.value) == f"scenarios/nope.yaml: scenario not found here or under {repo_root()}"
+
+
+def test_a_workload_section_without_a_rate_gets_the_documented_default(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("workload:\n  output: {kind: fixed, tokens: 10}\n")
+    assert load_scenario(f).workload.rate_per_s == 4.0
+    assert load_scenario(f).workload == load_scenario(f, ["workload.rate_per_s=4"]).workload
+
+
+def test_types_are_strict_but_integers_are_numbers(tmp_path):
+    f = tmp_path / "t.yaml"
+    f.write_text("workload: {rate_per_s: 3}\nscheduler: {chunked_prefill: false}\n")
+    sc = load_scenario(f)
+    assert sc.workload.rate_per_s == 3.0 and sc.scheduler.chunked_prefill is False
+    for bad, message in [("run.requests=10.5", "run.requests: input should be a valid integer"),
+                         ("run.seed=true", "run.seed: input should be a valid integer"),
+                         ("models.target=3", "models.target: input should be a valid string")]:
+        with pytest.raises(UserError, match=message):
+            load_scenario(f, [bad])
