@@ -198,16 +198,27 @@ def max_verify_tokens(policy) -> int:
     return 1 + policy.max_nodes
 
 
-def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str):
-    """Refuse requests that could never run, with the numbers that show why."""
+def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str,
+               models=()):
+    """Refuse requests that could never run, with the numbers that show why: more KV than a
+    replica holds, more tokens than a pass allows, or more positions than one of ``models``
+    (the catalog ``ModelSpec``s that see every token: the target, and the draft when one
+    speculates) has, its ``max_position_embeddings``."""
     if len(table) == 0:
         raise UserError(f"{source}: workload: produced no requests (horizon too short?)")
+    total = table.prompt_tokens + table.output_tokens  # [N]
+    i = int(np.argmax(total))
+    for role, model in models:
+        limit = model.config.max_position_embeddings
+        if int(total[i]) > limit:
+            raise UserError(
+                f"{source}: workload: request {i} ({int(table.prompt_tokens[i])} prompt + "
+                f"{int(table.output_tokens[i])} output tokens) needs {int(total[i])} positions, "
+                f"but the {role} {model.id} has max_position_embeddings {limit}")
     lim = sc.scheduler
     if verify > lim.max_batched_tokens:
         raise UserError(f"{source}: scheduler.max_batched_tokens: must be >= a verify pass of "
                         f"{verify} tokens, got {lim.max_batched_tokens}")
-    total = table.prompt_tokens + table.output_tokens  # [N]
-    i = int(np.argmax(total))
     need = int(blocks_for(int(total[i]) + verify, lim.block_size))
     if need > blocks:
         raise UserError(
@@ -240,6 +251,8 @@ class _Section:
 
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
+    from hardware.draft import check_same_vocab
+
     ss = np.random.SeedSequence(sc.run.seed).spawn(4)
     workload_rng, stream_rng, model_rng = (np.random.default_rng(s) for s in ss[:3])
     with _Section(source, "acceptance"):
@@ -264,7 +277,12 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             probe = make_policy()
         with _Section(source, "deployment"):
             target, draft, blocks = cost_models(sc, probe.uses_draft)
-        check_fits(sc, table, blocks, max_verify_tokens(probe), source)
+        models = [("target", target.dep.model)]
+        if draft is not None:
+            models.append(("draft", draft.cost.dep.model))
+            with _Section(source, "models.draft"):
+                check_same_vocab(target.dep.model, draft.cost.dep.model)
+        check_fits(sc, table, blocks, max_verify_tokens(probe), source, models)
         out.append((v.name, Setup(
             table=table, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
             draft=draft, make_policy=make_policy, acceptance=acceptance,

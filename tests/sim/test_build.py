@@ -146,10 +146,28 @@ def test_the_kv_room_counts_a_colocated_draft_at_its_own_bits(draft_bits):
     assert blocks == {8: 11178, 16: 10964}[draft_bits]
 
 
-def test_a_request_that_fits_beside_an_8_bit_draft_is_refused_beside_a_16_bit_one():
+# Llama-3-70B and its 1B draft as shipped, but with room for 262,144 positions: a request long
+# enough to fill an H200's KV must not first run past the positions the real models have.
+LONG_70B = """models:
+  llama-3-70b:
+    source: "Llama-3-70B with 262,144 positions (a test's long-context stand-in)"
+    config: {model_type: llama, hidden_size: 8192, intermediate_size: 28672, num_hidden_layers: 80,
+             num_attention_heads: 64, num_key_value_heads: 8, vocab_size: 128256,
+             tie_word_embeddings: false, max_position_embeddings: 262144}
+  llama-3.2-1b:
+    source: "Llama-3.2-1B with 262,144 positions (the same stand-in for the draft)"
+    config: {model_type: llama, hidden_size: 2048, intermediate_size: 8192, num_hidden_layers: 16,
+             num_attention_heads: 32, num_key_value_heads: 8, head_dim: 64, vocab_size: 128256,
+             tie_word_embeddings: true, max_position_embeddings: 262144}
+"""
+
+
+def test_a_request_that_fits_beside_an_8_bit_draft_is_refused_beside_a_16_bit_one(tmp_path):
     # 175_900 + 8 tokens + a 5-token verify = 10_995 blocks of 16: room for 11_178 beside
     # the 8-bit draft, 10_964 beside the 16-bit one.
-    sets = [*SEVENTY_B, "workload.prompt={kind: fixed, tokens: 175900}",
+    (tmp_path / "long.yaml").write_text(LONG_70B)
+    sets = [*SEVENTY_B, f"deployment.catalog={tmp_path / 'long.yaml'}",
+            "workload.prompt={kind: fixed, tokens: 175900}",
             "workload.output={kind: fixed, tokens: 8}",
             "variants=[{name: g4, policy: {kind: fixed, gamma: 4}}]"]
     setups(load_scenario(None, [*sets, "deployment.draft_weight_bits=8"]), "x.yaml")
@@ -158,3 +176,36 @@ def test_a_request_that_fits_beside_an_8_bit_draft_is_refused_beside_a_16_bit_on
                                         r"output tokens\) needs 10995 KV blocks, but a replica "
                                         r"of llama-3-70b on 1x1 h200 holds 10964$"):
         setups(sc, "x.yaml")
+
+
+def test_a_draft_with_another_vocabulary_is_refused():
+    sc = load_scenario(None, ["models.draft=opt-125m"])
+    with pytest.raises(UserError) as err:
+        setups(sc, "s.yaml")
+    assert str(err.value) == (
+        "s.yaml: models.draft: draft opt-125m cannot speculate for target llama-3-8b: draft "
+        "vocab_size 50272, target vocab_size 128256; the draft must share the target's "
+        "tokenizer (equal vocab_size is the check made)")
+    # Without a speculating variant the draft is never used, so nothing to refuse.
+    setups(load_scenario(None, ["models.draft=opt-125m", "variants=[{name: none, policy: "
+                                "{kind: none}}]"]), "s.yaml")
+
+
+def test_requests_beyond_the_models_positions_are_refused():
+    fixed = ["workload.prompt={kind: fixed, tokens: 8000}",
+             "workload.output={kind: fixed, tokens: 193}", "run.requests=3"]
+    with pytest.raises(UserError) as err:
+        setups(load_scenario(None, fixed), "s.yaml")
+    assert str(err.value) == (
+        "s.yaml: workload: request 0 (8000 prompt + 193 output tokens) needs 8193 positions, "
+        "but the target llama-3-8b has max_position_embeddings 8192")
+    setups(load_scenario(None, [*fixed, "workload.output.tokens=192"]), "s.yaml")  # fits
+    # The draft sees every token too: its own limit counts (llama-68m: 2048 < 4096).
+    pair = ["models.target=llama-2-7b", "models.draft=llama-68m",
+            "workload.prompt={kind: fixed, tokens: 2000}",
+            "workload.output={kind: fixed, tokens: 100}", "run.requests=3"]
+    with pytest.raises(UserError) as err:
+        setups(load_scenario(None, pair), "s.yaml")
+    assert str(err.value) == (
+        "s.yaml: workload: request 0 (2000 prompt + 100 output tokens) needs 2100 positions, "
+        "but the draft llama-68m has max_position_embeddings 2048")
