@@ -11,6 +11,10 @@ every level spans the same stretch of arrivals: a fixed count at 8× the rate wo
 1/8 of the time, too briefly for the queue and the batch to grow to where they settle, and
 the high-load points (where a crossover lies) would look lighter than they are.
 
+At the scenario's own load the curve can take the run itself (``own``: the run's summary
+table, ``reports.run_folder.summary_table``) instead of re-running it with another request
+count, so a report's curve passes through its own headline summary.
+
 The table's load column is ``rate_per_s`` or ``users``; ``load_column(table)`` says which.
 """
 
@@ -49,13 +53,16 @@ def load_column(table: pd.DataFrame) -> str:
 
 def load_curve(scenario: dict, multipliers: Sequence[float] = MULTIPLIERS,
                max_requests: int | None = 200, workers: int = 1,
-               source: str = "scenario") -> pd.DataFrame | None:
+               source: str = "scenario", own: pd.DataFrame | None = None
+               ) -> pd.DataFrame | None:
     """One row per (load level, variant) with the sweep summary columns.
 
     ``scenario`` is a resolved scenario document. At or below its own load a level runs at
     most ``max_requests`` requests (``None``: the scenario's own count), so a report stays
     quick; above it, that count times the multiplier (``requests_at``). A scenario bounded
-    by ``run.horizon_s`` alone keeps its horizon and gets no request count.
+    by ``run.horizon_s`` alone keeps its horizon and gets no request count. Given ``own``
+    (the run's summary table, one row per variant with a ``name`` column), the level at the
+    scenario's own load is those rows, not a re-run.
     """
     from reports.sweep import SweepSpec, run_sweep
 
@@ -63,17 +70,33 @@ def load_curve(scenario: dict, multipliers: Sequence[float] = MULTIPLIERS,
     if axis is None:
         return None
     key, levels = axis
-    own = (scenario.get("run") or {}).get("requests")
-    base_n = own if own is None or max_requests is None else min(own, max_requests)
-    vary = [axis]
-    if base_n is not None:
-        # One request count per level, zipped with the levels (not a cartesian product).
-        counts = tuple(requests_at(base_n, _multiplier(scenario, key, v)) for v in levels)
-        vary.append(("run.requests", counts))
-    spec = SweepSpec(dict(scenario), source, tuple(vary), zipped=True)
-    table = run_sweep(spec, workers=workers, same_seed=True)
-    table = table.drop(columns=["run.requests"], errors="ignore")
-    return table.rename(columns={key: key.removeprefix("workload.")})
+    col = key.removeprefix("workload.")
+    own_level = next((v for v in levels if _multiplier(scenario, key, v) == 1.0), None)
+    if own is not None and own_level is not None:
+        levels = tuple(v for v in levels if v != own_level)
+    else:
+        own = None
+    n = (scenario.get("run") or {}).get("requests")
+    base_n = n if n is None or max_requests is None else min(n, max_requests)
+    tables = []
+    if levels:
+        vary = [(key, levels)]
+        if base_n is not None:
+            # One request count per level, zipped with the levels (not a cartesian product).
+            counts = tuple(requests_at(base_n, _multiplier(scenario, key, v)) for v in levels)
+            vary.append(("run.requests", counts))
+        spec = SweepSpec(dict(scenario), source, tuple(vary), zipped=True)
+        table = run_sweep(spec, workers=workers, same_seed=True)
+        tables.append(table.drop(columns=["run.requests"], errors="ignore")
+                      .rename(columns={key: col}))
+    if own is not None:
+        rows = own.rename(columns={"name": "variant"})
+        rows.insert(0, "seed", (scenario.get("run") or {}).get("seed"))
+        rows.insert(0, col, own_level)
+        tables.append(rows)
+    table = pd.concat(tables, ignore_index=True)
+    order = table[col].rank(method="dense").astype(int)
+    return table.iloc[order.argsort(kind="stable")].reset_index(drop=True)
 
 
 def _multiplier(scenario: dict, key: str, level: float) -> float:

@@ -11,7 +11,8 @@ Reads the run folder (``reports.run_folder``), writes into it:
 
 (each table also as .parquet when pyarrow is importable). The latency-vs-load curve re-runs
 the resolved scenario at several rates (or closed-loop user counts) with at most
-``load_requests`` requests each; it is left out, with a note, for other arrival kinds.
+``load_requests`` requests each; its point at the scenario's own load is the run itself, so
+it passes through the summary. It is left out, with a note, for other arrival kinds.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def _load_note(load: pd.DataFrame, seed: int) -> str:
               f"{n.min()} requests per point at light load, up to {n.max()} at "
               f"{n.idxmax():g} {unit} (more requests at higher load: the same arrival "
               "window)")
-    return f"{counts}; seed {seed} at every load."
+    return (f"{counts}; the point at the scenario's own load is the run itself (the summary "
+            f"above); seed {seed} at every load.")
 
 
 def write_run_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: int = 200,
@@ -122,7 +124,9 @@ def write_run_report(run_folder: str | Path, warmup_s: float = 0.0, load_request
     run = load_run(run_folder)
     folder = run.folder
     summary = summary_table(run, warmup_s)
-    load = load_curve(run.scenario, max_requests=load_requests, workers=workers)
+    # The curve's point at the scenario's own load is the run itself (untrimmed).
+    own = summary if warmup_s == 0 else summary_table(run, 0.0)
+    load = load_curve(run.scenario, max_requests=load_requests, workers=workers, own=own)
     gamma = chain_gamma(run)
     hist, runs = bursty.scenario_histograms(run.scenario, gamma)
     bias = bursty.formula_bias(run.summaries)

@@ -3,8 +3,11 @@
 The engine emits flat records (``sim.records``); this module is where they become pandas
 tables. Definitions follow ``sim.summary`` (TTFT, TPOT, vLLM's acceptance counters) and add:
 
-- ``goodput_requests_per_s``: finished requests per second whose *own* TTFT and TPOT meet
-  the scenario's SLO thresholds (DistServe's goodput). A threshold the SLO leaves unset is
+- ``throughput_tokens_per_s``, ``requests_per_s``: over the arrival window, exactly as
+  ``sim.summary`` (so a sweep point, a load-curve point and a run's summary agree).
+- ``goodput_requests_per_s``: requests per second (finished inside the arrival window, as
+  ``requests_per_s``) whose *own* TTFT and TPOT meet the scenario's SLO thresholds
+  (DistServe's goodput). A threshold the SLO leaves unset is
   not checked; with no SLO at all goodput equals requests/s.
 - ``mean_batch_size``: sequences per target pass, weighted by iteration duration (the batch
   an observer sees at a random instant while the replica is busy).
@@ -108,9 +111,23 @@ def summarize_frames(name: str, requests: pd.DataFrame, iterations: pd.DataFrame
         for q in (50, 90, 99):
             row[f"{metric}_p{q}_s"] = float(np.percentile(values, q)) if len(values) else np.nan
         row[f"{metric}_mean_s"] = float(values.mean()) if len(values) else np.nan
-    row["throughput_tokens_per_s"] = requests["emitted_tokens"].sum() / d
-    row["requests_per_s"] = len(fin) / d
-    row["goodput_requests_per_s"] = int(meets_slo(requests, slo).sum()) / d
+    good = meets_slo(requests, slo)
+    first, last = (requests["arrival_at"].min(), requests["arrival_at"].max()) \
+        if len(requests) else (0.0, 0.0)
+    if last > first:  # over the arrival window, as sim.summary (no drain after it)
+        window = last - first
+        ends = iterations["start_at"] + iterations["duration_s"]
+        inside = (ends >= first) & (ends <= last)
+        done = requests["finished_at"]
+        in_window = requests["finished"] & (done >= first) & (done <= last)
+        row["throughput_tokens_per_s"] = float(iterations["emitted_tokens"][inside].sum()) \
+            / window
+        row["requests_per_s"] = int(in_window.sum()) / window
+        row["goodput_requests_per_s"] = int((good & in_window).sum()) / window
+    else:  # an empty window (one request, or all at t=0): over the makespan
+        row["throughput_tokens_per_s"] = requests["emitted_tokens"].sum() / d
+        row["requests_per_s"] = len(fin) / d
+        row["goodput_requests_per_s"] = int(good.sum()) / d
     row["acceptance_rate"] = accepted / drafted if drafted else np.nan
     row["mean_acceptance_length"] = 1 + accepted / drafts if drafts else np.nan
     row["tokens_per_verify"] = (accepted + steps) / steps if steps else np.nan

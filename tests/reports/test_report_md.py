@@ -44,9 +44,10 @@ def test_report_table_columns(report):
         assert col in summary.columns
     load = pd.read_csv(t / "load_curve.csv")
     assert load["rate_per_s"].nunique() == 6 and set(load["variant"]) == {"none", "fixed-g4"}
-    # 40 requests up to the scenario's own rate (6/s), then the same arrival window.
+    # 40 requests below the scenario's own rate (6/s), the run itself (60) at it, then the
+    # same arrival window as 40.
     per_rate = load.groupby("rate_per_s")["requests"].max()
-    assert list(per_rate) == [40, 40, 40, 80, 160, 320]
+    assert list(per_rate) == [40, 40, 60, 80, 160, 320]
     hist = pd.read_csv(t / "tokens_per_verify.csv")
     assert list(hist["tokens"]) == [1, 2, 3, 4, 5]  # γ = 4 of the fixed-g4 variant
     assert hist["measured"].sum() == pytest.approx(1.0)
@@ -98,3 +99,28 @@ def test_closed_loop_load_is_users(small_run):
     fig = figures.latency_vs_load(load)
     assert figures.has_data(fig) and "users" in fig.axes[0].get_xlabel()
     plt.close(fig)
+
+
+def test_load_curve_own_rate_point_is_the_headline_summary(report):
+    """The curve's point at the scenario's own rate is the run (its 60 requests), not a
+    re-run with --report-requests: the report cannot contradict its own summary."""
+    t = report.parent / "tables"
+    summary = pd.read_csv(t / "summary.csv").set_index("name")
+    load = pd.read_csv(t / "load_curve.csv")
+    at_own = load[load["rate_per_s"] == 6.0].set_index("variant")
+    assert list(at_own.index) == list(summary.index)
+    for col in ("requests", "tpot_p50_s", "ttft_p99_s", "speedup_tpot", "e2e_p50_s"):
+        assert list(at_own[col]) == list(summary[col]), col
+
+
+def test_load_curve_own_rows_match_a_rerun_at_the_runs_count(small_run):
+    """The run's own summary rows and a re-simulated point at the same count are the same
+    numbers, so the own point sits on the curve's other points' scale."""
+    run = load_run(small_run)
+    from reports.run_folder import summary_table
+
+    rerun = load_curve(run.scenario, multipliers=(1.0,), max_requests=None)
+    own = load_curve(run.scenario, multipliers=(1.0,), own=summary_table(run))
+    cols = [c for c in rerun.columns if c in own.columns and c != "seed"]
+    assert len(cols) > 20
+    pd.testing.assert_frame_equal(own[cols], rerun[cols], check_dtype=False)
