@@ -19,6 +19,7 @@ _EXPORTS = {
     "seeds_table": "reports.tables",
     "trim_warmup": "reports.tables",
     "write_table": "reports.tables",
+    "make_dir": "reports.tables",
     "json_records": "reports.tables",
     "SweepSpec": "reports.sweep",
     "load_sweep": "reports.sweep",

@@ -164,7 +164,9 @@ def run_claims(only: Sequence[str] | None = None, quick: bool = False,
                progress: Callable[[str], None] | None = None) -> list[ClaimRow]:
     """Run the claim groups named in ``only`` (all by default), in :data:`GROUPS` order.
 
-    ``quick`` runs smaller simulations (fewer batch sizes and requests), for tests.
+    ``quick`` runs fewer requests per simulated point (and the batching curves only at the
+    batches their checks read), keeping every batch, width and γ a verdict depends on, so
+    the verdicts are the full run's.
     ``progress(group)`` is called before each group starts.
     """
     names = list(GROUPS) if not only else list(dict.fromkeys(only))
@@ -196,8 +198,9 @@ def write_claims(rows: Sequence[ClaimRow], out_dir: str | Path) -> list[Path]:
     """Write ``claims.csv``, ``claims.json``, ``report.md`` and figures under ``out_dir``."""
     import pandas as pd
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from reports.tables import make_dir
+
+    out = make_dir(out_dir)
     df = pd.DataFrame([{k: v for k, v in r.as_dict().items() if k != "checks"} for r in rows])
     paths = [out / "claims.csv", out / "claims.json", out / "report.md"]
     df.to_csv(paths[0], index=False)

@@ -20,6 +20,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from reports.tables import make_dir  # noqa: E402
+
 
 def caption(fig: Figure, text: str) -> Figure:
     """Put ``text`` as a caption under the axes, with room below the axis labels for as
@@ -50,7 +52,11 @@ def save(fig: Figure, path: str | Path) -> Path:
     if not has_data(fig):
         raise ValueError(f"{path}: refusing to save a figure with no data")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        make_dir(path.parent)
+    except Exception:
+        plt.close(fig)
+        raise
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -128,6 +128,12 @@ def load_sweep(path: str | Path, vary: list[str] | None = None,
         flags[key] = "--vary"
     if not axes:
         raise UserError(f"{source}: nothing to sweep: give --vary key=v1,v2 or a sweep: block")
+    for key, values in axes.items():
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        dup = next((v for v, t in zip(values, seen, strict=True) if seen.count(t) > 1), None)
+        if dup is not None:
+            where = f"--vary {key}" if flags[key] == "--vary" else f"{source}: sweep.vary.{key}"
+            raise UserError(f"{where}: value {dup!r} is repeated (each point would run twice)")
     sets = tuple(overrides or [])
     # Axes apply to the resolved scenario, so they may reach defaults the file leaves out
     # (e.g. variants.1.policy.gamma of the default variants).

@@ -204,10 +204,26 @@ def seeds_table(table: pd.DataFrame, by: str | list[str] = "name",
     return pd.DataFrame(rows)
 
 
+def make_dir(path: str | Path) -> Path:
+    """Create the output folder ``path`` (and its parents) if needed and return it; a path
+    that cannot be a folder (an existing file, /proc, no permission) is a one-line
+    ``UserError`` naming it, not a traceback."""
+    from specdec.errors import UserError
+
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"{p}: cannot write output there: it is a file, not a folder") from None
+    except OSError as e:
+        raise UserError(f"{p}: cannot create the output folder: {e.strerror}") from None
+    return p
+
+
 def write_table(df: pd.DataFrame, stem: str | Path) -> list[Path]:
     """Write ``stem.csv`` always and ``stem.parquet`` when pyarrow is importable."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(stem.parent)
     paths = [stem.with_suffix(".csv")]
     df.to_csv(paths[0], index=False)
     try:

@@ -17,7 +17,8 @@ i.i.d. formula E(alpha, gamma) (the lecture's section 7 tables, from hardware/sp
 Writes grid.csv (one row per cell: best_gamma, best_speedup, speedup_g1..gN, fits) and a
 heatmap grid.png under --out.
 
---tree k,1,1,1 --widths 1,2,3,4,5 instead makes a tree width x batch grid at one context
+--tree k,1,1,1 --contexts 1024 [--widths 1,2,3,4,5] instead makes a tree width x batch grid
+at the one context --contexts gives (required with --tree)
 (tokens per verify from the i.i.d. tree model with top-k coverage 1-(1-alpha)^(k^theta), or
 measured values with --tokens-per-verify): tree_grid.csv and tree_grid.png.
 
@@ -31,6 +32,11 @@ with gamma 4, best gamma falling as batch grows, context 1024 above 1.6x at batc
 """
 
 
+BATCHES = "1,4,16,64,256,512"
+CONTEXTS = "128,512,1024,2048,4096"
+WIDTHS = "1,2,3,4,5"
+
+
 def add_parser(subparsers) -> None:
     """Register ``specsim grid``."""
     p = subparsers.add_parser(
@@ -41,16 +47,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--draft", required=True, help="draft model id")
     p.add_argument("--gpu", required=True, help="GPU id")
     p.add_argument("--alpha", type=float, required=True, help="acceptance rate per guess, 0..1")
-    p.add_argument("--batches", default="1,4,16,64,256,512", help="batch sizes (comma list)")
-    p.add_argument("--contexts", default="128,512,1024,2048,4096",
-                   help="contexts in cached tokens (comma list; one value with --tree)")
+    p.add_argument("--batches", default=BATCHES,
+                   help=f"batch sizes (comma list; default {BATCHES})")
+    p.add_argument("--contexts", default=None,
+                   help=f"contexts in cached tokens (comma list; default {CONTEXTS}); with "
+                        "--tree exactly one value, required")
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma tried (default 8)")
     p.add_argument("--tp", type=int, default=1, help="target tensor parallelism (default 1)")
     p.add_argument("--tree", help="tree template with one level k, e.g. k,1,1,1")
-    p.add_argument("--widths", default="1,2,3,4,5", help="values of k with --tree")
-    p.add_argument("--theta", type=float, default=1.0,
-                   help="top-k coverage exponent of the i.i.d. tree model (default 1)")
-    p.add_argument("--tokens-per-verify", help="measured tokens per verify, one per width")
+    p.add_argument("--widths", default=None,
+                   help=f"values of k, with --tree only (default {WIDTHS})")
+    p.add_argument("--theta", type=float, default=None,
+                   help="top-k coverage exponent of the i.i.d. tree model, with --tree only "
+                        "(default 1)")
+    p.add_argument("--tokens-per-verify",
+                   help="measured tokens per verify, one per width, with --tree only")
     p.add_argument("--simulate", action="store_true",
                    help="run the engine closed-loop at concurrency = batch (chains only)")
     p.add_argument("--catalog", action="append", metavar="FILE", help="extra catalog YAML")
@@ -66,8 +77,17 @@ def main(args: argparse.Namespace) -> int:
     from reports.tables import json_records, write_table
     from sim.output import default_run_dir
 
+    if args.tree is None:
+        given = [f for f, v in (("--widths", args.widths), ("--theta", args.theta),
+                                ("--tokens-per-verify", args.tokens_per_verify)) if v is not None]
+        if given:
+            raise UserError(f"{given[0]}: only applies to a tree grid; add --tree (e.g. "
+                            f"--tree k,1,1,1 --contexts 1024) or drop {given[0]}")
+    elif args.contexts is None:
+        raise UserError("--tree: a tree grid is at one context: give --contexts C (one value, "
+                        "e.g. --contexts 1024)")
     batches = int_list(args.batches, "--batches", minimum=1)
-    contexts = int_list(args.contexts, "--contexts", minimum=1)
+    contexts = int_list(args.contexts or CONTEXTS, "--contexts", minimum=1)
     if args.gamma_max < 1:
         raise UserError(f"--gamma-max: must be >= 1, got {args.gamma_max}")
     if not 0.0 <= args.alpha <= 1.0:
@@ -84,14 +104,15 @@ def main(args: argparse.Namespace) -> int:
         tokens = None
         if args.tokens_per_verify is not None:
             tokens = float_list(args.tokens_per_verify, "--tokens-per-verify")
-        widths = int_list(args.widths, "--widths", minimum=1)
-        grid = tree_grid(pair, args.alpha, args.tree, widths, batches, contexts[0], args.theta,
+        widths = int_list(args.widths or WIDTHS, "--widths", minimum=1)
+        theta = 1.0 if args.theta is None else args.theta
+        grid = tree_grid(pair, args.alpha, args.tree, widths, batches, contexts[0], theta,
                          tokens)
         stem = "tree_grid"
         fig = figures.tree_heatmap(
             grid, f"{head}, tree <{args.tree}>, context {contexts[0]}",
             "tokens/verify: " + ("measured (given)" if tokens else
-                                 f"i.i.d. α={args.alpha:g}, θ={args.theta:g}")
+                                 f"i.i.d. α={args.alpha:g}, θ={theta:g}")
             + "; cost-model priced draft + verify.")
     else:
         if args.simulate:

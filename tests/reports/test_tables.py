@@ -98,3 +98,18 @@ def test_json_records_have_no_nan_or_numpy_scalars():
                     {"a": 2, "b": None, "c": -1.0, "d": "y"}]
     assert type(rows[0]["a"]) is int
     json.dumps(rows, allow_nan=False)  # strict JSON
+
+
+def test_make_dir_refuses_in_one_line(tmp_path):
+    from reports.tables import make_dir
+    from specdec.errors import UserError
+
+    assert make_dir(tmp_path / "a" / "b").is_dir()
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(UserError, match=r"file: cannot write output there: it is a file"):
+        make_dir(f)
+    with pytest.raises(UserError, match=r"file/sub: cannot create the output folder: Not a"):
+        make_dir(f / "sub")
+    with pytest.raises(UserError, match=r"^/proc/specsim-x: cannot create the output folder"):
+        make_dir("/proc/specsim-x")

@@ -37,9 +37,9 @@ def test_quick_table(capsys, tmp_path):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["claim", "paper", "specsim", "verdict"]
-    # 3 Table 2 rows + 2 tree rows (batch 64 is left out of --quick), each with an
-    # assumptions line, then the footer
-    assert len(lines) == 1 + 2 * 5 + 1
+    # 3 Table 2 rows + 3 tree rows (--quick keeps batch 64, which has a claim of its own),
+    # each with an assumptions line, then the footer
+    assert len(lines) == 1 + 2 * 6 + 1
     assert lines[-1].endswith(f"results: {tmp_path}/")
     # none of these rows carries a curve, so no figure is drawn
     assert (tmp_path / "claims.csv").exists() and not (tmp_path / "claims.png").exists()
@@ -72,3 +72,32 @@ def test_full_run_every_row_has_a_verdict(capsys, tmp_path):
     assert {r["verdict"] for r in rows.values()} <= set(VERDICTS)
     # batch 1..16, two modes, two single-node setups
     assert len(rows["specinfer-one-node"]["checks"]) == 20
+
+
+def _verdicts(capsys, tmp_path, *flags):
+    code, out, _ = run(capsys, "claims", *flags, "--json", "--out", str(tmp_path))
+    assert code == 0
+    return {r["claim"]: r["verdict"] for r in json.loads(out)}
+
+
+def test_quick_verdicts_are_the_full_runs_batching(capsys, tmp_path):
+    """--quick used to try only γ in {1, 4}: batch 256 / context 1024 came out 'outside'."""
+    only = ("--only", "batching,trees-vs-load")
+    quick = _verdicts(capsys, tmp_path / "q", "--quick", *only)
+    assert quick == _verdicts(capsys, tmp_path / "f", *only)
+    assert len(quick) == 7
+
+
+@pytest.mark.slow
+def test_quick_verdicts_are_the_full_runs(capsys, tmp_path):
+    quick = _verdicts(capsys, tmp_path / "q", "--quick")
+    assert quick == _verdicts(capsys, tmp_path / "f")
+    assert len(quick) == 23
+
+
+def test_claims_out_that_is_a_file_is_one_line(capsys, tmp_path):
+    out = tmp_path / "f"
+    out.write_text("x")
+    code, _, err = run(capsys, "claims", "--only", "leviathan", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1
+    assert f"{out}: cannot write output there: it is a file" in err

@@ -54,6 +54,13 @@ def test_tree_grid_json(tmp_path, capsys):
     (["--contexts", "0"], "--contexts"),
     (["--tree", "k,1", "--contexts", "128,1024"], "one context"),
     (["--tree", "k,1", "--contexts", "128", "--simulate"], "--simulate"),
+    # tree options without --tree used to be silently ignored
+    (["--widths", "1,5"], "--widths: only applies to a tree grid"),
+    (["--theta", "0.5"], "--theta: only applies to a tree grid"),
+    (["--tokens-per-verify", "1.5"], "--tokens-per-verify: only applies to a tree grid"),
+    # --tree without --contexts used to blame --contexts for the chain default list
+    (["--tree", "k,1,1,1", "--widths", "1,5"], "--tree: a tree grid is at one context: give "
+                                               "--contexts C"),
     (["--gpu", "nope"], "nope"),
 ])
 def test_bad_input_one_line(tmp_path, capsys, extra, msg):
@@ -64,3 +71,21 @@ def test_bad_input_one_line(tmp_path, capsys, extra, msg):
     assert main([*args, *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and msg in err[0]
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_out_that_cannot_be_a_folder_is_one_line(where, tmp_path, capsys):
+    out = tmp_path / "f"
+    out.write_text("x")
+    path = str(out) if where == "file" else "/proc/specsim-x"
+    assert main([*BASE, "--batches", "1", "--contexts", "128", "--out", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and path in err[0], err
+    assert "Traceback" not in err[0]
+
+
+def test_help_shows_the_list_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["grid", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default 1,4,16,64,256,512" in text and "default 128,512,1024,2048,4096" in text

@@ -146,3 +146,13 @@ def test_plan_refuses_a_run_too_short_or_an_slo_too_loose(args, tmp_path, capsys
     assert "the SLO still holds at" in err[0] and "the run completes only" in err[0]
     assert "too short or the SLO too loose" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_plan_out_that_cannot_be_a_folder_is_one_line(where, tmp_path, capsys):
+    out = tmp_path / "f"
+    out.write_text("x")
+    path = str(out) if where == "file" else "/proc/specsim-x"
+    assert main(["plan", str(SCENARIO), "--no-progress", "--out", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and path in err[0], err

@@ -127,3 +127,25 @@ def test_a_file_at_fault_is_named_alone(tmp_path, capsys):
     line = _sweep_error([str(path), "--vary", "workload.rate_per_s=2,4", "--set", "run.seed=3"],
                         tmp_path, capsys)
     assert line.startswith(f"{path}: deployment: unknown gpu 'h900'"), line
+
+
+def test_a_repeated_vary_value_is_refused(tmp_path, capsys):
+    """``--vary x=1,1`` used to run the same point twice."""
+    line = _sweep_error([str(_scenario(tmp_path)), "--vary", "workload.rate_per_s=2,2"],
+                        tmp_path, capsys)
+    assert line == "--vary workload.rate_per_s: value 2 is repeated (each point would run twice)"
+    doc = {**SCENARIO, "sweep": {"vary": {"workload.rate_per_s": [2, 4, 2]}}}
+    p = tmp_path / "block.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    line = _sweep_error([str(p)], tmp_path, capsys)
+    assert line.endswith("sweep.vary.workload.rate_per_s: value 2 is repeated (each point "
+                         "would run twice)"), line
+
+
+def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    out = tmp_path / "f"
+    out.write_text("x")
+    assert main(["sweep", str(_scenario(tmp_path)), "--vary", "workload.rate_per_s=2",
+                 "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out}: cannot write output there: it is a file" in err[0], err
