@@ -43,7 +43,7 @@ def load_axis(scenario: dict, multipliers: Sequence[float]) -> tuple[str, tuple]
 def requests_at(base_requests: int, multiplier: float) -> int:
     """Requests to run at ``multiplier`` × the scenario's load: ``base_requests`` at or
     below it, proportionally more above it (the same arrival window)."""
-    return max(1, math.ceil(base_requests * max(1.0, multiplier)))
+    return math.ceil(base_requests * max(1.0, multiplier))
 
 
 def load_column(table: pd.DataFrame) -> str:
@@ -65,7 +65,10 @@ def load_curve(scenario: dict, multipliers: Sequence[float] = MULTIPLIERS,
     scenario's own load is those rows, not a re-run.
     """
     from reports.sweep import SweepSpec, run_sweep
+    from specdec.errors import UserError
 
+    if max_requests is not None and max_requests < 1:
+        raise UserError(f"--report-requests: must be >= 1, got {max_requests}")
     axis = load_axis(scenario, multipliers)
     if axis is None:
         return None

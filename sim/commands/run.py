@@ -44,16 +44,26 @@ def add_parser(subparsers) -> None:
                    help="write records and summary only, no report.md / figures")
     p.add_argument("--report-requests", type=int, default=200, metavar="N",
                    help="requests per load point of the report's latency-vs-load curve up to "
-                        "the scenario's own rate, proportionally more above it (default: 200)")
+                        "the scenario's own rate, proportionally more above it; >= 1 "
+                        "(default: 200)")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
-                   help="simulated seconds trimmed from the report's tables (default: 0)")
+                   help="simulated seconds trimmed from the report's tables, from 0 up to the "
+                        "last arrival (default: 0)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     """Load, run, write (``sim.runner.run``), report (``reports.write_run_report``), print."""
     from sim.runner import run
+    from specdec.errors import UserError
 
+    if args.report_requests < 1:
+        raise UserError(f"--report-requests: must be >= 1, got {args.report_requests}")
+    if not args.warmup >= 0:
+        raise UserError(f"--warmup: must be >= 0 seconds, got {args.warmup:g}")
+    if args.no_report and args.warmup > 0:
+        raise UserError(f"--warmup {args.warmup:g}: only trims the report; drop --no-report "
+                        "or --warmup")
     progress, bars = _progress(args.no_progress)
     try:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress)
@@ -63,6 +73,12 @@ def main(args: argparse.Namespace) -> int:
     report = None
     if not args.no_report:
         from reports import write_run_report
+
+        last = max((r.arrival_at for v in result.variants for r in v.requests), default=0.0)
+        if args.warmup > last:
+            raise UserError(f"--warmup {args.warmup:g}: the run's last request arrived at "
+                            f"{last:.4g} s, so the report would hold no request; give a "
+                            f"warm-up below that (records are in {out}/)")
 
         report = write_run_report(out, warmup_s=args.warmup, load_requests=args.report_requests)
     if args.json:

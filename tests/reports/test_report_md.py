@@ -124,3 +124,11 @@ def test_load_curve_own_rows_match_a_rerun_at_the_runs_count(small_run):
     cols = [c for c in rerun.columns if c in own.columns and c != "seed"]
     assert len(cols) > 20
     pd.testing.assert_frame_equal(own[cols], rerun[cols], check_dtype=False)
+
+
+def test_load_curve_refuses_no_requests_per_point(small_run):
+    """max_requests 0 used to become 1 request per point silently."""
+    from specdec.errors import UserError
+
+    with pytest.raises(UserError, match="--report-requests: must be >= 1, got 0"):
+        load_curve(load_run(small_run).scenario, max_requests=0)

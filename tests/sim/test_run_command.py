@@ -144,3 +144,20 @@ def test_slo_verdicts():
     assert slo_verdict(s, 1.0, 0.05) == "met"
     assert slo_verdict(s, 0.4, None) == "missed"
     assert slo_verdict({**s, "finished": 9}, 1.0, 0.05) == "missed"
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--report-requests", "0"], "--report-requests: must be >= 1, got 0"),
+    (["--report-requests", "-3"], "--report-requests: must be >= 1, got -3"),
+    (["--warmup", "-1"], "--warmup: must be >= 0 seconds, got -1"),
+    (["--warmup", "5", "--no-report"], "--warmup 5: only trims the report"),
+    (["--warmup", "1e6"], "--warmup 1e+06: the run's last request arrived at "),
+])
+def test_report_flags_out_of_range_are_refused(flags, expected, tmp_path, capsys):
+    """--report-requests 0 used to become 1 request per point; a warm-up past the run used
+    to write an empty report with exit 0."""
+    sets = [x for s in SHORT for x in ("--set", s)]
+    assert main(["run", *sets, "--no-progress", "--out", str(tmp_path / "o"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert not (tmp_path / "o" / "report.md").exists()
