@@ -50,7 +50,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--same-seed", action="store_true",
                    help="every point uses the scenario's seed (common random numbers)")
     p.add_argument("--out", default=None, help="output folder (default: runs/sweep-<name>-<time>)")
-    p.add_argument("--json", action="store_true", help="print the table as JSON records")
+    p.add_argument("--json", action="store_true",
+                   help="print {points, rows, files} as JSON: the point count, the rows as "
+                        "JSON records, the files written")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=main)
 
