@@ -263,6 +263,9 @@ def latency_cdfs(frames: dict[str, pd.DataFrame], title: str = "", note: str = "
         # Plain numbers (3, 4, 6 ms), not 3×10^0; minor ticks labelled only as far as they
         # fit (a subset over 1-2 decades, none beyond).
         fmt = matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
+        lo, hi = ax.get_xlim()
+        if hi < 10 * lo:  # under a decade: label every minor tick (2.5-7.5 ms: 3, 4, ..., 7)
+            fmt = matplotlib.ticker.FormatStrFormatter("%g")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(fmt)
         ax.legend(fontsize=8)

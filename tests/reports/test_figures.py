@@ -126,3 +126,17 @@ def test_save_refuses_empty(tmp_path):
         figures.save(fig, tmp_path / "empty.png")
     assert not (tmp_path / "empty.png").exists()
     plt.close(fig)
+
+
+def test_latency_cdf_labels_a_narrow_log_axis_throughout():
+    """TPOT between 2.5 and 7.5 ms used to show labels 3, 4, 6 and none above 6."""
+    tpot = np.linspace(2.5e-3, 7.5e-3, 50)
+    frames = {"a": pd.DataFrame({"ttft_s": tpot * 10, "tpot_s": tpot})}
+    fig = figures.latency_cdfs(frames)
+    ax = fig.axes[1]
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    labels = {float(t.get_text()) for t in ax.xaxis.get_ticklabels(minor=True)
+              if t.get_text() and lo <= t.get_position()[0] <= hi}
+    assert {3.0, 4.0, 5.0, 6.0, 7.0} <= labels
+    plt.close(fig)
