@@ -245,3 +245,13 @@ def test_claims_figure_panels_read_as_claims(quick_rows):
         assert len(ax.lines) >= len(row.extra["series"])
     assert fig._suptitle is not None and any("Verdicts" in t.get_text() for t in fig.texts)
     plt.close(fig)
+
+
+def test_batching_panels_draw_their_own_context_with_the_paper_band(quick_rows):
+    """claims.png drew the context-128 lines under the context-1024 claim, with no band."""
+    rows = [r for r in quick_rows if r.name.startswith("batching") and r.extra.get("series")]
+    assert {r.name for r in rows} == {"batching-best-short-context", "batching-long-context"}
+    for r in rows:
+        context = "context 128" if "context 128" in r.claim else "context 1024"
+        assert all(label.endswith(context) for label in r.extra["series"]), r.extra["series"]
+        assert r.extra["band"][0] < float(r.paper.split("×")[0]) < r.extra["band"][1]
