@@ -120,7 +120,7 @@ def load_candidates(path: str | Path) -> list[Candidate]:
 
     p = Path(path)
     src = display_path(p)
-    items = read_yaml(p).get("candidates")
+    items = read_yaml(p, "candidates file").get("candidates")
     if not isinstance(items, list) or not items:
         raise UserError(f"{src}: candidates: must be a non-empty list")
     out = []

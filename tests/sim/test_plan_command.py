@@ -156,3 +156,12 @@ def test_plan_out_that_cannot_be_a_folder_is_one_line(where, tmp_path, capsys):
     assert main(["plan", str(SCENARIO), "--no-progress", "--out", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and path in err[0], err
+
+
+def test_a_missing_candidates_file_is_named_as_such(tmp_path, capsys):
+    missing = tmp_path / "nope.yaml"
+    assert main(["plan", str(SCENARIO), "--candidates", str(missing), "--slo",
+                 "ttft_p99=2s", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.endswith(f"{missing}: cannot read candidates file: No such file or directory")
