@@ -32,13 +32,13 @@ decode and verify, and prefill is compute-bound anyway.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from hardware.catalog import Catalog
-from hardware.deployment import GIB, Deployment, stage_layouts
+from hardware.deployment import Deployment, stage_layouts
+from hardware.memory import fit_error
 from specdec.errors import UserError
 
 __all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "causal_keys"]
@@ -116,16 +116,6 @@ def _bound(compute: float, memory: float, comm: float, host: float) -> str:
     if comm > top:
         name, top = "comm", comm
     return "host" if host > top else name
-
-
-def _gib_formatter(need: float, available: float):
-    """A bytes -> 'GiB' formatter with 1-3 decimals: the fewest that tell need from available."""
-    digits = 3
-    for d in (1, 2):
-        if f"{need / GIB:.{d}f}" != f"{available / GIB:.{d}f}":
-            digits = d
-            break
-    return lambda n: f"{n / GIB:.{digits}f}"
 
 
 def causal_keys(sum_new: float, sum_new_ctx: float, sum_new_sq: float) -> float:
@@ -241,23 +231,8 @@ class CostModel:
         for s, (w, st) in enumerate(zip(self.resident_weight_bytes(), self._stages, strict=True)):
             need = w + kv_tokens * st.kv_bytes_per_token
             if need > usable:
-                dep = self.dep
-                where = f" (pipeline stage {s})" if dep.pp > 1 else ""
-                total, available = need + reserve_bytes, dep.usable_bytes_per_gpu
-                gib = _gib_formatter(total, available)
-                exact = "" if gib(total) != gib(available) else (
-                    f" ({int(math.ceil(total))} > {available} bytes)"
-                )
-                raise UserError(
-                    f"{subject or dep.model.id} does not fit on {dep.tp}x{dep.pp} "
-                    f"{dep.gpu.id}{where}: needs {gib(total)} GiB per GPU (weights "
-                    f"{gib(w)} GiB at {dep.weight_bits} bits + KV for {kv_tokens} tokens "
-                    f"{gib(kv_tokens * st.kv_bytes_per_token)} GiB"
-                    + (f" + reserved {gib(reserve_bytes)} GiB" if reserve_bytes else "")
-                    + f"), available {gib(available)} GiB{exact} of "
-                    f"{dep.gpu.hbm_capacity_gib:g} GiB after a "
-                    f"{dep.workspace_fraction:.0%} workspace margin"
-                )
+                raise fit_error(self.dep, s, w, kv_tokens, kv_tokens * st.kv_bytes_per_token,
+                                reserve_bytes, subject)
 
     # ---- pricing --------------------------------------------------------------------------
     #

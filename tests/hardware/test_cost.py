@@ -317,7 +317,7 @@ def test_a_fit_error_shows_need_above_available():
 
 
 def test_gib_digits_grow_until_need_and_available_differ():
-    from hardware.cost import _gib_formatter
+    from hardware.memory import _gib_formatter
     gib = 2**30
     assert _gib_formatter(21.64 * gib, 21.6 * gib)(21.64 * gib) == "21.64"
     assert _gib_formatter(22.0 * gib, 21.6 * gib)(22.0 * gib) == "22.0"

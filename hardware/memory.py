@@ -1,0 +1,46 @@
+"""The one-line refusal of a deployment whose weights and KV do not fit a GPU."""
+
+from __future__ import annotations
+
+import math
+
+from hardware.deployment import GIB, Deployment
+from specdec.errors import UserError
+
+
+def _gib_formatter(need: float, available: float):
+    """A bytes -> 'GiB' formatter with 1-3 decimals: the fewest that tell need from available."""
+    digits = 3
+    for d in (1, 2):
+        if f"{need / GIB:.{d}f}" != f"{available / GIB:.{d}f}":
+            digits = d
+            break
+    return lambda n: f"{n / GIB:.{digits}f}"
+
+
+def fit_error(dep: Deployment, stage: int, weight_bytes: float, kv_tokens: int,
+              kv_bytes: float, reserve_bytes: int, subject: str = "") -> UserError:
+    """The error for stage ``stage`` of ``dep`` needing more than its usable bytes per GPU.
+
+    The message shows the need (weights + KV + reserve) against what is available, with as
+    many decimals as it takes for "needs" to read larger than "available" (exact bytes if
+    three are not enough). ``subject`` replaces the model id that starts it (e.g. a draft
+    that does not fit next to its target).
+    """
+    where = f" (pipeline stage {stage})" if dep.pp > 1 else ""
+    total = weight_bytes + kv_bytes + reserve_bytes
+    available = dep.usable_bytes_per_gpu
+    gib = _gib_formatter(total, available)
+    exact = "" if gib(total) != gib(available) else (
+        f" ({int(math.ceil(total))} > {available} bytes)"
+    )
+    return UserError(
+        f"{subject or dep.model.id} does not fit on {dep.tp}x{dep.pp} "
+        f"{dep.gpu.id}{where}: needs {gib(total)} GiB per GPU (weights "
+        f"{gib(weight_bytes)} GiB at {dep.weight_bits} bits + KV for {kv_tokens} tokens "
+        f"{gib(kv_bytes)} GiB"
+        + (f" + reserved {gib(reserve_bytes)} GiB" if reserve_bytes else "")
+        + f"), available {gib(available)} GiB{exact} of "
+        f"{dep.gpu.hbm_capacity_gib:g} GiB after a "
+        f"{dep.workspace_fraction:.0%} workspace margin"
+    )
