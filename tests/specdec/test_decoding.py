@@ -9,11 +9,11 @@ from specdec.analysis import expected_tokens
 from specdec.decoding import autoregressive_decode, speculative_decode
 from specdec.drafts import make_drafter, perturbed_copy
 from specdec.errors import UserError
-from specdec.model import ModelConfig, TinyTransformer
 from specdec.sampling import probs_from_logits
 
+from .conftest import N_NEW
+
 # The lecture's setting (§3.3): three prompts, 120 tokens each, greedy.
-N_NEW = 120
 DRAFTS = [
     ("perturbed", dict(sigma=0.1)),
     ("perturbed", dict(sigma=0.3)),
@@ -21,22 +21,6 @@ DRAFTS = [
     ("uniform", {}),
     ("ngram", dict(ngram=3)),
 ]
-
-
-@pytest.fixture(scope="module")
-def target() -> TinyTransformer:
-    return TinyTransformer.random(ModelConfig(), 0)
-
-
-@pytest.fixture(scope="module")
-def prompts() -> list[list[int]]:
-    rng = np.random.default_rng(1)
-    return [list(rng.integers(0, 48, 16)) for _ in range(3)]
-
-
-@pytest.fixture(scope="module")
-def greedy_refs(target, prompts) -> list[list[int]]:
-    return [autoregressive_decode(target, p, N_NEW).tokens for p in prompts]
 
 
 @pytest.mark.parametrize("kind,kwargs", DRAFTS)

@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from specdec.decoding import autoregressive_decode, speculative_decode
+from specdec.decoding import speculative_decode
 from specdec.drafts import make_drafter
 from specdec.errors import UserError
-from specdec.model import ModelConfig, TinyTransformer
 from specdec.tree_decoding import merge_tree_decode, tree_decode
 
+from .conftest import N_NEW
 from .test_decoding import JOINT_PROMPT, joint_tv_and_tolerance
-
-N_NEW = 120
-
-
-@pytest.fixture(scope="module")
-def target() -> TinyTransformer:
-    return TinyTransformer.random(ModelConfig(), 0)
-
-
-@pytest.fixture(scope="module")
-def prompts() -> list[list[int]]:
-    rng = np.random.default_rng(1)
-    return [list(rng.integers(0, 48, 16)) for _ in range(3)]
-
-
-@pytest.fixture(scope="module")
-def greedy_refs(target, prompts) -> list[list[int]]:
-    return [autoregressive_decode(target, p, N_NEW).tokens for p in prompts]
 
 
 @pytest.mark.parametrize(
