@@ -20,7 +20,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from hardware.models import ModelConfig, ModelShape, format_validation, load_hf_config, model_shape
+from hardware.models import (
+    ModelConfig,
+    ModelShape,
+    format_validation,
+    load_hf_config,
+    model_shape,
+    read_utf8,
+)
 from specdec.errors import UserError
 
 __all__ = ["Catalog", "GpuSpec", "LinkSpec", "ModelSpec", "load_catalog", "DATA_DIR"]
@@ -138,15 +145,7 @@ def _lookup(kind: str, key: str, table: dict[str, Any]) -> Any:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"{path}: cannot read catalog file: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise UserError(
-            f"{path}: not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset "
-            f"{err.start}); a catalog file must be UTF-8 YAML"
-        ) from None
+    text = read_utf8(path, "catalog file", "a catalog file must be UTF-8 YAML")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:

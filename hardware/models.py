@@ -181,6 +181,23 @@ def format_validation(file: str, prefix: str, err: ValidationError) -> str:
     return f"{where}: {msg}, got {first['input']!r}"
 
 
+def read_utf8(path: Path, what: str, rule: str) -> str:
+    """The text of ``path``; one-line UserErrors for an unreadable or non-UTF-8 file.
+
+    ``what`` names the file in "cannot read <what>", ``rule`` ends the UTF-8 message (e.g.
+    "a catalog file must be UTF-8 YAML").
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"{path}: cannot read {what}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"{path}: not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); {rule}"
+        ) from None
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     """Read a Hugging Face ``config.json`` and keep the fields the cost model uses.
 
@@ -188,15 +205,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     cost-relevant field raises :class:`UserError` naming the file and the field.
     """
     path = Path(path)
+    text = read_utf8(path, "model config", "a config.json must be UTF-8 JSON")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UserError(f"{path}: cannot read model config: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise UserError(
-            f"{path}: not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset "
-            f"{err.start}); a config.json must be UTF-8 JSON"
-        ) from None
+        raw = json.loads(text)
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
     if not isinstance(raw, dict):
