@@ -277,6 +277,15 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             probe = make_policy()
         with _Section(source, "deployment"):
             target, draft, blocks = cost_models(sc, probe.uses_draft)
+        override = lim.num_gpu_blocks_override
+        if override is not None:
+            if override > blocks:
+                raise UserError(
+                    f"{source}: scheduler.num_gpu_blocks_override: must be <= the {blocks} "
+                    f"KV blocks that fit a replica of {sc.models.target} on "
+                    f"{sc.deployment.tp}x{sc.deployment.pp} {sc.deployment.gpu}"
+                    f" (variant {v.name}), got {override}")
+            blocks = override
         models = [("target", target.dep.model)]
         if draft is not None:
             models.append(("draft", draft.cost.dep.model))

@@ -10,6 +10,13 @@ to ``pp`` micro-batches in flight, as Orca and vLLM do (vLLM's "virtual engines"
 sequence in flight is not scheduled again until its verify has left the last stage, so its
 next iteration always sees its accepted tokens.
 
+A sequence in flight is still running, so it can be preempted (as in vLLM v1, where
+in-flight requests stay in ``running``): its blocks are freed at once and what its
+micro-batch computed is discarded when the micro-batch comes back (a per-slot epoch tells a
+returning micro-batch which of its slots still hold the tenant it was built for). vLLM
+instead appends the tokens such a step sampled to the preempted request; SpecSim recomputes
+them, which only costs time in a rare case.
+
 The draft (co-located) runs at the start of a micro-batch, on the first stage's GPU, before
 the target's first stage: its passes are added to stage 0's time. Per-stage times and the
 hop time come from the cost model's ``pass_cost`` (``stage_s``, ``hop_s``).
@@ -17,7 +24,7 @@ hop time come from the cost model's ``pass_cost`` (``stage_s``, ``hop_s``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
@@ -31,6 +38,7 @@ class MicroBatch:
     """A batch in flight through the stages, with its prices."""
 
     batch: Batch
+    epochs: np.ndarray  # int64 [D + P]: the slots' epochs at dispatch (decoders, then prefills)
     start_at: float
     draft_s: float
     verify_s: float
@@ -67,6 +75,7 @@ class PipelinedReplica(Replica):
         self.stages = int(stages)
         super().__init__(*args, **kwargs)
         self.busy = np.zeros(self.limits.max_num_seqs, dtype=bool)
+        self.epoch = np.zeros(self.limits.max_num_seqs, dtype=np.int64)  # + 1 per preemption
         self.in_flight = 0
         env = self.env
         inboxes = [simpy.Store(env) for _ in range(self.stages)]
@@ -80,6 +89,18 @@ class PipelinedReplica(Replica):
     def schedulable(self) -> np.ndarray:
         """Running sequences not already in flight."""
         return self.active & ~self.busy
+
+    def running_oldest_first(self, schedulable: np.ndarray) -> np.ndarray:
+        """Every running slot, oldest request first, in flight or not (all can be victims)."""
+        run = self.active.nonzero()[0]
+        return run[self.rid[run].argsort(kind="stable")]
+
+    def preempt(self, s: int) -> None:
+        """Preempt slot ``s``; if it is in flight, its micro-batch's result will be dropped."""
+        if self.busy[s]:
+            self.busy[s] = False
+            self.epoch[s] += 1
+        super().preempt(s)
 
     def _has_work(self) -> bool:
         return bool(self.waiting) or bool(self.schedulable().any())
@@ -105,14 +126,16 @@ class PipelinedReplica(Replica):
         self.busy[dec] = True
         self.busy[pre] = True
         self.in_flight += 1
-        self.first_stage.put(MicroBatch(batch, self.env.now, draft_s, float(cost.seconds),
+        epochs = self.epoch[np.concatenate((dec, pre))]
+        self.first_stage.put(MicroBatch(batch, epochs, self.env.now, draft_s, float(cost.seconds),
                                         tuple(cost.stage_s), float(cost.hop_s), str(cost.bound)))
 
     def complete(self, mb: MicroBatch) -> None:
         """The last stage finished ``mb``: apply it, free its sequences, wake the scheduler."""
-        batch = mb.batch
+        batch = _still_held(mb, self.epoch)
         dec, pre = batch.dec_slots, batch.pre_slots
         emitted, accepted, drafted, prefill = self._advance(batch)
+        self.check_progress(emitted)
         self.busy[dec] = False
         self.busy[pre] = False
         self.in_flight -= 1
@@ -124,3 +147,16 @@ class PipelinedReplica(Replica):
         ))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+
+
+def _still_held(mb: MicroBatch, epoch: np.ndarray) -> Batch:
+    """``mb``'s batch without the slots preempted while it was in flight."""
+    b = mb.batch
+    n_dec = len(b.dec_slots)
+    ok = epoch[np.concatenate((b.dec_slots, b.pre_slots))] == mb.epochs
+    if ok.all():
+        return b
+    d, p = ok[:n_dec], ok[n_dec:]
+    return replace(b, row=b.row[d] if b.row.ndim == 2 else b.row, dec_slots=b.dec_slots[d],
+                   dec_context=b.dec_context[d], pre_slots=b.pre_slots[p],
+                   pre_context=b.pre_context[p], chunks=b.chunks[p])

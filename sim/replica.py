@@ -43,6 +43,8 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 class Replica:
     """One serving replica: a waiting queue, a batch of slots, a KV pool and a loop."""
 
+    stages = 1  # pipeline stages (``sim.pipeline.PipelinedReplica`` has more)
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -85,6 +87,8 @@ class Replica:
         self.outstanding_tokens = 0
         self._wake: simpy.Event | None = None
         self.on_finish = None  # called with the ids of finished requests (closed loops)
+        self.stall_limit = stall_limit(table, limits, self.stages)
+        self._stalled = 0  # iterations in a row that emitted no token
         if hasattr(policy, "price"):
             policy.price = self._price_decode
         self.process = env.process(self.run())
@@ -104,6 +108,11 @@ class Replica:
     def schedulable(self) -> np.ndarray:
         """bool [slots]: running sequences the scheduler may put in the next batch."""
         return self.active
+
+    def running_oldest_first(self, schedulable: np.ndarray) -> np.ndarray:
+        """int64 [R]: every running slot, oldest request first (the preemption order), given
+        the schedulable ones in that order (all of them here)."""
+        return schedulable
 
     def prefill_target_of(self, rid: int) -> int:
         """Tokens to prefill for ``rid``: its prompt, plus what it emitted before a preemption."""
@@ -164,11 +173,27 @@ class Replica:
             )
             yield env.timeout(draft_s + verify_s)
             emitted, accepted, drafted, prefill = self._advance(batch)
+            self.check_progress(emitted)
             self.log.iterations.append((
                 self.index, start_at, env.now - start_at, len(dec) + len(pre), len(dec),
                 prefill, batch.verify_tokens, drafted, accepted, emitted,
                 draft_s, verify_s, bound,
             ))
+
+    def check_progress(self, emitted: int) -> None:
+        """The liveness guard: raise if ``stall_limit`` iterations in a row emit no token."""
+        if emitted:
+            self._stalled = 0
+            return
+        self._stalled += 1
+        if self._stalled > self.stall_limit:
+            run = self.active.nonzero()[0]
+            raise RuntimeError(
+                f"replica {self.index}: {self._stalled} iterations without emitting a token "
+                f"(a livelock; the limit is {self.stall_limit}) at t={self.env.now:.6g} s: "
+                f"{len(run)} running (requests {sorted(self.rid[run].tolist())[:8]}), "
+                f"{len(self.waiting)} waiting, KV {self.kv.free_blocks} of "
+                f"{self.kv.capacity_blocks} blocks free")
 
     def _advance(self, batch) -> tuple[int, int, int, int]:
         """Apply one finished iteration; returns (emitted, accepted, drafted, prefill) tokens."""
@@ -275,6 +300,23 @@ class Replica:
         """Seconds of the decoding part of an iteration with this shape (adaptive policy)."""
         draft_s, verify_s, _ = self.pricer.price(row, context, _EMPTY, _EMPTY, bound=False)
         return draft_s + verify_s
+
+
+def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -> int:
+    """How many iterations in a row may emit no token before the replica is declared live-
+    locked: stages × (2·⌈L / c⌉ + 100), L the longest request (prompt + output tokens, the
+    most a recompute can prefill), c the prefill chunk (L without chunked prefill).
+
+    Why it cannot fire on a live run: an iteration with a decoding sequence emits a token, so
+    a run without emission only prefills, and the oldest running request gets the first
+    share of the token budget (at least one chunk); it can be preempted only by itself, when
+    it does not fit the KV pool alone, which ``sim.build`` refuses. So it emits within
+    ⌈L / c⌉ of its iterations, and with ``stages`` micro-batches in flight it is in at least
+    one of every ``stages`` iterations.
+    """
+    longest = int((table.prompt_tokens + table.output_tokens).max()) if len(table) else 1
+    chunk = limits.chunk_tokens if limits.chunked_prefill else longest
+    return stages * (2 * -(-longest // max(chunk, 1)) + 100)
 
 
 _ROWS: dict[tuple[bytes, int], np.ndarray] = {}

@@ -64,6 +64,9 @@ class Scheduler(Strict):
     chunked_prefill: bool = True
     chunk_tokens: PosInt = 512
     block_size: PosInt = 16
+    # vLLM's --num-gpu-blocks-override: a smaller KV pool per replica than memory allows
+    # (null = all the memory left after the weights); more than fits is refused.
+    num_gpu_blocks_override: PosInt | None = None
 
     @model_validator(mode="after")
     def _chunk_fits(self):

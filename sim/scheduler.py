@@ -135,7 +135,7 @@ def plan_batch(r) -> Batch:
     held = st[:, BLOCKS] if slots is act else r.kv.blocks[slots]
     extra = np.maximum(blocks_for(tokens, lim.block_size) - held, 0)
     if int(_sum(extra)) > r.kv.free_blocks:
-        keep = _preempt_until_fits(r, act, slots, tokens)
+        keep = _preempt_until_fits(r, r.running_oldest_first(act), slots, tokens)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
         dec, dctx, pre, pctx, chunks = dec[kd], dctx[kd], pre[kp], pctx[kp], chunks[kp]
         if row.ndim == 2:
@@ -187,8 +187,10 @@ def _preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndar
     """vLLM's preemption loop over running slots ``order`` (oldest first); returns survivors.
 
     Walk the running sequences oldest first; while the current one cannot get its blocks,
-    preempt the latest-arrived one still running (possibly itself). Unscheduled running
-    sequences need no new blocks but can be victims.
+    preempt the latest-arrived one still running (possibly itself). Running sequences that
+    are not being scheduled (unscheduled, or in flight in a pipeline) need no new blocks but
+    can be victims, as in vLLM, where in-flight requests stay in ``running``: so a younger
+    sequence never preempts an older one, and the oldest always makes progress.
     """
     want = dict(zip(slots.tolist(), tokens.tolist(), strict=True))
     alive = order.tolist()

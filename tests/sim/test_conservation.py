@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import sim.replica
@@ -67,6 +67,9 @@ POLICIES = {
 
 
 @settings(max_examples=40, deadline=None)
+# the pipeline livelock: the oldest sequence preempted itself while younger ones were in flight
+@example(n=5, seed=907, policy="g4", chunked=True, max_num_seqs=4, spare_blocks=0, alpha=0.84,
+         stages=3)
 @given(
     n=st.integers(1, 12),
     seed=st.integers(0, 10_000),
@@ -131,6 +134,37 @@ def test_tight_memory_preempts_and_everything_still_finishes(monkeypatch_blocks)
     assert sum(r.preemptions for r in res.requests) > 0
     # The oldest request is never the victim while younger ones run (vLLM's order).
     assert res.requests[0].preemptions == 0
+
+
+def test_a_pipelined_sequence_in_flight_can_be_preempted_and_its_result_is_dropped(
+        monkeypatch_blocks):
+    # 3 stages, a pool the largest request plus a verify barely fits: sequences in flight are
+    # the only possible victims of the oldest, so the run must preempt some of them.
+    rng = np.random.default_rng(907)
+    n = 5
+    prompt, output = rng.integers(1, 60, n), rng.integers(1, 40, n)
+    s = setup(table(np.sort(rng.uniform(0, 0.2, n)), prompt, output),
+              policy=POLICIES["g4"], draft=FakeCost(0.001, 0.0001), acceptance=IidChain(0.84),
+              blocks=6, max_num_seqs=4, max_batched_tokens=128, chunked=True, chunk=16,
+              seed=907, cost=FakeCost(stages=3))
+    res = simulate(replace(s, pipeline_stages=3))
+    assert all(r.finished and r.emitted_tokens == r.output_tokens for r in res.requests)
+    assert sum(r.preemptions for r in res.requests) > 0
+    assert res.requests[0].preemptions == 0  # the oldest is never a victim of younger ones
+
+
+def test_a_replica_that_stops_emitting_raises_instead_of_looping():
+    # A pool smaller than one request (which sim.build refuses): the request preempts itself
+    # every iteration; the liveness guard names the replica and the state.
+    from sim.replica import stall_limit
+
+    tab = table([0.0], [64], [10])
+    s = setup(tab, blocks=2, max_num_seqs=2, max_batched_tokens=128, chunked=True, chunk=16)
+    limit = stall_limit(tab, s.limits)
+    assert limit == 2 * 5 + 100  # 2·⌈74 / 16⌉ + 100
+    with pytest.raises(RuntimeError, match=r"replica 0: \d+ iterations without emitting a "
+                                           r"token \(a livelock; the limit is 110\).*KV"):
+        simulate(s)
 
 
 def test_preempted_request_recomputes_prompt_plus_output(monkeypatch_blocks):

@@ -63,3 +63,30 @@ def test_pipeline_keeps_two_micro_batches_in_flight_and_finishes_everything():
     its = sorted(two.iterations, key=lambda it: it.start_at)
     assert any(b.start_at < a.start_at + a.duration_s for a, b in zip(its, its[1:], strict=False))
     assert len(two.iterations) > len(one.iterations)
+
+
+def test_a_three_stage_replica_with_a_few_kv_blocks_finishes_every_request():
+    # The scenario form of the pipeline livelock: pp 3, γ = 4, chunked prefill and a KV pool
+    # (vLLM's num_gpu_blocks_override) that holds one and a half requests.
+    from sim.loading import load_scenario
+    from sim.runner import run_scenario
+
+    sc = load_scenario(None, [
+        "deployment.pp=3", "scheduler.num_gpu_blocks_override=30", "scheduler.chunk_tokens=64",
+        "workload={arrivals: poisson, rate_per_s: 200, prompt: {kind: fixed, tokens: 200}, "
+        "output: {kind: fixed, tokens: 100}}", "acceptance={kind: iid, alpha: 0.8}",
+        "variants=[{name: g4, policy: {kind: fixed, gamma: 4}}]", "run.requests=40"])
+    reqs = run_scenario(sc).variants[0].requests
+    assert all(r.finished and r.emitted_tokens == 100 for r in reqs)
+    assert sum(r.preemptions for r in reqs) > 0
+
+
+def test_num_gpu_blocks_override_beyond_memory_is_refused():
+    from sim.build import setups
+    from sim.loading import load_scenario
+    from specdec.errors import UserError
+
+    sc = load_scenario(None, ["scheduler.num_gpu_blocks_override=100000000"])
+    with pytest.raises(UserError, match=r"scheduler.num_gpu_blocks_override: must be <= the "
+                                        r"\d+ KV blocks .* got 100000000"):
+        setups(sc)
