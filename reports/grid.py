@@ -102,7 +102,7 @@ def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
     """One row per (width, batch): the tree's nodes, tokens per verify, speedup, and whether
     it is the best width at that batch (``best``; none is best when nothing beats 1)."""
     from workloads import PowerCoverage
-    from workloads.calibration import expected_iid
+    from workloads.acceptance import expected_iid
 
     trees = parse_tree(template, widths)
     if tokens_per_verify is None:

@@ -7,6 +7,8 @@ from workloads.acceptance import (
     chain_widths,
     check_widths,
     depths,
+    expected_iid,
+    solve_alpha,
 )
 from workloads.acceptance_trace import TraceAcceptance
 from workloads.arrivals import (
@@ -26,7 +28,6 @@ from workloads.calibration import (
     calibrate_iid,
     fit_specinfer_table2,
     fit_width_sweep,
-    solve_alpha,
     specinfer_tree,
 )
 from workloads.coverage import CoverageTable, PowerCoverage, WidthModel
@@ -78,6 +79,7 @@ __all__ = [
     "measure_chain",
     "read_request_csv",
     "solve_alpha",
+    "expected_iid",
     "specinfer_tree",
     "write_request_csv",
 ]

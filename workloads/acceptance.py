@@ -257,8 +257,6 @@ class PositionalAcceptance(AcceptanceModel):
     def mean_alpha(self) -> float:
         """The i.i.d. α with the same expected tokens for a chain as long as the table."""
         if self._mean_alpha is None:
-            from workloads.calibration import solve_alpha  # calibration imports this module
-
             chain = chain_widths(self.rates.size)
             self._mean_alpha = solve_alpha(self.expected_tokens(chain), chain)
         return self._mean_alpha
@@ -272,3 +270,34 @@ def _count(n: int) -> int:
     if int(n) != n or n < 0:
         raise UserError(f"n: must be an integer >= 0, got {n!r}")
     return int(n)
+
+
+def expected_iid(alpha: float, widths, width_model: WidthModel | None = None) -> float:
+    """Exact expected tokens per verify of the i.i.d. model with α for one shape."""
+    return IIDAcceptance(alpha, width_model).expected_tokens(widths)
+
+
+def solve_alpha(
+    mean_tokens: float, widths, width_model: WidthModel | None = None, tol: float = 1e-14
+) -> float:
+    """The α at which the i.i.d. model yields ``mean_tokens`` per verify for ``widths``.
+
+    Bisection on the exact expected value (strictly increasing in α from 1 at α = 0 to
+    depth + 1 at α = 1). A target outside [1, depth + 1] is a UserError.
+    """
+    w = one_shape(widths)
+    depth = int(depths(w)[0])
+    target = float(mean_tokens)
+    if not (1.0 <= target <= depth + 1.0):
+        raise UserError(
+            f"mean_tokens: must be in [1, {depth + 1}] for depth {depth}, got {mean_tokens!r}"
+        )
+    wm = width_model if width_model is not None else PowerCoverage(1.0)
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if expected_iid(mid, w, wm) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)

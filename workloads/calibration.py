@@ -2,8 +2,8 @@
 
 Papers report *tokens per verify* (accepted + 1) for a γ or a tree shape, not α. Two tools:
 
-* :func:`solve_alpha` inverts the exact expected tokens of the i.i.d. model for one shape
-  by bisection (E is strictly increasing in α), e.g. α from E(α, γ);
+* :func:`~workloads.acceptance.solve_alpha` inverts the exact expected tokens of the i.i.d.
+  model for one shape by bisection (E is strictly increasing in α), e.g. α from E(α, γ);
 * :func:`fit_width_sweep` fits a per-guess α *and* the width parameter θ of
   :class:`~workloads.coverage.PowerCoverage` to a sweep over tree widths, such as
   SpecInfer's Table 2 (LLaMA-7B target, LLaMA-68M draft, depth-8 trees expanded at level 3,
@@ -24,7 +24,7 @@ from workloads.acceptance import (
     check_widths,
     depths,
     expected_from_levels,
-    one_shape,
+    solve_alpha,
 )
 from workloads.coverage import PowerCoverage, WidthModel
 
@@ -44,37 +44,6 @@ def specinfer_tree(width: int, depth: int = 8, expand_level: int = 3) -> np.ndar
     w = np.ones(depth, dtype=np.int64)
     w[expand_level - 1] = width
     return w
-
-
-def expected_iid(alpha: float, widths, width_model: WidthModel | None = None) -> float:
-    """Exact expected tokens per verify of the i.i.d. model with α for one shape."""
-    return IIDAcceptance(alpha, width_model).expected_tokens(widths)
-
-
-def solve_alpha(
-    mean_tokens: float, widths, width_model: WidthModel | None = None, tol: float = 1e-14
-) -> float:
-    """The α at which the i.i.d. model yields ``mean_tokens`` per verify for ``widths``.
-
-    Bisection on the exact expected value (strictly increasing in α from 1 at α = 0 to
-    depth + 1 at α = 1). A target outside [1, depth + 1] is a UserError.
-    """
-    w = one_shape(widths)
-    depth = int(depths(w)[0])
-    target = float(mean_tokens)
-    if not (1.0 <= target <= depth + 1.0):
-        raise UserError(
-            f"mean_tokens: must be in [1, {depth + 1}] for depth {depth}, got {mean_tokens!r}"
-        )
-    wm = width_model if width_model is not None else PowerCoverage(1.0)
-    lo, hi = 0.0, 1.0
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if expected_iid(mid, w, wm) < target:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def calibrate_iid(

@@ -7,13 +7,12 @@ import pytest
 
 from specdec import expected_tokens
 from specdec.errors import UserError
-from workloads.acceptance import IIDAcceptance, chain_widths
+from workloads.acceptance import IIDAcceptance, chain_widths, solve_alpha
 from workloads.calibration import (
     SPECINFER_TABLE2,
     calibrate_iid,
     fit_specinfer_table2,
     fit_width_sweep,
-    solve_alpha,
     specinfer_tree,
 )
 from workloads.coverage import PowerCoverage
