@@ -1,7 +1,8 @@
 """DataFrames from a run's records: per-request latencies, per-variant summaries, speedups.
 
-The engine emits flat records (``sim.records``); this module is where they become pandas
-tables. Definitions follow ``sim.summary`` (TTFT, TPOT, vLLM's acceptance counters) and add:
+The engine emits flat records stored by column (``sim.records.Records``); this module is
+where they become pandas tables. Definitions follow ``sim.summary`` (TTFT, TPOT, vLLM's
+acceptance counters) and add:
 
 - ``throughput_tokens_per_s``, ``requests_per_s``: over the arrival window, exactly as
   ``sim.summary`` (so a sweep point, a load-curve point and a run's summary agree).
@@ -28,20 +29,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.records import IterationRecord, RequestRecord, field_names
-
 BOUNDS = ("compute", "memory", "comm", "host")
 
 
-def requests_frame(records: list[RequestRecord]) -> pd.DataFrame:
-    """One row per request record, plus ``ttft_s``, ``tpot_s`` and ``e2e_s`` (nan if n/a)."""
-    df = pd.DataFrame(records, columns=field_names(RequestRecord))
-    return add_latencies(df)
+def requests_frame(records) -> pd.DataFrame:
+    """One row per request record, plus ``ttft_s``, ``tpot_s`` and ``e2e_s`` (nan if n/a).
+
+    ``records`` is the engine's column table (``sim.records.Records``: its ``columns`` map
+    each field, in order, to an array), as for :func:`iterations_frame`.
+    """
+    return add_latencies(pd.DataFrame(records.columns))
 
 
-def iterations_frame(records: list[IterationRecord]) -> pd.DataFrame:
-    """One row per iteration record."""
-    return pd.DataFrame(records, columns=field_names(IterationRecord))
+def iterations_frame(records) -> pd.DataFrame:
+    """One row per iteration record (from the engine's column table)."""
+    return pd.DataFrame(records.columns)
 
 
 def add_latencies(df: pd.DataFrame) -> pd.DataFrame:

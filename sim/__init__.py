@@ -5,7 +5,8 @@ Python API (the same as ``specsim run``)::
     import sim
     result, folder = sim.run("scenarios/default.yaml", ["run.requests=200"], seed=1)
     result.summaries            # one dict per speculation variant
-    result.variants[0].requests # RequestRecord per request; .iterations: IterationRecord
+    result.variants[0].requests # Records: a RequestRecord per request, by column
+    result.variants[0].requests.column("finished_at")  # one numpy array; .iterations too
 
     # or step by step, without writing anything:
     result = sim.run_scenario(sim.load_scenario(None, ["run.requests=200"]))
@@ -27,6 +28,7 @@ _EXPORTS = {
     "simulate": "sim.runner",
     "ScenarioResult": "sim.runner",
     "VariantResult": "sim.runner",
+    "Records": "sim.records",
     "RequestRecord": "sim.records",
     "IterationRecord": "sim.records",
     "summarize": "sim.summary",

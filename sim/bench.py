@@ -50,6 +50,7 @@ def run_bench(requests: int, seed: int = 0) -> dict:
     result = run_scenario(sc, "bench")
     wall_s = time.perf_counter() - start
     v = result.variants[0]
+    it = v.iterations.columns
     return {
         "requests": requests,
         "wall_s": wall_s,
@@ -57,6 +58,6 @@ def run_bench(requests: int, seed: int = 0) -> dict:
         "iterations_per_s": len(v.iterations) / wall_s,
         "peak_rss_mb": peak_rss_mb(),
         # sequences in the batch, weighted by iteration time (Little's law's "in service")
-        "mean_batch": sum(it.batch_size * it.duration_s for it in v.iterations)
-        / max(sum(it.duration_s for it in v.iterations), 1e-12),
+        "mean_batch": float(it["batch_size"] @ it["duration_s"]) / max(it["duration_s"].sum(),
+                                                                      1e-12),
     }

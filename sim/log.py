@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.records import IterationRecord, RequestRecord
+from sim.records import IterationRecord, Records, RequestRecord, field_names
 
 
 @dataclass(frozen=True)
@@ -46,25 +46,25 @@ class RunLog:
         self.counts = np.zeros((n_requests, 6), dtype=np.int64)
         self.iterations: list[tuple] = []
 
-    def request_records(self, table: RequestTable, arrived: int) -> list[RequestRecord]:
+    def request_records(self, table: RequestTable, arrived: int) -> Records[RequestRecord]:
         """One record per request that arrived (the first ``arrived`` rows)."""
-        done = ~np.isnan(self.finished_at)
+        n = arrived
         cols = (
-            range(arrived),
-            self.replica.tolist(),
-            table.task.tolist(),
-            table.arrival_at.tolist(),
-            self.first_scheduled_at.tolist(),
-            self.first_token_at.tolist(),
-            self.finished_at.tolist(),
-            table.prompt_tokens.tolist(),
-            table.output_tokens.tolist(),
-            self.emitted.tolist(),
-            *self.counts.T.tolist(),
-            done.tolist(),
+            np.arange(n, dtype=np.int64),
+            self.replica[:n],
+            table.task[:n],
+            table.arrival_at[:n],
+            self.first_scheduled_at[:n],
+            self.first_token_at[:n],
+            self.finished_at[:n],
+            table.prompt_tokens[:n],
+            table.output_tokens[:n],
+            self.emitted[:n],
+            *self.counts[:n].T,
+            ~np.isnan(self.finished_at[:n]),
         )
-        return [RequestRecord(*row) for row in zip(*cols, strict=False)]
+        return Records(RequestRecord, dict(zip(field_names(RequestRecord), cols, strict=True)))
 
-    def iteration_records(self) -> list[IterationRecord]:
+    def iteration_records(self) -> Records[IterationRecord]:
         """One record per replica iteration, in the order they started per replica."""
-        return [IterationRecord(*row) for row in self.iterations]
+        return Records.from_rows(IterationRecord, self.iterations)

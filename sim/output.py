@@ -5,8 +5,8 @@ Layout of a run folder::
     scenario.yaml            the fully resolved scenario (every default filled in)
     meta.yaml                seed, package version, source file, overrides, wall time
     summary.json             the summaries ``specsim run --json`` prints
-    <variant>/requests.csv   one row per RequestRecord
-    <variant>/iterations.csv one row per IterationRecord
+    <variant>/requests.csv   one row per request record (``sim.records``)
+    <variant>/iterations.csv one row per iteration record
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import yaml
 
-from sim.records import IterationRecord, RequestRecord, as_row, field_names
 from specdec.errors import UserError
 
 
@@ -56,12 +55,13 @@ def make_dir(path: str | Path, flag: str) -> Path:
     return out
 
 
-def write_records(path: Path, record_type: type, records: list) -> None:
-    """Records as CSV with a header row (plain ``csv``; pandas belongs to reports/)."""
+def write_records(path: Path, records) -> None:
+    """``sim.records.Records`` as CSV with a header row (plain ``csv``; pandas belongs to
+    reports/): whole columns go to Python scalars at once, then rows to the writer."""
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(field_names(record_type))
-        w.writerows(as_row(r) for r in records)
+        w.writerow(records.columns)
+        w.writerows(records.rows())
 
 
 def write_run(result, out_dir: str | Path, source: str, overrides: list[str],
@@ -88,5 +88,5 @@ def _write_files(result, out: Path, source: str, overrides: list[str], wall_s: f
     for v in result.variants:
         d = out / v.name
         d.mkdir(exist_ok=True)
-        write_records(d / "requests.csv", RequestRecord, v.requests)
-        write_records(d / "iterations.csv", IterationRecord, v.iterations)
+        write_records(d / "requests.csv", v.requests)
+        write_records(d / "iterations.csv", v.iterations)

@@ -1,14 +1,21 @@
 """Flat, immutable records the engine emits: one per request, one per replica iteration.
 
 The engine writes these once, at the end of a run (or at the horizon), and never reads
-them back; ``reports/`` turns them into DataFrames (``pd.DataFrame(records)``). Absolute
-times end in ``_at`` (simulated seconds since the start), durations in ``_s``; a time that
-never happened (a request still queued at the horizon) is ``nan``.
+them back. They are stored by column (:class:`Records`: one numpy array per field, in
+declaration order), so a run of a million requests holds no Python object per request, the
+CSV writer and ``reports/`` read whole columns (``pd.DataFrame(records.columns)``), and a
+record is made only when one is asked for (iterating, indexing). Absolute times end in
+``_at`` (simulated seconds since the start), durations in ``_s``; a time that never
+happened (a request still queued at the horizon) is ``nan``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass, fields
+from typing import Generic, TypeVar
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,77 @@ def field_names(record_type: type) -> list[str]:
     return [f.name for f in fields(record_type)]
 
 
-def as_row(record: RequestRecord | IterationRecord) -> tuple:
-    """A record's values in declaration order (for CSV rows)."""
-    return astuple(record)
+_DTYPES = {"int": np.int64, "float": np.float64, "bool": np.bool_, "str": object}
+
+R = TypeVar("R", RequestRecord, IterationRecord)
+
+
+class Records(Sequence, Generic[R]):
+    """A column table of one record type: ``columns`` maps each field, in declaration
+    order, to a read-only numpy array (int64, float64, bool, or object for strings).
+
+    It behaves as a sequence of records (``len``, indexing, iteration, ``==``) for code
+    that wants them one at a time; whole-column work uses ``columns`` / :meth:`column`.
+    """
+
+    __slots__ = ("record_type", "columns")
+
+    def __init__(self, record_type: type[R], columns: Mapping[str, np.ndarray]) -> None:
+        names = field_names(record_type)
+        if list(columns) != names:
+            raise ValueError(f"{record_type.__name__} columns must be {names}, got "
+                             f"{list(columns)}")
+        cols = {}
+        n = None
+        for f in fields(record_type):
+            a = np.asarray(columns[f.name], dtype=_DTYPES[f.type]).view()  # own flags
+            if a.ndim != 1 or (n is not None and len(a) != n):
+                raise ValueError(f"{record_type.__name__}.{f.name}: columns must be 1-D and "
+                                 "of one length")
+            n = len(a)
+            a.flags.writeable = False
+            cols[f.name] = a
+        self.record_type = record_type
+        self.columns: dict[str, np.ndarray] = cols
+
+    @classmethod
+    def from_rows(cls, record_type: type[R], rows) -> Records[R]:
+        """Records from an iterable of tuples in declaration order, or of records."""
+        names = field_names(record_type)
+        rows = [astuple(r) if isinstance(r, record_type) else r for r in rows]
+        cols = list(zip(*rows, strict=True)) or [()] * len(names)
+        return cls(record_type, dict(zip(names, cols, strict=True)))
+
+    def column(self, name: str) -> np.ndarray:
+        """The read-only array of field ``name``."""
+        return self.columns[name]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def rows(self) -> Iterator[tuple]:
+        """Each record's values as a tuple of Python scalars, in declaration order."""
+        return zip(*(c.tolist() for c in self.columns.values()), strict=True)
+
+    def __iter__(self) -> Iterator[R]:
+        make = self.record_type
+        return (make(*row) for row in self.rows())
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Records(self.record_type, {k: c[i] for k, c in self.columns.items()})
+        return self.record_type(*(c[i].item() if c.dtype != object else c[i]
+                                  for c in self.columns.values()))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Records):
+            return self.record_type is other.record_type and len(self) == len(other) and all(
+                np.array_equal(a, other.columns[k], equal_nan=a.dtype == np.float64)
+                for k, a in self.columns.items())
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other,
+                                                                          strict=True))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Records[{self.record_type.__name__}]({len(self)} rows)"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import simpy
 
 from sim.cluster import Setup, wire
-from sim.records import IterationRecord, RequestRecord
+from sim.records import IterationRecord, Records, RequestRecord
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,8 @@ class VariantResult:
     """The records of one variant: one per arrived request, one per finished iteration."""
 
     name: str
-    requests: list[RequestRecord]
-    iterations: list[IterationRecord]
+    requests: Records[RequestRecord]
+    iterations: Records[IterationRecord]
     end_at: float
 
 

@@ -30,18 +30,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.records import IterationRecord, RequestRecord
+from sim.records import IterationRecord, Records, RequestRecord
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
     return float(np.percentile(x, q)) if len(x) else None
 
 
-def _col(records: list, name: str, dtype=np.float64) -> np.ndarray:
-    return np.fromiter((getattr(r, name) for r in records), dtype=dtype, count=len(records))
+def _col(records: Records, name: str, dtype=np.float64) -> np.ndarray:
+    return records.columns[name].astype(dtype, copy=False)
 
 
-def latencies(requests: list[RequestRecord]) -> dict[str, np.ndarray]:
+def latencies(requests: Records[RequestRecord]) -> dict[str, np.ndarray]:
     """Arrays of TTFT, TPOT and end-to-end seconds (finished requests; TTFT: any first token)."""
     arrival = _col(requests, "arrival_at")
     first = _col(requests, "first_token_at")
@@ -57,7 +57,7 @@ def latencies(requests: list[RequestRecord]) -> dict[str, np.ndarray]:
 
 
 def formula_tokens_per_verify(
-    requests: list[RequestRecord], iterations: list[IterationRecord]
+    requests: Records[RequestRecord], iterations: Records[IterationRecord]
 ) -> float | None:
     """E(α̂, γ) averaged over decode steps, γ per iteration = drafted / decoding sequences."""
     from specdec import expected_tokens
@@ -93,7 +93,7 @@ def window_rates(arrival_at, finished_at, iteration_end_at, iteration_emitted, e
             "requests_per_s": finished / duration_s if duration_s > 0 else None}
 
 
-def throughput(requests: list[RequestRecord], iterations: list[IterationRecord], emitted: int,
+def throughput(requests: Records[RequestRecord], iterations: Records[IterationRecord], emitted: int,
                finished: int, duration_s: float) -> dict[str, float | None]:
     """:func:`window_rates` of a variant's records."""
     return window_rates(
@@ -102,7 +102,7 @@ def throughput(requests: list[RequestRecord], iterations: list[IterationRecord],
         _col(iterations, "emitted_tokens", np.int64), emitted, finished, duration_s)
 
 
-def summarize(name: str, requests: list[RequestRecord], iterations: list[IterationRecord],
+def summarize(name: str, requests: Records[RequestRecord], iterations: Records[IterationRecord],
               duration_s: float, chain: bool = True) -> dict:
     """The summary of one variant (the keys ``specsim run --json`` prints)."""
     lat = latencies(requests)

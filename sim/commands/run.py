@@ -74,7 +74,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.no_report:
         from reports import write_run_report
 
-        last = max((r.arrival_at for v in result.variants for r in v.requests), default=0.0)
+        last = max((float(v.requests.column("arrival_at").max(initial=0.0))
+                    for v in result.variants), default=0.0)
         if args.warmup > last:
             raise UserError(f"--warmup {args.warmup:g}: the run's last request arrived at "
                             f"{last:.4g} s, so the report would hold no request; give a "

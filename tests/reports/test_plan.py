@@ -9,7 +9,7 @@ import yaml
 
 from reports.plan import Candidate, load_candidates, measure_slo, parse_slo, plan, search_rate
 from sim.loading import read_yaml, repo_root, validate
-from sim.records import RequestRecord
+from sim.records import Records, RequestRecord
 from specdec.errors import UserError
 
 
@@ -26,6 +26,10 @@ def test_parse_slo_rejects(bad):
         parse_slo(bad)
 
 
+def _recs(*reqs):
+    return Records.from_rows(RequestRecord, reqs)
+
+
 def _req(i, arrival, first, done, out=11):
     return RequestRecord(i, 0, 0, arrival, arrival, first, done, 10, out, out, 0, 0, 0, 0, 0, 0,
                          not math.isnan(done))
@@ -33,12 +37,12 @@ def _req(i, arrival, first, done, out=11):
 
 def test_measure_slo_percentiles_and_unfinished():
     reqs = [_req(0, 0.0, 0.1, 1.1), _req(1, 0.0, 0.3, 2.3)]  # TPOT 0.1 and 0.2 s
-    ok, m = measure_slo(reqs, {"ttft_p50_s": 0.2, "tpot_p50_s": 0.15})
+    ok, m = measure_slo(_recs(*reqs), {"ttft_p50_s": 0.2, "tpot_p50_s": 0.15})
     assert m == pytest.approx({"ttft_p50_s": 0.2, "tpot_p50_s": 0.15})
     assert ok
-    ok, _ = measure_slo(reqs, {"tpot_p99_s": 0.15})
+    ok, _ = measure_slo(_recs(*reqs), {"tpot_p99_s": 0.15})
     assert not ok
-    ok, _ = measure_slo([*reqs, _req(2, 0.0, 0.2, float("nan"))], {"ttft_p50_s": 1.0})
+    ok, _ = measure_slo(_recs(*reqs, _req(2, 0.0, 0.2, float("nan"))), {"ttft_p50_s": 1.0})
     assert not ok  # a request still running at the end fails the SLO
 
 

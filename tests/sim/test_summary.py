@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from sim.records import IterationRecord, RequestRecord
+from sim.records import IterationRecord, Records, RequestRecord
 from sim.summary import summarize
 
 
@@ -30,7 +30,8 @@ def test_rates_count_only_what_ends_inside_the_arrival_window():
     # Iterations ending at 0.5 (before), 1.5, 4.0, 5.0 (the edge counts), 9.0 (after).
     its = [_it(0.0, 0.5, 100), _it(1.0, 0.5, 3), _it(3.0, 1.0, 5), _it(4.5, 0.5, 7),
            _it(8.0, 1.0, 1000)]
-    s = summarize("x", reqs, its, duration_s=9.0)
+    s = summarize("x", Records.from_rows(RequestRecord, reqs),
+                  Records.from_rows(IterationRecord, its), duration_s=9.0)
     assert s["requests_per_s"] == 2 / 4
     assert s["throughput_tokens_per_s"] == (3 + 5 + 7) / 4
 
@@ -38,6 +39,7 @@ def test_rates_count_only_what_ends_inside_the_arrival_window():
 def test_offline_batch_falls_back_to_the_makespan():
     reqs = [_req(0, 0.0, 2.0, out=3), _req(1, 0.0, 4.0, out=5), _req(2, 0.0, math.nan)]
     its = [_it(0.0, 2.0, 3), _it(2.0, 2.0, 5)]
-    s = summarize("x", reqs, its, duration_s=4.0)
+    s = summarize("x", Records.from_rows(RequestRecord, reqs),
+                  Records.from_rows(IterationRecord, its), duration_s=4.0)
     assert s["requests_per_s"] == 2 / 4
     assert s["throughput_tokens_per_s"] == 8 / 4
