@@ -1,5 +1,8 @@
 """Reports: pandas tables, matplotlib figures and report.md from the engine's records.
 
+Reports read records and tables; they never run the engine nor import ``sim`` (the studies
+in ``sim.studies`` that run it hand their results here).
+
 Public names are re-exported lazily (``reports.write_run_report`` imports matplotlib only
 when first used), so ``import reports.tables`` stays light.
 """
@@ -11,6 +14,8 @@ import importlib
 # Public name -> the module that defines it.
 _EXPORTS = {
     "write_run_report": "reports.report_md",
+    "format_table": "reports.claims_report",
+    "write_claims": "reports.claims_report",
     "load_run": "reports.run_folder",
     "summary_table": "reports.run_folder",
     "requests_frame": "reports.tables",
@@ -21,20 +26,8 @@ _EXPORTS = {
     "write_table": "reports.tables",
     "make_dir": "reports.tables",
     "json_records": "reports.tables",
-    "SweepSpec": "reports.sweep",
-    "load_sweep": "reports.sweep",
-    "run_sweep": "reports.sweep",
-    "point_seed": "reports.sweep",
-    "chain_grid": "reports.grid",
-    "tree_grid": "reports.grid",
-    "simulate_grid": "reports.grid",
-    "make_pair": "reports.grid",
-    "plan": "reports.plan",
-    "parse_slo": "reports.plan",
-    "load_candidates": "reports.plan",
-    "search_rate": "reports.plan",
-    "load_curve": "reports.load",
-    "scenario_histograms": "reports.bursty",
+    "verify_histogram": "reports.bursty",
+    "run_length_table": "reports.bursty",
     "formula_bias": "reports.bursty",
 }
 

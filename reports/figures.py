@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from reports.tables import make_dir  # noqa: E402
+from reports.tables import load_column, make_dir  # noqa: E402
 
 
 def caption(fig: Figure, text: str) -> Figure:
@@ -109,7 +109,7 @@ def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
     """Batch × context grid of the best speedup, each cell annotated with its best γ.
 
     ``grid`` has columns batch, context, best_gamma, best_speedup, fits
-    (``reports.grid.chain_grid``). Cells that do not fit the GPU are marked 'no fit'.
+    (``sim.studies.grid.chain_grid``). Cells that do not fit the GPU are marked 'no fit'.
     """
     values, labels, batches, contexts = _matrix(grid, "batch", "context", _chain_cell)
     return _heatmap(values, labels, contexts, batches,
@@ -121,7 +121,7 @@ def speedup_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
 
 
 def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
-    """Tree width × batch grid of speedups (``reports.grid.tree_grid``); best width starred."""
+    """Tree width × batch grid of speedups (``sim.studies.grid.tree_grid``); best width starred."""
     values, labels, widths, batches = _matrix(
         grid, "width", "batch", lambda r: (r.speedup, f"{r.speedup:.2f}×" + (" *" if r.best
                                                                             else "")))
@@ -130,10 +130,6 @@ def tree_heatmap(grid: pd.DataFrame, title: str, note: str = "") -> Figure:
                     cbar="speedup vs no speculation (×)", title=title,
                     text="* = best width at that batch (none starred: no tree beats plain "
                          "decoding). " + note)
-
-
-def _load_col(load: pd.DataFrame) -> str:
-    return "rate_per_s" if "rate_per_s" in load.columns else "users"
 
 
 def baseline_variant(load: pd.DataFrame) -> str | None:
@@ -147,7 +143,7 @@ def baseline_variant(load: pd.DataFrame) -> str | None:
 def _diffs(load: pd.DataFrame, metric: str, base: str, other: str
            ) -> tuple[list[float], list[float]]:
     """(loads both variants ran at, ``other``'s ``metric`` minus ``base``'s at each)."""
-    x = _load_col(load)
+    x = load_column(load)
     a = load[load["variant"] == base].set_index(x)[metric]
     b = load[load["variant"] == other].set_index(x)[metric]
     rates = sorted(set(a.index) & set(b.index))
@@ -170,7 +166,7 @@ def compare_curves(load: pd.DataFrame, metric: str, base: str, other: str) -> st
     """How ``other``'s ``metric`` compares with ``base``'s over the loads tried, as a clause:
     lower throughout, never lower, or lower up to the crossover and higher above."""
     rates, diff = _diffs(load, metric, base, other)
-    unit = "req/s" if _load_col(load) == "rate_per_s" else "users"
+    unit = "req/s" if load_column(load) == "rate_per_s" else "users"
     tried = f"{rates[0]:g}–{rates[-1]:g} {unit}" if rates else "no common load"
     if rates and all(d < 0 for d in diff):
         return f"{other} is lower than {base} at every load tried ({tried}; no crossover)"
@@ -199,7 +195,7 @@ def latency_vs_load(load: pd.DataFrame, metrics=("tpot_p50_s", "ttft_p99_s"), ti
     gets a log y axis so the light-load points stay readable. The caption says, per panel,
     where each speculating variant crosses plain decoding, or that it does not in range.
     """
-    xcol = _load_col(load)
+    xcol = load_column(load)
     xlabel = ("offered load (requests/s)" if xcol == "rate_per_s"
               else "closed-loop users (concurrent clients)")
     xunit = " req/s" if xcol == "rate_per_s" else " users"

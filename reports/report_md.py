@@ -1,10 +1,11 @@
-"""``write_run_report(run_folder)``: report.md, tables and figures beside a run's records.
+"""``write_run_report(run, ...)``: report.md, tables and figures beside a run's records.
 
-Reads the run folder (``reports.run_folder``), writes into it:
+Given the run folder's data (``reports.run_folder``) and the tables the report study
+computed (``sim.studies.run_report``: the load curve, the acceptance replay), writes:
 
     report.md                 the report (links the figures and tables below)
     tables/summary.csv        one row per variant (reports.tables columns + speedups)
-    tables/load_curve.csv     latency vs offered load (re-simulated, see reports.load)
+    tables/load_curve.csv     latency vs offered load (re-simulated: sim.studies.load_curve)
     tables/tokens_per_verify.csv, tables/run_lengths.csv, tables/formula_bias.csv
     figures/latency_vs_load.png, figures/latency_cdf.png, figures/tokens_per_verify.png,
     figures/batch_over_time.png
@@ -24,9 +25,8 @@ import pandas as pd
 import yaml
 
 from reports import bursty, figures
-from reports.load import load_column
-from reports.run_folder import RunData, load_run, summary_table
-from reports.tables import write_table
+from reports.run_folder import RunData
+from reports.tables import load_column, write_table
 
 # Summary columns shown in report.md: (column, header, scale, format).
 _SHOWN = (
@@ -116,19 +116,15 @@ def _load_note(load: pd.DataFrame, seed: int) -> str:
             f"above); seed {seed} at every load.")
 
 
-def write_run_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: int = 200,
-                     workers: int = 1) -> Path:
-    """Write report.md, tables/ and figures/ into ``run_folder``; returns report.md's path."""
-    from reports.load import load_curve
+def write_run_report(run: RunData, summary: pd.DataFrame, load: pd.DataFrame | None,
+                     hist: pd.DataFrame, runs: pd.DataFrame, warmup_s: float = 0.0) -> Path:
+    """Write report.md, tables/ and figures/ into ``run``'s folder; returns report.md's path.
 
-    run = load_run(run_folder)
+    ``summary``: ``summary_table(run, warmup_s)``; ``load``: the latency-vs-load table or
+    None; ``hist``, ``runs``: the acceptance replay's verify histogram and run lengths
+    (``sim.studies.run_report`` computes all of them).
+    """
     folder = run.folder
-    summary = summary_table(run, warmup_s)
-    # The curve's point at the scenario's own load is the run itself (untrimmed).
-    own = summary if warmup_s == 0 else summary_table(run, 0.0)
-    load = load_curve(run.scenario, max_requests=load_requests, workers=workers, own=own)
-    gamma = chain_gamma(run)
-    hist, runs = bursty.scenario_histograms(run.scenario, gamma)
     bias = bursty.formula_bias(run.summaries)
     tables = {"summary": summary, "tokens_per_verify": hist, "run_lengths": runs,
               "formula_bias": bias}

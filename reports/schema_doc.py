@@ -1,11 +1,12 @@
 """The scenario reference (docs/reference/scenario.md), generated from the pydantic schema.
 
-``scenario_reference()`` walks ``sim.scenario.Scenario``: one section per model class, one
-row per field with its type, default and description (the class docstring and the field's
-comment-free annotation). A test checks that the committed page equals this output, so the
-reference cannot drift from the schema. Regenerate with::
+``scenario_reference(root)`` walks a pydantic model (``sim.scenario.Scenario``, which the
+caller passes): one section per model class, one row per field with its type, default and
+description (the class docstring and the field's comment-free annotation). A test checks
+that the committed page equals this output, so the reference cannot drift from the schema.
+Regenerate with::
 
-    python -m reports.schema_doc > docs/reference/scenario.md
+    specsim reference > docs/reference/scenario.md
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pydantic import BaseModel
 HEADER = """\
 # Scenario reference
 
-Generated from `sim/scenario.py` by `python -m reports.schema_doc` — do not edit by hand
+Generated from the schema in `sim/scenario.py` by `specsim reference` — do not edit by hand
 (`tests/reports/test_docs.py` fails when this page and the schema disagree).
 
 A scenario is a YAML mapping; every field has a default, so a file names only what it
@@ -116,12 +117,10 @@ def _default(field) -> str:
     return "`" + json.dumps(d, ensure_ascii=False) + "`"
 
 
-def scenario_reference() -> str:
-    """The reference page as markdown."""
-    from sim.scenario import Scenario
-
+def scenario_reference(root: type[BaseModel]) -> str:
+    """The reference page of the schema ``root`` as markdown."""
     out = [HEADER]
-    for model in _models(Scenario):
+    for model in _models(root):
         out.append(f"## {model.__name__}\n")
         doc = model.__dict__.get("__doc__")  # its own, not one inherited from a base
         if doc:
@@ -139,6 +138,3 @@ def scenario_reference() -> str:
         out.append("")
     return "\n".join(out)
 
-
-if __name__ == "__main__":
-    print(scenario_reference(), end="")

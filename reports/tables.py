@@ -30,6 +30,12 @@ import numpy as np
 import pandas as pd
 
 BOUNDS = ("compute", "memory", "comm", "host")
+LOAD_COLUMNS = ("rate_per_s", "users")  # the load axis of a latency-vs-load table
+
+
+def load_column(table: pd.DataFrame) -> str:
+    """The load column of a latency-vs-load table (``sim.studies.load_curve``)."""
+    return next(c for c in LOAD_COLUMNS if c in table.columns)
 
 
 def requests_frame(records) -> pd.DataFrame:

@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "grid",
     "claims",
     "plan",
+    "reference",
 )
 
 

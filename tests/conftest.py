@@ -9,11 +9,44 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from pathlib import Path  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
 
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A fixed-seed generator; tests that draw take it explicitly."""
     return np.random.default_rng(12345)
+
+SMALL = {
+    "name": "small",
+    "workload": {"arrivals": "poisson", "rate_per_s": 6.0,
+                 "prompt": {"kind": "fixed", "tokens": 128},
+                 "output": {"kind": "fixed", "tokens": 48}},
+    "acceptance": {"kind": "iid", "alpha": 0.8},
+    "run": {"requests": 60, "seed": 7},
+    "slo": {"ttft_p99_s": 0.5, "tpot_p99_s": 0.02},
+}
+
+
+@pytest.fixture
+def small_scenario(tmp_path: Path) -> Path:
+    """A 60-request Llama-3-8B scenario (none vs fixed γ = 4) as a YAML file."""
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(SMALL))
+    return p
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory) -> Path:
+    """A run folder of the small scenario written by ``specsim run`` (shared, read-only)."""
+    from sim.cli import main
+
+    d = tmp_path_factory.mktemp("run")
+    src = d / "small.yaml"
+    src.write_text(yaml.safe_dump(SMALL))
+    assert main(["run", str(src), "--out", str(d / "out"), "--json"]) == 0
+    return d / "out"

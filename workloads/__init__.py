@@ -38,7 +38,7 @@ from workloads.lengths import (
     LogNormalLength,
     UniformLength,
 )
-from workloads.measure import ChainMeasurement, measure_chain
+from workloads.measure import ChainMeasurement, measure_chain, replay_chain
 from workloads.requests import RequestSpec, build_requests, read_request_csv, write_request_csv
 from workloads.task_mix import TaskMixAcceptance
 
@@ -77,6 +77,7 @@ __all__ = [
     "fit_specinfer_table2",
     "fit_width_sweep",
     "measure_chain",
+    "replay_chain",
     "read_request_csv",
     "solve_alpha",
     "expected_iid",

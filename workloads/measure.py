@@ -37,6 +37,25 @@ class ChainMeasurement:
         return self.accepted / self.checked
 
 
+def replay_chain(model: AcceptanceModel, gamma: int, n_streams: int, n_verifies: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """int64 [n_streams, n_verifies]: the accepted guesses of each verify of a γ-chain, each
+    stream advancing by the tokens its verifies emit (accepted + 1)."""
+    if gamma < 1:
+        raise UserError(f"gamma: must be >= 1, got {gamma}")
+    if n_streams < 1 or n_verifies < 1:
+        raise UserError(f"n_streams, n_verifies: must be >= 1, got {n_streams}, {n_verifies}")
+    streams = model.new_streams(n_streams, rng)  # [B]
+    positions = np.zeros(n_streams, dtype=np.int64)  # [B]
+    widths = np.broadcast_to(chain_widths(gamma), (n_streams, gamma))  # [B, γ]
+    out = np.empty((n_streams, n_verifies), dtype=np.int64)  # [B, V]
+    for v in range(n_verifies):
+        a = model.accept(streams, positions, widths, rng)  # [B]
+        out[:, v] = a
+        positions += a + 1
+    return out
+
+
 def measure_chain(
     model: AcceptanceModel,
     gamma: int,
@@ -45,18 +64,6 @@ def measure_chain(
     rng: np.random.Generator,
 ) -> ChainMeasurement:
     """Run ``n_verifies`` verifies of γ guesses on ``n_streams`` parallel streams."""
-    if gamma < 1:
-        raise UserError(f"gamma: must be >= 1, got {gamma}")
-    if n_streams < 1 or n_verifies < 1:
-        raise UserError(f"n_streams, n_verifies: must be >= 1, got {n_streams}, {n_verifies}")
-    streams = model.new_streams(n_streams, rng)  # [B]
-    positions = np.zeros(n_streams, dtype=np.int64)  # [B]
-    widths = np.broadcast_to(chain_widths(gamma), (n_streams, gamma))  # [B, γ]
-    accepted = checked = 0
-    for _ in range(n_verifies):
-        a = model.accept(streams, positions, widths, rng)  # [B]
-        accepted += int(a.sum())
-        checked += int(np.minimum(a + 1, gamma).sum())
-        positions += a + 1
-    tokens = int(positions.sum())
-    return ChainMeasurement(n_streams * n_verifies, tokens, accepted, checked)
+    acc = replay_chain(model, gamma, n_streams, n_verifies, rng)  # [B, V]
+    return ChainMeasurement(acc.size, int((acc + 1).sum()), int(acc.sum()),
+                            int(np.minimum(acc + 1, gamma).sum()))

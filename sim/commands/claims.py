@@ -48,8 +48,9 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the claim groups, write the folder, print the table (or JSON)."""
-    from reports.claims import format_table, run_claims, write_claims
+    from reports.claims_report import format_table, write_claims
     from sim.output import default_run_dir
+    from sim.studies.claims import POINT_TOLERANCE, VERDICTS, run_claims
 
     only = [name.strip() for item in args.only for name in item.split(",") if name.strip()]
     start = time.perf_counter()
@@ -60,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
 
     rows = run_claims(only or None, quick=args.quick, progress=progress)
     out = args.out or default_run_dir("claims")
-    write_claims(rows, out)
+    write_claims(rows, out, POINT_TOLERANCE, VERDICTS)
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:

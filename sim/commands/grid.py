@@ -73,9 +73,9 @@ def add_parser(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     """Build the grid, write CSV + heatmap, print it."""
     from reports import figures
-    from reports.grid import chain_grid, make_pair, simulate_grid, tree_grid
     from reports.tables import json_records, write_table
     from sim.output import default_run_dir
+    from sim.studies.grid import chain_grid, make_pair, simulate_grid, tree_grid
 
     if args.tree is None:
         given = [f for f, v in (("--widths", args.widths), ("--theta", args.theta),

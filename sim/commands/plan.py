@@ -66,16 +66,16 @@ def main(args: argparse.Namespace) -> int:
     """Search every candidate, rank, write, print."""
     from tqdm import tqdm
 
-    from reports.plan import (
+    from reports.tables import json_records, write_table
+    from sim.loading import display_path, read_yaml, validate_overridden
+    from sim.output import default_run_dir
+    from sim.studies.plan import (
         Candidate,
         load_candidates,
         parse_slo,
         plan,
         slo_from_scenario,
     )
-    from reports.tables import json_records, write_table
-    from sim.loading import display_path, read_yaml, validate_overridden
-    from sim.output import default_run_dir
 
     if not 0 < args.rel_tol < 1:
         raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")

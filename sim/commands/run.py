@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
             bar.close()
     report = None
     if not args.no_report:
-        from reports import write_run_report
+        from sim.studies.run_report import write_report
 
         last = max((float(v.requests.column("arrival_at").max(initial=0.0))
                     for v in result.variants), default=0.0)
@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                             f"{last:.4g} s, so the report would hold no request; give a "
                             f"warm-up below that (records are in {out}/)")
 
-        report = write_run_report(out, warmup_s=args.warmup, load_requests=args.report_requests)
+        report = write_report(out, warmup_s=args.warmup, load_requests=args.report_requests)
     if args.json:
         doc = {"variants": [_public(s) for s in result.summaries], "out": str(out)}
         if report is not None:

@@ -61,9 +61,9 @@ def main(args: argparse.Namespace) -> int:
     """Load, run every point, write the table, print it."""
     from tqdm import tqdm
 
-    from reports.sweep import load_sweep, run_sweep
     from reports.tables import json_records, seeds_table, write_table
     from sim.output import default_run_dir
+    from sim.studies.sweep import load_sweep, run_sweep
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
     n = len(spec.points())

@@ -9,11 +9,10 @@ from reports.bursty import (
     alpha_hat,
     formula_bias,
     iid_verify_probs,
-    replay_chain,
-    run_lengths,
+    run_length_table,
     verify_histogram,
 )
-from workloads import BurstyAcceptance, IIDAcceptance
+from workloads import BurstyAcceptance, IIDAcceptance, replay_chain
 
 
 def test_iid_law_sums_to_one_and_has_mean_e():
@@ -45,7 +44,7 @@ def test_bursty_replay_is_bimodal_and_formula_overpredicts(rng):
     measured_mean = (h["tokens"] * h["measured"]).sum()
     formula = (h["tokens"] * h["iid"]).sum()
     assert formula > measured_mean  # lecture §4.5: the formula over-estimates
-    runs = run_lengths(model, rng, n_streams=128)
+    runs = run_length_table(replay_chain(model, 64, 128, 64, rng), 64)
     assert runs["measured"].sum() == pytest.approx(1.0)
     assert runs["measured"].iloc[0] > runs["iid"].iloc[0]
 

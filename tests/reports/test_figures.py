@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from reports import figures
-from reports.grid import chain_grid, make_pair, tree_grid
 from reports.run_folder import load_run
+from sim.studies.grid import chain_grid, make_pair, tree_grid
 
 
 def _check(fig):

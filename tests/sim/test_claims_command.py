@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from reports.claims import VERDICTS
 from sim.cli import main
+from sim.studies.claims import VERDICTS
 
 
 def run(capsys, *argv):

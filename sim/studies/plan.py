@@ -39,6 +39,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hardware import load_catalog
+from sim.build import resolve_file
+from sim.loading import display_path, read_yaml, validate_overridden
+from sim.runner import build_overridden, run_setups
+from sim.summary import latencies
 from specdec.errors import UserError
 
 _SLO_KEY = re.compile(r"^(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)$")
@@ -73,10 +78,8 @@ def slo_from_scenario(scenario) -> dict[str, float]:
 
 def measure_slo(requests, slo: dict[str, float]) -> tuple[bool, dict[str, float]]:
     """(all finished and every percentile within its limit, the measured percentiles)."""
-    from sim.summary import latencies
-
     lat = latencies(requests)
-    measured, ok = {}, all(r.finished for r in requests)
+    measured, ok = {}, bool(requests.column("finished").all())
     for key, limit in slo.items():
         metric, q = _SLO_KEY.match(key.removesuffix("_s")).groups()
         x = lat[metric]
@@ -116,8 +119,6 @@ class Candidate:
 
 def load_candidates(path: str | Path) -> list[Candidate]:
     """Read ``candidates: [{name, set: {dotted.key: value}, policy: {...}}]`` from YAML."""
-    from sim.loading import display_path, read_yaml
-
     p = Path(path)
     src = display_path(p)
     items = read_yaml(p, "candidates file").get("candidates")
@@ -154,8 +155,6 @@ def scenario_for(base: dict, cand: Candidate, rate: float, source: str,
                  doc: dict | None = None, sets=()):
     """The validated scenario of ``cand`` at ``rate`` (what ``specsim run`` would run); a
     problem names the candidate field (or ``--set``) that brought it in."""
-    from sim.loading import validate_overridden
-
     d, texts, labels, resolve_at = _layers(base, cand, rate, doc, sets)
     return validate_overridden(d, texts, source, labels, resolve_at)
 
@@ -164,8 +163,6 @@ def build_for(base: dict, cand: Candidate, rate: float, source: str,
               doc: dict | None = None, sets=()):
     """``(scenario, setups)`` of ``cand`` at ``rate``: validated and built, a problem (unknown
     GPU, TP, memory) named as in ``scenario_for``."""
-    from sim.runner import build_overridden
-
     d, texts, labels, resolve_at = _layers(base, cand, rate, doc, sets)
     return build_overridden(d, texts, source, labels, resolve_at)
 
@@ -189,8 +186,6 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
                 sets=()) -> RateSearch:
     """Bisection over the arrival rate for the highest rate that meets ``slo``. ``doc`` and
     ``sets``: the file's document and ``--set`` overrides behind ``base``, for errors."""
-    from sim.runner import run_setups
-
     if base.get("workload", {}).get("arrivals") not in ("poisson", "gamma"):
         raise UserError(f"{source}: workload.arrivals: plan needs rate-driven arrivals "
                         f"(poisson or gamma), got {base.get('workload', {}).get('arrivals')!r}")
@@ -201,13 +196,13 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
         reqs = res.variants[0].requests
         ok, measured = measure_slo(reqs, slo)
         summary = dict(res.summaries[0])
-        summary["output_tokens_per_request"] = float(np.mean([r.output_tokens for r in reqs]))
+        summary["output_tokens_per_request"] = float(np.mean(reqs.column("output_tokens")))
         cache[rate] = (ok, summary, measured)
-        ends = sorted(r.finished_at for r in reqs if r.finished)
+        ends = np.sort(reqs.column("finished_at")[reqs.column("finished")])
         done = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] \
             else math.inf
         if ok and done < KEEP_UP * rate:
-            span = max(r.arrival_at for r in reqs) if reqs else 0.0
+            span = float(reqs.column("arrival_at").max(initial=0.0))
             raise UserError(
                 f"{source}: candidate {cand.name}: the SLO still holds at {rate:.4g} req/s, but "
                 f"the run completes only {done:.4g} req/s ({len(reqs)} requests arrive within "
@@ -238,9 +233,6 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
 
 def _gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
     """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate's built scenario ``sc``."""
-    from hardware import load_catalog
-    from sim.build import resolve_file
-
     d = sc.deployment
     gpus = d.tp * d.pp + (1 if d.draft_placement == "separate"
                           and cand.policy.get("kind") != "none" else 0)

@@ -1,4 +1,4 @@
-"""reports.claims*: verdicts from numbers, the claim groups' numbers, the run folder."""
+"""sim.studies.claims*: verdicts from numbers, the claim groups' numbers, the run folder."""
 
 from __future__ import annotations
 
@@ -7,21 +7,20 @@ import math
 
 import pytest
 
-from reports.claims import (
+from reports.claims_report import format_table, write_claims
+from sim.studies.claims import (
     GROUPS,
     POINT_TOLERANCE,
     VERDICTS,
     Check,
     ClaimRow,
-    format_table,
     point,
     run_claims,
     span,
     verdict,
-    write_claims,
 )
-from reports.claims_leviathan import implied_c, leviathan_claims
-from reports.claims_specinfer import speedup_grid
+from sim.studies.claims_leviathan import implied_c, leviathan_claims
+from sim.studies.claims_specinfer import speedup_grid
 from specdec.errors import UserError
 
 # ---- the verdict function on synthetic numbers -------------------------------------------
@@ -191,8 +190,8 @@ def test_the_tree_claims_engine_drafts_at_16_bits_as_the_analytic_rows_do(quick_
     from hardware.catalog import load_catalog
     from hardware.cost import CostModel
     from hardware.deployment import Deployment
-    from reports.claims_batching import TREES
-    from reports.claims_runs import claims_scenario, cost_pair
+    from sim.studies.claims_batching import TREES
+    from sim.studies.claims_runs import claims_scenario, cost_pair
 
     target, draft = cost_pair(claims_scenario(TREES))
     assert (target.dep.weight_bits, draft.cost.dep.weight_bits) == (8, 16)
@@ -216,7 +215,7 @@ def test_table2_fit_rows():
 
 
 def test_write_claims_folder(tmp_path, quick_rows):
-    paths = write_claims(quick_rows, tmp_path / "out")
+    paths = write_claims(quick_rows, tmp_path / "out", POINT_TOLERANCE, VERDICTS)
     names = {p.name for p in paths}
     assert {"claims.csv", "claims.json", "report.md", "claims.png"} <= names
     import pandas as pd

@@ -1,4 +1,4 @@
-"""Paper claims under SpecSim's cost model: rows, verdicts, the registry and the run folder.
+"""Paper claims under SpecSim's cost model: rows, verdicts and the registry of claim groups.
 
 A claim is checked through one or more :class:`Check`\\ s: a number SpecSim computed (from a
 simulation or, where the engine cannot run the setup, from the cost model and the
@@ -16,18 +16,17 @@ and a cost model of a different machine should not be held to the third digit. A
 qualitative claim is turned into an interval on a derived number and says so (e.g. "the
 gain shrinks with batch size" is ``speedup(16) / speedup(1) in [0, 1]``).
 
-The claim groups live in ``reports.claims_specinfer``, ``reports.claims_leviathan`` and
-``reports.claims_batching``; :data:`GROUPS` names them for ``specsim claims --only``.
+The claim groups live in ``sim.studies.claims_specinfer``, ``sim.studies.claims_leviathan``
+and ``sim.studies.claims_batching``; :data:`GROUPS` names them for ``specsim claims --only``.
+The table, ``report.md`` and the figure of a claims run are ``reports.claims_report``'s.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from specdec.errors import UserError
 
@@ -41,8 +40,6 @@ __all__ = [
     "verdict",
     "span",
     "run_claims",
-    "format_table",
-    "write_claims",
 ]
 
 POINT_TOLERANCE = 0.10
@@ -50,12 +47,12 @@ VERDICTS = ("inside", "partly inside", "outside", "not comparable")
 
 # group name -> (module, function); each function takes ``quick: bool`` and returns rows.
 GROUPS: dict[str, tuple[str, str]] = {
-    "specinfer-distributed": ("reports.claims_specinfer", "distributed_claims"),
-    "specinfer-offload": ("reports.claims_specinfer", "offload_claims"),
-    "specinfer-table2": ("reports.claims_specinfer", "table2_claims"),
-    "leviathan": ("reports.claims_leviathan", "leviathan_claims"),
-    "batching": ("reports.claims_batching", "batching_claims"),
-    "trees-vs-load": ("reports.claims_batching", "tree_load_claims"),
+    "specinfer-distributed": ("sim.studies.claims_specinfer", "distributed_claims"),
+    "specinfer-offload": ("sim.studies.claims_specinfer", "offload_claims"),
+    "specinfer-table2": ("sim.studies.claims_specinfer", "table2_claims"),
+    "leviathan": ("sim.studies.claims_leviathan", "leviathan_claims"),
+    "batching": ("sim.studies.claims_batching", "batching_claims"),
+    "trees-vs-load": ("sim.studies.claims_batching", "tree_load_claims"),
 }
 
 
@@ -180,61 +177,3 @@ def run_claims(only: Sequence[str] | None = None, quick: bool = False,
         module, func = GROUPS[name]
         rows.extend(getattr(importlib.import_module(module), func)(quick=quick))
     return rows
-
-
-def format_table(rows: Sequence[ClaimRow]) -> str:
-    """Aligned text: one line per claim, assumptions on an indented line below."""
-    head = ("claim", "paper", "specsim", "verdict")
-    cells = [(r.claim, r.paper, r.specsim, r.verdict) for r in rows]
-    widths = [min(max(len(x[i]) for x in [head, *cells]), 60) for i in range(4)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
-    for r, c in zip(rows, cells, strict=True):
-        lines.append("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=True)))
-        lines.append(f"    [{r.method}] {r.assumptions}")
-    return "\n".join(lines)
-
-
-def write_claims(rows: Sequence[ClaimRow], out_dir: str | Path) -> list[Path]:
-    """Write ``claims.csv``, ``claims.json``, ``report.md`` and figures under ``out_dir``."""
-    import pandas as pd
-
-    from reports.tables import make_dir
-
-    out = make_dir(out_dir)
-    df = pd.DataFrame([{k: v for k, v in r.as_dict().items() if k != "checks"} for r in rows])
-    paths = [out / "claims.csv", out / "claims.json", out / "report.md"]
-    df.to_csv(paths[0], index=False)
-    paths[1].write_text(json.dumps([r.as_dict() for r in rows], indent=2))
-    paths[2].write_text(report_markdown(rows))
-    from reports.claims_figures import claim_figures
-
-    paths.extend(claim_figures(rows, out))
-    return paths
-
-
-def report_markdown(rows: Sequence[ClaimRow]) -> str:
-    """A short report: the table, then per claim its checks and assumptions."""
-    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
-    lines = [
-        "# Paper claims under SpecSim's cost model",
-        "",
-        "Verdicts are computed from the numbers: a paper's range is its interval; a single "
-        f"figure stands for ±{POINT_TOLERANCE:.0%}. "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".",
-        "",
-        "| claim | paper | SpecSim | verdict | method |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [f"| {r.claim} | {r.paper} | {r.specsim} | **{r.verdict}** | {r.method} |"
-              for r in rows]
-    for r in rows:
-        lines += ["", f"## {r.claim}", "", f"*{r.verdict}* — {r.assumptions}", ""]
-        lines += [f"- {c.label}: {_fmt(c.value)} vs [{_fmt(c.low)}, {_fmt(c.high)}]"
-                  f"{'' if c.inside else '  ← outside'}" for c in r.checks]
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return "∞" if math.isinf(x) else f"{x:.3g}"

@@ -35,6 +35,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
+from sim.loading import display_path, read_yaml, validate_overridden
+from sim.runner import build_overridden, run_setups
 from specdec.errors import UserError
 
 
@@ -106,8 +109,6 @@ def parse_vary(text: str) -> tuple[str, tuple]:
 def load_sweep(path: str | Path, vary: list[str] | None = None,
                overrides: list[str] | None = None) -> SweepSpec:
     """Read a scenario file, take its ``sweep:`` block out, merge ``--vary`` flags."""
-    from sim.loading import display_path, read_yaml, validate_overridden
-
     p = Path(path)
     source = display_path(p)
     doc = read_yaml(p)
@@ -164,10 +165,6 @@ def run_point(base: dict, source: str, point: dict, same_seed: bool = False,
     and ``sets`` (the file's document and the ``--set`` overrides that resolved it into
     ``base``), a problem they brought in is traced to them too.
     """
-    from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
-    from sim.loading import validate_overridden
-    from sim.runner import build_overridden, run_setups
-
     texts = point_overrides(point)
     labels = [f"{(flags or {}).get(k, '--vary')} {t}" for k, t in zip(point, texts, strict=True)]
     if doc is None:

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.build import cost_models
 from sim.loading import load_scenario, repo_root
+from sim.runner import run_scenario
 
 __all__ = ["SimPoint", "claims_scenario", "simulate_variant", "cost_pair", "policy_yaml"]
 
@@ -53,24 +55,20 @@ def policy_yaml(shape: Sequence[int] | None, gamma: int | None = None) -> str:
 def simulate_variant(path: Path, overrides: Sequence[str], steady_batch: int | None = None
                      ) -> SimPoint:
     """Run the scenario at ``path`` with ``overrides`` (which must leave one variant)."""
-    from sim.runner import run_scenario
-
     sc = load_scenario(path, list(overrides))
     result = run_scenario(sc, str(path.name), record_bound=False)
     (s,) = result.summaries
     steady = None
     if steady_batch is not None:
-        its = [r for r in result.variants[0].iterations
-               if r.decode_seqs == steady_batch and r.prefill_tokens == 0]
-        seconds = sum(r.duration_s for r in its)
-        steady = sum(r.emitted_tokens for r in its) / seconds if seconds > 0 else None
+        it = result.variants[0].iterations.columns
+        full = (it["decode_seqs"] == steady_batch) & (it["prefill_tokens"] == 0)
+        seconds = sum(it["duration_s"][full].tolist())  # in record order, as Python adds
+        steady = int(it["emitted_tokens"][full].sum()) / seconds if seconds > 0 else None
     return SimPoint(s["tpot_mean_s"], s["tokens_per_verify"], s["finished"], steady)
 
 
 def cost_pair(path: Path, overrides: Sequence[str] = ()):
     """(target ``CostModel``, draft ``DraftSetup``) of the scenario at ``path``."""
-    from sim.build import cost_models
-
     sc = load_scenario(path, list(overrides))
     target, draft, _ = cost_models(sc, True)
     return target, draft

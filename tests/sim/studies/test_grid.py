@@ -1,10 +1,10 @@
-"""reports.grid: the lecture's §7 pattern, trees, and the simulated closed-loop grid."""
+"""sim.studies.grid: the lecture's §7 pattern, trees, and the simulated closed-loop grid."""
 
 from __future__ import annotations
 
 import pytest
 
-from reports.grid import chain_grid, make_pair, parse_tree, simulate_grid, tree_grid
+from sim.studies.grid import chain_grid, make_pair, parse_tree, simulate_grid, tree_grid
 from specdec.errors import UserError
 
 

@@ -15,8 +15,8 @@ end are capped.
 
 from __future__ import annotations
 
-from reports.claims import Check, ClaimRow, point
-from reports.claims_runs import claims_scenario, cost_pair, policy_yaml, simulate_variant
+from sim.studies.claims import Check, ClaimRow, point
+from sim.studies.claims_runs import claims_scenario, cost_pair, policy_yaml, simulate_variant
 
 __all__ = ["chain_grid", "batching_claims", "tree_load_claims"]
 

@@ -1,4 +1,4 @@
-"""reports.plan: SLO parsing and checking, candidates files, the rate search, ranking."""
+"""sim.studies.plan: SLO parsing and checking, candidates files, the rate search, ranking."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import pytest
 import yaml
 
-from reports.plan import Candidate, load_candidates, measure_slo, parse_slo, plan, search_rate
 from sim.loading import read_yaml, repo_root, validate
 from sim.records import Records, RequestRecord
+from sim.studies.plan import Candidate, load_candidates, measure_slo, parse_slo, plan, search_rate
 from specdec.errors import UserError
 
 
@@ -64,7 +64,7 @@ def test_shipped_candidates_use_engine_policies():
     base = validate(read_yaml(repo_root() / "scenarios" / "plan-llama70b.yaml"), "plan")
     kinds = {c.policy["kind"] for c in cands}
     assert kinds == {"none", "fixed", "tree", "adaptive"}
-    from reports.plan import scenario_for
+    from sim.studies.plan import scenario_for
 
     for c in cands:  # every candidate validates against the schema
         scenario_for(base.model_dump(mode="json"), c, 1.0, "plan")

@@ -1,4 +1,5 @@
-"""write_run_report: report.md, tables with their columns, figures with data in them."""
+"""The run report (sim.studies.run_report over reports.report_md): report.md, tables with
+their columns, figures with data in them; the load curve it re-simulates."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from reports import bursty, figures
-from reports.load import load_curve, requests_at
-from reports.report_md import chain_gamma, report_figures, write_run_report
+from reports import figures
+from reports.report_md import chain_gamma, report_figures
 from reports.run_folder import load_run
+from sim.studies.acceptance_replay import scenario_histograms
+from sim.studies.load_curve import load_curve, requests_at
+from sim.studies.run_report import write_report
 
 
 @pytest.fixture(scope="module")
 def report(small_run, tmp_path_factory):
     folder = tmp_path_factory.mktemp("rep") / "run"
     shutil.copytree(small_run, folder)
-    return write_run_report(folder, load_requests=40)
+    return write_report(folder, load_requests=40)
 
 
 def test_report_files(report):
@@ -56,7 +59,7 @@ def test_report_table_columns(report):
 def test_report_figures_have_data_before_saving(small_run):
     run = load_run(small_run)
     load = load_curve(run.scenario, multipliers=(0.5, 1.0), max_requests=20)
-    hist, _ = bursty.scenario_histograms(run.scenario, chain_gamma(run), 32, 8)
+    hist, _ = scenario_histograms(run.scenario, chain_gamma(run), 32, 8)
     figs = report_figures(run, load, hist)
     assert set(figs) == {"latency_vs_load", "latency_cdf", "tokens_per_verify",
                          "batch_over_time"}

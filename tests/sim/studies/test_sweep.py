@@ -1,4 +1,4 @@
-"""reports.sweep: axes, seeds derived from the point, identical tables on any executor."""
+"""sim.studies.sweep: axes, seeds derived from the point, identical tables on any executor."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from reports.sweep import (
+from sim.studies.sweep import (
     SweepSpec,
     load_sweep,
     parse_vary,

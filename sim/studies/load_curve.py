@@ -15,7 +15,8 @@ At the scenario's own load the curve can take the run itself (``own``: the run's
 table, ``reports.run_folder.summary_table``) instead of re-running it with another request
 count, so a report's curve passes through its own headline summary.
 
-The table's load column is ``rate_per_s`` or ``users``; ``load_column(table)`` says which.
+The table's load column is ``rate_per_s`` or ``users``; ``reports.tables.load_column(table)``
+says which.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from sim.studies.sweep import SweepSpec, run_sweep
+from specdec.errors import UserError
+
 MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-LOAD_COLUMNS = ("rate_per_s", "users")
 
 
 def load_axis(scenario: dict, multipliers: Sequence[float]) -> tuple[str, tuple] | None:
@@ -46,11 +49,6 @@ def requests_at(base_requests: int, multiplier: float) -> int:
     return math.ceil(base_requests * max(1.0, multiplier))
 
 
-def load_column(table: pd.DataFrame) -> str:
-    """The load column of a ``load_curve`` table."""
-    return next(c for c in LOAD_COLUMNS if c in table.columns)
-
-
 def load_curve(scenario: dict, multipliers: Sequence[float] = MULTIPLIERS,
                max_requests: int | None = 200, workers: int = 1,
                source: str = "scenario", own: pd.DataFrame | None = None
@@ -64,9 +62,6 @@ def load_curve(scenario: dict, multipliers: Sequence[float] = MULTIPLIERS,
     (the run's summary table, one row per variant with a ``name`` column), the level at the
     scenario's own load is those rows, not a re-run.
     """
-    from reports.sweep import SweepSpec, run_sweep
-    from specdec.errors import UserError
-
     if max_requests is not None and max_requests < 1:
         raise UserError(f"--report-requests: must be >= 1, got {max_requests}")
     axis = load_axis(scenario, multipliers)

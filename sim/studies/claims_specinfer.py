@@ -20,8 +20,8 @@ acceptance model explains the whole table.
 
 from __future__ import annotations
 
-from reports.claims import Check, ClaimRow, point, span
-from reports.claims_runs import claims_scenario, cost_pair, policy_yaml, simulate_variant
+from sim.studies.claims import Check, ClaimRow, point, span
+from sim.studies.claims_runs import claims_scenario, cost_pair, policy_yaml, simulate_variant
 from workloads.calibration import SPECINFER_TABLE2, fit_specinfer_table2, specinfer_tree
 
 __all__ = ["DISTRIBUTED", "OFFLOAD", "speedup_grid", "distributed_claims", "offload_claims",

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import specdec
-from reports.claims import Check, ClaimRow, point, span
+from sim.studies.claims import Check, ClaimRow, point, span
 
 __all__ = ["T5Result", "T5_RESULTS", "C_BY_DRAFT", "implied_c", "leviathan_claims"]
 

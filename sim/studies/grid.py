@@ -28,7 +28,11 @@ import pandas as pd
 from hardware import CostModel, Deployment, DraftSetup, load_catalog
 from hardware.draft import check_colocated_memory, tree_nodes
 from hardware.speedup import best_chain, best_tree, chain_table, tree_table
+from sim.loading import validate
+from sim.runner import run_scenario
 from specdec.errors import UserError
+from workloads.acceptance import expected_iid
+from workloads.coverage import PowerCoverage
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,6 @@ def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
               tokens_per_verify: Sequence[float] | None = None) -> pd.DataFrame:
     """One row per (width, batch): the tree's nodes, tokens per verify, speedup, and whether
     it is the best width at that batch (``best``; none is best when nothing beats 1)."""
-    from workloads import PowerCoverage
-    from workloads.acceptance import expected_iid
-
     trees = parse_tree(template, widths)
     if tokens_per_verify is None:
         tokens = [expected_iid(alpha, np.asarray(w, dtype=np.int64), PowerCoverage(theta))
@@ -135,9 +136,6 @@ def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequ
     the wave's prefill included (the draft prefills the prompts too), so with long contexts
     and short outputs it can sit below 1× while the decode speedup is well above it.
     """
-    from sim.loading import validate
-    from sim.runner import run_scenario
-
     pair = make_pair(target, draft, gpu, tp=tp)
     rows = []
     for b in batches:

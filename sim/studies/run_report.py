@@ -1,0 +1,32 @@
+"""The run report's study: what ``report.md`` shows beyond the run's own records.
+
+``write_report(run_folder)`` reads the run folder, re-simulates the scenario at scaled load
+(``sim.studies.load_curve``; its point at the scenario's own load is the run itself),
+replays the acceptance model for the tokens-per-verify histogram and run lengths
+(``sim.studies.acceptance_replay``), and hands everything to ``reports.report_md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reports.report_md import chain_gamma, write_run_report
+from reports.run_folder import load_run, summary_table
+from sim.studies.acceptance_replay import scenario_histograms
+from sim.studies.load_curve import load_curve
+
+
+def write_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: int = 200,
+                 workers: int = 1) -> Path:
+    """Write report.md, tables/ and figures/ into ``run_folder``; returns report.md's path.
+
+    ``load_requests``: requests per load point up to the scenario's own load (more above,
+    see ``load_curve``); ``workers``: processes for the load points.
+    """
+    run = load_run(run_folder)
+    summary = summary_table(run, warmup_s)
+    # The curve's point at the scenario's own load is the run itself (untrimmed).
+    own = summary if warmup_s == 0 else summary_table(run, 0.0)
+    load = load_curve(run.scenario, max_requests=load_requests, workers=workers, own=own)
+    hist, runs = scenario_histograms(run.scenario, chain_gamma(run))
+    return write_run_report(run, summary, load, hist, runs, warmup_s)
