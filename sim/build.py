@@ -9,115 +9,28 @@ child seed, so variants differ only by their policy (and the KV room the draft t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from sim.cluster import Setup
 from sim.kv import blocks_for
-from sim.loading import repo_root
 from sim.log import RequestTable
-from sim.policies import (
-    AdaptiveGamma,
-    BatchLadder,
-    FixedGamma,
-    NoSpeculation,
-    TreePolicy,
-    sglang_tree,
-)
+from sim.paths import resolve_file
 from sim.scenario import Scenario
 from sim.scheduler import SchedulerLimits
 from specdec.errors import UserError
 
 
-def resolve_file(name: str) -> Path:
-    """A data file named in a scenario: absolute, relative to the working directory, or
-    relative to the repository root (so shipped scenarios run from anywhere)."""
-    p = Path(name)
-    if p.is_absolute() or p.exists():
-        return p
-    return repo_root() / p
-
-
 def make_acceptance(cfg, rng: np.random.Generator):
     """The acceptance model a scenario's ``acceptance`` section describes."""
-    import workloads as wl
-
-    kind = cfg.kind
-    if kind == "iid":
-        return wl.IIDAcceptance(cfg.alpha, wl.PowerCoverage(cfg.theta))
-    if kind == "positional":
-        return wl.PositionalAcceptance(cfg.rates)
-    if kind == "marginal":
-        return wl.PositionalAcceptance.from_marginals(cfg.marginals)
-    if kind == "bursty":
-        return wl.BurstyAcceptance(cfg.easy_alpha, cfg.hard_alpha, cfg.easy_mean_tokens,
-                                   cfg.hard_mean_tokens, rng)
-    if kind == "calibrated":
-        return wl.calibrate_iid(cfg.mean_tokens, np.asarray(cfg.expansion, dtype=np.int64))
-    if kind == "trace":
-        from workloads.trace_file import load_trace
-
-        return wl.TraceAcceptance(load_trace(resolve_file(cfg.file)), cfg.mode)
-    if kind == "task_mix":
-        rngs = rng.spawn(len(cfg.tasks))
-        return wl.TaskMixAcceptance({
-            name: (entry.weight, make_acceptance(entry.acceptance, r))
-            for (name, entry), r in zip(cfg.tasks.items(), rngs, strict=True)
-        })
-    raise AssertionError(kind)
-
-
-def _length(cfg):
-    import workloads as wl
-
-    if cfg.kind == "fixed":
-        return wl.FixedLength(cfg.tokens)
-    if cfg.kind == "uniform":
-        return wl.UniformLength(cfg.low, cfg.high)
-    if cfg.kind == "lognormal":
-        return wl.LogNormalLength(cfg.sigma, median_tokens=cfg.median_tokens,
-                                  mean_tokens=cfg.mean_tokens, max_tokens=cfg.max_tokens)
-    return wl.EmpiricalLength.from_csv(resolve_file(cfg.file), cfg.column, cfg.max_tokens)
-
-
-def _arrivals(w):
-    import workloads as wl
-
-    if w.arrivals == "poisson":
-        return wl.PoissonArrivals(w.rate_per_s)
-    if w.arrivals == "gamma":
-        return wl.GammaArrivals(w.rate_per_s, w.cv)
-    if w.arrivals == "onoff":
-        return wl.OnOffArrivals(w.on_rate_per_s, w.off_rate_per_s, w.on_mean_s, w.off_mean_s)
-    return wl.OfflineBatch()
+    return cfg.build(rng)
 
 
 def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.Generator,
                   acceptance) -> RequestTable:
     """The request table: arrivals × lengths (× tasks), with acceptance streams."""
-    import workloads as wl
-
-    w, n = sc.workload, sc.run.requests
     mix = sc.acceptance.kind == "task_mix"
-    if w.arrivals == "closed_loop":
-        # Arrival times are written by the engine as users send; nan until then.
-        specs = wl.build_requests(wl.OfflineBatch(), _length(w.prompt), _length(w.output), rng,
-                                  n=n, tasks={k: e.weight for k, e in sc.acceptance.tasks.items()}
-                                  if mix else None)
-        specs = [wl.RequestSpec(s.id, float("nan"), s.prompt_tokens, s.output_tokens, s.task)
-                 for s in specs]
-    elif w.arrivals == "replay":
-        specs = wl.read_request_csv(resolve_file(w.file))
-        if n is not None:
-            specs = specs[:n]
-        if sc.run.horizon_s is not None:
-            specs = [s for s in specs if s.arrival_at < sc.run.horizon_s]
-    else:
-        tasks = {k: e.weight for k, e in sc.acceptance.tasks.items()} if mix else None
-        horizon = None if n is not None else sc.run.horizon_s
-        specs = wl.build_requests(_arrivals(w), _length(w.prompt), _length(w.output), rng,
-                                  n=n, horizon_s=horizon, tasks=tasks)
+    specs = sc.workload.requests(sc.run.requests, sc.run.horizon_s, rng,
+                                 sc.acceptance.task_weights() if mix else None)
     names = [s.task for s in specs]
     if mix:
         stream = acceptance.streams_for_tasks(names, stream_rng)
@@ -136,19 +49,7 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
 
 def policy_factory(cfg, acceptance):
     """A zero-argument callable that builds one fresh policy (one per replica)."""
-    kind = cfg.kind
-    if kind == "none":
-        return NoSpeculation
-    if kind == "fixed":
-        return lambda: FixedGamma(cfg.gamma)
-    if kind == "tree":
-        shape = cfg.expansion if cfg.expansion is not None else sglang_tree(cfg.steps, cfg.topk)
-        return lambda: TreePolicy(shape)
-    if kind == "batch_ladder":
-        BatchLadder(cfg.ladder)  # validate now, at build time
-        return lambda: BatchLadder(cfg.ladder)
-    return lambda: AdaptiveGamma(cfg.max_gamma, acceptance.mean_alpha, cfg.smoothing,
-                                 cfg.max_width, cfg.per_sequence)
+    return cfg.build(acceptance)
 
 
 def cost_models(sc: Scenario, uses_draft: bool):
@@ -263,11 +164,9 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size)
     users, think_s = 0, None
-    if sc.workload.arrivals == "closed_loop":
-        import workloads as wl
-
-        with _Section(source, "workload"):
-            loop = wl.ClosedLoop(sc.workload.users, sc.workload.think_mean_s, sc.workload.think_cv)
+    with _Section(source, "workload"):
+        loop = sc.workload.closed_loop()
+    if loop is not None:
         users = loop.users
         think_s = loop.think_times(len(table) + users, np.random.default_rng(ss[2].spawn(1)[0]))
     out = []

@@ -12,12 +12,16 @@ found while building, and ``specsim sweep`` / ``plan`` label their own overrides
 from __future__ import annotations
 
 import copy
+import types
+import typing
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from sim.scenario import TAGS, Scenario
+from sim.kinds.base import DISCRIMINATORS, union_members
+from sim.paths import repo_root
+from sim.scenario import Scenario
 from specdec.errors import UserError
 
 _MESSAGES = {
@@ -31,11 +35,6 @@ _MESSAGES = {
     "too_long": "allows at most {max_length} item(s)",
     "string_pattern_mismatch": "must use only letters, digits and _ . = -",
 }
-
-
-def repo_root() -> Path:
-    """The repository (package) root: the folder holding ``scenarios/`` and ``sim/``."""
-    return Path(__file__).resolve().parent.parent
 
 
 def default_scenario_path() -> Path:
@@ -228,7 +227,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
 
 def format_error(err: dict) -> str:
     """One pydantic error as ``field.path: message, got value``."""
-    loc = [str(x) for x in err["loc"] if not (isinstance(x, str) and x in TAGS)]
+    loc = field_path(err["loc"])
     kind = err["type"]
     ctx = err.get("ctx") or {}
     got = err.get("input")
@@ -241,13 +240,18 @@ def format_error(err: dict) -> str:
         return f"{'.'.join(loc) or 'scenario'}: {msg}"
     if kind in _MESSAGES:
         msg = _MESSAGES[kind].format(**{k: _num(v) for k, v in ctx.items()})
-    elif kind == "union_tag_invalid":
-        loc.append("kind")
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+        members = union_members(_type_at(err["loc"])) or {}
+        key = next((k for k in DISCRIMINATORS for m in members.values() if k in m.model_fields),
+                   "kind")
+        if not isinstance(got, dict):
+            return f"{'.'.join(loc) or 'scenario'}: must be a mapping with {key}: one of " \
+                   f"{', '.join(repr(t) for t in members)}, got {got!r}"
+        loc.append(key)
+        if kind == "union_tag_not_found":
+            return f"{'.'.join(loc)}: required, one of {', '.join(repr(t) for t in members)}"
         got = ctx.get("tag")
-        msg = f"must be one of {ctx.get('expected_tags')}"
-    elif kind == "union_tag_not_found":
-        loc.append("kind")
-        return f"{'.'.join(loc)}: required (one of the known kinds)"
+        msg = f"must be one of {', '.join(repr(t) for t in members)}"
     elif kind == "literal_error":
         msg = f"must be one of {ctx.get('expected')}"
     else:
@@ -256,6 +260,48 @@ def format_error(err: dict) -> str:
     if kind in ("missing", "extra_forbidden"):
         return f"{where}: {msg}"
     return f"{where}: {msg}, got {got!r}"
+
+
+def _type_at(loc):
+    """The schema type at a pydantic error location (union tags followed)."""
+    tp = Scenario
+    for x in loc:
+        members = union_members(tp)
+        tp = members[x] if members is not None and x in members else _child(tp, x)
+    return tp
+
+
+def field_path(loc) -> list[str]:
+    """A pydantic error location as the scenario's field names: the schema is walked along
+    ``loc`` and the entries that only pick a union member (its ``kind`` or ``arrivals``
+    value) are dropped: ``variants.0.policy.fixed.gamma`` reads ``variants.0.policy.gamma``."""
+    out, tp = [], Scenario
+    for x in loc:
+        members = union_members(tp)
+        if members is not None and x in members:
+            tp = members[x]
+            continue
+        out.append(str(x))
+        tp = _child(tp, x)
+    return out
+
+
+def _child(tp, key):
+    """The type at ``key`` inside ``tp`` (a model field, a list item, a mapping value)."""
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field = tp.model_fields.get(str(key))
+        return None if field is None else field.annotation
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):  # X | None: the non-None member
+        rest = [a for a in args if a is not type(None)]
+        return _child(rest[0], key) if len(rest) == 1 else None
+    if origin is list and args:
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
+    return None
 
 
 def _num(v):

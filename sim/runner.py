@@ -141,9 +141,7 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
     horizon = scenario.run.horizon_s
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     # The i.i.d. chain formula applies to policies that only ever draft chains.
-    # (per-sequence γ's average differently: no formula there either)
-    chains = {v.name: v.policy.kind != "tree" and getattr(v.policy, "max_width", 1) == 1
-              and not getattr(v.policy, "per_sequence", False) for v in scenario.variants}
+    chains = {v.name: v.policy.chains_only for v in scenario.variants}
     for name, setup in built:
         tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)

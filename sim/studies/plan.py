@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 
 from hardware import load_catalog
-from sim.build import resolve_file
 from sim.loading import display_path, read_yaml, validate_overridden
+from sim.paths import resolve_file
 from sim.runner import build_overridden, run_setups
 from sim.summary import latencies
 from specdec.errors import UserError

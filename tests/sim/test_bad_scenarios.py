@@ -63,7 +63,7 @@ def _run_error(args, tmp_path, capsys) -> str:
                                   "should be a valid number, got {'x': 1}"),
     # A check of one field that another decides: the override that brought the problem in.
     (["workload.arrivals=gamma"],
-     "(--set workload.arrivals=gamma): workload.cv: required for arrivals 'gamma'"),
+     "(--set workload.arrivals=gamma): workload.cv: required field is missing"),
     (["run.seed=3", "variants.1.name=none"],
      "(--set variants.1.name=none): variants: names must be unique, got ['none', 'none']"),
     # The value that stands is named: the last override of the field, not a later other one.

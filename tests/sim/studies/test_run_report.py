@@ -88,15 +88,16 @@ def test_report_says_where_the_curves_cross(report):
 def test_no_load_curve_for_offline_arrivals(small_run, tmp_path):
     run = load_run(small_run)
     sc = dict(run.scenario)
-    sc["workload"] = {**sc["workload"], "arrivals": "offline", "rate_per_s": None}
+    sc["workload"] = {"arrivals": "offline", "prompt": sc["workload"]["prompt"],
+                      "output": sc["workload"]["output"]}
     assert load_curve(sc) is None
 
 
 def test_closed_loop_load_is_users(small_run):
     run = load_run(small_run)
     sc = dict(run.scenario)
-    sc["workload"] = {**sc["workload"], "arrivals": "closed_loop", "rate_per_s": None,
-                      "users": 4, "think_mean_s": 0.5}
+    sc["workload"] = {"arrivals": "closed_loop", "prompt": sc["workload"]["prompt"],
+                      "output": sc["workload"]["output"], "users": 4, "think_mean_s": 0.5}
     load = load_curve(sc, multipliers=(0.1, 0.25, 1.0, 2.0), max_requests=20)
     assert sorted(load["users"].unique()) == [1, 4, 8]  # 0.4 and 1.0 both round to 1
     fig = figures.latency_vs_load(load)

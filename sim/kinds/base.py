@@ -1,0 +1,75 @@
+"""The shared pieces of every scenario config: strict frozen models, bounded number types,
+and the discriminated unions the registries are turned into."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Sequence
+from typing import Annotated, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+Pos = Annotated[float, Field(gt=0)]
+NonNeg = Annotated[float, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+Prob = Annotated[float, Field(ge=0, le=1)]
+
+
+class Strict(BaseModel):
+    """Frozen, unknown keys are errors (a typo must not be silently ignored), and types are
+    strict: a bool is not a number (``rate_per_s: true`` is not 1.0), a string is neither
+    a number nor a bool (``chunked_prefill: "yes"`` is not true). Integers are accepted
+    where a float is expected (YAML writes ``rate_per_s: 4``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def tag_of(kind: type[BaseModel], key: str = "kind") -> str:
+    """The one literal value of ``kind``'s discriminator field ``key``."""
+    (value,) = typing.get_args(kind.model_fields[key].annotation)
+    return value
+
+
+def kind_union(kinds: Sequence[type[BaseModel]], key: str = "kind",
+               default: str | None = None):
+    """The discriminated union of ``kinds`` on their literal field ``key``.
+
+    With ``default``, a mapping that leaves ``key`` out is read as that kind (the workload's
+    ``arrivals`` defaults to poisson); without it the field is required.
+    """
+    tags = [tag_of(k, key) for k in kinds]
+    if len(set(tags)) != len(tags):
+        raise ValueError(f"registry: duplicate {key} values {tags}")
+    if default is None:
+        return Annotated[Union[tuple(kinds)], Field(discriminator=key)]  # noqa: UP007
+
+    def pick(value):
+        if isinstance(value, dict):
+            return value.get(key, default)
+        return getattr(value, key, None)
+
+    members = tuple(Annotated[k, Tag(t)] for k, t in zip(kinds, tags, strict=True))
+    return Annotated[Union[members], Discriminator(pick)]  # noqa: UP007
+
+
+DISCRIMINATORS = ("kind", "arrivals")  # the fields a section's form is chosen by
+
+
+def union_members(tp) -> dict[str, type[BaseModel]] | None:
+    """Tag -> config class of a union made by :func:`kind_union` (an ``Annotated`` union of
+    models with a literal ``kind`` or ``arrivals``), or None for any other type."""
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) not in (Union, types.UnionType):
+        return None
+    out = {}
+    for member in typing.get_args(tp):
+        kind = typing.get_args(member)[0] if typing.get_origin(member) is Annotated else member
+        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            return None
+        key = next((k for k in DISCRIMINATORS if k in kind.model_fields), None)
+        if key is None:
+            return None
+        out[tag_of(kind, key)] = kind
+    return out

@@ -1,0 +1,107 @@
+"""Policy kinds: how each iteration picks the draft shape (``variants[i].policy``).
+
+Each kind builds ``make_policy`` with ``build(acceptance)``: a zero-argument callable that
+makes one fresh policy object (``sim.policies``) per replica, since adaptive policies hold
+state. ``chains_only`` says whether every shape the policy can pick is a single chain, the
+case the i.i.d. formula E(α̂, γ) of the run summary applies to.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from sim.kinds.base import PosInt, Strict, kind_union
+
+
+class NonePolicy(Strict):
+    """No speculation."""
+
+    kind: Literal["none"]
+    chains_only: ClassVar[bool] = True
+
+    def build(self, acceptance):
+        """A factory of ``sim.policies.NoSpeculation``."""
+        from sim.policies import NoSpeculation
+
+        return NoSpeculation
+
+
+class FixedPolicy(Strict):
+    """A chain of ``gamma`` guesses every iteration (vLLM ``num_speculative_tokens``)."""
+
+    kind: Literal["fixed"]
+    gamma: PosInt
+    chains_only: ClassVar[bool] = True
+
+    def build(self, acceptance):
+        """A factory of ``sim.policies.FixedGamma``."""
+        from sim.policies import FixedGamma
+
+        return lambda: FixedGamma(self.gamma)
+
+
+class TreePolicyCfg(Strict):
+    """An expansion tree ⟨k1..km⟩, or SGLang's ``steps``/``topk`` (top-k at the root)."""
+
+    kind: Literal["tree"]
+    expansion: list[PosInt] | None = None
+    steps: PosInt | None = None
+    topk: PosInt | None = None
+    chains_only: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.expansion is None) == (self.steps is None or self.topk is None):
+            raise ValueError("expansion: give either expansion or both steps and topk")
+        return self
+
+    def build(self, acceptance):
+        """A factory of ``sim.policies.TreePolicy``."""
+        from sim.policies import TreePolicy, sglang_tree
+
+        shape = self.expansion if self.expansion is not None else sglang_tree(self.steps,
+                                                                              self.topk)
+        return lambda: TreePolicy(shape)
+
+
+class LadderPolicy(Strict):
+    """γ by batch size: rows ``[min_batch, max_batch, gamma]``; γ = 0 turns speculation off."""
+
+    kind: Literal["batch_ladder"]
+    ladder: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]]
+    chains_only: ClassVar[bool] = True
+
+    def build(self, acceptance):
+        """A factory of ``sim.policies.BatchLadder`` (its rows checked now, at build time)."""
+        from sim.policies import BatchLadder
+
+        BatchLadder(self.ladder)
+        return lambda: BatchLadder(self.ladder)
+
+
+class AdaptivePolicy(Strict):
+    """Goodput-maximising γ each iteration (and root width up to ``max_width``)."""
+
+    kind: Literal["adaptive"]
+    max_gamma: PosInt = 8
+    smoothing: Annotated[float, Field(gt=0, le=1)] = 0.1
+    max_width: PosInt = 1  # > 1: also try trees <k,1,...,1> with k up to this
+    per_sequence: bool = False  # each sequence its own γ <= the batch's, from its history
+
+    @property
+    def chains_only(self) -> bool:
+        """One chain for the whole batch: no trees, no per-sequence γ's."""
+        return self.max_width == 1 and not self.per_sequence
+
+    def build(self, acceptance):
+        """A factory of ``sim.policies.AdaptiveGamma`` with the acceptance model's prior."""
+        from sim.policies import AdaptiveGamma
+
+        return lambda: AdaptiveGamma(self.max_gamma, acceptance.mean_alpha, self.smoothing,
+                                     self.max_width, self.per_sequence)
+
+
+POLICY_KINDS = (NonePolicy, FixedPolicy, TreePolicyCfg, LadderPolicy, AdaptivePolicy)
+Policy = kind_union(POLICY_KINDS)
