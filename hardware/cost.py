@@ -242,12 +242,14 @@ class CostModel:
 
     def pass_seconds_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
-        sum_keys: float | None = None,
+        sum_keys: float | None = None, *, n_seqs: float,
     ) -> float:
         """Seconds of one pass from the batch's sums: Σ new, Σ ctx, Σ new·ctx, Σ new².
 
         ``sum_keys`` (attended query-key pairs over the batch) replaces the causal count
         :func:`causal_keys` computes from the last two sums -- give it for token trees.
+        ``n_seqs`` is the number of sequences in the pass (timing backends with a
+        per-sequence term use it; the paper GPU does not).
         """
         if sum_keys is None:
             sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
@@ -258,7 +260,7 @@ class CostModel:
 
     def pass_seconds_bound_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
-        sum_keys: float | None = None,
+        sum_keys: float | None = None, *, n_seqs: float,
     ) -> tuple[float, str]:
         """(seconds, bound) of one pass from the sums: what :meth:`pass_cost` says, cheaply.
 
@@ -277,7 +279,7 @@ class CostModel:
 
     def stage_seconds_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
-        sum_keys: float | None = None,
+        sum_keys: float | None = None, *, n_seqs: float,
     ) -> tuple[float, ...]:
         """Each pipeline stage's seconds for the batch with these sums (one process per stage)."""
         if sum_keys is None:
@@ -322,7 +324,7 @@ class CostModel:
         ctx = np.asarray(context)  # [n_seq]
         return self.pass_seconds_sums(
             float(new.sum()), float(ctx.sum()), float(new @ ctx), float(new @ new),
-            None if keys is None else float(np.sum(keys)),
+            None if keys is None else float(np.sum(keys)), n_seqs=float(new.size),
         )
 
     def pass_cost(
@@ -384,5 +386,5 @@ class CostModel:
             float(batch * context),
             float(batch * new_tokens * context),
             float(batch * new_tokens * new_tokens),
-            None if keys is None else float(batch * keys),
+            None if keys is None else float(batch * keys), n_seqs=float(batch),
         )

@@ -115,7 +115,7 @@ def chain_draft_seconds(
             m = float(active.sum())
             sum_ctx = float(c[active].sum()) + i * m
             # one new token per active sequence: Σ new·ctx = Σ ctx and Σ new² = Σ new
-            total += setup.cost.pass_seconds_sums(m, sum_ctx, sum_ctx, m)
+            total += setup.cost.pass_seconds_sums(m, sum_ctx, sum_ctx, m, n_seqs=m)
         worst = max(worst, total)
     return worst
 
@@ -135,8 +135,8 @@ def tree_draft_seconds(setup: DraftSetup, widths: Sequence[int], context: np.nda
         total, before = 0.0, 0
         for depth, n in enumerate(sizes[:-1]):  # the last level is produced, not fed
             total += setup.cost.pass_seconds_sums(
-                b * n, sum_c + b * before, 0.0, 0.0, sum_keys=n * (sum_c + b * (depth + 1))
-            )
+                b * n, sum_c + b * before, 0.0, 0.0, sum_keys=n * (sum_c + b * (depth + 1)),
+                n_seqs=b)
             before += n
         worst = max(worst, total)
     return worst

@@ -16,10 +16,10 @@ not share memory, but a sequence's verify still waits for its guesses and the ta
 nothing else to run meanwhile in this model, so the iteration time is the same sum
 ``draft_s + verify_s`` in both cases; only the KV capacity differs (see ``sim.build``).
 
-A pass depends on the batch only through four sums (Σ new, Σ context, Σ new·context,
-Σ new²), so the engine computes those with a few numpy reductions and calls the cost
-model's ``pass_seconds_sums`` (``pass_seconds_bound_sums`` when it also records which
-roofline bound won).
+A pass depends on the batch only through its sequence count and four sums (Σ new,
+Σ context, Σ new·context, Σ new²), so the engine computes those with a few numpy reductions
+and calls the cost model's ``pass_seconds_sums`` (``pass_seconds_bound_sums`` when it also
+records which roofline bound won).
 """
 
 from __future__ import annotations
@@ -37,13 +37,15 @@ class PassPricer(Protocol):
     """What the engine needs from a cost model (``hardware.cost.CostModel`` has it)."""
 
     def pass_seconds_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
-                          sum_new_sq: float, sum_keys: float | None = None) -> float:
-        """Seconds of one pass from Σ new, Σ context, Σ new·context, Σ new² (and the
-        attended keys, which replace the causal count where given: token trees)."""
+                          sum_new_sq: float, sum_keys: float | None = None, *,
+                          n_seqs: float) -> float:
+        """Seconds of one pass of ``n_seqs`` sequences from Σ new, Σ context, Σ new·context,
+        Σ new² (and the attended keys, which replace the causal count where given: token
+        trees)."""
 
     def pass_seconds_bound_sums(self, sum_new: float, sum_ctx: float, sum_new_ctx: float,
-                                sum_new_sq: float,
-                                sum_keys: float | None = None) -> tuple[float, str]:
+                                sum_new_sq: float, sum_keys: float | None = None, *,
+                                n_seqs: float) -> tuple[float, str]:
         """(seconds, the roofline bound that won) of one pass from the same sums."""
 
     def pass_seconds(self, new_tokens: np.ndarray, context: np.ndarray,
@@ -154,14 +156,16 @@ class IterationPricer:
         keys = None if tri is None or not n_dec else \
             verify * s_ctx + n_dec * tri + p_new_ctx + 0.5 * (p_sq + p_new)  # tree mask
         label = ""
+        n_seqs = n_dec + len(pre_chunks)
         if self.record_bound if bound is None else bound:
-            verify_s, label = self.target.pass_seconds_bound_sums(*sums, sum_keys=keys)
+            verify_s, label = self.target.pass_seconds_bound_sums(*sums, sum_keys=keys,
+                                                                  n_seqs=n_seqs)
         else:
-            verify_s = self.target.pass_seconds_sums(*sums, sum_keys=keys)
+            verify_s = self.target.pass_seconds_sums(*sums, sum_keys=keys, n_seqs=n_seqs)
         draft_s = 0.0
         if self.draft is not None:
             draft_s = self._draft_seconds(row, n_dec, s_ctx, dec_context,
-                                          (p_new, p_ctx, p_new_ctx, p_sq))
+                                          (p_new, p_ctx, p_new_ctx, p_sq), len(pre_chunks))
         return draft_s, verify_s, label
 
     def price_stages(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
@@ -182,10 +186,11 @@ class IterationPricer:
         if self.draft is not None:
             c = pre_chunks.astype(np.float64)
             sums = (float(_sum(c)), float(_sum(pre_context)), float(c @ pre_context), float(c @ c))
-            draft_s = self._draft_seconds(row, n_dec, float(_sum(dec_context)), dec_context, sums)
+            draft_s = self._draft_seconds(row, n_dec, float(_sum(dec_context)), dec_context, sums,
+                                          len(pre_chunks))
         return draft_s, cost
 
-    def _draft_seconds(self, row, n_dec, s_ctx, dec_context, pre_sums) -> float:
+    def _draft_seconds(self, row, n_dec, s_ctx, dec_context, pre_sums, n_pre) -> float:
         """The draft's serial passes: its share of the prefill, then one pass per level.
 
         Pass j of a shape feeds each decoding sequence that level's nodes (1 for the root,
@@ -203,10 +208,11 @@ class IterationPricer:
             total = tree_draft_seconds(self.draft, row[row > 0].tolist(), dec_context) \
                 if feeds else 0.0
             if p_new:
-                total += cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq)
+                total += cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre)
             return total
         if not feeds:
-            return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq) if p_new else 0.0
+            return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre) \
+                if p_new else 0.0
         tree = tree_key_term(row) is not None
         total, before = 0.0, 0
         for j, f in enumerate(feeds):
@@ -214,11 +220,13 @@ class IterationPricer:
             s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
             # a tree's level-j nodes attend their context, j ancestors and themselves
             keys = f * (s_ctx + n_dec * (j + 1)) if tree else None
+            n = n_dec
             if j == 0:
+                n += n_pre
                 s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
                 if tree:
                     keys += p_new_ctx + 0.5 * (p_sq + p_new)
-            total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys)
+            total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys, n_seqs=n)
             before += f
         return total
 

@@ -123,18 +123,19 @@ def test_bound_sums_agree_with_pass_cost(seqs, tree_keys):
         c = cost(**kw)
         pc = c.pass_cost(new, ctx, keys=keys)
         sum_keys = None if keys is None else float(keys.sum())
-        seconds, bound = c.pass_seconds_bound_sums(*sums, sum_keys=sum_keys)
+        seconds, bound = c.pass_seconds_bound_sums(*sums, sum_keys=sum_keys, n_seqs=new.size)
         assert (seconds, bound) == (pc.seconds, pc.bound)
-        assert c.pass_seconds_sums(*sums, sum_keys=sum_keys) == pc.seconds
+        assert c.pass_seconds_sums(*sums, sum_keys=sum_keys, n_seqs=new.size) == pc.seconds
         assert c.pass_seconds(new, ctx, keys=keys) == pc.seconds
-        assert sum(c.stage_seconds_sums(*sums, sum_keys=sum_keys)) \
+        assert sum(c.stage_seconds_sums(*sums, sum_keys=sum_keys, n_seqs=new.size)) \
             + (c.dep.pp - 1) * pc.hop_s == pytest.approx(pc.seconds, rel=1e-12)
 
 
 def test_each_bound_is_reached():
     batch = {"memory": 1, "compute-8bit": 512, "comm": 1, "pipeline": 1, "host": 1}
     bounds = {name: cost(**kw).pass_seconds_bound_sums(batch[name] * 5.0, 0.0, 0.0,
-                                                      batch[name] * 25.0)[1]
+                                                      batch[name] * 25.0,
+                                                      n_seqs=batch[name])[1]
               for name, kw in DEPLOYMENTS.items()}
     assert bounds == {"memory": "memory", "compute-8bit": "compute", "comm": "comm",
                       "pipeline": "memory", "host": "host"}
@@ -208,9 +209,9 @@ def test_pipeline_stages_sum_with_hops():
     assert pc.overhead_s == 2 * one.overhead_s  # each stage process pays its own
     c = cost(pp=2)
     sums = (8.0, 8 * 512.0, 8 * 512.0, 8.0)
-    assert c.stage_seconds_sums(*sums) == pytest.approx(pc.stage_s, rel=1e-12)
+    assert c.stage_seconds_sums(*sums, n_seqs=8) == pytest.approx(pc.stage_s, rel=1e-12)
     assert c.hop_seconds(8.0) == pytest.approx(pc.hop_s, rel=1e-12)
-    assert c.pass_seconds_sums(*sums) == pytest.approx(pc.seconds, rel=1e-12)
+    assert c.pass_seconds_sums(*sums, n_seqs=8) == pytest.approx(pc.seconds, rel=1e-12)
     with pytest.raises(UserError, match="pp 40 exceeds the model's 32 layers"):
         cost(pp=40)
 

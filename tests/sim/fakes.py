@@ -26,15 +26,19 @@ class FakeCost:
     stages: int = 1
     hop_s: float = 0.0005
 
-    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None) -> float:
+    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None, *,
+                          n_seqs) -> float:
         return (self.overhead_s + self.per_token_s * sum_new + self.per_context_s * sum_ctx
                 + (self.stages - 1) * self.hop_s)
 
-    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None):
-        return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq), "memory"
+    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None, *,
+                                n_seqs):
+        return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq,
+                                      n_seqs=n_seqs), "memory"
 
     def pass_seconds(self, new_tokens, context, keys=None) -> float:
-        return self.pass_seconds_sums(float(np.sum(new_tokens)), float(np.sum(context)), 0, 0)
+        return self.pass_seconds_sums(float(np.sum(new_tokens)), float(np.sum(context)), 0, 0,
+                                      n_seqs=len(new_tokens))
 
     def pass_cost(self, new_tokens, context, keys=None):
         total = self.pass_seconds(new_tokens, context)

@@ -21,11 +21,14 @@ class _Cost:
 class TwoStages:
     """Each of 2 stages: 5 ms + 1 ms per new token; a 2 ms hop between them."""
 
-    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None):
+    def pass_seconds_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None, *,
+                          n_seqs):
         return 2 * (0.005 + 0.001 * sum_new) + 0.002
 
-    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None):
-        return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq), "memory"
+    def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None, *,
+                                n_seqs):
+        return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq,
+                                      n_seqs=n_seqs), "memory"
 
     def pass_cost(self, new_tokens, context, keys=None):
         stage = 0.005 + 0.001 * float(np.sum(new_tokens))
