@@ -16,7 +16,7 @@ from sim.kv import blocks_for
 from sim.log import RequestTable
 from sim.paths import resolve_file
 from sim.scenario import Scenario
-from sim.scheduler import SchedulerLimits
+from sim.scheduling import SchedulerLimits
 from specdec.errors import UserError
 
 
@@ -100,7 +100,7 @@ def max_verify_tokens(policy) -> int:
 
 
 def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, source: str,
-               models=()):
+               models=(), lookahead: int = 0):
     """Refuse requests that could never run, with the numbers that show why: more KV than a
     replica holds, more tokens than a pass allows, or more positions than one of ``models``
     (the catalog ``ModelSpec``s that see every token: the target, and the draft when one
@@ -120,7 +120,8 @@ def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, sour
     if verify > lim.max_batched_tokens:
         raise UserError(f"{source}: scheduler.max_batched_tokens: must be >= a verify pass of "
                         f"{verify} tokens, got {lim.max_batched_tokens}")
-    need = int(blocks_for(int(total[i]) + verify, lim.block_size))
+    # the longest request's KV at its last verify, with the lookahead slots reserved then
+    need = int(blocks_for(int(total[i]) + verify + lookahead, lim.block_size))
     if need > blocks:
         raise UserError(
             f"{source}: workload: request {i} ({int(table.prompt_tokens[i])} prompt + "
@@ -162,7 +163,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
         table = make_requests(sc, workload_rng, stream_rng, acceptance)
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
-                             lim.chunk_tokens, lim.block_size)
+                             lim.chunk_tokens, lim.block_size, lim.order)
     users, think_s = 0, None
     with _Section(source, "workload"):
         loop = sc.workload.closed_loop()
@@ -190,12 +191,15 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             models.append(("draft", draft.cost.dep.model))
             with _Section(source, "models.draft"):
                 check_same_vocab(target.dep.model, draft.cost.dep.model)
-        check_fits(sc, table, blocks, max_verify_tokens(probe), source, models)
+        lookahead = probe.max_nodes if probe.uses_draft else 0
+        check_fits(sc, table, blocks, max_verify_tokens(probe), source, models, lookahead)
         out.append((v.name, Setup(
             table=table, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
             draft=draft, make_policy=make_policy, acceptance=acceptance,
             seed=ss[3], replicas=sc.deployment.replicas,
             router=sc.deployment.router, record_bound=record_bound,
             pipeline_stages=sc.deployment.pp, closed_loop_users=users, think_s=think_s,
+            draft_sync=lim.draft_sync,
+            draft_overlap=sc.deployment.draft_overlap == "parallel" and probe.uses_draft,
         )))
     return out

@@ -20,7 +20,7 @@ from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
 from sim.replica import Replica
 from sim.router import Router, arrivals, closed_loop_users
-from sim.scheduler import SchedulerLimits
+from sim.scheduling import SchedulerLimits
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class Setup:
     pipeline_stages: int = 1
     closed_loop_users: int = 0  # > 0: a closed loop of this many users instead of arrivals
     think_s: np.ndarray | None = None  # the closed loop's pre-drawn think times
+    draft_sync: str = "every_step"  # when the draft ingests tokens it did not draft for
+    draft_overlap: bool = False  # a separate draft drafts ahead during the verify
 
 
 @dataclass
@@ -77,9 +79,10 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
             for i in range(setup.replicas)]
     replicas = []
     for i in range(setup.replicas):
-        pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound)
+        pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound,
+                                 setup.draft_overlap)
         args = (env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
-                setup.acceptance, rngs[i], table, log)
+                setup.acceptance, rngs[i], table, log, setup.draft_sync, setup.draft_overlap)
         if setup.pipeline_stages > 1:
             replicas.append(PipelinedReplica(*args, stages=setup.pipeline_stages))
         else:

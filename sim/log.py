@@ -32,6 +32,35 @@ class RequestTable:
         return len(self.arrival_at)
 
 
+class ItlHistogram:
+    """Inter-token latencies as counts in log-spaced bins: 0.1% wide from 1 µs to 10^4 s.
+
+    vLLM's ITL percentiles are taken over every gap between consecutive output chunks of
+    every request, one value per verify of each sequence: too many to keep one by one in a
+    long run, so they are binned as they happen (a percentile is then exact to the bin,
+    0.1%). ``counts[i]`` counts gaps in [edges[i], edges[i+1]); gaps outside the range go to
+    the first or last bin.
+    """
+
+    LOW_S = 1e-6
+    RATIO = 1.001
+    BINS = int(np.ceil(np.log(1e10) / np.log(RATIO)))
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(self.BINS, dtype=np.int64)
+        self._scale = 1.0 / np.log(self.RATIO)
+
+    def add(self, gaps_s: np.ndarray) -> None:
+        """Count each gap (seconds) in its bin."""
+        idx = (np.log(np.maximum(gaps_s, self.LOW_S) / self.LOW_S) * self._scale).astype(np.int64)
+        np.add.at(self.counts, np.minimum(idx, self.BINS - 1), 1)
+
+    @classmethod
+    def edges(cls) -> np.ndarray:
+        """float64 [BINS + 1]: the bin edges in seconds."""
+        return cls.LOW_S * cls.RATIO ** np.arange(cls.BINS + 1)
+
+
 class RunLog:
     """Per-request counters and timestamps plus iteration rows, written by the replicas."""
 
@@ -42,9 +71,15 @@ class RunLog:
         self.first_token_at = nan.copy()
         self.finished_at = nan.copy()
         self.emitted = np.zeros(n_requests, dtype=np.int64)
-        # [N, 6]: verify steps, draft steps, drafted, accepted, checked tokens, preemptions
-        self.counts = np.zeros((n_requests, 6), dtype=np.int64)
+        # [N, 7]: verify steps, draft steps, drafted, accepted, checked tokens, preemptions,
+        # recomputed prefill tokens
+        self.counts = np.zeros((n_requests, 7), dtype=np.int64)
         self.iterations: list[tuple] = []
+        self.itl = ItlHistogram()
+
+    def add_itl(self, gaps_s: np.ndarray) -> None:
+        """Count inter-token (inter-chunk) gaps of some requests."""
+        self.itl.add(gaps_s)
 
     def request_records(self, table: RequestTable, arrived: int) -> Records[RequestRecord]:
         """One record per request that arrived (the first ``arrived`` rows)."""

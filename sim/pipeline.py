@@ -30,7 +30,8 @@ import numpy as np
 import simpy
 
 from sim.replica import Replica
-from sim.scheduler import Batch, plan_batch
+from sim.scheduling import Batch
+from sim.step import draft_sync
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,6 @@ class PipelinedReplica(Replica):
         """Running sequences not already in flight."""
         return self.active & ~self.busy
 
-    def running_oldest_first(self, schedulable: np.ndarray) -> np.ndarray:
-        """Every running slot, oldest request first, in flight or not (all can be victims)."""
-        run = self.active.nonzero()[0]
-        return run[self.rid[run].argsort(kind="stable")]
-
     def preempt(self, s: int) -> None:
         """Preempt slot ``s``; if it is in flight, its micro-batch's result will be dropped."""
         if self.busy[s]:
@@ -110,9 +106,12 @@ class PipelinedReplica(Replica):
         env = self.env
         while True:
             if self.in_flight < self.stages and self._has_work():
-                batch = plan_batch(self)
+                batch = self.plan(self)
                 if not batch.empty:
                     self._dispatch(batch)
+                    continue
+                if batch.preempted:  # nothing admitted in the step that preempted: again
+                    self.check_progress(0)
                     continue
             self._wake = env.event()
             yield self._wake
@@ -120,8 +119,9 @@ class PipelinedReplica(Replica):
 
     def _dispatch(self, batch: Batch) -> None:
         dec, pre = batch.dec_slots, batch.pre_slots
+        sync, _ = draft_sync(self, batch)
         draft_s, cost = self.pricer.price_stages(
-            batch.row, batch.dec_context, batch.pre_context, batch.chunks
+            batch.row, batch.dec_context, batch.pre_context, batch.chunks, sync=sync
         )
         self.busy[dec] = True
         self.busy[pre] = True
@@ -133,18 +133,10 @@ class PipelinedReplica(Replica):
     def complete(self, mb: MicroBatch) -> None:
         """The last stage finished ``mb``: apply it, free its sequences, wake the scheduler."""
         batch = _still_held(mb, self.epoch)
-        dec, pre = batch.dec_slots, batch.pre_slots
-        emitted, accepted, drafted, prefill = self._advance(batch)
-        self.check_progress(emitted)
-        self.busy[dec] = False
-        self.busy[pre] = False
+        self.finish_iteration(batch, mb.start_at, mb.draft_s, mb.verify_s, mb.bound)
+        self.busy[batch.dec_slots] = False
+        self.busy[batch.pre_slots] = False
         self.in_flight -= 1
-        env = self.env
-        self.log.iterations.append((
-            self.index, mb.start_at, env.now - mb.start_at, len(dec) + len(pre), len(dec),
-            prefill, batch.verify_tokens, drafted, accepted, emitted,
-            mb.draft_s, mb.verify_s, mb.bound,
-        ))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 

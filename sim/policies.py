@@ -8,14 +8,15 @@ engine broadcasts the row to the acceptance model's per-sequence ``widths`` [D, 
 acceptance of each sequence is still drawn separately); a per-sequence policy returns
 int64 [D, m] instead, one row per sequence. ``shape(n, context, history)`` gets the number
 of decoding sequences, their cached tokens and their history (int64 [D, 2]: accepted and
-checked guesses so far).
+checked guesses so far), and the number of running requests (``running``).
 
 - ``NoSpeculation``: plain decoding.
 - ``FixedGamma``: vLLM's ``num_speculative_tokens``.
 - ``TreePolicy``: SpecInfer's expansion config ⟨k1..km⟩ (SGLang's steps/topk are the
   special case ``[topk] + [1] * (steps - 1)``, see ``sglang_tree``).
 - ``BatchLadder``: γ by batch size, ``[[min_batch, max_batch, γ], ...]``; γ = 0 switches
-  speculation off (vLLM's ``num_speculative_tokens_per_batch_size`` idea).
+  speculation off (vLLM's ``num_speculative_tokens_per_batch_size``; sticky: v0's
+  disable-by-batch-size).
 - ``AdaptiveGamma``: each iteration the γ that maximises expected emitted tokens per second,
   from the cost model and a running acceptance estimate (SmartSpec's goodput).
 """
@@ -51,7 +52,7 @@ class NoSpeculation:
     row = np.zeros(0, dtype=np.int64)
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None) -> np.ndarray:
+              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
         """int64 [0]: no levels."""
         return self.row
 
@@ -70,7 +71,7 @@ class _Static:
         self.max_nodes = int(np.cumprod(self.row).sum())
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None) -> np.ndarray:
+              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
         """int64 [m]: always the same row."""
         return self.row
 
@@ -99,15 +100,25 @@ class TreePolicy(_Static):
 
 
 class BatchLadder:
-    """γ chosen by how many sequences decode this iteration.
+    """γ chosen by the batch size: vLLM's ``num_speculative_tokens_per_batch_size``.
 
     ``ladder`` rows are ``[min_batch, max_batch, γ]`` (inclusive bounds); a batch size no row
-    covers is a user error found at construction (rows must tile 1..max without gaps).
+    covers is a user error found at construction (rows must tile 1..max without gaps). The
+    batch size is the number of running requests (``key: running``, as vLLM counts it) or of
+    sequences decoding this iteration (``key: decoding``); past the last row its γ holds.
+    With ``sticky`` a request the ladder once gives γ = 0 never speculates again (vLLM v0's
+    ``speculative_disable_by_batch_size``: "once disabled, disabled for the request"; the
+    replica keeps that per request).
     """
 
     uses_draft = True
 
-    def __init__(self, ladder: Sequence[Sequence[int]]) -> None:
+    def __init__(self, ladder: Sequence[Sequence[int]], key: str = "running",
+                 sticky: bool = False) -> None:
+        if key not in ("running", "decoding"):
+            raise UserError(f"policy.key: must be 'running' or 'decoding', got {key!r}")
+        self.key = key
+        self.sticky = bool(sticky)
         rows = sorted((int(a), int(b), int(g)) for a, b, g in ladder)
         expect = 1
         for lo, hi, g in rows:
@@ -127,9 +138,10 @@ class BatchLadder:
         self._rows = [chain(int(g), self.max_depth) for g in range(self.max_depth + 1)]
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None) -> np.ndarray:
-        """int64 [max_depth]: the ladder's γ for a batch of n (the last row's beyond it)."""
-        gamma = int(self.gamma_by_batch[min(n, self.max_batch)])
+              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
+        """int64 [max_depth]: the ladder's γ for this batch size (the last row's beyond it)."""
+        size = running if self.key == "running" and running is not None else n
+        gamma = int(self.gamma_by_batch[min(size, self.max_batch)])
         return self._rows[gamma]
 
     def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
@@ -188,7 +200,7 @@ class AdaptiveGamma:
         self.last_row = self._rows[0]
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None) -> np.ndarray:
+              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
         """int64 [max_gamma]: the goodput-best shape for this batch."""
         from specdec import expected_tokens
 

@@ -2,19 +2,23 @@
 
 The target pass carries every decoding sequence's verify tokens (the last token plus its
 guesses or tree nodes) and every prefill chunk, priced by the cost model as one mixed batch.
-The draft is autoregressive, so a chain of γ needs γ serial draft passes and an expansion
-tree ⟨k1..km⟩ needs m passes, pass j feeding the nodes of level j−1 (lecture §3.1, §6.2).
-The draft also prefills every prompt chunk (in its first pass) so that its own KV exists
-when the sequence starts decoding. Attention is causal for decodes, chains and prefill
-chunks; a token tree's nodes attend only their context, their ancestors and themselves
-(SpecInfer's topology-aware mask, lecture §6.2), so tree passes give the cost model their
-attended keys (``sum_keys``, as ``hardware.draft.tree_attended_keys`` counts them).
+Attention is causal for decodes, chains and prefill chunks; a token tree's nodes attend only
+their context, their ancestors and themselves (SpecInfer's topology-aware mask, lecture
+§6.2), so tree passes give the cost model their attended keys (``sum_keys``, as
+``hardware.draft.tree_attended_keys`` counts them). The draft's passes are
+``sim.draft_pricing``'s.
 
 Placement: a draft on the target's GPUs runs serially with the target on the same chips
-and shares their memory; a draft on its own GPUs (SpecInfer's data-parallel drafts) does
-not share memory, but a sequence's verify still waits for its guesses and the target has
-nothing else to run meanwhile in this model, so the iteration time is the same sum
-``draft_s + verify_s`` in both cases; only the KV capacity differs (see ``sim.build``).
+and shares their memory, so an iteration costs ``draft_s + verify_s``. A draft on its own
+GPUs (``deployment.draft_placement: separate``) does not share memory; by default
+(``draft_overlap: serial``) it still alternates with the verify, each waiting for the
+other's result. With ``draft_overlap: parallel`` (PEARL's parallel drafting, Liu et al.,
+2024) the draft keeps drafting a chain past its last guess while the target verifies:
+where every guess and the bonus token turn out right (``sim.step`` draws it), the next
+iteration's guesses are already there (``ready``) and only the other sequences are drafted
+before the verify, so an iteration costs draft(not ready) + max(verify, draft ahead). This
+is reported as ``draft_s`` = draft(not ready) + max(0, draft ahead − verify), the drafting
+on the critical path.
 
 A pass depends on the batch only through its sequence count and four sums (Σ new,
 Σ context, Σ new·context, Σ new²), so the engine computes those with a few numpy reductions
@@ -28,9 +32,16 @@ from typing import Protocol
 
 import numpy as np
 
+from sim.draft_pricing import (
+    one_level_deeper,
+    per_sequence_seconds,
+    prefill_sums,
+    shared_shape_seconds,
+)
+from sim.shapes import causal_keys, shape_info, tree_key_term, tree_nodes
+
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
-
 
 
 class PassPricer(Protocol):
@@ -57,98 +68,40 @@ class PassPricer(Protocol):
         """The pass with its breakdown; needs ``seconds``, ``bound``, ``stage_s``, ``hop_s``."""
 
 
-def level_sizes(row: np.ndarray) -> np.ndarray:
-    """int64 [m]: nodes at each level of a tree shape (1 per level for a chain; 0 past depth)."""
-    return np.cumprod(row)
-
-
-_SHAPES: dict[bytes, tuple[int, int, list[int]]] = {}
-
-
-def shape_info(row: np.ndarray) -> tuple[int, int, list[int]]:
-    """(depth, draft nodes below the root, tokens each serial draft pass feeds) of a shape.
-
-    Nodes: γ for a chain of γ, Σ_j Π_{i<=j} k_i for a tree. Feeds: the root (1), then each
-    level's nodes but the last. Memoised: policies reuse a handful of shapes.
-    """
-    key = row.tobytes()
-    info = _SHAPES.get(key)
-    if info is None:
-        depth = int((row > 0).sum())
-        sizes = [int(x) for x in level_sizes(row)]
-        info = (depth, sum(sizes), [1] + sizes[: depth - 1] if depth else [])
-        _SHAPES[key] = info
-    return info
-
-
-def tree_nodes(row: np.ndarray) -> int:
-    """Draft nodes below the root: γ for a chain of γ, Σ_j Π_{i<=j} k_i for a tree."""
-    return shape_info(row)[1]
-
-
-def draft_feeds(row: np.ndarray) -> list[int]:
-    """Tokens per sequence each serial draft pass feeds: the root, then each level's nodes."""
-    return shape_info(row)[2]
-
-
-_TREE_KEYS: dict[bytes, float | None] = {}
-
-
-def tree_key_term(row: np.ndarray) -> float | None:
-    """Σ_l n_l·(l + 1) over the levels of a tree verify (root l = 0), or None for a chain.
-
-    Under the tree mask a node at depth l attends its context, its l ancestors and itself,
-    so one sequence's verify attends ``(1 + nodes)·ctx + this`` keys
-    (``hardware.draft.tree_attended_keys``). A chain's causal count is the same number,
-    and chains keep the cost model's own causal sums (None), so their prices are unchanged.
-    """
-    key = row.tobytes()
-    if key not in _TREE_KEYS:
-        depth = shape_info(row)[0]
-        sizes = [1] + [int(x) for x in level_sizes(row[:depth])]
-        _TREE_KEYS[key] = (float(sum(n * (lvl + 1) for lvl, n in enumerate(sizes)))
-                           if depth and int(row.max()) > 1 else None)
-    return _TREE_KEYS[key]
-
-
-def _causal_keys(new: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-    """float [n]: keys a causal run of ``new`` tokens over ``ctx`` cached ones attends."""
-    c = new.astype(np.float64)
-    return c * ctx + 0.5 * c * (c + 1)
-
-
 class IterationPricer:
     """Prices iterations of one replica from its target cost model and (optional) draft.
 
-    ``draft`` is a ``hardware.draft.DraftSetup`` (or anything with ``cost`` and ``replicas``).
-
+    ``draft`` is a ``hardware.draft.DraftSetup`` (or anything with ``cost`` and ``replicas``);
+    ``overlap``: the draft drafts ahead during the verify (see the module notes).
     ``record_bound`` asks the target model for its breakdown each iteration (to record which
     roofline limit won); otherwise the bound is recorded as ``""``.
     """
 
-    def __init__(self, target: PassPricer, draft=None, record_bound: bool = True):
+    def __init__(self, target: PassPricer, draft=None, record_bound: bool = True,
+                 overlap: bool = False):
         self.target = target
         self.draft = draft
         self.record_bound = record_bound
+        self.overlap = overlap
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
-              pre_chunks: np.ndarray, bound: bool | None = None) -> tuple[float, float, str]:
+              pre_chunks: np.ndarray, bound: bool | None = None, sync=None,
+              ready: np.ndarray | None = None) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) for one iteration.
 
         row int64 [m]: every decoding sequence's shape, or int64 [D, m]: one per sequence;
         dec_context int64 [D]: their cached tokens; pre_context, pre_chunks int64 [P]: cached
-        tokens and this iteration's chunk of the prefilling sequences.
+        tokens and this iteration's chunk of the prefilling sequences; ``sync``: tokens the
+        draft ingests per decoding sequence besides its root (a scalar or int64 [D]);
+        ``ready`` bool [D] (with overlap): whose guesses were drafted ahead.
         """
-        if row.ndim == 2:
-            return self._per_sequence(row, dec_context, pre_context, pre_chunks, bound)
+        if row.ndim == 2 or isinstance(sync, np.ndarray):
+            return self._per_sequence(_rows(row, len(dec_context)), dec_context, pre_context,
+                                      pre_chunks, bound, sync=sync, ready=ready)
         n_dec = len(dec_context)
         s_ctx = float(_sum(dec_context))
-        if len(pre_chunks):
-            c = pre_chunks.astype(np.float64)
-            p_new, p_ctx = float(_sum(c)), float(_sum(pre_context))
-            p_new_ctx, p_sq = float(c @ pre_context), float(c @ c)
-        else:
-            p_new = p_ctx = p_new_ctx = p_sq = 0.0
+        pre = prefill_sums(pre_context, pre_chunks)
+        p_new, p_ctx, p_new_ctx, p_sq = pre
         verify = 1 + tree_nodes(row)
         sums = (n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
                 n_dec * verify * verify + p_sq)
@@ -164,15 +117,19 @@ class IterationPricer:
             verify_s = self.target.pass_seconds_sums(*sums, sum_keys=keys, n_seqs=n_seqs)
         draft_s = 0.0
         if self.draft is not None:
-            draft_s = self._draft_seconds(row, n_dec, s_ctx, dec_context,
-                                          (p_new, p_ctx, p_new_ctx, p_sq), len(pre_chunks))
+            if self.overlap and ready is not None and shape_info(row)[0]:
+                return self._per_sequence(_rows(row, n_dec), dec_context, pre_context,
+                                          pre_chunks, bound, ready=ready)
+            draft_s = shared_shape_seconds(self.draft, row, dec_context, pre, len(pre_chunks),
+                                           sync)
         return draft_s, verify_s, label
 
     def price_stages(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
-                     pre_chunks: np.ndarray):
+                     pre_chunks: np.ndarray, sync=None):
         """(draft_s, the target's ``PassCost`` with ``stage_s`` and ``hop_s``) for a pipeline."""
-        if row.ndim == 2:
-            return self._per_sequence(row, dec_context, pre_context, pre_chunks, True, True)
+        if row.ndim == 2 or isinstance(sync, np.ndarray):
+            return self._per_sequence(_rows(row, len(dec_context)), dec_context, pre_context,
+                                      pre_chunks, True, stages=True, sync=sync)
         n_dec = len(dec_context)
         verify = 1 + tree_nodes(row)
         new = np.concatenate((np.full(n_dec, verify, dtype=np.int64), pre_chunks))
@@ -180,62 +137,22 @@ class IterationPricer:
         tri = tree_key_term(row)
         if tri is not None:
             keys = np.concatenate((verify * dec_context + tri,
-                                   _causal_keys(pre_chunks, pre_context)))  # [D + P]
+                                   causal_keys(pre_chunks, pre_context)))  # [D + P]
         cost = self.target.pass_cost(new, np.concatenate((dec_context, pre_context)), keys)
         draft_s = 0.0
         if self.draft is not None:
-            c = pre_chunks.astype(np.float64)
-            sums = (float(_sum(c)), float(_sum(pre_context)), float(c @ pre_context), float(c @ c))
-            draft_s = self._draft_seconds(row, n_dec, float(_sum(dec_context)), dec_context, sums,
-                                          len(pre_chunks))
+            draft_s = shared_shape_seconds(self.draft, row, dec_context,
+                                           prefill_sums(pre_context, pre_chunks),
+                                           len(pre_chunks), sync)
         return draft_s, cost
 
-    def _draft_seconds(self, row, n_dec, s_ctx, dec_context, pre_sums, n_pre) -> float:
-        """The draft's serial passes: its share of the prefill, then one pass per level.
-
-        Pass j of a shape feeds each decoding sequence that level's nodes (1 for the root,
-        then k1, k1·k2, ...) after the nodes fed before it, as ``hardware.draft`` prices it.
-        With one draft replica the prefill chunks ride along in the first pass and the sums
-        are formed here; with several (a draft on each of the target's GPUs, sequences split
-        round robin) ``hardware.draft`` prices the levels and the prefill is one extra pass.
-        """
-        cost, replicas = self.draft.cost, self.draft.replicas
-        feeds = draft_feeds(row) if n_dec else []
-        p_new, p_ctx, p_new_ctx, p_sq = pre_sums
-        if replicas > 1:
-            from hardware.draft import tree_draft_seconds
-
-            total = tree_draft_seconds(self.draft, row[row > 0].tolist(), dec_context) \
-                if feeds else 0.0
-            if p_new:
-                total += cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre)
-            return total
-        if not feeds:
-            return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre) \
-                if p_new else 0.0
-        tree = tree_key_term(row) is not None
-        total, before = 0.0, 0
-        for j, f in enumerate(feeds):
-            ctx = s_ctx + n_dec * before  # KV read: contexts and every node fed before
-            s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
-            # a tree's level-j nodes attend their context, j ancestors and themselves
-            keys = f * (s_ctx + n_dec * (j + 1)) if tree else None
-            n = n_dec
-            if j == 0:
-                n += n_pre
-                s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
-                if tree:
-                    keys += p_new_ctx + 0.5 * (p_sq + p_new)
-            total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys, n_seqs=n)
-            before += f
-        return total
-
-    def _per_sequence(self, widths, dec_context, pre_context, pre_chunks, bound, stages=False):
+    def _per_sequence(self, widths, dec_context, pre_context, pre_chunks, bound, stages=False,
+                      sync=None, ready=None):
         """The general path: a shape per decoding sequence (widths int64 [D, m]).
 
-        Verify: 1 + that sequence's nodes each. Draft: pass j feeds each sequence that has a
-        level j its level j−1 nodes; sequences with shallower shapes drop out of later
-        passes. Returns what ``price`` (or, with ``stages``, ``price_stages``) returns.
+        Verify: 1 + that sequence's nodes each. Draft: ``sim.draft_pricing``, with the
+        overlap when the draft drafts ahead. Returns what ``price`` (or, with ``stages``,
+        ``price_stages``) returns.
         """
         sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level
         new = np.concatenate((1 + sizes.sum(axis=1), pre_chunks))  # [D + P]
@@ -244,7 +161,7 @@ class IterationPricer:
         if (widths > 1).any():  # trees: each node attends its context, ancestors and itself
             tri = 1 + (sizes * np.arange(2, widths.shape[1] + 2)).sum(axis=1)  # [D]
             keys = np.concatenate((new[: len(dec_context)] * dec_context + tri,
-                                   _causal_keys(pre_chunks, pre_context)))  # [D + P]
+                                   causal_keys(pre_chunks, pre_context)))  # [D + P]
         label, cost = "", None
         if stages or (self.record_bound if bound is None else bound):
             cost = self.target.pass_cost(new, ctx, keys)
@@ -253,42 +170,20 @@ class IterationPricer:
             self.target.pass_seconds(new, ctx, keys)
         draft_s = 0.0
         if self.draft is not None:
-            draft_s = self._draft_per_sequence(widths, sizes, dec_context, pre_context,
-                                               pre_chunks)
+            if self.overlap and ready is not None:
+                cold = ~ready  # [D]: guesses not drafted ahead
+                serial = per_sequence_seconds(self.draft, widths[cold], dec_context[cold],
+                                              pre_context, pre_chunks,
+                                              None if sync is None else sync[cold])
+                ahead = per_sequence_seconds(self.draft, one_level_deeper(widths),
+                                             dec_context, pre_context[:0], pre_chunks[:0])
+                draft_s = serial + max(0.0, ahead - verify_s)
+            else:
+                draft_s = per_sequence_seconds(self.draft, widths, dec_context, pre_context,
+                                               pre_chunks, sync)
         return (draft_s, cost) if stages else (draft_s, verify_s, label)
 
-    def _draft_per_sequence(self, widths, sizes, dec_context, pre_context, pre_chunks):
-        dcost = self.draft.cost
-        has = widths > 0  # [D, m]
-        feed = np.zeros_like(widths)  # [D, m]: tokens pass j feeds per sequence
-        feed[:, 0] = has[:, 0]
-        feed[:, 1:] = sizes[:, :-1] * has[:, 1:]
-        if self.draft.replicas > 1:
-            from hardware.draft import chain_draft_seconds
 
-            if (widths > 1).any():
-                raise ValueError("per-sequence trees with several draft replicas: chains only")
-            total = chain_draft_seconds(self.draft, has.sum(axis=1), dec_context)
-            if len(pre_chunks):
-                total += dcost.pass_seconds(pre_chunks, pre_context)
-            return total
-        before = np.cumsum(feed, axis=1) - feed  # [D, m]: nodes fed before pass j
-        tree = bool((widths > 1).any())
-        total = 0.0
-        for j in range(max(widths.shape[1], 1)):
-            keys = None
-            if widths.shape[1]:
-                live = feed[:, j] > 0
-                new_j, ctx_j = feed[live, j], dec_context[live] + before[live, j]
-                if tree:  # level-j nodes attend their context, j ancestors and themselves
-                    keys = new_j * (dec_context[live] + j + 1.0)
-            else:
-                new_j = ctx_j = np.zeros(0, dtype=np.int64)
-            if j == 0 and len(pre_chunks):
-                new_j = np.concatenate((new_j, pre_chunks))
-                ctx_j = np.concatenate((ctx_j, pre_context))
-                if keys is not None:
-                    keys = np.concatenate((keys, _causal_keys(pre_chunks, pre_context)))
-            if len(new_j):
-                total += dcost.pass_seconds(new_j, ctx_j, keys)
-        return total
+def _rows(row: np.ndarray, n: int) -> np.ndarray:
+    """int64 [n, m]: ``row`` as one shape per sequence."""
+    return row if row.ndim == 2 else np.broadcast_to(row, (n, row.shape[0]))

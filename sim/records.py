@@ -29,7 +29,9 @@ class RequestRecord:
     ``num_drafts``), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root),
     ``accepted_tokens`` the draft tokens the target accepted, and ``checked_tokens`` the
     guesses the verification actually looked at (accepted ones plus the first rejected one),
-    which is what the lecture's measured α̂ is averaged over (§4.5).
+    which is what the lecture's measured α̂ is averaged over (§4.5). ``preemptions`` counts
+    the times the request was preempted by recompute and ``recomputed_tokens`` the prefill
+    tokens it spent re-computing its prompt and output afterwards.
     """
 
     id: int
@@ -48,6 +50,7 @@ class RequestRecord:
     accepted_tokens: int
     checked_tokens: int
     preemptions: int
+    recomputed_tokens: int
     finished: bool
 
 
@@ -59,7 +62,8 @@ class IterationRecord:
     ``prefill_tokens`` and ``verify_tokens`` split its new tokens (verify tokens are the
     last token plus the draft guesses or tree nodes of every decoding sequence);
     ``emitted_tokens`` are the output tokens the iteration produced; ``bound`` is which
-    roofline limit won the target pass ("compute", "memory", "comm", "host"). In a
+    roofline limit won the target pass ("compute", "memory", "comm", "host");
+    ``kv_blocks_used`` the replica's KV blocks in use when the iteration ended. In a
     pipeline-parallel replica there is one record per micro-batch and ``duration_s`` runs
     from its dispatch until it leaves the last stage (waits for busy stages and links
     included), so one replica's records may overlap in time.
@@ -78,6 +82,7 @@ class IterationRecord:
     draft_s: float
     verify_s: float
     bound: str
+    kv_blocks_used: int
 
 
 def field_names(record_type: type) -> list[str]:

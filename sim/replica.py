@@ -2,10 +2,11 @@
 
 The replica owns the per-sequence state of its running batch as numpy arrays indexed by
 slot (no Python object per sequence or per token) and runs one SimPy process, ``run``: each
-loop is one iteration — the scheduler forms the batch, the policy shapes the drafts, the
-cost model prices draft passes plus one target pass, one ``env.timeout`` lets that time
-pass, then the acceptance model draws every decoding sequence's accepted depth at once and
-the state advances (lecture §3.1: emit accepted + 1, roll the KV back to what was kept).
+loop is one iteration -- the scheduler forms the batch (``sim.scheduling``, in the order the
+scenario names), the policy shapes the drafts, the cost model prices draft passes plus one
+target pass, one ``env.timeout`` lets that time pass, then ``sim.step.advance`` draws every
+decoding sequence's accepted depth at once and moves the state on (lecture §3.1: emit
+accepted + 1, roll the KV back to what was kept).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import simpy
 
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
-from sim.pricing import IterationPricer, shape_info
-from sim.scheduler import SchedulerLimits, plan_batch
+from sim.pricing import IterationPricer
+from sim.scheduling import ORDERS, SchedulerLimits
 from sim.slots import (
+    ADMIT,
     BLOCKS,
     COUNTS,
     EMITTED,
@@ -27,21 +29,24 @@ from sim.slots import (
     KV,
     N_COLS,
     OUTPUT,
+    RESUMED,
     RID,
+    SPEC_OFF,
     STREAM,
     TARGET,
 )
-
-# ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
-_sum = np.add.reduce
-_any = np.logical_or.reduce
-
+from sim.step import advance, draft_sync
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class Replica:
-    """One serving replica: a waiting queue, a batch of slots, a KV pool and a loop."""
+    """One serving replica: a waiting queue, a batch of slots, a KV pool and a loop.
+
+    ``draft_sync`` (``every_step`` | ``catch_up``) says when the draft ingests the tokens of
+    iterations it did not draft for (see ``sim.step``); ``overlap`` runs the draft on its
+    own GPU ahead of the verify (PEARL-style, chains only, see ``sim.pricing``).
+    """
 
     stages = 1  # pipeline stages (``sim.pipeline.PipelinedReplica`` has more)
 
@@ -57,6 +62,8 @@ class Replica:
         rng: np.random.Generator,
         table: RequestTable,
         log: RunLog,
+        draft_sync: str = "every_step",
+        overlap: bool = False,
     ) -> None:
         self.env = env
         self.index = index
@@ -67,6 +74,12 @@ class Replica:
         self.rng = rng
         self.table = table
         self.log = log
+        self.draft_sync = draft_sync
+        self.overlap = overlap
+        self.plan = ORDERS[limits.order]
+        # KV slots reserved for the next verify (vLLM's num_lookahead_tokens/slots)
+        self.lookahead = int(policy.max_nodes) if policy.uses_draft else 0
+        self.sticky_off = bool(getattr(policy, "sticky", False))
         n = limits.max_num_seqs
         # All per-slot state in one int64 [slots, N_COLS] array, so that a batch's rows are
         # gathered and scattered with one fancy-index operation each; named column views.
@@ -75,14 +88,17 @@ class Replica:
         self.rid, self.target_prefill, self.prefilled = st[:, RID], st[:, TARGET], st[:, FILLED]
         self.emitted, self.kv_tokens, self.output = st[:, EMITTED], st[:, KV], st[:, OUTPUT]
         self.stream = st[:, STREAM]
-        self.counters = st[:, COUNTS:]  # [slots, 6], written to the log when a request leaves
+        self.counters = st[:, COUNTS:]  # [slots, 7], written to the log when a request leaves
         self.kv = BlockManager(kv_capacity_blocks, limits.block_size, n, blocks=st[:, BLOCKS])
+        self.last_chunk_at = np.zeros(n)  # when each slot last emitted (ITL)
         self.active = np.zeros(n, dtype=bool)
         self._free_slots = list(range(n - 1, -1, -1))
         self.n_active = 0
+        self._admitted = 0  # admission counter: the ``running`` order of vLLM v1
         self.waiting: deque[int] = deque()
-        # preempted request -> (tokens it had emitted, its counters): carried back to the queue
-        self._resume: dict[int, tuple[int, np.ndarray]] = {}
+        # preempted request -> (tokens it had emitted, its counters, speculation off, last
+        # chunk time): carried back to the queue
+        self._resume: dict[int, tuple[int, np.ndarray, int, float]] = {}
         self.outstanding_requests = 0
         self.outstanding_tokens = 0
         self._wake: simpy.Event | None = None
@@ -109,10 +125,34 @@ class Replica:
         """bool [slots]: running sequences the scheduler may put in the next batch."""
         return self.active
 
-    def running_oldest_first(self, schedulable: np.ndarray) -> np.ndarray:
-        """int64 [R]: every running slot, oldest request first (the preemption order), given
-        the schedulable ones in that order (all of them here)."""
-        return schedulable
+    def running_order(self, schedulable: np.ndarray | None = None) -> np.ndarray:
+        """int64 [R]: every running slot in priority order, the front first (the preemption
+        order): by admission for ``vllm_v1`` (its ``running`` list), by arrival for
+        ``decode_first``. ``schedulable`` (the schedulable slots oldest request first) is
+        returned as is when it is every running slot."""
+        run = self.active.nonzero()[0]
+        if schedulable is not None and len(schedulable) == len(run):
+            return schedulable
+        key = self.state[run, ADMIT] if self.limits.order == "vllm_v1" else self.rid[run]
+        return run[key.argsort(kind="stable")]
+
+    def draft_shapes(self, dec: np.ndarray, context: np.ndarray,
+                     history: np.ndarray) -> np.ndarray:
+        """The policy's shapes for decoding slots ``dec``: int64 [m] for all, or [D, m].
+
+        With a sticky policy (vLLM v0's disable-by-batch-size), a request it once gave no
+        draft never drafts again: its row is zeros from then on."""
+        row = self.policy.shape(len(dec), context, history, running=self.n_active)
+        if not self.sticky_off or not len(dec):
+            return row
+        off = self.state[dec, SPEC_OFF].astype(bool)  # [D]
+        depth = (row > 0).sum(axis=-1)  # scalar or [D]
+        self.state[dec[~off & (depth == 0)], SPEC_OFF] = 1
+        if not off.any() or not depth.any():
+            return row
+        rows = np.array(np.broadcast_to(row, (len(dec), row.shape[-1])))  # [D, m]
+        rows[off] = 0
+        return rows
 
     def prefill_target_of(self, rid: int) -> int:
         """Tokens to prefill for ``rid``: its prompt, plus what it emitted before a preemption."""
@@ -120,30 +160,32 @@ class Replica:
         return int(self.table.prompt_tokens[rid]) + (back[0] if back else 0)
 
     def admit(self, rid: int, target: int) -> int:
-        """Give waiting request ``rid`` a slot; returns the slot."""
+        """Give waiting request ``rid`` a slot at the back of the running order."""
         s = self._free_slots.pop()
         self.active[s] = True
-        self.rid[s] = rid
-        self.target_prefill[s] = target
-        self.prefilled[s] = 0
-        self.kv_tokens[s] = 0
+        row = self.state[s]
+        row[RID], row[TARGET] = rid, target
+        self._admitted += 1
+        row[ADMIT] = self._admitted
         back = self._resume.pop(rid, None)
         if back is None:  # first admission (a preempted request was scheduled before)
             self.log.first_scheduled_at[rid] = self.env.now
-            self.emitted[s] = 0
         else:
-            self.emitted[s] = back[0]
-            self.counters[s] = back[1]
-        self.output[s] = self.table.output_tokens[rid]
-        self.stream[s] = self.table.stream[rid]
+            row[EMITTED] = back[0]
+            row[COUNTS:] = back[1]
+            row[SPEC_OFF], row[RESUMED] = back[2], 1
+            self.last_chunk_at[s] = back[3]
+        row[OUTPUT] = self.table.output_tokens[rid]
+        row[STREAM] = self.table.stream[rid]
         self.n_active += 1
         return s
 
     def preempt(self, s: int) -> None:
         """Preempt by recompute: free the slot and its blocks, requeue at the front."""
         rid = int(self.rid[s])
-        self.counters[s, -1] += 1  # preemptions
-        self._resume[rid] = (int(self.emitted[s]), self.counters[s].copy())
+        self.counters[s, 5] += 1  # preemptions
+        self._resume[rid] = (int(self.emitted[s]), self.counters[s].copy(),
+                             int(self.state[s, SPEC_OFF]), float(self.last_chunk_at[s]))
         self.kv.release(s)
         self.state[s] = 0
         self._vacate(s)
@@ -164,21 +206,33 @@ class Replica:
                 yield self._wake
                 self._wake = None
             start_at = env.now
-            batch = plan_batch(self)
+            batch = self.plan(self)
             if batch.empty:
+                if batch.preempted:  # vLLM v1 admits nobody in the step that preempted
+                    self.check_progress(0)
+                    continue
                 raise RuntimeError(f"replica {self.index}: nothing schedulable with work queued")
-            dec, pre = batch.dec_slots, batch.pre_slots
-            draft_s, verify_s, bound = self.pricer.price(
-                batch.row, batch.dec_context, batch.pre_context, batch.chunks
-            )
+            draft_s, verify_s, bound = self.price(batch)
             yield env.timeout(draft_s + verify_s)
-            emitted, accepted, drafted, prefill = self._advance(batch)
-            self.check_progress(emitted)
-            self.log.iterations.append((
-                self.index, start_at, env.now - start_at, len(dec) + len(pre), len(dec),
-                prefill, batch.verify_tokens, drafted, accepted, emitted,
-                draft_s, verify_s, bound,
-            ))
+            self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
+
+    def price(self, batch) -> tuple[float, float, str]:
+        """(draft_s, verify_s, bound) of ``batch`` (draft_s: drafting on the critical path)."""
+        sync, ready = draft_sync(self, batch)
+        return self.pricer.price(batch.row, batch.dec_context, batch.pre_context, batch.chunks,
+                                 sync=sync, ready=ready)
+
+    def finish_iteration(self, batch, start_at: float, draft_s: float, verify_s: float,
+                         bound: str) -> None:
+        """Apply a finished iteration and record it."""
+        emitted, accepted, drafted, prefill = advance(self, batch)
+        self.check_progress(emitted)
+        self.log.iterations.append((
+            self.index, start_at, self.env.now - start_at,
+            len(batch.dec_slots) + len(batch.pre_slots), len(batch.dec_slots), prefill,
+            batch.verify_tokens, drafted, accepted, emitted, draft_s, verify_s, bound,
+            self.kv.used_blocks,
+        ))
 
     def check_progress(self, emitted: int) -> None:
         """The liveness guard: raise if ``stall_limit`` iterations in a row emit no token."""
@@ -195,87 +249,16 @@ class Replica:
                 f"{len(self.waiting)} waiting, KV {self.kv.free_blocks} of "
                 f"{self.kv.capacity_blocks} blocks free")
 
-    def _advance(self, batch) -> tuple[int, int, int, int]:
-        """Apply one finished iteration; returns (emitted, accepted, drafted, prefill) tokens."""
-        now = self.env.now
-        total_emitted = prefill = 0
-
-        # Prefill chunks: the pass that completes a prompt samples the next token.
-        pre, chunks = batch.pre_slots, batch.chunks
-        if len(pre):
-            prefill = int(_sum(chunks))
-            sp = self.state[pre]  # [P, N_COLS]: gather once, scatter once below
-            filled = sp[:, FILLED]
-            filled += chunks  # (a view into sp)
-            sp[:, KV] = batch.pre_context + chunks
-            done = filled >= sp[:, TARGET]  # [P]
-            if _any(done):
-                # first token: a request that emitted nothing before (not a recompute)
-                first = done & (sp[:, EMITTED] == 0)
-                self.log.first_token_at[sp[first, RID]] = now
-                sp[done, EMITTED] += 1
-                total_emitted += int(_sum(done))
-            self.state[pre] = sp
-
-        # Verification: accepted guesses + 1 token, capped at the remaining output.
-        dec, row = batch.dec_slots, batch.row
-        drafted = accepted = 0
-        n = len(dec)
-        if n:
-            st = self.state[dec]  # [D, N_COLS]: gather once, scatter once below
-            emitted = st[:, EMITTED]
-            if row.ndim == 1:  # one shape for the batch: scalars
-                depth, nodes, _ = shape_info(row)
-                # verify steps, draft steps and drafted tokens: the same for every row
-                st[:, COUNTS:COUNTS + 3] += _step_counts(row)
-                drafted = n * nodes
-                speculating = depth > 0
-                widths = _rows(row, n)
-            else:  # a shape per sequence: arrays [D]
-                depth = (row > 0).sum(axis=1)
-                nodes = np.cumprod(row, axis=1).sum(axis=1)
-                st[:, COUNTS] += 1
-                st[:, COUNTS + 1] += depth > 0
-                st[:, COUNTS + 2] += nodes
-                drafted = int(_sum(nodes))
-                speculating = bool(depth.any())
-                widths = row
-            if speculating:
-                acc = self.acceptance.draw(st[:, STREAM], emitted, widths, self.rng)  # [D]
-                st[:, COUNTS + 3] += acc
-                st[:, COUNTS + 4] += acc + (acc < depth)  # checked: accepted + first rejected
-                accepted = int(_sum(acc))
-                acc1 = acc + 1
-            else:
-                acc, acc1 = _zeros(n), _ones(n)
-            remaining = st[:, OUTPUT] - emitted  # [D]
-            step = np.minimum(acc1, remaining)  # [D]
-            emitted += step  # (a view into st)
-            kept = batch.dec_context + acc1  # the root plus the accepted path
-            st[:, KV] = kept
-            st[:, BLOCKS] = self.kv.rolled_back(st[:, BLOCKS], kept)
-            self.state[dec] = st
-            total_emitted += int(_sum(step))
-            self.policy.observe(acc, row)
-            fin = dec[step == remaining]
-        else:
-            fin = _EMPTY
-        if len(pre):
-            fin = np.concatenate((fin, pre[sp[:, EMITTED] >= sp[:, OUTPUT]]))
-        if len(fin):
-            self._finish(fin, now)
-        return total_emitted, accepted, drafted, prefill
-
-    def _finish(self, fin: np.ndarray, now: float) -> None:
+    def finish(self, fin: np.ndarray, now: float) -> None:
         """Record and free finished sequences."""
         st = self.state[fin]  # [F, N_COLS]
         rids = st[:, RID]
         log = self.log
         log.finished_at[rids] = now
         log.emitted[rids] = st[:, EMITTED]
-        log.counts[rids] = st[:, COUNTS:]  # [F, 6]
+        log.counts[rids] = st[:, COUNTS:]  # [F, 7]
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
-        self.kv.returned(int(_sum(st[:, BLOCKS])))
+        self.kv.returned(int(np.add.reduce(st[:, BLOCKS])))
         self.active[fin] = False
         self._free_slots.extend(fin.tolist())
         self.n_active -= len(fin)
@@ -283,7 +266,8 @@ class Replica:
         if self.on_finish is not None:
             self.on_finish(rids)
         tab = self.table
-        self.outstanding_tokens -= int(_sum(tab.prompt_tokens[rids]) + _sum(st[:, OUTPUT]))
+        self.outstanding_tokens -= int(np.add.reduce(tab.prompt_tokens[rids])
+                                       + np.add.reduce(st[:, OUTPUT]))
 
     def flush_running(self) -> None:
         """At the horizon: write what running and preempted requests have done so far."""
@@ -291,8 +275,8 @@ class Replica:
         slots = self.active.nonzero()[0]
         rids = self.rid[slots]
         log.emitted[rids] = self.emitted[slots]
-        log.counts[rids] = self.counters[slots]  # [n, 6]
-        for rid, (emitted, counters) in self._resume.items():
+        log.counts[rids] = self.counters[slots]  # [n, 7]
+        for rid, (emitted, counters, _, _) in self._resume.items():
             log.emitted[rid] = emitted
             log.counts[rid] = counters
 
@@ -308,56 +292,12 @@ def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -
     most a recompute can prefill), c the prefill chunk (L without chunked prefill).
 
     Why it cannot fire on a live run: an iteration with a decoding sequence emits a token, so
-    a run without emission only prefills, and the oldest running request gets the first
-    share of the token budget (at least one chunk); it can be preempted only by itself, when
-    it does not fit the KV pool alone, which ``sim.build`` refuses. So it emits within
-    ⌈L / c⌉ of its iterations, and with ``stages`` micro-batches in flight it is in at least
-    one of every ``stages`` iterations.
+    a run without emission only prefills, and the front request of the running order gets
+    the first share of the token budget (at least one chunk); it can be preempted only by
+    itself, when it does not fit the KV pool alone, which ``sim.build`` refuses. So it emits
+    within ⌈L / c⌉ of its iterations, and with ``stages`` micro-batches in flight it is in at
+    least one of every ``stages`` iterations.
     """
     longest = int((table.prompt_tokens + table.output_tokens).max()) if len(table) else 1
     chunk = limits.chunk_tokens if limits.chunked_prefill else longest
     return stages * (2 * -(-longest // max(chunk, 1)) + 100)
-
-
-_ROWS: dict[tuple[bytes, int], np.ndarray] = {}
-_STEP_COUNTS: dict[bytes, np.ndarray] = {}
-_CONST: dict[tuple[int, int], np.ndarray] = {}
-
-
-def _step_counts(row: np.ndarray) -> np.ndarray:
-    """int64 [3]: what one verify with shape ``row`` adds to a sequence's verify steps,
-    draft steps and drafted tokens (1, 1 if it drafts, its nodes)."""
-    key = row.tobytes()
-    counts = _STEP_COUNTS.get(key)
-    if counts is None:
-        depth, nodes, _ = shape_info(row)
-        counts = _STEP_COUNTS[key] = np.array([1, int(depth > 0), nodes], dtype=np.int64)
-    return counts
-
-
-def _const(value: int, n: int) -> np.ndarray:
-    """int64 [n] filled with ``value``: a cached read-only array (the caller never writes)."""
-    out = _CONST.get((value, n))
-    if out is None:
-        out = _CONST[(value, n)] = np.full(n, value, dtype=np.int64)
-        out.flags.writeable = False
-    return out
-
-
-def _zeros(n: int) -> np.ndarray:
-    return _const(0, n)
-
-
-def _ones(n: int) -> np.ndarray:
-    return _const(1, n)
-
-
-def _rows(row: np.ndarray, n: int) -> np.ndarray:
-    """int64 [n, m]: ``row`` for n sequences (a cached read-only broadcast of a private copy)."""
-    key = (row.tobytes(), n)
-    view = _ROWS.get(key)
-    if view is None:
-        view = np.broadcast_to(row.copy(), (n, len(row)))
-        _ROWS[key] = view
-    return view
-

@@ -42,15 +42,23 @@ class Deployment(Strict):
     replicas: PosInt = 1
     router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
     # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory
-    # (SpecInfer); "separate": the draft on a GPU of its own. Iterations cost draft + verify
-    # time either way (drafting and verifying depend on each other).
+    # (SpecInfer); "separate": the draft on a GPU of its own.
     draft_placement: Literal["colocated", "separate"] = "colocated"
+    # a separate draft: "serial" alternates with the verify (draft + verify per iteration);
+    # "parallel" drafts ahead while the target verifies (PEARL), chains only, no pipeline
+    draft_overlap: Literal["serial", "parallel"] = "serial"
     catalog: str | None = None  # an extra catalog YAML file (GPUs, links, models)
 
 
 class Scheduler(Strict):
-    """Continuous batching limits, as vLLM names them."""
+    """Continuous batching limits, as vLLM names them, and the scheduling order."""
 
+    # "vllm_v1": one token budget in running order, draft tokens cut to fit, no admissions
+    # in an iteration that preempted; "decode_first": vLLM v0's chunked-prefill policy
+    order: Literal["vllm_v1", "decode_first"] = "vllm_v1"
+    # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
+    # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
+    draft_sync: Literal["every_step", "catch_up"] = "every_step"
     max_num_seqs: PosInt = 256
     max_batched_tokens: PosInt = 8192
     chunked_prefill: bool = True
@@ -128,4 +136,17 @@ class Scenario(Strict):
         drafting = [v.name for v in self.variants if v.policy.kind != "none"]
         if drafting and self.models.draft is None:
             raise ValueError(f"models.draft: variants {drafting} speculate but no draft is set")
+        if self.deployment.draft_overlap == "parallel":
+            d = self.deployment
+            if d.draft_placement != "separate":
+                raise ValueError("deployment.draft_overlap: 'parallel' needs draft_placement "
+                                 f"'separate' (a draft of its own to run ahead), got "
+                                 f"{d.draft_placement!r}")
+            if d.pp > 1:
+                raise ValueError(f"deployment.draft_overlap: 'parallel' is not modelled with "
+                                 f"pipeline stages, got pp {d.pp}")
+            trees = [v.name for v in self.variants if not v.policy.chains_only]
+            if trees:
+                raise ValueError(f"deployment.draft_overlap: 'parallel' drafts chains only; "
+                                 f"variants {trees} draft trees or per-sequence shapes")
         return self

@@ -67,18 +67,22 @@ class TreePolicyCfg(Strict):
 
 
 class LadderPolicy(Strict):
-    """γ by batch size: rows ``[min_batch, max_batch, gamma]``; γ = 0 turns speculation off."""
+    """γ by batch size (vLLM's ``num_speculative_tokens_per_batch_size``): rows
+    ``[min_batch, max_batch, gamma]``; γ = 0 turns speculation off."""
 
     kind: Literal["batch_ladder"]
     ladder: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]]
+    # the batch size: running requests (as vLLM counts it) or sequences decoding now
+    key: Literal["running", "decoding"] = "running"
+    sticky: bool = False  # a request once given γ = 0 never speculates again (vLLM v0)
     chains_only: ClassVar[bool] = True
 
     def build(self, acceptance):
         """A factory of ``sim.policies.BatchLadder`` (its rows checked now, at build time)."""
         from sim.policies import BatchLadder
 
-        BatchLadder(self.ladder)
-        return lambda: BatchLadder(self.ladder)
+        BatchLadder(self.ladder, self.key, self.sticky)
+        return lambda: BatchLadder(self.ladder, self.key, self.sticky)
 
 
 class AdaptivePolicy(Strict):

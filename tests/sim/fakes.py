@@ -10,7 +10,7 @@ from hardware.draft import DraftSetup
 from sim.cluster import Setup
 from sim.log import RequestTable
 from sim.policies import NoSpeculation
-from sim.scheduler import SchedulerLimits
+from sim.scheduling import SchedulerLimits
 
 
 @dataclass(frozen=True)

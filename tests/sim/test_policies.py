@@ -11,8 +11,8 @@ from sim.policies import (
     TreePolicy,
     sglang_tree,
 )
-from sim.pricing import draft_feeds, shape_info, tree_nodes
 from sim.runner import simulate
+from sim.shapes import draft_feeds, shape_info, tree_nodes
 from specdec.errors import UserError
 from tests.sim.fakes import AcceptAll, FakeCost, setup, table
 
@@ -104,9 +104,10 @@ class Mixed:
 
     uses_draft = True
     max_depth = 3
+    max_nodes = 4  # the tree <2,1>
     ROWS = np.array([[1, 1, 1], [2, 1, 0], [0, 0, 0], [1, 0, 0]])
 
-    def shape(self, n, context=None, history=None):
+    def shape(self, n, context=None, history=None, running=None):
         return self.ROWS[np.arange(n) % 4]
 
     def observe(self, accepted, row):

@@ -14,14 +14,14 @@ def _req(i, arrival, done, out=2):
                          finished_at=done, prompt_tokens=4, output_tokens=out,
                          emitted_tokens=out if done == done else 0, verify_steps=1,
                          draft_steps=0, drafted_tokens=0, accepted_tokens=0, checked_tokens=0,
-                         preemptions=0, finished=done == done)
+                         preemptions=0, recomputed_tokens=0, finished=done == done)
 
 
 def _it(start, duration, emitted):
     return IterationRecord(replica=0, start_at=start, duration_s=duration, batch_size=1,
                            decode_seqs=1, prefill_tokens=0, verify_tokens=1, drafted_tokens=0,
                            accepted_tokens=0, emitted_tokens=emitted, draft_s=0.0,
-                           verify_s=duration, bound="memory")
+                           verify_s=duration, bound="memory", kv_blocks_used=0)
 
 
 def test_rates_count_only_what_ends_inside_the_arrival_window():

@@ -31,7 +31,7 @@ def _recs(*reqs):
 
 
 def _req(i, arrival, first, done, out=11):
-    return RequestRecord(i, 0, 0, arrival, arrival, first, done, 10, out, out, 0, 0, 0, 0, 0, 0,
+    return RequestRecord(i, 0, 0, arrival, arrival, first, done, 10, out, out, 0, 0, 0, 0, 0, 0, 0,
                          not math.isnan(done))
 
 

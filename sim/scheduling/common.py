@@ -1,0 +1,134 @@
+"""What both scheduling orders share: the limits, the batch they form, admission from the
+waiting queue and the preemption loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.kv import blocks_for
+from sim.shapes import tree_nodes
+from sim.slots import COUNTS
+
+HISTORY = slice(COUNTS + 3, COUNTS + 5)  # per-request accepted and checked tokens so far
+NONE = np.zeros(0, dtype=np.int64)
+
+# ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
+_sum = np.add.reduce
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """A replica's batching limits, as vLLM names them (``max_num_seqs``,
+    ``max_num_batched_tokens``, chunked prefill with ``chunk_tokens`` per request per step,
+    vLLM's ``long_prefill_token_threshold``), the KV block size, and the scheduling order
+    (``vllm_v1`` or ``decode_first``, see ``sim.scheduling``)."""
+
+    max_num_seqs: int
+    max_batched_tokens: int
+    chunked_prefill: bool
+    chunk_tokens: int
+    block_size: int = 16
+    order: str = "vllm_v1"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One iteration's work.
+
+    row int64 [m]: the draft shape of every decoding sequence (or int64 [D, m]: one per
+    sequence, from a per-sequence policy or a truncated verify); dec_slots, dec_context
+    int64 [D]: the decoding sequences and their cached tokens; pre_slots, pre_context,
+    chunks int64 [P]: the prefilling sequences, their cached tokens and their chunks.
+    ``preempted``: whether forming it preempted a sequence.
+    """
+
+    row: np.ndarray
+    dec_slots: np.ndarray
+    dec_context: np.ndarray
+    pre_slots: np.ndarray
+    pre_context: np.ndarray
+    chunks: np.ndarray
+    preempted: bool = False
+
+    @property
+    def verify_tokens(self) -> int:
+        """Tokens the decoding sequences put into the target pass (root + nodes each)."""
+        if self.row.ndim == 1:
+            return len(self.dec_slots) * (1 + tree_nodes(self.row))
+        return int(_sum(1 + np.cumprod(self.row, axis=1).sum(axis=1)))
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing runs."""
+        return len(self.dec_slots) == 0 and len(self.pre_slots) == 0
+
+
+def admit_waiting(r, lim: SchedulerLimits, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
+    token budget and free blocks for the first chunk last; returns (slots, chunks) int64.
+
+    A new request reserves no lookahead slots (vLLM v1 gives lookahead only to requests
+    that have computed tokens); without chunked prefill its whole prompt must fit."""
+    new_slots, new_chunks = [], []
+    while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
+        rid = r.waiting[0]
+        target = r.prefill_target_of(rid)
+        chunk = min(target, lim.chunk_tokens, budget) if lim.chunked_prefill else target
+        need = int(blocks_for(chunk, lim.block_size))
+        if chunk > budget or need > r.kv.free_blocks:
+            break
+        r.waiting.popleft()
+        slot = r.admit(rid, target)
+        r.kv.take(slot, need)
+        new_slots.append(slot)
+        new_chunks.append(chunk)
+        budget -= chunk
+    if not new_slots:
+        return NONE, NONE
+    return np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64)
+
+
+def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray
+                       ) -> np.ndarray:
+    """vLLM's preemption loop over the running slots ``order`` (front = highest priority);
+    returns the slots of ``slots`` that got their blocks, in ``order``.
+
+    Walk ``order``; while the current scheduled sequence cannot get the blocks for its
+    ``tokens``, preempt the last one still running (possibly itself). Running sequences
+    not being scheduled (unscheduled, or in flight in a pipeline) need no new blocks but
+    can be victims, as in vLLM, where in-flight requests stay in ``running``: so a sequence
+    never preempts one ahead of it, and the front one always makes progress. A sequence
+    preempts itself only when it is the last one left, so nothing behind it is scheduled.
+    """
+    want = dict(zip(slots.tolist(), tokens.tolist(), strict=True))
+    alive = order.tolist()
+    free = r.kv.free_blocks
+    bs = r.limits.block_size
+    i = 0
+    granted = []
+    while i < len(alive):
+        s = alive[i]
+        if s not in want:
+            i += 1
+            continue
+        need = max(int(blocks_for(want[s], bs)) - int(r.kv.blocks[s]), 0)
+        while need > free:
+            victim = alive.pop()
+            free += int(r.kv.blocks[victim])
+            r.preempt(victim)
+            if victim == s:
+                break
+        else:
+            free -= need
+            granted.append(s)
+            i += 1
+    return np.array(granted, dtype=np.int64)
+
+
+def truncate_rows(rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """int64 [D, m]: each shape cut to at most ``nodes[d]`` draft nodes, whole levels only
+    (a chain keeps its first ``nodes`` guesses; a tree its levels that fit entirely)."""
+    fits = np.cumsum(np.cumprod(rows, axis=1), axis=1) <= nodes[:, None]  # [D, m]
+    return np.where(fits, rows, 0)
