@@ -58,10 +58,9 @@ def load_run(folder: str | Path) -> RunData:
 
 def _duration(req: pd.DataFrame, it: pd.DataFrame, summary: dict | None, scenario: dict
               ) -> float:
-    emitted = float(req["emitted_tokens"].sum())
-    thr = (summary or {}).get("throughput_tokens_per_s")
-    if emitted > 0 and thr:
-        return emitted / thr
+    """When the variant's run ended (simulated seconds): the engine's ``end_at``."""
+    if (summary or {}).get("end_at") is not None:
+        return float(summary["end_at"])
     horizon = (scenario.get("run") or {}).get("horizon_s")
     if horizon:
         return float(horizon)

@@ -4,10 +4,11 @@ The engine emits flat records stored by column (``sim.records.Records``); this m
 where they become pandas tables. Definitions follow ``sim.summary`` (TTFT, TPOT, vLLM's
 acceptance counters) and add:
 
-- ``throughput_tokens_per_s``, ``requests_per_s``: over the arrival window, exactly as
-  ``sim.summary`` (so a sweep point, a load-curve point and a run's summary agree).
-- ``goodput_requests_per_s``: requests per second (finished inside the arrival window, as
-  ``requests_per_s``) whose *own* TTFT and TPOT meet the scenario's SLO thresholds
+- ``throughput_tokens_per_s``, ``requests_per_s``: over the run's span (first arrival to
+  the end of the run), exactly as ``sim.summary`` (so a sweep point, a load-curve point and
+  a run's summary agree).
+- ``goodput_requests_per_s``: requests per second (over the same span) whose *own* TTFT
+  and TPOT meet the scenario's SLO thresholds
   (DistServe's goodput). A threshold the SLO leaves unset is
   not checked; with no SLO at all goodput equals requests/s.
 - ``mean_batch_size``: sequences per target pass, weighted by iteration duration (the batch
@@ -108,7 +109,6 @@ def summarize_frames(name: str, requests: pd.DataFrame, iterations: pd.DataFrame
                      duration_s: float, slo: dict | None = None) -> dict:
     """The summary of one variant from its frames (keys as ``sim.summary`` plus extras)."""
     fin = requests[requests["finished"]]
-    d = duration_s if duration_s > 0 else np.nan
     drafted = int(requests["drafted_tokens"].sum())
     accepted = int(requests["accepted_tokens"].sum())
     drafts = int(requests["draft_steps"].sum())
@@ -120,22 +120,12 @@ def summarize_frames(name: str, requests: pd.DataFrame, iterations: pd.DataFrame
             row[f"{metric}_p{q}_s"] = float(np.percentile(values, q)) if len(values) else np.nan
         row[f"{metric}_mean_s"] = float(values.mean()) if len(values) else np.nan
     good = meets_slo(requests, slo)
-    first, last = (requests["arrival_at"].min(), requests["arrival_at"].max()) \
-        if len(requests) else (0.0, 0.0)
-    if last > first:  # over the arrival window, as sim.summary (no drain after it)
-        window = last - first
-        ends = iterations["start_at"] + iterations["duration_s"]
-        inside = (ends >= first) & (ends <= last)
-        done = requests["finished_at"]
-        in_window = requests["finished"] & (done >= first) & (done <= last)
-        row["throughput_tokens_per_s"] = float(iterations["emitted_tokens"][inside].sum()) \
-            / window
-        row["requests_per_s"] = int(in_window.sum()) / window
-        row["goodput_requests_per_s"] = int((good & in_window).sum()) / window
-    else:  # an empty window (one request, or all at t=0): over the makespan
-        row["throughput_tokens_per_s"] = requests["emitted_tokens"].sum() / d
-        row["requests_per_s"] = len(fin) / d
-        row["goodput_requests_per_s"] = int(good.sum()) / d
+    # over the run's span, first arrival to the end, as sim.summary
+    span = duration_s - (float(requests["arrival_at"].min()) if len(requests) else 0.0)
+    span = span if span > 0 else np.nan
+    row["throughput_tokens_per_s"] = int(requests["emitted_tokens"].sum()) / span
+    row["requests_per_s"] = len(fin) / span
+    row["goodput_requests_per_s"] = int(good.sum()) / span
     row["acceptance_rate"] = accepted / drafted if drafted else np.nan
     row["mean_acceptance_length"] = 1 + accepted / drafts if drafts else np.nan
     row["tokens_per_verify"] = (accepted + steps) / steps if steps else np.nan

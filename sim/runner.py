@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 from sim.cluster import Setup, wire
@@ -26,6 +27,7 @@ class VariantResult:
     requests: Records[RequestRecord]
     iterations: Records[IterationRecord]
     end_at: float
+    itl_counts: np.ndarray | None = None  # the ITL histogram (``sim.log.ItlHistogram``)
 
 
 def simulate(
@@ -59,6 +61,7 @@ def simulate(
         requests=log.request_records(cluster.table, cluster.arrived[0]),
         iterations=log.iteration_records(),
         end_at=float(env.now),
+        itl_counts=log.itl.counts,
     )
 
 
@@ -146,7 +149,9 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
         tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
         res = simulate(setup, horizon, name, tick)
         results.append(res)
-        summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name])
+        summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
+                         itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
+                         drafting=kinds[name] != "none")
         summ["slo"] = slo_verdict(summ, scenario.slo.ttft_p99_s, scenario.slo.tpot_p99_s)
         summaries.append(summ)
     base = next((n for n, k in kinds.items() if k == "none"), None)

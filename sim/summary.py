@@ -5,16 +5,19 @@ Definitions:
 - TTFT = first_token_at − arrival_at; TPOT = (finished_at − first_token_at) / (output − 1)
   over finished requests with more than one output token; end-to-end = finished_at −
   arrival_at. Percentiles over finished requests (TTFT: over requests that got a token).
-- Throughput is measured over the steady window [first arrival, last arrival], not up to
-  the last finish, which would count draining the queue after arrivals stop (a deployment
-  that keeps up would look slower than its offered rate, and the faster drainer would look
-  like the higher-throughput one): ``throughput_tokens_per_s`` = output tokens emitted by
-  iterations that end inside the window / its length; ``requests_per_s`` = requests that
-  finish inside it / its length. When the window is empty (an offline batch, every request
-  arriving at t=0; or a single request) both fall back to the makespan: all emitted tokens
-  and finished requests over the simulated duration. The window still holds the warm-up
-  (requests that arrived in its first end-to-end latency finish inside it only in part), so
-  a run only a few latencies long reads low; more ``run.requests`` shrinks that share.
+- Throughput is what the run delivered over its span, from the first arrival to the end
+  of the run (the last completion, or the horizon): ``throughput_tokens_per_s`` = output
+  tokens emitted / span, ``requests_per_s`` (= ``served_rate_per_s``) = requests finished /
+  span. As the offered load rises past what the deployment serves, the span shrinks to
+  the time the work takes at capacity, so these numbers rise to the capacity and stay there:
+  they never fall with more load. Below capacity they are the offered rate, a little less in
+  a short run (the span includes draining the last requests). ``offered_rate_per_s`` =
+  requests / arrival window. Whether the run is overloaded, and other conditions a planner
+  must see, are ``sim.health``'s (``overloaded``, ``warnings``).
+- ``itl_p50_s``, ``itl_p99_s``: inter-token latency as vLLM's benchmark defines it, the
+  gaps between consecutive output chunks of each request (one chunk per verify: with
+  speculation a chunk carries several tokens), over all requests; from the engine's ITL
+  histogram (0.1% bins).
 - ``acceptance_rate`` = accepted / drafted tokens, and ``mean_acceptance_length`` = 1 +
   accepted / draft steps, as vLLM defines them.
 - ``tokens_per_verify`` = (accepted + verify steps) / verify steps: tokens a verify yields
@@ -23,13 +26,16 @@ Definitions:
   / checked guesses (lecture §4.5), averaged over decode steps with each iteration's γ
   (chain policies only; ``None`` for trees, where no such formula applies).
 - ``speedup_vs_none``: mean TPOT of the first variant whose policy is ``none`` over this
-  variant's (how much faster decoding is per token); ``None`` without such a variant.
+  variant's (how much faster decoding is per token), ``speedup_tpot_p99``: the same ratio
+  of p99 TPOTs (the tail); ``None`` without such a variant.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sim.health import overload, warnings
+from sim.log import ItlHistogram
 from sim.records import IterationRecord, Records, RequestRecord
 
 
@@ -73,38 +79,36 @@ def formula_tokens_per_verify(
     return float((e * seqs[seqs > 0]).sum() / seqs.sum())
 
 
-def window_rates(arrival_at, finished_at, iteration_end_at, iteration_emitted, emitted: int,
-                 finished: int, duration_s: float) -> dict[str, float | None]:
-    """``throughput_tokens_per_s`` and ``requests_per_s`` over the arrival window (see the
-    module docstring) from plain arrays: requests' ``arrival_at`` and ``finished_at`` (NaN
-    when unfinished), iterations' end times and ``emitted_tokens``; over the makespan
-    ``duration_s`` (``emitted`` tokens, ``finished`` requests) when that window is empty.
-    ``reports`` computes the same numbers from its frames through this function."""
+def itl_percentile(counts: np.ndarray | None, q: float) -> float | None:
+    """The q-th percentile of the ITL histogram ``counts`` (``sim.log.ItlHistogram``): the
+    geometric middle of the bin that holds it (0.1% wide)."""
+    if counts is None or not counts.any():
+        return None
+    i = int(np.searchsorted(np.cumsum(counts), q / 100.0 * counts.sum()))
+    edges = ItlHistogram.edges()
+    return float(np.sqrt(edges[i] * edges[i + 1]))
+
+
+def delivery_rates(arrival_at, emitted: int, finished: int, end_at: float
+                   ) -> dict[str, float | None]:
+    """``throughput_tokens_per_s`` and ``requests_per_s`` over the run's span, from the first
+    arrival to ``end_at`` (the last completion, or the horizon): see the module docstring.
+    ``reports`` computes the same numbers from its frames with the same definition."""
     arrival = np.asarray(arrival_at, dtype=np.float64)
-    first, last = (float(arrival.min()), float(arrival.max())) if arrival.size else (0.0, 0.0)
-    if last > first:
-        window = last - first
-        ends = np.asarray(iteration_end_at, dtype=np.float64)
-        done = np.asarray(finished_at, dtype=np.float64)
-        tokens = np.asarray(iteration_emitted, dtype=np.int64)[(ends >= first) & (ends <= last)]
-        return {"throughput_tokens_per_s": float(tokens.sum()) / window,
-                "requests_per_s": int(((done >= first) & (done <= last)).sum()) / window}
-    return {"throughput_tokens_per_s": emitted / duration_s if duration_s > 0 else None,
-            "requests_per_s": finished / duration_s if duration_s > 0 else None}
-
-
-def throughput(requests: Records[RequestRecord], iterations: Records[IterationRecord], emitted: int,
-               finished: int, duration_s: float) -> dict[str, float | None]:
-    """:func:`window_rates` of a variant's records."""
-    return window_rates(
-        _col(requests, "arrival_at"), _col(requests, "finished_at"),
-        _col(iterations, "start_at") + _col(iterations, "duration_s"),
-        _col(iterations, "emitted_tokens", np.int64), emitted, finished, duration_s)
+    span = end_at - (float(arrival.min()) if arrival.size else 0.0)
+    if not span > 0:
+        return {"throughput_tokens_per_s": None, "requests_per_s": None}
+    return {"throughput_tokens_per_s": emitted / span, "requests_per_s": finished / span}
 
 
 def summarize(name: str, requests: Records[RequestRecord], iterations: Records[IterationRecord],
-              duration_s: float, chain: bool = True) -> dict:
-    """The summary of one variant (the keys ``specsim run --json`` prints)."""
+              duration_s: float, chain: bool = True, itl: np.ndarray | None = None,
+              kv_capacity_blocks: int | None = None, drafting: bool = False) -> dict:
+    """The summary of one variant (the keys ``specsim run --json`` prints).
+
+    ``itl``: the run's ITL histogram counts; ``kv_capacity_blocks``: one replica's pool;
+    ``drafting``: whether the variant's policy drafts (for the warnings, ``sim.health``).
+    """
     lat = latencies(requests)
     emitted = int(_col(requests, "emitted_tokens", np.int64).sum())
     finished = len(lat["e2e"])
@@ -112,8 +116,9 @@ def summarize(name: str, requests: Records[RequestRecord], iterations: Records[I
     drafts = int(_col(requests, "draft_steps", np.int64).sum())
     drafted = int(_col(requests, "drafted_tokens", np.int64).sum())
     accepted = int(_col(requests, "accepted_tokens", np.int64).sum())
-    return {
+    summary = {
         "name": name,
+        "end_at": duration_s,
         "requests": len(requests),
         "finished": finished,
         "ttft_p50_s": _pct(lat["ttft"], 50),
@@ -126,7 +131,14 @@ def summarize(name: str, requests: Records[RequestRecord], iterations: Records[I
         "e2e_p50_s": _pct(lat["e2e"], 50),
         "e2e_p90_s": _pct(lat["e2e"], 90),
         "e2e_p99_s": _pct(lat["e2e"], 99),
-        **throughput(requests, iterations, emitted, finished, duration_s),
+        "itl_p50_s": itl_percentile(itl, 50),
+        "itl_p99_s": itl_percentile(itl, 99),
+        **(rates := delivery_rates(_col(requests, "arrival_at"), emitted, finished,
+                                   duration_s)),
+        "served_rate_per_s": rates["requests_per_s"],
+        **overload(_col(requests, "arrival_at"), _col(requests, "finished_at")),
+        "preemptions": int(_col(requests, "preemptions", np.int64).sum()),
+        "recomputed_tokens": int(_col(requests, "recomputed_tokens", np.int64).sum()),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "tokens_per_verify": (accepted + steps) / steps if steps else None,
@@ -134,7 +146,11 @@ def summarize(name: str, requests: Records[RequestRecord], iterations: Records[I
             formula_tokens_per_verify(requests, iterations) if chain and drafts else None
         ),
         "speedup_vs_none": None,
+        "speedup_tpot_p99": None,
+        "warnings": [],
     }
+    summary["warnings"] = warnings(summary, iterations.columns, kv_capacity_blocks, drafting)
+    return summary
 
 
 def slo_verdict(summary: dict, ttft_p99_s: float | None, tpot_p99_s: float | None) -> str | None:
@@ -152,11 +168,14 @@ def slo_verdict(summary: dict, ttft_p99_s: float | None, tpot_p99_s: float | Non
 
 
 def add_speedups(summaries: list[dict], base_name: str | None) -> list[dict]:
-    """Fill ``speedup_vs_none`` against the no-speculation variant ``base_name``."""
+    """Fill ``speedup_vs_none`` and ``speedup_tpot_p99`` against the no-speculation variant
+    ``base_name``."""
     base = next((s for s in summaries if s["name"] == base_name), None)
     if base is None or not base["tpot_mean_s"]:
         return summaries
     for s in summaries:
         if s["tpot_mean_s"]:
             s["speedup_vs_none"] = base["tpot_mean_s"] / s["tpot_mean_s"]
+        if s["tpot_p99_s"] and base["tpot_p99_s"]:
+            s["speedup_tpot_p99"] = base["tpot_p99_s"] / s["tpot_p99_s"]
     return summaries

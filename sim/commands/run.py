@@ -89,6 +89,9 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(format_table(result.summaries))
+        for s in result.summaries:
+            for w in s["warnings"]:
+                print(f"warning: {s['name']}: {w}")
         print(f"records: {out}/")
         if report is not None:
             print(f"report: {report}")
@@ -96,9 +99,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 _PUBLIC = ("name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-           "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "throughput_tokens_per_s", "requests_per_s",
+           "tpot_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s",
+           "throughput_tokens_per_s", "requests_per_s", "offered_rate_per_s",
+           "served_rate_per_s", "overloaded", "preemptions", "recomputed_tokens",
            "acceptance_rate", "mean_acceptance_length", "tokens_per_verify",
-           "formula_tokens_per_verify", "speedup_vs_none")
+           "formula_tokens_per_verify", "speedup_vs_none", "speedup_tpot_p99", "warnings")
 
 
 def _public(summary: dict) -> dict:
@@ -127,14 +132,21 @@ _ROWS = (
     ("requests (finished/arrived)", lambda s: f"{s['finished']}/{s['requests']}"),
     ("TTFT p50 / p90 / p99 (ms)", lambda s: _ms(s, "ttft")),
     ("TPOT p50 / p90 / p99 (ms)", lambda s: _ms(s, "tpot")),
+    ("ITL p50 / p99 (ms)", lambda s: " / ".join(
+        _num(None if s[k] is None else s[k] * 1e3, "{:.1f}") for k in ("itl_p50_s", "itl_p99_s"))),
     ("end-to-end p50 / p90 / p99 (s)", lambda s: _trio(s, "e2e", 1.0, "{:.2f}")),
     ("throughput (tokens/s)", lambda s: _num(s["throughput_tokens_per_s"], "{:.0f}")),
-    ("throughput (requests/s)", lambda s: _num(s["requests_per_s"], "{:.2f}")),
+    ("served / offered (req/s)", lambda s: f"{_num(s['served_rate_per_s'], '{:.2f}')} / "
+                                           f"{_num(s['offered_rate_per_s'], '{:.2f}')}"),
+    ("overloaded", lambda s: {None: "-", True: "YES", False: "no"}[s["overloaded"]]),
+    ("preemptions (recomputed tokens)",
+     lambda s: f"{s['preemptions']} ({s['recomputed_tokens']})"),
     ("acceptance rate (vLLM)", lambda s: _num(s["acceptance_rate"], "{:.3f}")),
     ("mean acceptance length (vLLM)", lambda s: _num(s["mean_acceptance_length"], "{:.3f}")),
     ("tokens/verify measured", lambda s: _num(s["tokens_per_verify"], "{:.3f}")),
     ("tokens/verify E(α̂,γ) formula", lambda s: _num(s["formula_tokens_per_verify"], "{:.3f}")),
-    ("speedup vs none (TPOT)", lambda s: _num(s["speedup_vs_none"], "{:.2f}x")),
+    ("speedup vs none (mean TPOT)", lambda s: _num(s["speedup_vs_none"], "{:.2f}x")),
+    ("speedup vs none (p99 TPOT)", lambda s: _num(s["speedup_tpot_p99"], "{:.2f}x")),
     ("SLO (p99 TTFT, TPOT)", lambda s: s.get("slo") or "-"),
 )
 

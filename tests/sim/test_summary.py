@@ -1,4 +1,4 @@
-"""Throughput is measured over the arrival window, not up to the last finish."""
+"""Summary numbers: throughput over the run's span, overload, ITL, warnings."""
 
 from __future__ import annotations
 
@@ -24,16 +24,16 @@ def _it(start, duration, emitted):
                            verify_s=duration, bound="memory", kv_blocks_used=0)
 
 
-def test_rates_count_only_what_ends_inside_the_arrival_window():
-    # Arrivals at 1, 2, 5: window [1, 5], 4 s. Finishes at 1.5, 4, 9 (the last drains).
-    reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, 4.0), _req(2, 5.0, 9.0)]
-    # Iterations ending at 0.5 (before), 1.5, 4.0, 5.0 (the edge counts), 9.0 (after).
-    its = [_it(0.0, 0.5, 100), _it(1.0, 0.5, 3), _it(3.0, 1.0, 5), _it(4.5, 0.5, 7),
-           _it(8.0, 1.0, 1000)]
+def test_rates_are_what_the_run_delivered_from_the_first_arrival_to_its_end():
+    # Arrivals at 1, 2, 5; finishes at 1.5, 4, 9 and the run ends at 9: a span of 8 s.
+    reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, 4.0, out=3), _req(2, 5.0, 9.0, out=5)]
+    its = [_it(1.0, 0.5, 2), _it(3.0, 1.0, 3), _it(8.0, 1.0, 5)]
     s = summarize("x", Records.from_rows(RequestRecord, reqs),
                   Records.from_rows(IterationRecord, its), duration_s=9.0)
-    assert s["requests_per_s"] == 2 / 4
-    assert s["throughput_tokens_per_s"] == (3 + 5 + 7) / 4
+    assert s["requests_per_s"] == s["served_rate_per_s"] == 3 / 8
+    assert s["throughput_tokens_per_s"] == (2 + 3 + 5) / 8
+    assert s["offered_rate_per_s"] == 2 / 4  # 3 arrivals over the window [1, 5]
+    assert s["overloaded"] is None  # too few arrivals to judge
 
 
 def test_offline_batch_falls_back_to_the_makespan():
@@ -43,3 +43,36 @@ def test_offline_batch_falls_back_to_the_makespan():
                   Records.from_rows(IterationRecord, its), duration_s=4.0)
     assert s["requests_per_s"] == 2 / 4
     assert s["throughput_tokens_per_s"] == 8 / 4
+
+
+def test_a_growing_backlog_is_overload_and_a_steady_one_is_not():
+    # 40 arrivals one per second; served one per 2 s (overload) vs 0.5 s after arrival.
+    arrivals = [float(i) for i in range(40)]
+    slow = [_req(i, a, 2.0 * i + 1.0) for i, a in enumerate(arrivals)]
+    fast = [_req(i, a, a + 0.5) for i, a in enumerate(arrivals)]
+    its = [_it(0.0, 1.0, 1)]
+    over = summarize("x", Records.from_rows(RequestRecord, slow),
+                     Records.from_rows(IterationRecord, its), duration_s=79.0)
+    ok = summarize("x", Records.from_rows(RequestRecord, fast),
+                   Records.from_rows(IterationRecord, its), duration_s=39.5)
+    assert over["overloaded"] is True and ok["overloaded"] is False
+    # second half of the window (19.5, 39]: 20 arrivals; the backlog (arrived - finished)
+    # is 20 - 10 at 19.5 and 40 - 20 at 39: it grew by 10
+    assert over["backlog_growth"] == 10
+    assert over["warnings"] and over["warnings"][0].startswith("overloaded: ")
+    assert ok["warnings"] == []
+
+
+def test_itl_percentiles_come_from_the_histogram_to_a_tenth_of_a_percent():
+    import numpy as np
+
+    from sim.log import ItlHistogram
+
+    h = ItlHistogram()
+    gaps = np.r_[np.full(98, 0.010), np.full(2, 0.500)]
+    h.add(gaps)
+    s = summarize("x", Records.from_rows(RequestRecord, [_req(0, 0.0, 1.0)]),
+                  Records.from_rows(IterationRecord, [_it(0.0, 1.0, 2)]), duration_s=1.0,
+                  itl=h.counts)
+    assert abs(s["itl_p50_s"] / 0.010 - 1) < 1e-3
+    assert abs(s["itl_p99_s"] / 0.500 - 1) < 1e-3

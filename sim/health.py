@@ -1,0 +1,81 @@
+"""Conditions a planner must see before trusting a run's numbers: overload, preemption
+storms, a full KV pool, speculation the policy turned off.
+
+- ``overloaded``: the queue grew without bound while requests arrived. Over the second half
+  of the arrival window the backlog (arrived − finished) must have grown by more than 10%
+  of the requests that arrived in it *and* by more than half the backlog at its start: a
+  stable system's backlog wanders around λ·latency, an overloaded one's grows in
+  proportion to time. Needs at least ``MIN_ARRIVALS`` arrivals in that half; ``None`` for
+  arrivals with no window (an offline batch, a closed loop, one request).
+- ``warnings``: one line each for overload; recompute above ``STORM_SHARE`` of the prefill
+  tokens (a preemption storm); the KV pool at least ``FULL_SHARE`` used for more than half
+  of the busy time; a drafting policy that gave no draft in more than half of the decoding
+  iterations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MIN_ARRIVALS = 10
+GROWTH_SHARE = 0.10
+STORM_SHARE = 0.10
+FULL_SHARE = 0.95
+
+
+def overload(arrival_at: np.ndarray, finished_at: np.ndarray) -> dict:
+    """``overloaded`` (bool or None), ``offered_rate_per_s`` and ``backlog_growth`` (requests
+    the backlog grew by over the second half of the arrivals)."""
+    arrival = np.sort(np.asarray(arrival_at, dtype=np.float64))
+    out = {"overloaded": None, "offered_rate_per_s": None, "backlog_growth": None}
+    if len(arrival) < 2 or not arrival[-1] > arrival[0] or np.isnan(arrival).any():
+        return out
+    first, last = float(arrival[0]), float(arrival[-1])
+    out["offered_rate_per_s"] = (len(arrival) - 1) / (last - first)
+    mid = 0.5 * (first + last)
+    done = np.asarray(finished_at, dtype=np.float64)
+    done = done[~np.isnan(done)]
+
+    def backlog(t: float) -> int:
+        return int(np.searchsorted(arrival, t, side="right")) - int((done <= t).sum())
+
+    arrived_2 = int(np.searchsorted(arrival, last, side="right")
+                    - np.searchsorted(arrival, mid, side="right"))
+    growth = backlog(last) - backlog(mid)
+    out["backlog_growth"] = growth
+    if arrived_2 >= MIN_ARRIVALS:
+        out["overloaded"] = bool(growth > GROWTH_SHARE * arrived_2
+                                 and growth > 0.5 * backlog(mid))
+    return out
+
+
+def warnings(summary: dict, iterations: dict, kv_capacity_blocks: int | None,
+             drafting: bool) -> list[str]:
+    """The warning lines of one variant from its summary and iteration columns."""
+    out = []
+    if summary.get("overloaded"):
+        out.append(
+            f"overloaded: {summary['offered_rate_per_s']:.4g} req/s offered, "
+            f"{summary['served_rate_per_s']:.4g} served; the backlog grew by "
+            f"{summary['backlog_growth']} requests over the second half of the arrivals, so "
+            "throughput is the capacity and latency percentiles grow with the run's length")
+    prefill = int(iterations["prefill_tokens"].sum())
+    recomputed = summary.get("recomputed_tokens") or 0
+    if prefill and recomputed > STORM_SHARE * prefill:
+        out.append(f"preemption storm: {summary['preemptions']} preemptions recomputed "
+                   f"{recomputed} of {prefill} prefill tokens ({recomputed / prefill:.0%}); "
+                   "the KV pool is too small for this load")
+    dur = iterations["duration_s"]
+    busy = float(dur.sum())
+    if kv_capacity_blocks and busy > 0:
+        full = float(dur[iterations["kv_blocks_used"] >= FULL_SHARE * kv_capacity_blocks].sum())
+        if full > 0.5 * busy:
+            out.append(f"KV pool full: at least {FULL_SHARE:.0%} of the {kv_capacity_blocks} "
+                       f"blocks in use for {full / busy:.0%} of the busy time")
+    decoding = iterations["decode_seqs"] > 0
+    if drafting and decoding.any():
+        off = float((iterations["drafted_tokens"][decoding] == 0).mean())
+        if off > 0.5:
+            out.append(f"speculation off: the policy drafted nothing in {off:.0%} of the "
+                       "decoding iterations")
+    return out
