@@ -18,9 +18,11 @@ SCENARIOS = sorted(
     if "candidates" not in (yaml.safe_load(p.read_text()) or {})
 )
 KEYS = {"name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-        "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "throughput_tokens_per_s", "requests_per_s",
-        "acceptance_rate", "mean_acceptance_length", "tokens_per_verify",
-        "formula_tokens_per_verify", "speedup_vs_none"}
+        "tpot_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s",
+        "throughput_tokens_per_s", "requests_per_s", "offered_rate_per_s", "served_rate_per_s",
+        "overloaded", "preemptions", "recomputed_tokens", "acceptance_rate",
+        "mean_acceptance_length", "tokens_per_verify", "formula_tokens_per_verify",
+        "speedup_vs_none", "speedup_tpot_p99", "warnings"}
 SHORT = ["run.requests=40", "run.horizon_s=null"]
 
 
