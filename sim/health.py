@@ -1,12 +1,14 @@
 """Conditions a planner must see before trusting a run's numbers: overload, preemption
 storms, a full KV pool, speculation the policy turned off.
 
-- ``overloaded``: the queue grew without bound while requests arrived. Over the second half
-  of the arrival window the backlog (arrived − finished) must have grown by more than 10%
-  of the requests that arrived in it *and* by more than half the backlog at its start: a
-  stable system's backlog wanders around λ·latency, an overloaded one's grows in
-  proportion to time. Needs at least ``MIN_ARRIVALS`` arrivals in that half; ``None`` for
-  arrivals with no window (an offline batch, a closed loop, one request).
+- ``overloaded``: the queue grew without bound while requests arrived: over the second half
+  of the arrival window the backlog (arrived − finished) grew by more than ``GROWTH_SHARE``
+  (20%) of the requests that arrived in it, i.e. completions fell behind arrivals by that
+  much. A stable system's backlog wanders around λ·latency, an overloaded one's grows in
+  proportion to time (a run whose latency is as long as half its arrival window can look
+  overloaded: it is too short to tell). Needs at least ``MIN_ARRIVALS`` arrivals in that
+  half; ``None`` for arrivals with no window (an offline batch, a closed loop, one
+  request).
 - ``warnings``: one line each for overload; recompute above ``STORM_SHARE`` of the prefill
   tokens (a preemption storm); the KV pool at least ``FULL_SHARE`` used for more than half
   of the busy time; a drafting policy that gave no draft in more than half of the decoding
@@ -18,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 MIN_ARRIVALS = 10
-GROWTH_SHARE = 0.10
+GROWTH_SHARE = 0.20
 STORM_SHARE = 0.10
 FULL_SHARE = 0.95
 
@@ -44,8 +46,7 @@ def overload(arrival_at: np.ndarray, finished_at: np.ndarray) -> dict:
     growth = backlog(last) - backlog(mid)
     out["backlog_growth"] = growth
     if arrived_2 >= MIN_ARRIVALS:
-        out["overloaded"] = bool(growth > GROWTH_SHARE * arrived_2
-                                 and growth > 0.5 * backlog(mid))
+        out["overloaded"] = bool(growth > GROWTH_SHARE * arrived_2)
     return out
 
 

@@ -16,9 +16,10 @@ other's result. With ``draft_overlap: parallel`` (PEARL's parallel drafting, Liu
 2024) the draft keeps drafting a chain past its last guess while the target verifies:
 where every guess and the bonus token turn out right (``sim.step`` draws it), the next
 iteration's guesses are already there (``ready``) and only the other sequences are drafted
-before the verify, so an iteration costs draft(not ready) + max(verify, draft ahead). This
-is reported as ``draft_s`` = draft(not ready) + max(0, draft ahead − verify), the drafting
-on the critical path.
+before its verify; where a guess is rejected the drafting ahead is thrown away at once.
+So an iteration costs draft(not ready) + verify, plus, when some sequence uses guesses
+drafted ahead, whatever of the last iteration's drafting ahead outlasted its verify. This
+is reported as ``draft_s``: the drafting on the critical path.
 
 A pass depends on the batch only through its sequence count and four sums (Σ new,
 Σ context, Σ new·context, Σ new²), so the engine computes those with a few numpy reductions
@@ -83,6 +84,7 @@ class IterationPricer:
         self.draft = draft
         self.record_bound = record_bound
         self.overlap = overlap
+        self._ahead_excess = 0.0  # drafting ahead still running when the last verify ended
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
               pre_chunks: np.ndarray, bound: bool | None = None, sync=None,
@@ -177,7 +179,8 @@ class IterationPricer:
                                               None if sync is None else sync[cold])
                 ahead = per_sequence_seconds(self.draft, one_level_deeper(widths),
                                              dec_context, pre_context[:0], pre_chunks[:0])
-                draft_s = serial + max(0.0, ahead - verify_s)
+                draft_s = serial + (self._ahead_excess if ready.any() else 0.0)
+                self._ahead_excess = max(0.0, ahead - verify_s)
             else:
                 draft_s = per_sequence_seconds(self.draft, widths, dec_context, pre_context,
                                                pre_chunks, sync)

@@ -66,6 +66,21 @@ class AcceptAll:
         return (widths > 0).sum(axis=1).astype(np.int64)
 
 
+class AcceptN:
+    """Exactly ``n`` guesses accepted (or all, when fewer were drafted)."""
+
+    mean_alpha = 0.5
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def new_streams(self, n, rng):
+        return np.arange(n, dtype=np.int64)
+
+    def draw(self, streams, positions, widths, rng):
+        return np.minimum((widths > 0).sum(axis=1), self.n).astype(np.int64)
+
+
 class IidChain:
     """i.i.d. α per guess for chains: accepted = leading run of successes, capped at depth."""
 
@@ -93,16 +108,19 @@ def table(arrival_at, prompt, output) -> RequestTable:
 
 def setup(tab, *, policy=NoSpeculation, draft=None, acceptance=None, blocks=10_000,
           max_num_seqs=8, max_batched_tokens=100, chunked=False, chunk=64, seed=0,
-          replicas=1, router="round_robin", cost=None) -> Setup:
+          replicas=1, router="round_robin", cost=None, order="vllm_v1",
+          draft_sync="every_step", overlap=False, placement="colocated") -> Setup:
     return Setup(
         table=tab,
-        limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16),
+        limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16, order),
         kv_capacity_blocks=blocks,
         target_cost=cost or FakeCost(),
-        draft=None if draft is None else DraftSetup(cost=draft),
+        draft=None if draft is None else DraftSetup(cost=draft, placement=placement),
         make_policy=policy,
         acceptance=acceptance or AcceptAll(),
         seed=np.random.SeedSequence(seed),
         replicas=replicas,
         router=router,
+        draft_sync=draft_sync,
+        draft_overlap=overlap,
     )

@@ -1,0 +1,179 @@
+"""vLLM v1 scheduling semantics, hand-checkable: truncated speculation, no admission after a
+preemption, lookahead slots and rollback through the replica, the draft keeping up when the
+policy turns speculation off, and a draft on its own GPU drafting ahead."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import sim.replica
+from sim.policies import BatchLadder, FixedGamma
+from sim.runner import simulate
+from tests.sim.fakes import AcceptAll, AcceptN, FakeCost, setup, table
+
+
+def _decode_iterations(res):
+    return [it for it in res.iterations if it.decode_seqs > 0]
+
+
+@pytest.mark.parametrize("order, seqs, verify", [("vllm_v1", 3, 12), ("decode_first", 2, 10)])
+def test_a_binding_budget_cuts_the_last_verify_in_v1_and_drops_it_in_decode_first(
+        order, seqs, verify):
+    # Three 4-token prompts prefill together (12 tokens), then each wants 1 + γ=4 = 5 tokens
+    # of a 12-token budget: v1 gives 5, 5 and 2 (one guess kept), v0 drops the third whole.
+    s = setup(table([0.0] * 3, [4] * 3, [20] * 3), policy=lambda: FixedGamma(4),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=12,
+              chunked=True, chunk=12, order=order)
+    res = simulate(s)
+    first = _decode_iterations(res)[0]
+    assert (first.decode_seqs, first.verify_tokens) == (seqs, verify)
+    if order == "vllm_v1":
+        assert first.drafted_tokens == 4 + 4 + 1 and first.accepted_tokens == 9
+    assert all(r.finished and r.emitted_tokens == 20 for r in res.requests)
+
+
+class _Events:
+    """Record (time, event, request) of every admission and preemption of the replicas."""
+
+    def __init__(self, monkeypatch):
+        self.log = []
+        admit, preempt = sim.replica.Replica.admit, sim.replica.Replica.preempt
+        events = self.log
+
+        def on_admit(r, rid, target):
+            events.append((r.env.now, "admit", rid))
+            return admit(r, rid, target)
+
+        def on_preempt(r, s):
+            events.append((r.env.now, "preempt", int(r.rid[s])))
+            return preempt(r, s)
+
+        monkeypatch.setattr(sim.replica.Replica, "admit", on_admit)
+        monkeypatch.setattr(sim.replica.Replica, "preempt", on_preempt)
+
+
+@pytest.mark.parametrize("order", ["vllm_v1", "decode_first"])
+def test_a_request_preempted_at_t_is_not_readmitted_at_t_in_v1(monkeypatch, order):
+    # Three requests of 31 + 40 tokens, 9 KV blocks: the youngest is preempted as the
+    # others grow; v0's order re-admits it in the same iteration when the freed blocks hold
+    # its first chunk, v1 waits for the next one.
+    ev = _Events(monkeypatch)
+    s = setup(table([0.0] * 3, [31] * 3, [40] * 3), blocks=9, max_num_seqs=3,
+              max_batched_tokens=512, chunked=True, chunk=64, order=order)
+    res = simulate(s)
+    assert all(r.finished for r in res.requests)
+    preempted = [(t, rid) for t, what, rid in ev.log if what == "preempt"]
+    assert preempted
+    again_at_once = [(t, rid) for t, rid in preempted if (t, "admit", rid) in ev.log]
+    if order == "vllm_v1":
+        assert again_at_once == []
+    else:  # v0's order admits in the same iteration: the recompute starts at once
+        assert again_at_once
+
+
+@pytest.mark.parametrize("gamma, held, returned", [(7, 64, 1), (15, 65, 2)])
+def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, held, returned):
+    """Exercise 8 driven through the engine: 1000 cached tokens (63 blocks, the last holding
+    8), a verify of γ + 1 tokens plus γ lookahead slots, 2 guesses accepted: 1003 tokens stay
+    (63 blocks) and the tail blocks go back to the pool."""
+    grants = []
+    grant = sim.replica.BlockManager.grant
+
+    def on_grant(kv, slots, old, extra):
+        grant(kv, slots, old, extra)
+        grants.append(int(kv.blocks[slots].sum()))
+
+    monkeypatch.setattr(sim.replica.BlockManager, "grant", on_grant)
+    s = setup(table([0.0], [1000], [10]), policy=lambda: FixedGamma(gamma),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptN(2), blocks=100,
+              max_batched_tokens=2048, chunked=False, max_num_seqs=1)
+    res = simulate(s)
+    verify = _decode_iterations(res)[0]
+    # 1000 + 1 + γ written, γ more reserved: ceil(1015 / 16) = 64, ceil(1031 / 16) = 65
+    assert grants[-1] == held
+    assert verify.kv_blocks_used == 63  # 1003 tokens kept
+    assert held - verify.kv_blocks_used == returned
+    assert res.requests[0].emitted_tokens == 10
+
+
+@pytest.mark.parametrize("sync, draft_calls", [("every_step", 5), ("catch_up", 0)])
+def test_a_ladder_charges_the_draft_for_steps_without_speculation(sync, draft_calls):
+    # Two requests running: the ladder (keyed on running requests) gives γ = 0. With
+    # every_step the draft still ingests each new token: one draft pass per iteration.
+    s = setup(table([0.0, 0.0], [4, 4], [6, 6]),
+              policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]]),
+              draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
+              chunked=True, chunk=64, draft_sync=sync)
+    res = simulate(s)
+    dec = _decode_iterations(res)
+    assert all(it.drafted_tokens == 0 for it in dec)
+    charged = [it for it in dec if it.draft_s > 0]
+    assert len(charged) == draft_calls
+    for it in charged:  # one pass over two sequences' new tokens
+        assert it.draft_s == pytest.approx(0.002 + 0.0001 * 2)
+
+
+def test_catch_up_feeds_the_missed_tokens_when_speculation_resumes():
+    # Request 0 alone: γ = 2; request 1 joins: γ = 0 while both run; request 1 ends first
+    # (shorter), then request 0 speculates again and its draft ingests what it missed.
+    s = setup(table([0.0, 0.0], [4, 4], [30, 3]),
+              policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]]),
+              draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
+              chunked=True, chunk=64, draft_sync="catch_up")
+    res = simulate(s)
+    dec = _decode_iterations(res)
+    off = [it for it in dec if it.drafted_tokens == 0]
+    resumed = next(it for it in dec[len(off):] if it.drafted_tokens > 0)
+    assert all(it.draft_s == 0 for it in off)
+    missed = len(off)  # one token per γ = 0 iteration for request 0
+    # first draft pass: the root plus the missed tokens; then one more pass
+    assert resumed.draft_s == pytest.approx(2 * 0.002 + 0.0001 * (1 + missed + 1))
+
+
+def test_a_sticky_ladder_never_drafts_again_for_a_request_it_turned_off():
+    s = setup(table([0.0, 0.0], [4, 4], [30, 3]),
+              policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]], sticky=True),
+              draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
+              chunked=True, chunk=64)
+    res = simulate(s)
+    long, short = res.requests
+    assert long.finished and long.draft_steps == 0  # off from its first decode on
+    assert all(it.drafted_tokens == 0 for it in _decode_iterations(res))
+
+
+def test_a_draft_drafting_ahead_makes_an_iteration_cost_the_max_not_the_sum():
+    # verify: 10 ms + 1 ms per token (γ = 2: 3 tokens, 13 ms); a draft pass: 2 ms + 0.1 ms
+    # per token. Serial: 2 passes (4.2 ms) + 13 ms. Drafting ahead, every guess accepted:
+    # after the first iteration the guesses are ready and the 3 passes ahead (6.3 ms) run
+    # during the 13 ms verify.
+    base = setup(table([0.0], [1], [41]), policy=lambda: FixedGamma(2),
+                 draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), placement="separate",
+                 cost=FakeCost(0.010, 0.001))
+    serial = _decode_iterations(simulate(base))
+    ahead = _decode_iterations(simulate(replace(base, draft_overlap=True)))
+    assert [it.duration_s for it in serial] == pytest.approx([0.0172] * len(serial))
+    assert ahead[0].duration_s == pytest.approx(0.0042 + 0.013)
+    assert [it.duration_s for it in ahead[1:]] == pytest.approx([0.013] * (len(ahead) - 1))
+    assert len(ahead) == len(serial)
+
+
+def test_drafting_ahead_beats_a_colocated_draft_at_batch_1_on_the_default_pair():
+    from sim.loading import load_scenario
+    from sim.runner import run_scenario
+
+    common = ["run.requests=30", "workload.rate_per_s=0.5",
+              "variants=[{name: g4, policy: {kind: fixed, gamma: 4}}]"]
+    colocated = run_scenario(load_scenario(None, common))
+    ahead = run_scenario(load_scenario(None, [*common, "deployment.draft_placement=separate",
+                                              "deployment.draft_overlap=parallel"]))
+    assert ahead.summaries[0]["tpot_mean_s"] < 0.97 * colocated.summaries[0]["tpot_mean_s"]
+
+    def draft_per_decode(result):
+        it = result.variants[0].iterations.columns
+        return float(np.mean(it["draft_s"][it["decode_seqs"] > 0]))
+
+    # drafting that overlapped a verify is off the critical path
+    assert draft_per_decode(ahead) < 0.8 * draft_per_decode(colocated)
