@@ -163,6 +163,7 @@ def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
                + (", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in slo.items())
                   or "none set") + ", applied per request). Speedup: mean TPOT of `none` "
                "over the variant's.")
+    out += _health(run.summaries)
     out += ["", "## Where the time goes", "", markdown_table(summary, _SPLIT), "",
             "Prefill vs decode split the target pass by the share of new tokens each "
             "contributed; bound shares weight each iteration by its duration.", ""]
@@ -201,6 +202,35 @@ def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
             "`<variant>/requests.csv`, `<variant>/iterations.csv`; resolved scenario: "
             "`scenario.yaml`.", ""]
     return "\n".join(out)
+
+
+_HEALTH = (
+    ("name", "variant", None, "{}"),
+    ("offered_rate_per_s", "offered req/s", 1, "{:.2f}"),
+    ("served_rate_per_s", "served req/s", 1, "{:.2f}"),
+    ("overloaded", "overloaded", None, "{}"),
+    ("preemptions", "preemptions", None, "{}"),
+    ("recomputed_tokens", "recomputed tokens", None, "{}"),
+    ("itl_p50_s", "ITL p50 ms", 1e3, "{:.2f}"),
+    ("itl_p99_s", "ITL p99 ms", 1e3, "{:.2f}"),
+    ("speedup_tpot_p99", "speedup (p99 TPOT)", 1, "{:.2f}x"),
+)
+
+
+def _health(summaries: list[dict]) -> list[str]:
+    """The serving-health section: load, preemption, ITL, tail speedup, and the warnings."""
+    if not summaries or "overloaded" not in summaries[0]:
+        return []
+    table = pd.DataFrame(summaries)
+    out = ["", "## Serving health", "", markdown_table(table, _HEALTH), "",
+           "Throughput is what the run delivered from its first arrival to its end; "
+           "*overloaded* means completions fell behind arrivals (the queue grew) over the "
+           "second half of the arrivals, so throughput there is the capacity and latency "
+           "grows with the run's length. ITL is vLLM's: the gaps between consecutive output "
+           "chunks of a request (with speculation a chunk carries several tokens).", ""]
+    lines = [f"- **{s['name']}**: {w}" for s in summaries for w in s.get("warnings") or []]
+    out += ["Warnings:", "", *lines] if lines else ["No warnings."]
+    return out
 
 
 def _crossovers(load: pd.DataFrame) -> str:

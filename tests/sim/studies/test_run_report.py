@@ -27,7 +27,8 @@ def report(small_run, tmp_path_factory):
 def test_report_files(report):
     folder = report.parent
     text = report.read_text()
-    for heading in ("## Summary", "## Latency vs offered load", "## Acceptance"):
+    for heading in ("## Summary", "## Serving health", "## Latency vs offered load",
+                    "## Acceptance"):
         assert heading in text
     for png in ("latency_vs_load", "tokens_per_verify", "latency_cdf", "batch_over_time"):
         assert (folder / "figures" / f"{png}.png").stat().st_size > 5000
