@@ -103,7 +103,62 @@ class TraceAcc(Strict):
         return TraceAcceptance(load_trace(resolve_file(self.file)), self.mode)
 
 
-SINGLE_KINDS = (IidAcc, PositionalAcc, MarginalAcc, BurstyAcc, CalibratedAcc, TraceAcc)
+class PresetAcc(Strict):
+    """Acceptance measured for a real draft/target pair (``workloads/data/
+    acceptance_presets.yaml``: per-position rates with their source, conditional or not)."""
+
+    kind: Literal["preset"]
+    name: str  # e.g. eagle3-llama-3.1-8b-mtbench-k3 (the data file lists them)
+
+    def build(self, rng: np.random.Generator):
+        """The preset's ``workloads`` acceptance model."""
+        from workloads.presets import preset
+
+        return preset(self.name).model()
+
+    def measured_for(self):
+        """The ``workloads.presets.Preset`` (what the numbers were measured for)."""
+        from workloads.presets import preset
+
+        return preset(self.name)
+
+
+class VllmMetricsAcc(Strict):
+    """Conditional per-position rates from a vLLM Prometheus dump (its spec-decode counters,
+    ``workloads.engine_metrics``); ``model_name`` picks a model when the dump has several."""
+
+    kind: Literal["vllm_metrics"]
+    file: str  # a /metrics text dump, relative to the repository root or absolute
+    model_name: str | None = None
+
+    def build(self, rng: np.random.Generator):
+        """A ``PositionalAcceptance`` on the dump's rates."""
+        from workloads.acceptance import PositionalAcceptance
+        from workloads.engine_metrics import vllm_unconditional_rates
+
+        rates, _ = vllm_unconditional_rates(resolve_file(self.file), self.model_name)
+        return PositionalAcceptance.from_marginals(rates)
+
+
+class SglangMetricsAcc(Strict):
+    """i.i.d. α from SGLang's mean acceptance length gauge for its chain of ``num_steps``
+    (``--speculative-num-steps`` with ``--speculative-eagle-topk 1``)."""
+
+    kind: Literal["sglang_metrics"]
+    file: str  # a /metrics text dump with sglang:spec_accept_length
+    num_steps: PosInt
+
+    def build(self, rng: np.random.Generator):
+        """The calibrated i.i.d. model."""
+        from workloads.calibration import calibrate_iid
+        from workloads.engine_metrics import sglang_accept_length
+
+        length = sglang_accept_length(resolve_file(self.file))
+        return calibrate_iid(length, np.ones(self.num_steps, dtype=np.int64))
+
+
+SINGLE_KINDS = (IidAcc, PositionalAcc, MarginalAcc, BurstyAcc, CalibratedAcc, TraceAcc,
+                PresetAcc, VllmMetricsAcc, SglangMetricsAcc)
 SingleAcceptance = kind_union(SINGLE_KINDS)
 
 
