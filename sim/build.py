@@ -9,6 +9,8 @@ child seed, so variants differ only by their policy (and the KV room the draft t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from sim.cluster import Setup
@@ -52,19 +54,42 @@ def policy_factory(cfg, acceptance):
     return cfg.build(acceptance)
 
 
-def cost_models(sc: Scenario, uses_draft: bool):
-    """(target cost model, ``DraftSetup`` or None, KV blocks per replica).
+class DrafterError(UserError):
+    """A drafter that cannot be built (its message names the field, not the section)."""
 
-    The draft runs unsharded (tp = pp = 1) at the target's KV width and at
-    ``deployment.draft_weight_bits`` (the target's weight width when unset). Co-located, a copy
-    sits on each of the target's GPUs and every cached token needs KV in both models
-    (``hardware.draft.colocated_kv_capacity_tokens``); on its own GPU, the draft's KV must
-    also fit there, so the smaller of the two capacities counts.
+
+class _DraftCosts:
+    """``make_cost(model_spec, tp)``: a drafting model's cost model on the deployment's GPU,
+    at ``deployment.draft_weight_bits`` (the target's when unset) and the target's KV width;
+    ``catalog`` for drafters that name a catalog model."""
+
+    def __init__(self, sc: Scenario, catalog, gpu) -> None:
+        self.sc, self.catalog, self.gpu = sc, catalog, gpu
+
+    def __call__(self, spec, tp: int = 1):
+        from hardware.cost import CostModel
+        from hardware.deployment import Deployment
+
+        d = self.sc.deployment
+        bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
+        return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, weight_bits=bits,
+                                    kv_bits=d.kv_bits), self.catalog)
+
+
+def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
+    """(target cost model, ``sim.drafters.Drafter`` or None, KV blocks per replica).
+
+    ``drafter_cfg`` (a ``sim.kinds.drafters`` config; default ``models.method``'s) builds
+    the drafter. A drafting model runs unsharded (tp = pp = 1) unless its ``tp`` says
+    otherwise. Co-located, a copy sits on each of the target's GPUs and every cached token
+    needs KV in both models (``hardware.draft.colocated_kv_capacity_tokens``); on its own
+    GPU, the draft's KV must also fit there, so the smaller of the two capacities counts. A
+    CPU drafter (n-gram) takes no GPU memory.
     """
     from hardware.catalog import load_catalog
     from hardware.cost import CostModel
     from hardware.deployment import Deployment
-    from hardware.draft import DraftSetup, colocated_kv_capacity_tokens
+    from hardware.draft import colocated_kv_capacity_tokens
 
     d = sc.deployment
     catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
@@ -78,19 +103,21 @@ def cost_models(sc: Scenario, uses_draft: bool):
     block = sc.scheduler.block_size
     if not uses_draft:
         return target, None, target.kv_capacity_tokens() // block
-    draft_cost = CostModel(
-        Deployment(model=catalog.model(sc.models.draft), gpu=gpu,
-                   weight_bits=d.weight_bits if d.draft_weight_bits is None
-                   else d.draft_weight_bits, kv_bits=d.kv_bits),
-        catalog,
-    )
-    if d.draft_placement == "separate":
-        draft = DraftSetup(cost=draft_cost, placement="separate")
-        tokens = min(target.kv_capacity_tokens(), draft_cost.kv_capacity_tokens())
+    cfg = drafter_cfg or sc.models.drafter()
+    draft_model = catalog.model(sc.models.draft) if sc.models.draft else None
+    try:
+        drafter = cfg.build(target, draft_model, _DraftCosts(sc, catalog, gpu),
+                            d.draft_placement)
+    except (ValueError, UserError) as e:
+        raise DrafterError(str(e)) from None
+    setup = drafter.setup
+    if setup is None:
+        tokens = target.kv_capacity_tokens()
+    elif setup.placement == "separate":
+        tokens = min(target.kv_capacity_tokens(), setup.cost.kv_capacity_tokens())
     else:
-        draft = DraftSetup.colocated_with(draft_cost, target)
-        tokens = colocated_kv_capacity_tokens(target, draft)
-    return target, draft, tokens // block
+        tokens = colocated_kv_capacity_tokens(target, setup)
+    return target, drafter, tokens // block
 
 
 def max_verify_tokens(policy) -> int:
@@ -151,6 +178,55 @@ class _Section:
         return False
 
 
+def _blocks(sc: Scenario, blocks: int, source: str, variant: str) -> int:
+    """The KV blocks per replica: what fits, or vLLM's num_gpu_blocks_override (not more)."""
+    override = sc.scheduler.num_gpu_blocks_override
+    if override is None:
+        return blocks
+    if override > blocks:
+        raise UserError(
+            f"{source}: scheduler.num_gpu_blocks_override: must be <= the {blocks} KV blocks "
+            f"that fit a replica of {sc.models.target} on {sc.deployment.tp}x"
+            f"{sc.deployment.pp} {sc.deployment.gpu} (variant {variant}), got {override}")
+    return override
+
+
+def _with_proposal_rate(drafter, acceptance_cfg):
+    """A lookup drafter with its proposal rate: its own, else its acceptance preset's."""
+    if drafter is None or drafter.method not in ("ngram", "suffix") \
+            or drafter.proposal_rate is not None:
+        return drafter
+    rate = None
+    if getattr(acceptance_cfg, "kind", None) == "preset":
+        rate = acceptance_cfg.measured_for().proposal_rate
+    if rate is None:
+        raise UserError(f"drafter.proposal_rate: required for method {drafter.method} (the "
+                        "share of steps with a match), unless the acceptance is a preset "
+                        "that gives it")
+    return replace(drafter, proposal_rate=rate)
+
+
+def _measured_for(acceptance_cfg, drafter_cfg, models) -> list[str]:
+    """A warning when an acceptance preset was measured for another method, target or draft."""
+    if getattr(acceptance_cfg, "kind", None) != "preset":
+        return []
+    p = acceptance_cfg.measured_for()
+    used = drafter_cfg.method
+    problems = []
+    if p.method != used:
+        problems.append(f"method {p.method}, not {used}")
+    if p.target_catalog is not None and p.target_catalog != models.target:
+        problems.append(f"target {p.target_catalog}, not {models.target}")
+    if used == "draft_model":
+        draft = getattr(drafter_cfg, "model", None) or models.draft
+        if draft not in p.draft:
+            problems.append(f"draft {p.draft}, not {draft}")
+    if not problems:
+        return []
+    return [f"acceptance preset {p.name} was measured for " + "; ".join(problems)
+            + ": its rates may not hold for this deployment"]
+
+
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
     from hardware.draft import check_same_vocab
@@ -171,35 +247,45 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
         users = loop.users
         think_s = loop.think_times(len(table) + users, np.random.default_rng(ss[2].spawn(1)[0]))
     out = []
+    variant_rngs = ss[1].spawn(len(sc.variants))  # acceptance overrides' streams
     for i, v in enumerate(sc.variants):
         with _Section(source, f"variants.{i}"):
-            make_policy = policy_factory(v.policy, acceptance)
+            acc, tab = acceptance, table
+            if v.acceptance is not None:  # the variant's own model and its streams
+                rng = np.random.default_rng(variant_rngs[i])
+                acc = make_acceptance(v.acceptance, rng)
+                tab = replace(table, stream=np.asarray(acc.new_streams(len(table), rng),
+                                                       dtype=np.int64))
+            make_policy = policy_factory(v.policy, acc)
             probe = make_policy()
+        cfg = v.drafter or sc.models.drafter()
+        where = f"variants.{i}.drafter" if v.drafter else "models"
         with _Section(source, "deployment"):
-            target, draft, blocks = cost_models(sc, probe.uses_draft)
-        override = lim.num_gpu_blocks_override
-        if override is not None:
-            if override > blocks:
-                raise UserError(
-                    f"{source}: scheduler.num_gpu_blocks_override: must be <= the {blocks} "
-                    f"KV blocks that fit a replica of {sc.models.target} on "
-                    f"{sc.deployment.tp}x{sc.deployment.pp} {sc.deployment.gpu}"
-                    f" (variant {v.name}), got {override}")
-            blocks = override
+            try:
+                target, drafter, blocks = cost_models(sc, probe.uses_draft, cfg)
+            except DrafterError as e:
+                raise UserError(f"{source}: {where}: {e}") from None
+        with _Section(source, where):
+            drafter = _with_proposal_rate(drafter, v.acceptance or sc.acceptance)
+        blocks = _blocks(sc, blocks, source, v.name)
+        draft = drafter.setup if drafter is not None else None
         models = [("target", target.dep.model)]
-        if draft is not None:
+        if draft is not None and drafter.method == "draft_model":
             models.append(("draft", draft.cost.dep.model))
             with _Section(source, "models.draft"):
                 check_same_vocab(target.dep.model, draft.cost.dep.model)
-        lookahead = probe.max_nodes if probe.uses_draft else 0
-        check_fits(sc, table, blocks, max_verify_tokens(probe), source, models, lookahead)
+        lookahead = probe.max_nodes if probe.uses_draft and drafter.lookahead else 0
+        check_fits(sc, tab, blocks, max_verify_tokens(probe), source, models, lookahead)
         out.append((v.name, Setup(
-            table=table, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
-            draft=draft, make_policy=make_policy, acceptance=acceptance,
+            table=tab, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
+            draft=draft, make_policy=make_policy, acceptance=acc,
             seed=ss[3], replicas=sc.deployment.replicas,
             router=sc.deployment.router, record_bound=record_bound,
             pipeline_stages=sc.deployment.pp, closed_loop_users=users, think_s=think_s,
             draft_sync=lim.draft_sync,
-            draft_overlap=sc.deployment.draft_overlap == "parallel" and probe.uses_draft,
+            draft_overlap=sc.deployment.draft_overlap == "parallel" and draft is not None,
+            drafter=drafter,
+            notes=tuple(_measured_for(v.acceptance or sc.acceptance, cfg, sc.models)
+                        if probe.uses_draft else ()),
         )))
     return out

@@ -51,6 +51,8 @@ class Setup:
     think_s: np.ndarray | None = None  # the closed loop's pre-drawn think times
     draft_sync: str = "every_step"  # when the draft ingests tokens it did not draft for
     draft_overlap: bool = False  # a separate draft drafts ahead during the verify
+    drafter: object | None = None  # ``sim.drafters.Drafter`` (None: ``draft`` a draft model)
+    notes: tuple[str, ...] = ()  # warnings found building it (added to the run's summary)
 
 
 @dataclass
@@ -82,7 +84,8 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
         pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound,
                                  setup.draft_overlap)
         args = (env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
-                setup.acceptance, rngs[i], table, log, setup.draft_sync, setup.draft_overlap)
+                setup.acceptance, rngs[i], table, log, setup.draft_sync, setup.draft_overlap,
+                setup.drafter)
         if setup.pipeline_stages > 1:
             replicas.append(PipelinedReplica(*args, stages=setup.pipeline_stages))
         else:

@@ -64,6 +64,7 @@ class Replica:
         log: RunLog,
         draft_sync: str = "every_step",
         overlap: bool = False,
+        drafter=None,
     ) -> None:
         self.env = env
         self.index = index
@@ -77,8 +78,16 @@ class Replica:
         self.draft_sync = draft_sync
         self.overlap = overlap
         self.plan = ORDERS[limits.order]
-        # KV slots reserved for the next verify (vLLM's num_lookahead_tokens/slots)
-        self.lookahead = int(policy.max_nodes) if policy.uses_draft else 0
+        self.drafter = drafter  # ``sim.drafters.Drafter`` or None (a plain draft model)
+        # KV slots reserved for the next verify (vLLM's num_lookahead_tokens/slots): only
+        # model-based drafters reserve them
+        reserve = policy.uses_draft and (drafter is None or drafter.lookahead)
+        self.lookahead = int(policy.max_nodes) if reserve else 0
+        self.proposal_rate = getattr(drafter, "proposal_rate", None)
+        self.cpu_s_per_seq = getattr(drafter, "cpu_s_per_seq", 0.0)
+        # a lookup drafter's matches are drawn apart from the acceptance draws
+        self.propose_rng = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]) \
+            if self.proposal_rate is not None else None
         self.sticky_off = bool(getattr(policy, "sticky", False))
         n = limits.max_num_seqs
         # All per-slot state in one int64 [slots, N_COLS] array, so that a batch's rows are
@@ -143,6 +152,8 @@ class Replica:
         With a sticky policy (vLLM v0's disable-by-batch-size), a request it once gave no
         draft never drafts again: its row is zeros from then on."""
         row = self.policy.shape(len(dec), context, history, running=self.n_active)
+        if self.proposal_rate is not None and len(dec) and (row > 0).any():
+            row = self._proposals(row, len(dec))
         if not self.sticky_off or not len(dec):
             return row
         off = self.state[dec, SPEC_OFF].astype(bool)  # [D]
@@ -152,6 +163,15 @@ class Replica:
             return row
         rows = np.array(np.broadcast_to(row, (len(dec), row.shape[-1])))  # [D, m]
         rows[off] = 0
+        return rows
+
+    def _proposals(self, row: np.ndarray, n: int) -> np.ndarray:
+        """A lookup drafter proposes only for the sequences that find a match this step."""
+        found = self.propose_rng.random(n) < self.proposal_rate  # [D]
+        if found.all():
+            return row
+        rows = np.array(np.broadcast_to(row, (n, row.shape[-1])))  # [D, m]
+        rows[~found] = 0
         return rows
 
     def prefill_target_of(self, rid: int) -> int:
@@ -219,8 +239,12 @@ class Replica:
     def price(self, batch) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) of ``batch`` (draft_s: drafting on the critical path)."""
         sync, ready = draft_sync(self, batch)
-        return self.pricer.price(batch.row, batch.dec_context, batch.pre_context, batch.chunks,
-                                 sync=sync, ready=ready)
+        draft_s, verify_s, bound = self.pricer.price(
+            batch.row, batch.dec_context, batch.pre_context, batch.chunks, sync=sync,
+            ready=ready)
+        if self.cpu_s_per_seq and self.policy.uses_draft:  # CPU drafting, every sequence
+            draft_s += self.cpu_s_per_seq * len(batch.dec_slots)
+        return draft_s, verify_s, bound
 
     def finish_iteration(self, batch, start_at: float, draft_s: float, verify_s: float,
                          bound: str) -> None:

@@ -14,17 +14,49 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from sim.kinds.acceptance import Acceptance, IidAcc
+from sim.kinds.acceptance import Acceptance, IidAcc, SingleAcceptance
 from sim.kinds.base import Pos, PosInt, Prob, Strict
+from sim.kinds.drafters import (
+    DrafterCfg,
+    DraftModelDrafter,
+    EagleDrafter,
+    LookupDrafter,
+    MtpDrafter,
+)
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
 
 
 class Models(Strict):
-    """The target and its draft (catalog ids, see ``specsim hw``)."""
+    """The target, and how it is drafted for unless a variant says otherwise: ``method``
+    (vLLM's names) with ``draft`` the drafting catalog model of ``draft_model``."""
 
     target: str = "llama-3-8b"
-    draft: str | None = "llama-3.2-1b"
+    draft: str | None = "llama-3.2-1b"  # draft_model only
+    method: Literal["draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"] = \
+        "draft_model"
+
+    @model_validator(mode="after")
+    def _draft_for_method(self):
+        if self.method != "draft_model" and "draft" in self.model_fields_set \
+                and self.draft is not None:
+            raise ValueError(f"draft: a draft model is only used by method draft_model, not "
+                             f"{self.method!r}; leave it out (or null)")
+        return self
+
+    def drafter(self):
+        """The drafter config ``method`` stands for, with its defaults."""
+        return DEFAULT_DRAFTERS[self.method]
+
+
+DEFAULT_DRAFTERS = {
+    "draft_model": DraftModelDrafter(method="draft_model"),
+    "eagle": EagleDrafter(method="eagle"),
+    "eagle3": EagleDrafter(method="eagle3"),
+    "mtp": MtpDrafter(method="mtp"),
+    "ngram": LookupDrafter(method="ngram"),
+    "suffix": LookupDrafter(method="suffix"),
+}
 
 
 class Deployment(Strict):
@@ -79,10 +111,15 @@ class Scheduler(Strict):
 
 
 class Variant(Strict):
-    """One speculation policy to run; all variants share the scenario's arrivals."""
+    """One speculation policy to run; all variants share the scenario's arrivals. A variant
+    may draft another way (``drafter``; default: ``models.method`` with ``models.draft``) and
+    accept by its own model (``acceptance``; default: the scenario's), so one run compares a
+    draft model with EAGLE-3 and n-gram drafting."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$")]  # also a folder name
     policy: Policy
+    drafter: DrafterCfg | None = None
+    acceptance: SingleAcceptance | None = None
 
 
 class Run(Strict):
@@ -133,9 +170,12 @@ class Scenario(Strict):
             raise ValueError(f"variants: names must be unique, got {names}")
         if self.workload.closed_loop() is not None and self.run.requests is None:
             raise ValueError("run.requests: required for a closed loop (how many to send)")
-        drafting = [v.name for v in self.variants if v.policy.kind != "none"]
-        if drafting and self.models.draft is None:
-            raise ValueError(f"models.draft: variants {drafting} speculate but no draft is set")
+        needs_model = [v.name for v in self.variants if v.policy.kind != "none"
+                       and (v.drafter or self.models.drafter()).method == "draft_model"
+                       and getattr(v.drafter, "model", None) is None]
+        if needs_model and self.models.draft is None:
+            raise ValueError(f"models.draft: variants {needs_model} draft with a draft model "
+                             "but none is set")
         if self.deployment.draft_overlap == "parallel":
             d = self.deployment
             if d.draft_placement != "separate":

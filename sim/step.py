@@ -52,7 +52,7 @@ def draft_sync(r, batch) -> tuple[int | np.ndarray | None, np.ndarray | None]:
     root -- None, a scalar for all, or int64 [D] -- and, with overlap, bool [D]: whose
     guesses were drafted during the last verify)."""
     dec, row = batch.dec_slots, batch.row
-    if not len(dec) or not r.policy.uses_draft:
+    if not len(dec) or not r.policy.uses_draft or r.pricer.draft is None:
         return None, None
     ready = r.state[dec, READY].astype(bool) if r.overlap else None
     if r.draft_sync == "every_step":

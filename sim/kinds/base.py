@@ -25,10 +25,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
-def tag_of(kind: type[BaseModel], key: str = "kind") -> str:
-    """The one literal value of ``kind``'s discriminator field ``key``."""
-    (value,) = typing.get_args(kind.model_fields[key].annotation)
-    return value
+def tags_of(kind: type[BaseModel], key: str = "kind") -> tuple[str, ...]:
+    """The literal values of ``kind``'s discriminator field ``key`` (one kind may stand for
+    several values, e.g. a drafter for ``eagle`` and ``eagle3``)."""
+    return typing.get_args(kind.model_fields[key].annotation)
 
 
 def kind_union(kinds: Sequence[type[BaseModel]], key: str = "kind",
@@ -38,11 +38,13 @@ def kind_union(kinds: Sequence[type[BaseModel]], key: str = "kind",
     With ``default``, a mapping that leaves ``key`` out is read as that kind (the workload's
     ``arrivals`` defaults to poisson); without it the field is required.
     """
-    tags = [tag_of(k, key) for k in kinds]
+    tags = [t for k in kinds for t in tags_of(k, key)]
     if len(set(tags)) != len(tags):
         raise ValueError(f"registry: duplicate {key} values {tags}")
     if default is None:
         return Annotated[Union[tuple(kinds)], Field(discriminator=key)]  # noqa: UP007
+    if any(len(tags_of(k, key)) != 1 for k in kinds):
+        raise ValueError("registry: a union with a default takes one value per kind")
 
     def pick(value):
         if isinstance(value, dict):
@@ -53,7 +55,7 @@ def kind_union(kinds: Sequence[type[BaseModel]], key: str = "kind",
     return Annotated[Union[members], Discriminator(pick)]  # noqa: UP007
 
 
-DISCRIMINATORS = ("kind", "arrivals")  # the fields a section's form is chosen by
+DISCRIMINATORS = ("kind", "arrivals", "method")  # the fields a section's form is chosen by
 
 
 def union_members(tp) -> dict[str, type[BaseModel]] | None:
@@ -71,5 +73,6 @@ def union_members(tp) -> dict[str, type[BaseModel]] | None:
         key = next((k for k in DISCRIMINATORS if k in kind.model_fields), None)
         if key is None:
             return None
-        out[tag_of(kind, key)] = kind
+        for tag in tags_of(kind, key):
+            out[tag] = kind
     return out

@@ -70,5 +70,5 @@ def simulate_variant(path: Path, overrides: Sequence[str], steady_batch: int | N
 def cost_pair(path: Path, overrides: Sequence[str] = ()):
     """(target ``CostModel``, draft ``DraftSetup``) of the scenario at ``path``."""
     sc = load_scenario(path, list(overrides))
-    target, draft, _ = cost_models(sc, True)
-    return target, draft
+    target, drafter, _ = cost_models(sc, True)
+    return target, drafter.setup

@@ -101,7 +101,8 @@ def _draft_pair(draft_bits: int | None):
     from sim.build import cost_models
 
     extra = [] if draft_bits is None else [f"deployment.draft_weight_bits={draft_bits}"]
-    return cost_models(load_scenario(None, [*SEVENTY_B, *extra]), True)
+    target, drafter, blocks = cost_models(load_scenario(None, [*SEVENTY_B, *extra]), True)
+    return target, drafter.setup, blocks
 
 
 def test_the_draft_takes_the_targets_weight_bits_unless_given_its_own():

@@ -1,0 +1,74 @@
+"""Drafters: who proposes the guesses, what proposing costs, and what it holds in memory.
+
+- ``draft_model``: a separate catalog model drafting autoregressively (one pass per level).
+- ``eagle`` / ``eagle3``: a head of the target's width on the target's hidden states (EAGLE,
+  EAGLE-3: Li et al. 2024/2025): ``layers`` decoder layers (1 in the published heads), an
+  input projection fusing 2 (EAGLE) or 3 (EAGLE-3, low/mid/high layer features) hidden
+  states into one, and an lm_head -- the target's (EAGLE) or its own over a reduced draft
+  vocabulary (EAGLE-3: 32000 rows for the Llama-3 heads, sgl-project/SpecForge
+  configs/llama3-70B-ealge3.json @82b62f6e). The embedding is the target's (not stored
+  again). It drafts autoregressively (one pass per level) and caches KV for its own layers.
+- ``mtp``: the target's own multi-token-prediction module (DeepSeek-V3's next-n layer),
+  reused for every draft position as vLLM does: one decoder layer of the target's shape
+  plus the 2h -> h projection, sharing embedding and lm_head.
+- ``ngram`` / ``suffix``: prompt lookup / suffix-tree matching on the CPU; no GPU pass, no
+  draft KV, no lookahead slots (vLLM reserves them only for model-based drafters). On each
+  step a sequence finds a match with probability ``proposal_rate`` (otherwise it verifies
+  just its last token); ``cpu_s_per_seq`` is the CPU time per sequence per step, 0 unless
+  set (not measured here).
+
+A head's extra input projection and wider attention input are priced as extra MLP width of
+the same parameter count (same weight bytes and FLOPs per token; the GEMM shapes differ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.errors import UserError
+
+METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix")
+CPU_METHODS = ("ngram", "suffix")
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """The engine's view of a drafter: its GPU model (``setup``, a ``hardware.DraftSetup``,
+    None for CPU drafting) and how it behaves."""
+
+    method: str
+    setup: object | None = None
+    lookahead: bool = True  # reserves KV lookahead slots for the next verify
+    proposal_rate: float | None = None  # n-gram/suffix: P(a sequence gets a proposal)
+    cpu_s_per_seq: float = 0.0  # CPU drafting time per sequence per step
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UserError(f"method: must be one of {', '.join(METHODS)}, got {self.method!r}")
+
+
+def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | None = None):
+    """The ``hardware.ModelConfig`` that prices an EAGLE/EAGLE-3/MTP head of ``target_config``
+    (llama-family configs only)."""
+    from hardware.models import ModelConfig
+
+    c = target_config
+    if c.model_type != "llama":
+        raise UserError(f"drafter.method {method}: needs a llama-family target (its decoder "
+                        f"layer is the head's), got model_type {c.model_type!r}")
+    h = c.hidden_size
+    q, kv = c.num_attention_heads * c.d_head, c.kv_heads * c.d_head
+    if method == "eagle":  # fc over [embedding, hidden]: 2h -> h
+        extra, vocab = 2 * h * h, c.vocab_size
+    elif method == "eagle3":  # fc over 3 layers' features: 3h -> h; q/k/v take 2h inputs
+        extra, vocab = 3 * h * h + h * (q + 2 * kv), draft_vocab or c.vocab_size
+    elif method == "mtp":  # eh_proj over [embedding, hidden]: 2h -> h
+        extra, vocab = 2 * h * h, c.vocab_size
+    else:
+        raise ValueError(method)
+    return ModelConfig(
+        model_type="llama", hidden_size=h, num_hidden_layers=layers,
+        num_attention_heads=c.num_attention_heads, num_key_value_heads=c.kv_heads,
+        head_dim=c.d_head, intermediate_size=c.intermediate_size + round(extra / (3 * h)),
+        vocab_size=vocab, max_position_embeddings=c.max_position_embeddings,
+        tie_word_embeddings=False)

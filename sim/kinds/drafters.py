@@ -1,0 +1,107 @@
+"""Drafter kinds: who proposes the guesses (``variants[i].drafter``, by ``method``).
+
+A variant without ``drafter`` drafts with ``models.draft`` by ``models.method``. Each kind
+names its method and knobs and builds the engine's ``sim.drafters.Drafter`` with
+``build(target, draft_model, make_cost, placement)``: ``target`` the target's cost model,
+``draft_model`` the catalog ``ModelSpec`` of ``models.draft`` (or None),
+``make_cost(model_spec, tp)`` a cost model for a drafting model on the deployment's GPU,
+``placement`` the deployment's draft placement. vLLM's names in comments.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sim.kinds.base import NonNeg, PosInt, Prob, Strict, kind_union
+
+
+def _setup(cost, target, placement: str):
+    from hardware.draft import DraftSetup
+
+    if placement == "separate":
+        return DraftSetup(cost=cost, placement="separate")
+    return DraftSetup.colocated_with(cost, target)
+
+
+class DraftModelDrafter(Strict):
+    """A separate, smaller model drafting autoregressively (vLLM ``method: draft_model``)."""
+
+    method: Literal["draft_model"]
+    model: str | None = None  # a catalog id; null = models.draft
+    tp: PosInt = 1  # vLLM's draft_tensor_parallel_size (1 = one copy per target GPU)
+
+    def build(self, target, draft_model, make_cost, placement: str):
+        """A ``Drafter`` of the catalog model (``model`` or ``models.draft``)."""
+        from sim.drafters import Drafter
+
+        spec = make_cost.catalog.model(self.model) if self.model else draft_model
+        if spec is None:
+            raise ValueError("model: give a draft model (here or as models.draft)")
+        cost = make_cost(spec, self.tp)
+        if self.tp > 1:
+            from hardware.draft import DraftSetup
+
+            return Drafter("draft_model", DraftSetup(cost=cost, placement=placement))
+        return Drafter("draft_model", _setup(cost, target, placement))
+
+
+class EagleDrafter(Strict):
+    """An EAGLE (``eagle``) or EAGLE-3 (``eagle3``) head on the target's hidden states:
+    ``layers`` decoder layers of the target's shape; EAGLE-3's lm_head over a draft
+    vocabulary of ``draft_vocab`` tokens (32000 in the published Llama-3 heads)."""
+
+    method: Literal["eagle", "eagle3"]
+    layers: PosInt = 1
+    draft_vocab: PosInt | None = None  # eagle3 only; null = 32000 (eagle: the target's)
+
+    def build(self, target, draft_model, make_cost, placement: str):
+        """A ``Drafter`` pricing the head as a one-layer model (``sim.drafters``)."""
+        from hardware.catalog import ModelSpec
+        from sim.drafters import Drafter, head_config
+
+        if self.method == "eagle" and self.draft_vocab is not None:
+            raise ValueError("draft_vocab: only EAGLE-3 heads have their own vocabulary")
+        vocab = (self.draft_vocab or 32000) if self.method == "eagle3" else None
+        cfg = head_config(target.dep.model.config, self.method, self.layers, vocab)
+        spec = ModelSpec(id=f"{target.dep.model.id}-{self.method}", config=cfg,
+                         source=f"{self.method} head of {target.dep.model.id}")
+        return Drafter(self.method, _setup(make_cost(spec, 1), target, placement))
+
+
+class MtpDrafter(Strict):
+    """The target's own multi-token-prediction module (vLLM ``mtp``, DeepSeek-V3's next-n
+    layer, reused for every draft position)."""
+
+    method: Literal["mtp"]
+    layers: PosInt = 1  # num_nextn_predict_layers
+
+    def build(self, target, draft_model, make_cost, placement: str):
+        """A ``Drafter`` pricing the module as one decoder layer of the target's shape."""
+        from hardware.catalog import ModelSpec
+        from sim.drafters import Drafter, head_config
+
+        cfg = head_config(target.dep.model.config, "mtp", self.layers)
+        spec = ModelSpec(id=f"{target.dep.model.id}-mtp", config=cfg,
+                         source=f"MTP module of {target.dep.model.id}")
+        return Drafter("mtp", _setup(make_cost(spec, 1), target, placement))
+
+
+class LookupDrafter(Strict):
+    """CPU drafting by matching: prompt lookup / n-gram (vLLM ``ngram``, its
+    ``prompt_lookup_min/max``) or suffix decoding (``suffix``)."""
+
+    method: Literal["ngram", "suffix"]
+    # P(a sequence finds a match on a step); null = the acceptance preset's proposal_rate
+    proposal_rate: Prob | None = None
+    cpu_s_per_seq: NonNeg = 0.0  # CPU seconds per sequence per step (not measured: 0)
+
+    def build(self, target, draft_model, make_cost, placement: str):
+        """A ``Drafter`` with no GPU model."""
+        from sim.drafters import Drafter
+
+        return Drafter(self.method, None, lookahead=False, proposal_rate=self.proposal_rate,
+                       cpu_s_per_seq=self.cpu_s_per_seq)
+
+
+DRAFTER_KINDS = (DraftModelDrafter, EagleDrafter, MtpDrafter, LookupDrafter)
+DrafterCfg = kind_union(DRAFTER_KINDS, key="method")
