@@ -99,6 +99,9 @@ class ModelSpec(_Frozen):
     id: str
     source: str
     config: ModelConfig
+    # other names of the model: Hugging Face ids of the checkpoint and its variants with the
+    # same architecture (instruct tunes), as `vllm serve` takes them
+    aliases: tuple[str, ...] = ()
 
     @property
     def shape(self) -> ModelShape:
@@ -133,7 +136,15 @@ class Catalog:
         """
         if model_id.endswith(".json"):
             return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id))
-        return _lookup("model", model_id, self.models)
+        if model_id in self.models:
+            return self.models[model_id]
+        by_alias = {a.lower(): m for m in self.models.values() for a in m.aliases}
+        if model_id.lower() in by_alias:
+            return by_alias[model_id.lower()]
+        known = ", ".join(sorted(self.models))
+        raise UserError(f"unknown model {model_id!r} (known: {known}; or give its Hugging "
+                        "Face config.json path, or add it to a catalog file with "
+                        "deployment.catalog)")
 
 
 def _lookup(kind: str, key: str, table: dict[str, Any]) -> Any:

@@ -152,6 +152,7 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
         summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
                          drafting=kinds[name] != "none")
+        summ["warnings"] = [*setup.notes, *summ["warnings"]]  # what building it found
         summ["slo"] = slo_verdict(summ, scenario.slo.ttft_p99_s, scenario.slo.tpot_p99_s)
         summaries.append(summ)
     base = next((n for n, k in kinds.items() if k == "none"), None)
@@ -159,11 +160,12 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
 
 
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
-        out=None, write: bool = True, progress=None):
+        out=None, write: bool = True, progress=None, engine_sets=()):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
-    ``(ScenarioResult, run folder or None)``. Never prints.
+    ``(ScenarioResult, run folder or None)``. ``engine_sets`` are ``(override, label)`` pairs
+    applied first (what a ``vllm serve`` command line says, ``sim.engine_args``). Never prints.
     """
     import time
     from pathlib import Path
@@ -171,8 +173,10 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     from sim.loading import default_scenario_path, display_path, read_yaml
     from sim.output import default_run_dir, write_run
 
-    sets = list(overrides) + ([f"run.seed={seed}"] if seed is not None else [])
-    labels = [f"--set {t}" for t in overrides] + ([f"--seed {seed}"] if seed is not None else [])
+    sets = [t for t, _ in engine_sets] + list(overrides) \
+        + ([f"run.seed={seed}"] if seed is not None else [])
+    labels = [label for _, label in engine_sets] + [f"--set {t}" for t in overrides] \
+        + ([f"--seed {seed}"] if seed is not None else [])
     path = Path(scenario_path) if scenario_path is not None else default_scenario_path()
     source = display_path(path)
     doc = read_yaml(path)

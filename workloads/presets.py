@@ -101,6 +101,16 @@ def load_presets(path: Path = PRESETS_FILE) -> dict[str, Preset]:
     return out
 
 
+def matching(method: str, target_catalog: str, k: int) -> Preset | None:
+    """The preset measured for ``method`` on ``target_catalog`` closest to a chain of ``k``
+    (its own k first, then the nearest larger, then the largest smaller), or None."""
+    found = [p for p in load_presets().values()
+             if p.method == method and p.target_catalog == target_catalog]
+    if not found:
+        return None
+    return min(found, key=lambda p: (p.k != k, p.k < k, abs(p.k - k), p.name))
+
+
 def preset(name: str) -> Preset:
     """The preset called ``name``, or a UserError listing the known ones."""
     presets = load_presets()

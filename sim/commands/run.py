@@ -18,10 +18,22 @@ the scenario at 1/4x to 8x its load with --report-requests requests per point up
 rate and proportionally more above it (so every point spans the same stretch of arrivals);
 --no-report skips the report.
 
+A real deployment can be given as its command lines instead of scenario fields:
+--from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")
+takes the model, parallelism, batching limits, KV dtype, quantization and the
+--speculative-config drafter, simulated beside the same deployment without speculation;
+--bench "vllm bench serve ..." takes the workload (random dataset lengths, request rate,
+burstiness, prompt count). Unknown or unsupported flags are errors naming the flag;
+flags without effect on performance are listed. With --bench the results are also printed
+the way vllm bench serve prints them.
+
 examples:
   specsim run
   specsim run scenarios/default.yaml --set run.requests=200 --set workload.rate_per_s=8
   specsim run --seed 3 --json
+  specsim run --from-vllm "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config \
+      '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'" \
+      --bench "vllm bench serve --request-rate 4 --num-prompts 200"
 """
 
 
@@ -37,6 +49,13 @@ def add_parser(subparsers) -> None:
                    help="override a field, dotted key, YAML value (repeatable), "
                         "e.g. --set variants.1.policy.gamma=3")
     p.add_argument("--seed", type=int, default=None, help="override run.seed")
+    p.add_argument("--from-vllm", default=None, metavar="CMD",
+                   help="a 'vllm serve MODEL ...' command line as the deployment")
+    p.add_argument("--from-sglang", default=None, metavar="CMD",
+                   help="a 'python -m sglang.launch_server ...' command line as the "
+                        "deployment")
+    p.add_argument("--bench", default=None, metavar="CMD",
+                   help="a 'vllm bench serve ...' command line as the workload")
     p.add_argument("--out", default=None, help="run folder (default: runs/<name>-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -64,9 +83,11 @@ def main(args: argparse.Namespace) -> int:
     if args.no_report and args.warmup > 0:
         raise UserError(f"--warmup {args.warmup:g}: only trims the report; drop --no-report "
                         "or --warmup")
+    engine_sets, notes = _engine_sets(args)
     progress, bars = _progress(args.no_progress)
     try:
-        result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress)
+        result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
+                          engine_sets=engine_sets)
     finally:
         for bar in bars.values():
             bar.close()
@@ -84,11 +105,17 @@ def main(args: argparse.Namespace) -> int:
         report = write_report(out, warmup_s=args.warmup, load_requests=args.report_requests)
     if args.json:
         doc = {"variants": [_public(s) for s in result.summaries], "out": str(out)}
+        if notes:
+            doc["notes"] = notes
         if report is not None:
             doc["report"] = str(report)
         print(json.dumps(doc, indent=2))
     else:
+        if args.bench:
+            print(format_vllm_bench(result.summaries))
         print(format_table(result.summaries))
+        for note in notes:
+            print(f"note: {note}")
         for s in result.summaries:
             for w in s["warnings"]:
                 print(f"warning: {s['name']}: {w}")
@@ -96,6 +123,69 @@ def main(args: argparse.Namespace) -> int:
         if report is not None:
             print(f"report: {report}")
     return 0
+
+
+def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (override, label) pairs and notes the engines' command lines give."""
+    from hardware.catalog import load_catalog
+    from sim import engine_args
+    from specdec.errors import UserError
+
+    if args.from_vllm and args.from_sglang:
+        raise UserError("--from-vllm, --from-sglang: give one deployment")
+    catalog = load_catalog()
+
+    def resolve(model_id: str) -> str:
+        try:
+            return catalog.model(model_id).id
+        except UserError as e:
+            raise UserError(f"{flag}: {e}") from None
+
+    sets, notes = [], []
+    for flag, text, parse in (("--from-vllm", args.from_vllm, engine_args.parse_vllm_serve),
+                              ("--from-sglang", args.from_sglang, engine_args.parse_sglang)):
+        if text:
+            parsed = parse(text, resolve)
+            sets += [(t, f"{flag} ({t})") for t in parsed.sets]
+            notes += [f"{flag}: {n}" for n in parsed.notes]
+            sets += engine_args.preset_sets(parsed, flag, notes)
+    if args.bench:
+        parsed = engine_args.parse_vllm_bench(args.bench)
+        sets += [(t, f"--bench ({t})") for t in parsed.sets]
+        notes += [f"--bench: {n}" for n in parsed.notes]
+    return sets, notes
+
+
+_VLLM_BENCH = (
+    ("Successful requests:", "finished", "{}"),
+    ("Request throughput (req/s):", "requests_per_s", "{:.2f}"),
+    ("Output token throughput (tok/s):", "throughput_tokens_per_s", "{:.2f}"),
+    ("Median TTFT (ms):", "ttft_p50_s", "ms"),
+    ("P99 TTFT (ms):", "ttft_p99_s", "ms"),
+    ("Mean TPOT (ms):", "tpot_mean_s", "ms"),
+    ("Median TPOT (ms):", "tpot_p50_s", "ms"),
+    ("P99 TPOT (ms):", "tpot_p99_s", "ms"),
+    ("Median ITL (ms):", "itl_p50_s", "ms"),
+    ("P99 ITL (ms):", "itl_p99_s", "ms"),
+    ("Acceptance rate (%):", "acceptance_rate", "pct"),
+    ("Acceptance length:", "mean_acceptance_length", "{:.2f}"),
+)
+
+
+def format_vllm_bench(summaries: list[dict]) -> str:
+    """The summaries as ``vllm bench serve`` prints its result block, one per variant."""
+    out = []
+    for s in summaries:
+        out.append(f"{'=' * 12} Serving Benchmark Result ({s['name']}) {'=' * 12}")
+        for label, key, fmt in _VLLM_BENCH:
+            v = s.get(key)
+            if v is None:
+                continue
+            text = f"{v * 1e3:.2f}" if fmt == "ms" else f"{v * 100:.2f}" if fmt == "pct" \
+                else fmt.format(v)
+            out.append(f"{label:<40}{text:>10}")
+    out.append("=" * 50)
+    return "\n".join(out)
 
 
 _PUBLIC = ("name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",

@@ -13,6 +13,8 @@ from specdec.errors import UserError
 PUBLISHED = {
     "llama-3-8b": 8_030_261_248,
     "llama-3-70b": 70_553_706_496,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
     "llama-3.2-1b": 1_235_814_400,
     "llama-3.2-3b": 3_212_749_824,
     "llama-2-7b": 6_738_415_616,
@@ -151,3 +153,11 @@ def test_non_utf8_config_json_is_one_line_naming_it(tmp_path):
     with pytest.raises(UserError) as err:
         load_hf_config(path)
     assert str(err.value).startswith(f"{path}: not a UTF-8 text file (byte 0xff")
+
+
+def test_hugging_face_ids_are_aliases_and_an_unknown_one_says_how_to_add_it():
+    cat = load_catalog()
+    assert cat.model("meta-llama/Llama-3.1-8B-Instruct").id == "llama-3.1-8b"
+    assert cat.model("META-LLAMA/llama-3.1-8b-instruct").id == "llama-3.1-8b"
+    with pytest.raises(UserError, match="unknown model 'org/x'.*config.json path.*catalog"):
+        cat.model("org/x")

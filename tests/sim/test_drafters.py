@@ -1,0 +1,93 @@
+"""Drafting methods: what a head costs next to its target, and drafting without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hardware.catalog import ModelSpec, load_catalog
+from hardware.cost import CostModel
+from hardware.deployment import Deployment
+from hardware.models import model_shape
+from sim.drafters import head_config
+from sim.loading import load_scenario
+from sim.runner import run_scenario
+
+CAT = load_catalog()
+
+
+def _pass_s(config, tokens=1, context=1024):
+    spec = ModelSpec(id="m", source="test", config=config)
+    cost = CostModel(Deployment(model=spec, gpu=CAT.gpu("h100")), CAT)
+    return cost.pass_seconds(np.array([tokens]), np.array([context]))
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_a_head_pass_costs_a_small_fraction_of_its_target(method):
+    target = CAT.model("llama-3.1-8b").config
+    head = head_config(target, method, draft_vocab=32000 if method == "eagle3" else None)
+    c = _pass_s(head) / _pass_s(target)
+    # batch 1 is memory-bound: ~0.3-0.6 GB of head weights against 16 GB, plus the per-pass
+    # overhead both pay (the paper GPU's 0.5 ms of the target's 6.1 ms)
+    assert c < 0.2
+    shape = model_shape(head)
+    lm_head = head.vocab_size * head.hidden_size
+    if method == "eagle":  # the target's 128256-row lm_head: most of what a pass reads
+        assert lm_head > 0.6 * shape.streamed_params
+    else:  # EAGLE-3's 32000-row draft vocabulary: the decoder layer is the larger part
+        assert 0.2 * shape.streamed_params < lm_head < 0.5 * shape.streamed_params
+
+
+def test_the_head_has_the_targets_width_and_its_fusing_projection():
+    t = CAT.model("llama-3.1-8b").config
+    h = head_config(t, "eagle3", draft_vocab=32000)
+    assert (h.hidden_size, h.num_hidden_layers, h.kv_heads) == (4096, 1, 8)
+    extra = model_shape(h).layer_params - model_shape(t).layer_params
+    # fc 3h -> h, and q/k/v over 2h inputs: 3h² + h(q + 2 kv)
+    assert abs(extra - (3 * 4096**2 + 4096 * (4096 + 2 * 1024))) <= 3 * 4096
+
+
+def _run(*sets):
+    base = ["models.target=llama-3.1-8b", "run.requests=30", "workload.rate_per_s=2"]
+    return run_scenario(load_scenario(None, [*base, *sets]))
+
+
+def test_ngram_drafting_costs_no_gpu_time_and_proposes_on_its_share_of_steps():
+    res = _run("models.method=ngram", "models.draft=null",
+               "acceptance={kind: preset, name: ngram-llama-3.1-8b-code-edit-k5}",
+               "variants=[{name: ngram, policy: {kind: fixed, gamma: 5}}]")
+    it = res.variants[0].iterations.columns
+    dec = it["decode_seqs"] > 0
+    assert (it["draft_s"] == 0).all()  # no draft pass, no CPU time unless set
+    # a step drafts only for the sequences with a match (proposal rate 0.547)
+    r = res.variants[0].requests.columns
+    share = r["draft_steps"].sum() / r["verify_steps"].sum()
+    assert share == pytest.approx(0.5474, abs=0.03)
+    assert it["drafted_tokens"][dec].sum() == 5 * r["draft_steps"].sum()
+    assert res.summaries[0]["warnings"] == []
+
+
+def test_a_preset_measured_for_another_method_is_a_warning():
+    res = _run("acceptance={kind: preset, name: eagle3-llama-3.1-8b-mtbench-k3}",
+               "variants=[{name: g3, policy: {kind: fixed, gamma: 3}}]")
+    (w,) = res.summaries[0]["warnings"]
+    assert w.startswith("acceptance preset eagle3-llama-3.1-8b-mtbench-k3 was measured for "
+                        "method eagle3, not draft_model")
+
+
+def test_one_run_compares_a_draft_model_eagle3_and_ngram():
+    res = _run("variants=[{name: none, policy: {kind: none}}, "
+               "{name: 1b, policy: {kind: fixed, gamma: 4}}, "
+               "{name: eagle3, policy: {kind: fixed, gamma: 3}, drafter: {method: eagle3}, "
+               "acceptance: {kind: preset, name: eagle3-llama-3.1-8b-mtbench-k3}}, "
+               "{name: ngram, policy: {kind: fixed, gamma: 5}, drafter: {method: ngram}, "
+               "acceptance: {kind: preset, name: ngram-llama-3.1-8b-code-edit-k5}}]")
+    s = {x["name"]: x for x in res.summaries}
+    assert s["eagle3"]["mean_acceptance_length"] == pytest.approx(2.6, abs=0.15)
+    for name in ("1b", "eagle3", "ngram"):
+        assert s[name]["speedup_vs_none"] > 1.0
+    # the EAGLE-3 head drafts for less than the 1B model does per draft pass
+    it = {v.name: v.iterations.columns for v in res.variants}
+    per_pass = {n: it[n]["draft_s"][it[n]["drafted_tokens"] > 0].mean() for n in ("1b",
+                                                                                 "eagle3")}
+    assert per_pass["eagle3"] < per_pass["1b"]

@@ -1,0 +1,105 @@
+"""Real command lines as the deployment and workload: vllm serve, SGLang, vllm bench serve."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.cli import main
+from sim.engine_args import parse_sglang, parse_vllm_bench, parse_vllm_serve
+from specdec.errors import UserError
+
+
+def _ids(model: str) -> str:
+    return {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+            "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b"}[model]
+
+
+def _sets(parsed) -> dict:
+    return {k: json.loads(v) for k, v in (t.split("=", 1) for t in parsed.sets)}
+
+
+def test_vllm_serve_flags_become_scenario_fields():
+    p = parse_vllm_serve(
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 "
+        "--max-num-seqs 128 --max-num-batched-tokens=4096 --kv-cache-dtype fp8 "
+        "--no-enable-chunked-prefill --port 8000 --speculative-config "
+        "'{\"method\": \"draft_model\", \"model\": \"meta-llama/Llama-3.2-1B-Instruct\", "
+        "\"num_speculative_tokens\": 4, \"draft_tensor_parallel_size\": 1}'", _ids)
+    s = _sets(p)
+    assert s["models.target"] == "llama-3.1-8b" and s["deployment.tp"] == 2
+    assert (s["scheduler.max_num_seqs"], s["scheduler.max_batched_tokens"]) == (128, 4096)
+    assert s["deployment.kv_bits"] == 8 and s["scheduler.chunked_prefill"] is False
+    none, spec = s["variants"]
+    assert none["policy"] == {"kind": "none"}
+    assert spec["policy"] == {"kind": "fixed", "gamma": 4}
+    assert spec["drafter"] == {"method": "draft_model", "model": "llama-3.2-1b", "tp": 1}
+    assert any(n.startswith("--port") for n in p.notes)  # accepted and said so
+
+
+@pytest.mark.parametrize("flag, match", [
+    ("--swap-space 4", "--swap-space: not a vllm serve flag SpecSim models"),
+    ("--enable-prefix-caching", "--enable-prefix-caching: prefix caching is not modelled"),
+    ("--quantization bitsandbytes", "--quantization bitsandbytes: not modelled"),
+    ("--max-num-seqs lots", "--max-num-seqs: must be an integer, got 'lots'"),
+    ("--speculative-config '{\"method\": \"medusa2\", \"num_speculative_tokens\": 2}'",
+     "method: one of"),
+    ("--speculative-config '{\"method\": \"ngram\"}'", "num_speculative_tokens: an integer"),
+    ("--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 2, "
+     "\"foo\": 1}'", "foo: not modelled"),
+    ("--max-num-seqs 4 --max-num-seqs 8", "--max-num-seqs: given twice"),
+])
+def test_an_unsupported_vllm_flag_is_an_error_naming_it(flag, match):
+    with pytest.raises(UserError, match=match):
+        parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flag}", _ids)
+
+
+def test_vllm_bench_serve_becomes_the_workload():
+    s = _sets(parse_vllm_bench("vllm bench serve --request-rate 4 --num-prompts 200 "
+                               "--random-input-len 512 --random-output-len 64 "
+                               "--random-range-ratio 0.5 --burstiness 4"))
+    assert s["run.requests"] == 200
+    w = s["workload"]
+    # vLLM: gaps ~ Gamma(shape = burstiness), so cv = 1 / sqrt(4)
+    assert (w["arrivals"], w["rate_per_s"], w["cv"]) == ("gamma", 4.0, 0.5)
+    assert w["prompt"] == {"kind": "uniform", "low": 256, "high": 768}
+    assert w["output"] == {"kind": "uniform", "low": 32, "high": 96}
+    offline = _sets(parse_vllm_bench("vllm bench serve --num-prompts 10"))["workload"]
+    assert offline["arrivals"] == "offline"  # --request-rate inf: all at once
+    assert offline["prompt"] == {"kind": "fixed", "tokens": 1024}  # vLLM's defaults
+    with pytest.raises(UserError, match="--dataset-name sharegpt: only the random dataset"):
+        parse_vllm_bench("vllm bench serve --dataset-name sharegpt")
+
+
+def test_sglang_eagle_flags_become_a_tree():
+    s = _sets(parse_sglang("python -m sglang.launch_server --model-path "
+                           "meta-llama/Llama-3.1-8B-Instruct --tp 2 --speculative-algorithm "
+                           "EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 4", _ids))
+    assert s["deployment.tp"] == 2
+    assert s["variants"][1]["policy"] == {"kind": "tree", "steps": 3, "topk": 4}
+    assert s["variants"][1]["drafter"] == {"method": "eagle3"}
+
+
+def test_the_issue_command_runs_and_compares_with_the_same_deployment_without(
+        tmp_path, capsys):
+    spec = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
+            '"num_speculative_tokens": 3}')
+    assert main(["run", "--from-vllm",
+                 f"vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{spec}'",
+                 "--bench", "vllm bench serve --request-rate 4 --num-prompts 40",
+                 "--no-report", "--json", "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    none, eagle = doc["variants"]
+    assert (none["name"], eagle["name"]) == ("none", "eagle3")
+    assert eagle["mean_acceptance_length"] == pytest.approx(2.6, abs=0.15)
+    assert eagle["speedup_vs_none"] > 1.3 and eagle["itl_p50_s"] > 0
+    assert any("preset eagle3-llama-3.1-8b-mtbench-k3" in n for n in doc["notes"])
+
+
+def test_an_unknown_model_says_how_to_add_one(tmp_path, capsys):
+    assert main(["run", "--from-vllm", "vllm serve org/unknown-7b", "--no-report",
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "--from-vllm: unknown model 'org/unknown-7b'" in err and "config.json" in err
