@@ -165,7 +165,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
     ``(ScenarioResult, run folder or None)``. ``engine_sets`` are ``(override, label)`` pairs
-    applied first (what a ``vllm serve`` command line says, ``sim.engine_args``). Never prints.
+    applied first (what a ``vllm serve`` command line says, ``sim.engines``). Never prints.
     """
     import time
     from pathlib import Path

@@ -128,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
 def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     """The (override, label) pairs and notes the engines' command lines give."""
     from hardware.catalog import load_catalog
-    from sim import engine_args
+    from sim.engines import bench, sglang, vllm
     from specdec.errors import UserError
 
     if args.from_vllm and args.from_sglang:
@@ -142,15 +142,15 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
             raise UserError(f"{flag}: {e}") from None
 
     sets, notes = [], []
-    for flag, text, parse in (("--from-vllm", args.from_vllm, engine_args.parse_vllm_serve),
-                              ("--from-sglang", args.from_sglang, engine_args.parse_sglang)):
+    for flag, text, parse in (("--from-vllm", args.from_vllm, vllm.parse_vllm_serve),
+                              ("--from-sglang", args.from_sglang, sglang.parse_sglang)):
         if text:
             parsed = parse(text, resolve)
             sets += [(t, f"{flag} ({t})") for t in parsed.sets]
             notes += [f"{flag}: {n}" for n in parsed.notes]
-            sets += engine_args.preset_sets(parsed, flag, notes)
+            sets += vllm.preset_sets(parsed, flag, notes)
     if args.bench:
-        parsed = engine_args.parse_vllm_bench(args.bench)
+        parsed = bench.parse_vllm_bench(args.bench)
         sets += [(t, f"--bench ({t})") for t in parsed.sets]
         notes += [f"--bench: {n}" for n in parsed.notes]
     return sets, notes

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from sim.cli import main
-from sim.engine_args import parse_sglang, parse_vllm_bench, parse_vllm_serve
+from sim.engines.bench import parse_vllm_bench
+from sim.engines.sglang import parse_sglang
+from sim.engines.vllm import parse_vllm_serve
 from specdec.errors import UserError
 
 

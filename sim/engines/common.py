@@ -1,0 +1,99 @@
+"""What the engines' command-line parsers share: splitting a command line into its flags,
+typed values with one-line errors, and the value maps (KV dtypes, quantization).
+
+Each parser turns one command line into ``--set``-style overrides on the default scenario
+(``key=value`` strings in the scenario's dotted keys) plus notes for the run: flags that do
+not change performance are accepted and listed (never silently dropped), flags SpecSim does
+not model are one-line errors naming the flag.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from specdec.errors import UserError
+
+# Flags that do not change what SpecSim simulates: accepted, and listed in the run's notes.
+NO_EFFECT = {"--host", "--port", "--served-model-name", "--trust-remote-code",
+             "--disable-log-requests", "--disable-log-stats", "--api-key", "--seed",
+             "--uvicorn-log-level", "--enable-log-requests", "--log-level", "--tokenizer",
+             "--download-dir", "--revision", "--dtype"}
+KV_DTYPES = {"auto": 16, "bfloat16": 16, "float16": 16, "fp8": 8, "fp8_e4m3": 8,
+             "fp8_e5m2": 8}
+# --quantization -> (weight bits, compute dtype): FP8 W8A8, or 4-bit weight-only kernels
+QUANTIZATION = {"fp8": (8, "fp8"), "awq": (4, "bf16"), "gptq": (4, "bf16"),
+                "awq_marlin": (4, "bf16"), "gptq_marlin": (4, "bf16")}
+# vLLM's speculative methods -> SpecSim's drafter methods
+VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
+                "mtp": "mtp", "deepseek_mtp": "mtp", "ngram": "ngram", "suffix": "suffix"}
+SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
+                  "STANDALONE": "draft_model", "NGRAM": "ngram"}
+
+
+class Parsed:
+    """The overrides (in order) and notes one command line gives."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.sets: list[str] = []
+        self.notes: list[str] = []
+
+    def set(self, key: str, value) -> None:
+        """Override ``key`` with ``value`` (written as JSON, which is YAML)."""
+        self.sets.append(f"{key}={json.dumps(value)}")
+
+
+def split(text: str, what: str, head: tuple[str, ...]) -> list[str]:
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise UserError(f"{what}: cannot split the command line: {e}") from None
+    for i, h in enumerate(head):
+        if len(words) <= i or words[i] != h:
+            raise UserError(f"{what}: must start with '{' '.join(head)}', got {text[:60]!r}")
+    return words[len(head):]
+
+
+def flags_of(words: list[str], what: str, booleans: set[str]) -> tuple[list[str], dict]:
+    """(positional words, {flag: value}) of a command line (``--flag value``, ``--flag=v``,
+    boolean flags without a value); a repeated flag is an error."""
+    pos, flags, i = [], {}, 0
+    while i < len(words):
+        w = words[i]
+        if not w.startswith("-"):
+            pos.append(w)
+            i += 1
+            continue
+        name, eq, value = w.partition("=")
+        name = "--" + name.lstrip("-").replace("_", "-") if name.startswith("--") else name
+        if name in flags:
+            raise UserError(f"{what}: {name}: given twice")
+        if eq:
+            flags[name] = value
+        elif name in booleans:
+            flags[name] = True
+        elif i + 1 < len(words):
+            flags[name] = words[i + 1]
+            i += 1
+        else:
+            raise UserError(f"{what}: {name}: needs a value")
+        i += 1
+    return pos, flags
+
+
+def int_flag(flags: dict, name: str, what: str, low: int = 1) -> int:
+    try:
+        v = int(flags[name])
+    except ValueError:
+        raise UserError(f"{what}: {name}: must be an integer, got {flags[name]!r}") from None
+    if v < low:
+        raise UserError(f"{what}: {name}: must be >= {low}, got {v}")
+    return v
+
+
+def float_flag(flags: dict, name: str, what: str) -> float:
+    try:
+        return float(flags[name])
+    except ValueError:
+        raise UserError(f"{what}: {name}: must be a number, got {flags[name]!r}") from None

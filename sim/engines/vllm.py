@@ -1,0 +1,148 @@
+"""``vllm serve MODEL [flags]`` as a scenario (flag names and defaults from vLLM's
+``vllm/engine/arg_utils.py`` and ``vllm/config/speculative.py``), and the acceptance preset
+its speculating variant takes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from sim.engines.common import (
+    KV_DTYPES,
+    NO_EFFECT,
+    QUANTIZATION,
+    Parsed,
+    flags_of,
+    int_flag,
+    split,
+)
+from specdec.errors import UserError
+
+# vLLM's speculative methods -> SpecSim's drafter methods
+VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
+                "mtp": "mtp", "deepseek_mtp": "mtp", "ngram": "ngram", "suffix": "suffix"}
+
+
+def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
+    """``vllm serve MODEL [flags]`` as overrides; see the module docstring."""
+    what = "--from-vllm"
+    out = Parsed(what)
+    booleans = {"--enable-chunked-prefill", "--no-enable-chunked-prefill",
+                "--enable-prefix-caching", "--no-enable-prefix-caching", "--trust-remote-code",
+                "--disable-log-requests", "--disable-log-stats", "--enable-log-requests",
+                "--enforce-eager"}
+    pos, flags = flags_of(split(text, what, ("vllm", "serve")), what, booleans)
+    model = pos[0] if pos else flags.pop("--model", None)
+    if model is None or len(pos) > 1:
+        raise UserError(f"{what}: give exactly one model (vllm serve MODEL ...), got {pos}")
+    out.set("models.target", resolve_model(model))
+    out.set("name", "vllm-" + model.rstrip("/").split("/")[-1].lower())
+    mapping = {"--tensor-parallel-size": "deployment.tp", "-tp": "deployment.tp",
+               "--pipeline-parallel-size": "deployment.pp", "-pp": "deployment.pp",
+               "--max-num-seqs": "scheduler.max_num_seqs",
+               "--max-num-batched-tokens": "scheduler.max_batched_tokens",
+               "--long-prefill-token-threshold": "scheduler.chunk_tokens",
+               "--block-size": "scheduler.block_size",
+               "--num-gpu-blocks-override": "scheduler.num_gpu_blocks_override"}
+    spec = None
+    for name, value in flags.items():
+        if name in mapping:
+            out.set(mapping[name], int_flag(flags, name, what))
+        elif name == "--kv-cache-dtype":
+            if value not in KV_DTYPES:
+                raise UserError(f"{what}: --kv-cache-dtype: one of {', '.join(KV_DTYPES)}, "
+                                f"got {value!r}")
+            out.set("deployment.kv_bits", KV_DTYPES[value])
+        elif name == "--quantization":
+            if value not in QUANTIZATION:
+                raise UserError(f"{what}: --quantization {value}: not modelled; SpecSim knows "
+                                f"{', '.join(QUANTIZATION)}")
+            bits, dtype = QUANTIZATION[value]
+            out.set("deployment.weight_bits", bits)
+            if dtype == "fp8":
+                out.set("deployment.compute_dtype", "fp8")
+        elif name in ("--enable-chunked-prefill", "--no-enable-chunked-prefill"):
+            out.set("scheduler.chunked_prefill", name == "--enable-chunked-prefill")
+        elif name == "--speculative-config":
+            spec = value
+        elif name in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+            if name == "--enable-prefix-caching":
+                raise UserError(f"{what}: {name}: prefix caching is not modelled yet")
+            out.notes.append(f"{name}: prefix caching off, as SpecSim models")
+        elif name == "--enforce-eager":
+            out.notes.append(f"{name}: not modelled (no CUDA-graph effects are priced)")
+        elif name in NO_EFFECT:
+            out.notes.append(f"{name}: no effect on performance, not used")
+        else:
+            raise UserError(f"{what}: {name}: not a vllm serve flag SpecSim models")
+    _speculation(out, spec, resolve_model)
+    return out
+
+
+def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
+    """The variants: plain decoding, and the ``--speculative-config`` drafter if given."""
+    what = out.what
+    none = {"name": "none", "policy": {"kind": "none"}}
+    if spec is None:
+        out.set("variants", [none])
+        return
+    try:
+        cfg = json.loads(spec)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what}: --speculative-config: not JSON: {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{what}: --speculative-config: must be a JSON object")
+    method = cfg.pop("method", None) or ("draft_model" if "model" in cfg else None)
+    if method not in VLLM_METHODS:
+        raise UserError(f"{what}: --speculative-config: method: one of "
+                        f"{', '.join(VLLM_METHODS)}, got {method!r}")
+    k = cfg.pop("num_speculative_tokens", None)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise UserError(f"{what}: --speculative-config: num_speculative_tokens: an integer "
+                        f">= 1 is required, got {k!r}")
+    ours = VLLM_METHODS[method]
+    drafter: dict = {"method": ours}
+    draft_model = cfg.pop("model", None)
+    if ours == "draft_model":
+        if draft_model is None:
+            raise UserError(f"{what}: --speculative-config: model: required for {method}")
+        drafter["model"] = resolve_model(draft_model)
+        tp = cfg.pop("draft_tensor_parallel_size", None)
+        if tp is not None:
+            drafter["tp"] = tp
+    elif draft_model is not None:
+        out.notes.append(f"--speculative-config model {draft_model}: the {method} head is "
+                         "priced from the target's shape")
+    for key in ("prompt_lookup_max", "prompt_lookup_min"):
+        if key in cfg:
+            out.notes.append(f"--speculative-config {key}: changes what n-gram drafting "
+                             "accepts, which comes from the scenario's acceptance model")
+            cfg.pop(key)
+    if cfg:
+        raise UserError(f"{what}: --speculative-config: {sorted(cfg)[0]}: not modelled")
+    out.set("models.method", ours)
+    out.set("models.draft", None)
+    out.set("variants", [none, {"name": method, "policy": {"kind": "fixed", "gamma": k},
+                                "drafter": drafter}])
+    out.notes.append(f"speculation: {method}, {k} tokens per step")
+
+
+def preset_sets(parsed: Parsed, flag: str, notes: list[str]) -> list[tuple[str, str]]:
+    """The acceptance of the speculating variant: a preset measured for its method and
+    target (nearest to its tokens per step) when there is one; the note says which."""
+    from workloads.presets import matching
+
+    values = dict(t.split("=", 1) for t in parsed.sets)
+    if "models.method" not in values:
+        return []
+    target, method = json.loads(values["models.target"]), json.loads(values["models.method"])
+    variant = json.loads(values["variants"])[1]
+    k = variant["policy"].get("gamma") or variant["policy"].get("steps")
+    p = matching(method, target, k)
+    if p is None:
+        notes.append(f"{flag}: no acceptance preset measured for {method} on {target}: the "
+                     "scenario's acceptance model is used (set variants.1.acceptance)")
+        return []
+    text = f"variants.1.acceptance={json.dumps({'kind': 'preset', 'name': p.name})}"
+    notes.append(f"{flag}: acceptance: preset {p.name} ({p.dataset}, k {p.k}; {p.source})")
+    return [(text, f"{flag} (acceptance preset {p.name})")]
