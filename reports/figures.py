@@ -300,3 +300,24 @@ def batch_over_time(series: dict[str, pd.DataFrame], title: str = "", note: str 
     ax.set_title(title or "Batch size over time")
     return caption(fig, "Sequences in each target pass (prefilling and decoding) of the first "
                         "replica. " + note)
+
+
+def pareto_front(plan: pd.DataFrame, title: str = "", note: str = "") -> Figure:
+    """Throughput per GPU against per-user tokens/s (1 / mean TPOT) of a capacity plan's
+    candidates at their highest passing rate; the front (``pareto``) joined and labelled."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ok = plan.dropna(subset=["output_tokens_per_s_per_gpu", "user_tokens_per_s"])
+    ax.scatter(ok["user_tokens_per_s"], ok["output_tokens_per_s_per_gpu"], color="0.6",
+               label="candidates")
+    front = ok[ok["pareto"]].sort_values("user_tokens_per_s")
+    ax.plot(front["user_tokens_per_s"], front["output_tokens_per_s_per_gpu"], "o-",
+            color="C0", label="Pareto front")
+    for _, r in ok.iterrows():
+        ax.annotate(r["candidate"], (r["user_tokens_per_s"], r["output_tokens_per_s_per_gpu"]),
+                    textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("per-user output tokens/s (1 / mean TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title(title or "Capacity plan: throughput per GPU vs per-user speed")
+    ax.legend(loc="best", fontsize=8)
+    return caption(fig, note or "Each candidate at the highest request rate that meets the "
+                   "SLO; a point on the front is beaten on neither axis by another.")

@@ -89,7 +89,9 @@ def main(args: argparse.Namespace) -> int:
         candidates = load_candidates(args.candidates)
     else:
         candidates = [Candidate(v.name, {}, v.policy.model_dump(mode="json", exclude_none=True),
-                                f"{source} variants.{i} {v.name}")
+                                f"{source} variants.{i} {v.name}",
+                                {k: getattr(v, k).model_dump(mode="json", exclude_none=True)
+                                 for k in ("drafter", "acceptance") if getattr(v, k)})
                       for i, v in enumerate(scenario.variants)]
     bar = tqdm(total=len(candidates), desc="plan", unit="candidate", file=sys.stderr,
                disable=args.no_progress)
@@ -100,6 +102,12 @@ def main(args: argparse.Namespace) -> int:
         bar.close()
     out = Path(args.out or default_run_dir(f"plan-{scenario.name}"))
     paths = write_table(table, out / "plan")
+    if table["pareto"].any():
+        from reports import figures
+
+        paths.append(figures.save(figures.pareto_front(
+            table, title=f"{scenario.name}: throughput per GPU vs per-user speed"),
+            out / "pareto.png"))
     slo_text = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in slo.items())
     if args.json:
         rows = json_records(table)
@@ -117,6 +125,11 @@ def main(args: argparse.Namespace) -> int:
     best = table.iloc[0]
     if best["cheapest"]:
         print(f"* cheapest: {best['candidate']}; re-run: specsim run {source} {best['run_args']}")
+        print(f"  serve it: {best['vllm_serve']}")
+        if best["vllm_serve_notes"]:
+            print(f"  ({best['vllm_serve_notes']})")
+        front = ", ".join(table.loc[table["pareto"], "candidate"])
+        print(f"Pareto front (tokens/s per GPU vs per-user tokens/s): {front}")
     else:
         print("no candidate meets the SLO at any rate tried")
     print(f"table: {paths[0]}")

@@ -5,6 +5,7 @@ its speculating variant takes."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 
 from sim.engines.common import (
@@ -146,3 +147,69 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str]) -> list[tuple[str, 
     text = f"variants.1.acceptance={json.dumps({'kind': 'preset', 'name': p.name})}"
     notes.append(f"{flag}: acceptance: preset {p.name} ({p.dataset}, k {p.k}; {p.source})")
     return [(text, f"{flag} (acceptance preset {p.name})")]
+
+
+def _hf_id(model) -> str:
+    """A catalog model's Hugging Face id (its first alias with an organisation), else its id."""
+    return next((a for a in model.aliases if "/" in a), model.id)
+
+
+def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
+    """The ``vllm serve`` command line that realises ``variant`` of ``scenario``, and what
+    it cannot say (notes). The inverse of :func:`parse_vllm_serve` where vLLM has a knob."""
+    d, lim, notes = scenario.deployment, scenario.scheduler, []
+    target = catalog.model(scenario.models.target)
+    words = ["vllm", "serve", _hf_id(target)]
+    if d.tp > 1:
+        words += ["--tensor-parallel-size", str(d.tp)]
+    if d.pp > 1:
+        words += ["--pipeline-parallel-size", str(d.pp)]
+    words += ["--max-num-seqs", str(lim.max_num_seqs),
+              "--max-num-batched-tokens", str(lim.max_batched_tokens)]
+    if not lim.chunked_prefill:
+        words.append("--no-enable-chunked-prefill")
+    elif lim.chunk_tokens < lim.max_batched_tokens:
+        words += ["--long-prefill-token-threshold", str(lim.chunk_tokens)]
+    if d.kv_bits == 8:
+        words += ["--kv-cache-dtype", "fp8"]
+    if d.weight_bits == 8 and getattr(d, "compute_dtype", "bf16") == "fp8":
+        words += ["--quantization", "fp8"]
+    elif d.weight_bits != 16:
+        notes.append(f"{d.weight_bits}-bit weights: serve a checkpoint quantized that way "
+                     "(AWQ/GPTQ for 4 bits)")
+    if d.replicas > 1:
+        notes.append(f"{d.replicas} replicas: run one such server per replica behind a "
+                     "load balancer")
+    spec = _speculative_config(scenario, variant, catalog, notes)
+    if spec is not None:
+        words += ["--speculative-config", json.dumps(spec)]
+    return shlex.join(words), notes
+
+
+def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | None:
+    policy = variant.policy
+    if policy.kind == "none":
+        return None
+    drafter = variant.drafter or scenario.models.drafter()
+    spec: dict = {"method": drafter.method}
+    if drafter.method == "draft_model":
+        spec["model"] = _hf_id(catalog.model(getattr(drafter, "model", None)
+                                             or scenario.models.draft))
+        if getattr(drafter, "tp", 1) > 1:
+            spec["draft_tensor_parallel_size"] = drafter.tp
+    elif drafter.method in ("eagle", "eagle3"):
+        spec["model"] = f"<an {drafter.method} head trained for {scenario.models.target}>"
+        notes.append("speculative-config model: name the EAGLE head checkpoint to serve")
+    if policy.kind == "fixed":
+        spec["num_speculative_tokens"] = policy.gamma
+    elif policy.kind == "batch_ladder":
+        rows = sorted(policy.ladder)
+        spec["num_speculative_tokens"] = max(g for _, _, g in rows)
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
+        notes.append("num_speculative_tokens_per_batch_size: in vLLM versions that have it")
+    else:
+        notes.append(f"policy {policy.kind}: vLLM has no such knob; the command drafts a "
+                     "fixed chain of the policy's deepest shape")
+        spec["num_speculative_tokens"] = int(getattr(policy, "max_gamma", 0)
+                                             or len(policy.expansion or []) or policy.steps)
+    return spec

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from hardware import load_catalog
+from sim.engines.vllm import serve_command
 from sim.loading import display_path, read_yaml, validate_overridden
 from sim.paths import resolve_file
 from sim.runner import build_overridden, run_setups
@@ -98,11 +99,14 @@ class Candidate:
     policy: dict = field(default_factory=lambda: {"kind": "none"})
     # How an error names this candidate, e.g. 'cands.yaml candidates.1 h100-tp3'.
     origin: str = ""
+    # the variant's own drafter and acceptance ({"drafter": ..., "acceptance": ...}), if any
+    variant: dict = field(default_factory=dict)
 
     def set_args(self, rate: float | None = None) -> list[str]:
         """The ``specsim run --set`` arguments that reproduce this candidate at ``rate``."""
         args = [f"{k}={json.dumps(v)}" for k, v in self.overrides.items()]
-        args.append("variants=" + json.dumps([{"name": self.name, "policy": self.policy}]))
+        args.append("variants=" + json.dumps([{"name": self.name, "policy": self.policy,
+                                               **self.variant}]))
         if rate is not None:
             args.append(f"workload.rate_per_s={rate!r}")
         return args
@@ -126,16 +130,17 @@ def load_candidates(path: str | Path) -> list[Candidate]:
         raise UserError(f"{src}: candidates: must be a non-empty list")
     out = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict) or set(item) - {"name", "set", "policy"} \
-                or "name" not in item:
-            raise UserError(f"{src}: candidates.{i}: needs name, optional set and policy "
-                            f"only, got {item!r}")
+        if not isinstance(item, dict) or set(item) - {"name", "set", "policy", "drafter",
+                                                      "acceptance"} or "name" not in item:
+            raise UserError(f"{src}: candidates.{i}: needs name, optional set, policy, "
+                            f"drafter and acceptance only, got {item!r}")
         overrides = item.get("set") or {}
         if not isinstance(overrides, dict):
             raise UserError(f"{src}: candidates.{i}.set: must be a mapping of dotted keys")
         out.append(Candidate(str(item["name"]), dict(overrides),
                              item.get("policy") or {"kind": "none"},
-                             f"{src} candidates.{i} {item['name']}"))
+                             f"{src} candidates.{i} {item['name']}",
+                             {k: item[k] for k in ("drafter", "acceptance") if k in item}))
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise UserError(f"{src}: candidates: names must be unique, got {names}")
@@ -236,8 +241,7 @@ def _gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
     d = sc.deployment
     gpus = d.tp * d.pp + (1 if d.draft_placement == "separate"
                           and cand.policy.get("kind") != "none" else 0)
-    cat = load_catalog([resolve_file(d.catalog)] if d.catalog else None)
-    return d.gpu, gpus * d.replicas, cat.gpu(d.gpu).price_per_hour_usd
+    return d.gpu, gpus * d.replicas, _catalog(sc).gpu(d.gpu).price_per_hour_usd
 
 
 def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source: str,
@@ -272,6 +276,12 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
                "usd_per_hour": per_hour,
                "usd_per_million_tokens": per_hour / (thr * 3600) * 1e6 if thr else math.inf}
         row.update({f"measured_{k}": v for k, v in found.measured.items()})
+        # the Pareto axes: what each GPU serves against what each user sees
+        tpot = s.get("tpot_mean_s")
+        row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
+        row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
+        row["vllm_serve"], notes = serve_command(sc, sc.variants[0], _catalog(sc))
+        row["vllm_serve_notes"] = "; ".join(notes)
         if target_rate is not None:
             n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
             row["replicas_for_target"] = n
@@ -286,4 +296,26 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
                               kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     table["cheapest"] = [i == 0 and math.isfinite(table.loc[0, key]) for i in range(len(table))]
+    table["pareto"] = pareto_front(table["output_tokens_per_s_per_gpu"],
+                                   table["user_tokens_per_s"])
     return table
+
+
+def pareto_front(x: pd.Series, y: pd.Series) -> list[bool]:
+    """Whether each point is on the front: no other point is at least as good on both axes
+    and better on one (higher is better on both; nan points are never on it)."""
+    pts = list(zip(x.tolist(), y.tolist(), strict=True))
+    out = []
+    for i, (a, b) in enumerate(pts):
+        if math.isnan(a) or math.isnan(b):
+            out.append(False)
+            continue
+        out.append(not any(j != i and c >= a and d >= b and (c > a or d > b)
+                           for j, (c, d) in enumerate(pts) if not (math.isnan(c)
+                                                                    or math.isnan(d))))
+    return out
+
+
+def _catalog(sc):
+    return load_catalog([resolve_file(sc.deployment.catalog)] if sc.deployment.catalog
+                        else None)

@@ -79,6 +79,12 @@ def test_plan_text_output_and_errors(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "* cheapest: g2" in text and "within 20%" in text
     assert (tmp_path / "o" / "plan.csv").exists()
+    # the vllm serve line that realises the cheapest candidate, and the Pareto front
+    serve = next(line for line in text.splitlines() if line.startswith("  serve it: "))
+    assert serve.startswith("  serve it: vllm serve meta-llama/")
+    assert '"num_speculative_tokens": 2' in serve and "--tensor-parallel-size" in serve
+    assert "Pareto front (tokens/s per GPU vs per-user tokens/s): g2" in text
+    assert (tmp_path / "o" / "pareto.png").stat().st_size > 5000
     assert main(["plan", str(scenario), "--slo", "ttft=1s"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--slo" in err[0]
