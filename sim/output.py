@@ -1,9 +1,16 @@
 """Writing a run to disk: records as CSV, the resolved scenario, seed and version.
 
+Every output folder (a run, a sweep, a plan, the claims) is written atomically
+(``staged_folder``): into a sibling temporary folder that replaces ``--out`` only once
+everything is written, so an interrupted or failed run leaves nothing, and two runs never
+mix their files. An ``--out`` that exists and is not empty is refused unless ``--force``
+(which replaces it whole).
+
 Layout of a run folder::
 
     scenario.yaml            the fully resolved scenario (every default filled in)
-    meta.yaml                seed, package version, source file, overrides, wall time
+    meta.yaml                seed, package version, source file, overrides, wall time,
+                             complete: true (written last)
     summary.json             the summaries ``specsim run --json`` prints
     <variant>/requests.csv   one row per request record (``sim.records``)
     <variant>/iterations.csv one row per iteration record
@@ -13,7 +20,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -55,6 +65,62 @@ def make_dir(path: str | Path, flag: str) -> Path:
     return out
 
 
+def check_out(out: Path, flag: str = "--out", force: bool = False) -> Path:
+    """Refuse an output folder before any work is done: a file there, or a folder that is
+    not empty (unless ``force``)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{flag} {out}: exists and is not a folder")
+    if out.is_dir() and not force and any(out.iterdir()):
+        raise UserError(f"{flag} {out}: exists and is not empty; give --force to replace it, "
+                        "or another folder")
+    return out
+
+
+@contextmanager
+def staged_folder(out: str | Path, flag: str = "--out", force: bool = False):
+    """Write a folder atomically: yields a fresh sibling temporary folder, which replaces
+    ``out`` when the block ends; on any error or interrupt it is removed instead, so ``out``
+    is untouched (absent, or as it was) or complete."""
+    out = check_out(Path(out), flag, force)
+    make_dir(out.parent, flag)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+    except OSError as e:
+        raise UserError(f"{flag} {out}: cannot create the folder: {e.strerror}") from None
+    try:
+        yield tmp
+        _commit(tmp, out, flag, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _commit(tmp: Path, out: Path, flag: str, force: bool) -> None:
+    """Put ``tmp`` in ``out``'s place (an empty ``out``, or with ``force`` any, goes)."""
+    old = None
+    if out.exists():
+        if not force and any(out.iterdir()):
+            raise UserError(f"{flag} {out}: another run wrote it meanwhile; this run's "
+                            "files were discarded")
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+    try:
+        tmp.rename(out)
+    except OSError as e:
+        raise UserError(f"{flag} {out}: cannot put the finished folder there: "
+                        f"{e.strerror}") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def rebased(paths, tmp: Path, out: Path) -> list[Path]:
+    """``paths`` written under the staged ``tmp`` as they will be under ``out``."""
+    return [out / Path(p).relative_to(tmp) for p in paths]
+
+
 def write_records(path: Path, records) -> None:
     """``sim.records.Records`` as CSV with a header row (plain ``csv``; pandas belongs to
     reports/): whole columns go to Python scalars at once, then rows to the writer."""
@@ -65,14 +131,20 @@ def write_records(path: Path, records) -> None:
 
 
 def write_run(result, out_dir: str | Path, source: str, overrides: list[str],
-              wall_s: float) -> Path:
-    """Write ``result`` (a ``ScenarioResult``) under ``out_dir``; returns the folder."""
-    out = make_dir(out_dir, "--out")
-    try:
-        _write_files(result, out, source, overrides, wall_s)
-    except OSError as e:
-        raise UserError(f"--out {out}: cannot write {e.filename or 'the run'}: {e.strerror}") \
-            from None
+              wall_s: float, force: bool = False, then=None) -> Path:
+    """Write ``result`` (a ``ScenarioResult``) as the folder ``out_dir``, atomically; returns
+    it. ``then(folder)``, if given, adds to the folder before it is put in place (the run
+    report), so a report that fails or is interrupted leaves no folder either."""
+    out = Path(out_dir)
+    with staged_folder(out, "--out", force) as tmp:
+        try:
+            _write_files(result, tmp, source, overrides, wall_s)
+            if then is not None:
+                then(tmp)
+            _write_meta(result, tmp, source, overrides, wall_s)
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot write {e.filename or 'the run'}: "
+                            f"{e.strerror}") from None
     return out
 
 
@@ -81,12 +153,16 @@ def _write_files(result, out: Path, source: str, overrides: list[str], wall_s: f
     (out / "scenario.yaml").write_text(
         yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
     )
-    meta = {"seed": sc.run.seed, "version": package_version(), "source": source,
-            "overrides": list(overrides), "wall_s": round(wall_s, 3)}
-    (out / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     (out / "summary.json").write_text(json.dumps({"variants": result.summaries}, indent=2))
     for v in result.variants:
         d = out / v.name
         d.mkdir(exist_ok=True)
         write_records(d / "requests.csv", v.requests)
         write_records(d / "iterations.csv", v.iterations)
+
+
+def _write_meta(result, out: Path, source: str, overrides: list[str], wall_s: float) -> None:
+    """meta.yaml, the last file: a folder is only ever put in place with it."""
+    meta = {"seed": result.scenario.run.seed, "version": package_version(), "source": source,
+            "overrides": list(overrides), "wall_s": round(wall_s, 3), "complete": True}
+    (out / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))

@@ -160,18 +160,21 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
 
 
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
-        out=None, write: bool = True, progress=None, engine_sets=()):
+        out=None, write: bool = True, progress=None, engine_sets=(), force: bool = False,
+        then=None):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
     ``(ScenarioResult, run folder or None)``. ``engine_sets`` are ``(override, label)`` pairs
-    applied first (what a ``vllm serve`` command line says, ``sim.engines``). Never prints.
+    applied first (what a ``vllm serve`` command line says, ``sim.engines``). The folder is
+    written atomically (``sim.output.write_run``: ``force`` replaces a non-empty ``out``,
+    ``then(folder)`` adds to it first, e.g. the report). Never prints.
     """
     import time
     from pathlib import Path
 
     from sim.loading import default_scenario_path, display_path, read_yaml
-    from sim.output import default_run_dir, write_run
+    from sim.output import check_out, default_run_dir, write_run
 
     sets = [t for t, _ in engine_sets] + list(overrides) \
         + ([f"run.seed={seed}"] if seed is not None else [])
@@ -182,9 +185,11 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     doc = read_yaml(path)
     start = time.perf_counter()
     scenario, built = build_overridden(doc, sets, source, labels)
+    folder = Path(out) if out is not None else default_run_dir(scenario.name)
+    if write:
+        check_out(folder, "--out", force)  # refuse before simulating, not after
     result = run_setups(scenario, built, progress)
     if not write:
         return result, None
-    folder = write_run(result, out or default_run_dir(scenario.name), source, sets,
-                       time.perf_counter() - start)
-    return result, folder
+    return result, write_run(result, folder, source, sets, time.perf_counter() - start,
+                             force, then)

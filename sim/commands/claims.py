@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 _HELP = """\
 Check published claims (SpecInfer's distributed and offloading speedups, its Table 2
@@ -43,13 +44,15 @@ def add_parser(subparsers) -> None:
                    help="print the rows as a JSON list of {claim, paper, specsim, verdict, "
                         "assumptions, ...}")
     p.add_argument("--out", default=None, help="output folder (default: runs/claims-<time>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it exists and is not empty")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the claim groups, write the folder, print the table (or JSON)."""
     from reports.claims_report import format_table, write_claims
-    from sim.output import default_run_dir
+    from sim.output import default_run_dir, staged_folder
     from sim.studies.claims import POINT_TOLERANCE, VERDICTS, run_claims
 
     only = [name.strip() for item in args.only for name in item.split(",") if name.strip()]
@@ -59,9 +62,10 @@ def main(args: argparse.Namespace) -> int:
         if not args.json and sys.stderr.isatty():
             print(f"claims: {group} ...", file=sys.stderr)
 
-    rows = run_claims(only or None, quick=args.quick, progress=progress)
-    out = args.out or default_run_dir("claims")
-    write_claims(rows, out, POINT_TOLERANCE, VERDICTS)
+    out = Path(args.out or default_run_dir("claims"))
+    with staged_folder(out, "--out", args.force) as tmp:
+        rows = run_claims(only or None, quick=args.quick, progress=progress)
+        write_claims(rows, tmp, POINT_TOLERANCE, VERDICTS)
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:

@@ -57,6 +57,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field of the base scenario (repeatable)")
     p.add_argument("--out", default=None, help="write plan.csv here (default: runs/plan-...)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it exists and is not empty")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=main)
@@ -68,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
 
     from reports.tables import json_records, write_table
     from sim.loading import display_path, read_yaml, validate_overridden
-    from sim.output import default_run_dir
+    from sim.output import default_run_dir, rebased, staged_folder
     from sim.studies.plan import (
         Candidate,
         load_candidates,
@@ -93,21 +95,23 @@ def main(args: argparse.Namespace) -> int:
                                 {k: getattr(v, k).model_dump(mode="json", exclude_none=True)
                                  for k in ("drafter", "acceptance") if getattr(v, k)})
                       for i, v in enumerate(scenario.variants)]
-    bar = tqdm(total=len(candidates), desc="plan", unit="candidate", file=sys.stderr,
-               disable=args.no_progress)
-    try:
-        table = plan(base, candidates, slo, source, args.target_rate, args.rel_tol,
-                     lambda name: bar.update(1), doc=doc, sets=args.overrides)
-    finally:
-        bar.close()
     out = Path(args.out or default_run_dir(f"plan-{scenario.name}"))
-    paths = write_table(table, out / "plan")
-    if table["pareto"].any():
-        from reports import figures
+    with staged_folder(out, "--out", args.force) as tmp:
+        bar = tqdm(total=len(candidates), desc="plan", unit="candidate", file=sys.stderr,
+                   disable=args.no_progress)
+        try:
+            table = plan(base, candidates, slo, source, args.target_rate, args.rel_tol,
+                         lambda name: bar.update(1), doc=doc, sets=args.overrides)
+        finally:
+            bar.close()
+        paths = write_table(table, tmp / "plan")
+        if table["pareto"].any():
+            from reports import figures
 
-        paths.append(figures.save(figures.pareto_front(
-            table, title=f"{scenario.name}: throughput per GPU vs per-user speed"),
-            out / "pareto.png"))
+            paths.append(figures.save(figures.pareto_front(
+                table, title=f"{scenario.name}: throughput per GPU vs per-user speed"),
+                tmp / "pareto.png"))
+        paths = rebased(paths, tmp, out)
     slo_text = ", ".join(f"{k.removesuffix('_s')} <= {v * 1e3:g} ms" for k, v in slo.items())
     if args.json:
         rows = json_records(table)

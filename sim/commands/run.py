@@ -56,7 +56,11 @@ def add_parser(subparsers) -> None:
                         "deployment")
     p.add_argument("--bench", default=None, metavar="CMD",
                    help="a 'vllm bench serve ...' command line as the workload")
-    p.add_argument("--out", default=None, help="run folder (default: runs/<name>-<timestamp>)")
+    p.add_argument("--out", default=None,
+                   help="run folder (default: runs/<name>-<timestamp>); written whole or not "
+                        "at all, and refused when it exists and is not empty")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it exists and is not empty")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-report", action="store_true",
@@ -72,7 +76,9 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Load, run, write (``sim.runner.run``), report (``reports.write_run_report``), print."""
+    """Load, run, write (``sim.runner.run``) with the report (``sim.studies.run_report``)."""
+    import pandas as pd
+
     from sim.runner import run
     from specdec.errors import UserError
 
@@ -85,24 +91,28 @@ def main(args: argparse.Namespace) -> int:
                         "or --warmup")
     engine_sets, notes = _engine_sets(args)
     progress, bars = _progress(args.no_progress)
-    try:
-        result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
-                          engine_sets=engine_sets)
-    finally:
-        for bar in bars.values():
-            bar.close()
-    report = None
-    if not args.no_report:
+    reports: list = []
+
+    def report(folder):  # inside the staged folder: a failed report leaves no run behind
         from sim.studies.run_report import write_report
 
-        last = max((float(v.requests.column("arrival_at").max(initial=0.0))
-                    for v in result.variants), default=0.0)
+        last = max(float(pd.read_csv(f / "requests.csv")["arrival_at"].max())
+                   for f in folder.iterdir() if (f / "requests.csv").exists())
         if args.warmup > last:
             raise UserError(f"--warmup {args.warmup:g}: the run's last request arrived at "
                             f"{last:.4g} s, so the report would hold no request; give a "
-                            f"warm-up below that (records are in {out}/)")
+                            f"warm-up below that")
+        reports.append(write_report(folder, warmup_s=args.warmup,
+                                    load_requests=args.report_requests).name)
 
-        report = write_report(out, warmup_s=args.warmup, load_requests=args.report_requests)
+    try:
+        result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
+                          engine_sets=engine_sets, force=args.force,
+                          then=None if args.no_report else report)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    report = out / reports[0] if reports else None
     if args.json:
         doc = {"variants": [_public(s) for s in result.summaries], "out": str(out)}
         if notes:

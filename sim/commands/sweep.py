@@ -50,6 +50,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--same-seed", action="store_true",
                    help="every point uses the scenario's seed (common random numbers)")
     p.add_argument("--out", default=None, help="output folder (default: runs/sweep-<name>-<time>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it exists and is not empty")
     p.add_argument("--json", action="store_true",
                    help="print {points, rows, files} as JSON: the point count, the rows as "
                         "JSON records, the files written")
@@ -62,26 +64,28 @@ def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from reports.tables import json_records, seeds_table, write_table
-    from sim.output import default_run_dir
+    from sim.output import default_run_dir, rebased, staged_folder
     from sim.studies.sweep import load_sweep, run_sweep
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
     n = len(spec.points())
-    bar = tqdm(total=n, desc="sweep", unit="point", file=sys.stderr,
-               disable=args.no_progress)
-    try:
-        table = run_sweep(spec, args.workers, args.scheduler, args.same_seed,
-                          lambda: bar.update(1))
-    finally:
-        bar.close()
     out = Path(args.out or default_run_dir(f"sweep-{spec.base.get('name', 'scenario')}"))
-    paths = write_table(table, out / "sweep")
     axes = [k for k, _ in spec.vary]
-    if "run.seed" in axes:
-        # Seeds as an axis: also the mean and 95% t-interval over seeds per other point.
-        keys = [k for k in axes if k != "run.seed"] + ["variant"]
-        paths += write_table(seeds_table(table.drop(columns=["run.seed"]), by=keys),
-                             out / "sweep_ci")
+    with staged_folder(out, "--out", args.force) as tmp:
+        bar = tqdm(total=n, desc="sweep", unit="point", file=sys.stderr,
+                   disable=args.no_progress)
+        try:
+            table = run_sweep(spec, args.workers, args.scheduler, args.same_seed,
+                              lambda: bar.update(1))
+        finally:
+            bar.close()
+        paths = write_table(table, tmp / "sweep")
+        if "run.seed" in axes:
+            # Seeds as an axis: also the mean and 95% t-interval over seeds per other point.
+            keys = [k for k in axes if k != "run.seed"] + ["variant"]
+            paths += write_table(seeds_table(table.drop(columns=["run.seed"]), by=keys),
+                                 tmp / "sweep_ci")
+        paths = rebased(paths, tmp, out)
     if args.json:
         rows = json_records(table)
         print(json.dumps({"points": n, "rows": rows, "files": [str(p) for p in paths]},

@@ -100,4 +100,4 @@ def test_claims_out_that_is_a_file_is_one_line(capsys, tmp_path):
     out.write_text("x")
     code, _, err = run(capsys, "claims", "--only", "leviathan", "--out", str(out))
     assert code == 2 and err.count("\n") == 1
-    assert f"{out}: cannot write output there: it is a file" in err
+    assert f"--out {out}: exists and is not a folder" in err
