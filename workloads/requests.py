@@ -31,13 +31,21 @@ REQUIRED_COLUMNS = ("arrival_at", "prompt_tokens", "output_tokens")
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request of a workload (immutable). ``arrival_at`` is absolute seconds."""
+    """One request of a workload (immutable). ``arrival_at`` is absolute seconds.
+
+    ``hash_ids`` is the prompt's block hashes where the source records them (a Mooncake
+    trace: one id per ``hash_block_tokens`` tokens of the prompt, the last block possibly
+    partial; equal ids at the same position mean a shared prefix), else None. Kept for
+    prefix caching; the engine does not read them yet.
+    """
 
     id: int
     arrival_at: float
     prompt_tokens: int
     output_tokens: int
     task: str = DEFAULT_TASK
+    hash_ids: tuple[int, ...] | None = None
+    hash_block_tokens: int | None = None
 
 
 def check_task_weights(tasks: Mapping[str, float]) -> tuple[list[str], np.ndarray]:

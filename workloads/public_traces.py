@@ -1,0 +1,318 @@
+"""Readers for public request traces with timestamps: Mooncake, Azure LLM inference, BurstGPT.
+
+Each reader streams its file and yields one :class:`TraceRow` per request, in file order,
+after checking the row: a malformed one is refused with one line naming the file, the line
+and the field (``trace.jsonl: line 7: input_length: not an integer: 12.5``). Every row
+must have integer lengths >= 0 and a timestamp no earlier than the row before it. A length
+of 0 is refused too, unless the caller asks to skip such rows (``skip_zero``); skipped
+rows are counted in :class:`TraceCounts`. Times stay in the file's own unit (see
+``FORMATS``) so that differences are exact; :mod:`workloads.trace_replay` turns rows into
+requests.
+
+Formats (the mapping to ``RequestSpec``: arrival, prompt tokens, output tokens):
+
+- **Mooncake** JSONL (kvcache-ai/Mooncake, ``FAST25-release/README.md`` and the traces in
+  ``FAST25-release/traces/``; ``mooncake_trace.jsonl`` at the repository root): one JSON
+  object a line with exactly the keys ``timestamp`` (arrival, milliseconds since the
+  trace's first request), ``input_length`` (prompt tokens), ``output_length`` (output
+  tokens) and ``hash_ids`` (the prompt's remapped block hashes, integers >= 0; requests
+  that share a prefix share its leading ids). One id covers 512 tokens, the last one a
+  partial block: every line of the published traces has ``ceil(input_length / 512)`` ids
+  (NVIDIA Dynamo's ``benchmarks/data_generator/README.md`` states the 512-token block),
+  and the reader checks that count (``hash_block_tokens`` sets another block size).
+- **Azure** LLM inference traces 2023 and 2024 CSV (Azure/AzurePublicDataset,
+  ``AzureLLMInferenceDataset2023.md`` and ``AzureLLMInferenceDataset2024.md``): columns
+  ``TIMESTAMP`` (invocation time: ``2023-11-16 18:15:46.6805900`` in 2023,
+  ``2024-05-10 00:00:00.009930+00:00`` in 2024; fractions of up to 9 digits and a UTC
+  offset are read exactly, into integer nanoseconds), ``ContextTokens`` (prompt) and
+  ``GeneratedTokens`` (output).
+- **BurstGPT** CSV (HPMLL/BurstGPT, ``README.md``, "Schema"): columns ``Timestamp``
+  (seconds from 0:00:00 on the first day), ``Model`` (``ChatGPT`` or ``GPT-4``), ``Request
+  tokens`` (prompt), ``Response tokens`` (output), ``Total tokens`` (checked to be their
+  sum) and ``Log Type`` (``Conversation log`` or ``API log``). Rows with 0 response tokens
+  are the trace's failed requests (``BurstGPT_without_fails_*.csv`` leaves them out): an
+  error unless ``skip_zero``. ``models`` / ``log_types`` keep only rows with those values
+  (vLLM's ``BurstGPTDataset`` keeps GPT-4 rows with a response).
+
+Reading stops when the consumer stops asking, so a window at the start of a large trace
+does not read the rest of it (nor check it).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.errors import UserError
+
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+MOONCAKE_BLOCK_TOKENS = 512
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
+                    "Log Type")
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One request as a trace file gives it. ``at`` is in the format's own time unit
+    (``FORMATS``); None for a format without timestamps (ShareGPT)."""
+
+    line: int
+    at: int | float | None
+    prompt_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] | None = None
+
+
+@dataclass
+class TraceCounts:
+    """What reading and selecting a trace did with its rows (for messages and reports)."""
+
+    rows: int = 0  # data rows read and checked
+    first_at: int | float | None = None  # the first row's time, in the format's unit
+    zero_skipped: int = 0  # rows with 0 prompt or output tokens left out (skip_zero)
+    filtered: int = 0  # rows left out by a format filter (BurstGPT models / log types, vLLM's)
+    before_window: int = 0  # rows before start_s
+    sampled_out: int = 0  # rows the sample did not draw
+    kept: int = 0
+    stopped: str | None = None  # why reading stopped before the end of the file
+
+    def describe(self) -> str:
+        """``'40 rows read: 3 with 0 tokens skipped, ...; stopped at ...'``."""
+        parts = [f"{n} {what}" for n, what in (
+            (self.zero_skipped, "with 0 tokens skipped"), (self.filtered, "filtered out"),
+            (self.before_window, "before start_s"), (self.sampled_out, "not sampled"))
+            if n]
+        text = f"{self.rows} rows read" + (": " + ", ".join(parts) if parts else "")
+        return text + (f"; stopped at {self.stopped}" if self.stopped else "")
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The text lines of ``path`` (a leading UTF-8 byte-order mark dropped), decoded one at
+    a time so that a byte that is not UTF-8 is reported at its own line."""
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}: line {n}: cannot read: not UTF-8 text (byte "
+                                f"{e.start + 1} of the line)") from None
+            yield text.removeprefix("\ufeff") if n == 1 else text
+
+
+def token_count(path: Path, line: int, field: str, value, skip_zero: bool, hint: str = ""):
+    """A token count (an int, or a CSV cell holding one) as an int >= 1, None for 0 when
+    ``skip_zero``; anything else is a UserError naming ``path``, ``line`` and ``field``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise UserError(f"{path}: line {line}: {field}: missing value")
+        try:
+            value = int(text)
+        except ValueError:
+            raise UserError(f"{path}: line {line}: {field}: not an integer: {text!r}") from None
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{path}: line {line}: {field}: not an integer: {value!r}")
+    if value < 0:
+        raise UserError(f"{path}: line {line}: {field}: must be >= 0, got {value}")
+    if value == 0 and not skip_zero:
+        hint = hint or "a request with no tokens; zero_tokens: skip leaves such rows out"
+        raise UserError(f"{path}: line {line}: {field}: must be >= 1, got 0 ({hint})")
+    return value or None
+
+
+def _ordered(path: Path, line: int, field: str, at, prev) -> None:
+    if prev is not None and at < prev:
+        raise UserError(f"{path}: line {line}: {field}: times must not decrease, got {at} "
+                        f"after {prev}")
+
+
+def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts | None = None,
+                  hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Iterator[TraceRow]:
+    """Rows of a Mooncake JSONL trace (format in the module docstring); ``at`` in ms."""
+    p, counts = Path(path), counts if counts is not None else TraceCounts()
+    prev = None
+    for line, text in enumerate(_lines(p), start=1):
+        if not text.strip():
+            raise UserError(f"{p}: line {line}: empty line (expected one JSON object)")
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{p}: line {line}: not valid JSON: {e.msg} (column "
+                            f"{e.colno})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{p}: line {line}: expected a JSON object, got "
+                            f"{type(obj).__name__}")
+        for key in obj:
+            if key not in MOONCAKE_KEYS:
+                raise UserError(f"{p}: line {line}: {key}: unknown field (expected "
+                                f"{', '.join(MOONCAKE_KEYS)})")
+        for key in MOONCAKE_KEYS:
+            if key not in obj:
+                raise UserError(f"{p}: line {line}: {key}: missing field")
+        at = obj["timestamp"]
+        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+            raise UserError(f"{p}: line {line}: timestamp: not a finite number: {at!r}")
+        _ordered(p, line, "timestamp", at, prev)
+        prev = at
+        counts.rows += 1
+        counts.first_at = at if counts.first_at is None else counts.first_at
+        prompt = token_count(p, line, "input_length", obj["input_length"], skip_zero)
+        output = token_count(p, line, "output_length", obj["output_length"], skip_zero)
+        ids = obj["hash_ids"]
+        if not isinstance(ids, list) or any(
+                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+            raise UserError(f"{p}: line {line}: hash_ids: must be a list of integers >= 0")
+        if prompt is None or output is None:
+            counts.zero_skipped += 1
+            continue
+        blocks = -(-prompt // hash_block_tokens)
+        if len(ids) != blocks:
+            raise UserError(
+                f"{p}: line {line}: hash_ids: {len(ids)} ids for input_length {prompt}, "
+                f"expected ceil({prompt} / {hash_block_tokens}) = {blocks}")
+        yield TraceRow(line, at, prompt, output, tuple(ids))
+    if counts.rows == 0:
+        raise UserError(f"{p}: empty file (expected one JSON object per line)")
+
+
+def _csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, {column: cell}) of a CSV whose header is exactly ``columns`` (in any order)."""
+    reader = csv.reader(_lines(p), strict=True)
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        if not header:
+            raise UserError(f"{p}: empty file (expected a header {','.join(columns)})")
+        for h in header:
+            if h not in columns:
+                raise UserError(f"{p}: line 1: unknown column '{h}' (expected "
+                                f"{', '.join(columns)})")
+        for c in columns:
+            if c not in header:
+                raise UserError(f"{p}: line 1: missing column '{c}'")
+        any_row = False
+        for cells in reader:
+            if len(cells) != len(header):
+                raise UserError(f"{p}: line {reader.line_num}: {len(cells)} cells for "
+                                f"{len(header)} columns")
+            any_row = True
+            yield reader.line_num, dict(zip(header, cells, strict=True))
+    except csv.Error as e:
+        raise UserError(f"{p}: line {reader.line_num}: not valid CSV: {e}") from None
+    if not any_row:
+        raise UserError(f"{p}: no requests after the header")
+
+
+_AZURE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
+                         r"(Z|[+-]\d\d:?\d\d)?")
+
+
+def azure_time_ns(text: str) -> int | None:
+    """``YYYY-MM-DD HH:MM:SS[.fraction][Z|±HH:MM]`` as integer nanoseconds since the Unix
+    epoch (UTC; no offset reads as UTC), or None when ``text`` is not such a time."""
+    m = _AZURE_TIME.fullmatch(text.strip())
+    if m is None:
+        return None
+    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    try:
+        day = datetime.date(y, mo, d).toordinal() - datetime.date(1970, 1, 1).toordinal()
+    except ValueError:
+        return None
+    if h > 23 or mi > 59 or s > 59:
+        return None
+    ns = ((day * 24 + h) * 60 + mi) * 60 + s
+    ns = ns * 10**9 + int((m.group(7) or "").ljust(9, "0"))
+    tz = m.group(8)
+    if tz and tz != "Z":
+        sign = -1 if tz[0] == "-" else 1
+        hh, mm = int(tz[1:3]), int(tz[-2:])
+        ns -= sign * (hh * 60 + mm) * 60 * 10**9
+    return ns
+
+
+def read_azure(path: str | Path, skip_zero: bool = False,
+               counts: TraceCounts | None = None) -> Iterator[TraceRow]:
+    """Rows of an Azure LLM inference trace CSV (2023 or 2024); ``at`` in nanoseconds."""
+    p, counts = Path(path), counts if counts is not None else TraceCounts()
+    prev, prev_text = None, ""
+    for line, row in _csv_rows(p, AZURE_COLUMNS):
+        text = row["TIMESTAMP"].strip()
+        at = azure_time_ns(text)
+        if at is None:
+            raise UserError(f"{p}: line {line}: TIMESTAMP: not a time like "
+                            f"'2023-11-16 18:15:46.6805900': {text!r}")
+        if prev is not None and at < prev:
+            raise UserError(f"{p}: line {line}: TIMESTAMP: times must not decrease, got "
+                            f"{text} after {prev_text}")
+        prev, prev_text = at, text
+        counts.rows += 1
+        counts.first_at = at if counts.first_at is None else counts.first_at
+        prompt = token_count(p, line, "ContextTokens", row["ContextTokens"], skip_zero)
+        output = token_count(p, line, "GeneratedTokens", row["GeneratedTokens"], skip_zero)
+        if prompt is None or output is None:
+            counts.zero_skipped += 1
+            continue
+        yield TraceRow(line, at, prompt, output)
+
+
+def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts | None = None,
+                  models: tuple[str, ...] | None = None,
+                  log_types: tuple[str, ...] | None = None) -> Iterator[TraceRow]:
+    """Rows of a BurstGPT CSV; ``at`` in seconds. ``models`` / ``log_types``: keep only
+    rows whose ``Model`` / ``Log Type`` is one of these (None: all)."""
+    p, counts = Path(path), counts if counts is not None else TraceCounts()
+    prev = None
+    failed = "a failed request; zero_tokens: skip leaves failures out, as the " \
+             "BurstGPT_without_fails files do"
+    for line, row in _csv_rows(p, BURSTGPT_COLUMNS):
+        text = row["Timestamp"].strip()
+        try:
+            at = int(text) if text.lstrip("+-").isdigit() else float(text)
+        except ValueError:
+            raise UserError(f"{p}: line {line}: Timestamp: not a number: {text!r}") from None
+        if not math.isfinite(at):
+            raise UserError(f"{p}: line {line}: Timestamp: not finite: {text!r}")
+        _ordered(p, line, "Timestamp", at, prev)
+        prev = at
+        counts.rows += 1
+        counts.first_at = at if counts.first_at is None else counts.first_at
+        prompt = token_count(p, line, "Request tokens", row["Request tokens"], skip_zero)
+        output = token_count(p, line, "Response tokens", row["Response tokens"], skip_zero, failed)
+        total = token_count(p, line, "Total tokens", row["Total tokens"], True)
+        if (total or 0) != (prompt or 0) + (output or 0):
+            raise UserError(f"{p}: line {line}: Total tokens: {total or 0} is not Request "
+                            f"tokens + Response tokens ({prompt or 0} + {output or 0})")
+        if prompt is None or output is None:
+            counts.zero_skipped += 1
+            continue
+        if (models is not None and row["Model"].strip() not in models) or (
+                log_types is not None and row["Log Type"].strip() not in log_types):
+            counts.filtered += 1
+            continue
+        yield TraceRow(line, at, prompt, output)
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """A timestamped trace format: its reader and the units of its ``TraceRow.at`` per
+    second (an integer where the unit allows, so relative times divide exactly)."""
+
+    read: Callable[..., Iterator[TraceRow]]
+    units_per_s: int
+
+
+FORMATS = {
+    "mooncake": TraceFormat(read_mooncake, 1000),
+    "azure": TraceFormat(read_azure, 10**9),
+    "burstgpt": TraceFormat(read_burstgpt, 1),
+}
