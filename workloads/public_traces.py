@@ -111,9 +111,10 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def token_count(path: Path, line: int, field: str, value, skip_zero: bool, hint: str = ""):
-    """A token count (an int, or a CSV cell holding one) as an int >= 1, None for 0 when
-    ``skip_zero``; anything else is a UserError naming ``path``, ``line`` and ``field``."""
-    if isinstance(value, str):
+    """A token count (a JSON integer, or the text of a CSV cell holding one) as an int >= 1,
+    None for 0 when ``skip_zero``; anything else is a UserError naming ``path``, ``line`` and
+    ``field``. Pass CSV cells as :class:`Cell` so that a JSON string is not read as one."""
+    if isinstance(value, Cell):
         text = value.strip()
         if not text:
             raise UserError(f"{path}: line {line}: {field}: missing value")
@@ -129,6 +130,10 @@ def token_count(path: Path, line: int, field: str, value, skip_zero: bool, hint:
         hint = hint or "a request with no tokens; zero_tokens: skip leaves such rows out"
         raise UserError(f"{path}: line {line}: {field}: must be >= 1, got 0 ({hint})")
     return value or None
+
+
+class Cell(str):
+    """The text of a CSV cell (a marker type for :func:`token_count`)."""
 
 
 def _ordered(path: Path, line: int, field: str, at, prev) -> None:
@@ -206,7 +211,7 @@ def _csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str
                 raise UserError(f"{p}: line {reader.line_num}: {len(cells)} cells for "
                                 f"{len(header)} columns")
             any_row = True
-            yield reader.line_num, dict(zip(header, cells, strict=True))
+            yield reader.line_num, dict(zip(header, map(Cell, cells), strict=True))
     except csv.Error as e:
         raise UserError(f"{p}: line {reader.line_num}: not valid CSV: {e}") from None
     if not any_row:

@@ -250,3 +250,10 @@ def test_the_shipped_synthetic_trace_is_what_its_generator_writes():
     assert len(rows) == 300
     assert max(r.prompt_tokens + r.output_tokens for r in rows) <= 5120 + 1024
     assert sum(r.hash_ids[:2] == (0, 1) for r in rows) == 300  # all share the system prompt
+
+
+def test_a_json_string_is_not_a_length(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": "10", "output_length": 3, "hash_ids": [0]}\n')
+    with pytest.raises(UserError, match="line 1: input_length: not an integer: '10'"):
+        list(read_mooncake(f))
