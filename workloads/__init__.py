@@ -1,4 +1,5 @@
-"""Workloads: arrivals, length distributions and acceptance models (incl. trace replay)."""
+"""Workloads: arrivals, length distributions, acceptance models (incl. trace replay) and
+public request traces (Mooncake, Azure, BurstGPT, ShareGPT)."""
 
 from workloads.acceptance import (
     AcceptanceModel,
@@ -39,10 +40,22 @@ from workloads.lengths import (
     UniformLength,
 )
 from workloads.measure import ChainMeasurement, measure_chain, replay_chain
+from workloads.public_traces import (
+    FORMATS,
+    TraceCounts,
+    TraceFormat,
+    TraceRow,
+    read_azure,
+    read_burstgpt,
+    read_mooncake,
+)
 from workloads.requests import RequestSpec, build_requests, read_request_csv, write_request_csv
+from workloads.sharegpt import assign_conversations, read_sharegpt
 from workloads.task_mix import TaskMixAcceptance
+from workloads.trace_replay import replay_rows
 
 __all__ = [
+    "FORMATS",
     "SPECINFER_TABLE2",
     "AcceptanceModel",
     "ArrivalProcess",
@@ -66,7 +79,11 @@ __all__ = [
     "RequestSpec",
     "TaskMixAcceptance",
     "TraceAcceptance",
+    "TraceCounts",
+    "TraceFormat",
+    "TraceRow",
     "UniformLength",
+    "assign_conversations",
     "WidthFit",
     "WidthModel",
     "build_requests",
@@ -78,7 +95,12 @@ __all__ = [
     "fit_width_sweep",
     "measure_chain",
     "replay_chain",
+    "read_azure",
+    "read_burstgpt",
+    "read_mooncake",
     "read_request_csv",
+    "read_sharegpt",
+    "replay_rows",
     "solve_alpha",
     "expected_iid",
     "specinfer_tree",

@@ -8,10 +8,13 @@ into the run's request specs; ``closed_loop()`` gives the engine the user loop, 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
 
 from sim.kinds.base import NonNeg, Pos, PosInt, Strict, kind_union
 from sim.paths import resolve_file
+from specdec.errors import UserError
 
 # ---- lengths --------------------------------------------------------------------------
 
@@ -212,7 +215,100 @@ class ClosedLoopWorkload(_Synthetic):
         return ClosedLoop(self.users, self.think_mean_s, self.think_cv)
 
 
+_TIMED = ("time_scale", "start_s", "duration_s", "sample")
+TRACE_FIELDS = {  # the fields each trace format takes besides arrivals, format, file, zero_tokens
+    "mooncake": (*_TIMED, "hash_block_tokens"),
+    "azure": _TIMED,
+    "burstgpt": (*_TIMED, "models", "log_types"),
+    "sharegpt": ("rate_per_s", "burstiness", "chars_per_token", "shuffle", "vllm_filter"),
+}
+
+
+class TraceWorkload(_Workload):
+    """Requests from a public trace ``file`` (docs/how-to/replay-a-public-trace.md): the
+    timed formats, Mooncake JSONL, Azure LLM inference CSV (2023, 2024) and BurstGPT CSV,
+    replay their arrival times and lengths; ShareGPT conversations give lengths only and
+    arrive at ``rate_per_s``. A field left null takes the default in its note; a field that
+    does not apply to the format is an error. ``run.requests`` takes the first that many
+    (an error when the trace holds fewer); with ``run.requests: null``, those arriving
+    before ``run.horizon_s``."""
+
+    arrivals: Literal["trace"]
+    format: Literal["mooncake", "azure", "burstgpt", "sharegpt"]  # the file's format
+    file: str  # the trace file, relative to the working directory or the repository root
+    zero_tokens: Literal["error", "skip"] = "error"  # a row with 0 prompt/output tokens (failed)
+    time_scale: Pos | None = None  # timed formats: replay k× faster (every gap / k); default 1
+    start_s: NonNeg | None = None  # timed: window start, s after the trace's first row; default 0
+    duration_s: Pos | None = None  # timed: window length in trace seconds; default: to the end
+    sample: Annotated[float, Field(gt=0, le=1)] | None = None  # timed: keep a row w.p. (seeded)
+    hash_block_tokens: PosInt | None = None  # mooncake: prompt tokens per hash id; default 512
+    models: Annotated[list[str], Field(min_length=1)] | None = None  # burstgpt: keep these Models
+    log_types: Annotated[list[str], Field(min_length=1)] | None = None  # burstgpt: these Log Types
+    rate_per_s: Pos | None = None  # sharegpt (required): mean arrival rate
+    burstiness: Pos | None = None  # sharegpt: vLLM's gamma shape of the gaps; default 1 = Poisson
+    chars_per_token: Pos | None = None  # sharegpt: for turns without num_tokens; default 4
+    shuffle: bool | None = None  # sharegpt: take conversations in seeded random order; default true
+    vllm_filter: bool | None = None  # sharegpt: select as vLLM's benchmark does; default false
+
+    @model_validator(mode="after")
+    def _fields_fit_the_format(self):
+        own = TRACE_FIELDS[self.format]
+        for name in (n for fields in TRACE_FIELDS.values() for n in fields):
+            if getattr(self, name) is not None and name not in own:
+                raise ValueError(f"{name}: does not apply to format {self.format!r} (its "
+                                 f"fields: {', '.join(own)})")
+        if self.format == "sharegpt" and self.rate_per_s is None:
+            raise ValueError("rate_per_s: required for format 'sharegpt' (the file has no "
+                             "arrival times)")
+        return self
+
+    def requests(self, n, horizon_s, rng, tasks):
+        from workloads.public_traces import FORMATS, TraceCounts
+        from workloads.trace_replay import replay_rows
+
+        if self.format == "sharegpt":
+            return self._sharegpt(n, horizon_s, rng, tasks)
+        path, counts, fmt = resolve_file(self.file), TraceCounts(), FORMATS[self.format]
+        options = {"hash_block_tokens": self.hash_block_tokens or 512} \
+            if self.format == "mooncake" else {}
+        if self.format == "burstgpt":
+            options = {"models": self.models and tuple(self.models),
+                       "log_types": self.log_types and tuple(self.log_types)}
+        rows = fmt.read(path, skip_zero=self.zero_tokens == "skip", counts=counts, **options)
+        specs = replay_rows(rows, fmt.units_per_s, rng, n=n, horizon_s=horizon_s,
+                            time_scale=self.time_scale or 1.0, start_s=self.start_s or 0.0,
+                            duration_s=self.duration_s, sample=self.sample, tasks=tasks,
+                            counts=counts, hash_block_tokens=options.get("hash_block_tokens"))
+        if n is not None and len(specs) < n:
+            raise UserError(f"{path}: holds {len(specs)} requests ({counts.describe()}), fewer "
+                            f"than run.requests {n}; set run.requests to at most {len(specs)}")
+        if not specs:
+            raise UserError(f"{path}: no requests ({counts.describe()})")
+        return specs
+
+    def _sharegpt(self, n, horizon_s, rng, tasks):
+        from workloads.arrivals import GammaArrivals, PoissonArrivals
+        from workloads.public_traces import TraceCounts
+        from workloads.sharegpt import assign_conversations, read_sharegpt
+
+        path, counts = resolve_file(self.file), TraceCounts()
+        rows = read_sharegpt(path, self.chars_per_token or 4.0, bool(self.vllm_filter),
+                             self.zero_tokens == "skip", counts)
+        b = self.burstiness or 1.0
+        process = PoissonArrivals(self.rate_per_s) if b == 1.0 else \
+            GammaArrivals(self.rate_per_s, cv=b ** -0.5)
+        arrival_rng, pick_rng = rng.spawn(2)
+        times = process.sample(arrival_rng, n=n, horizon_s=None if n is not None else horizon_s)
+        if len(times) > len(rows):
+            asked = f"run.requests {n}" if n is not None else \
+                f"the {len(times)} arriving before run.horizon_s {horizon_s:g}"
+            raise UserError(f"{path}: holds {len(rows)} usable conversations "
+                            f"({counts.describe()}), fewer than {asked}; ask for at most "
+                            f"{len(rows)}")
+        return assign_conversations(rows, times, pick_rng, self.shuffle is not False, tasks)
+
+
 ARRIVAL_KINDS = (PoissonWorkload, GammaWorkload, OnOffWorkload, OfflineWorkload,
-                 ReplayWorkload, ClosedLoopWorkload)
+                 ReplayWorkload, ClosedLoopWorkload, TraceWorkload)
 Workload = kind_union(ARRIVAL_KINDS, key="arrivals", default="poisson")
 
