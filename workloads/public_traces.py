@@ -45,7 +45,7 @@ import datetime
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +68,7 @@ class TraceRow:
     prompt_tokens: int
     output_tokens: int
     hash_ids: tuple[int, ...] | None = None
+    hash_block_tokens: int | None = None  # the prompt tokens each hash id covers
 
 
 @dataclass
@@ -186,7 +187,7 @@ def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts
             raise UserError(
                 f"{p}: line {line}: hash_ids: {len(ids)} ids for input_length {prompt}, "
                 f"expected ceil({prompt} / {hash_block_tokens}) = {blocks}")
-        yield TraceRow(line, at, prompt, output, tuple(ids))
+        yield TraceRow(line, at, prompt, output, tuple(ids), hash_block_tokens)
     if counts.rows == 0:
         raise UserError(f"{p}: empty file (expected one JSON object per line)")
 
@@ -271,8 +272,8 @@ def read_azure(path: str | Path, skip_zero: bool = False,
 
 
 def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts | None = None,
-                  models: tuple[str, ...] | None = None,
-                  log_types: tuple[str, ...] | None = None) -> Iterator[TraceRow]:
+                  models: Sequence[str] | None = None,
+                  log_types: Sequence[str] | None = None) -> Iterator[TraceRow]:
     """Rows of a BurstGPT CSV; ``at`` in seconds. ``models`` / ``log_types``: keep only
     rows whose ``Model`` / ``Log Type`` is one of these (None: all)."""
     p, counts = Path(path), counts if counts is not None else TraceCounts()
@@ -310,7 +311,8 @@ def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts
 @dataclass(frozen=True)
 class TraceFormat:
     """A timestamped trace format: its reader and the units of its ``TraceRow.at`` per
-    second (an integer where the unit allows, so relative times divide exactly)."""
+    second (an integer where the unit allows, so relative times divide exactly). The
+    reader takes ``(path, skip_zero, counts)`` and its format's own options as keywords."""
 
     read: Callable[..., Iterator[TraceRow]]
     units_per_s: int

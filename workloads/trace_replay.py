@@ -43,7 +43,6 @@ def replay_rows(
     sample: float | None = None,
     tasks: Mapping[str, float] | None = None,
     counts: TraceCounts | None = None,
-    hash_block_tokens: int | None = None,
 ) -> list[RequestSpec]:
     """The requests a trace's ``rows`` give (steps in the module docstring).
 
@@ -51,7 +50,7 @@ def replay_rows(
     come back (fewer when the trace or its window holds fewer: the caller decides whether
     that is an error); ``n`` None keeps those arriving before ``horizon_s`` (None: all).
     Two generators are spawned from ``rng``: the sample, then the tasks. ``counts`` (if
-    given) is filled in; Mooncake rows keep their ``hash_ids`` with ``hash_block_tokens``.
+    given) is filled in; rows with ``hash_ids`` (Mooncake) pass them on.
     """
     counts = counts if counts is not None else TraceCounts()
     sample_rng, task_rng = rng.spawn(2)
@@ -94,6 +93,6 @@ def replay_rows(
         task_idx = task_rng.choice(len(names), size=len(kept), p=p)  # [N]
     return [
         RequestSpec(i, at, r.prompt_tokens, r.output_tokens, names[k], r.hash_ids,
-                    hash_block_tokens if r.hash_ids is not None else None)
+                    r.hash_block_tokens)
         for i, ((at, r), k) in enumerate(zip(kept, task_idx, strict=True))
     ]

@@ -269,16 +269,13 @@ class TraceWorkload(_Workload):
         if self.format == "sharegpt":
             return self._sharegpt(n, horizon_s, rng, tasks)
         path, counts, fmt = resolve_file(self.file), TraceCounts(), FORMATS[self.format]
-        options = {"hash_block_tokens": self.hash_block_tokens or 512} \
-            if self.format == "mooncake" else {}
-        if self.format == "burstgpt":
-            options = {"models": self.models and tuple(self.models),
-                       "log_types": self.log_types and tuple(self.log_types)}
-        rows = fmt.read(path, skip_zero=self.zero_tokens == "skip", counts=counts, **options)
+        own = {k: getattr(self, k) for k in TRACE_FIELDS[self.format]
+               if k not in _TIMED and getattr(self, k) is not None}  # the reader's options
+        rows = fmt.read(path, skip_zero=self.zero_tokens == "skip", counts=counts, **own)
         specs = replay_rows(rows, fmt.units_per_s, rng, n=n, horizon_s=horizon_s,
                             time_scale=self.time_scale or 1.0, start_s=self.start_s or 0.0,
                             duration_s=self.duration_s, sample=self.sample, tasks=tasks,
-                            counts=counts, hash_block_tokens=options.get("hash_block_tokens"))
+                            counts=counts)
         if n is not None and len(specs) < n:
             raise UserError(f"{path}: holds {len(specs)} requests ({counts.describe()}), fewer "
                             f"than run.requests {n}; set run.requests to at most {len(specs)}")

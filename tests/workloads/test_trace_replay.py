@@ -17,8 +17,7 @@ MS = [0, 0, 250, 1000, 1000, 1500, 2750, 3000, 4000, 4500, 6000, 7250]  # moonca
 def _replay(counts=None, **kw):
     counts = counts if counts is not None else TraceCounts()
     rows = read_mooncake(DATA / "mooncake.jsonl", counts=counts)
-    return replay_rows(rows, 1000, np.random.default_rng(3), counts=counts,
-                       hash_block_tokens=512, **kw)
+    return replay_rows(rows, 1000, np.random.default_rng(3), counts=counts, **kw)
 
 
 def test_everything_by_default_times_and_lengths_exact():
