@@ -112,18 +112,9 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def token_count(path: Path, line: int, field: str, value, skip_zero: bool, hint: str = ""):
-    """A token count (a JSON integer, or the text of a CSV cell holding one) as an int >= 1,
-    None for 0 when ``skip_zero``; anything else is a UserError naming ``path``, ``line`` and
-    ``field``. Pass CSV cells as :class:`Cell` so that a JSON string is not read as one."""
-    if isinstance(value, Cell):
-        text = value.strip()
-        if not text:
-            raise UserError(f"{path}: line {line}: {field}: missing value")
-        try:
-            value = int(text)
-        except ValueError:
-            raise UserError(f"{path}: line {line}: {field}: not an integer: {text!r}") from None
-    elif isinstance(value, bool) or not isinstance(value, int):
+    """A token count (a JSON integer) as an int >= 1, None for 0 when ``skip_zero``;
+    anything else is a UserError naming ``path``, ``line`` and ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int):
         raise UserError(f"{path}: line {line}: {field}: not an integer: {value!r}")
     if value < 0:
         raise UserError(f"{path}: line {line}: {field}: must be >= 0, got {value}")
@@ -133,8 +124,15 @@ def token_count(path: Path, line: int, field: str, value, skip_zero: bool, hint:
     return value or None
 
 
-class Cell(str):
-    """The text of a CSV cell (a marker type for :func:`token_count`)."""
+def cell_count(path: Path, line: int, field: str, text: str, skip_zero: bool, hint: str = ""):
+    """:func:`token_count` of the text of a CSV cell."""
+    text = text.strip()
+    if not text:
+        raise UserError(f"{path}: line {line}: {field}: missing value")
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):  # int() would take '1_000' and '+5'
+        raise UserError(f"{path}: line {line}: {field}: not an integer: {text!r}")
+    return token_count(path, line, field, int(text), skip_zero, hint)
 
 
 def _ordered(path: Path, line: int, field: str, at, prev) -> None:
@@ -192,8 +190,9 @@ def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts
         raise UserError(f"{p}: empty file (expected one JSON object per line)")
 
 
-def _csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line, {column: cell}) of a CSV whose header is exactly ``columns`` (in any order)."""
+def _csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
+    """(line, cells in the order of ``columns``) of a CSV whose header holds exactly
+    ``columns`` (in any order)."""
     reader = csv.reader(_lines(p), strict=True)
     try:
         header = [h.strip() for h in next(reader, [])]
@@ -206,21 +205,33 @@ def _csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str
         for c in columns:
             if c not in header:
                 raise UserError(f"{p}: line 1: missing column '{c}'")
+        order = [header.index(c) for c in columns]
         any_row = False
         for cells in reader:
             if len(cells) != len(header):
                 raise UserError(f"{p}: line {reader.line_num}: {len(cells)} cells for "
                                 f"{len(header)} columns")
             any_row = True
-            yield reader.line_num, dict(zip(header, map(Cell, cells), strict=True))
+            yield reader.line_num, [cells[i] for i in order]
     except csv.Error as e:
         raise UserError(f"{p}: line {reader.line_num}: not valid CSV: {e}") from None
     if not any_row:
         raise UserError(f"{p}: no requests after the header")
 
 
-_AZURE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
+_AZURE_TIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
                          r"(Z|[+-]\d\d:?\d\d)?")
+_EPOCH = datetime.date(1970, 1, 1).toordinal()
+_DAYS: dict[str, int | None] = {}  # date text -> days since the epoch (None: no such date)
+
+
+def _days(date: str) -> int | None:
+    if date not in _DAYS:
+        try:
+            _DAYS[date] = datetime.date.fromisoformat(date).toordinal() - _EPOCH
+        except ValueError:
+            _DAYS[date] = None
+    return _DAYS[date]
 
 
 def azure_time_ns(text: str) -> int | None:
@@ -229,20 +240,16 @@ def azure_time_ns(text: str) -> int | None:
     m = _AZURE_TIME.fullmatch(text.strip())
     if m is None:
         return None
-    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    try:
-        day = datetime.date(y, mo, d).toordinal() - datetime.date(1970, 1, 1).toordinal()
-    except ValueError:
+    date, hh, mm, ss, frac, tz = m.groups()
+    day, h, mi, s = _days(date), int(hh), int(mm), int(ss)
+    if day is None or h > 23 or mi > 59 or s > 59:
         return None
-    if h > 23 or mi > 59 or s > 59:
-        return None
-    ns = ((day * 24 + h) * 60 + mi) * 60 + s
-    ns = ns * 10**9 + int((m.group(7) or "").ljust(9, "0"))
-    tz = m.group(8)
+    ns = (((day * 24 + h) * 60 + mi) * 60 + s) * 10**9
+    if frac:
+        ns += int(frac) * 10 ** (9 - len(frac))
     if tz and tz != "Z":
         sign = -1 if tz[0] == "-" else 1
-        hh, mm = int(tz[1:3]), int(tz[-2:])
-        ns -= sign * (hh * 60 + mm) * 60 * 10**9
+        ns -= sign * (int(tz[1:3]) * 60 + int(tz[-2:])) * 60 * 10**9
     return ns
 
 
@@ -251,8 +258,8 @@ def read_azure(path: str | Path, skip_zero: bool = False,
     """Rows of an Azure LLM inference trace CSV (2023 or 2024); ``at`` in nanoseconds."""
     p, counts = Path(path), counts if counts is not None else TraceCounts()
     prev, prev_text = None, ""
-    for line, row in _csv_rows(p, AZURE_COLUMNS):
-        text = row["TIMESTAMP"].strip()
+    for line, (text, context, generated) in _csv_rows(p, AZURE_COLUMNS):
+        text = text.strip()
         at = azure_time_ns(text)
         if at is None:
             raise UserError(f"{p}: line {line}: TIMESTAMP: not a time like "
@@ -263,8 +270,8 @@ def read_azure(path: str | Path, skip_zero: bool = False,
         prev, prev_text = at, text
         counts.rows += 1
         counts.first_at = at if counts.first_at is None else counts.first_at
-        prompt = token_count(p, line, "ContextTokens", row["ContextTokens"], skip_zero)
-        output = token_count(p, line, "GeneratedTokens", row["GeneratedTokens"], skip_zero)
+        prompt = cell_count(p, line, "ContextTokens", context, skip_zero)
+        output = cell_count(p, line, "GeneratedTokens", generated, skip_zero)
         if prompt is None or output is None:
             counts.zero_skipped += 1
             continue
@@ -280,8 +287,9 @@ def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts
     prev = None
     failed = "a failed request; zero_tokens: skip leaves failures out, as the " \
              "BurstGPT_without_fails files do"
-    for line, row in _csv_rows(p, BURSTGPT_COLUMNS):
-        text = row["Timestamp"].strip()
+    for line, (text, model, request, response, total, log_type) in _csv_rows(
+            p, BURSTGPT_COLUMNS):
+        text = text.strip()
         try:
             at = int(text) if text.lstrip("+-").isdigit() else float(text)
         except ValueError:
@@ -292,17 +300,17 @@ def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts
         prev = at
         counts.rows += 1
         counts.first_at = at if counts.first_at is None else counts.first_at
-        prompt = token_count(p, line, "Request tokens", row["Request tokens"], skip_zero)
-        output = token_count(p, line, "Response tokens", row["Response tokens"], skip_zero, failed)
-        total = token_count(p, line, "Total tokens", row["Total tokens"], True)
+        prompt = cell_count(p, line, "Request tokens", request, skip_zero)
+        output = cell_count(p, line, "Response tokens", response, skip_zero, failed)
+        total = cell_count(p, line, "Total tokens", total, True)
         if (total or 0) != (prompt or 0) + (output or 0):
             raise UserError(f"{p}: line {line}: Total tokens: {total or 0} is not Request "
                             f"tokens + Response tokens ({prompt or 0} + {output or 0})")
         if prompt is None or output is None:
             counts.zero_skipped += 1
             continue
-        if (models is not None and row["Model"].strip() not in models) or (
-                log_types is not None and row["Log Type"].strip() not in log_types):
+        if (models is not None and model.strip() not in models) or (
+                log_types is not None and log_type.strip() not in log_types):
             counts.filtered += 1
             continue
         yield TraceRow(line, at, prompt, output)

@@ -145,6 +145,8 @@ BAD_AZURE = [
      "2023-11-16 18:15:46.6805900"),
     (AZURE_HEAD + "2023-11-16 18:15:46,,3\n", "line 2: ContextTokens: missing value"),
     (AZURE_HEAD + "2023-11-16 18:15:46,1e3,3\n", "line 2: ContextTokens: not an integer: '1e3'"),
+    (AZURE_HEAD + "2023-11-16 18:15:46,1_000,3\n",
+     "line 2: ContextTokens: not an integer: '1_000'"),
     (AZURE_HEAD + "2023-11-16 18:15:46,10,-1\n", "line 2: GeneratedTokens: must be >= 0"),
     (AZURE_HEAD + "2023-11-16 18:15:46,0,3\n", "line 2: ContextTokens: must be >= 1, got 0"),
     (AZURE_HEAD + AZURE_OK + "2023-11-16 18:15:47,10\n", "line 3: 2 cells for 3 columns"),
