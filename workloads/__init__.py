@@ -40,19 +40,12 @@ from workloads.lengths import (
     UniformLength,
 )
 from workloads.measure import ChainMeasurement, measure_chain, replay_chain
-from workloads.public_traces import (
-    FORMATS,
-    TraceCounts,
-    TraceFormat,
-    TraceRow,
-    read_azure,
-    read_burstgpt,
-    read_mooncake,
-)
+from workloads.public_traces import FORMATS, TraceFormat, read_azure, read_burstgpt, read_mooncake
 from workloads.requests import RequestSpec, build_requests, read_request_csv, write_request_csv
 from workloads.sharegpt import assign_conversations, read_sharegpt
 from workloads.task_mix import TaskMixAcceptance
 from workloads.trace_replay import replay_rows
+from workloads.trace_rows import TraceCounts, TraceRow
 
 __all__ = [
     "FORMATS",

@@ -1,13 +1,13 @@
 """Readers for public request traces with timestamps: Mooncake, Azure LLM inference, BurstGPT.
 
-Each reader streams its file and yields one :class:`TraceRow` per request, in file order,
-after checking the row: a malformed one is refused with one line naming the file, the line
-and the field (``trace.jsonl: line 7: input_length: not an integer: 12.5``). Every row
-must have integer lengths >= 0 and a timestamp no earlier than the row before it. A length
-of 0 is refused too, unless the caller asks to skip such rows (``skip_zero``); skipped
-rows are counted in :class:`TraceCounts`. Times stay in the file's own unit (see
-``FORMATS``) so that differences are exact; :mod:`workloads.trace_replay` turns rows into
-requests.
+Each reader streams its file and yields one ``workloads.trace_rows.TraceRow`` per
+request, in file order, after checking the row: a malformed one is refused with one line
+naming the file, the line and the field (``trace.jsonl: line 7: input_length: not an
+integer: 12.5``). Every row must have integer lengths >= 0 and a timestamp no earlier than
+the row before it. A length of 0 is refused too, unless the caller asks to skip such rows
+(``skip_zero``); skipped rows are counted in ``TraceCounts``. Times stay in the file's own
+unit (see ``FORMATS``) so that differences are exact; :mod:`workloads.trace_replay` turns
+rows into requests.
 
 Formats (the mapping to ``RequestSpec``: arrival, prompt tokens, output tokens):
 
@@ -40,7 +40,6 @@ does not read the rest of it (nor check it).
 
 from __future__ import annotations
 
-import csv
 import datetime
 import json
 import math
@@ -50,89 +49,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.errors import UserError
+from workloads.trace_rows import TraceCounts, TraceRow, cell_count, csv_rows, lines, token_count
 
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
                     "Log Type")
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    """One request as a trace file gives it. ``at`` is in the format's own time unit
-    (``FORMATS``); None for a format without timestamps (ShareGPT)."""
-
-    line: int
-    at: int | float | None
-    prompt_tokens: int
-    output_tokens: int
-    hash_ids: tuple[int, ...] | None = None
-    hash_block_tokens: int | None = None  # the prompt tokens each hash id covers
-
-
-@dataclass
-class TraceCounts:
-    """What reading and selecting a trace did with its rows (for messages and reports)."""
-
-    rows: int = 0  # data rows read and checked
-    first_at: int | float | None = None  # the first row's time, in the format's unit
-    zero_skipped: int = 0  # rows with 0 prompt or output tokens left out (skip_zero)
-    filtered: int = 0  # rows left out by a format filter (BurstGPT models / log types, vLLM's)
-    before_window: int = 0  # rows before start_s
-    sampled_out: int = 0  # rows the sample did not draw
-    kept: int = 0
-    stopped: str | None = None  # why reading stopped before the end of the file
-
-    def describe(self) -> str:
-        """``'40 rows read: 3 with 0 tokens skipped, ...; stopped at ...'``."""
-        parts = [f"{n} {what}" for n, what in (
-            (self.zero_skipped, "with 0 tokens skipped"), (self.filtered, "filtered out"),
-            (self.before_window, "before start_s"), (self.sampled_out, "not sampled"))
-            if n]
-        text = f"{self.rows} rows read" + (": " + ", ".join(parts) if parts else "")
-        return text + (f"; stopped at {self.stopped}" if self.stopped else "")
-
-
-def _lines(path: Path) -> Iterator[str]:
-    """The text lines of ``path`` (a leading UTF-8 byte-order mark dropped), decoded one at
-    a time so that a byte that is not UTF-8 is reported at its own line."""
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
-        for n, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(f"{path}: line {n}: cannot read: not UTF-8 text (byte "
-                                f"{e.start + 1} of the line)") from None
-            yield text.removeprefix("\ufeff") if n == 1 else text
-
-
-def token_count(path: Path, line: int, field: str, value, skip_zero: bool, hint: str = ""):
-    """A token count (a JSON integer) as an int >= 1, None for 0 when ``skip_zero``;
-    anything else is a UserError naming ``path``, ``line`` and ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{path}: line {line}: {field}: not an integer: {value!r}")
-    if value < 0:
-        raise UserError(f"{path}: line {line}: {field}: must be >= 0, got {value}")
-    if value == 0 and not skip_zero:
-        hint = hint or "a request with no tokens; zero_tokens: skip leaves such rows out"
-        raise UserError(f"{path}: line {line}: {field}: must be >= 1, got 0 ({hint})")
-    return value or None
-
-
-def cell_count(path: Path, line: int, field: str, text: str, skip_zero: bool, hint: str = ""):
-    """:func:`token_count` of the text of a CSV cell."""
-    text = text.strip()
-    if not text:
-        raise UserError(f"{path}: line {line}: {field}: missing value")
-    digits = text[1:] if text.startswith("-") else text
-    if not (digits.isascii() and digits.isdigit()):  # int() would take '1_000' and '+5'
-        raise UserError(f"{path}: line {line}: {field}: not an integer: {text!r}")
-    return token_count(path, line, field, int(text), skip_zero, hint)
 
 
 def _ordered(path: Path, line: int, field: str, at, prev) -> None:
@@ -146,7 +69,7 @@ def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts
     """Rows of a Mooncake JSONL trace (format in the module docstring); ``at`` in ms."""
     p, counts = Path(path), counts if counts is not None else TraceCounts()
     prev = None
-    for line, text in enumerate(_lines(p), start=1):
+    for line, text in enumerate(lines(p), start=1):
         if not text.strip():
             raise UserError(f"{p}: line {line}: empty line (expected one JSON object)")
         try:
@@ -190,35 +113,6 @@ def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts
         raise UserError(f"{p}: empty file (expected one JSON object per line)")
 
 
-def _csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
-    """(line, cells in the order of ``columns``) of a CSV whose header holds exactly
-    ``columns`` (in any order)."""
-    reader = csv.reader(_lines(p), strict=True)
-    try:
-        header = [h.strip() for h in next(reader, [])]
-        if not header:
-            raise UserError(f"{p}: empty file (expected a header {','.join(columns)})")
-        for h in header:
-            if h not in columns:
-                raise UserError(f"{p}: line 1: unknown column '{h}' (expected "
-                                f"{', '.join(columns)})")
-        for c in columns:
-            if c not in header:
-                raise UserError(f"{p}: line 1: missing column '{c}'")
-        order = [header.index(c) for c in columns]
-        any_row = False
-        for cells in reader:
-            if len(cells) != len(header):
-                raise UserError(f"{p}: line {reader.line_num}: {len(cells)} cells for "
-                                f"{len(header)} columns")
-            any_row = True
-            yield reader.line_num, [cells[i] for i in order]
-    except csv.Error as e:
-        raise UserError(f"{p}: line {reader.line_num}: not valid CSV: {e}") from None
-    if not any_row:
-        raise UserError(f"{p}: no requests after the header")
-
-
 _AZURE_TIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
                          r"(Z|[+-]\d\d:?\d\d)?")
 _EPOCH = datetime.date(1970, 1, 1).toordinal()
@@ -258,7 +152,7 @@ def read_azure(path: str | Path, skip_zero: bool = False,
     """Rows of an Azure LLM inference trace CSV (2023 or 2024); ``at`` in nanoseconds."""
     p, counts = Path(path), counts if counts is not None else TraceCounts()
     prev, prev_text = None, ""
-    for line, (text, context, generated) in _csv_rows(p, AZURE_COLUMNS):
+    for line, (text, context, generated) in csv_rows(p, AZURE_COLUMNS):
         text = text.strip()
         at = azure_time_ns(text)
         if at is None:
@@ -287,7 +181,7 @@ def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts
     prev = None
     failed = "a failed request; zero_tokens: skip leaves failures out, as the " \
              "BurstGPT_without_fails files do"
-    for line, (text, model, request, response, total, log_type) in _csv_rows(
+    for line, (text, model, request, response, total, log_type) in csv_rows(
             p, BURSTGPT_COLUMNS):
         text = text.strip()
         try:

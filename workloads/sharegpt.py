@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.public_traces import TraceCounts, TraceRow, token_count
 from workloads.requests import DEFAULT_TASK, RequestSpec, check_task_weights
+from workloads.trace_rows import TraceCounts, TraceRow, token_count
 
 HUMAN = ("human", "user")
 MODEL = ("gpt", "assistant")

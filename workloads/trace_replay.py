@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from workloads.public_traces import TraceCounts, TraceRow
 from workloads.requests import DEFAULT_TASK, RequestSpec, check_task_weights
+from workloads.trace_rows import TraceCounts, TraceRow
 
 _CHUNK = 1024  # uniforms drawn at a time for the sample (the stream does not depend on it)
 

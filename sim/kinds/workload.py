@@ -263,8 +263,9 @@ class TraceWorkload(_Workload):
         return self
 
     def requests(self, n, horizon_s, rng, tasks):
-        from workloads.public_traces import FORMATS, TraceCounts
+        from workloads.public_traces import FORMATS
         from workloads.trace_replay import replay_rows
+        from workloads.trace_rows import TraceCounts
 
         if self.format == "sharegpt":
             return self._sharegpt(n, horizon_s, rng, tasks)
@@ -285,8 +286,8 @@ class TraceWorkload(_Workload):
 
     def _sharegpt(self, n, horizon_s, rng, tasks):
         from workloads.arrivals import GammaArrivals, PoissonArrivals
-        from workloads.public_traces import TraceCounts
         from workloads.sharegpt import assign_conversations, read_sharegpt
+        from workloads.trace_rows import TraceCounts
 
         path, counts = resolve_file(self.file), TraceCounts()
         rows = read_sharegpt(path, self.chars_per_token or 4.0, bool(self.vllm_filter),

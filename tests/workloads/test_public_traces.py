@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from specdec.errors import UserError
-from workloads.public_traces import (
-    FORMATS,
-    TraceCounts,
-    azure_time_ns,
-    read_azure,
-    read_burstgpt,
-    read_mooncake,
-)
+from workloads.public_traces import FORMATS, azure_time_ns, read_azure, read_burstgpt, read_mooncake
+from workloads.trace_rows import TraceCounts
 
 DATA = Path(__file__).parent / "data"
 SHIPPED = Path(__file__).parents[2] / "workloads" / "traces" / "mooncake-synthetic.jsonl"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from specdec.errors import UserError
-from workloads.public_traces import TraceCounts
 from workloads.sharegpt import assign_conversations, read_sharegpt
+from workloads.trace_rows import TraceCounts
 
 FILE = Path(__file__).parent / "data" / "sharegpt.json"
 STARTS = [2, 9, 18, 25, 32, 39]  # the line of each conversation's '{'

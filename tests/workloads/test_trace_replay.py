@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workloads.public_traces import TraceCounts, TraceRow, read_burstgpt, read_mooncake
+from workloads.public_traces import read_burstgpt, read_mooncake
 from workloads.trace_replay import replay_rows
+from workloads.trace_rows import TraceCounts, TraceRow
 
 DATA = Path(__file__).parent / "data"
 MS = [0, 0, 250, 1000, 1000, 1500, 2750, 3000, 4000, 4500, 6000, 7250]  # mooncake.jsonl
