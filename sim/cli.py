@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
-from specdec.errors import UserError
+from specdec.errors import Interrupted, UserError
 
 # Subcommand modules under sim/commands/, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -65,10 +66,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: signals stay as they are
+        previous = None
+    try:
         return int(args.func(args) or 0)
     except UserError as err:
         print(f"specsim {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: one line, no traceback
+        what = f": {err}" if isinstance(err, Interrupted) and str(err) else ""
+        print(f"specsim {args.command}: interrupted{what}", file=sys.stderr)
+        return 130
+    except RuntimeError as err:  # the engine's own guards (a livelock): a bug, said in one line
+        if "livelock" not in str(err):
+            raise
+        print(f"specsim {args.command}: engine error: {err}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (`specsim hw list | head`): stop quietly, as Unix tools do.
         # Point stdout at devnull so the interpreter's final flush cannot raise again.
@@ -77,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:  # stdout without a file descriptor (io.UnsupportedOperation)
             pass
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    """SIGTERM ends a command like Ctrl-C: staged output folders are removed on the way."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

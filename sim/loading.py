@@ -12,6 +12,7 @@ found while building, and ``specsim sweep`` / ``plan`` label their own overrides
 from __future__ import annotations
 
 import copy
+import re
 import types
 import typing
 from pathlib import Path
@@ -49,7 +50,7 @@ def parse_override(text: str) -> tuple[list[str], object]:
     if not sep or not all(k.strip() for k in keys):
         raise UserError(f"--set {text}: expected key=value with a dotted key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml_text(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise UserError(f"--set {text}: value is not valid YAML ({_first_line(e)})") from None
     return [k.strip() for k in keys], value
@@ -92,9 +93,11 @@ def read_yaml(path: Path, what: str = "scenario") -> dict:
     except OSError as e:
         raise UserError(f"{path}: cannot read {what}: {e.strerror}") from None
     try:
-        doc = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        doc = load_yaml_text(text)
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML: {_first_line(e)}") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a {what}") from None
     if doc is None:
         raise UserError(f"{path}: the {what} file is empty (write {{}} for all defaults)")
     if not isinstance(doc, dict):
@@ -117,7 +120,9 @@ def find_file(path: str | Path, what: str = "scenario") -> Path:
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last),
+    and reads scientific notation without a dot (``1e-2``, ``3E+5``) as a number, as YAML
+    1.2 does (PyYAML's YAML 1.1 would make it a string)."""
 
     def construct_mapping(self, node, deep=False):
         """The mapping of ``node``; a repeated key is a ConstructorError naming its line."""
@@ -134,6 +139,17 @@ class UniqueKeyLoader(yaml.SafeLoader):
             if not isinstance(key, list | dict):
                 seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def load_yaml_text(text: str):
+    """YAML text as Python values with :class:`UniqueKeyLoader`."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
 
 
 def validate(doc: dict, source: str) -> Scenario:

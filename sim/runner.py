@@ -161,14 +161,15 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
 
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
         out=None, write: bool = True, progress=None, engine_sets=(), force: bool = False,
-        then=None):
+        then=None, on_start=None):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
     ``(ScenarioResult, run folder or None)``. ``engine_sets`` are ``(override, label)`` pairs
     applied first (what a ``vllm serve`` command line says, ``sim.engines``). The folder is
     written atomically (``sim.output.write_run``: ``force`` replaces a non-empty ``out``,
-    ``then(folder)`` adds to it first, e.g. the report). Never prints.
+    ``then(folder)`` adds to it first, e.g. the report); ``on_start(scenario)`` is called
+    once the scenario is built, before it runs. Never prints.
     """
     import time
     from pathlib import Path
@@ -188,6 +189,8 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     folder = Path(out) if out is not None else default_run_dir(scenario.name)
     if write:
         check_out(folder, "--out", force)  # refuse before simulating, not after
+    if on_start is not None:
+        on_start(scenario)
     result = run_setups(scenario, built, progress)
     if not write:
         return result, None

@@ -15,7 +15,17 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from sim.kinds.acceptance import Acceptance, IidAcc, SingleAcceptance
-from sim.kinds.base import Pos, PosInt, Prob, Strict
+from sim.kinds.base import (
+    MAX_REPLICAS,
+    MAX_REQUESTS,
+    MAX_SEQS,
+    Gpus,
+    PosInt,
+    Prob,
+    Seconds,
+    Strict,
+    Tokens,
+)
 from sim.kinds.drafters import (
     DrafterCfg,
     DraftModelDrafter,
@@ -63,15 +73,15 @@ class Deployment(Strict):
     """Hardware and parallelism of each replica."""
 
     gpu: str = "h100"
-    tp: PosInt = 1
-    pp: PosInt = 1
+    tp: Gpus = 1
+    pp: Gpus = 1
     weight_bits: Literal[4, 8, 16] = 16
     # Real deployments often quantise the target and keep the small draft in 16 bits
     # (lecture §7.3: Llama-3-70B at 8 bits + a 16-bit Llama-3.2-1B draft).
     draft_weight_bits: Literal[4, 8, 16] | None = None  # the draft's; null = weight_bits
     kv_bits: Literal[8, 16] = 16
     offload_fraction: Prob = 0.0
-    replicas: PosInt = 1
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
     # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory
     # (SpecInfer); "separate": the draft on a GPU of its own.
@@ -91,11 +101,11 @@ class Scheduler(Strict):
     # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
     # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
     draft_sync: Literal["every_step", "catch_up"] = "every_step"
-    max_num_seqs: PosInt = 256
-    max_batched_tokens: PosInt = 8192
+    max_num_seqs: Annotated[int, Field(ge=1, le=MAX_SEQS)] = 256
+    max_batched_tokens: Tokens = 8192
     chunked_prefill: bool = True
-    chunk_tokens: PosInt = 512
-    block_size: PosInt = 16
+    chunk_tokens: Tokens = 512
+    block_size: Annotated[int, Field(ge=1, le=1024)] = 16
     # vLLM's --num-gpu-blocks-override: a smaller KV pool per replica than memory allows
     # (null = all the memory left after the weights); more than fits is refused.
     num_gpu_blocks_override: PosInt | None = None
@@ -126,9 +136,9 @@ class Run(Strict):
     """How long to run: a request count, a horizon in simulated seconds, or both (the
     horizon then cuts the run short; unfinished requests are recorded as such)."""
 
-    requests: PosInt | None = 1000
-    horizon_s: Pos | None = None
-    seed: Annotated[int, Field(ge=0)] = 0
+    requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] | None = 1000
+    horizon_s: Seconds | None = None
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
 
     @model_validator(mode="after")
     def _some_bound(self):
@@ -140,8 +150,8 @@ class Run(Strict):
 class Slo(Strict):
     """Latency targets a capacity plan must meet (percentiles over finished requests)."""
 
-    ttft_p99_s: Pos | None = None
-    tpot_p99_s: Pos | None = None
+    ttft_p99_s: Seconds | None = None
+    tpot_p99_s: Seconds | None = None
 
 
 class Scenario(Strict):

@@ -8,6 +8,11 @@ line on stderr and exits with code 2; anything else is a bug and keeps its trace
 from __future__ import annotations
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during long work; the message says what finished before it (the
+    command line prints it as one line and exits with code 130)."""
+
+
 class UserError(ValueError):
     """Bad input: a scenario, catalog, trace, argument or flag.
 

@@ -37,6 +37,9 @@ examples:
 """
 
 
+MAX_REPORT_REQUESTS = 100_000  # per point of the report's load curve
+
+
 def add_parser(subparsers) -> None:
     """Register ``specsim run``."""
     p = subparsers.add_parser(
@@ -65,9 +68,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-report", action="store_true",
                    help="write records and summary only, no report.md / figures")
-    p.add_argument("--report-requests", type=int, default=200, metavar="N",
+    p.add_argument("--report-requests", type=int, default=None, metavar="N",
                    help="requests per load point of the report's latency-vs-load curve up to "
-                        "the scenario's own rate, proportionally more above it; >= 1 "
+                        "the scenario's own rate, proportionally more above it; 1..100000 "
                         "(default: 200)")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables, from 0 up to the "
@@ -82,8 +85,14 @@ def main(args: argparse.Namespace) -> int:
     from sim.runner import run
     from specdec.errors import UserError
 
-    if args.report_requests < 1:
-        raise UserError(f"--report-requests: must be >= 1, got {args.report_requests}")
+    if args.report_requests is not None and args.no_report:
+        raise UserError(f"--report-requests {args.report_requests}: only sizes the report; "
+                        "drop --no-report or --report-requests")
+    if args.report_requests is None:
+        args.report_requests = 200
+    if not 1 <= args.report_requests <= MAX_REPORT_REQUESTS:
+        raise UserError(f"--report-requests: must be in 1..{MAX_REPORT_REQUESTS}, got "
+                        f"{args.report_requests}")
     if not args.warmup >= 0:
         raise UserError(f"--warmup: must be >= 0 seconds, got {args.warmup:g}")
     if args.no_report and args.warmup > 0:
@@ -108,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
                           engine_sets=engine_sets, force=args.force,
-                          then=None if args.no_report else report)
+                          then=None if args.no_report else report, on_start=_estimate)
     finally:
         for bar in bars.values():
             bar.close()
@@ -164,6 +173,21 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
         sets += [(t, f"--bench ({t})") for t in parsed.sets]
         notes += [f"--bench: {n}" for n in parsed.notes]
     return sets, notes
+
+
+LARGE_RUN = 1_000_000  # simulated requests (all variants) above which a run says how long
+# It simulates about this many requests per second on one core (specsim bench, speculating
+# workload; a rough figure for an estimate, not a promise).
+REQUESTS_PER_S = 10_000
+
+
+def _estimate(scenario) -> None:
+    """Before a very large run: how long it will take, roughly (stderr)."""
+    n = (scenario.run.requests or 0) * len(scenario.variants)
+    if n > LARGE_RUN:
+        minutes = n / REQUESTS_PER_S / 60
+        print(f"specsim run: {n:,} requests to simulate ({len(scenario.variants)} variants); "
+              f"about {minutes:.0f} minutes at ~{REQUESTS_PER_S:,} requests/s", file=sys.stderr)
 
 
 _VLLM_BENCH = (

@@ -65,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
             temperature=args.temperature, tokens=args.tokens, prompts=args.prompts,
             k_max=args.k_max, seed=args.seed, progress=None if bar is None else bar.update,
         )
+    except UserError as e:  # the core names its parameter; the user gave it as a flag
+        field, sep, rest = str(e).partition(": ")
+        if sep and field in _FLAGS:
+            raise UserError(f"--{field.replace('_', '-')}: {rest}") from None
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -88,8 +93,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+_FLAGS = ("draft", "sigma", "layers", "ngram", "temperature", "tokens", "prompts", "k_max",
+          "seed")
+
+
 def _progress_bar(tokens: int):
-    if tokens < _PROGRESS_MIN_TOKENS:
+    if tokens < _PROGRESS_MIN_TOKENS or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 

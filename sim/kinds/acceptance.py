@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from sim.kinds.base import Pos, PosInt, Prob, Strict, kind_union
+from sim.kinds.base import MAX_TOKENS, Gamma, Pos, Prob, Rates, Shape, Strict, kind_union
 from sim.paths import resolve_file
 
 
@@ -35,7 +35,7 @@ class PositionalAcc(Strict):
     """Per-guess conditional rates: guess i accepted with ``rates[i]`` given guesses < i were."""
 
     kind: Literal["positional"]
-    rates: list[Prob] = Field(min_length=1)  # α_i for guess i given guesses < i accepted
+    rates: Rates  # α_i for guess i given guesses < i accepted
 
     def build(self, rng: np.random.Generator):
         """The ``workloads`` acceptance model."""
@@ -48,7 +48,7 @@ class MarginalAcc(Strict):
     """vLLM-style marginal rates P(guess i accepted), converted to conditionals."""
 
     kind: Literal["marginal"]
-    marginals: list[Prob] = Field(min_length=1)  # vLLM-style P(guess i accepted)
+    marginals: Rates  # vLLM-style P(guess i accepted)
 
     def build(self, rng: np.random.Generator):
         """The ``workloads`` acceptance model."""
@@ -63,8 +63,8 @@ class BurstyAcc(Strict):
     kind: Literal["bursty"]
     easy_alpha: Prob = 0.95
     hard_alpha: Prob = 0.3
-    easy_mean_tokens: Annotated[float, Field(ge=1)] = 32.0
-    hard_mean_tokens: Annotated[float, Field(ge=1)] = 32.0
+    easy_mean_tokens: Annotated[float, Field(ge=1, le=MAX_TOKENS)] = 32.0
+    hard_mean_tokens: Annotated[float, Field(ge=1, le=MAX_TOKENS)] = 32.0
 
     def build(self, rng: np.random.Generator):
         """The ``workloads`` acceptance model (its regime tape drawn from ``rng``)."""
@@ -78,8 +78,8 @@ class CalibratedAcc(Strict):
     """i.i.d. α solved so that the shape ``expansion`` yields ``mean_tokens`` per verify."""
 
     kind: Literal["calibrated"]
-    mean_tokens: Annotated[float, Field(ge=1)]  # published tokens per verify for this shape
-    expansion: list[PosInt] = Field(min_length=1)  # [1]*γ for a chain
+    mean_tokens: Annotated[float, Field(ge=1, le=65)]  # published tokens per verify for this shape
+    expansion: Shape  # [1]*γ for a chain
 
     def build(self, rng: np.random.Generator):
         """The ``workloads`` acceptance model."""
@@ -146,7 +146,7 @@ class SglangMetricsAcc(Strict):
 
     kind: Literal["sglang_metrics"]
     file: str  # a /metrics text dump with sglang:spec_accept_length
-    num_steps: PosInt
+    num_steps: Gamma
 
     def build(self, rng: np.random.Generator):
         """The calibrated i.i.d. model."""
@@ -174,7 +174,7 @@ class TaskMixAcc(Strict):
     with its own acceptance model."""
 
     kind: Literal["task_mix"]
-    tasks: dict[str, TaskEntry] = Field(min_length=1)
+    tasks: dict[str, TaskEntry] = Field(min_length=1, max_length=1024)
 
     def build(self, rng: np.random.Generator):
         """The ``workloads`` acceptance model: one model per task, each from its own rng."""

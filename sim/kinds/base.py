@@ -10,19 +10,43 @@ from typing import Annotated, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-Pos = Annotated[float, Field(gt=0)]
-NonNeg = Annotated[float, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
+# Upper bounds: every size has one, so no field can make a run take hours by accident. Each
+# is far above anything physical (vLLM drafts at most a few dozen tokens, GPUs hold a few
+# million tokens of KV, a trace a few months); a value past it is refused, naming it.
+MAX_FLOAT = 1e12  # any rate, length of time or scale
+MAX_SECONDS = 1e7  # horizons, think times, CPU times (115 days)
+MAX_RATE = 1e6  # requests per second
+MAX_GAMMA = 64  # draft tokens per step, tree depth and width
+MAX_TOKENS = 10_000_000  # tokens of one prompt, output or pass
+MAX_SEQS = 65_536  # sequences per replica
+MAX_GPUS = 1024  # tensor or pipeline parallelism
+MAX_REPLICAS = 4096
+MAX_REQUESTS = 100_000_000
+MAX_COUNT = 1_000_000_000  # KV blocks, users, seeds' entropy is not bounded here
+
+Pos = Annotated[float, Field(gt=0, le=MAX_FLOAT)]
+NonNeg = Annotated[float, Field(ge=0, le=MAX_FLOAT)]
+PosInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Prob = Annotated[float, Field(ge=0, le=1)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+NonNegSeconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+Rate = Annotated[float, Field(gt=0, le=MAX_RATE)]
+Gamma = Annotated[int, Field(ge=1, le=MAX_GAMMA)]  # draft tokens, tree widths and depths
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Rates = Annotated[list[Prob], Field(min_length=1, max_length=MAX_GAMMA)]  # one per position
+Shape = Annotated[list[Gamma], Field(min_length=1, max_length=MAX_GAMMA)]  # widths per level
+Vocab = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 
 
 class Strict(BaseModel):
     """Frozen, unknown keys are errors (a typo must not be silently ignored), and types are
     strict: a bool is not a number (``rate_per_s: true`` is not 1.0), a string is neither
-    a number nor a bool (``chunked_prefill: "yes"`` is not true). Integers are accepted
-    where a float is expected (YAML writes ``rate_per_s: 4``)."""
+    a number nor a bool (``chunked_prefill: "yes"`` is not true), inf and nan are not
+    numbers. Integers are accepted where a float is expected (YAML writes
+    ``rate_per_s: 4``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def tags_of(kind: type[BaseModel], key: str = "kind") -> tuple[str, ...]:
@@ -65,8 +89,11 @@ def union_members(tp) -> dict[str, type[BaseModel]] | None:
         tp = typing.get_args(tp)[0]
     if typing.get_origin(tp) not in (Union, types.UnionType):
         return None
+    args = [a for a in typing.get_args(tp) if a is not type(None)]  # X | None: X's members
+    if len(args) == 1 and typing.get_origin(args[0]) is Annotated:
+        return union_members(args[0])
     out = {}
-    for member in typing.get_args(tp):
+    for member in args:
         kind = typing.get_args(member)[0] if typing.get_origin(member) is Annotated else member
         if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
             return None

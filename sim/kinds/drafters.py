@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sim.kinds.base import NonNeg, PosInt, Prob, Strict, kind_union
+from sim.kinds.base import Gamma, Gpus, NonNegSeconds, Prob, Strict, Vocab, kind_union
 
 
 def _setup(cost, target, placement: str):
@@ -28,7 +28,7 @@ class DraftModelDrafter(Strict):
 
     method: Literal["draft_model"]
     model: str | None = None  # a catalog id; null = models.draft
-    tp: PosInt = 1  # vLLM's draft_tensor_parallel_size (1 = one copy per target GPU)
+    tp: Gpus = 1  # vLLM's draft_tensor_parallel_size (1 = one copy per target GPU)
 
     def build(self, target, draft_model, make_cost, placement: str):
         """A ``Drafter`` of the catalog model (``model`` or ``models.draft``)."""
@@ -51,8 +51,8 @@ class EagleDrafter(Strict):
     vocabulary of ``draft_vocab`` tokens (32000 in the published Llama-3 heads)."""
 
     method: Literal["eagle", "eagle3"]
-    layers: PosInt = 1
-    draft_vocab: PosInt | None = None  # eagle3 only; null = 32000 (eagle: the target's)
+    layers: Gamma = 1
+    draft_vocab: Vocab | None = None  # eagle3 only; null = 32000 (eagle: the target's)
 
     def build(self, target, draft_model, make_cost, placement: str):
         """A ``Drafter`` pricing the head as a one-layer model (``sim.drafters``)."""
@@ -73,7 +73,7 @@ class MtpDrafter(Strict):
     layer, reused for every draft position)."""
 
     method: Literal["mtp"]
-    layers: PosInt = 1  # num_nextn_predict_layers
+    layers: Gamma = 1  # num_nextn_predict_layers
 
     def build(self, target, draft_model, make_cost, placement: str):
         """A ``Drafter`` pricing the module as one decoder layer of the target's shape."""
@@ -93,7 +93,7 @@ class LookupDrafter(Strict):
     method: Literal["ngram", "suffix"]
     # P(a sequence finds a match on a step); null = the acceptance preset's proposal_rate
     proposal_rate: Prob | None = None
-    cpu_s_per_seq: NonNeg = 0.0  # CPU seconds per sequence per step (not measured: 0)
+    cpu_s_per_seq: NonNegSeconds = 0.0  # CPU seconds per sequence per step (not measured: 0)
 
     def build(self, target, draft_model, make_cost, placement: str):
         """A ``Drafter`` with no GPU model."""

@@ -12,7 +12,9 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sim.kinds.base import PosInt, Strict, kind_union
+from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, Shape, Strict, kind_union
+
+MAX_TREE_NODES = 4096  # draft nodes of one tree verify
 
 
 class NonePolicy(Strict):
@@ -32,7 +34,7 @@ class FixedPolicy(Strict):
     """A chain of ``gamma`` guesses every iteration (vLLM ``num_speculative_tokens``)."""
 
     kind: Literal["fixed"]
-    gamma: PosInt
+    gamma: Gamma
     chains_only: ClassVar[bool] = True
 
     def build(self, acceptance):
@@ -46,15 +48,22 @@ class TreePolicyCfg(Strict):
     """An expansion tree ⟨k1..km⟩, or SGLang's ``steps``/``topk`` (top-k at the root)."""
 
     kind: Literal["tree"]
-    expansion: list[PosInt] | None = None
-    steps: PosInt | None = None
-    topk: PosInt | None = None
+    expansion: Shape | None = None
+    steps: Gamma | None = None
+    topk: Gamma | None = None
     chains_only: ClassVar[bool] = False
 
     @model_validator(mode="after")
     def _one_form(self):
         if (self.expansion is None) == (self.steps is None or self.topk is None):
             raise ValueError("expansion: give either expansion or both steps and topk")
+        shape = self.expansion or [self.topk] + [1] * (self.steps - 1)
+        nodes, level = 0, 1
+        for k in shape:
+            level *= k
+            nodes += level
+        if nodes > MAX_TREE_NODES:
+            raise ValueError(f"expansion: a tree of {nodes} nodes; at most {MAX_TREE_NODES}")
         return self
 
     def build(self, acceptance):
@@ -71,11 +80,19 @@ class LadderPolicy(Strict):
     ``[min_batch, max_batch, gamma]``; γ = 0 turns speculation off."""
 
     kind: Literal["batch_ladder"]
-    ladder: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]]
+    ladder: list[Annotated[list[Annotated[int, Field(ge=0, le=MAX_COUNT)]],
+                           Field(min_length=3, max_length=3)]] = Field(max_length=MAX_GAMMA + 1)
     # the batch size: running requests (as vLLM counts it) or sequences decoding now
     key: Literal["running", "decoding"] = "running"
     sticky: bool = False  # a request once given γ = 0 never speculates again (vLLM v0)
     chains_only: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _gamma_bound(self):
+        for row in self.ladder:
+            if row[2] > MAX_GAMMA:
+                raise ValueError(f"ladder: gamma {row[2]} in {row}: at most {MAX_GAMMA}")
+        return self
 
     def build(self, acceptance):
         """A factory of ``sim.policies.BatchLadder`` (its rows checked now, at build time)."""
@@ -89,9 +106,9 @@ class AdaptivePolicy(Strict):
     """Goodput-maximising γ each iteration (and root width up to ``max_width``)."""
 
     kind: Literal["adaptive"]
-    max_gamma: PosInt = 8
+    max_gamma: Gamma = 8
     smoothing: Annotated[float, Field(gt=0, le=1)] = 0.1
-    max_width: PosInt = 1  # > 1: also try trees <k,1,...,1> with k up to this
+    max_width: Gamma = 1  # > 1: also try trees <k,1,...,1> with k up to this
     per_sequence: bool = False  # each sequence its own γ <= the batch's, from its history
 
     @property

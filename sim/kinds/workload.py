@@ -12,18 +12,32 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from sim.kinds.base import NonNeg, Pos, PosInt, Strict, kind_union
+from sim.kinds.base import (
+    MAX_RATE,
+    MAX_TOKENS,
+    NonNeg,
+    NonNegSeconds,
+    Pos,
+    Rate,
+    Seconds,
+    Strict,
+    Tokens,
+    kind_union,
+)
 from sim.paths import resolve_file
 from specdec.errors import UserError
 
 # ---- lengths --------------------------------------------------------------------------
 
 
+Scale = Annotated[float, Field(gt=0, le=1e4)]  # a shape parameter or a ratio
+
+
 class FixedLen(Strict):
     """Every request has exactly ``tokens`` tokens."""
 
     kind: Literal["fixed"]
-    tokens: PosInt
+    tokens: Tokens
 
     def build(self):
         """The ``workloads`` length distribution."""
@@ -36,8 +50,8 @@ class UniformLen(Strict):
     """Integer token counts uniform on [low, high]."""
 
     kind: Literal["uniform"]
-    low: PosInt
-    high: PosInt
+    low: Tokens
+    high: Tokens
 
     def build(self):
         """The ``workloads`` length distribution."""
@@ -51,10 +65,10 @@ class LogNormalLen(Strict):
     it (draws above are resampled, see ``workloads.LogNormalLength``)."""
 
     kind: Literal["lognormal"]
-    sigma: Pos
-    median_tokens: Pos | None = None
-    mean_tokens: Pos | None = None
-    max_tokens: PosInt | None = None
+    sigma: Annotated[float, Field(gt=0, le=10)]
+    median_tokens: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
+    mean_tokens: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
+    max_tokens: Tokens | None = None
 
     def build(self):
         """The ``workloads`` length distribution."""
@@ -70,7 +84,7 @@ class EmpiricalLen(Strict):
     kind: Literal["empirical"]
     file: str
     column: str
-    max_tokens: PosInt | None = None
+    max_tokens: Tokens | None = None
 
     def build(self):
         """The ``workloads`` length distribution."""
@@ -122,7 +136,7 @@ class PoissonWorkload(_Synthetic):
     """Poisson arrivals at ``rate_per_s`` (exponential gaps)."""
 
     arrivals: Literal["poisson"] = "poisson"
-    rate_per_s: Pos = 4.0
+    rate_per_s: Rate = 4.0
 
     def arrival_process(self):
         from workloads.arrivals import PoissonArrivals
@@ -136,7 +150,7 @@ class GammaWorkload(_Synthetic):
 
     arrivals: Literal["gamma"]
     rate_per_s: Pos = 4.0
-    cv: Pos
+    cv: Annotated[float, Field(gt=0, le=100)]
 
     def arrival_process(self):
         from workloads.arrivals import GammaArrivals
@@ -149,10 +163,10 @@ class OnOffWorkload(_Synthetic):
     length exponential with its mean."""
 
     arrivals: Literal["onoff"]
-    on_rate_per_s: Pos
-    off_rate_per_s: NonNeg
-    on_mean_s: Pos
-    off_mean_s: Pos
+    on_rate_per_s: Rate
+    off_rate_per_s: Annotated[float, Field(ge=0, le=MAX_RATE)]
+    on_mean_s: Seconds
+    off_mean_s: Seconds
 
     def arrival_process(self):
         from workloads.arrivals import OnOffArrivals
@@ -195,9 +209,9 @@ class ClosedLoopWorkload(_Synthetic):
     ``think_mean_s`` and ``think_cv``; 1 = exponential) and repeat."""
 
     arrivals: Literal["closed_loop"]
-    users: PosInt
-    think_mean_s: NonNeg
-    think_cv: Pos = 1.0
+    users: Annotated[int, Field(ge=1, le=1_000_000)]
+    think_mean_s: NonNegSeconds
+    think_cv: Annotated[float, Field(gt=0, le=100)] = 1.0
 
     def requests(self, n, horizon_s, rng, tasks):
         from workloads.arrivals import OfflineBatch
@@ -241,12 +255,12 @@ class TraceWorkload(_Workload):
     start_s: NonNeg | None = None  # timed: window start, s after the trace's first row; default 0
     duration_s: Pos | None = None  # timed: window length in trace seconds; default: to the end
     sample: Annotated[float, Field(gt=0, le=1)] | None = None  # timed: keep a row w.p. (seeded)
-    hash_block_tokens: PosInt | None = None  # mooncake: prompt tokens per hash id; default 512
+    hash_block_tokens: Tokens | None = None  # mooncake: prompt tokens per hash id; default 512
     models: Annotated[list[str], Field(min_length=1)] | None = None  # burstgpt: keep these Models
     log_types: Annotated[list[str], Field(min_length=1)] | None = None  # burstgpt: these Log Types
-    rate_per_s: Pos | None = None  # sharegpt (required): mean arrival rate
-    burstiness: Pos | None = None  # sharegpt: vLLM's gamma shape of the gaps; default 1 = Poisson
-    chars_per_token: Pos | None = None  # sharegpt: for turns without num_tokens; default 4
+    rate_per_s: Rate | None = None  # sharegpt (required): mean arrival rate
+    burstiness: Scale | None = None  # sharegpt: vLLM's gamma shape of the gaps; default 1 = Poisson
+    chars_per_token: Scale | None = None  # sharegpt: for turns without num_tokens; default 4
     shuffle: bool | None = None  # sharegpt: take conversations in seeded random order; default true
     vllm_filter: bool | None = None  # sharegpt: select as vLLM's benchmark does; default false
 

@@ -36,9 +36,11 @@ import pandas as pd
 import yaml
 
 from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
-from sim.loading import display_path, read_yaml, validate_overridden
+from sim.loading import display_path, load_yaml_text, read_yaml, validate_overridden
 from sim.runner import build_overridden, run_setups
-from specdec.errors import UserError
+from specdec.errors import Interrupted, UserError
+
+MAX_POINTS = 10_000  # sweep points in one run
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def parse_vary(text: str) -> tuple[str, tuple]:
         if not part.strip():
             raise UserError(f"--vary {text}: empty value in the list")
         try:
-            values.append(yaml.safe_load(part))
+            values.append(load_yaml_text(part))
         except yaml.YAMLError:
             raise UserError(f"--vary {text}: value {part!r} is not valid YAML") from None
     return key.strip(), tuple(values)
@@ -208,25 +210,34 @@ def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
     if workers < 1:
         raise UserError(f"--workers: must be >= 1, got {workers}")
     points = spec.points()
+    if len(points) > MAX_POINTS:
+        raise UserError(f"{spec.source}: the sweep has {len(points)} points; at most "
+                        f"{MAX_POINTS} (split it, or vary fewer values)")
     args = [(spec.base, spec.source, p, same_seed, spec.doc, spec.sets, spec.flags)
             for p in points]
-    if scheduler is not None:
-        results = _on_dask(scheduler, args, progress)
-    elif workers == 1:
-        results = []
-        for a in args:
-            results.append(run_point(*a))
-            if progress:
-                progress()
-    else:
-        results = _on_processes(workers, args, progress)
+    results: list = [None] * len(args)
+    try:
+        if scheduler is not None:
+            _on_dask(scheduler, args, progress, results)
+        elif workers == 1:
+            for i, a in enumerate(args):
+                results[i] = run_point(*a)
+                if progress:
+                    progress()
+        else:
+            _on_processes(workers, args, progress, results)
+    except KeyboardInterrupt:
+        done = [i for i, r in enumerate(results) if r is not None]
+        raise Interrupted(f"{len(done)} of {len(args)} sweep points had finished"
+                          + (f" (points {', '.join(map(str, done[:20]))}"
+                             f"{' ...' if len(done) > 20 else ''})" if done else "")
+                          + "; nothing was written") from None
     return pd.DataFrame([row for rows in results for row in rows])
 
 
-def _on_processes(workers: int, args: list[tuple], progress) -> list:
+def _on_processes(workers: int, args: list[tuple], progress, results: list) -> list:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    results: list = [None] * len(args)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_point, *a): i for i, a in enumerate(args)}
         for fut in as_completed(futures):
@@ -236,7 +247,7 @@ def _on_processes(workers: int, args: list[tuple], progress) -> list:
     return results
 
 
-def _on_dask(scheduler, args: list[tuple], progress) -> list:
+def _on_dask(scheduler, args: list[tuple], progress, results: list) -> list:
     from dask.distributed import Client, as_completed
 
     own = not isinstance(scheduler, Client)
@@ -247,7 +258,6 @@ def _on_dask(scheduler, args: list[tuple], progress) -> list:
     try:
         futures = [client.submit(run_point, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list = [None] * len(args)
         for fut in as_completed(futures):
             results[index[fut.key]] = fut.result()
             if progress:

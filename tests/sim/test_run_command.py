@@ -149,8 +149,8 @@ def test_slo_verdicts():
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
-    (["--report-requests", "0"], "--report-requests: must be >= 1, got 0"),
-    (["--report-requests", "-3"], "--report-requests: must be >= 1, got -3"),
+    (["--report-requests", "0"], "--report-requests: must be in 1..100000, got 0"),
+    (["--report-requests", "-3"], "--report-requests: must be in 1..100000, got -3"),
     (["--warmup", "-1"], "--warmup: must be >= 0 seconds, got -1"),
     (["--warmup", "5", "--no-report"], "--warmup 5: only trims the report"),
     (["--warmup", "1e6"], "--warmup 1e+06: the run's last request arrived at "),

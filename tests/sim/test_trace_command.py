@@ -36,7 +36,7 @@ def test_trace_text_summary_without_out(capsys):
 def test_trace_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert main(["trace", "--draft", "truncated", "--layers", "5", "--tokens", "50"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("specsim trace: error: layers:") and "\n" not in err
+    assert err.startswith("specsim trace: error: --layers:") and "\n" not in err
     assert main(["trace", "--tokens", "3", "--prompts", "4"]) == 2
     assert "tokens" in capsys.readouterr().err
     assert main(["trace", "--tokens", "50", "--out", str(tmp_path / "x.txt")]) == 2
