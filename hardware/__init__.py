@@ -1,12 +1,14 @@
-"""Hardware: GPU, link and model catalogs and the roofline cost model.
+"""Hardware: GPU, link, model and framework catalogs and the cost of a forward pass.
 
 ``load_catalog()`` reads the shipped YAML catalogs (plus optional user files);
-``Deployment`` says how a model runs (GPU, TP/PP, bits, offloading); ``CostModel`` prices one
-forward pass over a batch; ``hardware.draft`` prices drafting and places the draft;
-``hardware.speedup`` builds the speedup tables the ``specsim speedup`` command prints.
+``Deployment`` says how a model runs (GPU, TP/PP, bits, offloading, timing backend,
+framework); ``CostModel`` prices one forward pass over a batch with the backend the
+deployment asks for (``hardware.timing``: paper, roofline, measured kernel tables, auto);
+``hardware.draft`` prices drafting and places the draft; ``hardware.speedup`` builds the
+speedup tables the ``specsim speedup`` command prints.
 """
 
-from hardware.catalog import Catalog, GpuSpec, LinkSpec, ModelSpec, load_catalog
+from hardware.catalog import Catalog, FrameworkSpec, GpuSpec, LinkSpec, ModelSpec, load_catalog
 from hardware.cost import CostModel, PassCost
 from hardware.deployment import Deployment, StageLayout, check_positions, stage_layouts
 from hardware.draft import (
@@ -27,6 +29,7 @@ __all__ = [
     "CostModel",
     "Deployment",
     "DraftSetup",
+    "FrameworkSpec",
     "GpuSpec",
     "LinkSpec",
     "ModelConfig",

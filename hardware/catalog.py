@@ -1,12 +1,13 @@
 """GPU, link and model catalogs: typed, frozen entries loaded and validated from YAML.
 
-The shipped catalogs live in ``hardware/data/{gpus,links,models}.yaml`` (their headers
-document every field and its unit). A user catalog file has the same layout -- a mapping
-with any of the sections ``gpus``, ``links``, ``models`` -- and adds ids or overrides shipped
-ones (e.g. to calibrate ``eta_memory`` for a real machine). An entry for an id already known
-needs only the fields it changes (``gpus: {h100: {eta_memory: 0.7}}``); a model's ``config``
-is replaced whole. Every problem is reported as one :class:`UserError` line naming the file
-and the field.
+The shipped catalogs live in ``hardware/data/{gpus,links,models,frameworks}.yaml`` (their
+headers document every field and its unit). A user catalog file has the same layout -- a
+mapping with any of the sections ``gpus``, ``links``, ``models``, ``frameworks`` -- and adds
+ids or overrides shipped ones (``specsim calibrate`` writes such a file). An entry for an id
+already known needs only the fields it changes (``gpus: {h100: {eta_memory: 0.7}}``); the
+nested timing parameters (a GPU's ``roofline``, a link's ``collective``) merge field by
+field too, while a model's ``config`` is replaced whole. Every problem is reported as one
+:class:`UserError` line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
@@ -30,10 +31,13 @@ from hardware.models import (
 )
 from specdec.errors import UserError
 
-__all__ = ["Catalog", "GpuSpec", "LinkSpec", "ModelSpec", "load_catalog", "DATA_DIR"]
+__all__ = ["Catalog", "CollectiveParams", "FrameworkSpec", "GpuSpec", "LinkSpec", "ModelSpec",
+           "RooflineParams", "load_catalog", "DATA_DIR"]
 
 DATA_DIR = Path(__file__).parent / "data"
-_SECTIONS = ("gpus", "links", "models")
+_SECTIONS = ("gpus", "links", "models", "frameworks")
+# Mappings inside an entry that a user file overrides field by field (not replaced whole).
+_NESTED = ("roofline", "collective")
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
@@ -42,8 +46,75 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class RooflineParams(_Frozen):
+    """A GPU's calibrated roofline parameters (``hardware/timing/roofline.py`` uses them).
+
+    Weight streaming reaches ``eta_weights`` (16-bit), ``eta_fp8`` (fp8 W8A8), ``eta_int8`` /
+    ``eta_int4`` (weight-only kernels) of the HBM bandwidth on large shards, less on small
+    ones: a layer shard of ``weights_half_bytes`` bytes per GPU streams at half that.
+    KV reads reach ``eta_kv``; matrix arithmetic ``eta_compute`` of the dtype's peak, and
+    the corner between the two roofs is rounded with exponent ``corner`` (compute
+    efficiency falls as the arithmetic intensity nears the ridge; large = a sharp max).
+    ``eta_host`` is the fraction of the host link's bandwidth offloaded weights stream at.
+    ``calibrated`` says whether the values were fitted on measurements of this GPU
+    (``source`` says which) or borrowed from another GPU.
+    """
+
+    eta_weights: Fraction
+    eta_fp8: Fraction
+    eta_int8: Fraction
+    eta_int4: Fraction
+    weights_half_bytes: float = Field(ge=0)
+    eta_kv: Fraction
+    eta_compute: Fraction
+    corner: float = Field(ge=1, le=64)
+    eta_host: Fraction
+    calibrated: bool
+    source: str
+
+
+class CollectiveParams(_Frozen):
+    """A link's α-β all-reduce parameters: ``call_s + 2(tp-1)·step_s + bytes/(β·eta)``."""
+
+    call_s: float = Field(ge=0)
+    step_s: float = Field(ge=0)
+    eta: Fraction
+    calibrated: bool
+    source: str
+
+
+class FrameworkSpec(_Frozen):
+    """A serving engine: its pinned version, kernel tables and CPU-side overheads.
+
+    Every pass costs ``step_s + layer_s·layers + seq_s·sequences`` on top of its GPU time
+    (scheduling, input preparation, launches, sampling, per-request bookkeeping).
+    ``tables`` names the engine's measured kernel tables (``None``: roofline only);
+    ``offload_overlap`` says whether offloaded weights stream while the GPU computes
+    (FlexGen style) or before each layer runs (Hugging Face Accelerate).
+    """
+
+    id: str
+    name: str
+    version: str
+    tables: str | None = None
+    step_s: float = Field(ge=0)
+    layer_s: float = Field(ge=0)
+    seq_s: float = Field(ge=0)
+    offload_overlap: bool = True
+    source: str
+
+
 class GpuSpec(_Frozen):
-    """One GPU type: peaks, memory, calibration constants, links and price (units in names)."""
+    """One GPU type: peaks, memory, calibration constants, links and price (units in names).
+
+    ``eta_compute``, ``eta_memory`` and ``overhead_s`` are the lecture's paper GPU (the
+    ``paper`` timing); ``roofline`` holds calibrated parameters (``None``: datasheet only,
+    the roofline then runs at the paper efficiencies); ``tables`` names the GPU's measured
+    kernel tables (``None``: none).
+    """
 
     id: str
     name: str
@@ -59,6 +130,8 @@ class GpuSpec(_Frozen):
     gpus_per_node: PositiveInt
     price_per_hour_usd: float = Field(ge=0)
     source: str
+    roofline: RooflineParams | None = None
+    tables: str | None = None
 
     @property
     def hbm_capacity_bytes(self) -> int:
@@ -91,6 +164,7 @@ class LinkSpec(_Frozen):
     bytes_per_s: PositiveFloat
     latency_s: float = Field(ge=0)
     source: str
+    collective: CollectiveParams | None = None
 
 
 class ModelSpec(_Frozen):
@@ -109,7 +183,8 @@ class ModelSpec(_Frozen):
         return model_shape(self.config)
 
 
-_SPEC_TYPES: dict[str, type[_Frozen]] = {"gpus": GpuSpec, "links": LinkSpec, "models": ModelSpec}
+_SPEC_TYPES: dict[str, type[_Frozen]] = {"gpus": GpuSpec, "links": LinkSpec,
+                                          "models": ModelSpec, "frameworks": FrameworkSpec}
 
 
 @dataclass(frozen=True)
@@ -119,6 +194,7 @@ class Catalog:
     gpus: dict[str, GpuSpec] = field(default_factory=dict)
     links: dict[str, LinkSpec] = field(default_factory=dict)
     models: dict[str, ModelSpec] = field(default_factory=dict)
+    frameworks: dict[str, FrameworkSpec] = field(default_factory=dict)
 
     def gpu(self, gpu_id: str) -> GpuSpec:
         """The GPU ``gpu_id``; an unknown id is a UserError listing the known ones."""
@@ -127,6 +203,10 @@ class Catalog:
     def link(self, link_id: str) -> LinkSpec:
         """The link ``link_id``; an unknown id is a UserError listing the known ones."""
         return _lookup("link", link_id, self.links)
+
+    def framework(self, framework_id: str) -> FrameworkSpec:
+        """The serving framework ``framework_id``; unknown: a UserError listing the known."""
+        return _lookup("framework", framework_id, self.frameworks)
 
     def model(self, model_id: str) -> ModelSpec:
         """The model ``model_id``, or one loaded from a HF ``config.json`` path.
@@ -167,7 +247,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise UserError(f"{path}: a catalog file must be a mapping with sections gpus/links/models")
+        raise UserError(f"{path}: a catalog file must be a mapping with sections "
+                        f"{'/'.join(_SECTIONS)}")
     for key in raw:
         if key not in _SECTIONS:
             raise UserError(f"{path}: unknown section {key!r} (known: {', '.join(_SECTIONS)})")
@@ -189,11 +270,20 @@ def _parse(path: Path, raw: dict[str, Any], tables: dict[str, dict[str, Any]]) -
                 raise UserError(f"{path}: {where}.id: the id is the entry's key; remove the field")
             base = tables[section].get(entry_id)
             if base is not None:  # overriding a known id: only the fields given change
-                body = {**base.model_dump(exclude={"id"}), **body}
+                body = _merge(base.model_dump(exclude={"id"}), body)
             try:
                 tables[section][entry_id] = _SPEC_TYPES[section](id=entry_id, **body)
             except ValidationError as err:
                 raise UserError(format_validation(str(path), where, err)) from None
+
+
+def _merge(base: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``body``; the nested timing mappings merge one level deeper."""
+    out = {**base, **body}
+    for key in _NESTED:
+        if isinstance(base.get(key), dict) and isinstance(body.get(key), dict):
+            out[key] = {**base[key], **body[key]}
+    return out
 
 
 def _check_links(origin: dict[str, Path], tables: dict[str, dict[str, Any]]) -> None:

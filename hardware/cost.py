@@ -1,60 +1,45 @@
-"""The roofline cost of one forward pass of one deployed model over a batch.
+"""The cost of one forward pass of one deployed model over a batch: the one entry point.
 
-Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
+``CostModel(dep, catalog)`` resolves the deployment's links, its pipeline stages, its
+offloaded fraction (``offload_fraction: auto`` included) and its timing backend
+(``dep.timing``: ``paper``, ``roofline``, ``measured`` or ``auto``, see
+:mod:`hardware.timing`), checks that it fits the GPUs, and then prices passes. The engine
+only ever sees this class: which tables or formulas stand behind it is the backend's
+business, and every :class:`PassCost` says which backend priced it (``backend``, ``note``).
 
-- FLOPs  = 2 x streamed params x new tokens            (every linear layer, lm_head included)
-         + 4 x layers x heads x d_head x attended keys  (QK^T and AV; by default causal: a
-           new token attends to its cached context, the earlier new tokens of its sequence
-           and itself, n·c + n(n+1)/2 keys for n new tokens over c cached ones; a token
-           tree's nodes see only their ancestors, so a tree verify passes its own count,
-           ``keys`` / ``sum_keys`` from :func:`hardware.draft.tree_attended_keys`);
-- bytes  = streamed params x weight bytes               (weights read once per pass)
-         + (context + new tokens) x KV bytes per token  (KV read, then written for new tokens);
-- compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory);
-- comm_s = 2 all-reduces per block of (tokens x hidden x 2 bytes), ring model:
-           2(tp-1)/tp x message / link bandwidth + 2(tp-1) x link latency; the link is the
-           GPU's ``scale_up_link`` while tp <= its ``gpus_per_node``, else (TP spanning
-           servers) its ``node_link``: every ring step waits for the slowest hop, and some
-           hop crosses servers (no hierarchical all-reduce is modelled);
-- host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block); under TP
-           each GPU streams its own shard over its own host link;
-- stage_s = max(max(compute_s, memory_s) + comm_s, host_s) + overhead_s.
-
-TP all-reduces sit on the critical path (a block cannot continue before its all-reduce).
-Offloading follows FlexGen: the next blocks' weights stream over PCIe while the GPU computes,
-so a stage costs the larger of its GPU time and its host transfer, plus the overhead.
-Each pipeline stage is its own process and pays the per-pass overhead; a pass through the
-pipeline costs the sum of its stages plus one activation hop (tokens x hidden x 2 bytes over
-``pp_link``) between consecutive stages. Activation traffic to HBM, the logits all-gather
-and the embedding gather are not counted -- they are small next to weights and KV for
-decode and verify, and prefill is compute-bound anyway.
+A pass depends on the batch only through five numbers -- Σ new tokens, Σ cached context,
+Σ new·context, Σ new² (or the attended keys, for token trees) and the sequence count -- so
+the engine's hot path is :meth:`CostModel.pass_seconds_sums`, a handful of float operations.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hardware.catalog import Catalog
 from hardware.deployment import Deployment, stage_layouts
-from hardware.memory import fit_error
+from hardware.memory import auto_offload, fit_error
+from hardware.timing import make_timing, stage_counts
+from hardware.timing.paper import ACTIVATION_BYTES
 from specdec.errors import UserError
 
 __all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "causal_keys"]
 
-ACTIVATION_BYTES = 2  # activations travel between GPUs in 16 bits
-
 
 @dataclass(frozen=True)
 class PassCost:
-    """One forward pass: total seconds and its breakdown.
+    """One forward pass: total seconds and its breakdown, and who priced it.
 
-    ``flops`` and ``hbm_bytes`` are summed over every GPU; the ``*_s`` parts are summed over
-    the pipeline stages along the critical path (``comm_s`` includes the pipeline hops).
-    ``bound`` names the largest of compute, memory, comm and host; ``stage_s`` is each
-    stage's time and ``hop_s`` one hop between stages, for an engine that runs one process
-    per stage.
+    ``flops`` and ``hbm_bytes`` are the pass's analytic work summed over every GPU; the
+    ``*_s`` parts are summed over the pipeline stages along the critical path (``comm_s``
+    includes the pipeline hops); for the ``measured`` backend ``compute_s`` / ``memory_s``
+    are the speed-of-light times at the datasheet peaks (they name the bound) and ``parts``
+    holds the measured terms. ``bound`` names the largest of compute, memory, comm and host;
+    ``stage_s`` is each stage's time and ``hop_s`` one hop between stages, for an engine
+    that runs one process per stage. ``backend`` is ``paper``, ``roofline`` or
+    ``measured``; ``note`` says what it read and, under ``auto``, why.
     """
 
     seconds: float
@@ -69,53 +54,9 @@ class PassCost:
     arithmetic_intensity: float
     stage_s: tuple[float, ...]
     hop_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Stage:
-    """Per-GPU constants of one stage, precomputed so a pass is a handful of float ops.
-
-    The ``*_s`` coefficients are seconds (FLOPs over the effective peak, bytes over the
-    effective bandwidth); the raw FLOP and byte counts are kept for the breakdown.
-    """
-
-    flop_per_token: float
-    flop_per_key: float
-    weight_bytes: float
-    kv_bytes_per_token: float
-    compute_s_per_token: float
-    compute_s_per_key: float
-    weight_s: float
-    memory_s_per_kv_token: float
-    comm_fixed_s: float
-    comm_per_token_s: float
-    host_s: float
-    overhead_s: float
-
-
-def _stage_parts(
-    st: _Stage, new: float, kv_tokens: float, keys: float
-) -> tuple[float, float, float, float]:
-    """(compute_s, memory_s, comm_s, seconds) of one stage: THE per-stage formula.
-
-    ``new`` tokens fed, ``kv_tokens`` KV entries read or written, ``keys`` attended
-    (query, key) pairs. Every pricing method goes through here.
-    """
-    compute = st.compute_s_per_token * new + st.compute_s_per_key * keys
-    memory = st.weight_s + st.memory_s_per_kv_token * kv_tokens
-    comm = st.comm_fixed_s + st.comm_per_token_s * new
-    gpu = (compute if compute > memory else memory) + comm
-    return compute, memory, comm, (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
-
-
-def _bound(compute: float, memory: float, comm: float, host: float) -> str:
-    """The largest of the four parts (ties to the earlier name: compute, memory, comm, host)."""
-    name, top = "compute", compute
-    if memory > top:
-        name, top = "memory", memory
-    if comm > top:
-        name, top = "comm", comm
-    return "host" if host > top else name
+    backend: str = "paper"
+    note: str = ""
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 def causal_keys(sum_new: float, sum_new_ctx: float, sum_new_sq: float) -> float:
@@ -133,12 +74,14 @@ class CostModel:
     """Prices forward passes of ``dep``; refuses deployments that cannot run.
 
     Construction checks that the weights plus ``dep.kv_tokens`` tokens of KV fit each GPU
-    (else a UserError with GiB needed vs available).
+    (else a UserError with GiB needed vs available), resolves ``offload_fraction: auto``
+    (:attr:`offload_fraction` is the number used) and builds the timing backend
+    (:attr:`timing`, whose ``name`` and ``note`` every :class:`PassCost` repeats).
     """
 
     def __init__(self, dep: Deployment, catalog: Catalog) -> None:
         self.dep = dep
-        gpu, shape = dep.gpu, dep.model.shape
+        gpu = dep.gpu
         # TP over more GPUs than one server holds spans servers: the all-reduce ring then
         # crosses the node link, and a ring runs at its slowest link (an explicit tp_link wins).
         spans_nodes = dep.tp > gpu.gpus_per_node
@@ -146,44 +89,25 @@ class CostModel:
             gpu.node_link if spans_nodes else gpu.scale_up_link
         )
         self.pp_link = dep.pp_link or catalog.link(gpu.node_link)
-        host = catalog.link(gpu.host_link)
+        self.host_link = catalog.link(gpu.host_link)
+        self.framework = catalog.framework(dep.framework)
         self.layouts = stage_layouts(dep)
-        wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
-        tp, link = dep.tp, self.tp_link
-        inv_flops_per_s = 1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute)
-        inv_bytes_per_s = 1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory)
-        stages = []
-        for lay in self.layouts:
-            weight_bytes = lay.streamed_params * wb
-            ring_steps = 2 * (tp - 1)
-            all_reduces = 2 * lay.layers if tp > 1 else 0
-            offloaded = dep.offload_fraction * weight_bytes
-            flop_per_token = 2.0 * lay.streamed_params
-            flop_per_key = 4.0 * lay.layers * lay.attn_heads * shape.d_head
-            kv_bytes = lay.kv_values_per_token * kvb
-            stages.append(
-                _Stage(
-                    flop_per_token=flop_per_token,
-                    flop_per_key=flop_per_key,
-                    weight_bytes=weight_bytes,
-                    kv_bytes_per_token=kv_bytes,
-                    compute_s_per_token=flop_per_token * inv_flops_per_s,
-                    compute_s_per_key=flop_per_key * inv_flops_per_s,
-                    weight_s=weight_bytes * inv_bytes_per_s,
-                    memory_s_per_kv_token=kv_bytes * inv_bytes_per_s,
-                    comm_fixed_s=all_reduces * ring_steps * link.latency_s,
-                    comm_per_token_s=all_reduces * (ring_steps / tp) * shape.hidden
-                    * ACTIVATION_BYTES / link.bytes_per_s,
-                    host_s=(offloaded / host.bytes_per_s + lay.layers * host.latency_s)
-                    if offloaded > 0 else 0.0,
-                    overhead_s=gpu.overhead_s,
-                )
-            )
-        self._stages = tuple(stages)
-        self._single = stages[0] if len(stages) == 1 else None
-        self._hop_per_token_s = shape.hidden * ACTIVATION_BYTES / self.pp_link.bytes_per_s
-        self._hop_fixed_s = self.pp_link.latency_s
+        self._counts = stage_counts(dep, self.layouts)
+        if dep.offload_fraction == "auto":
+            self.offload_fraction, self._buffer_bytes = auto_offload(dep, self._counts)
+        else:
+            self.offload_fraction = float(dep.offload_fraction)
+            self._buffer_bytes = tuple(0 for _ in self._counts)
+        self.timing = make_timing(dep, self._counts, self.tp_link, self.pp_link,
+                                  self.host_link, self.offload_fraction, self.framework)
+        t = self.timing
+        self._seconds, self._bound, self._stage = t.seconds, t.seconds_bound, t.stage_seconds
         self.check_memory(dep.kv_tokens)
+
+    @property
+    def backend(self) -> str:
+        """Which backend prices the passes: ``paper``, ``roofline`` or ``measured``."""
+        return self.timing.name
 
     # ---- memory ---------------------------------------------------------------------------
 
@@ -195,13 +119,14 @@ class CostModel:
     @property
     def stage_kv_bytes_per_token(self) -> tuple[float, ...]:
         """KV bytes one cached token takes on ONE GPU of each stage (after TP split)."""
-        return tuple(st.kv_bytes_per_token for st in self._stages)
+        return tuple(c.kv_bytes_per_token for c in self._counts)
 
     def resident_weight_bytes(self) -> tuple[int, ...]:
-        """Weight bytes each stage's GPU keeps in its memory (offloaded part excluded)."""
-        keep = 1.0 - self.dep.offload_fraction
-        return tuple(int(lay.stored_params * self.dep.weight_bits / 8 * keep)
-                     for lay in self.layouts)
+        """Weight bytes each stage's GPU keeps in its memory (offloaded part excluded; with
+        ``offload_fraction: auto``, the streaming buffer included)."""
+        keep = 1.0 - self.offload_fraction
+        return tuple(int(lay.stored_params * self.dep.weight_bits / 8 * keep) + buf
+                     for lay, buf in zip(self.layouts, self._buffer_bytes, strict=True))
 
     def kv_capacity_tokens(self, reserve_bytes: int = 0) -> int:
         """Cached tokens that fit after weights, workspace and ``reserve_bytes`` per GPU.
@@ -210,8 +135,8 @@ class CostModel:
         """
         usable = self.dep.usable_bytes_per_gpu - reserve_bytes
         tokens = min(
-            (usable - w) // st.kv_bytes_per_token
-            for w, st in zip(self.resident_weight_bytes(), self._stages, strict=True)
+            (usable - w) // c.kv_bytes_per_token
+            for w, c in zip(self.resident_weight_bytes(), self._counts, strict=True)
         )
         return max(int(tokens), 0)
 
@@ -228,17 +153,17 @@ class CostModel:
         enough).
         """
         usable = self.dep.usable_bytes_per_gpu - reserve_bytes
-        for s, (w, st) in enumerate(zip(self.resident_weight_bytes(), self._stages, strict=True)):
-            need = w + kv_tokens * st.kv_bytes_per_token
+        for s, (w, c) in enumerate(zip(self.resident_weight_bytes(), self._counts,
+                                       strict=True)):
+            need = w + kv_tokens * c.kv_bytes_per_token
             if need > usable:
-                raise fit_error(self.dep, s, w, kv_tokens, kv_tokens * st.kv_bytes_per_token,
+                raise fit_error(self.dep, s, w, kv_tokens, kv_tokens * c.kv_bytes_per_token,
                                 reserve_bytes, subject)
 
     # ---- pricing --------------------------------------------------------------------------
     #
-    # A pass depends on the batch only through Σ new, Σ ctx and the attended keys; the sums
-    # methods are the engine's hot path, the array methods check their input and also give
-    # the breakdown. All of them price a stage with ``_stage_parts``.
+    # The sums methods are the engine's hot path (one backend call each); the array methods
+    # check their input and also give the breakdown.
 
     def pass_seconds_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
@@ -248,15 +173,12 @@ class CostModel:
 
         ``sum_keys`` (attended query-key pairs over the batch) replaces the causal count
         :func:`causal_keys` computes from the last two sums -- give it for token trees.
-        ``n_seqs`` is the number of sequences in the pass (timing backends with a
-        per-sequence term use it; the paper GPU does not).
+        ``n_seqs`` is the number of sequences in the pass (the per-sequence overhead of
+        the roofline and measured backends; the paper GPU has none).
         """
         if sum_keys is None:
             sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
-        st = self._single
-        if st is not None:
-            return _stage_parts(st, sum_new, sum_ctx + sum_new, sum_keys)[3]
-        return self._pipeline(sum_new, sum_ctx + sum_new, sum_keys)[0]
+        return self._seconds(sum_new, sum_ctx + sum_new, sum_keys, n_seqs)
 
     def pass_seconds_bound_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
@@ -268,14 +190,7 @@ class CostModel:
         """
         if sum_keys is None:
             sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
-        st = self._single
-        if st is not None:
-            compute, memory, comm, seconds = _stage_parts(st, sum_new, sum_ctx + sum_new, sum_keys)
-            return seconds, _bound(compute, memory, comm, st.host_s)
-        seconds, compute, memory, comm, host, _, _ = self._pipeline(
-            sum_new, sum_ctx + sum_new, sum_keys
-        )
-        return seconds, _bound(compute, memory, comm, host)
+        return self._bound(sum_new, sum_ctx + sum_new, sum_keys, n_seqs)
 
     def stage_seconds_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,
@@ -284,32 +199,11 @@ class CostModel:
         """Each pipeline stage's seconds for the batch with these sums (one process per stage)."""
         if sum_keys is None:
             sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
-        return self._pipeline(sum_new, sum_ctx + sum_new, sum_keys)[5]
+        return self._stage(sum_new, sum_ctx + sum_new, sum_keys, n_seqs)
 
     def hop_seconds(self, sum_new: float) -> float:
         """Seconds for one batch's activations to hop between two pipeline stages."""
-        return self._hop_fixed_s + self._hop_per_token_s * sum_new
-
-    def _pipeline(
-        self, new: float, kv_tokens: float, keys: float
-    ) -> tuple[float, float, float, float, float, tuple[float, ...], float]:
-        """(seconds, compute, memory, comm, host, stage seconds, hop) summed over the stages.
-
-        The parts are summed along the critical path; ``comm`` includes the pp - 1 hops.
-        """
-        compute = memory = comm = host = 0.0
-        stage_s = []
-        for st in self._stages:
-            c_s, m_s, x_s, s_s = _stage_parts(st, new, kv_tokens, keys)
-            compute += c_s
-            memory += m_s
-            comm += x_s
-            host += st.host_s
-            stage_s.append(s_s)
-        hops = len(stage_s) - 1
-        hop_s = self.hop_seconds(new) if hops else 0.0
-        comm += hops * hop_s
-        return sum(stage_s) + hops * hop_s, compute, memory, comm, host, tuple(stage_s), hop_s
+        return self.timing.hop_seconds(sum_new)
 
     def pass_seconds(
         self, new_tokens: np.ndarray, context: np.ndarray, keys: np.ndarray | None = None
@@ -352,26 +246,27 @@ class CostModel:
                 )
             sum_keys = float(att.sum())
         kv_tokens = float(ctx.sum()) + sum_new
-        seconds, compute, memory, comm, host, stage_s, hop_s = self._pipeline(
-            sum_new, kv_tokens, sum_keys
-        )
+        b = self.timing.breakdown(sum_new, kv_tokens, sum_keys, float(new.size))
         tp = self.dep.tp
-        flops = tp * sum(st.flop_per_token * sum_new + st.flop_per_key * sum_keys
-                         for st in self._stages)
-        hbm = tp * sum(st.weight_bytes + st.kv_bytes_per_token * kv_tokens for st in self._stages)
+        flops = tp * sum(c.flop_per_token * sum_new + c.flop_per_key * sum_keys
+                         for c in self._counts)
+        hbm = tp * sum(c.weight_bytes + c.kv_bytes_per_token * kv_tokens for c in self._counts)
         return PassCost(
-            seconds=seconds,
+            seconds=b.seconds,
             flops=flops,
             hbm_bytes=hbm,
-            compute_s=compute,
-            memory_s=memory,
-            comm_s=comm,
-            host_s=host,
-            overhead_s=sum(st.overhead_s for st in self._stages),
-            bound=_bound(compute, memory, comm, host),
+            compute_s=b.compute_s,
+            memory_s=b.memory_s,
+            comm_s=b.comm_s,
+            host_s=b.host_s,
+            overhead_s=b.overhead_s,
+            bound=b.bound,
             arithmetic_intensity=flops / hbm,
-            stage_s=stage_s,
-            hop_s=hop_s,
+            stage_s=b.stage_s,
+            hop_s=b.hop_s,
+            backend=self.timing.name,
+            note=self.timing.note,
+            parts=dict(b.parts),
         )
 
     def uniform_pass_seconds(

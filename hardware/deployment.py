@@ -14,10 +14,14 @@ use. Assumptions (each one a choice, stated where it is made):
   norm and lm_head on the last (a tied matrix is then stored on both).
 - ``weight_bits`` applies to every stored parameter (quantisation scales are not counted);
   compute stays in the 16-bit dtype unless ``compute_dtype`` says otherwise (weight-only
-  quantisation, as in the lecture's 8-bit Llama-3-70B example).
+  quantisation, as in the lecture's 8-bit Llama-3-70B example); ``compute_dtype: fp8`` is
+  FP8 W8A8 and needs 8-bit weights.
 - Offloading keeps ``offload_fraction`` of each GPU's weights in host memory; they occupy no
-  GPU memory (the workspace margin covers the streaming buffer).
+  GPU memory (the workspace margin covers the streaming buffer). ``offload_fraction="auto"``
+  lets the cost model offload just enough whole layers to fit (``hardware.memory``).
 - Memory: usable = capacity x (1 - workspace_fraction); weights resident + KV must fit.
+- ``timing`` picks the backend that prices passes (``hardware.timing``) and ``framework``
+  the serving engine whose kernel tables and overheads it uses (a catalog id).
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ from dataclasses import dataclass
 from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 from specdec.errors import UserError
 
-__all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB"]
+__all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB", "TIMINGS",
+           "COMPUTE_DTYPES"]
 
 GIB = 2**30
+TIMINGS = ("auto", "measured", "roofline", "paper")
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,9 @@ class Deployment:
     all-reduce ring spans servers) and ``node_link`` (pipeline stages on different servers),
     resolved by the cost model from the catalog. ``kv_tokens`` is the number of cached
     tokens (summed over sequences) that must fit next to the weights; the cost model refuses
-    the deployment otherwise.
+    the deployment otherwise. ``timing`` (``auto``, ``measured``, ``roofline``, ``paper``)
+    and ``framework`` (a catalog framework id: vllm, sglang, trtllm, ...) decide how passes
+    are priced; ``compute_dtype`` ``None`` is the GPU's 16-bit dtype.
     """
 
     model: ModelSpec
@@ -52,12 +61,14 @@ class Deployment:
     pp: int = 1
     weight_bits: int = 16
     kv_bits: int = 16
-    offload_fraction: float = 0.0
+    offload_fraction: float | str = 0.0
     tp_link: LinkSpec | None = None
     pp_link: LinkSpec | None = None
     compute_dtype: str | None = None
     workspace_fraction: float = 0.10
     kv_tokens: int = 0
+    timing: str = "auto"
+    framework: str = "vllm"
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -66,8 +77,18 @@ class Deployment:
         _check(self.weight_bits in (16, 8, 4), "weight_bits", "must be 16, 8 or 4",
                self.weight_bits)
         _check(self.kv_bits in (16, 8), "kv_bits", "must be 16 or 8", self.kv_bits)
-        _check(0.0 <= self.offload_fraction <= 1.0, "offload_fraction",
-               "must be in [0, 1]", self.offload_fraction)
+        if self.offload_fraction != "auto":
+            _check(isinstance(self.offload_fraction, numbers.Real)
+                   and not isinstance(self.offload_fraction, bool)
+                   and 0.0 <= self.offload_fraction <= 1.0, "offload_fraction",
+                   "must be in [0, 1] or 'auto'", self.offload_fraction)
+        _check(self.timing in TIMINGS, "timing", f"must be one of {', '.join(TIMINGS)}",
+               self.timing)
+        _check(isinstance(self.framework, str) and bool(self.framework), "framework",
+               "must be a framework id (see 'specsim hw list')", self.framework)
+        _check(self.compute_dtype is None or self.compute_dtype in COMPUTE_DTYPES,
+               "compute_dtype", f"must be one of {', '.join(COMPUTE_DTYPES)}",
+               self.compute_dtype)
         _check(0.0 <= self.workspace_fraction < 1.0, "workspace_fraction",
                "must be in [0, 1)", self.workspace_fraction)
         _check(_is_int(self.kv_tokens) and self.kv_tokens >= 0, "kv_tokens",
@@ -88,6 +109,11 @@ class Deployment:
                 f"nor is a multiple of it (KV heads cannot be split or replicated evenly)"
             )
         self.gpu.peak(self.dtype)  # a dtype the chip lacks is refused here
+        if self.dtype == "fp8" and self.weight_bits != 8:
+            raise UserError(
+                f"deployment: compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
+                f"{self.weight_bits}"
+            )
 
     @property
     def n_gpus(self) -> int:

@@ -1,4 +1,4 @@
-"""The one-line refusal of a deployment whose weights and KV do not fit a GPU."""
+"""Memory: the one-line refusal of a deployment that does not fit, and auto offloading."""
 
 from __future__ import annotations
 
@@ -44,3 +44,35 @@ def fit_error(dep: Deployment, stage: int, weight_bytes: float, kv_tokens: int,
         f"{dep.gpu.hbm_capacity_gib:g} GiB after a "
         f"{dep.workspace_fraction:.0%} workspace margin"
     )
+
+
+# offload_fraction "auto": the reserve it keeps (stated in docs/timing.md).
+AUTO_BUFFER_LAYERS = 2  # streamed layers double-buffered in GPU memory
+AUTO_KV_FRACTION = 0.2  # of usable memory kept for the KV cache at least
+
+
+def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
+    """(fraction, buffer bytes per stage) for ``offload_fraction: auto``.
+
+    Per stage, the fewest whole blocks go to host memory so that the remaining weights,
+    ``AUTO_BUFFER_LAYERS`` blocks of streaming buffer and a KV cache of ``dep.kv_tokens``
+    tokens -- at least ``AUTO_KV_FRACTION`` of the usable memory -- fit one GPU; the
+    tightest stage's share of its stored weights is the fraction every stage offloads.
+    Nothing is offloaded (fraction 0, no buffer) when everything fits. A deployment that
+    does not fit even with every block offloaded is left to the memory check to refuse.
+    """
+    usable = dep.usable_bytes_per_gpu
+    fraction = 0.0
+    for c in counts:
+        layer_bytes = c.body_params / c.layers * dep.weight_bits / 8
+        kv = max(dep.kv_tokens * c.kv_bytes_per_token, AUTO_KV_FRACTION * usable)
+        excess = c.stored_bytes + kv - usable
+        if excess <= 0:
+            continue
+        blocks = min(math.ceil((excess + AUTO_BUFFER_LAYERS * layer_bytes) / layer_bytes),
+                     c.layers)
+        fraction = max(fraction, blocks * layer_bytes / c.stored_bytes)
+    if fraction == 0.0:
+        return 0.0, tuple(0 for _ in counts)
+    return fraction, tuple(int(AUTO_BUFFER_LAYERS * c.body_params / c.layers
+                               * dep.weight_bits / 8) for c in counts)

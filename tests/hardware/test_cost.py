@@ -16,6 +16,9 @@ L3_8B_KV = 131_072  # bytes per token at 16 bits
 
 
 def cost(model="llama-3-8b", gpu="h100", **kw) -> CostModel:
+    """The lecture's paper GPU (these tests pin its numbers); tests/hardware/test_timing.py
+    covers the other backends."""
+    kw.setdefault("timing", "paper")
     return CostModel(Deployment(model=CAT.model(model), gpu=CAT.gpu(gpu), **kw), CAT)
 
 

@@ -20,8 +20,10 @@ CAT = load_catalog()
 
 
 def setup(target="llama-3-8b", gpu="h100", **kw):
+    kw.setdefault("timing", "paper")  # the lecture's paper GPU
     t = CostModel(Deployment(model=CAT.model(target), gpu=CAT.gpu(gpu), **kw), CAT)
-    d = CostModel(Deployment(model=CAT.model("llama-3.2-1b"), gpu=CAT.gpu(gpu)), CAT)
+    d = CostModel(Deployment(model=CAT.model("llama-3.2-1b"), gpu=CAT.gpu(gpu),
+                             timing=kw["timing"]), CAT)
     return t, DraftSetup.colocated_with(d, t)
 
 

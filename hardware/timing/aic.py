@@ -1,0 +1,193 @@
+"""The one door to measured kernel tables: NVIDIA's ``aiconfigurator-core`` (pinned 0.12.0).
+
+``aiconfigurator-core`` (Apache-2.0) ships kernel timings measured per GPU, serving
+framework and framework version: GEMMs by (m, n, k, dtype), context (prefill) and generation
+(decode) attention by batch, sequence length, heads, KV heads, head width and dtypes, and
+all-reduces by message size and GPU count. Its Rust engine answers op queries in
+milliseconds (``EngineHandle.evaluate_ops_json``); a query takes microseconds, so it is never
+asked on the engine's hot path: everything here tabulates or fits once per shape, returns
+plain floats in **seconds**, and is cached for the process.
+
+Nothing else in SpecSim imports the package (it is imported lazily, on the first table);
+``TablesUnavailable`` says in one line why a table cannot be had (package missing, another
+version, a GPU, framework, dtype or shape the tables do not cover), and the caller falls
+back to the calibrated roofline. Versions: the framework slot ``current`` of the pinned
+package (vLLM 0.24.0, SGLang 0.5.14, TensorRT-LLM 1.3.0rc20; on A100 vLLM 0.14.0, SGLang
+0.5.10, TensorRT-LLM 1.0.0) -- ``framework_version`` reports the one loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import cache, lru_cache
+
+import numpy as np
+
+__all__ = ["PINNED", "TablesUnavailable", "GRID", "framework_version", "layer_table",
+           "allreduce_table", "head_table", "attention_fit", "gemm_seconds",
+           "allreduce_seconds"]
+
+PINNED = "0.12.0"
+BACKENDS = ("vllm", "sglang", "trtllm")
+# Token counts the linear-layer tables are tabulated at (interpolated linearly between,
+# extrapolated along the last segment beyond 32768).
+GRID = tuple(range(1, 17)) + (20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384,
+                              512, 640, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+                              12288, 16384, 32768)
+_MS = 1e-3
+
+
+class TablesUnavailable(Exception):
+    """The measured tables cannot price this deployment; the message says why."""
+
+
+@lru_cache(maxsize=1)
+def _package():
+    """(get_database, EngineHandle, build_ops_json, ops, common), or TablesUnavailable."""
+    try:
+        from importlib.metadata import version
+
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk import operations as ops
+        from aiconfigurator_core.sdk.engine import EngineHandle, build_ops_json
+        from aiconfigurator_core.sdk.perf_database import get_database
+    except ImportError:
+        raise TablesUnavailable(
+            "aiconfigurator-core is not installed (it has wheels for Python >= 3.11 on Linux "
+            "x86_64/aarch64 and macOS arm64: pip install aiconfigurator-core==0.12.0)"
+        ) from None
+    have = version("aiconfigurator-core")
+    if have != PINNED:
+        raise TablesUnavailable(f"aiconfigurator-core {have} is installed; SpecSim reads the "
+                                f"tables of {PINNED}")
+    # its loader warns about fallback rows of model families SpecSim never asks for
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return get_database, EngineHandle, build_ops_json, ops, common
+
+
+@cache
+def _engine(system: str, backend: str):
+    """(engine, framework version) for one GPU and framework."""
+    get_database, engine_handle, *_ = _package()
+    if backend not in BACKENDS:
+        raise TablesUnavailable(f"no kernel tables for framework {backend!r}")
+    try:
+        db = get_database(system, backend, "current")
+        return engine_handle.for_database(db), str(db.version)
+    except Exception as err:  # the package raises several types; all mean "not covered"
+        raise TablesUnavailable(f"no {backend} tables for {system}: {_first_line(err)}") \
+            from None
+
+
+def _first_line(err: Exception) -> str:
+    """The error's first line without the package's install paths, at most 200 characters."""
+    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    line = re.sub(r" at /\S+?(;|$)", r"\1", line).removeprefix("perf database error: ")
+    return line[:200]
+
+
+def framework_version(system: str, backend: str) -> str:
+    """The framework version whose tables are loaded for ``system``."""
+    return _engine(system, backend)[1]
+
+
+def _evaluate(system: str, backend: str, ops_list, **kw) -> list[float]:
+    """Seconds of each op at the given query (is_context, batch_size, s, prefix, x)."""
+    eng, _ = _engine(system, backend)
+    build = _package()[2]
+    try:
+        rows = eng.evaluate_ops_json(build(ops_list), **kw)
+    except Exception as err:
+        raise TablesUnavailable(f"{backend} tables on {system}: {_first_line(err)}") from None
+    return [r[1] * _MS for r in rows]
+
+
+def _gemm_ops(gemms, quant: str):
+    ops, common = _package()[3:5]
+    mode = getattr(common.GEMMQuantMode, quant)
+    return [ops.GEMM(f"g{i}", 1, n, k, mode) for i, (n, k) in enumerate(gemms)]
+
+
+def gemm_seconds(system: str, backend: str, n: int, k: int, quant: str, m: int) -> float:
+    """One GEMM (m x k) @ (k x n) in ``quant`` (bfloat16 or fp8)."""
+    return _evaluate(system, backend, _gemm_ops([(n, k)], quant),
+                     is_context=False, batch_size=1, s=1, x=m)[0]
+
+
+def allreduce_seconds(system: str, backend: str, hidden: int, tp: int, tokens: int) -> float:
+    """One framework all-reduce of ``tokens`` x ``hidden`` 16-bit values over ``tp`` GPUs."""
+    ops = _package()[3]
+    return _evaluate(system, backend, [ops.CustomAllReduce("ar", 1, hidden, tp)],
+                     is_context=False, batch_size=1, s=1, x=tokens)[0]
+
+
+@lru_cache(maxsize=512)
+def layer_table(system: str, backend: str, gemms: tuple[tuple[int, int], ...],
+                quant: str) -> tuple[float, ...]:
+    """Seconds of one transformer block's linear layers at every token count of ``GRID``;
+    ``gemms`` are the block's (n, k) per GPU, ``quant`` a GEMM mode (bfloat16, fp8,
+    int8_wo, int4_wo)."""
+    op_list = _gemm_ops(gemms, quant)
+    return tuple(sum(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
+                               x=m)) for m in GRID)
+
+
+@lru_cache(maxsize=128)
+def allreduce_table(system: str, backend: str, hidden: int, tp: int) -> tuple[float, ...]:
+    """Seconds of one all-reduce of tokens x ``hidden`` 16-bit values over ``tp`` GPUs (the
+    framework's own, e.g. vLLM's custom all-reduce under CUDA graphs) over ``GRID``."""
+    ops = _package()[3]
+    op_list = [ops.CustomAllReduce("ar", 1, hidden, tp)]
+    return tuple(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
+                           x=m)[0] for m in GRID)
+
+
+@lru_cache(maxsize=128)
+def head_table(system: str, backend: str, n: int, k: int) -> tuple[float, ...]:
+    """Seconds of the lm_head GEMM (16-bit, ``n`` vocabulary rows per GPU) over ``GRID``."""
+    op_list = _gemm_ops([(n, k)], "bfloat16")
+    return tuple(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
+                           x=m)[0] for m in GRID)
+
+
+# Query points of the attention fit: decode (generation) batches x KV lengths, and prefill
+# (context) batches x prompt lengths x cached prefixes, the ranges serving passes span.
+_DECODE = [(b, s) for b in (1, 4, 16, 64, 256) for s in (128, 512, 2048, 8192)]
+_PREFILL = [(b, s, p) for b in (1, 4) for s, p in ((128, 0), (512, 0), (2048, 0), (8192, 0),
+                                                    (512, 1024), (512, 4096), (128, 2048))]
+
+
+@lru_cache(maxsize=128)
+def attention_fit(system: str, backend: str, heads: int, kv_heads: int, head_dim: int,
+                  kv_bits: int) -> tuple[float, ...]:
+    """Per-layer attention as ``a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys`` seconds,
+    fitted to the measured decode and prefill attention kernels of one GPU's heads
+    (non-negative least squares on relative error). Returns the five coefficients, then
+    the median and the worst relative error of the fit over its query points.
+
+    ``n`` sequences, ``new`` tokens fed, ``kv`` KV entries read or written, ``keys``
+    attended (query, key) pairs: a decode of batch b at length s has n = new = b and
+    kv = keys = b·s; a prefill of b prompts of s tokens after p cached ones has new = b·s,
+    kv = b·(s + p) and keys = b·(s·p + s(s+1)/2).
+    """
+    from scipy.optimize import nnls
+
+    ops, common = _package()[3:5]
+    kv_mode = common.KVCacheQuantMode.bfloat16 if kv_bits == 16 else common.KVCacheQuantMode.fp8
+    fmha = common.FMHAQuantMode.bfloat16
+    gen = [ops.GenerationAttention("ga", 1, heads, kv_heads, kv_mode, head_size=head_dim)]
+    ctx = [ops.ContextAttention("ca", 1, heads, kv_heads, kv_mode, fmha, head_size=head_dim)]
+    rows, times = [], []
+    for b, s in _DECODE:
+        times.append(_evaluate(system, backend, gen, is_context=False, batch_size=b, s=s)[0])
+        rows.append((1.0, b, b, b * s, b * s))
+    for b, s, p in _PREFILL:
+        times.append(_evaluate(system, backend, ctx, is_context=True, batch_size=b, s=s,
+                               prefix=p)[0])
+        rows.append((1.0, b, b * s, b * (s + p), b * (s * p + s * (s + 1) / 2)))
+    a = np.asarray(rows, dtype=np.float64)  # [Q, 5]
+    t = np.asarray(times)  # [Q]
+    coef, _ = nnls(a / t[:, None], np.ones_like(t))  # relative error, coefficients >= 0
+    err = np.abs(a @ coef / t - 1.0)  # [Q]
+    return (*(float(c) for c in coef), float(np.median(err)), float(err.max()))

@@ -1,0 +1,102 @@
+"""What every timing backend shares: the per-stage counts, the breakdown, the bound.
+
+A backend prices one pass of one deployment from four numbers -- the new tokens fed
+(``new``), the KV entries read or written (``kv``), the attended (query, key) pairs
+(``keys``) and the sequences in the batch (``n``) -- stage by stage along the pipeline.
+The counts below are the analytic work of a stage (FLOPs and bytes per GPU), the same for
+every backend; what differs is how they become seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hardware.deployment import TIMINGS, Deployment, StageLayout
+
+__all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_counts",
+           "largest", "head_tokens"]
+
+# Logits are computed only where a token is sampled: every token of a decode or a verify
+# (a chain of <= 7 guesses, a tree of up to ~30 nodes), the last token of a prefill chunk.
+# From the batch's sums alone a pass cannot tell them apart, so the lm_head is priced at
+# min(new tokens, 32 per sequence); the paper GPU prices it at every new token.
+HEAD_TOKENS_PER_SEQ = 32
+
+
+def head_tokens(new: float, n: float) -> float:
+    """Tokens the lm_head runs on in a pass of ``new`` tokens over ``n`` sequences."""
+    cap = HEAD_TOKENS_PER_SEQ * n
+    return new if new < cap else cap
+
+
+@dataclass(frozen=True, slots=True)
+class StageCounts:
+    """Per-GPU work of one pipeline stage, split the way the backends price it.
+
+    ``body_params`` are the stage's transformer blocks (read every pass, 2 FLOPs per
+    token each), ``head_params`` what follows the last block (final norm, lm_head; last
+    stage only); ``flop_per_key`` is the attention arithmetic per attended key
+    (QK^T and AV over every query head the GPU holds).
+    """
+
+    layers: int
+    body_params: int
+    head_params: int
+    flop_per_token: float
+    flop_per_key: float
+    weight_bytes: float
+    kv_bytes_per_token: float
+    stored_bytes: float
+
+
+def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[StageCounts, ...]:
+    """The :class:`StageCounts` of every stage of ``dep``."""
+    shape = dep.model.shape
+    wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
+    head = math.ceil(shape.head_params / dep.tp)
+    out = []
+    for lay in layouts:
+        h = head if lay.last else 0
+        out.append(StageCounts(
+            layers=lay.layers,
+            body_params=lay.streamed_params - h,
+            head_params=h,
+            flop_per_token=2.0 * lay.streamed_params,
+            flop_per_key=4.0 * lay.layers * lay.attn_heads * shape.d_head,
+            weight_bytes=lay.streamed_params * wb,
+            kv_bytes_per_token=lay.kv_values_per_token * kvb,
+            stored_bytes=lay.stored_params * wb,
+        ))
+    return tuple(out)
+
+
+def largest(compute: float, memory: float, comm: float, host: float) -> str:
+    """The largest of the four parts (ties to the earlier name: compute, memory, comm, host)."""
+    name, top = "compute", compute
+    if memory > top:
+        name, top = "memory", memory
+    if comm > top:
+        name, top = "comm", comm
+    return "host" if host > top else name
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One pass priced by a backend: seconds, the classic parts, and the backend's own.
+
+    ``compute_s`` / ``memory_s`` / ``comm_s`` / ``host_s`` / ``overhead_s`` are summed over
+    the stages (``comm_s`` includes the pipeline hops); ``parts`` names what the backend
+    actually added up (e.g. ``gemm_s``, ``attention_s`` for measured tables).
+    """
+
+    seconds: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    host_s: float
+    overhead_s: float
+    bound: str
+    stage_s: tuple[float, ...]
+    hop_s: float
+    parts: dict[str, float] = field(default_factory=dict)

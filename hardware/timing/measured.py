@@ -1,0 +1,219 @@
+"""The ``measured`` timing: a pass as the sum of measured kernel times, plus the framework.
+
+Per pipeline stage, per GPU, from the tables ``hardware.timing.aic`` reads for the GPU's
+``tables`` system and the framework's ``tables`` set (tabulated once per shape, so a pass
+costs a few interpolations):
+
+- gemm_s      = layers x (the block's GEMMs at m = new tokens: q/k/v, o, gate/up, down, or
+                OPT's fc1/fc2, per GPU under TP) + the lm_head GEMM (16-bit) at m = head
+                tokens (min(new, 32 per sequence)), interpolated linearly between the
+                tabulated token counts;
+- allreduce_s = 2 x layers x the framework's all-reduce of new x hidden 16-bit values;
+- attention_s = layers x (a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys), a least-squares
+                fit to the measured decode and prefill attention kernels of the GPU's heads
+                (its median and worst error are in ``note``);
+- host_s, overhead_s as in the roofline (offloading is not in the tables; the framework's
+  CPU-side ``step_s + layer_s·layers + seq_s·sequences`` is not either);
+- stage_s = max(gemm_s + attention_s + allreduce_s, host_s) + overhead_s (the sum for a
+  framework without ``offload_overlap``).
+
+Not modelled by the tables: normalisation, rotary and activation kernels, sampling and the
+embedding gather (their time is in the fitted ``layer_s`` / ``step_s``). ``compute_s`` and
+``memory_s`` in the breakdown are the speed-of-light times of the pass's FLOPs and bytes at
+the datasheet peaks (they only name the bound); ``parts`` has the measured terms.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from hardware.timing import aic
+from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
+from hardware.timing.roofline import collective_params, roofline_params, weight_format
+
+__all__ = ["MeasuredTiming", "block_gemms"]
+
+_GRID = tuple(float(m) for m in aic.GRID)
+_QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
+_ACT_BYTES = 2
+
+
+def _interp(vals: tuple[float, ...], x: float) -> float:
+    """Piecewise-linear ``vals`` over ``_GRID`` at ``x`` (through 0 below the first point,
+    along the last segment beyond the last)."""
+    g = _GRID
+    if x <= g[0]:
+        return vals[0] * x / g[0]
+    i = bisect_left(g, x)
+    if i == len(g):
+        i -= 1
+    x0, x1 = g[i - 1], g[i]
+    return vals[i - 1] + (vals[i] - vals[i - 1]) * (x - x0) / (x1 - x0)
+
+
+def block_gemms(dep) -> tuple[tuple[int, int], ...]:
+    """(n, k) of each GEMM of one transformer block on one GPU of ``dep`` (TP-split)."""
+    cfg, shape, tp = dep.model.config, dep.model.shape, dep.tp
+    h, d = shape.hidden, shape.d_head
+    q = shape.n_heads // tp * d
+    kv = dep.kv_heads_per_gpu * d
+    if cfg.model_type == "llama":
+        inter = cfg.intermediate_size // tp
+        return ((q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter))
+    ffn = cfg.ffn_dim // tp
+    return ((q + 2 * kv, h), (h, q), (ffn, h), (h, ffn))
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    lin: tuple[float, ...]
+    gemm: tuple[float, ...]
+    allreduce: tuple[float, ...] | None
+    head: tuple[float, ...] | None
+    a0: float
+    a_seq: float
+    a_new: float
+    a_kv: float
+    a_key: float
+    sol_per_token: float
+    sol_per_key: float
+    sol_weight: float
+    sol_per_kv: float
+    host_s: float
+    fixed_s: float
+    per_seq_s: float
+    overlap: bool
+
+
+class MeasuredTiming:
+    """Measured kernel tables for one deployment; raises ``aic.TablesUnavailable``."""
+
+    name = "measured"
+
+    def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float,
+                 framework):
+        gpu, shape, tp = dep.gpu, dep.model.shape, dep.tp
+        system, backend = gpu.tables, framework.tables
+        if system is None:
+            raise aic.TablesUnavailable(f"gpu {gpu.id} has no measured kernel tables")
+        if backend is None:
+            raise aic.TablesUnavailable(f"framework {framework.name} has no kernel tables")
+        if tp > gpu.gpus_per_node:
+            raise aic.TablesUnavailable(f"tp {tp} spans servers; the tables cover one "
+                                        f"server of {gpu.gpus_per_node} GPUs")
+        fmt = weight_format(dep.weight_bits, dep.dtype)
+        version = aic.framework_version(system, backend)
+        gemm = aic.layer_table(system, backend, block_gemms(dep), _QUANT[fmt])
+        ar = aic.allreduce_table(system, backend, shape.hidden, tp) if tp > 1 else None
+        proj = dep.model.config.word_embed_proj_dim or shape.hidden
+        head = aic.head_table(system, backend, math.ceil(dep.model.config.vocab_size / tp),
+                              proj)
+        *att, att_median, att_worst = aic.attention_fit(
+            system, backend, shape.n_heads // tp, dep.kv_heads_per_gpu, shape.d_head,
+            dep.kv_bits)
+        rp = roofline_params(gpu)
+        peak, bw = gpu.peak(dep.dtype), gpu.hbm_bytes_per_s
+        stages = []
+        for c in counts:
+            L = c.layers
+            g = tuple(L * x for x in gemm)
+            a = tuple(2 * L * x for x in ar) if ar is not None else None
+            offloaded = offload_fraction * c.weight_bytes
+            stages.append(_Stage(
+                lin=tuple(x + y for x, y in zip(g, a, strict=True)) if a else g,
+                gemm=g, allreduce=a, head=head if c.head_params else None,
+                a0=L * att[0], a_seq=L * att[1], a_new=L * att[2], a_kv=L * att[3],
+                a_key=L * att[4],
+                sol_per_token=c.flop_per_token / peak, sol_per_key=c.flop_per_key / peak,
+                sol_weight=c.weight_bytes / bw, sol_per_kv=c.kv_bytes_per_token / bw,
+                host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
+                        + L * host_link.latency_s) if offloaded > 0 else 0.0,
+                fixed_s=framework.step_s + framework.layer_s * L,
+                per_seq_s=framework.seq_s, overlap=framework.offload_overlap,
+            ))
+        self._stages = tuple(stages)
+        self._single = stages[0] if len(stages) == 1 else None
+        pc = collective_params(pp_link)
+        self._hop_fixed_s = pc.call_s + pc.step_s
+        self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
+        self.note = (f"measured: aiconfigurator-core {aic.PINNED} tables {system} / "
+                     f"{backend} {version} ({_QUANT[fmt]} GEMMs; attention fit median "
+                     f"{att_median:.0%}, worst {att_worst:.0%}); framework {framework.name} "
+                     f"{framework.version} overheads")
+
+    @staticmethod
+    def _stage_seconds(st: _Stage, new: float, kv: float, keys: float, n: float) -> float:
+        """One stage's seconds: THE per-stage formula (the hot path, hence inlined)."""
+        g = _GRID
+        i = bisect_left(g, new)
+        if i == 0:
+            lin = st.lin[0] * new / g[0]
+        else:
+            if i == len(g):
+                i -= 1
+            lin = st.lin[i - 1] + (st.lin[i] - st.lin[i - 1]) * (new - g[i - 1]) \
+                / (g[i] - g[i - 1])
+        busy = lin + st.a0 + st.a_seq * n + st.a_new * new + st.a_kv * kv + st.a_key * keys
+        if st.head is not None:
+            cap = HEAD_TOKENS_PER_SEQ * n
+            busy += _interp(st.head, new if new < cap else cap)
+        host = st.host_s
+        if st.overlap:
+            t = busy if busy > host else host
+        else:
+            t = busy + host
+        return t + st.fixed_s + st.per_seq_s * n
+
+    def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
+        """Seconds of one pass."""
+        st = self._single
+        if st is not None:
+            return self._stage_seconds(st, new, kv, keys, n)
+        return self.breakdown(new, kv, keys, n).seconds
+
+    def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
+        """(seconds, the bound: speed-of-light compute vs memory, or comm or host)."""
+        b = self.breakdown(new, kv, keys, n)
+        return b.seconds, b.bound
+
+    def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
+        """Each pipeline stage's seconds."""
+        return tuple(self._stage_seconds(st, new, kv, keys, n) for st in self._stages)
+
+    def hop_seconds(self, new: float) -> float:
+        """Seconds for one batch's activations to hop between two pipeline stages."""
+        return self._hop_fixed_s + self._hop_per_token_s * new
+
+    def breakdown(self, new: float, kv: float, keys: float, n: float) -> Breakdown:
+        """The pass with its measured parts."""
+        parts = dict.fromkeys(("gemm_s", "attention_s", "allreduce_s", "host_s",
+                               "overhead_s"), 0.0)
+        compute = memory = comm = host = 0.0
+        stage_s = []
+        cap = HEAD_TOKENS_PER_SEQ * n
+        for st in self._stages:
+            gemm = _interp(st.gemm, new)
+            if st.head is not None:
+                gemm += _interp(st.head, new if new < cap else cap)
+            ar = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
+            parts["gemm_s"] += gemm
+            parts["allreduce_s"] += ar
+            parts["attention_s"] += st.a0 + st.a_seq * n + st.a_new * new + st.a_kv * kv \
+                + st.a_key * keys
+            parts["host_s"] += st.host_s
+            parts["overhead_s"] += st.fixed_s + st.per_seq_s * n
+            compute += st.sol_per_token * new + st.sol_per_key * keys
+            memory += st.sol_weight + st.sol_per_kv * kv
+            comm += ar
+            host += st.host_s
+            stage_s.append(self._stage_seconds(st, new, kv, keys, n))
+        hops = len(stage_s) - 1
+        hop_s = self.hop_seconds(new) if hops else 0.0
+        comm += hops * hop_s
+        if hops:
+            parts["hops_s"] = hops * hop_s
+        return Breakdown(sum(stage_s) + hops * hop_s, compute, memory, comm, host,
+                         parts["overhead_s"], largest(compute, memory, comm, host),
+                         tuple(stage_s), hop_s, parts)

@@ -1,0 +1,151 @@
+"""The ``paper`` timing: the lecture's paper GPU, exactly as the lecture prices a pass.
+
+Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
+
+- FLOPs  = 2 x streamed params x new tokens            (every linear layer, lm_head included)
+         + 4 x layers x heads x d_head x attended keys  (QK^T and AV);
+- bytes  = streamed params x weight bytes               (weights read once per pass)
+         + (context + new tokens) x KV bytes per token  (KV read, then written for new tokens);
+- compute_s = FLOPs / (peak x eta_compute), memory_s = bytes / (bandwidth x eta_memory)
+  with the GPU entry's ``eta_compute`` 0.7 and ``eta_memory`` 0.8 (the lecture's hw_model);
+- comm_s = 2 all-reduces per block of (tokens x hidden x 2 bytes), ring model:
+           2(tp-1)/tp x message / link bandwidth + 2(tp-1) x link latency;
+- host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block);
+- stage_s = max(max(compute_s, memory_s) + comm_s, host_s) + overhead_s (0.5 ms per pass).
+
+A pass through the pipeline costs the sum of its stages plus one activation hop
+(tokens x hidden x 2 bytes over ``pp_link``) between consecutive stages. With these
+constants the cost model reproduces the lecture's numbers (6.15 ms, 1.000, c = 0.23, 3.7x,
+0.73x, 1.03x, 1.64x, 18.7 ms, 1.30x); ``hardware/speedup.py`` says why the widest tree at
+batch 16 is 0.629x rather than 0.64x. Nothing here depends on the framework, and the batch's
+sequence count is ignored (the paper GPU has no per-sequence term).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware.timing.base import Breakdown, largest
+
+__all__ = ["PaperTiming", "ACTIVATION_BYTES"]
+
+ACTIVATION_BYTES = 2  # activations travel between GPUs in 16 bits
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """Per-GPU constants of one stage, precomputed so a pass is a handful of float ops.
+
+    The ``*_s`` coefficients are seconds (FLOPs over the effective peak, bytes over the
+    effective bandwidth).
+    """
+
+    compute_s_per_token: float
+    compute_s_per_key: float
+    weight_s: float
+    memory_s_per_kv_token: float
+    comm_fixed_s: float
+    comm_per_token_s: float
+    host_s: float
+    overhead_s: float
+
+
+def _stage_parts(
+    st: _Stage, new: float, kv_tokens: float, keys: float
+) -> tuple[float, float, float, float]:
+    """(compute_s, memory_s, comm_s, seconds) of one stage: THE per-stage formula.
+
+    ``new`` tokens fed, ``kv_tokens`` KV entries read or written, ``keys`` attended
+    (query, key) pairs. Every pricing method goes through here.
+    """
+    compute = st.compute_s_per_token * new + st.compute_s_per_key * keys
+    memory = st.weight_s + st.memory_s_per_kv_token * kv_tokens
+    comm = st.comm_fixed_s + st.comm_per_token_s * new
+    gpu = (compute if compute > memory else memory) + comm
+    return compute, memory, comm, (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
+
+
+class PaperTiming:
+    """The paper GPU's prices for one deployment (see the module notes)."""
+
+    name = "paper"
+
+    def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float):
+        gpu, shape, tp = dep.gpu, dep.model.shape, dep.tp
+        inv_flops_per_s = 1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute)
+        inv_bytes_per_s = 1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory)
+        ring_steps = 2 * (tp - 1)
+        stages = []
+        for c in counts:
+            all_reduces = 2 * c.layers if tp > 1 else 0
+            offloaded = offload_fraction * c.weight_bytes
+            stages.append(_Stage(
+                compute_s_per_token=c.flop_per_token * inv_flops_per_s,
+                compute_s_per_key=c.flop_per_key * inv_flops_per_s,
+                weight_s=c.weight_bytes * inv_bytes_per_s,
+                memory_s_per_kv_token=c.kv_bytes_per_token * inv_bytes_per_s,
+                comm_fixed_s=all_reduces * ring_steps * tp_link.latency_s,
+                comm_per_token_s=all_reduces * (ring_steps / tp) * shape.hidden
+                * ACTIVATION_BYTES / tp_link.bytes_per_s,
+                host_s=(offloaded / host_link.bytes_per_s + c.layers * host_link.latency_s)
+                if offloaded > 0 else 0.0,
+                overhead_s=gpu.overhead_s,
+            ))
+        self._stages = tuple(stages)
+        self._single = stages[0] if len(stages) == 1 else None
+        self._hop_per_token_s = shape.hidden * ACTIVATION_BYTES / pp_link.bytes_per_s
+        self._hop_fixed_s = pp_link.latency_s
+        self.note = f"paper GPU: {gpu.id} at eta_compute {gpu.eta_compute:g}, eta_memory " \
+                    f"{gpu.eta_memory:g}, {gpu.overhead_s * 1e3:g} ms per pass"
+
+    def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
+        """Seconds of one pass."""
+        st = self._single
+        if st is not None:
+            return _stage_parts(st, new, kv, keys)[3]
+        return self._pipeline(new, kv, keys)[0]
+
+    def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
+        """(seconds, the largest of compute, memory, comm and host)."""
+        st = self._single
+        if st is not None:
+            compute, memory, comm, seconds = _stage_parts(st, new, kv, keys)
+            return seconds, largest(compute, memory, comm, st.host_s)
+        seconds, compute, memory, comm, host, _, _ = self._pipeline(new, kv, keys)
+        return seconds, largest(compute, memory, comm, host)
+
+    def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
+        """Each pipeline stage's seconds."""
+        return self._pipeline(new, kv, keys)[5]
+
+    def hop_seconds(self, new: float) -> float:
+        """Seconds for one batch's activations to hop between two pipeline stages."""
+        return self._hop_fixed_s + self._hop_per_token_s * new
+
+    def breakdown(self, new: float, kv: float, keys: float, n: float) -> Breakdown:
+        """The pass with its parts."""
+        seconds, compute, memory, comm, host, stage_s, hop_s = self._pipeline(new, kv, keys)
+        overhead = sum(st.overhead_s for st in self._stages)
+        return Breakdown(seconds, compute, memory, comm, host, overhead,
+                         largest(compute, memory, comm, host), stage_s, hop_s,
+                         {"compute_s": compute, "memory_s": memory, "comm_s": comm,
+                          "host_s": host, "overhead_s": overhead})
+
+    def _pipeline(self, new: float, kv_tokens: float, keys: float):
+        """(seconds, compute, memory, comm, host, stage seconds, hop) summed over the stages.
+
+        The parts are summed along the critical path; ``comm`` includes the pp - 1 hops.
+        """
+        compute = memory = comm = host = 0.0
+        stage_s = []
+        for st in self._stages:
+            c_s, m_s, x_s, s_s = _stage_parts(st, new, kv_tokens, keys)
+            compute += c_s
+            memory += m_s
+            comm += x_s
+            host += st.host_s
+            stage_s.append(s_s)
+        hops = len(stage_s) - 1
+        hop_s = self.hop_seconds(new) if hops else 0.0
+        comm += hops * hop_s
+        return sum(stage_s) + hops * hop_s, compute, memory, comm, host, tuple(stage_s), hop_s

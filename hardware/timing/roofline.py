@@ -1,0 +1,212 @@
+"""The ``roofline`` timing: the analytic model with a GPU's calibrated parameters.
+
+Per pipeline stage, per GPU (``RooflineParams`` of the GPU, ``CollectiveParams`` of the
+links, ``FrameworkSpec`` of the serving engine):
+
+- compute_s = (2·block params·new + 2·head params·head tokens + 4·layers·heads·d·keys)
+              / (peak[compute dtype]·eta_compute); head tokens = min(new, 32 per sequence)
+              (logits only where a token is sampled);
+- memory_s  = block weight bytes / (HBM·eta_w·S/(S + weights_half_bytes))   (S: one
+              layer's shard per GPU; eta_w by format: 16-bit, fp8 W8A8, int8 or int4
+              weight-only) + head bytes (16-bit) the same way + KV entries · KV bytes /
+              (HBM·eta_kv);
+- gpu_s     = (compute_s^p + memory_s^p)^(1/p), p = ``corner``: the two roofs meet in a
+              rounded corner, i.e. the compute efficiency falls as the arithmetic intensity
+              nears the ridge;
+- comm_s    = 2 all-reduces per block under TP, each call_s + 2(tp-1)·step_s +
+              2(tp-1)/tp · tokens·hidden·2 bytes / (link bandwidth·eta) (α-β per link);
+- host_s    = offloaded weight bytes / (host-link bandwidth·eta_host) + a latency per
+              block; the GPU computes while they stream (max) or, for a framework without
+              ``offload_overlap``, before each layer runs (sum);
+- overhead  = step_s + layer_s·layers + seq_s·sequences (the framework's CPU-side work).
+
+A GPU without calibrated parameters (``roofline: null``) runs at its paper efficiencies
+(``eta_compute``, ``eta_memory`` everywhere, a sharp corner, the full host bandwidth); a
+link without ``collective`` has only its per-step ``latency_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
+from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
+
+__all__ = ["RooflineTiming", "roofline_params", "collective_params", "weight_format",
+           "SHARP", "smooth_max", "HEAD_BITS"]
+
+SHARP = 64.0  # a corner exponent this large is priced as a plain max
+HEAD_BITS = 16  # quantised deployments keep the lm_head in 16 bits (vLLM, TensorRT-LLM, AWQ)
+_ACT_BYTES = 2  # activations travel between GPUs in 16 bits
+
+
+def roofline_params(gpu: GpuSpec) -> RooflineParams:
+    """The GPU's calibrated parameters, or its paper efficiencies when it has none."""
+    if gpu.roofline is not None:
+        return gpu.roofline
+    m = gpu.eta_memory
+    return RooflineParams(
+        eta_weights=m, eta_fp8=m, eta_int8=m, eta_int4=m, weights_half_bytes=0.0, eta_kv=m,
+        eta_compute=gpu.eta_compute, corner=SHARP, eta_host=1.0, calibrated=False,
+        source=f"datasheet only: {gpu.id}'s paper efficiencies")
+
+
+def collective_params(link: LinkSpec) -> CollectiveParams:
+    """The link's α-β parameters, or its per-step latency alone when it has none."""
+    if link.collective is not None:
+        return link.collective
+    return CollectiveParams(call_s=0.0, step_s=link.latency_s, eta=1.0, calibrated=False,
+                            source=f"datasheet only: {link.id}'s latency per ring step")
+
+
+def weight_format(weight_bits: int, dtype: str) -> str:
+    """'w16', 'fp8' (8-bit weights computing in fp8), 'int8' or 'int4' (weight-only)."""
+    if weight_bits == 16:
+        return "w16"
+    if weight_bits == 8:
+        return "fp8" if dtype == "fp8" else "int8"
+    return "int4"
+
+
+def smooth_max(a: float, b: float, inv_p: float, p: float) -> float:
+    """(a^p + b^p)^(1/p) for a, b >= 0 (max(a, b) when p >= SHARP)."""
+    hi, lo = (a, b) if a > b else (b, a)
+    if p >= SHARP or hi <= 0.0:
+        return hi
+    return hi * (1.0 + (lo / hi) ** p) ** inv_p
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """Seconds per unit of work of one stage (see the module notes)."""
+
+    per_token: float
+    per_head_token: float
+    per_key: float
+    weight_s: float
+    per_kv: float
+    comm_fixed_s: float
+    comm_per_token_s: float
+    host_s: float
+    fixed_s: float
+    per_seq_s: float
+    p: float
+    inv_p: float
+    overlap: bool
+
+
+def _parts(st: _Stage, new: float, kv: float, keys: float, n: float):
+    """(compute_s, memory_s, comm_s, seconds) of one stage: the per-stage formula."""
+    cap = HEAD_TOKENS_PER_SEQ * n
+    compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
+        + st.per_key * keys
+    memory = st.weight_s + st.per_kv * kv
+    comm = st.comm_fixed_s + st.comm_per_token_s * new
+    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm
+    host = st.host_s
+    if st.overlap:
+        t = busy if busy > host else host
+    else:
+        t = busy + host
+    return compute, memory, comm, t + st.fixed_s + st.per_seq_s * n
+
+
+class RooflineTiming:
+    """The calibrated roofline's prices for one deployment (see the module notes)."""
+
+    name = "roofline"
+
+    def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float,
+                 framework, note: str = ""):
+        gpu, shape, tp = dep.gpu, dep.model.shape, dep.tp
+        rp = roofline_params(gpu)
+        tc, pc = collective_params(tp_link), collective_params(pp_link)
+        fmt = weight_format(dep.weight_bits, dep.dtype)
+        eta_w = {"w16": rp.eta_weights, "fp8": rp.eta_fp8, "int8": rp.eta_int8,
+                 "int4": rp.eta_int4}[fmt]
+        flops_per_s = gpu.peak(dep.dtype) * rp.eta_compute
+        # 16-bit weights stream at eta_weights whatever the format of the blocks
+        w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
+        half = rp.weights_half_bytes
+        stages = []
+        for c in counts:
+            body_bytes = c.body_params * dep.weight_bits / 8
+            head_bytes = c.head_params * HEAD_BITS / 8
+            # a shard of S bytes streams at eta·S/(S + half): + half bytes per layer
+            weight_s = (body_bytes + c.layers * half) / w_bw \
+                + ((head_bytes + half) / h_bw if head_bytes else 0.0)
+            all_reduces = 2 * c.layers if tp > 1 else 0
+            offloaded = offload_fraction * c.weight_bytes
+            stages.append(_Stage(
+                per_token=2.0 * c.body_params / flops_per_s,
+                per_head_token=2.0 * c.head_params / flops_per_s,
+                per_key=c.flop_per_key / flops_per_s,
+                weight_s=weight_s,
+                per_kv=c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
+                comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s),
+                comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden
+                * _ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
+                host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
+                        + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
+                fixed_s=framework.step_s + framework.layer_s * c.layers,
+                per_seq_s=framework.seq_s,
+                p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
+            ))
+        self._stages = tuple(stages)
+        self._single = stages[0] if len(stages) == 1 else None
+        self._hop_fixed_s = pc.call_s + pc.step_s
+        self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
+        kind = "calibrated" if rp.calibrated else "uncalibrated"
+        self.note = note or f"roofline: {gpu.id} {kind} ({rp.source}); framework " \
+                            f"{framework.name} {framework.version} overheads"
+
+    def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
+        """Seconds of one pass."""
+        st = self._single
+        if st is not None:
+            return _parts(st, new, kv, keys, n)[3]
+        return self._pipeline(new, kv, keys, n)[0]
+
+    def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
+        """(seconds, the largest of compute, memory, comm and host)."""
+        st = self._single
+        if st is not None:
+            compute, memory, comm, seconds = _parts(st, new, kv, keys, n)
+            return seconds, largest(compute, memory, comm, st.host_s)
+        seconds, compute, memory, comm, host, _, _, _ = self._pipeline(new, kv, keys, n)
+        return seconds, largest(compute, memory, comm, host)
+
+    def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
+        """Each pipeline stage's seconds."""
+        return self._pipeline(new, kv, keys, n)[5]
+
+    def hop_seconds(self, new: float) -> float:
+        """Seconds for one batch's activations to hop between two pipeline stages."""
+        return self._hop_fixed_s + self._hop_per_token_s * new
+
+    def breakdown(self, new: float, kv: float, keys: float, n: float) -> Breakdown:
+        """The pass with its parts."""
+        seconds, compute, memory, comm, host, stage_s, hop_s, overhead = \
+            self._pipeline(new, kv, keys, n)
+        return Breakdown(seconds, compute, memory, comm, host, overhead,
+                         largest(compute, memory, comm, host), stage_s, hop_s,
+                         {"compute_s": compute, "memory_s": memory, "comm_s": comm,
+                          "host_s": host, "overhead_s": overhead})
+
+    def _pipeline(self, new: float, kv: float, keys: float, n: float):
+        """(seconds, compute, memory, comm, host, stage seconds, hop, overhead) over stages."""
+        compute = memory = comm = host = overhead = 0.0
+        stage_s = []
+        for st in self._stages:
+            c_s, m_s, x_s, s_s = _parts(st, new, kv, keys, n)
+            compute += c_s
+            memory += m_s
+            comm += x_s
+            host += st.host_s
+            overhead += st.fixed_s + st.per_seq_s * n
+            stage_s.append(s_s)
+        hops = len(stage_s) - 1
+        hop_s = self.hop_seconds(new) if hops else 0.0
+        comm += hops * hop_s
+        return (sum(stage_s) + hops * hop_s, compute, memory, comm, host, tuple(stage_s),
+                hop_s, overhead)
