@@ -60,8 +60,9 @@ class DrafterError(UserError):
 
 class _DraftCosts:
     """``make_cost(model_spec, tp)``: a drafting model's cost model on the deployment's GPU,
-    at ``deployment.draft_weight_bits`` (the target's when unset) and the target's KV width;
-    ``catalog`` for drafters that name a catalog model."""
+    at ``deployment.draft_weight_bits`` (the target's when unset; in fp8 only when that is
+    8 bits and ``compute_dtype`` is fp8), the target's KV width, timing backend and
+    framework; ``catalog`` for drafters that name a catalog model."""
 
     def __init__(self, sc: Scenario, catalog, gpu) -> None:
         self.sc, self.catalog, self.gpu = sc, catalog, gpu
@@ -73,7 +74,9 @@ class _DraftCosts:
         d = self.sc.deployment
         bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
         return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, weight_bits=bits,
-                                    kv_bits=d.kv_bits), self.catalog)
+                                    kv_bits=d.kv_bits,
+                                    compute_dtype=d.compute_dtype if bits == 8 else None,
+                                    timing=d.timing, framework=d.framework), self.catalog)
 
 
 def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
@@ -81,10 +84,11 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
 
     ``drafter_cfg`` (a ``sim.kinds.drafters`` config; default ``models.method``'s) builds
     the drafter. A drafting model runs unsharded (tp = pp = 1) unless its ``tp`` says
-    otherwise. Co-located, a copy sits on each of the target's GPUs and every cached token
-    needs KV in both models (``hardware.draft.colocated_kv_capacity_tokens``); on its own
-    GPU, the draft's KV must also fit there, so the smaller of the two capacities counts. A
-    CPU drafter (n-gram) takes no GPU memory.
+    otherwise, at the target's timing backend and framework. Co-located, a copy sits on
+    each of the target's GPUs and every cached token needs KV in both models
+    (``hardware.draft.colocated_kv_capacity_tokens``); on its own GPU, the draft's KV must
+    also fit there, so the smaller of the two capacities counts. A CPU drafter (n-gram)
+    takes no GPU memory.
     """
     from hardware.catalog import load_catalog
     from hardware.cost import CostModel
@@ -94,10 +98,13 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
     d = sc.deployment
     catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
     gpu = catalog.gpu(d.gpu)
+    catalog.framework(d.framework)  # an unknown framework is named before anything else
+    timing = {"timing": d.timing, "framework": d.framework}
     target = CostModel(
         Deployment(model=catalog.model(sc.models.target), gpu=gpu, tp=d.tp, pp=d.pp,
                    weight_bits=d.weight_bits, kv_bits=d.kv_bits,
-                   offload_fraction=d.offload_fraction),
+                   offload_fraction=d.offload_fraction, compute_dtype=d.compute_dtype,
+                   **timing),
         catalog,
     )
     block = sc.scheduler.block_size

@@ -80,7 +80,12 @@ class Deployment(Strict):
     # (lecture §7.3: Llama-3-70B at 8 bits + a 16-bit Llama-3.2-1B draft).
     draft_weight_bits: Literal[4, 8, 16] | None = None  # the draft's; null = weight_bits
     kv_bits: Literal[8, 16] = 16
-    offload_fraction: Prob = 0.0
+    # fp8 = FP8 W8A8 (needs weight_bits 8; the draft computes in fp8 only at 8 bits too);
+    # null = the GPU's 16-bit dtype (bf16, fp16 on a T4)
+    compute_dtype: Literal["bf16", "fp8"] | None = None
+    # weights kept in host memory and streamed every pass: a fraction, or "auto" (the
+    # fewest whole layers that make the rest fit next to a KV cache of >= 20% of memory)
+    offload_fraction: Prob | Literal["auto"] = 0.0
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
     # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory
@@ -89,7 +94,14 @@ class Deployment(Strict):
     # a separate draft: "serial" alternates with the verify (draft + verify per iteration);
     # "parallel" drafts ahead while the target verifies (PEARL), chains only, no pipeline
     draft_overlap: Literal["serial", "parallel"] = "serial"
-    catalog: str | None = None  # an extra catalog YAML file (GPUs, links, models)
+    catalog: str | None = None  # an extra catalog YAML file (GPUs, links, models, frameworks)
+    # How passes are priced (docs/timing.md): "auto" = measured kernel tables where they
+    # cover the GPU, framework, dtypes and model, else the calibrated roofline; "paper" =
+    # the lecture's paper GPU (its numbers exactly).
+    timing: Literal["auto", "measured", "roofline", "paper"] = "auto"
+    # The serving engine whose kernel tables and overheads price the passes (catalog id:
+    # vllm 0.24.0, sglang 0.5.14, trtllm 1.3.0rc20; see `specsim hw list`)
+    framework: str = "vllm"
 
 
 class Scheduler(Strict):

@@ -101,7 +101,9 @@ def _draft_pair(draft_bits: int | None):
     from sim.build import cost_models
 
     extra = [] if draft_bits is None else [f"deployment.draft_weight_bits={draft_bits}"]
-    target, drafter, blocks = cost_models(load_scenario(None, [*SEVENTY_B, *extra]), True)
+    # the paper GPU: these tests check bytes and memory, priced at its eta_memory
+    target, drafter, blocks = cost_models(
+        load_scenario(None, [*SEVENTY_B, *extra, "deployment.timing=paper"]), True)
     return target, drafter.setup, blocks
 
 
@@ -117,7 +119,8 @@ def test_the_draft_takes_the_targets_weight_bits_unless_given_its_own():
     assert draft.cost.dep.kv_bits == target.dep.kv_bits == 16  # only the weights change
     # The engine's draft is the cost model a 16-bit 1B on an H200 is, pass for pass.
     cat = load_catalog()
-    alone = CostModel(Deployment(cat.model("llama-3.2-1b"), cat.gpu("h200"), weight_bits=16), cat)
+    alone = CostModel(Deployment(cat.model("llama-3.2-1b"), cat.gpu("h200"), weight_bits=16,
+                                 timing="paper"), cat)
     new, ctx = np.array([1, 1, 1, 1]), np.array([1024, 900, 17, 3000])
     assert draft.cost.pass_seconds(new, ctx) == alone.pass_seconds(new, ctx)
 
