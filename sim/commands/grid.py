@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from sim.commands._lists import float_list, int_list
+from sim.commands._timing import add_timing_flags
 from specdec.errors import UserError
 
 _HELP = """\
@@ -22,13 +23,18 @@ at the one context --contexts gives (required with --tree)
 (tokens per verify from the i.i.d. tree model with top-k coverage 1-(1-alpha)^(k^theta), or
 measured values with --tokens-per-verify): tree_grid.csv and tree_grid.png.
 
+Passes are priced with --timing (default auto: measured kernel tables where they cover the
+GPU, framework and model, else the calibrated roofline; --timing paper gives the lecture's
+numbers); --compute-dtype fp8 prices 8-bit FP8 W8A8 target and draft.
+
 --simulate runs the engine instead: closed loop at a fixed concurrency = batch (all requests
 at once, max_num_seqs = batch, one unchunked prefill, fixed short outputs), speedup = mean
 TPOT without speculation / with each gamma.
 
-example (the lecture's pattern: ~1.74x at small batch, below 1x at context 128 / batch 256
-with gamma 4, best gamma falling as batch grows, context 1024 above 1.6x at batch 256):
-  specsim grid --target llama-3-8b --draft llama-3.2-1b --gpu h100 --alpha 0.8
+example (the lecture's pattern on its paper GPU: ~1.74x at small batch, below 1x at
+context 128 / batch 256 with gamma 4, best gamma falling as batch grows, context 1024
+above 1.6x at batch 256):
+  specsim grid --target llama-3-8b --draft llama-3.2-1b --gpu h100 --alpha 0.8 --timing paper
 """
 
 
@@ -65,6 +71,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--simulate", action="store_true",
                    help="run the engine closed-loop at concurrency = batch (chains only)")
     p.add_argument("--catalog", action="append", metavar="FILE", help="extra catalog YAML")
+    add_timing_flags(p)
     p.add_argument("--out", default=None, help="output folder (default: runs/grid-<time>)")
     p.add_argument("--json", action="store_true", help="print the grid as JSON")
     p.set_defaults(func=main)
@@ -93,9 +100,14 @@ def main(args: argparse.Namespace) -> int:
     if not 0.0 <= args.alpha <= 1.0:
         raise UserError(f"--alpha: must be in [0, 1], got {args.alpha}")
     out = Path(args.out or default_run_dir("grid"))
-    pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog)
+    how = {"timing": args.timing, "framework": args.framework,
+           "compute_dtype": args.compute_dtype}
+    bits = {"weight_bits": 8, "draft_weight_bits": 8} if args.compute_dtype == "fp8" else {}
+    pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog,
+                     **bits, **how)
     head = f"{args.target} + {args.draft} on {args.gpu}" + (f" TP{args.tp}" if args.tp > 1
-                                                             else "")
+                                                             else "") \
+        + f" ({pair.target.backend} timing)"
     if args.tree is not None:
         if args.simulate:
             raise UserError("--simulate: only chain grids are simulated (drop --tree)")
@@ -117,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         if args.simulate:
             grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
-                                 contexts, args.gamma_max, args.tp)
+                                 contexts, args.gamma_max, args.tp, **how)
             note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."
         else:
             grid = chain_grid(pair, args.alpha, batches, contexts, args.gamma_max)
@@ -128,9 +140,12 @@ def main(args: argparse.Namespace) -> int:
     png = figures.save(fig, out / f"{stem}.png")
     if args.json:
         rows = json_records(grid)
-        print(json.dumps({"rows": rows, "files": [str(p) for p in [*paths, png]]}, indent=2))
+        print(json.dumps({"rows": rows, "files": [str(p) for p in [*paths, png]],
+                          "timing": pair.target.backend, "timing_note": pair.target.timing.note},
+                         indent=2))
         return 0
     shown = grid.drop(columns=[c for c in grid.columns if c.startswith("speedup_g")])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"timing: {pair.target.timing.note}")
     print(f"table: {paths[0]}\nheatmap: {png}")
     return 0

@@ -11,17 +11,21 @@ from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
 from hardware.deployment import check_positions
 from hardware.draft import tree_attended_keys, tree_nodes
+from hardware.timing import gpu_timing_data
 from sim.commands import speedup
 from sim.commands._lists import int_list
+from sim.commands._timing import add_timing_flags, offload_value
 from specdec.errors import UserError
 
 STEP_HELP = """\
-Price ONE forward pass of a model over a uniform batch with the roofline cost model:
-each of --batch sequences feeds --tokens new tokens (1 = decode, gamma+1 = verify, a tree's
-node count, or a prefill chunk) on top of --context cached tokens. Prints the pass time and
-its breakdown (compute, memory, communication, host transfer, overhead, which bound won).
+Price ONE forward pass of a model over a uniform batch with the cost model: each of
+--batch sequences feeds --tokens new tokens (1 = decode, gamma+1 = verify, a tree's node
+count, or a prefill chunk) on top of --context cached tokens. Prints the pass time, which
+timing backend priced it (--timing: auto = measured kernel tables where they cover the
+GPU, framework and model, else the calibrated roofline; paper = the lecture's paper GPU)
+and its breakdown (compute, memory, communication, host transfer, overhead, the bound).
 Example (lecture section 1.1): specsim hw step --model llama-3-8b --gpu h100 --batch 1
---context 1024 --tokens 1   ->  6.15 ms, memory-bound.
+--context 1024 --tokens 1 --timing paper   ->  6.15 ms, memory-bound.
 A token tree's verify: --tree 5,1,1,1 instead of --tokens feeds the root and every node of
 the expansion tree <5,1,1,1> (21 tokens) and prices its attention with the tree mask (each
 node sees the context and its ancestors only)."""
@@ -86,15 +90,17 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                    help="bits per weight (default 16; 8/4 = weight-only quantisation)")
     p.add_argument("--kv-bits", type=int, default=16, choices=(16, 8),
                    help="bits per cached K/V value (default 16)")
-    p.add_argument("--offload", type=float, default=0.0, metavar="FRACTION",
+    p.add_argument("--offload", default="0", metavar="FRACTION",
                    help="fraction of the weights kept in host memory and streamed over the "
-                        "GPU's host link every pass (default 0)")
+                        "GPU's host link every pass, or 'auto' (the fewest whole layers "
+                        "that make the rest fit) (default 0)")
     p.add_argument("--tp-link", help="link id for TP all-reduces (default: the GPU's "
                                      "scale_up_link, or its node_link when --tp exceeds its "
                                      "gpus_per_node and the ring spans servers)")
     p.add_argument("--pp-link", help="link id for pipeline hops (default: the GPU's node_link)")
     p.add_argument("--catalog", action="append", metavar="FILE",
                    help="extra catalog YAML file adding or overriding ids (repeatable)")
+    add_timing_flags(p)
 
 
 def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> CostModel:
@@ -102,8 +108,8 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
     for name in ("tp", "pp"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
-    if not 0.0 <= args.offload <= 1.0:
-        raise UserError(f"--offload: must be a fraction in [0, 1], got {args.offload:g}")
+    offload = offload_value(args.offload)
+    catalog.framework(args.framework)  # an unknown framework lists the known ones
     dep = Deployment(
         model=catalog.model(args.model),
         gpu=catalog.gpu(args.gpu),
@@ -111,10 +117,13 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
         pp=args.pp,
         weight_bits=args.weight_bits,
         kv_bits=args.kv_bits,
-        offload_fraction=args.offload,
+        offload_fraction=offload,
         tp_link=catalog.link(args.tp_link) if args.tp_link is not None else None,
         pp_link=catalog.link(args.pp_link) if args.pp_link is not None else None,
         kv_tokens=kv_tokens,
+        compute_dtype=args.compute_dtype,
+        timing=args.timing,
+        framework=args.framework,
     )
     return CostModel(dep, catalog)
 
@@ -141,7 +150,8 @@ def run_step(args: argparse.Namespace) -> int:
     result = {
         "model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "pp": dep.pp,
         "weight_bits": dep.weight_bits, "kv_bits": dep.kv_bits,
-        "offload_fraction": dep.offload_fraction, "batch": args.batch,
+        "compute_dtype": dep.dtype, "timing": dep.timing, "framework": dep.framework,
+        "offload_fraction": cost.offload_fraction, "batch": args.batch,
         "context": args.context, "tokens": tokens, "tree": args.tree,
         **asdict(pc),
         "ridge_flop_per_byte": dep.gpu.ridge_flop_per_byte(dep.dtype),
@@ -157,12 +167,17 @@ def run_step(args: argparse.Namespace) -> int:
     ms = 1e3
     tree = f" (tree <{args.tree}>)" if args.tree is not None else ""
     print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}, "
-          f"{dep.weight_bits}-bit weights, {dep.kv_bits}-bit KV, offload "
-          f"{dep.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
+          f"{dep.weight_bits}-bit weights, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
+          f"{cost.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
           f"over context {args.context}")
+    print(f"  timing         {pc.note}")
     print(f"  pass           {pc.seconds * ms:9.3f} ms   ({pc.bound}-bound)")
-    print(f"  compute        {pc.compute_s * ms:9.3f} ms   {pc.flops:.3e} FLOPs")
-    print(f"  memory         {pc.memory_s * ms:9.3f} ms   {pc.hbm_bytes:.3e} HBM bytes")
+    if pc.backend == "measured":
+        terms = ", ".join(f"{k.removesuffix('_s')} {v * ms:.3f}" for k, v in pc.parts.items())
+        print(f"  measured terms {terms} ms")
+    sol = "   (speed of light at the datasheet peak)" if pc.backend == "measured" else ""
+    print(f"  compute        {pc.compute_s * ms:9.3f} ms   {pc.flops:.3e} FLOPs{sol}")
+    print(f"  memory         {pc.memory_s * ms:9.3f} ms   {pc.hbm_bytes:.3e} HBM bytes{sol}")
     spans = f", TP over {-(-dep.tp // dep.gpu.gpus_per_node)} servers" \
         if dep.tp > dep.gpu.gpus_per_node else ""
     print(f"  communication  {pc.comm_s * ms:9.3f} ms"
@@ -182,10 +197,14 @@ def run_step(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     """Handler of ``specsim hw list``."""
     catalog = load_catalog(args.catalog)
+    timing = {k: gpu_timing_data(v) for k, v in catalog.gpus.items()}
     if args.json:
         out = {
-            "gpus": {k: v.model_dump(exclude={"id"}) for k, v in catalog.gpus.items()},
+            "gpus": {k: {**v.model_dump(exclude={"id"}), "timing_data": timing[k]}
+                     for k, v in catalog.gpus.items()},
             "links": {k: v.model_dump(exclude={"id"}) for k, v in catalog.links.items()},
+            "frameworks": {k: v.model_dump(exclude={"id"})
+                           for k, v in catalog.frameworks.items()},
             "models": {
                 k: {**v.model_dump(exclude={"id"}, exclude_none=True),
                     "total_params": v.shape.total_params,
@@ -202,10 +221,24 @@ def run_list(args: argparse.Namespace) -> int:
               f"{g.hbm_bytes_per_s / 1e12:6.3f} TB/s {g.hbm_capacity_gib:5.0f} GiB  "
               f"{g.eta_compute:.2f}/{g.eta_memory:.2f}  {g.overhead_s * 1e3:.2f} ms  "
               f"${g.price_per_hour_usd:.2f}  {g.gpus_per_node}/node  {g.name}")
-    print("Links (bandwidth per direction, per-message latency):")
+        t = timing[g.id]
+        tables = "no measured tables" if t["tables"] is None else \
+            f"measured tables {t['tables']}" + ("" if t["tables_here"] == "yes" else
+                                                 " (not readable here: roofline)")
+        print(f"  {'':10s} timing: {tables}; roofline {t['roofline']}: {t['source']}")
+    print("Links (bandwidth per direction, per-message latency; all-reduce call + step "
+          "latency and efficiency where calibrated):")
     for lk in catalog.links.values():
+        co = lk.collective
+        alpha = "" if co is None else \
+            f"  call {co.call_s * 1e6:.1f} us + step {co.step_s * 1e6:.1f} us, eta {co.eta:.2f}"
         print(f"  {lk.id:12s} {lk.bytes_per_s / 1e9:7.2f} GB/s {lk.latency_s * 1e6:6.1f} us  "
-              f"{lk.name}")
+              f"{lk.name}{alpha}")
+    print("Frameworks (version, kernel tables, overhead per pass + per layer + per sequence):")
+    for f in catalog.frameworks.values():
+        print(f"  {f.id:12s} {f.name} {f.version}  tables {f.tables or 'none'}  "
+              f"{f.step_s * 1e3:.3f} ms + {f.layer_s * 1e6:.1f} us/layer + "
+              f"{f.seq_s * 1e6:.1f} us/seq")
     print("Models (params total / read per pass, layers, heads/KV heads, vocab, tied):")
     for m in catalog.models.values():
         s, c = m.shape, m.config

@@ -18,6 +18,7 @@ from hardware.speedup import (
     tree_table,
 )
 from sim.commands._lists import float_list, int_list
+from sim.commands._timing import add_timing_flags
 from specdec.errors import UserError
 
 DESCRIPTION = """\
@@ -46,12 +47,14 @@ target's tokenizer (checked as equal vocab_size), and context + the tokens a pas
 stay within both models' max_position_embeddings.
 The draft runs on the target's GPUs by default (one replica per GPU, serial with the
 target); --draft-placement separate gives it GPUs of its own (still serial, no shared
-memory)."""
+memory). Passes are priced with --timing (default auto: measured kernel tables where they
+cover the GPU, framework and model, else the calibrated roofline); the lecture's tables
+come out exactly with --timing paper."""
 
 ANALYTIC_ONLY = ("c",)
 HARDWARE_ONLY = ("draft", "gpu", "batch", "context", "tree", "widths", "tokens_per_verify",
                  "weight_bits", "kv_bits", "draft_weight_bits", "tp", "draft_placement",
-                 "catalog")
+                 "catalog", "timing", "framework", "compute_dtype")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -99,6 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                "(required with --tree)")
     p.add_argument("--catalog", action="append", metavar="FILE",
                    help="extra catalog YAML file (repeatable; default: the shipped catalogs)")
+    add_timing_flags(p, defaults=False)
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=run)
 
@@ -172,10 +176,15 @@ def _hardware(args: argparse.Namespace) -> int:
     check_positions(target_model, args.context, positions)
     check_positions(draft_model, args.context, positions)
     kv_tokens = args.batch * (args.context + new_max)
+    catalog.framework(args.framework or "vllm")  # an unknown one lists the known ones
+    timing = {"timing": args.timing or "auto", "framework": args.framework or "vllm"}
     target_dep = Deployment(target_model, gpu, tp=tp, weight_bits=weight_bits,
-                            kv_bits=kv_bits, kv_tokens=kv_tokens)
+                            kv_bits=kv_bits, kv_tokens=kv_tokens,
+                            compute_dtype=args.compute_dtype, **timing)
     target = CostModel(target_dep, catalog)
-    draft_dep = Deployment(draft_model, gpu, weight_bits=draft_bits, kv_bits=kv_bits)
+    draft_dep = Deployment(draft_model, gpu, weight_bits=draft_bits, kv_bits=kv_bits,
+                           compute_dtype=args.compute_dtype if draft_bits == 8 else None,
+                           **timing)
     try:
         draft_cost = CostModel(draft_dep, catalog)
     except UserError as err:
@@ -190,7 +199,10 @@ def _hardware(args: argparse.Namespace) -> int:
     head = {"target": target_dep.model.id, "draft": draft_dep.model.id, "gpu": gpu.id,
             "batch": args.batch, "context": args.context,
             "draft_placement": draft.placement, "tp": tp, "weight_bits": weight_bits,
-            "draft_weight_bits": draft_bits, "kv_bits": kv_bits}
+            "draft_weight_bits": draft_bits, "kv_bits": kv_bits,
+            "compute_dtype": target_dep.dtype, "timing": target.backend,
+            "timing_note": target.timing.note, "draft_timing": draft_cost.backend,
+            "framework": target_dep.framework}
     check_colocated_memory(target, draft, kv_tokens)
     if args.tree is None:
         rows = chain_table(target, draft, args.batch, args.context, args.alpha, gamma_max)
@@ -208,6 +220,9 @@ def _hardware(args: argparse.Namespace) -> int:
           f"batch {args.batch}, context {args.context}"
           + (f", alpha {args.alpha:g}" if key == "gamma" else "")
           + f": decode pass {rows[0].decode_s * 1e3:.3f} ms")
+    print(f"timing: {target.timing.note}"
+          + ("" if draft_cost.backend == target.backend else
+             f"; draft: {draft_cost.timing.note}"))
     if key == "gamma":
         print("gamma  E(alpha,gamma)  verify ms  verify/decode  draft c  speedup")
         for r in rows:

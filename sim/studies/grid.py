@@ -45,14 +45,21 @@ class Pair:
 
 def make_pair(target: str, draft: str, gpu: str, tp: int = 1, weight_bits: int = 16,
               draft_weight_bits: int = 16, kv_bits: int = 16, placement: str = "colocated",
-              catalog: Sequence[str] | None = None) -> Pair:
-    """Cost models for ``target`` (TP ``tp``) and ``draft`` on ``gpu`` from the catalogs."""
+              catalog: Sequence[str] | None = None, timing: str = "auto",
+              framework: str = "vllm", compute_dtype: str | None = None) -> Pair:
+    """Cost models for ``target`` (TP ``tp``) and ``draft`` on ``gpu`` from the catalogs,
+    priced by ``timing`` under ``framework`` (the draft computes in ``compute_dtype`` only
+    at 8-bit weights, as ``sim.build`` does)."""
     cat = load_catalog(list(catalog) if catalog else None)
     g = cat.gpu(gpu)
+    cat.framework(framework)  # an unknown framework lists the known ones
+    how = {"timing": timing, "framework": framework}
     t = CostModel(Deployment(cat.model(target), g, tp=tp, weight_bits=weight_bits,
-                             kv_bits=kv_bits), cat)
+                             kv_bits=kv_bits, compute_dtype=compute_dtype, **how), cat)
     d = CostModel(Deployment(cat.model(draft), g, weight_bits=draft_weight_bits,
-                             kv_bits=kv_bits), cat)
+                             kv_bits=kv_bits, **how,
+                             compute_dtype=compute_dtype if draft_weight_bits == 8 else None),
+                  cat)
     if placement == "colocated":
         return Pair(t, DraftSetup.colocated_with(d, t))
     return Pair(t, DraftSetup(d, placement="separate", replicas=1))
@@ -127,7 +134,9 @@ def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
 
 def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequence[int],
                   contexts: Sequence[int], gamma_max: int = 4, tp: int = 1,
-                  output_tokens: int = 64, waves: int = 1, seed: int = 0) -> pd.DataFrame:
+                  output_tokens: int = 64, waves: int = 1, seed: int = 0,
+                  timing: str = "auto", framework: str = "vllm",
+                  compute_dtype: str | None = None) -> pd.DataFrame:
     """The engine's closed-loop version of ``chain_grid`` (same columns, plus
     ``throughput_speedup``); ``waves`` × batch requests per cell.
 
@@ -136,14 +145,17 @@ def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequ
     the wave's prefill included (the draft prefills the prompts too), so with long contexts
     and short outputs it can sit below 1× while the decode speedup is well above it.
     """
-    pair = make_pair(target, draft, gpu, tp=tp)
+    pair = make_pair(target, draft, gpu, tp=tp, timing=timing, framework=framework,
+                     compute_dtype=compute_dtype)
+    bits = {} if compute_dtype != "fp8" else {"weight_bits": 8, "compute_dtype": "fp8"}
     rows = []
     for b in batches:
         for ctx in contexts:
             doc = {
                 "name": f"grid-b{b}-c{ctx}",
                 "models": {"target": target, "draft": draft},
-                "deployment": {"gpu": gpu, "tp": tp},
+                "deployment": {"gpu": gpu, "tp": tp, "timing": timing,
+                               "framework": framework, **bits},
                 # One prefill pass for the whole batch, then pure decoding at concurrency b.
                 "scheduler": {"max_num_seqs": b, "chunked_prefill": False,
                               "max_batched_tokens":

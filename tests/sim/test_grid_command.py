@@ -9,8 +9,9 @@ import pytest
 
 from sim.cli import main
 
+# the lecture's §7 pattern: its paper GPU
 BASE = ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100",
-        "--alpha", "0.8"]
+        "--alpha", "0.8", "--timing", "paper"]
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,12 @@ def run(capsys, *argv):
 
 def test_step_json_reproduces_6_15_ms(capsys):
     code, out, _ = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
-                       "--batch", "1", "--context", "1024", "--tokens", "1", "--json")
+                       "--batch", "1", "--context", "1024", "--tokens", "1", "--timing",
+                       "paper", "--json")
     assert code == 0
     data = json.loads(out)
     assert round(data["seconds"] * 1e3, 2) == 6.15
+    assert (data["backend"], data["timing"], data["framework"]) == ("paper", "paper", "vllm")
     assert data["bound"] == "memory"
     for key in ("flops", "hbm_bytes", "compute_s", "memory_s", "comm_s", "host_s", "overhead_s",
                 "arithmetic_intensity", "kv_capacity_tokens", "kv_capacity_blocks"):
@@ -48,7 +50,7 @@ def test_step_with_tp_pp_offload_and_bits(capsys):
 def test_step_prices_a_tree_verify_with_the_tree_mask(capsys):
     """Lecture §7.3: 21 nodes of <5,1,1,1> on the 8-bit Llama-3-70B, H200, batch 1: 18.7 ms."""
     argv = ["hw", "step", "--model", "llama-3-70b", "--gpu", "h200", "--weight-bits", "8",
-            "--batch", "16", "--context", "1024"]
+            "--batch", "16", "--context", "1024", "--timing", "paper"]
     code, out, _ = run(capsys, *argv, "--tree", "5,1,1,1", "--json")
     assert code == 0
     tree = json.loads(out)
@@ -72,7 +74,7 @@ def test_step_accepts_a_config_json(capsys, tmp_path):
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0}))
     code, out, _ = run(capsys, "hw", "step", "--model", str(path), "--gpu", "h100",
-                       "--batch", "1", "--context", "1024", "--json")
+                       "--batch", "1", "--context", "1024", "--timing", "paper", "--json")
     assert code == 0 and round(json.loads(out)["seconds"] * 1e3, 2) == 6.15
 
 

@@ -9,12 +9,14 @@ import pytest
 
 from sim.cli import main
 
-HW = ["speedup", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100"]
+# the lecture's numbers: its paper GPU
+HW = ["speedup", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100",
+      "--timing", "paper"]
 # lecture section 7.3: 8-bit target, 16-bit draft (the draft defaults to the target's bits)
 TREE = ["speedup", "--target", "llama-3-70b", "--weight-bits", "8", "--draft", "llama-3.2-1b",
         "--draft-weight-bits", "16", "--gpu", "h200", "--context", "1024", "--tree", "k,1,1,1",
         "--widths", "1,5",
-        "--tokens-per-verify", "1.63,2.34"]
+        "--tokens-per-verify", "1.63,2.34", "--timing", "paper"]
 
 
 def run(capsys, *argv):
