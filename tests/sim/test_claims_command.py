@@ -37,9 +37,11 @@ def test_quick_table(capsys, tmp_path):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["claim", "paper", "specsim", "verdict"]
-    # 3 Table 2 rows + 3 tree rows (--quick keeps batch 64, which has a claim of its own),
-    # each with an assumptions line, then the footer
-    assert len(lines) == 1 + 2 * 6 + 1
+    # 3 Table 2 rows + 3 tree rows (--quick keeps batch 64, which has a claim of its own)
+    # + the 3 tree rows again on the default timing, each with an assumptions line, then
+    # the footer
+    assert len(lines) == 1 + 2 * 9 + 1
+    assert sum("[analytic (default timing)]" in line for line in lines) == 3
     assert lines[-1].endswith(f"results: {tmp_path}/")
     # none of these rows carries a curve, so no figure is drawn
     assert (tmp_path / "claims.csv").exists() and not (tmp_path / "claims.png").exists()
@@ -85,7 +87,7 @@ def test_quick_verdicts_are_the_full_runs_batching(capsys, tmp_path):
     only = ("--only", "batching,trees-vs-load")
     quick = _verdicts(capsys, tmp_path / "q", "--quick", *only)
     assert quick == _verdicts(capsys, tmp_path / "f", *only)
-    assert len(quick) == 7
+    assert len(quick) == 14  # 7 claims on the paper GPU, each again on the default timing
 
 
 @pytest.mark.slow
