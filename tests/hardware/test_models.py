@@ -13,7 +13,7 @@ from specdec.errors import UserError
 PUBLISHED = {
     "llama-3-8b": 8_030_261_248,
     "llama-3-70b": 70_553_706_496,
-    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-8b": 8_030_261_248,  # Llama-3-8B's shape, longer positions
     "llama-3.1-70b": 70_553_706_496,
     "llama-3.2-1b": 1_235_814_400,
     "llama-3.2-3b": 3_212_749_824,

@@ -1,0 +1,232 @@
+"""Fitting timing parameters to measurements: the work behind ``specsim calibrate``.
+
+A *field* is one catalog number, addressed by its path: ``gpus.<id>.roofline.<name>``
+(a GPU's calibrated roofline), ``links.<id>.collective.<name>`` (a link's α-β all-reduce)
+or ``frameworks.<id>.<name>`` (a framework's overheads). :func:`fit` moves the chosen fields
+to minimise the log error ``log(predicted / measured)`` over the rows marked ``fit``
+(``scipy.optimize.least_squares`` within each field's bounds, with a soft-L1 loss: squared
+up to a 10% error, linear beyond, so that a few rows no parameter explains do not set
+them all), and reports the
+median absolute error on those rows and on the held-out (``test``) ones.
+:func:`overrides` turns the result into a user catalog (``deployment.catalog``) that
+overrides only the fitted fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.catalog import Catalog
+from hardware.timing.roofline import collective_params, roofline_params, weight_format
+from hardware.timing.rows import MeasuredRow
+from hardware.timing.serving import predict, row_cost
+from specdec.errors import UserError
+
+__all__ = ["BOUNDS", "Fit", "apply_fields", "default_fields", "fit", "overrides",
+           "predictions"]
+
+# field name -> (low, high, typical size): bounds and the scale the optimiser works in
+BOUNDS: dict[str, tuple[float, float, float]] = {
+    "eta_weights": (0.05, 1.0, 1.0), "eta_fp8": (0.05, 1.0, 1.0),
+    "eta_int8": (0.05, 1.0, 1.0), "eta_int4": (0.05, 1.0, 1.0),
+    "eta_kv": (0.05, 1.0, 1.0), "eta_compute": (0.05, 1.0, 1.0),
+    "eta_host": (0.05, 1.0, 1.0), "weights_half_bytes": (0.0, 1e9, 1e6),
+    "corner": (1.0, 63.0, 1.0),
+    "call_s": (0.0, 1e-3, 1e-5), "step_s": (0.0, 1.0, 1e-4), "eta": (0.05, 1.0, 1.0),
+    "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5),
+}
+_LINK_STEP = (0.0, 1e-4, 1e-6)  # a link's per-ring-step latency: smaller than a pass's
+ROBUST_SCALE = 0.1  # log error where the soft-L1 loss turns from quadratic to linear
+MIN_ROWS_PER_TERM = 6  # a framework's per-layer / per-sequence terms need this many fit rows
+
+
+def _bounds(path: str) -> tuple[float, float, float]:
+    section, _, name = path.split(".", 2)
+    name = name.rsplit(".", 1)[-1]
+    if section == "links" and name == "step_s":
+        return _LINK_STEP
+    return BOUNDS[name]
+
+
+def _parse(path: str) -> tuple[str, str, str | None, str]:
+    """(section, id, nested block or None, field) of a field path; UserError if unknown."""
+    parts = path.split(".")
+    ok = (len(parts) == 4 and (parts[0], parts[2]) in (("gpus", "roofline"),
+                                                       ("links", "collective"))) \
+        or (len(parts) == 3 and parts[0] == "frameworks")
+    if not ok or parts[-1] not in BOUNDS:
+        raise UserError(
+            f"--fit: {path!r} is not a fittable field (gpus.<id>.roofline.<name>, "
+            f"links.<id>.collective.<name>, frameworks.<id>.<name>; names: "
+            f"{', '.join(BOUNDS)})")
+    if len(parts) == 4:
+        return parts[0], parts[1], parts[2], parts[3]
+    return parts[0], parts[1], None, parts[2]
+
+
+def current(catalog: Catalog, path: str) -> float:
+    """The catalog's value of a field (a GPU's or link's defaults when it has no block)."""
+    section, key, block, name = _parse(path)
+    if section == "gpus":
+        return float(getattr(roofline_params(catalog.gpu(key)), name))
+    if section == "links":
+        return float(getattr(collective_params(catalog.link(key)), name))
+    return float(getattr(catalog.framework(key), name))
+
+
+def apply_fields(catalog: Catalog, paths: list[str], values) -> Catalog:
+    """A copy of ``catalog`` with each field of ``paths`` set to its value."""
+    gpus, links, fws = dict(catalog.gpus), dict(catalog.links), dict(catalog.frameworks)
+    for path, value in zip(paths, values, strict=True):
+        section, key, _, name = _parse(path)
+        if section == "gpus":
+            g = gpus[key]
+            rp = roofline_params(g).model_copy(update={name: float(value), "calibrated": True})
+            gpus[key] = g.model_copy(update={"roofline": rp})
+        elif section == "links":
+            lk = links[key]
+            co = collective_params(lk).model_copy(update={name: float(value),
+                                                          "calibrated": True})
+            links[key] = lk.model_copy(update={"collective": co})
+        else:
+            fws[key] = fws[key].model_copy(update={name: float(value)})
+    return Catalog(gpus=gpus, links=links, models=catalog.models, frameworks=fws)
+
+
+def predictions(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto"):
+    """(predicted values, the backend that priced each row) for ``rows``."""
+    pred, backends = [], []
+    for r in rows:
+        cost = row_cost(r, catalog, timing)
+        pred.append(predict(r, cost))
+        backends.append(cost.backend)
+    return np.asarray(pred), backends
+
+
+def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto"
+                   ) -> list[str]:
+    """The fields the rows can pin down: every framework's per-pass overhead (per layer
+    and per sequence where its fit rows -- at least ``MIN_ROWS_PER_TERM`` -- vary the
+    model and the batch), and, for GPUs the
+    roofline prices, the efficiencies of the formats, KV reads and host links they use,
+    and the TP links' call latency."""
+    fields: list[str] = []
+    _, backends = predictions(rows, catalog, timing)
+    for fw in sorted({r.framework for r in rows}):
+        mine = [r for r in rows if r.framework == fw and r.split == "fit"]
+        if not mine:
+            continue
+        fields.append(f"frameworks.{fw}.step_s")
+        if len(mine) < MIN_ROWS_PER_TERM:  # too few rows for more than one overhead term
+            continue
+        if len({catalog.model(r.model).config.num_hidden_layers for r in mine}) > 1:
+            fields.append(f"frameworks.{fw}.layer_s")
+        if len({r.batch for r in mine}) > 1:
+            fields.append(f"frameworks.{fw}.seq_s")
+    for r, backend in zip(rows, backends, strict=True):
+        if backend != "roofline" or r.split != "fit":
+            continue
+        gpu = catalog.gpu(r.gpu)
+        dtype = r.compute_dtype or gpu.default_dtype
+        fmt = weight_format(r.weight_bits, dtype)
+        name = {"w16": "eta_weights", "fp8": "eta_fp8", "int8": "eta_int8",
+                "int4": "eta_int4"}[fmt]
+        fields.append(f"gpus.{gpu.id}.roofline.{name}")
+        if r.offload:
+            fields.append(f"gpus.{gpu.id}.roofline.eta_host")
+        if r.tp > 1:
+            link = gpu.node_link if r.tp > gpu.gpus_per_node else gpu.scale_up_link
+            fields.append(f"links.{link}.collective.call_s")
+    return list(dict.fromkeys(fields))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fit's fields, values before and after, and its errors (median |relative|)."""
+
+    fields: list[str]
+    before: list[float]
+    values: list[float]
+    fit_error: float
+    test_error: float | None
+    catalog: Catalog
+    rows: list[MeasuredRow]
+    predicted: np.ndarray
+    backends: list[str]
+
+
+def _median_abs(pred: np.ndarray, meas: np.ndarray) -> float:
+    return float(np.median(np.abs(pred / meas - 1.0)))
+
+
+def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
+        timing: str = "auto") -> Fit:
+    """Least squares on log error over the ``fit`` rows (see the module notes)."""
+    from scipy.optimize import least_squares
+
+    train = [r for r in rows if r.split == "fit"]
+    if not train:
+        raise UserError("calibrate: no rows with split 'fit' to fit on")
+    if not fields:
+        raise UserError("calibrate: nothing to fit (give --fit FIELD)")
+    for f in fields:
+        _parse(f)
+    meas = np.array([r.measured for r in train])
+    lo, hi, scale = (np.array(v) for v in zip(*(_bounds(f) for f in fields), strict=True))
+    before = [current(catalog, f) for f in fields]
+    x0 = np.clip(before, lo, hi) / scale
+
+    def residuals(x):
+        cat = apply_fields(catalog, fields, x * scale)
+        pred, _ = predictions(train, cat, timing)
+        return np.log(pred / meas)
+
+    # soft-L1 on the log error: quadratic up to ~10%, linear beyond, so a handful of rows
+    # the model cannot explain do not drag every parameter (ROBUST_SCALE in log units)
+    res = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), method="trf",
+                        loss="soft_l1", f_scale=ROBUST_SCALE, diff_step=1e-4, xtol=1e-10,
+                        ftol=1e-10, max_nfev=200)
+    values = list(res.x * scale)
+    fitted = apply_fields(catalog, fields, values)
+    pred, backends = predictions(rows, fitted, timing)
+    all_meas = np.array([r.measured for r in rows])
+    is_test = np.array([r.split == "test" for r in rows])
+    test = _median_abs(pred[is_test], all_meas[is_test]) if is_test.any() else None
+    return Fit(fields, before, values, _median_abs(pred[~is_test], all_meas[~is_test]),
+               test, fitted, rows, pred, backends)
+
+
+def overrides(result: Fit, source: str) -> dict:
+    """A user catalog (sections gpus / links / frameworks) with only the fitted fields.
+
+    A GPU or link that had no calibrated block gets a whole one (its defaults plus the
+    fitted values), since a block is either absent or complete; ``calibrated`` and
+    ``source`` say where the numbers come from.
+    """
+    out: dict[str, dict] = {}
+    fitted: dict[tuple[str, str], list[str]] = {}
+    for path, value in zip(result.fields, result.values, strict=True):
+        section, key, block, name = _parse(path)
+        entry = out.setdefault(section, {}).setdefault(key, {})
+        fitted.setdefault((section, key), []).append(name)
+        if block is None:
+            entry[name] = float(value)
+            entry["source"] = source
+            continue
+        if block not in entry:
+            spec = result.catalog.gpu(key) if section == "gpus" else result.catalog.link(key)
+            entry[block] = {k: v for k, v in getattr(spec, block).model_dump().items()}
+            entry[block]["was"] = entry[block]["source"]
+        entry[block][name] = float(value)
+        entry[block]["calibrated"] = True
+    for (section, key), names in fitted.items():
+        entry = out[section][key]
+        block = next((b for b in ("roofline", "collective") if b in entry), None)
+        if block is not None:
+            was = entry[block].pop("was")
+            entry[block]["source"] = f"{', '.join(names)} {source}; the other fields: {was}"
+        else:
+            entry["source"] = f"{', '.join(names)} {source}"
+    return out

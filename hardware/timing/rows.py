@@ -1,0 +1,136 @@
+"""Measurement rows: what ``specsim calibrate`` fits and ``specsim validate`` checks.
+
+A CSV of measured step or serving times, one measurement per row. Columns (header names;
+the first block is required, the second optional):
+
+- ``model``, ``gpu``: catalog ids (``specsim hw list``); ``tp``, ``pp``: parallelism;
+  ``weight_bits`` (16, 8, 4), ``kv_bits`` (16, 8), ``compute_dtype`` (bf16, fp16, fp8 or
+  empty for the GPU's 16-bit dtype); ``batch``: sequences per step (or concurrent
+  requests); ``context``: cached tokens per sequence before the step (the prompt length
+  for serving metrics); ``tokens``: new tokens per sequence in the step (1 = decode);
+  ``offload``: fraction of the weights in host memory, or ``auto``; ``measured_s``: the
+  measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
+  comes from (repository + path + commit, paper + table, vendor page).
+- ``framework`` (default ``vllm``): a catalog framework id; ``metric`` (default
+  ``step_s``, see :mod:`hardware.timing.serving`); ``output_tokens``: generated tokens per
+  request (serving metrics); ``split``: ``fit`` or ``test`` (rows left empty count as
+  ``fit``); ``category``: a label results are grouped by; ``notes``: free text.
+
+Every problem is one UserError line naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from hardware.models import read_utf8
+from specdec.errors import UserError
+
+__all__ = ["MeasuredRow", "read_rows", "REQUIRED", "METRICS"]
+
+REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
+            "context", "tokens", "offload", "measured_s", "source")
+METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu")
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One measurement (see the module notes for the columns)."""
+
+    line: int
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    weight_bits: int
+    kv_bits: int
+    compute_dtype: str | None
+    batch: int
+    context: int
+    tokens: int
+    offload: float | str
+    measured: float
+    source: str
+    framework: str = "vllm"
+    metric: str = "step_s"
+    output_tokens: int = 0
+    split: str = "fit"
+    category: str = ""
+    notes: str = ""
+
+
+def _int(path, line, name, text, least):
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserError(f"{path}: line {line}: {name}: must be an integer, got {text!r}") \
+            from None
+    if value < least:
+        raise UserError(f"{path}: line {line}: {name}: must be >= {least}, got {value}")
+    return value
+
+
+def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
+    get = {k: (v or "").strip() for k, v in raw.items() if k is not None}
+    for name in ("model", "gpu", "source"):
+        if not get[name]:
+            raise UserError(f"{path}: line {line}: {name}: must not be empty")
+    try:
+        measured = float(get["measured_s"])
+    except ValueError:
+        raise UserError(f"{path}: line {line}: measured_s: must be a number, got "
+                        f"{get['measured_s']!r}") from None
+    if not measured > 0:
+        raise UserError(f"{path}: line {line}: measured_s: must be > 0, got {measured:g}")
+    offload: float | str = get["offload"] or "0"
+    if offload != "auto":
+        try:
+            offload = float(offload)
+        except ValueError:
+            raise UserError(f"{path}: line {line}: offload: must be a fraction in [0, 1] or "
+                            f"'auto', got {offload!r}") from None
+        if not 0.0 <= offload <= 1.0:
+            raise UserError(f"{path}: line {line}: offload: must be in [0, 1], got "
+                            f"{offload:g}")
+    metric = get.get("metric") or "step_s"
+    if metric not in METRICS:
+        raise UserError(f"{path}: line {line}: metric: must be one of {', '.join(METRICS)}, "
+                        f"got {metric!r}")
+    split = get.get("split") or "fit"
+    if split not in ("fit", "test"):
+        raise UserError(f"{path}: line {line}: split: must be fit or test, got {split!r}")
+    out_tokens = _int(path, line, "output_tokens", get.get("output_tokens") or "0", 0)
+    if metric != "step_s" and metric != "ttft_s" and out_tokens < 2:
+        raise UserError(f"{path}: line {line}: output_tokens: metric {metric} needs >= 2 "
+                        f"generated tokens per request, got {out_tokens}")
+    return MeasuredRow(
+        line=line, model=get["model"], gpu=get["gpu"],
+        tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),
+        weight_bits=_int(path, line, "weight_bits", get["weight_bits"], 1),
+        kv_bits=_int(path, line, "kv_bits", get["kv_bits"], 1),
+        compute_dtype=get["compute_dtype"] or None,
+        batch=_int(path, line, "batch", get["batch"], 1),
+        context=_int(path, line, "context", get["context"], 0),
+        tokens=_int(path, line, "tokens", get["tokens"], 1),
+        offload=offload, measured=measured, source=get["source"],
+        framework=get.get("framework") or "vllm", metric=metric,
+        output_tokens=out_tokens, split=split, category=get.get("category", ""),
+        notes=get.get("notes", ""),
+    )
+
+
+def read_rows(path: str | Path) -> list[MeasuredRow]:
+    """The rows of a measurement CSV (header as documented); one-line UserErrors."""
+    path = Path(path)
+    text = read_utf8(path, "measurements file", "a measurements file must be UTF-8 CSV")
+    reader = csv.DictReader(text.splitlines())
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise UserError(f"{path}: missing column {missing[0]!r} (needs {', '.join(REQUIRED)})")
+    rows = [_row(path, i + 2, raw) for i, raw in enumerate(reader)]
+    if not rows:
+        raise UserError(f"{path}: no measurement rows")
+    return rows

@@ -1,0 +1,76 @@
+"""What a measurement row predicts: one pass, or a serving metric built from passes.
+
+``predict(row, cost)`` turns the cost model of the row's deployment into the row's metric
+(:data:`hardware.timing.rows.METRICS`), so a measured TPOT or throughput can be compared
+with (and fitted to) pass times:
+
+- ``step_s``: one pass of ``batch`` sequences x ``tokens`` new tokens over ``context``.
+- ``ttft_s``: the prefill pass of ``batch`` prompts of ``context`` tokens.
+- ``tpot_s``: steady-state continuous batching at ``batch`` concurrent requests (a
+  benchmark client's concurrency) with prompts of ``context`` and ``output_tokens``
+  generated tokens: every step decodes ``batch`` sequences at the mean context
+  ``context + output_tokens / 2``, and carries the prefills of the other requests --
+  ``(batch - 1) / output_tokens`` prompts per step, mixed into the step as vLLM's chunked
+  prefill and TensorRT-LLM's in-flight batching do. A request's own prefill is not in its
+  TPOT. Requests beyond what the KV cache holds at full length wait for a slot (their
+  wait is TTFT), so the running batch is at most capacity / (context + output_tokens).
+- ``tokens_per_s_per_gpu``: a static batch (TensorRT-LLM's gptSessionBenchmark, FlexGen,
+  ZeRO-Inference): one prefill pass of ``batch`` x ``context`` tokens, then
+  ``output_tokens - 1`` decode passes of the whole batch as its context grows; generated
+  tokens over the total time, per GPU. The decode passes are averaged over nine contexts
+  spread over the generation (pass time is near-linear in context).
+
+What is not modelled: queueing (the requests' arrival pattern), preemption, the client's
+own latency, sampling-parameter costs, and prefix caching.
+"""
+
+from __future__ import annotations
+
+from hardware.catalog import Catalog
+from hardware.cost import CostModel
+from hardware.deployment import Deployment
+from hardware.timing.rows import MeasuredRow
+
+__all__ = ["row_cost", "predict"]
+
+_DECODE_POINTS = 9
+
+
+def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostModel:
+    """The cost model of the row's deployment (``offload: auto`` leaves KV room for the
+    whole batch; otherwise the memory a row's batch needs is not checked, see ``tpot_s``)."""
+    total = row.context + max(row.output_tokens, row.tokens)
+    dep = Deployment(
+        model=catalog.model(row.model), gpu=catalog.gpu(row.gpu), tp=row.tp, pp=row.pp,
+        weight_bits=row.weight_bits, kv_bits=row.kv_bits, compute_dtype=row.compute_dtype,
+        offload_fraction=row.offload,
+        kv_tokens=row.batch * total if row.offload == "auto" else 0, timing=timing,
+        framework=row.framework)
+    return CostModel(dep, catalog)
+
+
+def _decode(cost: CostModel, b: float, ctx: float) -> float:
+    return cost.pass_seconds_sums(b, b * ctx, b * ctx, b, n_seqs=b)
+
+
+def predict(row: MeasuredRow, cost: CostModel) -> float:
+    """The row's metric as ``cost`` prices it (seconds, or tokens/s per GPU)."""
+    b, ctx, out = float(row.batch), float(row.context), float(row.output_tokens)
+    if row.metric == "step_s":
+        return cost.uniform_pass_seconds(row.batch, row.tokens, row.context)
+    if row.metric == "ttft_s":
+        return cost.uniform_pass_seconds(row.batch, row.context, 0)
+    if row.metric == "tpot_s":
+        mean = ctx + out / 2
+        # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
+        b = max(min(b, cost.kv_capacity_tokens() / (ctx + out)), 1.0)
+        prompts = (b - 1) / out  # the other requests' prefills per step
+        p_new = prompts * ctx
+        return cost.pass_seconds_sums(
+            b + p_new, b * mean, b * mean, b + prompts * ctx * ctx, n_seqs=b + prompts)
+    # tokens_per_s_per_gpu: one static batch, prefill then out - 1 decode passes
+    prefill = cost.uniform_pass_seconds(row.batch, row.context, 0)
+    steps = out - 1
+    decode = sum(_decode(cost, b, ctx + 1 + steps * (i + 0.5) / _DECODE_POINTS)
+                 for i in range(_DECODE_POINTS)) / _DECODE_POINTS * steps
+    return b * out / (prefill + decode) / (row.tp * row.pp)

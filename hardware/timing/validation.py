@@ -1,0 +1,76 @@
+"""The validation table: public measurements against SpecSim's default timing.
+
+``hardware/data/validation.csv`` holds public measurements (each row's ``source`` says
+where: repository + path + commit, paper + table, vendor page; ``notes`` how the number was
+converted and what was assumed) in :mod:`hardware.timing.rows`' columns, in four
+categories:
+
+- ``A`` batch-1 decode (TP 1-8, 16-, 8- and 4-bit weights, FP8),
+- ``B`` batched decode: TPOT / ITL at a fixed client concurrency (batch 1-512, prompts
+  200-20000 tokens),
+- ``C`` max-throughput tables: static batches at the stated (throughput-maximising) size,
+  output tokens/s per GPU including the prefill,
+- ``D`` offloaded decode: weights streamed from host memory.
+
+The split is fixed: within each category, in file order, the even rows (0, 2, ...) are the
+``fit`` half the shipped parameters were fitted on (``specsim calibrate``) and the odd rows
+are held out; :func:`validate` reports both, and the held-out medians are the accuracy
+SpecSim claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.catalog import DATA_DIR, Catalog
+from hardware.timing.calibrate import predictions
+from hardware.timing.rows import MeasuredRow, read_rows
+
+__all__ = ["VALIDATION_CSV", "CATEGORIES", "Validation", "validate"]
+
+VALIDATION_CSV = DATA_DIR / "validation.csv"
+CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)",
+              "C": "max-throughput tables (static batch, prefill included)",
+              "D": "offloaded decode"}
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Every row's prediction and error, and per category: rows, and median |error| on
+    the fit half, the held-out half and all rows."""
+
+    rows: list[MeasuredRow]
+    predicted: np.ndarray
+    error: np.ndarray  # predicted / measured - 1
+    backends: list[str]
+    summary: dict[str, dict[str, float | int]]
+
+
+def validate(catalog: Catalog, rows: list[MeasuredRow] | None = None,
+             timing: str = "auto") -> Validation:
+    """Predict every row of the validation CSV (or ``rows``) with ``timing``."""
+    rows = read_rows(VALIDATION_CSV) if rows is None else rows
+    pred, backends = predictions(rows, catalog, timing)
+    meas = np.array([r.measured for r in rows])
+    err = pred / meas - 1.0
+    summary: dict[str, dict[str, float | int]] = {}
+    for cat in sorted({r.category for r in rows}):
+        mine = np.array([r.category == cat for r in rows])
+        test = mine & np.array([r.split == "test" for r in rows])
+        fit = mine & ~test
+        summary[cat] = {
+            "rows": int(mine.sum()), "fit_rows": int(fit.sum()), "test_rows": int(test.sum()),
+            "median_test": _median(err[test]), "median_fit": _median(err[fit]),
+            "median_all": _median(err[mine]), "worst_test": _worst(err[test]),
+        }
+    return Validation(rows, pred, err, backends, summary)
+
+
+def _median(e: np.ndarray) -> float:
+    return float(np.median(np.abs(e))) if e.size else float("nan")
+
+
+def _worst(e: np.ndarray) -> float:
+    return float(np.max(np.abs(e))) if e.size else float("nan")
