@@ -29,6 +29,8 @@ COMMANDS: tuple[str, ...] = (
     "grid",
     "claims",
     "plan",
+    "calibrate",
+    "validate",
     "reference",
 )
 

@@ -4,8 +4,8 @@ A *field* is one catalog number, addressed by its path: ``gpus.<id>.roofline.<na
 (a GPU's calibrated roofline), ``links.<id>.collective.<name>`` (a link's α-β all-reduce)
 or ``frameworks.<id>.<name>`` (a framework's overheads). :func:`fit` moves the chosen fields
 to minimise the log error ``log(predicted / measured)`` over the rows marked ``fit``
-(``scipy.optimize.least_squares`` within each field's bounds, with a soft-L1 loss: squared
-up to a 10% error, linear beyond, so that a few rows no parameter explains do not set
+(``scipy.optimize.least_squares`` within each field's bounds, with the Cauchy loss: squared
+up to a 10% error, logarithmic beyond, so that a few rows no parameter explains do not set
 them all), and reports the
 median absolute error on those rows and on the held-out (``test``) ones.
 :func:`overrides` turns the result into a user catalog (``deployment.catalog``) that
@@ -38,7 +38,8 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5),
 }
 _LINK_STEP = (0.0, 1e-4, 1e-6)  # a link's per-ring-step latency: smaller than a pass's
-ROBUST_SCALE = 0.1  # log error where the soft-L1 loss turns from quadratic to linear
+ROBUST_SCALE = 0.1  # log error where the robust loss departs from the squared error
+LOSS = "cauchy"  # scipy's rho(z) = ln(1 + z): a row 50% off weighs a tenth of a 10% one
 MIN_ROWS_PER_TERM = 6  # a framework's per-layer / per-sequence terms need this many fit rows
 
 
@@ -183,10 +184,10 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
         pred, _ = predictions(train, cat, timing)
         return np.log(pred / meas)
 
-    # soft-L1 on the log error: quadratic up to ~10%, linear beyond, so a handful of rows
-    # the model cannot explain do not drag every parameter (ROBUST_SCALE in log units)
+    # a robust loss on the log error: squared up to ~10%, growing only logarithmically
+    # beyond, so a handful of rows the model cannot explain do not drag every parameter
     res = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), method="trf",
-                        loss="soft_l1", f_scale=ROBUST_SCALE, diff_step=1e-4, xtol=1e-10,
+                        loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4, xtol=1e-10,
                         ftol=1e-10, max_nfev=200)
     values = list(res.x * scale)
     fitted = apply_fields(catalog, fields, values)

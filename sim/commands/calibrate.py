@@ -1,0 +1,121 @@
+"""``specsim calibrate``: fit timing parameters to measured step or serving times."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+_HELP = """\
+Fit a GPU's (and its links' and framework's) timing parameters to measurements, by least
+squares on log error (scipy.optimize.least_squares), and write a user catalog that
+overrides only the fitted fields (use it as deployment.catalog or --catalog).
+
+From a CSV of measured step times (one measurement per row):
+  specsim calibrate my_steps.csv [--fit FIELD ...] [--out my.yaml]
+Columns (header names): model, gpu, tp, pp, weight_bits, kv_bits, compute_dtype, batch,
+context (cached tokens per sequence), tokens (new tokens per sequence: 1 = decode),
+offload (fraction or auto), measured_s, source; optional: framework (default vllm),
+metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu), output_tokens, split
+(fit / test: test rows are held out and only reported), category, notes.
+Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
+per-layer and per-sequence overheads, and for rows the roofline prices, the weight
+format's streaming efficiency, the host-link efficiency and the TP link's call latency.
+FIELD paths: gpus.<id>.roofline.<eta_weights|eta_fp8|eta_int8|eta_int4|weights_half_bytes|
+eta_kv|eta_compute|corner|eta_host>, links.<id>.collective.<call_s|step_s|eta>,
+frameworks.<id>.<step_s|layer_s|seq_s>.
+
+From a GPU's measured kernel tables (the shipped roofline calibration):
+  specsim calibrate --tables h100 --tables h200
+fits each GPU's roofline and its server link's alpha-beta all-reduce to the kernel-only
+pass times the tables give over a fixed grid of models, TP, formats, batches and contexts.
+
+The shipped framework overheads come from:
+  specsim calibrate hardware/data/validation.csv
+"""
+
+
+def add_parser(subparsers) -> None:
+    """Register ``specsim calibrate``."""
+    p = subparsers.add_parser(
+        "calibrate", help="fit timing parameters to measured step times; write a catalog",
+        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("measurements", nargs="?", help="CSV of measurements (see above)")
+    p.add_argument("--tables", action="append", metavar="GPU",
+                   help="fit GPU's roofline to its measured kernel tables (repeatable; "
+                        "instead of a CSV)")
+    p.add_argument("--framework", default="vllm",
+                   help="whose kernel tables --tables reads (default vllm)")
+    p.add_argument("--timing", choices=("auto", "roofline", "measured"), default=None,
+                   help="backend the rows are predicted with (default auto; --tables: "
+                        "roofline)")
+    p.add_argument("--fit", action="append", metavar="FIELD",
+                   help="a field to fit (repeatable; default: what the rows pin down)")
+    p.add_argument("--catalog", action="append", metavar="FILE",
+                   help="extra catalog YAML file (repeatable)")
+    p.add_argument("--out", help="catalog YAML to write (default runs/calibrate-<time>/"
+                                 "catalog.yaml)")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Read or tabulate the rows, fit, write the catalog, print the fit."""
+    import yaml
+
+    from hardware import load_catalog
+    from hardware.timing.calibrate import default_fields, fit, overrides
+    from hardware.timing.kernel_rows import kernel_catalog, kernel_rows, table_fields
+    from hardware.timing.rows import read_rows
+    from sim.output import default_run_dir
+    from specdec.errors import UserError
+
+    if (args.measurements is None) == (args.tables is None):
+        raise UserError("give a measurements CSV or --tables GPU (one of the two)")
+    catalog = load_catalog(args.catalog)
+    if args.tables:
+        if args.timing not in (None, "roofline"):
+            raise UserError("--timing: --tables fits the roofline (drop --timing)")
+        catalog = kernel_catalog(catalog, args.framework)
+        rows = [r for g in dict.fromkeys(args.tables) for r in kernel_rows(g, catalog)]
+        timing = "roofline"
+        fields = args.fit or list(dict.fromkeys(
+            f for g in dict.fromkeys(args.tables)
+            for f in table_fields(g, catalog, [r for r in rows if r.gpu == g])))
+        what = (f"the {args.framework} kernel tables of {', '.join(args.tables)} "
+                f"(aiconfigurator-core 0.12.0), `specsim calibrate "
+                + " ".join(f"--tables {g}" for g in args.tables) + "`")
+    else:
+        rows = read_rows(args.measurements)
+        timing = args.timing or "auto"
+        fields = args.fit or default_fields(rows, catalog, timing)
+        what = f"{args.measurements}, `specsim calibrate {args.measurements}`"
+    result = fit(rows, fields, catalog, timing)
+    n_fit = sum(r.split == "fit" for r in rows)
+    test = "no held-out rows" if result.test_error is None else \
+        f"held out {result.test_error:.1%} ({len(rows) - n_fit} rows)"
+    source = (f"fitted on {what}: median |error| fit {result.fit_error:.1%} ({n_fit} rows), "
+              f"{test}")
+    out = Path(args.out) if args.out else default_run_dir("calibrate") / "catalog.yaml"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("# Written by specsim calibrate: only the fitted fields.\n"
+                       + yaml.safe_dump(overrides(result, source), sort_keys=False))
+    except OSError as err:
+        raise UserError(f"--out: {out}: cannot write the catalog: {err.strerror}") from None
+    if args.json:
+        print(json.dumps({
+            "rows": len(rows), "fit_rows": n_fit, "timing": timing,
+            "fields": [{"field": f, "before": b, "after": v} for f, b, v in
+                       zip(result.fields, result.before, result.values, strict=True)],
+            "fit_error": result.fit_error, "test_error": result.test_error,
+            "catalog": str(out)}, indent=2))
+        return 0
+    print(f"{len(rows)} rows ({n_fit} fit, {len(rows) - n_fit} held out), timing {timing}")
+    width = max(len(f) for f in result.fields)
+    print(f"{'field':{width}s}  {'before':>11s}  {'after':>11s}")
+    for f, b, v in zip(result.fields, result.before, result.values, strict=True):
+        print(f"{f:{width}s}  {b:11.4g}  {v:11.4g}")
+    print(f"median |error|: fit {result.fit_error:.1%}; " + test)
+    print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
+    return 0

@@ -1,0 +1,66 @@
+"""``specsim validate``: SpecSim's default timing against public measurements."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+_HELP = """\
+Price every row of the project's validation table (hardware/data/validation.csv: public
+measurements, each with its source) with the default timing (auto: measured kernel tables
+where they cover the deployment, else the calibrated roofline) and print the prediction,
+the error, and per category the median absolute error on the held-out half (the rows the
+shipped parameters were not fitted on), on the fit half and over all rows.
+  specsim validate [--json] [--rows]
+--catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
+"""
+
+
+def add_parser(subparsers) -> None:
+    """Register ``specsim validate``."""
+    p = subparsers.add_parser(
+        "validate", help="the default timing against public measurements (median errors)",
+        description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--timing", choices=("auto", "roofline", "measured", "paper"),
+                   default="auto", help="backend to validate (default auto, the default)")
+    p.add_argument("--catalog", action="append", metavar="FILE",
+                   help="extra catalog YAML file (repeatable)")
+    p.add_argument("--rows", action="store_true",
+                   help="also print every row (measured, predicted, error, source)")
+    p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Validate and print."""
+    from hardware import load_catalog
+    from hardware.timing.validation import CATEGORIES, validate
+
+    v = validate(load_catalog(args.catalog), timing=args.timing)
+    if args.json:
+        print(json.dumps({
+            "summary": v.summary,
+            "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
+                      "framework": r.framework, "batch": r.batch, "context": r.context,
+                      "metric": r.metric, "measured": r.measured, "predicted": float(p),
+                      "error": float(e), "split": r.split, "backend": b, "source": r.source}
+                     for r, p, e, b in zip(v.rows, v.predicted, v.error, v.backends,
+                                           strict=True)]}, indent=2))
+        return 0
+    if args.rows:
+        print("cat split  model          gpu        tp framework       batch context "
+              "metric                 measured   predicted   error  backend")
+        for r, p, e, b in zip(v.rows, v.predicted, v.error, v.backends, strict=True):
+            print(f"{r.category:3s} {r.split:5s}  {r.model:14s} {r.gpu:10s} {r.tp:2d} "
+                  f"{r.framework:15s} {r.batch:5d} {r.context:7d} {r.metric:20s} "
+                  f"{r.measured:10.4g}  {p:10.4g}  {e:+6.1%}  {b}")
+        print()
+    print(f"timing {args.timing}; median |predicted / measured - 1| per category")
+    print("category                                                   rows  held out  "
+          "fit half  all    worst held out")
+    for cat, s in v.summary.items():
+        name = f"{cat} {CATEGORIES.get(cat, '')}"
+        print(f"{name:58s} {s['rows']:4d}  {s['median_test']:7.1%}  {s['median_fit']:7.1%}"
+              f"  {s['median_all']:6.1%}  {s['worst_test']:7.1%}")
+    print(f"{len(v.rows)} rows; sources in hardware/data/validation.csv (--rows lists them)")
+    return 0
