@@ -52,7 +52,11 @@ class Deployment:
     tokens (summed over sequences) that must fit next to the weights; the cost model refuses
     the deployment otherwise. ``timing`` (``auto``, ``measured``, ``roofline``, ``paper``)
     and ``framework`` (a catalog framework id: vllm, sglang, trtllm, ...) decide how passes
-    are priced; ``compute_dtype`` ``None`` is the GPU's 16-bit dtype.
+    are priced; ``compute_dtype`` ``None`` is the GPU's 16-bit dtype. ``step_overhead``
+    False is a draft model's: its passes run inside the target's engine step (vLLM and
+    SGLang run the drafter in the same scheduler iteration), so they pay the framework's
+    per-layer and per-sequence terms but not its per-step one again (the paper GPU's 0.5 ms
+    per pass is paid whatever).
     """
 
     model: ModelSpec
@@ -69,6 +73,7 @@ class Deployment:
     kv_tokens: int = 0
     timing: str = "auto"
     framework: str = "vllm"
+    step_overhead: bool = True
 
     def __post_init__(self) -> None:
         cfg = self.model.config

@@ -62,7 +62,9 @@ class _DraftCosts:
     """``make_cost(model_spec, tp)``: a drafting model's cost model on the deployment's GPU,
     at ``deployment.draft_weight_bits`` (the target's when unset; in fp8 only when that is
     8 bits and ``compute_dtype`` is fp8), the target's KV width, timing backend and
-    framework; ``catalog`` for drafters that name a catalog model."""
+    framework; ``catalog`` for drafters that name a catalog model. Its passes run inside the
+    target's engine step, so they do not pay the framework's per-step overhead
+    (``hardware.Deployment.step_overhead``)."""
 
     def __init__(self, sc: Scenario, catalog, gpu) -> None:
         self.sc, self.catalog, self.gpu = sc, catalog, gpu
@@ -76,7 +78,8 @@ class _DraftCosts:
         return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, weight_bits=bits,
                                     kv_bits=d.kv_bits,
                                     compute_dtype=d.compute_dtype if bits == 8 else None,
-                                    timing=d.timing, framework=d.framework), self.catalog)
+                                    timing=d.timing, framework=d.framework,
+                                    step_overhead=False), self.catalog)
 
 
 def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):

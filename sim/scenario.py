@@ -103,6 +103,13 @@ class Deployment(Strict):
     # vllm 0.24.0, sglang 0.5.14, trtllm 1.3.0rc20; see `specsim hw list`)
     framework: str = "vllm"
 
+    @model_validator(mode="after")
+    def _fp8_needs_8_bits(self):
+        if self.compute_dtype == "fp8" and self.weight_bits != 8:
+            raise ValueError(f"compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
+                             f"{self.weight_bits}")
+        return self
+
 
 class Scheduler(Strict):
     """Continuous batching limits, as vLLM names them, and the scheduling order."""

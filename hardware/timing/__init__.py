@@ -45,7 +45,7 @@ def make_timing(dep, counts, tp_link, pp_link, host_link, offload_fraction: floa
         return MeasuredTiming(*args, framework)
     except TablesUnavailable as why:
         if dep.timing == "measured":
-            raise UserError(f"deployment: timing: measured: {why}") from None
+            raise UserError(f"timing: measured: {why}") from None
         fallback = RooflineTiming(*args, framework)
         fallback.note = f"auto: roofline, because {why}; {fallback.note}"
         return fallback

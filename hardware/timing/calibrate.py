@@ -167,13 +167,13 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
     """Least squares on log error over the ``fit`` rows (see the module notes)."""
     from scipy.optimize import least_squares
 
-    train = [r for r in rows if r.split == "fit"]
-    if not train:
-        raise UserError("calibrate: no rows with split 'fit' to fit on")
     if not fields:
         raise UserError("calibrate: nothing to fit (give --fit FIELD)")
     for f in fields:
         _parse(f)
+    train = [r for r in rows if r.split == "fit"]
+    if not train:
+        raise UserError("calibrate: no rows with split 'fit' to fit on")
     meas = np.array([r.measured for r in train])
     lo, hi, scale = (np.array(v) for v in zip(*(_bounds(f) for f in fields), strict=True))
     before = [current(catalog, f) for f in fields]

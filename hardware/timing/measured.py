@@ -115,6 +115,7 @@ class MeasuredTiming:
             dep.kv_bits)
         rp = roofline_params(gpu)
         peak, bw = gpu.peak(dep.dtype), gpu.hbm_bytes_per_s
+        step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
         stages = []
         for c in counts:
             L = c.layers
@@ -130,7 +131,7 @@ class MeasuredTiming:
                 sol_weight=c.weight_bytes / bw, sol_per_kv=c.kv_bytes_per_token / bw,
                 host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
                         + L * host_link.latency_s) if offloaded > 0 else 0.0,
-                fixed_s=framework.step_s + framework.layer_s * L,
+                fixed_s=step_s + framework.layer_s * L,
                 per_seq_s=framework.seq_s, overlap=framework.offload_overlap,
             ))
         self._stages = tuple(stages)

@@ -128,6 +128,7 @@ class RooflineTiming:
         # 16-bit weights stream at eta_weights whatever the format of the blocks
         w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
         half = rp.weights_half_bytes
+        step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
         stages = []
         for c in counts:
             body_bytes = c.body_params * dep.weight_bits / 8
@@ -148,7 +149,7 @@ class RooflineTiming:
                 * _ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
                 host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
                         + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
-                fixed_s=framework.step_s + framework.layer_s * c.layers,
+                fixed_s=step_s + framework.layer_s * c.layers,
                 per_seq_s=framework.seq_s,
                 p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
             ))

@@ -122,8 +122,13 @@ def main(args: argparse.Namespace) -> int:
         for bar in bars.values():
             bar.close()
     report = out / reports[0] if reports else None
+    from sim.build import cost_models
+
+    # which timing backend priced the target's passes (the engine built the same one)
+    timing = cost_models(result.scenario, False)[0].timing
     if args.json:
-        doc = {"variants": [_public(s) for s in result.summaries], "out": str(out)}
+        doc = {"variants": [_public(s) for s in result.summaries], "out": str(out),
+               "timing": timing.name, "timing_note": timing.note}
         if notes:
             doc["notes"] = notes
         if report is not None:
@@ -133,6 +138,7 @@ def main(args: argparse.Namespace) -> int:
         if args.bench:
             print(format_vllm_bench(result.summaries))
         print(format_table(result.summaries))
+        print(f"timing: {timing.note}")
         for note in notes:
             print(f"note: {note}")
         for s in result.summaries:

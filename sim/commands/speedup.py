@@ -184,7 +184,7 @@ def _hardware(args: argparse.Namespace) -> int:
     target = CostModel(target_dep, catalog)
     draft_dep = Deployment(draft_model, gpu, weight_bits=draft_bits, kv_bits=kv_bits,
                            compute_dtype=args.compute_dtype if draft_bits == 8 else None,
-                           **timing)
+                           step_overhead=False, **timing)
     try:
         draft_cost = CostModel(draft_dep, catalog)
     except UserError as err:

@@ -57,7 +57,7 @@ def make_pair(target: str, draft: str, gpu: str, tp: int = 1, weight_bits: int =
     t = CostModel(Deployment(cat.model(target), g, tp=tp, weight_bits=weight_bits,
                              kv_bits=kv_bits, compute_dtype=compute_dtype, **how), cat)
     d = CostModel(Deployment(cat.model(draft), g, weight_bits=draft_weight_bits,
-                             kv_bits=kv_bits, **how,
+                             kv_bits=kv_bits, **how, step_overhead=False,
                              compute_dtype=compute_dtype if draft_weight_bits == 8 else None),
                   cat)
     if placement == "colocated":

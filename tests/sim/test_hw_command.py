@@ -168,3 +168,37 @@ def test_non_utf8_catalog_is_one_line(capsys, tmp_path):
     bad.write_bytes(b"gpus:\n  h100: {name: \xe9}\n")
     code, _, err = run(capsys, "hw", "list", "--catalog", str(bad))
     assert code == 2 and err.count("\n") == 1 and f"{bad}: not a UTF-8 text file" in err
+
+
+def test_step_json_says_which_backend_priced_it_and_its_terms(capsys):
+    import pytest
+
+    pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
+    argv = ["hw", "step", "--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "8",
+            "--context", "1024", "--json"]
+    code, out, _ = run(capsys, *argv)
+    data = json.loads(out)
+    assert code == 0 and (data["backend"], data["timing"]) == ("measured", "auto")
+    assert "aiconfigurator-core 0.12.0 tables h100_sxm / vllm 0.24.0" in data["note"]
+    assert set(data["parts"]) == {"gemm_s", "attention_s", "allreduce_s", "host_s",
+                                  "overhead_s"}
+    code, out, _ = run(capsys, *argv, "--timing", "roofline", "--framework", "sglang")
+    data = json.loads(out)
+    assert (data["backend"], data["framework"]) == ("roofline", "sglang")
+    code, out, _ = run(capsys, *argv[:-1], "--weight-bits", "4")
+    assert "auto: roofline, because" in out and "int4_wo" in out
+    code, _, err = run(capsys, *argv, "--framework", "nope")
+    assert code == 2 and "unknown framework 'nope' (known: gpt-fast," in err
+
+
+def test_list_says_what_stands_behind_each_gpus_timing(capsys):
+    code, out, _ = run(capsys, "hw", "list", "--json")
+    data = json.loads(out)
+    assert data["gpus"]["h100"]["timing_data"]["tables"] == "h100_sxm"
+    assert data["gpus"]["h100"]["timing_data"]["roofline"] == "calibrated"
+    assert data["gpus"]["a10"]["timing_data"]["roofline"] == "borrowed"
+    assert "vllm" in data["frameworks"] and data["frameworks"]["vllm"]["seq_s"] > 0
+    code, out, _ = run(capsys, "hw", "list")
+    assert "timing: measured tables h100_sxm; roofline calibrated:" in out
+    assert "timing: no measured tables; roofline borrowed:" in out
+    assert "Frameworks" in out and "nvlink4" in out and "call" in out

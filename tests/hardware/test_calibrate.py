@@ -1,0 +1,134 @@
+"""Measurement rows, the least-squares fit, the catalog it writes, and the validation table."""
+
+from __future__ import annotations
+
+import csv
+import zlib
+
+import numpy as np
+import pytest
+import yaml
+
+from hardware import load_catalog
+from hardware.timing.calibrate import apply_fields, default_fields, fit, overrides, predictions
+from hardware.timing.rows import REQUIRED, MeasuredRow, read_rows
+from hardware.timing.validation import VALIDATION_CSV, validate
+from specdec.errors import UserError
+
+CAT = load_catalog()
+HEADER = [*REQUIRED, "framework", "split"]
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(HEADER)
+        w.writerows(rows)
+    return path
+
+
+def _row(batch, ctx, seconds, split="fit"):
+    return ["llama-3.1-8b", "h100", 1, 1, 16, 16, "", batch, ctx, 1, 0, seconds, "test",
+            "vllm", split]
+
+
+def test_rows_are_read_with_defaults(tmp_path):
+    (r,) = read_rows(_write(tmp_path / "m.csv", [_row(8, 512, 0.01)]))
+    assert (r.model, r.batch, r.context, r.tokens, r.metric, r.framework, r.split,
+            r.measured, r.line) == ("llama-3.1-8b", 8, 512, 1, "step_s", "vllm", "fit", 0.01, 2)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({7: "x"}, "line 2: batch: must be an integer, got 'x'"),
+    ({11: "-1"}, "line 2: measured_s: must be > 0, got -1"),
+    ({10: "2"}, "line 2: offload: must be in [0, 1], got 2"),
+    ({14: "train"}, "line 2: split: must be fit or test, got 'train'"),
+])
+def test_a_bad_value_is_one_line_naming_file_line_and_column(tmp_path, change, message):
+    row = _row(8, 512, 0.01)
+    for k, v in change.items():
+        row[k] = v
+    path = _write(tmp_path / "m.csv", [row])
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_a_missing_column_is_named(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("model,gpu\nx,y\n")
+    with pytest.raises(UserError, match="missing column 'tp'"):
+        read_rows(path)
+
+
+def test_the_fit_recovers_known_overheads(tmp_path):
+    """Rows made by a catalog with known vLLM overheads, fitted from the shipped ones."""
+    truth = apply_fields(CAT, ["frameworks.vllm.step_s", "frameworks.vllm.seq_s"],
+                         [7e-4, 3e-5])
+    shapes = [(b, c) for b in (1, 4, 16, 64, 128) for c in (128, 1024, 2048)]
+    rows = [MeasuredRow(line=i, model="llama-3.1-8b", gpu="h100", tp=1, pp=1, weight_bits=16,
+                        kv_bits=16, compute_dtype=None, batch=b, context=c, tokens=1,
+                        offload=0.0, measured=1.0, source="synthetic",
+                        split="fit" if i % 2 == 0 else "test")
+            for i, (b, c) in enumerate(shapes)]
+    seconds, _ = predictions(rows, truth, "roofline")
+    rows = [MeasuredRow(**{**r.__dict__, "measured": float(s)})
+            for r, s in zip(rows, seconds, strict=True)]
+    fields = default_fields(rows, CAT, "roofline")
+    # one model: no layer_s; the roofline priced them, so the 16-bit streaming efficiency
+    assert fields == ["frameworks.vllm.step_s", "frameworks.vllm.seq_s",
+                      "gpus.h100.roofline.eta_weights"]
+    res = fit(rows, fields[:2], CAT, "roofline")
+    assert res.values == pytest.approx([7e-4, 3e-5], rel=1e-4)
+    assert res.fit_error < 1e-5 and res.test_error < 1e-5
+    out = overrides(res, "synthetic rows")
+    assert out == {"frameworks": {"vllm": {
+        "step_s": pytest.approx(7e-4, rel=1e-4), "seq_s": pytest.approx(3e-5, rel=1e-4),
+        "source": "step_s, seq_s synthetic rows"}}}
+    path = tmp_path / "fitted.yaml"
+    path.write_text(yaml.safe_dump(out))
+    mine = load_catalog(path).framework("vllm")
+    assert (mine.step_s, mine.layer_s) == (pytest.approx(7e-4, rel=1e-4),
+                                           CAT.framework("vllm").layer_s)
+
+
+def test_a_fitted_gpu_without_a_block_gets_a_whole_one():
+    rows = [MeasuredRow(line=1, model="llama-2-7b", gpu="a10", tp=1, pp=1, weight_bits=16,
+                        kv_bits=16, compute_dtype=None, batch=1, context=128, tokens=1,
+                        offload=0.0, measured=0.03, source="synthetic")]
+    res = fit(rows, ["gpus.a10.roofline.eta_weights"], CAT, "roofline")
+    block = overrides(res, "by test")["gpus"]["a10"]["roofline"]
+    assert block["calibrated"] is True and set(block) >= {"eta_kv", "corner", "source"}
+    assert block["source"].startswith("eta_weights by test; the other fields: borrowed")
+
+
+def test_unknown_fields_are_refused():
+    with pytest.raises(UserError, match="--fit: 'gpus.h100.eta' is not a fittable field"):
+        fit([], ["gpus.h100.eta"], CAT)
+
+
+def test_the_validation_split_is_the_documented_crc():
+    with open(VALIDATION_CSV) as f:
+        rows = list(csv.DictReader(f))
+    keys = ("category", "model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype",
+            "framework", "batch", "context", "tokens", "output_tokens", "offload", "metric",
+            "source")
+    for r in rows:
+        crc = zlib.crc32("|".join(r[k] for k in keys).encode())
+        assert r["split"] == ("fit" if crc % 2 == 0 else "test")
+        assert r["source"] and r["notes"]
+
+
+def test_the_validation_table_medians():
+    """What `specsim validate` reports (docs/timing.md quotes it): held-out median
+    |error| per category and the row counts. The issue's target is 5% per category;
+    A meets it, B, C and D do not (see docs/timing.md)."""
+    pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
+    v = validate(CAT)
+    counts = {c: (s["rows"], s["fit_rows"], s["test_rows"]) for c, s in v.summary.items()}
+    assert counts == {"A": (47, 26, 21), "B": (293, 161, 132), "C": (19, 9, 10),
+                      "D": (7, 4, 3)}
+    held_out = {c: round(100 * s["median_test"], 1) for c, s in v.summary.items()}
+    assert held_out == {"A": 3.5, "B": 6.3, "C": 13.7, "D": 44.7}
+    assert len(v.rows) == 366 and np.isfinite(v.error).all()
+    assert set(v.backends) == {"measured", "roofline"}

@@ -1,0 +1,185 @@
+"""The timing backends: auto's choice and fallback, the roofline's terms, offload auto,
+catalog overrides of the timing blocks, and the sums path agreeing with the breakdown."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hardware import CostModel, Deployment, DraftSetup, load_catalog
+from hardware.catalog import ModelSpec
+from hardware.memory import AUTO_BUFFER_LAYERS, AUTO_KV_FRACTION
+from hardware.speedup import best_chain, chain_table
+from specdec.errors import UserError
+
+CAT = load_catalog()
+
+
+def cost(model="llama-3.1-8b", gpu="h100", cat=CAT, **kw) -> CostModel:
+    return CostModel(Deployment(model=cat.model(model), gpu=cat.gpu(gpu), **kw), cat)
+
+
+def tables() -> None:
+    pytest.importorskip("aiconfigurator_core", reason="measured tables need aiconfigurator-core")
+
+
+def test_auto_prices_with_the_measured_tables_where_they_cover_the_deployment():
+    tables()
+    c = cost()
+    assert c.backend == "measured"
+    assert "aiconfigurator-core 0.12.0 tables h100_sxm / vllm 0.24.0" in c.timing.note
+    pc = c.pass_cost([1], [1024])
+    assert pc.backend == "measured" and set(pc.parts) == {
+        "gemm_s", "attention_s", "allreduce_s", "host_s", "overhead_s"}
+    # the measured terms add up to the pass (no offload, one stage)
+    assert math.isclose(sum(pc.parts.values()), pc.seconds, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(("kw", "why"), [
+    ({"weight_bits": 4}, "GEMM perf data missing for quant 'int4_wo'"),
+    ({"framework": "gpt-fast"}, "framework gpt-fast (PyTorch, torch.compile) has no kernel "
+                                "tables"),
+])
+def test_auto_falls_back_to_the_roofline_and_says_why_measured_refuses(kw, why):
+    tables()
+    c = cost(**kw)
+    assert c.backend == "roofline" and c.timing.note.startswith("auto: roofline, because")
+    assert why in c.timing.note
+    with pytest.raises(UserError, match="^timing: measured: ") as err:
+        cost(timing="measured", **kw)
+    assert why in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_gpu_without_tables_is_priced_by_its_roofline():
+    c = cost("llama-2-7b", "t4")  # fp16 T4, no tables
+    assert c.backend == "roofline" and "gpu t4 has no measured kernel tables" in c.timing.note
+
+
+def _roofline(**kw):
+    return cost("llama-3.1-8b", "h100", timing="roofline", **kw)
+
+
+def test_the_roofline_overhead_is_step_plus_layer_plus_sequence():
+    c = _roofline()
+    fw = CAT.framework("vllm")
+    sums = (64.0, 64 * 500.0, 64 * 500.0, 64.0)
+    # one sequence more in the same token sums: exactly the per-sequence term
+    d = c.pass_seconds_sums(*sums, n_seqs=65) - c.pass_seconds_sums(*sums, n_seqs=64)
+    assert d == pytest.approx(fw.seq_s, rel=1e-9)
+    pc = c.pass_cost(np.ones(64), np.full(64, 500))
+    assert pc.overhead_s == pytest.approx(fw.step_s + 32 * fw.layer_s + 64 * fw.seq_s,
+                                          rel=1e-12)
+    # a draft's passes run inside the target's step: no per-step term
+    d = _roofline(step_overhead=False).pass_seconds_sums(*sums, n_seqs=64)
+    assert c.pass_seconds_sums(*sums, n_seqs=64) - d == pytest.approx(fw.step_s, rel=1e-9)
+
+
+def test_vllm_has_a_fitted_per_sequence_overhead():
+    fw = CAT.framework("vllm")
+    assert fw.seq_s > 1e-6 and "seq_s" in fw.source and "validation.csv" in fw.source
+
+
+def test_roofline_collectives_are_alpha_beta_per_link():
+    one, four = _roofline(), cost("llama-3.1-70b", "h100", timing="roofline", tp=4)
+    assert one.pass_cost([1], [100]).comm_s == 0.0
+    co = CAT.link("nvlink4").collective
+    pc = four.pass_cost([1], [100])
+    # 2 all-reduces per block: call + 2(tp-1) steps + 2(tp-1)/tp x 8192 x 2 bytes / (beta eta)
+    per = co.call_s + 6 * co.step_s + 1.5 * 8192 * 2 / (450e9 * co.eta)
+    assert pc.comm_s == pytest.approx(2 * 80 * per, rel=1e-12)
+
+
+def test_weight_formats_stream_at_their_own_efficiency():
+    rp = CAT.gpu("h100").roofline
+    w16 = _roofline().pass_cost([1], [0]).memory_s
+    fp8 = _roofline(weight_bits=8, compute_dtype="fp8").pass_cost([1], [0]).memory_s
+    int8 = _roofline(weight_bits=8).pass_cost([1], [0]).memory_s
+    assert rp.eta_fp8 != rp.eta_int8
+    assert (int8 - fp8) / (int8 + fp8) == pytest.approx(
+        (1 / rp.eta_int8 - 1 / rp.eta_fp8) / (1 / rp.eta_int8 + 1 / rp.eta_fp8), abs=0.1)
+    assert fp8 < w16 and int8 < w16
+
+
+def test_fp8_compute_needs_8_bit_weights():
+    with pytest.raises(UserError, match="compute_dtype: fp8 \\(W8A8\\) needs weight_bits 8, "
+                                        "got 16"):
+        Deployment(CAT.model("llama-3-8b"), CAT.gpu("h100"), compute_dtype="fp8")
+    with pytest.raises(UserError, match="deployment: timing: must be one of auto, measured, "
+                                        "roofline, paper, got 'fast'"):
+        Deployment(CAT.model("llama-3-8b"), CAT.gpu("h100"), timing="fast")
+
+
+@pytest.mark.parametrize("timing", ["paper", "roofline", "measured"])
+def test_sums_agree_with_pass_cost_for_every_backend(timing):
+    if timing == "measured":
+        tables()
+    rng = np.random.default_rng(0)
+    for kw in ({"weight_bits": 8, "compute_dtype": "fp8"}, {"tp": 2, "pp": 2}):
+        c = cost("llama-3.1-70b", "h200", timing=timing, **kw)
+        for _ in range(5):
+            new = rng.integers(1, 300, size=12)
+            ctx = rng.integers(0, 4000, size=12)
+            pc = c.pass_cost(new, ctx)
+            assert c.pass_seconds(new, ctx) == pytest.approx(pc.seconds, rel=1e-12)
+            s, b = c.pass_seconds_bound_sums(float(new.sum()), float(ctx.sum()),
+                                             float(new @ ctx), float(new @ new),
+                                             n_seqs=12.0)
+            assert (s, b) == (pytest.approx(pc.seconds, rel=1e-12), pc.bound)
+            stages = c.stage_seconds_sums(float(new.sum()), float(ctx.sum()),
+                                          float(new @ ctx), float(new @ new), n_seqs=12.0)
+            assert stages == pytest.approx(pc.stage_s, rel=1e-12)
+
+
+def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
+    c = cost("opt-30b", "t4", offload_fraction="auto", kv_tokens=4 * 544, timing="roofline")
+    lay = c.layouts[0]
+    layer_bytes = (lay.streamed_params - (lay.streamed_params - 48 * (
+        c.dep.model.shape.layer_params))) / 48 * 2  # one OPT-30B block at 16 bits
+    k = c.offload_fraction * lay.stored_params * 2 / layer_bytes
+    assert k == pytest.approx(round(k), abs=1e-6) and 0 < round(k) < 48  # whole blocks
+    usable = c.dep.usable_bytes_per_gpu
+    kv = max(4 * 544 * c.kv_bytes_per_token, AUTO_KV_FRACTION * usable)
+    resident = lay.stored_params * 2 - round(k) * layer_bytes
+    assert resident + kv + AUTO_BUFFER_LAYERS * layer_bytes <= usable  # it fits ...
+    assert resident + layer_bytes + kv + AUTO_BUFFER_LAYERS * layer_bytes > usable  # ... just
+    assert cost("opt-6.7b", "h100", offload_fraction="auto").offload_fraction == 0.0
+
+
+def test_a_user_catalog_overrides_one_roofline_field(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("gpus:\n  h100:\n    roofline: {eta_kv: 0.5}\n")
+    cat = load_catalog(path)
+    mine, base = cat.gpu("h100").roofline, CAT.gpu("h100").roofline
+    assert mine.eta_kv == 0.5 and mine.eta_weights == base.eta_weights
+    path.write_text("gpus:\n  h100:\n    roofline: {eta_kv: 2}\n")
+    with pytest.raises(UserError, match="gpus.h100.roofline.eta_kv: Input should be less "
+                                        "than or equal to 1"):
+        load_catalog(path)
+
+
+def _eagle_pair(batch_ctx=1024):
+    """Llama-3.1-8B with a one-decoder-layer draft of its width (an EAGLE-style head) on an
+    H100 under the default timing; the draft's passes run inside the target's step."""
+    target = CAT.model("llama-3.1-8b")
+    head = ModelSpec(id="eagle-1layer", source="test: one block of Llama-3.1-8B",
+                     config=target.config.model_copy(update={"num_hidden_layers": 1}))
+    t = CostModel(Deployment(target, CAT.gpu("h100")), CAT)
+    d = CostModel(Deployment(head, CAT.gpu("h100"), step_overhead=False), CAT)
+    return t, DraftSetup.colocated_with(d, t)
+
+
+def test_a_one_layer_draft_speedup_falls_with_batch_under_the_default_timing():
+    tables()
+    t, d = _eagle_pair()
+    best = [best_chain(chain_table(t, d, b, 1024, 0.8, 6)).speedup
+            for b in (1, 4, 16, 64, 256)]
+    assert best == sorted(best, reverse=True) and best[0] > 2.4 and best[-1] < 1.45
+
+
+def test_a_tiny_draft_pass_costs_much_less_than_its_target():
+    tables()
+    draft = cost("llama-68m", step_overhead=False).uniform_pass_seconds(1, 1, 512)
+    target = cost("llama-7b").uniform_pass_seconds(1, 1, 512)
+    assert draft / target < 0.03

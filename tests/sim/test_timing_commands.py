@@ -1,0 +1,135 @@
+"""Timing in scenarios and on the command line: deployment.timing / framework /
+compute_dtype / offload_fraction auto, `specsim run` naming its backend, and the
+`calibrate` and `validate` commands (one-line errors, exit 2)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from hardware.timing.rows import REQUIRED
+from sim.cli import main
+from sim.loading import default_scenario_path, display_path, load_scenario
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _run_error(capsys, tmp_path, *sets) -> str:
+    args = [a for s in sets for a in ("--set", s)]
+    code, _, err = run(capsys, "run", *args, "--out", str(tmp_path / "o"), "--no-progress")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    return lines[0].removeprefix("specsim run: error: ")
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    (["deployment.framework=vllmm"], "(--set deployment.framework=vllmm): deployment: unknown "
+                                     "framework 'vllmm' (known: gpt-fast, hf-accelerate,"),
+    (["deployment.timing=fast"], "(--set deployment.timing=fast): deployment.timing: must be "
+                                 "one of 'auto', 'measured', 'roofline' or 'paper', got "
+                                 "'fast'"),
+    (["deployment.compute_dtype=fp8"], "(--set deployment.compute_dtype=fp8): deployment."
+                                       "compute_dtype: fp8 (W8A8) needs weight_bits 8, got 16"),
+    (["deployment.gpu=t4", "models.target=llama-2-7b", "models.draft=llama-68m",
+      "deployment.timing=measured"],
+     "(--set deployment.timing=measured): deployment: timing: measured: gpu t4 has no "
+     "measured kernel tables"),
+])
+def test_timing_fields_are_checked_in_one_line(capsys, tmp_path, sets, expected):
+    line = _run_error(capsys, tmp_path, *sets)
+    assert line.startswith(f"{display_path(default_scenario_path())} {expected}"), line
+
+
+def test_the_scenario_fields_reach_the_cost_models():
+    from sim.build import cost_models
+
+    sc = load_scenario(None, ["deployment.timing=roofline", "deployment.framework=sglang",
+                              "deployment.weight_bits=8", "deployment.compute_dtype=fp8",
+                              "deployment.draft_weight_bits=16"])
+    target, draft, _ = cost_models(sc, True)
+    assert (target.backend, target.dep.framework, target.dep.dtype) == ("roofline", "sglang",
+                                                                        "fp8")
+    assert (draft.cost.backend, draft.cost.dep.dtype, draft.cost.dep.step_overhead) == \
+        ("roofline", "bf16", False)
+    sc = load_scenario(None, ["deployment.offload_fraction=auto", "models.target=opt-30b",
+                              "models.draft=opt-125m", "deployment.gpu=a10",
+                              "deployment.timing=paper"])
+    target, _, blocks = cost_models(sc, True)
+    assert 0 < target.offload_fraction < 1 and blocks > 0
+
+
+def test_run_names_the_backend_that_priced_it(capsys, tmp_path):
+    code, out, _ = run(capsys, "run", "--set", "run.requests=20", "--no-report",
+                       "--no-progress", "--json", "--out", str(tmp_path / "r"))
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["timing"] in ("measured", "roofline") and doc["timing_note"]
+    code, out, _ = run(capsys, "run", "--set", "run.requests=20", "--set",
+                       "deployment.timing=paper", "--no-report", "--no-progress", "--out",
+                       str(tmp_path / "p"))
+    assert "timing: paper GPU: h100 at eta_compute 0.7, eta_memory 0.8, 0.5 ms per pass" in out
+
+
+def _csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*REQUIRED, "split"])
+        for batch, seconds, split in rows:
+            w.writerow(["llama-3.1-8b", "h100", 1, 1, 16, 16, "", batch, 1024, 1, 0,
+                        seconds, "a test", split])
+    return path
+
+
+def test_calibrate_writes_a_catalog_of_the_fitted_fields(capsys, tmp_path):
+    data = _csv(tmp_path / "m.csv", [(1, 0.0070, "fit"), (8, 0.0075, "fit"),
+                                      (32, 0.0090, "test")])
+    out = tmp_path / "fitted.yaml"
+    code, text, _ = run(capsys, "calibrate", str(data), "--timing", "roofline", "--fit",
+                        "frameworks.vllm.step_s", "--out", str(out), "--json")
+    assert code == 0
+    doc = json.loads(text)
+    assert (doc["rows"], doc["fit_rows"], doc["catalog"]) == (3, 2, str(out))
+    assert [f["field"] for f in doc["fields"]] == ["frameworks.vllm.step_s"]
+    cat = yaml.safe_load(out.read_text())
+    assert list(cat) == ["frameworks"] and set(cat["frameworks"]["vllm"]) == {"step_s",
+                                                                              "source"}
+    assert doc["test_error"] is not None
+    code, text, _ = run(capsys, "hw", "step", "--model", "llama-3.1-8b", "--gpu", "h100",
+                        "--batch", "1", "--context", "1024", "--timing", "roofline",
+                        "--catalog", str(out), "--json")
+    assert json.loads(text)["overhead_s"] > doc["fields"][0]["after"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "give a measurements CSV or --tables GPU (one of the two)"),
+    (["--tables", "t4"], "--tables: gpu t4 has no measured kernel tables"),
+    (["nope.csv"], "nope.csv: cannot read measurements file"),
+])
+def test_calibrate_errors_are_one_line(capsys, argv, message):
+    code, _, err = run(capsys, "calibrate", *argv)
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_calibrate_refuses_an_unknown_field(capsys, tmp_path):
+    data = _csv(tmp_path / "m.csv", [(1, 0.007, "fit")])
+    code, _, err = run(capsys, "calibrate", str(data), "--fit", "frameworks.vllm.speed")
+    assert code == 2 and "--fit: 'frameworks.vllm.speed' is not a fittable field" in err
+
+
+def test_validate_prints_the_counts_and_medians(capsys):
+    pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
+    code, out, _ = run(capsys, "validate", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 293, "C": 19,
+                                                                 "D": 7}
+    assert len(doc["rows"]) == 366 and all(r["source"] for r in doc["rows"])
+    code, out, _ = run(capsys, "validate")
+    assert "A batch-1 decode" in out and "366 rows" in out
