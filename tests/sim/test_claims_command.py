@@ -69,7 +69,8 @@ def test_full_run_every_row_has_a_verdict(capsys, tmp_path):
     code, out, _ = run(capsys, "claims", "--json", "--out", str(tmp_path))
     assert code == 0
     rows = {r["name"]: r for r in json.loads(out)}
-    assert len(rows) == 23
+    assert len(rows) == 30  # 23 claims + the 7 section-7 claims again on the default timing
+    assert sum(name.endswith("-default-timing") for name in rows) == 7
     assert rows["specinfer-tree-parallel-decoding"]["verdict"] == "not comparable"
     assert {r["verdict"] for r in rows.values()} <= set(VERDICTS)
     # batch 1..16, two modes, two single-node setups
@@ -94,7 +95,7 @@ def test_quick_verdicts_are_the_full_runs_batching(capsys, tmp_path):
 def test_quick_verdicts_are_the_full_runs(capsys, tmp_path):
     quick = _verdicts(capsys, tmp_path / "q", "--quick")
     assert quick == _verdicts(capsys, tmp_path / "f")
-    assert len(quick) == 23
+    assert len(quick) == 30
 
 
 def test_claims_out_that_is_a_file_is_one_line(capsys, tmp_path):
