@@ -56,8 +56,8 @@ def test_the_scenario_fields_reach_the_cost_models():
     target, draft, _ = cost_models(sc, True)
     assert (target.backend, target.dep.framework, target.dep.dtype) == ("roofline", "sglang",
                                                                         "fp8")
-    assert (draft.cost.backend, draft.cost.dep.dtype, draft.cost.dep.step_overhead) == \
-        ("roofline", "bf16", False)
+    dc = draft.setup.cost
+    assert (dc.backend, dc.dep.dtype, dc.dep.step_overhead) == ("roofline", "bf16", False)
     sc = load_scenario(None, ["deployment.offload_fraction=auto", "models.target=opt-30b",
                               "models.draft=opt-125m", "deployment.gpu=a10",
                               "deployment.timing=paper"])
