@@ -6,23 +6,41 @@ framework); ``CostModel`` prices one forward pass over a batch with the backend 
 deployment asks for (``hardware.timing``: paper, roofline, measured kernel tables, auto);
 ``hardware.draft`` prices drafting and places the draft; ``hardware.speedup`` builds the
 speedup tables the ``specsim speedup`` command prints.
+
+Names are imported lazily (PEP 562): importing one submodule never pulls in the rest.
 """
 
-from hardware.catalog import Catalog, FrameworkSpec, GpuSpec, LinkSpec, ModelSpec, load_catalog
-from hardware.cost import CostModel, PassCost
-from hardware.deployment import Deployment, StageLayout, check_positions, stage_layouts
-from hardware.draft import (
-    DraftSetup,
-    chain_draft_seconds,
-    check_colocated_memory,
-    check_same_vocab,
-    colocated_kv_capacity_tokens,
-    tree_attended_keys,
-    tree_draft_seconds,
-    tree_level_sizes,
-    tree_nodes,
-)
-from hardware.models import ModelConfig, ModelShape, load_hf_config, model_shape
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Catalog": "hardware.catalog",
+    "FrameworkSpec": "hardware.catalog",
+    "GpuSpec": "hardware.catalog",
+    "LinkSpec": "hardware.catalog",
+    "ModelSpec": "hardware.catalog",
+    "load_catalog": "hardware.catalog",
+    "CostModel": "hardware.cost",
+    "PassCost": "hardware.cost",
+    "Deployment": "hardware.deployment",
+    "StageLayout": "hardware.deployment",
+    "check_positions": "hardware.deployment",
+    "stage_layouts": "hardware.deployment",
+    "DraftSetup": "hardware.draft",
+    "chain_draft_seconds": "hardware.draft",
+    "check_colocated_memory": "hardware.draft",
+    "check_same_vocab": "hardware.draft",
+    "colocated_kv_capacity_tokens": "hardware.draft",
+    "tree_attended_keys": "hardware.draft",
+    "tree_draft_seconds": "hardware.draft",
+    "tree_level_sizes": "hardware.draft",
+    "tree_nodes": "hardware.draft",
+    "ModelConfig": "hardware.models",
+    "ModelShape": "hardware.models",
+    "load_hf_config": "hardware.models",
+    "model_shape": "hardware.models",
+}
 
 __all__ = [
     "Catalog",
@@ -51,3 +69,16 @@ __all__ = [
     "tree_level_sizes",
     "tree_nodes",
 ]
+
+
+def __getattr__(name: str):
+    """Import ``name`` from its module on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hardware' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -29,9 +29,12 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 from specdec.errors import UserError
+
+if TYPE_CHECKING:  # annotations only: importing the catalog (pydantic, YAML) is not needed
+    from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 
 __all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB", "TIMINGS",
            "COMPUTE_DTYPES"]

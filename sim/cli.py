@@ -18,25 +18,41 @@ import sys
 
 from specdec.errors import Interrupted, UserError
 
-# Subcommand modules under sim/commands/, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = (
-    "trace",
-    "speedup",
-    "hw",
-    "run",
-    "bench",
-    "sweep",
-    "grid",
-    "claims",
-    "plan",
-    "calibrate",
-    "validate",
-    "reference",
-)
+# Subcommand modules under sim/commands/, in the order ``--help`` lists them, with the line
+# ``--help`` gives each. Only the chosen command's module is imported, so ``specsim --help``
+# starts without numpy, pandas or matplotlib.
+COMMANDS: dict[str, str] = {
+    "trace": "record an acceptance trace from real speculative decoding on the tiny model",
+    "speedup": "speculative-decoding speedup tables (analytic or on hardware)",
+    "hw": "the hardware cost model: price one pass, list GPUs/links/models",
+    "run": "simulate a scenario (default: scenarios/default.yaml)",
+    "bench": "measure the simulator's speed (simulated requests per wall second)",
+    "sweep": "run a scenario over a cartesian product of overrides",
+    "grid": "batch x context (or tree width x batch) speedup grid and heatmap",
+    "claims": "check the papers' claims (SpecInfer, Leviathan et al., lecture §7)",
+    "plan": "cheapest deployment meeting an SLO (rate search with the simulator)",
+    "calibrate": "fit timing parameters to measured step times; write a catalog",
+    "validate": "the default timing against public measurements (median errors)",
+    "reference": "the scenario file reference (markdown, from the schema)",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand registered."""
+class _Subcommands:
+    """The subparsers action as a command module sees it: ``add_parser`` fills in the line
+    ``--help`` lists (``COMMANDS``), so each line is written once."""
+
+    def __init__(self, action) -> None:
+        self._action = action
+
+    def add_parser(self, name: str, **kwargs):
+        kwargs.setdefault("help", COMMANDS[name])
+        return self._action.add_parser(name, **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every subcommand with its arguments, or, given ``command``, that
+    one with its arguments and the others by name and help line only (their modules are not
+    imported)."""
     parser = argparse.ArgumentParser(
         prog="specsim",
         description=(
@@ -46,9 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"sim.commands.{name}").add_parser(sub)
+    for name, line in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"sim.commands.{name}").add_parser(_Subcommands(sub))
+        else:
+            sub.add_parser(name, help=line, add_help=False)
     return parser
+
+
+def _command(argv: list[str]) -> str:
+    """The subcommand ``argv`` names (its first word that is not an option), or ''."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def _version() -> str:
@@ -62,7 +86,8 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()

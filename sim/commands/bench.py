@@ -9,7 +9,7 @@ import json
 def add_parser(subparsers) -> None:
     """Register ``specsim bench``."""
     p = subparsers.add_parser(
-        "bench", help="measure the simulator's speed (simulated requests per wall second)",
+        "bench",
         description=(
             "Simulate a fixed benchmark workload (Llama-3-8B + Llama-3.2-1B draft on one "
             "H100, Poisson arrivals at a rate that keeps ~64 sequences running, gamma = 4, "

@@ -38,7 +38,7 @@ The shipped framework overheads come from:
 def add_parser(subparsers) -> None:
     """Register ``specsim calibrate``."""
     p = subparsers.add_parser(
-        "calibrate", help="fit timing parameters to measured step times; write a catalog",
+        "calibrate",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("measurements", nargs="?", help="CSV of measurements (see above)")
     p.add_argument("--tables", action="append", metavar="GPU",

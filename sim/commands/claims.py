@@ -31,7 +31,7 @@ examples:
 def add_parser(subparsers) -> None:
     """Register ``specsim claims``."""
     p = subparsers.add_parser(
-        "claims", help="check the papers' claims (SpecInfer, Leviathan et al., lecture §7)",
+        "claims",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--only", action="append", default=[], metavar="GROUP",

@@ -46,7 +46,7 @@ WIDTHS = "1,2,3,4,5"
 def add_parser(subparsers) -> None:
     """Register ``specsim grid``."""
     p = subparsers.add_parser(
-        "grid", help="batch x context (or tree width x batch) speedup grid and heatmap",
+        "grid",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", required=True, help="target model id (see 'specsim hw list')")

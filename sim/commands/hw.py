@@ -35,7 +35,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``specsim hw`` with its ``step`` and ``list`` actions."""
     parser = subparsers.add_parser(
         "hw",
-        help="the hardware cost model: price one pass, list GPUs/links/models",
         description="The hardware cost model and its catalogs.",
     )
     actions = parser.add_subparsers(dest="hw_action", metavar="ACTION")

@@ -44,7 +44,7 @@ _SHOWN = ("rank", "candidate", "gpu", "gpus", "policy", "max_rate_per_s", "usd_p
 def add_parser(subparsers) -> None:
     """Register ``specsim plan``."""
     p = subparsers.add_parser(
-        "plan", help="cheapest deployment meeting an SLO (rate search with the simulator)",
+        "plan",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("scenario", help="base scenario YAML (workload, models, run, slo)")

@@ -18,7 +18,7 @@ example:
 def add_parser(subparsers) -> None:
     """Register ``specsim reference``."""
     p = subparsers.add_parser(
-        "reference", help="the scenario file reference (markdown, from the schema)",
+        "reference",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=main)
 

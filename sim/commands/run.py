@@ -43,7 +43,7 @@ MAX_REPORT_REQUESTS = 100_000  # per point of the report's load curve
 def add_parser(subparsers) -> None:
     """Register ``specsim run``."""
     p = subparsers.add_parser(
-        "run", help="simulate a scenario (default: scenarios/default.yaml)",
+        "run",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("scenario", nargs="?", default=None,

@@ -60,7 +60,7 @@ HARDWARE_ONLY = ("draft", "gpu", "batch", "context", "tree", "widths", "tokens_p
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``specsim speedup``."""
     p = subparsers.add_parser(
-        "speedup", help="speculative-decoding speedup tables (analytic or on hardware)",
+        "speedup",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)

@@ -36,7 +36,7 @@ _SHOWN = ("variant", "finished", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
 def add_parser(subparsers) -> None:
     """Register ``specsim sweep``."""
     p = subparsers.add_parser(
-        "sweep", help="run a scenario over a cartesian product of overrides",
+        "sweep",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("scenario", help="scenario YAML file (may hold a sweep: block)")

@@ -18,7 +18,6 @@ def add_parser(subparsers) -> None:
     """Register ``specsim trace``."""
     p = subparsers.add_parser(
         "trace",
-        help="record an acceptance trace from real speculative decoding on the tiny model",
         description=(
             "Decode random prompts with the tiny target transformer and record, per "
             "generated position, the rank of the target's token in the draft's distribution "

@@ -19,7 +19,7 @@ shipped parameters were not fitted on), on the fit half and over all rows.
 def add_parser(subparsers) -> None:
     """Register ``specsim validate``."""
     p = subparsers.add_parser(
-        "validate", help="the default timing against public measurements (median errors)",
+        "validate",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--timing", choices=("auto", "roofline", "measured", "paper"),
                    default="auto", help="backend to validate (default auto, the default)")

@@ -16,6 +16,32 @@ def test_help_lists_every_command(capsys):
         assert name in out
 
 
+def test_help_lists_every_command_with_the_line_its_module_would_give(capsys):
+    from sim.cli import COMMANDS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for name, line in COMMANDS.items():
+        assert f"{name} {line}" in out
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["sweep", "--help"], []])
+def test_help_starts_without_the_numeric_stack(argv):
+    """``specsim --help`` (and a command's own help) import only that command's module: no
+    numpy, pandas or matplotlib (issue: start-up time)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sim.cli\n"
+            "try:\n    sim.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', *sorted(m for m in ('numpy', 'pandas', 'matplotlib', 'scipy',"
+            " 'simpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines()[-1] == "LOADED"
+
+
 def test_no_command_prints_help_and_exits_2(capsys):
     assert main([]) == 2
     assert "usage: specsim" in capsys.readouterr().out
