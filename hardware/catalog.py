@@ -235,10 +235,14 @@ def _lookup(kind: str, key: str, table: dict[str, Any]) -> Any:
         raise UserError(f"unknown {kind} {key!r} (known: {known})") from None
 
 
+# libyaml's parser where PyYAML was built with it (the shipped catalogs parse ~10x faster)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     text = read_utf8(path, "catalog file", "a catalog file must be UTF-8 YAML")
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_LOADER)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -9,6 +9,12 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import tempfile  # noqa: E402
+
+# Measured kernel tables are tabulated afresh in every test session (not read from the
+# user's cache, which an older checkout may have written): a cache folder of its own.
+os.environ["SPECSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="specsim-test-cache-")
+
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402

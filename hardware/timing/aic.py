@@ -6,7 +6,13 @@ framework and framework version: GEMMs by (m, n, k, dtype), context (prefill) an
 all-reduces by message size and GPU count. Its Rust engine answers op queries in
 milliseconds (``EngineHandle.evaluate_ops_json``); a query takes microseconds, so it is never
 asked on the engine's hot path: everything here tabulates or fits once per shape, returns
-plain floats in **seconds**, and is cached for the process.
+plain floats in **seconds**, and is cached for the process and on disk.
+
+The disk cache (``$SPECSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/specsim`` or
+``~/.cache/specsim``; ``SPECSIM_CACHE_DIR=off`` turns it off) holds each tabulated answer as
+JSON, keyed by the pinned package version, the query grids below and the arguments, so a
+later process skips loading the tables (about 2 s) and gets the same floats bit for bit. It
+is an optimisation only: an unreadable or unwritable cache is recomputed, never an error.
 
 Nothing else in SpecSim imports the package (it is imported lazily, on the first table);
 ``TablesUnavailable`` says in one line why a table cannot be had (package missing, another
@@ -18,9 +24,15 @@ package (vLLM 0.24.0, SGLang 0.5.14, TensorRT-LLM 1.3.0rc20; on A100 vLLM 0.14.0
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import logging
+import os
 import re
+import tempfile
 from functools import cache, lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +52,85 @@ _MS = 1e-3
 
 class TablesUnavailable(Exception):
     """The measured tables cannot price this deployment; the message says why."""
+
+
+@lru_cache(maxsize=1)
+def _installed() -> None:
+    """Raises TablesUnavailable unless the pinned package is installed (without importing it:
+    the disk cache answers without the package's tables)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        have = version("aiconfigurator-core")
+    except PackageNotFoundError:
+        _package()  # says how to install it
+        raise
+    if have != PINNED:
+        raise TablesUnavailable(f"aiconfigurator-core {have} is installed; SpecSim reads the "
+                                f"tables of {PINNED}")
+
+
+def _cache_dir() -> Path | None:
+    """Where tabulated answers are kept, or None when the cache is off."""
+    env = os.environ.get("SPECSIM_CACHE_DIR")
+    if env == "off":
+        return None
+    if env:
+        base = Path(env)
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsim"
+    return base / f"aiconfigurator-core-{PINNED}"
+
+
+def _disk_cached(fn):
+    """Keep ``fn``'s answers (a str or a tuple of floats; or its TablesUnavailable) on disk."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        _installed()
+        where = _cache_path(fn.__name__, args)
+        if where is None:
+            return fn(*args)
+        path, key = where
+        try:
+            doc = json.loads(path.read_text())
+            if doc["key"] == key:
+                if "unavailable" in doc:
+                    raise TablesUnavailable(doc["unavailable"])
+                value = doc["value"]
+                return value if isinstance(value, str) else tuple(float(v) for v in value)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not cached yet, or unreadable: recompute
+        try:
+            value = fn(*args)
+        except TablesUnavailable as err:
+            _store(path, {"key": key, "unavailable": str(err)})
+            raise
+        _store(path, {"key": key, "value": value})
+        return value
+
+    return wrapper
+
+
+def _cache_path(name: str, args: tuple) -> tuple[Path, str] | None:
+    """(file, key) of one cached answer, or None when the cache is off."""
+    folder = _cache_dir()
+    if folder is None:
+        return None
+    key = repr((name, _CACHE_KEY, args))
+    return folder / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:20]}.json", key
+
+
+def _store(path: Path, doc: dict) -> None:
+    """Write ``doc`` to ``path`` atomically; a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 @lru_cache(maxsize=1)
@@ -87,6 +178,8 @@ def _first_line(err: Exception) -> str:
     return line[:200]
 
 
+@cache
+@_disk_cached
 def framework_version(system: str, backend: str) -> str:
     """The framework version whose tables are loaded for ``system``."""
     return _engine(system, backend)[1]
@@ -123,6 +216,7 @@ def allreduce_seconds(system: str, backend: str, hidden: int, tp: int, tokens: i
 
 
 @lru_cache(maxsize=512)
+@_disk_cached
 def layer_table(system: str, backend: str, gemms: tuple[tuple[int, int], ...],
                 quant: str) -> tuple[float, ...]:
     """Seconds of one transformer block's linear layers at every token count of ``GRID``;
@@ -151,6 +245,7 @@ def _gemm_table(system: str, backend: str, gemms, quant: str) -> tuple[float, ..
 
 
 @lru_cache(maxsize=128)
+@_disk_cached
 def allreduce_table(system: str, backend: str, hidden: int, tp: int) -> tuple[float, ...]:
     """Seconds of one all-reduce of tokens x ``hidden`` 16-bit values over ``tp`` GPUs (the
     framework's own, e.g. vLLM's custom all-reduce under CUDA graphs) over ``GRID``."""
@@ -161,6 +256,7 @@ def allreduce_table(system: str, backend: str, hidden: int, tp: int) -> tuple[fl
 
 
 @lru_cache(maxsize=128)
+@_disk_cached
 def head_table(system: str, backend: str, n: int, k: int) -> tuple[float, ...]:
     """Seconds of the lm_head GEMM (16-bit, ``n`` vocabulary rows per GPU) over ``GRID``."""
     op_list = _gemm_ops([(n, k)], "bfloat16")
@@ -175,7 +271,13 @@ _PREFILL = [(b, s, p) for b in (1, 4) for s, p in ((128, 0), (512, 0), (2048, 0)
                                                     (512, 1024), (512, 4096), (128, 2048))]
 
 
+# what a cached answer depends on besides its arguments: bump the format when the tabulation
+# changes in a way the grids do not show
+_CACHE_KEY = (1, PINNED, GRID, tuple(_DECODE), tuple(_PREFILL))
+
+
 @lru_cache(maxsize=128)
+@_disk_cached
 def attention_fit(system: str, backend: str, heads: int, kv_heads: int, head_dim: int,
                   kv_bits: int) -> tuple[float, ...]:
     """Per-layer attention as ``a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys`` seconds,
