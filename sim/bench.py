@@ -1,38 +1,90 @@
-"""The simulator's speed benchmark (``specsim bench``).
+"""The simulator's speed benchmarks (``specsim bench``).
 
-A fixed workload: Llama-3-8B with a Llama-3.2-1B draft on one H100, fixed γ = 4, bursty
-acceptance (easy 0.95 / hard 0.3), prompts of 512 and outputs of 128 tokens, Poisson
-arrivals at a rate that keeps about 64 sequences running (Little's law: rate = 64 / the
-time one request spends in the system at that batch size, found by the ``RATE_PER_S``
-calibration below). Reports wall time, simulated requests per wall second, iterations per
-wall second and the process's peak resident memory.
+Two fixed workloads, each a scenario built here:
+
+- ``speculative`` (the default): Llama-3-8B with a Llama-3.2-1B draft on one H100 at the
+  default timing, fixed γ = 4, bursty acceptance (easy 0.95 / hard 0.3), prompts of 512 and
+  outputs of 128 tokens, Poisson arrivals at a rate that keeps about 64 sequences running
+  (Little's law: rate = 64 / the time one request spends in the system at that batch size,
+  found by measuring the time-weighted batch at a few rates; ``SPECULATIVE_RATE_PER_S``).
+- ``decode-heavy``: a request-trace replay of Llama-2-7B on one A100-80GB without
+  speculation, under Sarathi-style chunked prefill (a 512-token budget per iteration, 512-token
+  chunks): many cheap decode iterations per request, so it measures the cost of one
+  iteration. The trace is written by ``decode_heavy_rows`` (seeded: Poisson arrivals at
+  ``DECODE_HEAVY_RATE_PER_S``, lognormal prompts around 256 tokens and outputs around 512,
+  both capped) into a temporary CSV that the scenario replays; writing it is not timed.
+
+Each reports wall time, simulated requests, iterations and output tokens per wall second,
+microseconds per iteration, the time-weighted batch and the process's peak resident memory
+(peak RSS is the whole process's: run one workload per process to compare it).
 """
 
 from __future__ import annotations
 
 import resource
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from sim.loading import validate
 
-# About 64 sequences in flight for this workload (measured: time-weighted batch 64.7).
-RATE_PER_S = 37.0
+WORKLOADS = ("speculative", "decode-heavy")
+
+# About 64 sequences in flight for the speculative workload at the default timing
+# (measured on 4000 requests: time-weighted batch 63.8 at 29 requests/s; 56.0 at 28).
+SPECULATIVE_RATE_PER_S = 29.0
+# About 32 sequences in flight for the decode-heavy replay (measured on 1500 requests:
+# 32.2 at 2.4 requests/s; 37.4 at 2.6).
+DECODE_HEAVY_RATE_PER_S = 2.4
 
 
-def bench_scenario(requests: int, seed: int = 0):
-    """The benchmark scenario for ``requests`` requests."""
-    doc = {
-        "name": "bench",
-        "models": {"target": "llama-3-8b", "draft": "llama-3.2-1b"},
-        "workload": {"arrivals": "poisson", "rate_per_s": RATE_PER_S,
-                     "prompt": {"kind": "fixed", "tokens": 512},
-                     "output": {"kind": "fixed", "tokens": 128}},
-        "acceptance": {"kind": "bursty", "easy_alpha": 0.95, "hard_alpha": 0.3},
-        "variants": [{"name": "fixed-g4", "policy": {"kind": "fixed", "gamma": 4}}],
-        "run": {"requests": requests, "seed": seed},
-    }
+def bench_scenario(requests: int, seed: int = 0, workload: str = "speculative",
+                   trace_file: str | None = None):
+    """The benchmark scenario of ``workload`` for ``requests`` requests (``decode-heavy``
+    replays ``trace_file``, see ``decode_heavy_rows``)."""
+    if workload == "speculative":
+        doc = {
+            "name": "bench",
+            "models": {"target": "llama-3-8b", "draft": "llama-3.2-1b"},
+            "workload": {"arrivals": "poisson", "rate_per_s": SPECULATIVE_RATE_PER_S,
+                         "prompt": {"kind": "fixed", "tokens": 512},
+                         "output": {"kind": "fixed", "tokens": 128}},
+            "acceptance": {"kind": "bursty", "easy_alpha": 0.95, "hard_alpha": 0.3},
+            "variants": [{"name": "fixed-g4", "policy": {"kind": "fixed", "gamma": 4}}],
+            "run": {"requests": requests, "seed": seed},
+        }
+    elif workload == "decode-heavy":
+        if trace_file is None:
+            raise ValueError("the decode-heavy bench replays a trace file")
+        doc = {
+            "name": "bench-decode-heavy",
+            "models": {"target": "llama-2-7b", "draft": None},
+            "deployment": {"gpu": "a100-80gb"},
+            "scheduler": {"max_batched_tokens": 512, "chunk_tokens": 512},
+            "workload": {"arrivals": "replay", "file": trace_file},
+            "variants": [{"name": "none", "policy": {"kind": "none"}}],
+            "run": {"requests": requests, "seed": seed},
+        }
+    else:
+        raise ValueError(f"unknown bench workload {workload!r}")
     return validate(doc, "bench")
+
+
+def decode_heavy_rows(requests: int, seed: int = 0) -> str:
+    """The decode-heavy trace as CSV text (``workloads.read_request_csv``'s format):
+    Poisson arrivals at ``DECODE_HEAVY_RATE_PER_S``, prompts lognormal with median 256 and
+    σ 0.8 (16..2048 tokens), outputs lognormal with median 512 and σ 0.6 (16..2048)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / DECODE_HEAVY_RATE_PER_S, requests))
+    prompts = np.clip(np.rint(256 * rng.lognormal(0.0, 0.8, requests)), 16, 2048)
+    outputs = np.clip(np.rint(512 * rng.lognormal(0.0, 0.6, requests)), 16, 2048)
+    lines = ["arrival_at,prompt_tokens,output_tokens"]
+    lines += [f"{a:.6f},{int(p)},{int(o)}" for a, p, o in zip(arrivals, prompts, outputs,
+                                                               strict=True)]
+    return "\n".join(lines) + "\n"
 
 
 def peak_rss_mb() -> float:
@@ -41,21 +93,30 @@ def peak_rss_mb() -> float:
     return peak / 1e6 if sys.platform == "darwin" else peak / 1e3  # bytes vs KiB
 
 
-def run_bench(requests: int, seed: int = 0) -> dict:
-    """Run the benchmark; returns the figures ``specsim bench --json`` prints."""
+def run_bench(requests: int, seed: int = 0, workload: str = "speculative") -> dict:
+    """Run one benchmark; returns the figures ``specsim bench --json`` prints."""
     from sim.runner import run_scenario
 
-    sc = bench_scenario(requests, seed)
-    start = time.perf_counter()
-    result = run_scenario(sc, "bench")
-    wall_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
+        trace = None
+        if workload == "decode-heavy":
+            trace = Path(tmp) / "decode-heavy.csv"
+            trace.write_text(decode_heavy_rows(requests, seed))
+        sc = bench_scenario(requests, seed, workload, None if trace is None else str(trace))
+        start = time.perf_counter()
+        result = run_scenario(sc, "bench")
+        wall_s = time.perf_counter() - start
     v = result.variants[0]
     it = v.iterations.columns
+    n_iter = len(v.iterations)
     return {
+        "workload": workload,
         "requests": requests,
         "wall_s": wall_s,
         "requests_per_s": requests / wall_s,
-        "iterations_per_s": len(v.iterations) / wall_s,
+        "iterations_per_s": n_iter / wall_s,
+        "output_tokens_per_s": float(v.requests.column("output_tokens").sum()) / wall_s,
+        "us_per_iteration": 1e6 * wall_s / max(n_iter, 1),
         "peak_rss_mb": peak_rss_mb(),
         # sequences in the batch, weighted by iteration time (Little's law's "in service")
         "mean_batch": float(it["batch_size"] @ it["duration_s"]) / max(it["duration_s"].sum(),

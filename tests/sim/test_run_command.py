@@ -4,6 +4,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -92,11 +93,37 @@ def test_same_seed_same_records_different_seed_different_arrivals():
         [r.arrival_at for r in a.variants[1].requests]
 
 
-def test_bench_json(capsys):
-    assert main(["bench", "--requests", "300", "--json"]) == 0
+@pytest.mark.parametrize("workload", ["speculative", "decode-heavy"])
+def test_bench_json(capsys, workload):
+    assert main(["bench", "--workload", workload, "--requests", "300", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert {"requests", "wall_s", "requests_per_s", "iterations_per_s", "peak_rss_mb"} <= set(doc)
-    assert doc["requests"] == 300 and doc["wall_s"] > 0 and doc["peak_rss_mb"] > 0
+    assert {"requests", "wall_s", "requests_per_s", "iterations_per_s", "output_tokens_per_s",
+            "us_per_iteration", "peak_rss_mb", "mean_batch"} <= set(doc)
+    assert doc["workload"] == workload and doc["requests"] == 300
+    assert doc["wall_s"] > 0 and doc["peak_rss_mb"] > 0
+    # the figures are one measurement seen several ways
+    assert doc["us_per_iteration"] * doc["iterations_per_s"] == pytest.approx(1e6)
+    assert doc["requests_per_s"] * doc["wall_s"] == pytest.approx(300)
+
+
+def test_the_decode_heavy_trace_is_what_its_docstring_says(tmp_path):
+    from sim.bench import DECODE_HEAVY_RATE_PER_S, decode_heavy_rows
+    from workloads.requests import read_request_csv
+
+    text = decode_heavy_rows(4000, seed=3)
+    assert text == decode_heavy_rows(4000, seed=3)  # seeded
+    path = tmp_path / "decode-heavy.csv"
+    path.write_text(text)
+    specs = read_request_csv(path)
+    prompts = np.array([s.prompt_tokens for s in specs])
+    outputs = np.array([s.output_tokens for s in specs])
+    arrivals = np.array([s.arrival_at for s in specs])
+    assert len(specs) == 4000
+    # medians 256 and 512 (lognormal), within the sampling error of 4000 draws
+    assert np.median(prompts) == pytest.approx(256, rel=0.06)
+    assert np.median(outputs) == pytest.approx(512, rel=0.05)
+    assert prompts.min() >= 16 and prompts.max() <= 2048 and outputs.max() <= 2048
+    assert 4000 / arrivals[-1] == pytest.approx(DECODE_HEAVY_RATE_PER_S, rel=0.05)
 
 
 def test_default_scenario_is_found_from_anywhere(tmp_path, monkeypatch):
