@@ -117,11 +117,13 @@ def _load_note(load: pd.DataFrame, seed: int) -> str:
 
 
 def write_run_report(run: RunData, summary: pd.DataFrame, load: pd.DataFrame | None,
-                     hist: pd.DataFrame, runs: pd.DataFrame, warmup_s: float = 0.0) -> Path:
+                     hist: pd.DataFrame, runs: pd.DataFrame, warmup_s: float = 0.0,
+                     load_asked: bool = True) -> Path:
     """Write report.md, tables/ and figures/ into ``run``'s folder; returns report.md's path.
 
     ``summary``: ``summary_table(run, warmup_s)``; ``load``: the latency-vs-load table or
-    None; ``hist``, ``runs``: the acceptance replay's verify histogram and run lengths
+    None (``load_asked``: whether it was asked for, so None means it could not be drawn);
+    ``hist``, ``runs``: the acceptance replay's verify histogram and run lengths
     (``sim.studies.run_report`` computes all of them).
     """
     folder = run.folder
@@ -134,13 +136,13 @@ def write_run_report(run: RunData, summary: pd.DataFrame, load: pd.DataFrame | N
         write_table(df, folder / "tables" / stem)
     figs = {stem: figures.save(fig, folder / "figures" / f"{stem}.png")
             for stem, fig in report_figures(run, load, hist).items()}
-    text = _markdown(run, summary, load, hist, runs, bias, figs, warmup_s)
+    text = _markdown(run, summary, load, hist, runs, bias, figs, warmup_s, load_asked)
     path = folder / "report.md"
     path.write_text(text)
     return path
 
 
-def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
+def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s, load_asked) -> str:
     sc = run.scenario
     meta = _meta(run.folder)
     dep, w = sc["deployment"], sc["workload"]
@@ -168,7 +170,12 @@ def _markdown(run, summary, load, hist, runs, bias, figs, warmup_s) -> str:
             "Prefill vs decode split the target pass by the share of new tokens each "
             "contributed; bound shares weight each iteration by its duration.", ""]
     out += ["## Latency vs offered load", ""]
-    if load is None:
+    if load is None and not load_asked:
+        out.append("Not computed: `specsim run --load-curve` re-simulates the scenario at 1/4x "
+                   "to 8x its load and draws latency against offered load here, with the "
+                   "crossover where speculation stops paying (several times the run's cost; "
+                   "`--workers` spreads its points over processes).")
+    elif load is None:
         out.append("Not drawn: the arrivals are neither rate-driven (poisson, gamma) nor a "
                    "closed loop, so the scenario cannot be re-run at scaled load.")
     else:

@@ -13,10 +13,12 @@ throughput, vLLM's acceptance rate and mean acceptance length, measured tokens p
 against the i.i.d. formula at the measured alpha, and the speedup over the no-speculation
 variant. Records (CSV), the fully resolved scenario and a report (report.md with
 tables/ and figures/: latency vs offered load, tokens per verify, CDFs, batch over time)
-are written under runs/<name>-<timestamp>/ or --out. The latency-vs-load curve re-simulates
-the scenario at 1/4x to 8x its load with --report-requests requests per point up to its own
-rate and proportionally more above it (so every point spans the same stretch of arrivals);
---no-report skips the report.
+are written under runs/<name>-<timestamp>/ or --out; --no-report skips the report. With
+--load-curve the report also draws latency against offered load with the crossover where
+speculation stops paying: it re-simulates the scenario at 1/4x to 8x its load with
+--report-requests requests per point up to its own rate and proportionally more above it (so
+every point spans the same stretch of arrivals), on --workers processes. That multiplies the
+run's cost several times, so it is asked for, not done by default.
 
 A real deployment can be given as its command lines instead of scenario fields:
 --from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")
@@ -31,6 +33,7 @@ examples:
   specsim run
   specsim run scenarios/default.yaml --set run.requests=200 --set workload.rate_per_s=8
   specsim run --seed 3 --json
+  specsim run --load-curve --workers 2
   specsim run --from-vllm "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config \
       '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'" \
       --bench "vllm bench serve --request-rate 4 --num-prompts 200"
@@ -68,10 +71,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-report", action="store_true",
                    help="write records and summary only, no report.md / figures")
+    p.add_argument("--load-curve", action="store_true",
+                   help="the report also re-simulates the scenario at 1/4x to 8x its load: "
+                        "latency vs offered load and the crossover")
     p.add_argument("--report-requests", type=int, default=None, metavar="N",
-                   help="requests per load point of the report's latency-vs-load curve up to "
-                        "the scenario's own rate, proportionally more above it; 1..100000 "
-                        "(default: 200)")
+                   help="with --load-curve: requests per load point up to the scenario's own "
+                        "rate, proportionally more above it; 1..100000 (default: 200)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="with --load-curve: processes for its load points, 1..256 (default: "
+                        "the CPUs, at most 5)")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables, from 0 up to the "
                         "last arrival (default: 0)")
@@ -85,9 +93,19 @@ def main(args: argparse.Namespace) -> int:
     from sim.runner import run
     from specdec.errors import UserError
 
-    if args.report_requests is not None and args.no_report:
-        raise UserError(f"--report-requests {args.report_requests}: only sizes the report; "
-                        "drop --no-report or --report-requests")
+    if args.load_curve and args.no_report:
+        raise UserError("--load-curve: draws into the report; drop --no-report or --load-curve")
+    for flag, value in (("--report-requests", args.report_requests),
+                        ("--workers", args.workers)):
+        if value is not None and not args.load_curve:
+            raise UserError(f"{flag} {value}: only sizes the report's load curve; add "
+                            f"--load-curve or drop {flag}")
+    if args.workers is None:
+        import os
+
+        args.workers = max(1, min(os.cpu_count() or 1, 5))
+    if not 1 <= args.workers <= 256:
+        raise UserError(f"--workers: must be in 1..256, got {args.workers}")
     if args.report_requests is None:
         args.report_requests = 200
     if not 1 <= args.report_requests <= MAX_REPORT_REQUESTS:
@@ -112,7 +130,8 @@ def main(args: argparse.Namespace) -> int:
                             f"{last:.4g} s, so the report would hold no request; give a "
                             f"warm-up below that")
         reports.append(write_report(folder, warmup_s=args.warmup,
-                                    load_requests=args.report_requests).name)
+                                    load_requests=args.report_requests, workers=args.workers,
+                                    load_curve=args.load_curve).name)
 
     try:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,

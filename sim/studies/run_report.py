@@ -1,9 +1,9 @@
 """The run report's study: what ``report.md`` shows beyond the run's own records.
 
 ``write_report(run_folder)`` reads the run folder, re-simulates the scenario at scaled load
-(``sim.studies.load_curve``; its point at the scenario's own load is the run itself),
-replays the acceptance model for the tokens-per-verify histogram and run lengths
-(``sim.studies.acceptance_replay``), and hands everything to ``reports.report_md``.
+when asked (``load_curve=True``: ``sim.studies.load_curve``; its point at the scenario's own
+load is the run itself), replays the acceptance model for the tokens-per-verify histogram
+and run lengths (``sim.studies.acceptance_replay``), and hands everything to ``reports.report_md``.
 """
 
 from __future__ import annotations
@@ -13,20 +13,23 @@ from pathlib import Path
 from reports.report_md import chain_gamma, write_run_report
 from reports.run_folder import load_run, summary_table
 from sim.studies.acceptance_replay import scenario_histograms
-from sim.studies.load_curve import load_curve
+from sim.studies.load_curve import load_curve as _load_curve
 
 
 def write_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: int = 200,
-                 workers: int = 1) -> Path:
+                 workers: int = 1, load_curve: bool = True) -> Path:
     """Write report.md, tables/ and figures/ into ``run_folder``; returns report.md's path.
 
+    ``load_curve``: re-simulate at scaled load for the latency-vs-load section;
     ``load_requests``: requests per load point up to the scenario's own load (more above,
-    see ``load_curve``); ``workers``: processes for the load points.
+    see ``sim.studies.load_curve``); ``workers``: processes for the load points.
     """
     run = load_run(run_folder)
     summary = summary_table(run, warmup_s)
     # The curve's point at the scenario's own load is the run itself (untrimmed).
     own = summary if warmup_s == 0 else summary_table(run, 0.0)
-    load = load_curve(run.scenario, max_requests=load_requests, workers=workers, own=own)
+    load = (_load_curve(run.scenario, max_requests=load_requests, workers=workers, own=own)
+            if load_curve else None)
     hist, runs = scenario_histograms(run.scenario, chain_gamma(run))
-    return write_run_report(run, summary, load, hist, runs, warmup_s)
+    return write_run_report(run, summary, load, hist, runs, warmup_s,
+                            load_asked=load_curve)

@@ -31,7 +31,7 @@ def test_run_json_writes_records_and_resolved_scenario(tmp_path, capsys):
     out = tmp_path / "run"
     sets = [x for s in SHORT for x in ("--set", s)]
     code = main(["run", *sets, "--seed", "5", "--out", str(out), "--json", "--no-progress",
-                 "--report-requests", "40"])
+                 "--load-curve", "--report-requests", "40"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["out"] == str(out)
@@ -68,6 +68,18 @@ def test_run_prints_a_table(tmp_path, capsys):
     assert not (out / "report.md").exists()
     for label in ("TTFT p50", "tokens/verify measured", "speedup vs none", "fixed-g4"):
         assert label in text
+
+
+def test_default_report_leaves_the_load_curve_to_load_curve(tmp_path, capsys):
+    """The load curve re-runs the scenario several times, so a plain run does not draw it
+    and its report says how to ask for it."""
+    sets = [x for s in SHORT for x in ("--set", s)]
+    out = tmp_path / "r"
+    assert main(["run", *sets, "--out", str(out), "--no-progress"]) == 0
+    report = (out / "report.md").read_text()
+    assert "Not computed: `specsim run --load-curve`" in report
+    assert not (out / "figures" / "latency_vs_load.png").exists()
+    assert (out / "figures" / "tokens_per_verify.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
@@ -176,8 +188,14 @@ def test_slo_verdicts():
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
-    (["--report-requests", "0"], "--report-requests: must be in 1..100000, got 0"),
-    (["--report-requests", "-3"], "--report-requests: must be in 1..100000, got -3"),
+    (["--load-curve", "--report-requests", "0"],
+     "--report-requests: must be in 1..100000, got 0"),
+    (["--load-curve", "--report-requests", "-3"],
+     "--report-requests: must be in 1..100000, got -3"),
+    (["--load-curve", "--workers", "0"], "--workers: must be in 1..256, got 0"),
+    (["--report-requests", "40"], "--report-requests 40: only sizes the report's load curve"),
+    (["--workers", "2"], "--workers 2: only sizes the report's load curve"),
+    (["--load-curve", "--no-report"], "--load-curve: draws into the report"),
     (["--warmup", "-1"], "--warmup: must be >= 0 seconds, got -1"),
     (["--warmup", "5", "--no-report"], "--warmup 5: only trims the report"),
     (["--warmup", "1e6"], "--warmup 1e+06: the run's last request arrived at "),
