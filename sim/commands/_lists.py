@@ -1,14 +1,28 @@
-"""Comma-separated number lists given on the command line (``--tree 3,1,1``, ``--widths``)."""
+"""Numbers given on the command line: comma-separated lists (``--tree 3,1,1``,
+``--widths``) and the bounds of size-like flags.
+
+Every size-like flag has an upper bound, so that no flag can make a command run for hours
+by accident. A command lists its bounds in one table, ``{dest: (least, most)}``;
+``document_bounds`` writes them into the flags' ``--help`` and ``check_bounds`` refuses a
+value outside them before any work is done, with the bound in the message.
+"""
 
 from __future__ import annotations
 
+import argparse
+
+from sim.limits import MAX_GAMMA, MAX_TREE_NODES
 from specdec.errors import UserError
 
+Bounds = dict[str, tuple[int, int]]
 
-def int_list(text: str, flag: str, minimum: int | None = None, what: str = "values") -> list[int]:
+
+def int_list(text: str, flag: str, minimum: int | None = None, what: str = "values",
+             maximum: int | None = None, max_count: int | None = None) -> list[int]:
     """``"3,1,1"`` -> ``[3, 1, 1]``; a one-line UserError naming ``flag`` otherwise.
 
-    With ``minimum``, every value must be >= it (``what`` names the values in the message).
+    With ``minimum`` / ``maximum``, every value must be >= / <= it (``what`` names the
+    values in the message); with ``max_count``, at most that many values.
     """
     try:
         values = [int(x) for x in text.split(",")]
@@ -16,7 +30,49 @@ def int_list(text: str, flag: str, minimum: int | None = None, what: str = "valu
         raise UserError(f"{flag}: must be comma-separated integers, got {text!r}") from None
     if minimum is not None and any(v < minimum for v in values):
         raise UserError(f"{flag}: {what} must be >= {minimum}, got {text!r}")
+    if maximum is not None and any(v > maximum for v in values):
+        raise UserError(f"{flag}: {what} must be <= {maximum}, got {text!r}")
+    if max_count is not None and len(values) > max_count:
+        raise UserError(f"{flag}: at most {max_count} values, got {len(values)}")
     return values
+
+
+def _flag(parser: argparse.ArgumentParser, dest: str) -> argparse.Action:
+    for action in parser._actions:
+        if action.dest == dest and action.option_strings:
+            return action
+    raise KeyError(dest)
+
+
+def document_bounds(parser: argparse.ArgumentParser, bounds: Bounds) -> None:
+    """Append each bounded flag's range to its help line (``bounds``: dest -> range)."""
+    for dest, (least, most) in bounds.items():
+        action = _flag(parser, dest)
+        action.help = f"{action.help or ''} [{least}..{most}]".lstrip()
+
+
+def check_bounds(args: argparse.Namespace, bounds: Bounds) -> None:
+    """Refuse a flag given outside its range (a flag left at None is not checked)."""
+    for dest, (least, most) in bounds.items():
+        value = getattr(args, dest, None)
+        if value is not None and not least <= value <= most:
+            flag = "--" + dest.replace("_", "-")
+            raise UserError(f"{flag}: must be in {least}..{most}, got {value}")
+
+
+def tree_widths(text: str, flag: str = "--tree") -> list[int]:
+    """An expansion tree ``k1,k2,...``: each width and the depth in 1..MAX_GAMMA, and at
+    most MAX_TREE_NODES nodes (k1 + k1*k2 + ...), as a scenario's ``expansion`` is bounded."""
+    widths = int_list(text, flag, minimum=1, maximum=MAX_GAMMA, max_count=MAX_GAMMA,
+                      what="every expansion width")
+    nodes, level = 0, 1
+    for k in widths:
+        level *= k
+        nodes += level
+        if nodes > MAX_TREE_NODES:
+            raise UserError(f"{flag}: the tree <{text}> has more than {MAX_TREE_NODES} nodes; "
+                            f"at most {MAX_TREE_NODES}")
+    return widths
 
 
 def float_list(text: str, flag: str) -> list[float]:

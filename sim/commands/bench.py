@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from sim.limits import MAX_REQUESTS
+
 _HELP = """\
 Simulate a fixed benchmark workload and print how fast the simulator ran it: wall seconds,
 simulated requests, iterations and output tokens per wall second, microseconds per
@@ -30,7 +32,8 @@ def add_parser(subparsers) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=WORKLOADS, default="speculative",
                    help="which benchmark workload (default: speculative)")
-    p.add_argument("--requests", type=int, default=100_000, help="requests to simulate")
+    p.add_argument("--requests", type=int, default=100_000,
+                   help=f"requests to simulate (default 100000); 1..{MAX_REQUESTS}")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=main)
@@ -39,7 +42,6 @@ def add_parser(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures."""
     from sim.bench import run_bench
-    from sim.kinds.base import MAX_REQUESTS
     from specdec.errors import UserError
 
     if not 1 <= args.requests <= MAX_REQUESTS:

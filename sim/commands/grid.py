@@ -6,8 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from sim.commands._lists import float_list, int_list
+from sim.commands._lists import (
+    check_bounds,
+    document_bounds,
+    float_list,
+    int_list,
+    tree_widths,
+)
 from sim.commands._timing import add_timing_flags
+from sim.limits import MAX_GAMMA, MAX_GPUS, MAX_POINTS, MAX_SEQS, MAX_SIMULATED_CELLS, MAX_TOKENS
 from specdec.errors import UserError
 
 _HELP = """\
@@ -41,6 +48,7 @@ above 1.6x at batch 256):
 BATCHES = "1,4,16,64,256,512"
 CONTEXTS = "128,512,1024,2048,4096"
 WIDTHS = "1,2,3,4,5"
+BOUNDS = {"gamma_max": (1, MAX_GAMMA), "tp": (1, MAX_GPUS)}
 
 
 def add_parser(subparsers) -> None:
@@ -54,7 +62,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--gpu", required=True, help="GPU id")
     p.add_argument("--alpha", type=float, required=True, help="acceptance rate per guess, 0..1")
     p.add_argument("--batches", default=BATCHES,
-                   help=f"batch sizes (comma list; default {BATCHES})")
+                   help=f"batch sizes (comma list; default {BATCHES}) [1..{MAX_SEQS}]")
     p.add_argument("--contexts", default=None,
                    help=f"contexts in cached tokens (comma list; default {CONTEXTS}); with "
                         "--tree exactly one value, required")
@@ -73,15 +81,19 @@ def add_parser(subparsers) -> None:
     p.add_argument("--catalog", action="append", metavar="FILE", help="extra catalog YAML")
     add_timing_flags(p)
     p.add_argument("--out", default=None, help="output folder (default: runs/grid-<time>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it exists and is not empty")
     p.add_argument("--json", action="store_true", help="print the grid as JSON")
+    document_bounds(p, BOUNDS)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     """Build the grid, write CSV + heatmap, print it."""
+    from hardware.deployment import check_positions
     from reports import figures
     from reports.tables import json_records, write_table
-    from sim.output import default_run_dir
+    from sim.output import check_out, default_run_dir, rebased, staged_folder
     from sim.studies.grid import chain_grid, make_pair, simulate_grid, tree_grid
 
     if args.tree is None:
@@ -93,18 +105,38 @@ def main(args: argparse.Namespace) -> int:
     elif args.contexts is None:
         raise UserError("--tree: a tree grid is at one context: give --contexts C (one value, "
                         "e.g. --contexts 1024)")
-    batches = int_list(args.batches, "--batches", minimum=1)
-    contexts = int_list(args.contexts or CONTEXTS, "--contexts", minimum=1)
-    if args.gamma_max < 1:
-        raise UserError(f"--gamma-max: must be >= 1, got {args.gamma_max}")
+    check_bounds(args, BOUNDS)
+    batches = int_list(args.batches, "--batches", minimum=1, maximum=MAX_SEQS)
+    contexts = int_list(args.contexts or CONTEXTS, "--contexts", minimum=1, maximum=MAX_TOKENS)
     if not 0.0 <= args.alpha <= 1.0:
         raise UserError(f"--alpha: must be in [0, 1], got {args.alpha}")
-    out = Path(args.out or default_run_dir("grid"))
+    widths = None
+    if args.tree is not None:
+        widths = int_list(args.widths or WIDTHS, "--widths", minimum=1, maximum=MAX_GAMMA)
+        from sim.studies.grid import parse_tree
+
+        for _, tree in parse_tree(args.tree, widths):  # within a scenario's tree bounds
+            tree_widths(",".join(map(str, tree)))
+    cells = len(batches) * (len(widths) if widths else len(contexts))
+    most = MAX_SIMULATED_CELLS if args.simulate else MAX_POINTS
+    if cells > most:
+        raise UserError(f"--batches/--contexts: the grid has {cells} cells; at most {most}"
+                        + (" with --simulate (each runs the engine)" if args.simulate else ""))
+    out = check_out(Path(args.out or default_run_dir("grid")), force=args.force)
     how = {"timing": args.timing, "framework": args.framework,
            "compute_dtype": args.compute_dtype}
     bits = {"weight_bits": 8, "draft_weight_bits": 8} if args.compute_dtype == "fp8" else {}
     pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog,
                      **bits, **how)
+    # Every pass must fit the models' positions, as hw step and a scenario insist: a chain
+    # verify at context C takes gamma_max + 1 new positions, a tree its depth + 1.
+    new = len(args.tree.split(",")) + 1 if args.tree is not None else args.gamma_max + 1
+    for model in (pair.target.dep.model, pair.draft.cost.dep.model):
+        for ctx in contexts:
+            try:
+                check_positions(model, ctx, new)
+            except UserError as e:
+                raise UserError(f"--contexts {ctx}: {e}") from None
     head = f"{args.target} + {args.draft} on {args.gpu}" + (f" TP{args.tp}" if args.tp > 1
                                                              else "") \
         + f" ({pair.target.backend} timing)"
@@ -116,7 +148,6 @@ def main(args: argparse.Namespace) -> int:
         tokens = None
         if args.tokens_per_verify is not None:
             tokens = float_list(args.tokens_per_verify, "--tokens-per-verify")
-        widths = int_list(args.widths or WIDTHS, "--widths", minimum=1)
         theta = 1.0 if args.theta is None else args.theta
         grid = tree_grid(pair, args.alpha, args.tree, widths, batches, contexts[0], theta,
                          tokens)
@@ -136,8 +167,9 @@ def main(args: argparse.Namespace) -> int:
             note = f"Analytic: E(α,γ) at α={args.alpha:g}, cost-model priced passes."
         stem = "grid"
         fig = figures.speedup_heatmap(grid, f"{head}, α = {args.alpha:g}: best speedup", note)
-    paths = write_table(grid, out / stem)
-    png = figures.save(fig, out / f"{stem}.png")
+    with staged_folder(out, "--out", args.force) as tmp:  # all of it, or nothing
+        paths = rebased(write_table(grid, tmp / stem), tmp, out)
+        png = rebased([figures.save(fig, tmp / f"{stem}.png")], tmp, out)[0]
     if args.json:
         rows = json_records(grid)
         print(json.dumps({"rows": rows, "files": [str(p) for p in [*paths, png]],

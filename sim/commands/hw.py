@@ -13,9 +13,14 @@ from hardware.deployment import check_positions
 from hardware.draft import tree_attended_keys, tree_nodes
 from hardware.timing import gpu_timing_data
 from sim.commands import speedup
-from sim.commands._lists import int_list
+from sim.commands._lists import check_bounds, document_bounds, tree_widths
 from sim.commands._timing import add_timing_flags, offload_value
+from sim.limits import MAX_GPUS, MAX_SEQS, MAX_TOKENS
 from specdec.errors import UserError
+
+# Ranges of hw step's integer flags (sim.limits).
+STEP_BOUNDS = {"batch": (1, MAX_SEQS), "context": (0, MAX_TOKENS), "tokens": (1, MAX_TOKENS),
+               "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS)}
 
 STEP_HELP = """\
 Price ONE forward pass of a model over a uniform batch with the cost model: each of
@@ -56,6 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="verify the expansion tree <K1,...,Km> per sequence (its root and "
                           "nodes, attention under the tree mask) instead of --tokens")
     step.add_argument("--json", action="store_true", help="print a JSON object")
+    document_bounds(step, STEP_BOUNDS)
     step.set_defaults(func=run_step)
     lst = actions.add_parser("list", help="show the GPU, link and model catalogs",
                              description="Show the catalogs (shipped plus --catalog files).")
@@ -129,14 +135,10 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
 
 def run_step(args: argparse.Namespace) -> int:
     """Handler of ``specsim hw step``."""
-    for name in ("batch", "tokens"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
-    if args.context < 0:
-        raise UserError(f"--context: must be >= 0, got {args.context}")
+    check_bounds(args, STEP_BOUNDS)
     tokens, keys, positions = args.tokens, None, args.tokens
     if args.tree is not None:
-        widths = int_list(args.tree, "--tree", minimum=1, what="every expansion width")
+        widths = tree_widths(args.tree)
         tokens = tree_nodes(widths)
         positions = len(widths) + 1  # a tree's nodes take depth + 1 positions, not one each
         keys = [tree_attended_keys(widths, args.context)] * args.batch

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from sim.limits import MAX_WORKERS
+
 _HELP = """\
 Run a scenario: every speculation variant it lists is simulated on the same arrivals
 (same seed), and a summary is printed: TTFT, TPOT and end-to-end latency percentiles,
@@ -78,8 +80,8 @@ def add_parser(subparsers) -> None:
                    help="with --load-curve: requests per load point up to the scenario's own "
                         "rate, proportionally more above it; 1..100000 (default: 200)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="with --load-curve: processes for its load points, 1..256 (default: "
-                        "the CPUs, at most 5)")
+                   help="with --load-curve: processes for its load points (default: the "
+                        f"CPUs, at most 5); 1..{MAX_WORKERS}")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables, from 0 up to the "
                         "last arrival (default: 0)")
@@ -104,8 +106,8 @@ def main(args: argparse.Namespace) -> int:
         import os
 
         args.workers = max(1, min(os.cpu_count() or 1, 5))
-    if not 1 <= args.workers <= 256:
-        raise UserError(f"--workers: must be in 1..256, got {args.workers}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers: must be in 1..{MAX_WORKERS}, got {args.workers}")
     if args.report_requests is None:
         args.report_requests = 200
     if not 1 <= args.report_requests <= MAX_REPORT_REQUESTS:

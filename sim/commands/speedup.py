@@ -17,8 +17,15 @@ from hardware.speedup import (
     chain_table,
     tree_table,
 )
-from sim.commands._lists import float_list, int_list
+from sim.commands._lists import (
+    check_bounds,
+    document_bounds,
+    float_list,
+    int_list,
+    tree_widths,
+)
 from sim.commands._timing import add_timing_flags
+from sim.limits import MAX_GAMMA, MAX_GPUS, MAX_SEQS, MAX_TOKENS
 from specdec.errors import UserError
 
 DESCRIPTION = """\
@@ -55,6 +62,11 @@ ANALYTIC_ONLY = ("c",)
 HARDWARE_ONLY = ("draft", "gpu", "batch", "context", "tree", "widths", "tokens_per_verify",
                  "weight_bits", "kv_bits", "draft_weight_bits", "tp", "draft_placement",
                  "catalog", "timing", "framework", "compute_dtype")
+
+
+# Ranges of the integer flags (nothing is clamped to a default; see sim.limits).
+BOUNDS = {"gamma_max": (1, MAX_GAMMA), "tp": (1, MAX_GPUS), "batch": (1, MAX_SEQS),
+          "context": (0, MAX_TOKENS)}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -104,12 +116,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="extra catalog YAML file (repeatable; default: the shipped catalogs)")
     add_timing_flags(p, defaults=False)
     p.add_argument("--json", action="store_true", help="print a JSON object")
+    document_bounds(p, BOUNDS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler: pick the mode from the flags, refuse mixtures with one line."""
-    _check_ranges(args)
+    check_bounds(args, BOUNDS)
     if args.target is None:
         _refuse(args, HARDWARE_ONLY, "needs --target (hardware mode)")
         return _analytic(args)
@@ -125,14 +138,6 @@ def run(args: argparse.Namespace) -> int:
         _refuse(args, ("alpha", "gamma_max"),
                 "is not used with --tree (trees use --tokens-per-verify)")
     return _hardware(args)
-
-
-def _check_ranges(args: argparse.Namespace) -> None:
-    """Refuse out-of-range integers given explicitly (nothing is clamped to a default)."""
-    for name, least in (("gamma_max", 1), ("tp", 1), ("batch", 1), ("context", 0)):
-        value = getattr(args, name)
-        if value is not None and value < least:
-            raise UserError(f"--{name.replace('_', '-')}: must be >= {least}, got {value}")
 
 
 def _refuse(args: argparse.Namespace, names: tuple[str, ...], why: str) -> None:
@@ -255,13 +260,15 @@ def _trees(args: argparse.Namespace) -> tuple[list[tuple[int, list[int]]], list[
     if "k" in parts:
         if args.widths is None:
             raise UserError("--widths: required when --tree contains k (the swept width)")
-        template = int_list(",".join("1" if p == "k" else p for p in parts), "--tree",
-                            minimum=1, what="every expansion width")
+        template = tree_widths(",".join("1" if p == "k" else p for p in parts))
         trees = [(w, [w if p == "k" else t for p, t in zip(parts, template, strict=True)])
-                 for w in int_list(args.widths, "--widths", minimum=1, what="every width")]
+                 for w in int_list(args.widths, "--widths", minimum=1, what="every width",
+                                   maximum=MAX_GAMMA, max_count=MAX_GAMMA)]
+        for _, widths in trees:
+            tree_widths(",".join(map(str, widths)))
     else:
         if args.widths is not None:
             raise UserError("--widths needs a 'k' in --tree to mark the swept width")
-        widths = int_list(args.tree, "--tree", minimum=1, what="every expansion width")
+        widths = tree_widths(args.tree)
         trees = [(widths[0], widths)]
     return trees, tokens

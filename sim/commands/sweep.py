@@ -7,6 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from sim.commands._lists import check_bounds, document_bounds
+from sim.limits import MAX_WORKERS
+
 _HELP = """\
 Run a scenario at every point of the cartesian product of --vary axes (dotted keys as in
 'specsim run --set', comma-separated values; lists in brackets), and/or of the scenario
@@ -33,6 +36,9 @@ _SHOWN = ("variant", "finished", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
           "mean_batch_size", "speedup_tpot")
 
 
+BOUNDS = {"workers": (1, MAX_WORKERS)}
+
+
 def add_parser(subparsers) -> None:
     """Register ``specsim sweep``."""
     p = subparsers.add_parser(
@@ -56,11 +62,13 @@ def add_parser(subparsers) -> None:
                    help="print {points, rows, files} as JSON: the point count, the rows as "
                         "JSON records, the files written")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    document_bounds(p, BOUNDS)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     """Load, run every point, write the table, print it."""
+    check_bounds(args, BOUNDS)
     from tqdm import tqdm
 
     from reports.tables import json_records, seeds_table, write_table

@@ -6,12 +6,19 @@ import argparse
 import json
 import sys
 
+from sim.commands._lists import check_bounds, document_bounds
+from sim.limits import MAX_GAMMA, MAX_TOKENS
 from specdec.drafts import DRAFT_KINDS
 from specdec.errors import UserError
 from specdec.traces import COVERAGE_KS, record_settings, trace_summary
 
 # Recordings shorter than this finish in about a second: no progress bar.
 _PROGRESS_MIN_TOKENS = 2000
+
+
+# Ranges of the integer flags (sim.limits); a trace of MAX_TOKENS positions takes hours.
+BOUNDS = {"tokens": (1, MAX_TOKENS), "prompts": (1, MAX_TOKENS), "k_max": (1, MAX_GAMMA),
+          "layers": (1, MAX_GAMMA), "ngram": (1, MAX_GAMMA)}
 
 
 def add_parser(subparsers) -> None:
@@ -48,11 +55,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", default=None,
                    help="write the trace here (.npz); without it only the summary is printed")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    document_bounds(p, BOUNDS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Record, optionally save, and print the summary."""
+    check_bounds(args, BOUNDS)
     from workloads.trace_file import save_trace
 
     if args.out is not None and not str(args.out).endswith(".npz"):

@@ -10,19 +10,18 @@ from typing import Annotated, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-# Upper bounds: every size has one, so no field can make a run take hours by accident. Each
-# is far above anything physical (vLLM drafts at most a few dozen tokens, GPUs hold a few
-# million tokens of KV, a trace a few months); a value past it is refused, naming it.
-MAX_FLOAT = 1e12  # any rate, length of time or scale
-MAX_SECONDS = 1e7  # horizons, think times, CPU times (115 days)
-MAX_RATE = 1e6  # requests per second
-MAX_GAMMA = 64  # draft tokens per step, tree depth and width
-MAX_TOKENS = 10_000_000  # tokens of one prompt, output or pass
-MAX_SEQS = 65_536  # sequences per replica
-MAX_GPUS = 1024  # tensor or pipeline parallelism
-MAX_REPLICAS = 4096
-MAX_REQUESTS = 100_000_000
-MAX_COUNT = 1_000_000_000  # KV blocks, users, seeds' entropy is not bounded here
+from sim.limits import (  # noqa: F401  (re-exported: the schema's bounds)
+    MAX_COUNT,
+    MAX_FLOAT,
+    MAX_GAMMA,
+    MAX_GPUS,
+    MAX_RATE,
+    MAX_REPLICAS,
+    MAX_REQUESTS,
+    MAX_SECONDS,
+    MAX_SEQS,
+    MAX_TOKENS,
+)
 
 Pos = Annotated[float, Field(gt=0, le=MAX_FLOAT)]
 NonNeg = Annotated[float, Field(ge=0, le=MAX_FLOAT)]

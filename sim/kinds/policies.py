@@ -13,8 +13,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, Shape, Strict, kind_union
-
-MAX_TREE_NODES = 4096  # draft nodes of one tree verify
+from sim.limits import MAX_TREE_NODES
 
 
 class NonePolicy(Strict):

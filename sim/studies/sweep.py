@@ -36,11 +36,10 @@ import pandas as pd
 import yaml
 
 from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
+from sim.limits import MAX_POINTS
 from sim.loading import display_path, load_yaml_text, read_yaml, validate_overridden
 from sim.runner import build_overridden, run_setups
 from specdec.errors import Interrupted, UserError
-
-MAX_POINTS = 10_000  # sweep points in one run
 
 
 @dataclass(frozen=True)

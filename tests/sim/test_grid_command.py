@@ -90,3 +90,38 @@ def test_help_shows_the_list_defaults(capsys):
         main(["grid", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "default 1,4,16,64,256,512" in text and "default 128,512,1024,2048,4096" in text
+
+
+def test_out_that_holds_files_is_refused_and_force_replaces_it(tmp_path, capsys):
+    out = tmp_path / "g"
+    out.mkdir()
+    (out / "old.txt").write_text("someone's files")
+    small = [*BASE, "--batches", "1", "--contexts", "128", "--out", str(out)]
+    assert main(small) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists and is not empty; give --force" in err[0]
+    assert (out / "old.txt").exists() and not (out / "grid.csv").exists()
+    assert main([*small, "--force"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"grid.csv", "grid.png"} <= names and "old.txt" not in names
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+@pytest.mark.parametrize(("extra", "positions"), [
+    ([], 8 + 1),  # a chain verify of gamma_max = 8 takes 9 positions
+    (["--tree", "k,1,1", "--widths", "2"], 3 + 1),  # a tree of depth 3 takes 4
+])
+def test_contexts_past_the_models_positions_are_refused_as_hw_step_does(extra, positions,
+                                                                        tmp_path, capsys):
+    """llama-3-8b has 8192 positions: context 8192 - positions fits, one more does not."""
+    limit = 8192
+    args = [*BASE, "--batches", "1", *extra]
+    assert main([*args, "--contexts", str(limit - positions), "--out", str(tmp_path / "a"),
+                 "--json"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--contexts", str(limit - positions + 1),
+                 "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--contexts {limit - positions + 1}: llama-3-8b" in err[0]
+    assert f"exceed max_position_embeddings {limit}" in err[0]
+    assert not (tmp_path / "b").exists()

@@ -91,7 +91,7 @@ def test_errors_are_one_line_exit_2(capsys):
     assert code == 2 and "tp 3 does not divide num_attention_heads 32" in err
     code, _, err = run(capsys, "hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
                        "--batch", "0", "--context", "1")
-    assert code == 2 and "--batch: must be >= 1, got 0" in err
+    assert code == 2 and "--batch: must be in 1..65536, got 0" in err
 
 
 def test_bad_catalog_file_is_one_line(capsys, tmp_path):
@@ -129,8 +129,8 @@ STEP = ["hw", "step", "--model", "llama-3-8b", "--gpu", "h100", "--batch", "1"]
 
 def test_step_refuses_bad_flags_instead_of_ignoring_them(capsys):
     for extra, message in (
-        (["--context", "1", "--tp", "0"], "--tp: must be >= 1, got 0"),
-        (["--context", "1", "--pp", "0"], "--pp: must be >= 1, got 0"),
+        (["--context", "1", "--tp", "0"], "--tp: must be in 1..1024, got 0"),
+        (["--context", "1", "--pp", "0"], "--pp: must be in 1..1024, got 0"),
         (["--context", "1", "--offload", "1.5"],
          "--offload: must be a fraction in [0, 1], got 1.5"),
         (["--context", "1", "--tp-link", ""], "unknown link ''"),

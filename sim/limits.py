@@ -1,0 +1,23 @@
+"""Upper bounds of every size a scenario field or a flag can take, in one place.
+
+Every size has one, so that no input can make a run take hours by accident. Each is far
+above anything physical (vLLM drafts at most a few dozen tokens, GPUs hold a few million
+tokens of KV, a trace spans a few months); a value past it is refused, naming it. The
+scenario schema (``sim.kinds.base``) and the command lines (``sim.commands._lists``) both
+read them from here; this module imports nothing, so a command's ``--help`` stays cheap.
+"""
+
+MAX_FLOAT = 1e12  # any rate, length of time or scale
+MAX_SECONDS = 1e7  # horizons, think times, CPU times (115 days)
+MAX_RATE = 1e6  # requests per second
+MAX_GAMMA = 64  # draft tokens per step, tree depth and width
+MAX_TREE_NODES = 4096  # draft nodes of one tree verify
+MAX_TOKENS = 10_000_000  # tokens of one prompt, output or pass
+MAX_SEQS = 65_536  # sequences per replica
+MAX_GPUS = 1024  # tensor or pipeline parallelism
+MAX_REPLICAS = 4096
+MAX_REQUESTS = 100_000_000
+MAX_COUNT = 1_000_000_000  # KV blocks, users, seeds' entropy is not bounded here
+MAX_WORKERS = 256  # local processes of a sweep, plan or load curve
+MAX_POINTS = 10_000  # sweep points, grid cells
+MAX_SIMULATED_CELLS = 1_000  # grid cells that each run the engine (--simulate)
