@@ -87,8 +87,12 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command(argv))
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser(_command(argv))
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command's module was still loading
+        print("specsim: interrupted", file=sys.stderr)
+        return 130
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

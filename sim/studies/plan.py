@@ -45,7 +45,7 @@ from sim.loading import display_path, read_yaml, validate_overridden
 from sim.paths import resolve_file
 from sim.runner import build_overridden, run_setups
 from sim.summary import latencies
-from specdec.errors import UserError
+from specdec.errors import Interrupted, UserError
 
 _SLO_KEY = re.compile(r"^(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)$")
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -261,35 +261,41 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
     rate0 = float(base["workload"]["rate_per_s"])
     built = [build_for(base, cand, rate0, source, doc, sets)[0] for cand in candidates]
     rows = []
-    for cand, sc in zip(candidates, built, strict=True):
-        gpu, gpus, price = _gpu_price(sc, cand)
-        found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
-        s = found.summary or {}
-        per_hour = price * gpus
-        # Sustained output rate: requests/s x output tokens per request (the run's own
-        # throughput also counts the final drain, when the queue empties).
-        thr = found.max_rate_per_s * s.get("output_tokens_per_request", 0.0)
-        row = {"candidate": cand.name, "gpu": gpu, "gpus": gpus,
-               "policy": cand.policy.get("kind"), "max_rate_per_s": found.max_rate_per_s,
-               "fail_rate_per_s": found.fail_rate_per_s, "rel_tol": rel_tol,
-               "runs": found.runs, "output_tokens_per_s": thr,
-               "usd_per_hour": per_hour,
-               "usd_per_million_tokens": per_hour / (thr * 3600) * 1e6 if thr else math.inf}
-        row.update({f"measured_{k}": v for k, v in found.measured.items()})
-        # the Pareto axes: what each GPU serves against what each user sees
-        tpot = s.get("tpot_mean_s")
-        row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
-        row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
-        row["vllm_serve"], notes = serve_command(sc, sc.variants[0], _catalog(sc))
-        row["vllm_serve_notes"] = "; ".join(notes)
-        if target_rate is not None:
-            n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
-            row["replicas_for_target"] = n
-            row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
-        row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
-        rows.append(row)
-        if progress:
-            progress(cand.name)
+    try:
+        for cand, sc in zip(candidates, built, strict=True):
+            gpu, gpus, price = _gpu_price(sc, cand)
+            found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
+            s = found.summary or {}
+            per_hour = price * gpus
+            # Sustained output rate: requests/s x output tokens per request (the run's own
+            # throughput also counts the final drain, when the queue empties).
+            thr = found.max_rate_per_s * s.get("output_tokens_per_request", 0.0)
+            row = {"candidate": cand.name, "gpu": gpu, "gpus": gpus,
+                   "policy": cand.policy.get("kind"), "max_rate_per_s": found.max_rate_per_s,
+                   "fail_rate_per_s": found.fail_rate_per_s, "rel_tol": rel_tol,
+                   "runs": found.runs, "output_tokens_per_s": thr,
+                   "usd_per_hour": per_hour,
+                   "usd_per_million_tokens": per_hour / (thr * 3600) * 1e6 if thr else math.inf}
+            row.update({f"measured_{k}": v for k, v in found.measured.items()})
+            # the Pareto axes: what each GPU serves against what each user sees
+            tpot = s.get("tpot_mean_s")
+            row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
+            row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
+            row["vllm_serve"], notes = serve_command(sc, sc.variants[0], _catalog(sc))
+            row["vllm_serve_notes"] = "; ".join(notes)
+            if target_rate is not None:
+                n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
+                row["replicas_for_target"] = n
+                row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
+            row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
+            rows.append(row)
+            if progress:
+                progress(cand.name)
+    except KeyboardInterrupt:
+        done = [r["candidate"] for r in rows]
+        raise Interrupted(f"{len(done)} of {len(candidates)} plan candidates had finished"
+                          + (f" ({', '.join(done)})" if done else "")
+                          + "; nothing was written") from None
     table = pd.DataFrame(rows)
     key = "usd_per_hour_for_target" if target_rate is not None else "usd_per_million_tokens"
     table = table.sort_values([key, "max_rate_per_s"], ascending=[True, False],

@@ -1,0 +1,122 @@
+"""Ctrl-C and SIGTERM: exit 130 with one line, no traceback, and no folder that looks like a
+finished run (``meta.yaml: complete: true``) -- whether the signal arrives during the
+simulation, during the report, or midway through a sweep or plan (which say how many points
+had finished)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+import sim.studies.plan as plan_study
+import sim.studies.run_report as run_report
+import sim.studies.sweep as sweep_study
+from sim.cli import main
+from sim.loading import repo_root
+
+# The test's own launcher: says when the command line is loaded, then runs it.
+LAUNCHER = ("import sys; from sim.cli import main; print('ready', flush=True); "
+            "sys.exit(main(sys.argv[1:]))")
+SHORT = ["--set", "run.requests=40", "--set", "run.horizon_s=null", "--no-progress"]
+
+
+def _finished_folders(root):
+    """Folders under ``root`` whose meta.yaml says complete: true."""
+    return [m.parent for m in root.rglob("meta.yaml")
+            if (yaml.safe_load(m.read_text()) or {}).get("complete") is True]
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_simulation_exits_130_and_leaves_nothing(sig, tmp_path):
+    out = tmp_path / "run"
+    # 200k requests simulate for minutes: the signal lands while the engine runs.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, "run", "--set", "run.requests=200000",
+         "--set", "run.horizon_s=null", "--no-progress", "--no-report", "--out", str(out)],
+        cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(3.0)  # past parsing and building, into the simulation
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert _one_line(stderr) == "specsim run: interrupted"
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no staging folder left beside it either
+
+
+def test_an_interrupt_during_the_report_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_report, "write_report", interrupted)
+    out = tmp_path / "run"
+    assert main(["run", *SHORT, "--out", str(out)]) == 130
+    assert _one_line(capsys.readouterr().err) == "specsim run: interrupted"
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert _finished_folders(tmp_path) == []
+    # the same run, not interrupted, is complete
+    monkeypatch.undo()
+    assert main(["run", *SHORT, "--out", str(out)]) == 0
+    assert _finished_folders(tmp_path) == [out]
+
+
+def test_an_interrupted_sweep_says_which_points_finished(tmp_path, capsys, monkeypatch):
+    real, calls = sweep_study.run_point, []
+
+    def second_is_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_study, "run_point", second_is_interrupted)
+    out = tmp_path / "sweep"
+    assert main(["sweep", "scenarios/default.yaml", "--vary", "workload.rate_per_s=4,8,16",
+                 *SHORT, "--out", str(out)]) == 130
+    line = _one_line(capsys.readouterr().err)
+    assert line == ("specsim sweep: interrupted: 1 of 3 sweep points had finished (points 0); "
+                    "nothing was written")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_plan_says_which_candidates_finished(tmp_path, capsys, monkeypatch):
+    real, calls = plan_study.search_rate, []
+
+    def second_is_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_study, "search_rate", second_is_interrupted)
+    doc = yaml.safe_load((repo_root() / "scenarios" / "plan-llama70b.yaml").read_text())
+    doc["run"]["requests"] = 100  # as tests/sim/test_plan_command.py: enough to find a limit
+    doc["deployment"]["timing"] = "paper"
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    cands = yaml.safe_load((repo_root() / "scenarios" / "plan-candidates.yaml").read_text())
+    cands["candidates"] = [c for c in cands["candidates"]
+                           if c["name"] in ("h200-tp2-none", "h200-tp2-chain4")]
+    cfile = tmp_path / "cands.yaml"
+    cfile.write_text(yaml.safe_dump(cands))
+    out = tmp_path / "plan"
+    assert main(["plan", str(scenario), "--candidates", str(cfile), "--slo",
+                 "ttft_p99=2s,tpot_p99=50ms", "--no-progress", "--out", str(out)]) == 130
+    line = _one_line(capsys.readouterr().err)
+    first = cands["candidates"][0]["name"]
+    assert line == (f"specsim plan: interrupted: 1 of 2 plan candidates had finished "
+                    f"({first}); nothing was written")
+    assert not out.exists()
