@@ -180,14 +180,17 @@ def colocated_kv_capacity_tokens(target: CostModel, draft: DraftSetup) -> int:
     return max(int(tokens), 0)
 
 
-def check_colocated_memory(target: CostModel, draft: DraftSetup, kv_tokens: int) -> None:
-    """Refuse (UserError with GiB) if target + draft weights and both KV caches do not fit.
+def check_colocated_memory(target: CostModel, draft: DraftSetup | None, kv_tokens: int) -> None:
+    """Refuse (UserError with GiB) if target + draft weights and both KV caches do not fit
+    (``draft`` None: a CPU drafter, the target alone).
 
     The target is checked alone first, so a message that names the draft means the target
     would fit without it; the draft's message names the target deployment it was paired with.
     """
     t = target.dep
     target.check_memory(kv_tokens)
+    if draft is None:
+        return
     paired = f"{t.model.id} on {t.tp}x{t.pp} {t.gpu.id}"
     if draft.placement != "colocated":
         draft.cost.check_memory(

@@ -130,9 +130,11 @@ def best_analytic(alpha: float, c: float, rows: list[AnalyticRow]) -> AnalyticRo
 
 
 def chain_table(
-    target: CostModel, draft: DraftSetup, batch: int, context: int, alpha: float, gamma_max: int
+    target: CostModel, draft: DraftSetup | None, batch: int, context: int, alpha: float,
+    gamma_max: int,
 ) -> list[ChainRow]:
-    """γ = 1..gamma_max for a uniform batch (every sequence at ``context`` cached tokens)."""
+    """γ = 1..gamma_max for a uniform batch (every sequence at ``context`` cached tokens);
+    ``draft`` None: the guesses cost no GPU time (n-gram / prompt lookup on the CPU)."""
     batch, context = _positive(batch, "batch"), _non_negative(context, "context")
     ctx = np.full(batch, float(context))  # [batch]
     decode_s = target.uniform_pass_seconds(batch, 1, context)
@@ -141,7 +143,7 @@ def chain_table(
         e = float(specdec.expected_tokens(alpha, gamma))
         timing = _timing(
             decode_s,
-            chain_draft_seconds(draft, gamma, ctx),
+            0.0 if draft is None else chain_draft_seconds(draft, gamma, ctx),
             target.uniform_pass_seconds(batch, gamma + 1, context),
             e,
             gamma,
@@ -159,7 +161,7 @@ def best_chain(rows: list[ChainRow]) -> ChainRow:
 
 def tree_table(
     target: CostModel,
-    draft: DraftSetup,
+    draft: DraftSetup | None,
     batch: int,
     context: int,
     trees: Sequence[tuple[int, Sequence[int]]],
@@ -185,7 +187,8 @@ def tree_table(
         verify_s = target.uniform_pass_seconds(
             batch, nodes, context, keys=tree_attended_keys(widths, context)
         )
-        timing = _timing(decode_s, tree_draft_seconds(draft, widths, ctx), verify_s, tokens, depth)
+        draft_s = 0.0 if draft is None else tree_draft_seconds(draft, widths, ctx)
+        timing = _timing(decode_s, draft_s, verify_s, tokens, depth)
         rows.append(TreeRow(width, tuple(int(k) for k in widths), nodes, float(tokens), *timing))
     return rows
 

@@ -14,6 +14,7 @@ from sim.commands._lists import (
     tree_widths,
 )
 from sim.commands._timing import add_timing_flags
+from sim.drafters import METHODS
 from sim.limits import MAX_GAMMA, MAX_GPUS, MAX_POINTS, MAX_SEQS, MAX_SIMULATED_CELLS, MAX_TOKENS
 from specdec.errors import UserError
 
@@ -58,7 +59,13 @@ def add_parser(subparsers) -> None:
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", required=True, help="target model id (see 'specsim hw list')")
-    p.add_argument("--draft", required=True, help="draft model id")
+    p.add_argument("--draft", help="draft model id (required with --method draft_model, the "
+                                   "default; not used by the other methods)")
+    p.add_argument("--method", choices=METHODS, default="draft_model",
+                   help="how the guesses are drafted, as a scenario's models.method: a draft "
+                        "model (default), an EAGLE/EAGLE-3/MTP head built from the target, or "
+                        "n-gram/suffix lookup on the CPU (no GPU time; simulated with "
+                        "proposal_rate 1)")
     p.add_argument("--gpu", required=True, help="GPU id")
     p.add_argument("--alpha", type=float, required=True, help="acceptance rate per guess, 0..1")
     p.add_argument("--batches", default=BATCHES,
@@ -127,17 +134,19 @@ def main(args: argparse.Namespace) -> int:
            "compute_dtype": args.compute_dtype}
     bits = {"weight_bits": 8, "draft_weight_bits": 8} if args.compute_dtype == "fp8" else {}
     pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog,
-                     **bits, **how)
+                     **bits, **how, method=args.method)
     # Every pass must fit the models' positions, as hw step and a scenario insist: a chain
     # verify at context C takes gamma_max + 1 new positions, a tree its depth + 1.
     new = len(args.tree.split(",")) + 1 if args.tree is not None else args.gamma_max + 1
-    for model in (pair.target.dep.model, pair.draft.cost.dep.model):
+    drafting = [] if pair.draft is None else [pair.draft.cost.dep.model]
+    for model in (pair.target.dep.model, *drafting):
         for ctx in contexts:
             try:
                 check_positions(model, ctx, new)
             except UserError as e:
                 raise UserError(f"--contexts {ctx}: {e}") from None
-    head = f"{args.target} + {args.draft} on {args.gpu}" + (f" TP{args.tp}" if args.tp > 1
+    drafter = args.draft if args.method == "draft_model" else args.method
+    head = f"{args.target} + {drafter} on {args.gpu}" + (f" TP{args.tp}" if args.tp > 1
                                                              else "") \
         + f" ({pair.target.backend} timing)"
     if args.tree is not None:
@@ -160,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         if args.simulate:
             grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
-                                 contexts, args.gamma_max, args.tp, **how)
+                                 contexts, args.gamma_max, args.tp, **how, method=args.method)
             note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."
         else:
             grid = chain_grid(pair, args.alpha, batches, contexts, args.gamma_max)

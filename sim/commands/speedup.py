@@ -25,6 +25,7 @@ from sim.commands._lists import (
     tree_widths,
 )
 from sim.commands._timing import add_timing_flags
+from sim.drafters import METHODS
 from sim.limits import MAX_GAMMA, MAX_GPUS, MAX_SEQS, MAX_TOKENS
 from specdec.errors import UserError
 
@@ -59,9 +60,9 @@ cover the GPU, framework and model, else the calibrated roofline); the lecture's
 come out exactly with --timing paper."""
 
 ANALYTIC_ONLY = ("c",)
-HARDWARE_ONLY = ("draft", "gpu", "batch", "context", "tree", "widths", "tokens_per_verify",
-                 "weight_bits", "kv_bits", "draft_weight_bits", "tp", "draft_placement",
-                 "catalog", "timing", "framework", "compute_dtype")
+HARDWARE_ONLY = ("draft", "method", "gpu", "batch", "context", "tree", "widths",
+                 "tokens_per_verify", "weight_bits", "kv_bits", "draft_weight_bits", "tp",
+                 "draft_placement", "catalog", "timing", "framework", "compute_dtype")
 
 
 # Ranges of the integer flags (nothing is clamped to a default; see sim.limits).
@@ -90,6 +91,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", help="draft model id or config.json path; must have the "
                                    "target's vocab_size (shared tokenizer) (required with "
                                    "--target)")
+    p.add_argument("--method", choices=METHODS,
+                   help="hardware mode: how the guesses are drafted, as a scenario's "
+                        "models.method (default draft_model: --draft drafts); eagle, eagle3 "
+                        "and mtp build a head from the target, ngram and suffix draft on the "
+                        "CPU (no GPU time)")
     p.add_argument("--gpu", help="GPU id (see 'specsim hw list') (required with --target)")
     p.add_argument("--batch", type=int,
                    help="sequences in the batch, >= 1 (no default: required with --target)")
@@ -127,9 +133,15 @@ def run(args: argparse.Namespace) -> int:
         _refuse(args, HARDWARE_ONLY, "needs --target (hardware mode)")
         return _analytic(args)
     _refuse(args, ANALYTIC_ONLY, "is for the analytic mode; with --target c is computed")
-    for name in ("draft", "gpu", "batch", "context"):
+    needed = ("draft",) if (args.method or "draft_model") == "draft_model" else ()
+    if args.draft is not None and not needed:
+        raise UserError(f"--draft {args.draft}: not used with --method {args.method} (its "
+                        "drafter is built from the target); drop --draft")
+    for name in (*needed, "gpu", "batch", "context"):
         if getattr(args, name) is None:
-            raise UserError(f"--{name.replace('_', '-')}: required in hardware mode (--target)")
+            raise UserError(f"--{name.replace('_', '-')}: required in hardware mode (--target)"
+                            + (" with --method draft_model, the default" if name == "draft"
+                               else ""))
     if args.tree is None:
         _refuse(args, ("widths", "tokens_per_verify"), "needs --tree")
         if args.alpha is None:
@@ -166,8 +178,11 @@ def _analytic(args: argparse.Namespace) -> int:
 def _hardware(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     gpu = catalog.gpu(args.gpu)
-    target_model, draft_model = catalog.model(args.target), catalog.model(args.draft)
-    check_same_vocab(target_model, draft_model)
+    method = args.method or "draft_model"
+    target_model = catalog.model(args.target)
+    draft_model = catalog.model(args.draft) if method == "draft_model" else None
+    if draft_model is not None:
+        check_same_vocab(target_model, draft_model)
     kv_bits = 16 if args.kv_bits is None else args.kv_bits
     weight_bits = 16 if args.weight_bits is None else args.weight_bits
     draft_bits = weight_bits if args.draft_weight_bits is None else args.draft_weight_bits
@@ -179,7 +194,8 @@ def _hardware(args: argparse.Namespace) -> int:
     # positions a sequence reaches: a chain's gamma drafts + the bonus token; a tree's depth + 1
     positions = max((len(w) + 1 for _, w in trees), default=gamma_max + 1)
     check_positions(target_model, args.context, positions)
-    check_positions(draft_model, args.context, positions)
+    if draft_model is not None:
+        check_positions(draft_model, args.context, positions)
     kv_tokens = args.batch * (args.context + new_max)
     catalog.framework(args.framework or "vllm")  # an unknown one lists the known ones
     timing = {"timing": args.timing or "auto", "framework": args.framework or "vllm"}
@@ -187,26 +203,39 @@ def _hardware(args: argparse.Namespace) -> int:
                             kv_bits=kv_bits, kv_tokens=kv_tokens,
                             compute_dtype=args.compute_dtype, **timing)
     target = CostModel(target_dep, catalog)
-    draft_dep = Deployment(draft_model, gpu, weight_bits=draft_bits, kv_bits=kv_bits,
-                           compute_dtype=args.compute_dtype if draft_bits == 8 else None,
-                           step_overhead=False, **timing)
-    try:
-        draft_cost = CostModel(draft_dep, catalog)
-    except UserError as err:
-        raise UserError(
-            f"draft {err} (asked for: target {target_model.id} tp {tp} on {gpu.id}, draft "
-            f"{placement})"
-        ) from None
-    if placement == "colocated":
-        draft = DraftSetup.colocated_with(draft_cost, target)
+
+    def make_cost(spec, draft_tp: int = 1) -> CostModel:
+        dep = Deployment(spec, gpu, tp=draft_tp, weight_bits=draft_bits, kv_bits=kv_bits,
+                         compute_dtype=args.compute_dtype if draft_bits == 8 else None,
+                         step_overhead=False, **timing)
+        return CostModel(dep, catalog)
+
+    make_cost.catalog = catalog
+    if draft_model is not None:
+        try:
+            draft_cost = make_cost(draft_model)
+        except UserError as err:
+            raise UserError(
+                f"draft {err} (asked for: target {target_model.id} tp {tp} on {gpu.id}, "
+                f"draft {placement})"
+            ) from None
+        if placement == "colocated":
+            draft = DraftSetup.colocated_with(draft_cost, target)
+        else:
+            draft = DraftSetup(draft_cost, placement="separate", replicas=1)
     else:
-        draft = DraftSetup(draft_cost, placement="separate", replicas=1)
-    head = {"target": target_dep.model.id, "draft": draft_dep.model.id, "gpu": gpu.id,
+        from sim.studies.grid import drafter_setup
+
+        draft = drafter_setup(method, target, None, make_cost, placement)
+        draft_cost = None if draft is None else draft.cost
+    head = {"target": target_dep.model.id, "method": method,
+            "draft": None if draft is None else draft_cost.dep.model.id, "gpu": gpu.id,
             "batch": args.batch, "context": args.context,
-            "draft_placement": draft.placement, "tp": tp, "weight_bits": weight_bits,
-            "draft_weight_bits": draft_bits, "kv_bits": kv_bits,
+            "draft_placement": None if draft is None else draft.placement, "tp": tp,
+            "weight_bits": weight_bits, "draft_weight_bits": draft_bits, "kv_bits": kv_bits,
             "compute_dtype": target_dep.dtype, "timing": target.backend,
-            "timing_note": target.timing.note, "draft_timing": draft_cost.backend,
+            "timing_note": target.timing.note,
+            "draft_timing": None if draft is None else draft_cost.backend,
             "framework": target_dep.framework}
     check_colocated_memory(target, draft, kv_tokens)
     if args.tree is None:
@@ -220,13 +249,14 @@ def _hardware(args: argparse.Namespace) -> int:
         print(json.dumps({**head, "decode_s": rows[0].decode_s,
                           "rows": [asdict(r) for r in rows], "best": asdict(best)}, indent=2))
         return 0
-    print(f"{head['target']} ({weight_bits}-bit, tp {tp}) + draft {head['draft']} "
-          f"({draft_bits}-bit, {draft.placement}) on {gpu.id}, "
+    drafter = f"{method} on the CPU (no GPU time)" if draft is None else \
+        f"draft {head['draft']} ({draft_bits}-bit, {draft.placement})"
+    print(f"{head['target']} ({weight_bits}-bit, tp {tp}) + {drafter} on {gpu.id}, "
           f"batch {args.batch}, context {args.context}"
           + (f", alpha {args.alpha:g}" if key == "gamma" else "")
           + f": decode pass {rows[0].decode_s * 1e3:.3f} ms")
     print(f"timing: {target.timing.note}"
-          + ("" if draft_cost.backend == target.backend else
+          + ("" if draft is None or draft_cost.backend == target.backend else
              f"; draft: {draft_cost.timing.note}"))
     if key == "gamma":
         print("gamma  E(alpha,gamma)  verify ms  verify/decode  draft c  speedup")

@@ -40,29 +40,68 @@ class Pair:
     """A target cost model and its draft setup on one GPU type."""
 
     target: CostModel
-    draft: DraftSetup
+    draft: DraftSetup | None  # None: a CPU drafter (n-gram), no GPU time
 
 
-def make_pair(target: str, draft: str, gpu: str, tp: int = 1, weight_bits: int = 16,
+def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits: int = 16,
               draft_weight_bits: int = 16, kv_bits: int = 16, placement: str = "colocated",
               catalog: Sequence[str] | None = None, timing: str = "auto",
-              framework: str = "vllm", compute_dtype: str | None = None) -> Pair:
-    """Cost models for ``target`` (TP ``tp``) and ``draft`` on ``gpu`` from the catalogs,
+              framework: str = "vllm", compute_dtype: str | None = None,
+              method: str = "draft_model") -> Pair:
+    """Cost models for ``target`` (TP ``tp``) and its drafter on ``gpu`` from the catalogs,
     priced by ``timing`` under ``framework`` (the draft computes in ``compute_dtype`` only
-    at 8-bit weights, as ``sim.build`` does)."""
+    at 8-bit weights, as ``sim.build`` does).
+
+    ``method`` as a scenario's ``models.method``: ``draft_model`` drafts with the catalog
+    model ``draft``; ``eagle`` / ``eagle3`` / ``mtp`` with a head built from the target
+    (``sim.kinds.drafters``, exactly as a scenario builds it; ``draft`` must be None);
+    ``ngram`` / ``suffix`` draft on the CPU (``Pair.draft`` None: no GPU time)."""
+    from hardware.draft import check_same_vocab
+    from sim.drafters import METHODS
+
+    if method not in METHODS:
+        raise UserError(f"--method: must be one of {', '.join(METHODS)}, got {method!r}")
+    if method == "draft_model" and draft is None:
+        raise UserError("--draft: required with --method draft_model (a catalog model id)")
+    if method != "draft_model" and draft is not None:
+        raise UserError(f"--draft {draft}: not used with --method {method} (its drafter is "
+                        "built from the target); drop --draft")
     cat = load_catalog(list(catalog) if catalog else None)
     g = cat.gpu(gpu)
     cat.framework(framework)  # an unknown framework lists the known ones
     how = {"timing": timing, "framework": framework}
     t = CostModel(Deployment(cat.model(target), g, tp=tp, weight_bits=weight_bits,
                              kv_bits=kv_bits, compute_dtype=compute_dtype, **how), cat)
-    d = CostModel(Deployment(cat.model(draft), g, weight_bits=draft_weight_bits,
-                             kv_bits=kv_bits, **how, step_overhead=False,
-                             compute_dtype=compute_dtype if draft_weight_bits == 8 else None),
-                  cat)
-    if placement == "colocated":
-        return Pair(t, DraftSetup.colocated_with(d, t))
-    return Pair(t, DraftSetup(d, placement="separate", replicas=1))
+
+    def make_cost(spec, draft_tp: int = 1) -> CostModel:
+        return CostModel(Deployment(spec, g, tp=draft_tp, weight_bits=draft_weight_bits,
+                                    kv_bits=kv_bits, **how, step_overhead=False,
+                                    compute_dtype=compute_dtype if draft_weight_bits == 8
+                                    else None), cat)
+
+    make_cost.catalog = cat
+    spec = None
+    if method == "draft_model":
+        spec = cat.model(draft)
+        check_same_vocab(t.dep.model, spec)
+    return Pair(t, drafter_setup(method, t, spec, make_cost, placement))
+
+
+def drafter_setup(method: str, target: CostModel, draft_spec, make_cost,
+                  placement: str = "colocated") -> DraftSetup | None:
+    """The ``DraftSetup`` that drafts for ``target`` by ``method`` (None for a CPU drafter),
+    built as a scenario builds it: ``draft_spec`` the catalog model of ``draft_model``,
+    ``make_cost(spec, tp)`` (with a ``catalog`` attribute) a drafting model's cost model."""
+    from sim.drafters import CPU_METHODS
+    from sim.kinds.drafters import DraftModelDrafter, EagleDrafter, MtpDrafter
+
+    if method in CPU_METHODS:
+        return None
+    kind = {"draft_model": DraftModelDrafter, "mtp": MtpDrafter}.get(method, EagleDrafter)
+    try:
+        return kind(method=method).build(target, draft_spec, make_cost, placement).setup
+    except ValueError as e:  # the drafter configs' own refusals (as in a scenario)
+        raise UserError(f"--method {method}: {e}") from None
 
 
 def _fits(pair: Pair, kv_tokens: int) -> bool:
@@ -132,11 +171,12 @@ def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
     return pd.DataFrame(rows)
 
 
-def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequence[int],
-                  contexts: Sequence[int], gamma_max: int = 4, tp: int = 1,
-                  output_tokens: int = 64, waves: int = 1, seed: int = 0,
+def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
+                  batches: Sequence[int], contexts: Sequence[int], gamma_max: int = 4,
+                  tp: int = 1, output_tokens: int = 64, waves: int = 1, seed: int = 0,
                   timing: str = "auto", framework: str = "vllm",
-                  compute_dtype: str | None = None) -> pd.DataFrame:
+                  compute_dtype: str | None = None, method: str = "draft_model"
+                  ) -> pd.DataFrame:
     """The engine's closed-loop version of ``chain_grid`` (same columns, plus
     ``throughput_speedup``); ``waves`` × batch requests per cell.
 
@@ -145,15 +185,21 @@ def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequ
     the wave's prefill included (the draft prefills the prompts too), so with long contexts
     and short outputs it can sit below 1× while the decode speedup is well above it.
     """
+    from sim.drafters import CPU_METHODS
+
     pair = make_pair(target, draft, gpu, tp=tp, timing=timing, framework=framework,
-                     compute_dtype=compute_dtype)
+                     compute_dtype=compute_dtype, method=method)
+    models = {"target": target, "method": method, "draft": draft}
+    # a CPU drafter proposes on every step, as the analytic grid assumes
+    lookup = {"drafter": {"method": method, "proposal_rate": 1.0}} \
+        if method in CPU_METHODS else {}
     bits = {} if compute_dtype != "fp8" else {"weight_bits": 8, "compute_dtype": "fp8"}
     rows = []
     for b in batches:
         for ctx in contexts:
             doc = {
                 "name": f"grid-b{b}-c{ctx}",
-                "models": {"target": target, "draft": draft},
+                "models": models,
                 "deployment": {"gpu": gpu, "tp": tp, "timing": timing,
                                "framework": framework, **bits},
                 # One prefill pass for the whole batch, then pure decoding at concurrency b.
@@ -165,7 +211,7 @@ def simulate_grid(target: str, draft: str, gpu: str, alpha: float, batches: Sequ
                              "output": {"kind": "fixed", "tokens": output_tokens}},
                 "acceptance": {"kind": "iid", "alpha": alpha},
                 "variants": [{"name": "none", "policy": {"kind": "none"}}]
-                + [{"name": f"g{g}", "policy": {"kind": "fixed", "gamma": g}}
+                + [{"name": f"g{g}", "policy": {"kind": "fixed", "gamma": g}, **lookup}
                    for g in range(1, gamma_max + 1)],
                 "run": {"requests": waves * b, "seed": seed},
             }

@@ -101,7 +101,8 @@ def test_tutorial_grid_commands_run_and_print_the_whole_table(tmp_path, capsys):
     from sim.cli import main
 
     commands = _tutorial_grid_commands()
-    assert len(commands) == 2 and any("--tree" in c for c, _ in commands)
+    assert len(commands) == 3 and any("--tree" in c for c, _ in commands)
+    assert any("--method" in c for c, _ in commands)
     for i, (argv, table) in enumerate(commands):
         assert main([*argv, "--out", str(tmp_path / str(i))]) == 0, argv
         printed = capsys.readouterr().out

@@ -125,3 +125,27 @@ def test_contexts_past_the_models_positions_are_refused_as_hw_step_does(extra, p
     assert len(err) == 1 and f"--contexts {limit - positions + 1}: llama-3-8b" in err[0]
     assert f"exceed max_position_embeddings {limit}" in err[0]
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("method", ["eagle3", "mtp", "ngram"])
+def test_method_grids_price_the_methods_drafter(method, tmp_path, capsys):
+    """--method builds the drafter as a scenario does: a head (cheaper than the 1B draft
+    model, so it pays more at batch 1) or CPU lookup (no GPU time at all)."""
+    base = [a for a in BASE if a not in ("--draft", "llama-3.2-1b")]
+    cells = ["--batches", "1,64", "--contexts", "1024", "--json"]
+    assert main([*base, "--method", method, *cells, "--out", str(tmp_path / "m")]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert main([*BASE, *cells, "--out", str(tmp_path / "d")]) == 0
+    model = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["best_speedup"] > model[0]["best_speedup"] > 1.0
+    assert main([*base, *cells, "--out", str(tmp_path / "x")]) == 2
+    assert "--draft: required with --method draft_model" in capsys.readouterr().err
+
+
+def test_simulated_method_grid_runs_the_engine(tmp_path, capsys):
+    base = [a for a in BASE if a not in ("--draft", "llama-3.2-1b")]
+    assert main([*base, "--method", "eagle3", "--simulate", "--batches", "1",
+                 "--contexts", "128", "--gamma-max", "2", "--json",
+                 "--out", str(tmp_path / "s")]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["best_speedup"] > 1.0 and row["fits"]

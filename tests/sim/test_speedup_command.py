@@ -203,3 +203,45 @@ def test_output_states_the_bits_used(capsys):
     code, out, _ = run(capsys, *HW, "--batch", "1", "--context", "1", "--alpha", "0.8",
                        "--weight-bits", "4")
     assert out.startswith("llama-3-8b (4-bit, tp 1) + draft llama-3.2-1b (4-bit, colocated)")
+
+
+# the calibrated roofline: the paper GPU's 0.5 ms per pass would hide a head's small cost
+METHOD = ["speedup", "--target", "llama-3-8b", "--gpu", "h100", "--timing", "roofline",
+          "--batch", "1", "--context", "1024", "--alpha", "0.7", "--gamma-max", "4", "--json"]
+
+
+def test_method_eagle3_prices_a_head_built_from_the_target(capsys):
+    """An EAGLE-3 head is one decoder layer plus a 32000-row lm_head: a pass costs a few
+    percent of the 32-layer target's at batch 1, far below the 1B draft model's."""
+    code, out, _ = run(capsys, *METHOD, "--method", "eagle3")
+    assert code == 0
+    head = json.loads(out)
+    assert head["method"] == "eagle3" and head["draft"] == "llama-3-8b-eagle3"
+    code, out, _ = run(capsys, *METHOD, "--draft", "llama-3.2-1b")
+    model = json.loads(out)
+    assert model["method"] == "draft_model"
+    c_head, c_model = head["rows"][0]["c"], model["rows"][0]["c"]
+    assert 0.0 < c_head < 0.1 and c_head < c_model / 2
+    assert head["best"]["speedup"] > model["best"]["speedup"]
+
+
+def test_method_ngram_costs_no_gpu_time(capsys):
+    """n-gram drafting: no draft pass, so speedup = E(alpha, gamma) x decode / verify."""
+    code, out, _ = run(capsys, *METHOD, "--method", "ngram")
+    assert code == 0
+    data = json.loads(out)
+    assert data["draft"] is None and data["draft_placement"] is None
+    for r in data["rows"]:
+        assert r["c"] == 0.0 and r["draft_s"] == 0.0
+        assert r["speedup"] == pytest.approx(r["expected_tokens"] * r["decode_s"] / r["verify_s"],
+                                             rel=1e-12)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--method", "ngram", "--draft", "llama-3.2-1b"],
+     "--draft llama-3.2-1b: not used with --method ngram"),
+    ([], "--draft: required in hardware mode (--target) with --method draft_model"),
+])
+def test_method_flag_mixtures_are_refused(extra, message, capsys):
+    code, _, err = run(capsys, *METHOD, *extra)
+    assert code == 2 and message in err
