@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from hardware.models import (
     ModelConfig,
@@ -176,6 +184,18 @@ class ModelSpec(_Frozen):
     # other names of the model: Hugging Face ids of the checkpoint and its variants with the
     # same architecture (instruct tunes), as `vllm serve` takes them
     aliases: tuple[str, ...] = ()
+    # the precision the checkpoint ships in, which `specsim hw step` assumes when no
+    # --weight-bits is given (null: 16-bit); compute_dtype fp8 = FP8 W8A8, e.g. DeepSeek-V3's
+    # block-scaled FP8 weights (a scenario states its deployment.weight_bits itself)
+    weight_bits: Literal[4, 8, 16] | None = None
+    compute_dtype: Literal["bf16", "fp8"] | None = None
+
+    @model_validator(mode="after")
+    def _precision(self) -> ModelSpec:
+        if self.compute_dtype == "fp8" and self.weight_bits != 8:
+            raise ValueError(f"compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
+                             f"{self.weight_bits}")
+        return self
 
     @property
     def shape(self) -> ModelShape:
@@ -211,8 +231,9 @@ class Catalog:
     def model(self, model_id: str) -> ModelSpec:
         """The model ``model_id``, or one loaded from a HF ``config.json`` path.
 
-        A value ending in ``.json`` is read as a Hugging Face config file (Llama or OPT
-        family); anything else must be a catalog id.
+        A value ending in ``.json`` is read as a Hugging Face config file (Llama, OPT,
+        Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits: its quantization_config is
+        not read); anything else must be a catalog id.
         """
         if model_id.endswith(".json"):
             return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id))

@@ -12,6 +12,10 @@ Two families cover every model the lecture and the papers use:
   LayerNorm when ``do_layer_norm_before``; optional project_in/out when the embedding width
   ``word_embed_proj_dim`` differs from ``hidden_size``; the lm_head is tied to the embedding.
 
+Mixture-of-experts families (``mixtral``, ``qwen3_moe``, ``deepseek_v3``, ``deepseek_v2``)
+and DeepSeek's multi-head latent attention are counted in :mod:`hardware.blocks`; their
+routed experts are read only as far as a pass's tokens touch them (:mod:`hardware.moe`).
+
 The cost model needs the parameters *read every forward pass*: everything except the
 input-embedding (and position) tables, which a pass only gathers a few rows of. The lm_head is
 read in full every pass whether or not it is tied (when tied it is the same matrix, stored
@@ -25,8 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
+from hardware.blocks import block_counts
 from specdec.errors import UserError
 
 __all__ = ["ModelConfig", "ModelShape", "load_hf_config", "model_shape", "format_validation"]
@@ -37,7 +49,7 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_type: Literal["llama", "opt"]
+    model_type: Literal["llama", "opt", "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2"]
     hidden_size: PositiveInt
     num_hidden_layers: PositiveInt
     num_attention_heads: PositiveInt
@@ -51,11 +63,33 @@ class ModelConfig(BaseModel):
     word_embed_proj_dim: PositiveInt | None = None
     do_layer_norm_before: bool = True
     enable_bias: bool = True
+    # mixture of experts (routed experts: Mixtral / Qwen3-MoE / DeepSeek names)
+    num_local_experts: PositiveInt | None = None
+    num_experts: PositiveInt | None = None
+    n_routed_experts: PositiveInt | None = None
+    num_experts_per_tok: PositiveInt | None = None
+    moe_intermediate_size: PositiveInt | None = None
+    n_shared_experts: NonNegativeInt | None = None
+    first_k_dense_replace: NonNegativeInt = 0
+    moe_layer_freq: PositiveInt = 1
+    decoder_sparse_step: PositiveInt = 1
+    mlp_only_layers: tuple[NonNegativeInt, ...] = ()
+    # DeepSeek multi-head latent attention (MLA) and multi-token prediction
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+    num_nextn_predict_layers: NonNegativeInt = 0
+    # Not a config.json field: set only by sim.drafters.head_config for DeepSeek's MTP
+    # module (per layer an eh_proj 2h -> h and the enorm / hnorm RMSNorms on top).
+    mtp_module: bool = False
 
     @model_validator(mode="after")
     def _family_fields(self) -> ModelConfig:
-        if self.model_type == "llama" and self.intermediate_size is None:
-            raise ValueError("llama models need intermediate_size")
+        if self.model_type in ("llama", "mixtral") and self.intermediate_size is None:
+            raise ValueError(f"{self.model_type} models need intermediate_size")
+        _check_moe(self)
         if self.model_type == "opt" and self.ffn_dim is None:
             raise ValueError("opt models need ffn_dim")
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
@@ -71,8 +105,21 @@ class ModelConfig(BaseModel):
         return self
 
     @property
+    def mla(self) -> bool:
+        """Whether attention is DeepSeek's multi-head latent attention (one cached latent)."""
+        return self.model_type in ("deepseek_v3", "deepseek_v2")
+
+    @property
+    def routed_experts(self) -> int:
+        """Routed experts per MoE layer (0 for a dense model), whatever the family calls it."""
+        return self.num_local_experts or self.num_experts or self.n_routed_experts or 0
+
+    @property
     def kv_heads(self) -> int:
-        """KV heads (GQA); configs without the field (LLaMA-1, OPT) have one per query head."""
+        """KV heads (GQA); configs without the field (LLaMA-1, OPT) have one per query head.
+        MLA caches one latent shared by every head: 1 (like MQA, whatever the config says)."""
+        if self.mla:
+            return 1
         return self.num_key_value_heads or self.num_attention_heads
 
     @property
@@ -109,20 +156,60 @@ class ModelShape:
     head_params: int
     embedding_params: int
     total_params: int
+    # mixture of experts (defaults: a dense model): which blocks are MoE, an MoE block's
+    # params but its routed experts (the router's replicated under TP), one routed expert
+    moe_layers: tuple[bool, ...] = ()
+    moe_fixed_params: int = 0
+    moe_replicated_params: int = 0
+    expert_params: int = 0
+    n_experts: int = 0
+    top_k: int = 0
+    # MLA: values cached per token per layer (one latent, not per head; 0 = K and V per
+    # KV head) and attention FLOPs per head per attended key (0 = 4 x d_head)
+    kv_latent: int = 0
+    attn_key_flops: int = 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Blocks with routed experts (0 for a dense model)."""
+        return sum(self.moe_layers)
 
     @property
     def streamed_params(self) -> int:
-        """Parameters read every forward pass: all but the embedding tables, lm_head always."""
-        return self.n_layers * self.layer_params + self.head_params
+        """Parameters read every forward pass: all but the embedding tables, lm_head always
+        (an MoE model: with every routed expert, what a pass touching all of them reads)."""
+        if not self.moe_layers:
+            return self.n_layers * self.layer_params + self.head_params
+        return (self.n_layers - self.n_moe_layers) * self.layer_params + self.n_moe_layers * (
+            self.moe_fixed_params + self.n_experts * self.expert_params) + self.head_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (total less the routed experts it is not sent to)."""
+        return self.total_params - self.n_moe_layers * (self.n_experts - self.top_k) \
+            * self.expert_params
+
+    @property
+    def key_flops_per_head(self) -> int:
+        """Attention FLOPs per query head per attended key: QK^T and AV, 4 x d_head; MLA
+        (absorbed): 2 x (kv_lora_rank + rope) + 2 x kv_lora_rank."""
+        return self.attn_key_flops or 4 * self.d_head
+
+    def kv_values_per_layer(self, kv_heads: int) -> int:
+        """Values one token caches per layer on a GPU holding ``kv_heads`` KV heads: K and
+        V per head, or MLA's one latent (the same on every TP rank)."""
+        return self.kv_latent or 2 * kv_heads * self.d_head
 
     @property
     def kv_values_per_token(self) -> int:
         """K and V values cached per token over all layers (multiply by bytes per value)."""
-        return self.n_layers * 2 * self.n_kv_heads * self.d_head
+        return self.n_layers * self.kv_values_per_layer(self.n_kv_heads)
 
 
 def model_shape(cfg: ModelConfig) -> ModelShape:
-    """Count the parameters of ``cfg`` (exact for the two supported families)."""
+    """Count the parameters of ``cfg`` (exact for the supported families)."""
+    if cfg.model_type not in ("llama", "opt"):
+        return _moe_shape(cfg)
     h, q_width = cfg.hidden_size, cfg.num_attention_heads * cfg.d_head
     kv_width = cfg.kv_heads * cfg.d_head
     if cfg.model_type == "llama":
@@ -160,6 +247,69 @@ def model_shape(cfg: ModelConfig) -> ModelShape:
         embedding_params=embedding,
         total_params=total,
     )
+
+
+def _moe_shape(cfg: ModelConfig) -> ModelShape:
+    """The shape of a MoE / MLA family (blocks counted by :mod:`hardware.blocks`)."""
+    b = block_counts(cfg)
+    h, vocab = cfg.hidden_size, cfg.vocab_size
+    n_moe = sum(b.moe_layers)
+    dense = cfg.num_hidden_layers - n_moe
+    embedding, head = vocab * h, h + vocab * h  # final RMSNorm + lm_head
+    total = embedding + dense * b.dense_params + n_moe * (
+        b.moe_fixed_params + b.n_experts * b.expert_params) + head - (
+        vocab * h if cfg.tied else 0)
+    if cfg.mla:
+        n_kv, d_head = 1, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    else:
+        n_kv, d_head = cfg.kv_heads, cfg.d_head
+    return ModelShape(
+        n_layers=cfg.num_hidden_layers, hidden=h, n_heads=cfg.num_attention_heads,
+        n_kv_heads=n_kv, d_head=d_head,
+        # a dense block (the first_k_dense_replace ones); an all-MoE model: its fixed part
+        layer_params=b.dense_params if dense else b.moe_fixed_params,
+        # MLA's replicated down-projections take kv_proj's place (one "KV head", so every
+        # TP rank keeps them whole); llama-style GQA k/v as in the llama family
+        kv_proj_params=b.replicated_params if cfg.mla else 2 * h * cfg.kv_heads * cfg.d_head,
+        head_params=head, embedding_params=embedding, total_params=total,
+        moe_layers=b.moe_layers, moe_fixed_params=b.moe_fixed_params,
+        moe_replicated_params=b.moe_replicated_params, expert_params=b.expert_params,
+        n_experts=b.n_experts, top_k=b.top_k, kv_latent=b.kv_latent,
+        attn_key_flops=b.key_flops_per_head if cfg.mla else 0,
+    )
+
+
+def _check_moe(cfg: ModelConfig) -> None:
+    """The fields a MoE / MLA family needs; a dense family must not name experts."""
+    t = cfg.model_type
+    experts = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts",
+               "deepseek_v3": "n_routed_experts", "deepseek_v2": "n_routed_experts"}
+    if t in ("llama", "opt"):
+        for f in ("num_local_experts", "num_experts", "n_routed_experts", "kv_lora_rank"):
+            if getattr(cfg, f) is not None:
+                raise ValueError(f"{f}: {t} models have no experts or latent attention; "
+                                 f"use the model_type of the family that does")
+        return
+    need = [experts[t], "num_experts_per_tok"]
+    if t != "mixtral":
+        need.append("moe_intermediate_size")
+    if cfg.mla:
+        need += ["kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"]
+    for f in need:
+        if getattr(cfg, f) is None:
+            raise ValueError(f"{t} models need {f}")
+    for f in experts.values():
+        if f != experts[t] and getattr(cfg, f) is not None:
+            raise ValueError(f"{f}: {t} names its routed experts {experts[t]}")
+    if cfg.num_experts_per_tok > cfg.routed_experts:
+        raise ValueError(f"num_experts_per_tok {cfg.num_experts_per_tok} exceeds the "
+                         f"{cfg.routed_experts} routed experts")
+    blocks = block_counts(cfg)
+    if not all(blocks.moe_layers) and cfg.intermediate_size is None:
+        raise ValueError(f"{t} models with dense layers need intermediate_size")
+    if not any(blocks.moe_layers):
+        raise ValueError(f"{t}: no layer has experts (check first_k_dense_replace, "
+                         f"moe_layer_freq, decoder_sparse_step, mlp_only_layers)")
 
 
 def format_validation(file: str, prefix: str, err: ValidationError) -> str:
@@ -212,7 +362,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a config.json must hold a JSON object")
-    known = {k: v for k, v in raw.items() if k in ModelConfig.model_fields}
+    # mtp_module is SpecSim's own flag (a drafter's config), never read from a file
+    known = {k: v for k, v in raw.items() if k in ModelConfig.model_fields
+             and k != "mtp_module"}
     try:
         return ModelConfig(**known)
     except ValidationError as err:
