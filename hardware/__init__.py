@@ -40,6 +40,7 @@ _EXPORTS = {
     "ModelShape": "hardware.models",
     "load_hf_config": "hardware.models",
     "model_shape": "hardware.models",
+    "distinct_experts": "hardware.moe",
 }
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "check_positions",
     "check_same_vocab",
     "colocated_kv_capacity_tokens",
+    "distinct_experts",
     "load_catalog",
     "load_hf_config",
     "model_shape",

@@ -21,6 +21,7 @@ import numpy as np
 from hardware.catalog import Catalog
 from hardware.deployment import Deployment, stage_layouts
 from hardware.memory import auto_offload, fit_error
+from hardware.moe import distinct_experts, touched_share
 from hardware.timing import make_timing, stage_counts
 from hardware.timing.paper import ACTIVATION_BYTES
 from specdec.errors import UserError
@@ -39,7 +40,9 @@ class PassCost:
     holds the measured terms. ``bound`` names the largest of compute, memory, comm and host;
     ``stage_s`` is each stage's time and ``hop_s`` one hop between stages, for an engine
     that runs one process per stage. ``backend`` is ``paper``, ``roofline`` or
-    ``measured``; ``note`` says what it read and, under ``auto``, why.
+    ``measured``; ``note`` says what it read and, under ``auto``, why. ``experts_touched``:
+    an MoE model's expected distinct routed experts per MoE layer that the pass's tokens
+    are sent to (0 for a dense model).
     """
 
     seconds: float
@@ -57,6 +60,7 @@ class PassCost:
     backend: str = "paper"
     note: str = ""
     parts: dict[str, float] = field(default_factory=dict)
+    experts_touched: float = 0.0
 
 
 def causal_keys(sum_new: float, sum_new_ctx: float, sum_new_sq: float) -> float:
@@ -89,6 +93,10 @@ class CostModel:
             gpu.node_link if spans_nodes else gpu.scale_up_link
         )
         self.pp_link = dep.pp_link or catalog.link(gpu.node_link)
+        # expert parallelism with data-parallel attention: the all-to-all spans tp x dp GPUs
+        ep_span = dep.tp * dep.attention_dp
+        self.ep_link = self.tp_link if dep.attention_dp == 1 else catalog.link(
+            gpu.node_link if ep_span > gpu.gpus_per_node else gpu.scale_up_link)
         self.host_link = catalog.link(gpu.host_link)
         self.framework = catalog.framework(dep.framework)
         self.layouts = stage_layouts(dep)
@@ -99,7 +107,8 @@ class CostModel:
             self.offload_fraction = float(dep.offload_fraction)
             self._buffer_bytes = tuple(0 for _ in self._counts)
         self.timing = make_timing(dep, self._counts, self.tp_link, self.pp_link,
-                                  self.host_link, self.offload_fraction, self.framework)
+                                  self.host_link, self.offload_fraction, self.framework,
+                                  ep_link=self.ep_link)
         t = self.timing
         self._seconds, self._bound, self._stage = t.seconds, t.seconds_bound, t.stage_seconds
         self.check_memory(dep.kv_tokens)
@@ -247,10 +256,16 @@ class CostModel:
             sum_keys = float(att.sum())
         kv_tokens = float(ctx.sum()) + sum_new
         b = self.timing.breakdown(sum_new, kv_tokens, sum_keys, float(new.size))
-        tp = self.dep.tp
-        flops = tp * sum(c.flop_per_token * sum_new + c.flop_per_key * sum_keys
-                         for c in self._counts)
-        hbm = tp * sum(c.weight_bytes + c.kv_bytes_per_token * kv_tokens for c in self._counts)
+        gpus = self.dep.tp * self.dep.attention_dp  # GPUs of one stage
+        flops = gpus * sum(c.flop_per_token * sum_new + c.flop_per_key * sum_keys
+                           for c in self._counts)
+        hbm = gpus * sum(c.weight_bytes + c.kv_bytes_per_token * kv_tokens for c in self._counts)
+        shape = self.dep.model.shape
+        experts = 0.0
+        if shape.n_experts:  # the routed experts this pass's tokens touch are read too
+            hbm += gpus * sum(c.routed_bytes * touched_share(sum_new, c.expert_miss)
+                              for c in self._counts)
+            experts = distinct_experts(sum_new, shape.top_k, shape.n_experts)
         return PassCost(
             seconds=b.seconds,
             flops=flops,
@@ -267,6 +282,7 @@ class CostModel:
             backend=self.timing.name,
             note=self.timing.note,
             parts=dict(b.parts),
+            experts_touched=experts,
         )
 
     def uniform_pass_seconds(

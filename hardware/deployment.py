@@ -22,6 +22,20 @@ use. Assumptions (each one a choice, stated where it is made):
 - Memory: usable = capacity x (1 - workspace_fraction); weights resident + KV must fit.
 - ``timing`` picks the backend that prices passes (``hardware.timing``) and ``framework``
   the serving engine whose kernel tables and overheads it uses (a catalog id).
+- Mixture of experts (vLLM's semantics, vllm/model_executor/layers/fused_moe/config.py
+  ``FusedMoEParallelConfig.make``): with ``ep`` 1 every routed expert is split over the
+  ``tp`` GPUs like any MLP; with expert parallelism each GPU holds ``E / ep`` whole experts.
+  vLLM's ``--enable-expert-parallel`` sets the EP size to TP x DP, so ``ep`` must be 1 or a
+  multiple of ``tp``: ``ep == tp`` is EP at data-parallel size 1 (attention TP-split, every
+  rank sees every token, the MoE output all-reduced over the TP group as without EP: no
+  all-to-all, ``use_all2all_kernels`` needs DP > 1); ``ep = tp x dp`` adds ``dp``
+  data-parallel attention groups (``--data-parallel-size dp``): each holds the attention,
+  dense layers and lm_head (TP-split within the group) and a ``1/dp`` share of the
+  sequences and their KV cache, and every MoE layer dispatches and combines tokens over all
+  ``ep`` GPUs (all-to-all). The replica then occupies ``tp x dp x pp`` GPUs. SpecSim runs
+  one scheduler over the ``dp`` groups, assumed evenly loaded (vLLM runs one per DP rank).
+- All experts are resident: memory counts every expert, a pass reads those its tokens
+  touch (``hardware.moe``).
 """
 
 from __future__ import annotations
@@ -77,6 +91,7 @@ class Deployment:
     timing: str = "auto"
     framework: str = "vllm"
     step_overhead: bool = True
+    ep: int = 1
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -101,6 +116,8 @@ class Deployment:
                "must be in [0, 1)", self.workspace_fraction)
         _check(_is_int(self.kv_tokens) and self.kv_tokens >= 0, "kv_tokens",
                "must be an integer >= 0", self.kv_tokens)
+        _check(_is_int(self.ep) and self.ep >= 1, "ep", "must be an integer >= 1", self.ep)
+        self._check_ep()
         if self.pp > cfg.num_hidden_layers:
             raise UserError(
                 f"{self.model.id}: pp {self.pp} exceeds the model's "
@@ -123,10 +140,29 @@ class Deployment:
                 f"{self.weight_bits}"
             )
 
+    def _check_ep(self) -> None:
+        experts, ep, tp = self.model.shape.n_experts, self.ep, self.tp
+        if ep == 1:
+            return
+        if not experts:
+            raise UserError(f"deployment: ep: {self.model.id} has no experts; ep must be 1, "
+                            f"got {ep}")
+        if ep % tp:
+            raise UserError(f"deployment: ep: must be 1 or a multiple of tp {tp} (vLLM's "
+                            f"expert parallelism spans TP x DP GPUs), got {ep}")
+        if experts % ep:
+            raise UserError(f"deployment: ep: {ep} does not divide the {experts} routed "
+                            f"experts of {self.model.id}")
+
+    @property
+    def attention_dp(self) -> int:
+        """Data-parallel attention groups: ep / tp when ep exceeds tp, else 1."""
+        return self.ep // self.tp if self.ep > self.tp else 1
+
     @property
     def n_gpus(self) -> int:
-        """GPUs the deployment occupies: tp x pp."""
-        return self.tp * self.pp
+        """GPUs the deployment occupies: tp x pp (x the attention DP groups when ep > tp)."""
+        return self.tp * self.pp * self.attention_dp
 
     @property
     def dtype(self) -> str:
@@ -151,6 +187,10 @@ class StageLayout:
     ``streamed_params`` are read every pass; ``stored_params`` also count the embedding
     table(s) the stage keeps; ``kv_values_per_token`` are the K and V values it caches per
     token; ``attn_heads`` and ``layers`` size the attention work and the all-reduces.
+    An MoE stage: ``streamed_params`` leave out the routed experts, ``routed_params`` are
+    the stage's local routed experts (all of them; a pass reads those its tokens touch),
+    ``routed_flop_params`` the routed parameters one token uses on this GPU on average
+    (top-k of them, split over the EP/TP GPUs), ``moe_layers`` its MoE blocks.
     """
 
     layers: int
@@ -160,6 +200,9 @@ class StageLayout:
     attn_heads: int
     first: bool
     last: bool
+    moe_layers: int = 0
+    routed_params: int = 0
+    routed_flop_params: float = 0.0
 
 
 def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
@@ -169,12 +212,24 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
     # k/v projections shrink with the KV heads a GPU holds, the rest of a block with tp.
     kv_proj = shape.kv_proj_params * kv_heads // shape.n_kv_heads
     layer = (shape.layer_params - shape.kv_proj_params) // tp + kv_proj
+    # MoE blocks: the non-expert part as above (the router replicated), plus this GPU's
+    # experts: E / ep whole ones under EP, all E split over tp without (vLLM)
+    moe_tp = tp if dep.ep == 1 else 1
+    local_experts = shape.n_experts // dep.ep
+    moe_layer = (shape.moe_fixed_params - shape.kv_proj_params - shape.moe_replicated_params
+                 ) // tp + kv_proj + shape.moe_replicated_params
+    routed_layer = local_experts * (shape.expert_params // moe_tp)
+    routed_flops = shape.top_k * shape.expert_params / (dep.ep * moe_tp)
     base, extra = divmod(shape.n_layers, dep.pp)
     layouts = []
+    start = 0
     for s in range(dep.pp):
         n = base + (1 if s < extra else 0)
         first, last = s == 0, s == dep.pp - 1
-        streamed = n * layer + (math.ceil(shape.head_params / tp) if last else 0)
+        n_moe = sum(shape.moe_layers[start:start + n])
+        start += n
+        streamed = (n - n_moe) * layer + n_moe * moe_layer \
+            + (math.ceil(shape.head_params / tp) if last else 0)
         # A tied lm_head on a single stage is the embedding matrix itself: stored once.
         tied_once = dep.model.config.tied and first and last
         embedding = shape.embedding_params if first else 0
@@ -182,16 +237,19 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
             embedding -= dep.model.config.vocab_size * (
                 dep.model.config.word_embed_proj_dim or shape.hidden
             )
-        stored = streamed + math.ceil(embedding / tp)
+        stored = streamed + math.ceil(embedding / tp) + n_moe * routed_layer
         layouts.append(
             StageLayout(
                 layers=n,
                 streamed_params=streamed,
                 stored_params=stored,
-                kv_values_per_token=n * 2 * kv_heads * shape.d_head,
+                kv_values_per_token=n * shape.kv_values_per_layer(kv_heads),
                 attn_heads=shape.n_heads // tp,
                 first=first,
                 last=last,
+                moe_layers=n_moe,
+                routed_params=n_moe * routed_layer,
+                routed_flop_params=n_moe * routed_flops,
             )
         )
     return tuple(layouts)

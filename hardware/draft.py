@@ -158,6 +158,9 @@ def tree_attended_keys(widths: Sequence[int], context: float | np.ndarray) -> fl
 def _draft_per_gpu(draft: DraftSetup) -> tuple[int, float]:
     """Draft weight bytes on each GPU and its KV bytes per (target) token per GPU."""
     weights = max(draft.cost.resident_weight_bytes())
+    dep = draft.cost.dep
+    if dep.n_gpus > 1 and dep.model.shape.n_experts:  # DeepSeek's MTP module, sharded like
+        return weights, max(draft.cost.stage_kv_bytes_per_token)  # its target: per GPU
     return weights, draft.cost.kv_bytes_per_token / draft.replicas
 
 

@@ -64,7 +64,7 @@ def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
     usable = dep.usable_bytes_per_gpu
     fraction = 0.0
     for c in counts:
-        layer_bytes = c.body_params / c.layers * dep.weight_bits / 8
+        layer_bytes = (c.body_params + c.routed_params) / c.layers * dep.weight_bits / 8
         kv = max(dep.kv_tokens * c.kv_bytes_per_token, AUTO_KV_FRACTION * usable)
         excess = c.stored_bytes + kv - usable
         if excess <= 0:
@@ -74,5 +74,5 @@ def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
         fraction = max(fraction, blocks * layer_bytes / c.stored_bytes)
     if fraction == 0.0:
         return 0.0, tuple(0 for _ in counts)
-    return fraction, tuple(int(AUTO_BUFFER_LAYERS * c.body_params / c.layers
+    return fraction, tuple(int(AUTO_BUFFER_LAYERS * (c.body_params + c.routed_params) / c.layers
                                * dep.weight_bits / 8) for c in counts)

@@ -59,7 +59,7 @@ class DrafterError(UserError):
 
 
 class _DraftCosts:
-    """``make_cost(model_spec, tp)``: a drafting model's cost model on the deployment's GPU,
+    """``make_cost(model_spec, tp, ep)``: a drafting model's cost model on the deployment's GPU,
     at ``deployment.draft_weight_bits`` (the target's when unset; in fp8 only when that is
     8 bits and ``compute_dtype`` is fp8), the target's KV width, timing backend and
     framework; ``catalog`` for drafters that name a catalog model. Its passes run inside the
@@ -69,13 +69,13 @@ class _DraftCosts:
     def __init__(self, sc: Scenario, catalog, gpu) -> None:
         self.sc, self.catalog, self.gpu = sc, catalog, gpu
 
-    def __call__(self, spec, tp: int = 1):
+    def __call__(self, spec, tp: int = 1, ep: int = 1):
         from hardware.cost import CostModel
         from hardware.deployment import Deployment
 
         d = self.sc.deployment
         bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
-        return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, weight_bits=bits,
+        return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, ep=ep, weight_bits=bits,
                                     kv_bits=d.kv_bits,
                                     compute_dtype=d.compute_dtype if bits == 8 else None,
                                     timing=d.timing, framework=d.framework,
@@ -105,7 +105,7 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
     timing = {"timing": d.timing, "framework": d.framework}
     target = CostModel(
         Deployment(model=catalog.model(sc.models.target), gpu=gpu, tp=d.tp, pp=d.pp,
-                   weight_bits=d.weight_bits, kv_bits=d.kv_bits,
+                   ep=d.ep, weight_bits=d.weight_bits, kv_bits=d.kv_bits,
                    offload_fraction=d.offload_fraction, compute_dtype=d.compute_dtype,
                    **timing),
         catalog,

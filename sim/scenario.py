@@ -75,6 +75,11 @@ class Deployment(Strict):
     gpu: str = "h100"
     tp: Gpus = 1
     pp: Gpus = 1
+    # expert parallelism of an MoE target (vLLM's --enable-expert-parallel): 1 = every
+    # expert split over tp; tp = whole experts, E/ep per GPU; tp x dp = dp data-parallel
+    # attention groups with an all-to-all per MoE layer (the replica then has tp x dp x pp
+    # GPUs)
+    ep: Gpus = 1
     weight_bits: Literal[4, 8, 16] = 16
     # Real deployments often quantise the target and keep the small draft in 16 bits
     # (lecture §7.3: Llama-3-70B at 8 bits + a 16-bit Llama-3.2-1B draft).

@@ -24,20 +24,22 @@ __all__ = ["TIMINGS", "Breakdown", "StageCounts", "gpu_timing_data", "make_timin
 
 
 def make_timing(dep, counts, tp_link, pp_link, host_link, offload_fraction: float,
-                framework):
+                framework, ep_link=None):
     """The timing backend ``dep.timing`` asks for (``auto``: measured, else roofline).
 
-    ``measured`` asked for explicitly but not covered is a UserError saying why.
+    ``ep_link`` carries an MoE model's all-to-all (expert parallelism over data-parallel
+    attention groups; default the TP link). ``measured`` asked for explicitly but not
+    covered is a UserError saying why.
     """
     from hardware.timing.paper import PaperTiming
 
     args = (dep, counts, tp_link, pp_link, host_link, offload_fraction)
     if dep.timing == "paper":
-        return PaperTiming(*args)
+        return PaperTiming(*args, ep_link=ep_link or tp_link)
     from hardware.timing.roofline import RooflineTiming
 
     if dep.timing == "roofline":
-        return RooflineTiming(*args, framework)
+        return RooflineTiming(*args, framework, ep_link=ep_link)
     from hardware.timing.aic import TablesUnavailable
     from hardware.timing.measured import MeasuredTiming
 
@@ -46,7 +48,7 @@ def make_timing(dep, counts, tp_link, pp_link, host_link, offload_fraction: floa
     except TablesUnavailable as why:
         if dep.timing == "measured":
             raise UserError(f"timing: measured: {why}") from None
-        fallback = RooflineTiming(*args, framework)
+        fallback = RooflineTiming(*args, framework, ep_link=ep_link)
         fallback.note = f"auto: roofline, because {why}; {fallback.note}"
         return fallback
 

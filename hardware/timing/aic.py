@@ -38,7 +38,7 @@ import numpy as np
 
 __all__ = ["PINNED", "TablesUnavailable", "GRID", "framework_version", "layer_table",
            "allreduce_table", "head_table", "attention_fit", "gemm_seconds",
-           "allreduce_seconds"]
+           "allreduce_seconds", "moe_table", "mla_fit"]
 
 PINNED = "0.12.0"
 BACKENDS = ("vllm", "sglang", "trtllm")
@@ -319,5 +319,125 @@ def attention_fit(system: str, backend: str, heads: int, kv_heads: int, head_dim
     a = np.asarray(rows, dtype=np.float64)  # [Q, 5]
     t = np.asarray(times)  # [Q]
     coef, _ = nnls(a / t[:, None], np.ones_like(t))  # relative error, coefficients >= 0
+    err = np.abs(a @ coef / t - 1.0)  # [Q]
+    return (*(float(c) for c in coef), float(np.median(err)), float(err.max()))
+
+
+# ---- mixture of experts and MLA ------------------------------------------------------------
+#
+# The package answers MoE queries for shapes it has no rows for by borrowing another
+# quantisation's curve (its "cross-profile transfer"); SpecSim uses only measured rows, so
+# it first looks the exact shape up in the tables' own files.
+
+
+def _table_file(system: str, backend: str, family: str, name: str):
+    """The parquet file of one of the package's tables for ``system`` / ``backend``."""
+    from pathlib import Path
+
+    import aiconfigurator_core
+
+    version = framework_version(system, backend)
+    return Path(aiconfigurator_core.__file__).parent / "systems" / "data" / system / family \
+        / backend / version / name
+
+
+@cache
+def _moe_rows(system: str, backend: str) -> frozenset:
+    """(quant, hidden, inter, topk, experts, moe_tp, moe_ep) of the balanced-routing rows."""
+    import pandas as pd
+
+    path = _table_file(system, backend, "moe", "moe_perf.parquet")
+    try:
+        df = pd.read_parquet(path, columns=["moe_dtype", "hidden_size", "inter_size", "topk",
+                                            "num_experts", "moe_tp_size", "moe_ep_size",
+                                            "distribution"])
+    except (OSError, ImportError, ValueError) as err:
+        raise TablesUnavailable(f"no {backend} MoE tables for {system}: {_first_line(err)}") \
+            from None
+    df = df[df["distribution"] == "balanced"].drop(columns="distribution")
+    return frozenset(tuple(r) for r in df.itertuples(index=False, name=None))
+
+
+@lru_cache(maxsize=64)
+def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, experts: int,
+              moe_tp: int, moe_ep: int, quant: str) -> tuple[float, ...]:
+    """Seconds of one MoE layer's routed experts (the fused-MoE kernel, balanced routing) at
+    every total token count of ``GRID``: each GPU holds ``experts / moe_ep`` experts split
+    ``moe_tp`` ways. ``quant``: bfloat16, or fp8 (W8A8: the faster of the per-tensor and the
+    block-scaled kernels per size, as for the GEMMs). TablesUnavailable unless the shape has
+    measured rows."""
+    rows = _moe_rows(system, backend)
+    quants = ("fp8", "fp8_block") if quant == "fp8" else (quant,)
+    have = [q for q in quants if (q, hidden, inter, topk, experts, moe_tp, moe_ep) in rows]
+    if not have:
+        raise TablesUnavailable(
+            f"the {backend} MoE tables on {system} have no {quant} rows for hidden {hidden}, "
+            f"expert width {inter}, top-{topk} of {experts} experts at moe_tp {moe_tp} / "
+            f"moe_ep {moe_ep}")
+    ops, common = _package()[3:5]
+    tables = []
+    for q in have:
+        op = ops.MoE("moe", 1, hidden, inter, topk, experts, moe_tp, moe_ep,
+                     getattr(common.MoEQuantMode, q), "balanced", 1)
+        tables.append([_evaluate(system, backend, [op], is_context=False, batch_size=1, s=1,
+                                 x=m)[0] for m in GRID])
+    return tuple(min(vals) for vals in zip(*tables, strict=True))
+
+
+@cache
+def _mla_rows(system: str, backend: str) -> frozenset:
+    """(phase, heads, kv dtype, gemm dtype) of the MLA module tables (DeepSeek-V3 shape)."""
+    import pandas as pd
+
+    out = set()
+    for phase in ("context", "generation"):
+        path = _table_file(system, backend, "mla", f"mla_{phase}_module_perf.parquet")
+        try:
+            df = pd.read_parquet(path, columns=["model", "num_heads", "kv_cache_dtype",
+                                                "gemm_type"])
+        except (OSError, ImportError, ValueError):
+            continue
+        df = df[df["model"] == "deepseek-ai/DeepSeek-V3"].drop(columns="model")
+        out |= {(phase, *r) for r in df.itertuples(index=False, name=None)}
+    return frozenset(out)
+
+
+# Query points of the MLA fit: the attention fit's decode and prefill points (the module
+# tables hold no cached prefix, so prefills start from an empty cache).
+_MLA_PREFILL = [(b, s) for b in (1, 4) for s in (128, 512, 2048, 8192)]
+
+
+@lru_cache(maxsize=32)
+def mla_fit(system: str, backend: str, heads: int, kv_bits: int,
+            gemm: str) -> tuple[float, ...]:
+    """DeepSeek-V3's whole MLA attention block on one GPU (``heads`` query heads: its
+    projections, the latent attention and o_proj, as the package's module tables measure
+    it) as ``a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys`` seconds per layer, fitted
+    like :func:`attention_fit`; ``gemm`` bfloat16 or fp8_block. Returns the coefficients,
+    then the median and worst relative error."""
+    from scipy.optimize import nnls
+
+    kv = "bfloat16" if kv_bits == 16 else "fp8"
+    rows_have = _mla_rows(system, backend)
+    for phase in ("generation", "context"):
+        if (phase, heads, kv, gemm) not in rows_have:
+            raise TablesUnavailable(f"the {backend} MLA module tables on {system} have no "
+                                    f"{phase} rows for {heads} heads, {kv} KV, {gemm} GEMMs")
+    ops, common = _package()[3:5]
+    kv_mode = getattr(common.KVCacheQuantMode, kv)
+    fmha, g = common.FMHAQuantMode.bfloat16, getattr(common.GEMMQuantMode, gemm)
+    gen = [ops.MLAModule("mla", 1, False, heads, kv_mode, fmha, g, native_num_heads=128)]
+    ctx = [ops.MLAModule("mla", 1, True, heads, kv_mode, fmha, g, native_num_heads=128)]
+    rows, times = [], []
+    for b, s in _DECODE:
+        times.append(_evaluate(system, backend, gen, is_context=False, batch_size=b, s=s)[0])
+        rows.append((1.0, b, b, b * s, b * s))
+    for b, s in _MLA_PREFILL:
+        times.append(_evaluate(system, backend, ctx, is_context=True, batch_size=b, s=s,
+                               prefix=0)[0])
+        rows.append((1.0, b, b * s, b * s, b * s * (s + 1) / 2))
+    a = np.asarray(rows, dtype=np.float64)  # [Q, 5]
+    t = np.asarray(times)  # [Q]
+    coef, _ = nnls(a / t[:, None], np.ones_like(t))
     err = np.abs(a @ coef / t - 1.0)  # [Q]
     return (*(float(c) for c in coef), float(np.median(err)), float(err.max()))

@@ -48,6 +48,17 @@ class StageCounts:
     weight_bytes: float
     kv_bytes_per_token: float
     stored_bytes: float
+    # MoE (defaults: a dense stage). ``routed_bytes``: every local routed expert's bytes
+    # (a pass reads the share ``1 - expert_miss ** tokens`` it touches, hardware.moe);
+    # ``dp`` attention groups share the replica's tokens, KV and sequences evenly, so the
+    # per-token, per-key and per-KV-entry figures above are per *replica* token.
+    moe_layers: int = 0
+    local_experts: int = 0
+    routed_params: int = 0
+    routed_bytes: float = 0.0
+    routed_flop_per_token: float = 0.0
+    expert_miss: float = 1.0
+    dp: int = 1
 
 
 def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[StageCounts, ...]:
@@ -56,6 +67,8 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
     wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
     head = math.ceil(shape.head_params / dep.tp)
     out = []
+    if shape.n_experts:
+        return _moe_stage_counts(dep, layouts, head)
     for lay in layouts:
         h = head if lay.last else 0
         out.append(StageCounts(
@@ -67,6 +80,36 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             weight_bytes=lay.streamed_params * wb,
             kv_bytes_per_token=lay.kv_values_per_token * kvb,
             stored_bytes=lay.stored_params * wb,
+        ))
+    return tuple(out)
+
+
+def _moe_stage_counts(dep: Deployment, layouts, head: int) -> tuple[StageCounts, ...]:
+    """Stage counts of an MoE deployment: the dense part's work is shared by the ``dp``
+    attention groups (each GPU runs 1/dp of the tokens through it), the routed experts'
+    by all tokens (``routed_flop_params`` per token on this GPU)."""
+    shape, dp = dep.model.shape, dep.attention_dp
+    wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
+    miss = 1.0 - shape.top_k / shape.n_experts
+    out = []
+    for lay in layouts:
+        h = head if lay.last else 0
+        out.append(StageCounts(
+            layers=lay.layers,
+            body_params=lay.streamed_params - h,
+            head_params=h,
+            flop_per_token=2.0 * lay.streamed_params / dp + 2.0 * lay.routed_flop_params,
+            flop_per_key=lay.layers * lay.attn_heads * shape.key_flops_per_head / dp,
+            weight_bytes=lay.streamed_params * wb,
+            kv_bytes_per_token=lay.kv_values_per_token * kvb / dp,
+            stored_bytes=lay.stored_params * wb,
+            moe_layers=lay.moe_layers,
+            local_experts=shape.n_experts // dep.ep,
+            routed_params=lay.routed_params,
+            routed_bytes=lay.routed_params * wb,
+            routed_flop_per_token=2.0 * lay.routed_flop_params,
+            expert_miss=miss,
+            dp=dp,
         ))
     return tuple(out)
 

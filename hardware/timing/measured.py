@@ -5,13 +5,17 @@ Per pipeline stage, per GPU, from the tables ``hardware.timing.aic`` reads for t
 costs a few interpolations):
 
 - gemm_s      = layers x (the block's GEMMs at m = new tokens: q/k/v, o, gate/up, down, or
-                OPT's fc1/fc2, per GPU under TP) + the lm_head GEMM (16-bit) at m = head
+                OPT's fc1/fc2, per GPU under TP; an MoE block: its attention and shared-
+                expert GEMMs, the 16-bit router GEMM and the fused-MoE kernel's measured
+                time at the pass's tokens, the experts sharded as vLLM shards them; MLA's
+                projections are in its attention term) + the lm_head GEMM (16-bit) at m = head
                 tokens (min(new, 32 per sequence)), interpolated linearly between the
                 tabulated token counts;
 - allreduce_s = 2 x layers x the framework's all-reduce of new x hidden 16-bit values;
 - attention_s = layers x (a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys), a least-squares
                 fit to the measured decode and prefill attention kernels of the GPU's heads
-                (its median and worst error are in ``note``);
+                (its median and worst error are in ``note``); for MLA (DeepSeek-V3) to the
+                package's module tables, the whole attention block with its projections;
 - host_s, overhead_s as in the roofline (offloading is not in the tables; the framework's
   CPU-side ``step_s + layer_s·layers + seq_s·sequences`` is not either);
 - stage_s = max(gemm_s + attention_s + allreduce_s, host_s) + overhead_s (the sum for a
@@ -33,7 +37,7 @@ from hardware.timing import aic
 from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
 from hardware.timing.roofline import collective_params, roofline_params, weight_format
 
-__all__ = ["MeasuredTiming", "block_gemms"]
+__all__ = ["MeasuredTiming", "block_gemms", "moe_block_gemms"]
 
 _GRID = tuple(float(m) for m in aic.GRID)
 _QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
@@ -59,11 +63,27 @@ def block_gemms(dep) -> tuple[tuple[int, int], ...]:
     h, d = shape.hidden, shape.d_head
     q = shape.n_heads // tp * d
     kv = dep.kv_heads_per_gpu * d
-    if cfg.model_type == "llama":
+    if cfg.model_type in ("llama", "mixtral", "qwen3_moe"):
         inter = cfg.intermediate_size // tp
         return ((q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter))
     ffn = cfg.ffn_dim // tp
     return ((q + 2 * kv, h), (h, q), (ffn, h), (h, ffn))
+
+
+def moe_block_gemms(dep) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """(n, k) of the GEMMs of a dense and of an MoE block of an MoE model on one GPU,
+    routed experts and router excluded (the MoE table and a 16-bit GEMM price those).
+    MLA's projections are in its module tables (``aic.mla_fit``), so not here."""
+    cfg, shape, tp = dep.model.config, dep.model.shape, dep.tp
+    h = shape.hidden
+    attn = () if cfg.mla else block_gemms(dep)[:2]
+    dense = ()
+    if cfg.intermediate_size and not all(shape.moe_layers):
+        inter = cfg.intermediate_size // tp
+        dense = ((2 * inter, h), (h, inter))
+    shared = (cfg.n_shared_experts or 0) * (cfg.moe_intermediate_size or 0) // tp
+    moe = ((2 * shared, h), (h, shared)) if shared else ()
+    return attn + dense, attn + moe
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +105,8 @@ class _Stage:
     fixed_s: float
     per_seq_s: float
     overlap: bool
+    sol_routed: float = 0.0  # MoE: every local routed expert's bytes over the bandwidth
+    miss: float = 1.0  # MoE: 1 - k/E
 
 
 class MeasuredTiming:
@@ -105,23 +127,39 @@ class MeasuredTiming:
                                         f"server of {gpu.gpus_per_node} GPUs")
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
-        gemm = aic.layer_table(system, backend, block_gemms(dep), _QUANT[fmt])
+        if shape.n_experts:
+            dense, moe = _moe_tables(dep, system, backend, fmt)
+        else:
+            dense = aic.layer_table(system, backend, block_gemms(dep), _QUANT[fmt])
+            moe = None
         ar = aic.allreduce_table(system, backend, shape.hidden, tp) if tp > 1 else None
         proj = dep.model.config.word_embed_proj_dim or shape.hidden
         head = aic.head_table(system, backend, math.ceil(dep.model.config.vocab_size / tp),
                               proj)
-        *att, att_median, att_worst = aic.attention_fit(
-            system, backend, shape.n_heads // tp, dep.kv_heads_per_gpu, shape.d_head,
-            dep.kv_bits)
+        if dep.model.config.mla:
+            if fmt not in ("w16", "fp8"):
+                raise aic.TablesUnavailable(f"the MLA module tables have no {_QUANT[fmt]} "
+                                            f"GEMMs")
+            *att, att_median, att_worst = aic.mla_fit(
+                system, backend, shape.n_heads // tp, dep.kv_bits,
+                "bfloat16" if fmt == "w16" else "fp8_block")
+        else:
+            *att, att_median, att_worst = aic.attention_fit(
+                system, backend, shape.n_heads // tp, dep.kv_heads_per_gpu, shape.d_head,
+                dep.kv_bits)
         rp = roofline_params(gpu)
         peak, bw = gpu.peak(dep.dtype), gpu.hbm_bytes_per_s
         step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
         stages = []
         for c in counts:
             L = c.layers
-            g = tuple(L * x for x in gemm)
+            if moe is None:
+                g = tuple(L * x for x in dense)
+            else:  # dense blocks, then MoE blocks (GEMMs + router + routed experts)
+                g = tuple((L - c.moe_layers) * x + c.moe_layers * y
+                          for x, y in zip(dense, moe, strict=True))
             a = tuple(2 * L * x for x in ar) if ar is not None else None
-            offloaded = offload_fraction * c.weight_bytes
+            offloaded = offload_fraction * (c.weight_bytes + c.routed_bytes)
             stages.append(_Stage(
                 lin=tuple(x + y for x, y in zip(g, a, strict=True)) if a else g,
                 gemm=g, allreduce=a, head=head if c.head_params else None,
@@ -133,14 +171,17 @@ class MeasuredTiming:
                         + L * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * L,
                 per_seq_s=framework.seq_s, overlap=framework.offload_overlap,
+                sol_routed=c.routed_bytes / bw, miss=c.expert_miss,
             ))
         self._stages = tuple(stages)
         self._single = stages[0] if len(stages) == 1 else None
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
         self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
+        kinds = f"{_QUANT[fmt]} GEMMs" + ("; MoE kernel tables" if moe else "") \
+            + ("; MLA module tables" if dep.model.config.mla else "")
         self.note = (f"measured: aiconfigurator-core {aic.PINNED} tables {system} / "
-                     f"{backend} {version} ({_QUANT[fmt]} GEMMs; attention fit median "
+                     f"{backend} {version} ({kinds}; attention fit median "
                      f"{att_median:.0%}, worst {att_worst:.0%}); framework {framework.name} "
                      f"{framework.version} overheads")
 
@@ -206,7 +247,7 @@ class MeasuredTiming:
             parts["host_s"] += st.host_s
             parts["overhead_s"] += st.fixed_s + st.per_seq_s * n
             compute += st.sol_per_token * new + st.sol_per_key * keys
-            memory += st.sol_weight + st.sol_per_kv * kv
+            memory += st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new)
             comm += ar
             host += st.host_s
             stage_s.append(self._stage_seconds(st, new, kv, keys, n))
@@ -218,3 +259,29 @@ class MeasuredTiming:
         return Breakdown(sum(stage_s) + hops * hop_s, compute, memory, comm, host,
                          parts["overhead_s"], largest(compute, memory, comm, host),
                          tuple(stage_s), hop_s, parts)
+
+
+_MOE_QUANT = {"w16": "bfloat16", "fp8": "fp8"}  # int8/int4 weight-only: no such MoE rows
+
+
+def _moe_tables(dep, system: str, backend: str, fmt: str):
+    """(a dense block's, an MoE block's seconds over the grid) of an MoE model: an MoE
+    block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
+    experts' fused-MoE kernel at moe_tp / moe_ep as vLLM shards them (``ep`` 1: every
+    expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU)."""
+    shape, cfg = dep.model.shape, dep.model.config
+    if dep.attention_dp > 1:
+        raise aic.TablesUnavailable(f"ep {dep.ep} > tp {dep.tp} (data-parallel attention "
+                                    "with all-to-all) is not priced from the tables")
+    if fmt not in _MOE_QUANT:
+        raise aic.TablesUnavailable(f"no {_QUANT[fmt]} MoE kernel tables")
+    dense_g, moe_g = moe_block_gemms(dep)
+    zero = tuple(0.0 for _ in aic.GRID)
+    dense = aic.layer_table(system, backend, dense_g, _QUANT[fmt]) if dense_g else zero
+    fixed = aic.layer_table(system, backend, moe_g, _QUANT[fmt]) if moe_g else zero
+    router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")
+    width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
+    moe_tp, moe_ep = (dep.tp, 1) if dep.ep == 1 else (1, dep.ep)
+    routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
+                           moe_tp, moe_ep, _MOE_QUANT[fmt])
+    return dense, tuple(a + b + c for a, b, c in zip(fixed, router, routed, strict=True))

@@ -13,6 +13,12 @@ Per pipeline stage, per GPU (all GPUs of a stage do the same work under TP):
 - host_s = offloaded weight bytes / host-link bandwidth (+ one latency per block);
 - stage_s = max(max(compute_s, memory_s) + comm_s, host_s) + overhead_s (0.5 ms per pass).
 
+An MoE stage (``hardware.moe``) adds to memory_s the touched share of its routed experts,
+routed bytes x (1 - (1 - k/E)^new) / (bandwidth x eta_memory), and its FLOPs count k
+experts per token; with data-parallel attention groups (ep > tp) each all-reduce carries
+the group's 1/dp of the tokens, and each MoE layer adds an all-to-all dispatch and
+combine over ``ep_link``, ring-latency model: (ep - 1) x link latency + bytes / bandwidth.
+
 A pass through the pipeline costs the sum of its stages plus one activation hop
 (tokens x hidden x 2 bytes over ``pp_link``) between consecutive stages. With these
 constants the cost model reproduces the lecture's numbers (6.15 ms, 1.000, c = 0.23, 3.7x,
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hardware.moe import a2a_bytes_per_token
 from hardware.timing.base import Breakdown, largest
 
 __all__ = ["PaperTiming", "ACTIVATION_BYTES"]
@@ -48,6 +55,20 @@ class _Stage:
     comm_per_token_s: float
     host_s: float
     overhead_s: float
+    routed_s: float = 0.0  # MoE: every local routed expert's bytes over the bandwidth
+    miss: float = 1.0  # MoE: 1 - k/E
+
+
+def _moe_stage_parts(
+    st: _Stage, new: float, kv_tokens: float, keys: float
+) -> tuple[float, float, float, float]:
+    """:func:`_stage_parts` of an MoE stage: the experts ``new`` tokens touch are read."""
+    compute = st.compute_s_per_token * new + st.compute_s_per_key * keys
+    memory = st.weight_s + st.routed_s * (1.0 - st.miss ** new) \
+        + st.memory_s_per_kv_token * kv_tokens
+    comm = st.comm_fixed_s + st.comm_per_token_s * new
+    gpu = (compute if compute > memory else memory) + comm
+    return compute, memory, comm, (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
 
 
 def _stage_parts(
@@ -70,15 +91,23 @@ class PaperTiming:
 
     name = "paper"
 
-    def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float):
+    def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float,
+                 ep_link=None):
         gpu, shape, tp = dep.gpu, dep.model.shape, dep.tp
         inv_flops_per_s = 1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute)
         inv_bytes_per_s = 1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory)
         ring_steps = 2 * (tp - 1)
+        moe = bool(shape.n_experts)
+        self._parts = _moe_stage_parts if moe else _stage_parts
+        ep_link = ep_link or tp_link
         stages = []
         for c in counts:
             all_reduces = 2 * c.layers if tp > 1 else 0
             offloaded = offload_fraction * c.weight_bytes
+            if moe:
+                stages.append(_moe_stage(dep, c, tp_link, ep_link, host_link,
+                                         offload_fraction, inv_flops_per_s, inv_bytes_per_s))
+                continue
             stages.append(_Stage(
                 compute_s_per_token=c.flop_per_token * inv_flops_per_s,
                 compute_s_per_key=c.flop_per_key * inv_flops_per_s,
@@ -102,14 +131,14 @@ class PaperTiming:
         """Seconds of one pass."""
         st = self._single
         if st is not None:
-            return _stage_parts(st, new, kv, keys)[3]
+            return self._parts(st, new, kv, keys)[3]
         return self._pipeline(new, kv, keys)[0]
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
         """(seconds, the largest of compute, memory, comm and host)."""
         st = self._single
         if st is not None:
-            compute, memory, comm, seconds = _stage_parts(st, new, kv, keys)
+            compute, memory, comm, seconds = self._parts(st, new, kv, keys)
             return seconds, largest(compute, memory, comm, st.host_s)
         seconds, compute, memory, comm, host, _, _ = self._pipeline(new, kv, keys)
         return seconds, largest(compute, memory, comm, host)
@@ -138,8 +167,9 @@ class PaperTiming:
         """
         compute = memory = comm = host = 0.0
         stage_s = []
+        parts = self._parts
         for st in self._stages:
-            c_s, m_s, x_s, s_s = _stage_parts(st, new, kv_tokens, keys)
+            c_s, m_s, x_s, s_s = parts(st, new, kv_tokens, keys)
             compute += c_s
             memory += m_s
             comm += x_s
@@ -149,3 +179,30 @@ class PaperTiming:
         hop_s = self.hop_seconds(new) if hops else 0.0
         comm += hops * hop_s
         return sum(stage_s) + hops * hop_s, compute, memory, comm, host, tuple(stage_s), hop_s
+
+
+def _moe_stage(dep, c, tp_link, ep_link, host_link, offload_fraction: float,
+               inv_flops_per_s: float, inv_bytes_per_s: float) -> _Stage:
+    """The paper GPU's constants of an MoE stage (see the module notes)."""
+    gpu, shape, tp, ep, dp = dep.gpu, dep.model.shape, dep.tp, dep.ep, c.dp
+    ring_steps = 2 * (tp - 1)
+    all_reduces = 2 * c.layers if tp > 1 else 0
+    a2a = 2 * c.moe_layers if dp > 1 else 0  # dispatch + combine per MoE layer
+    offloaded = offload_fraction * (c.weight_bytes + c.routed_bytes)
+    a2a_fixed = a2a * (ep - 1) * ep_link.latency_s if a2a else 0.0
+    a2a_per_token = a2a * a2a_bytes_per_token(ep, shape.top_k, shape.hidden) \
+        / ep_link.bytes_per_s if a2a else 0.0
+    return _Stage(
+        compute_s_per_token=c.flop_per_token * inv_flops_per_s,
+        compute_s_per_key=c.flop_per_key * inv_flops_per_s,
+        weight_s=c.weight_bytes * inv_bytes_per_s,
+        memory_s_per_kv_token=c.kv_bytes_per_token * inv_bytes_per_s,
+        comm_fixed_s=all_reduces * ring_steps * tp_link.latency_s + a2a_fixed,
+        comm_per_token_s=all_reduces * (ring_steps / tp) * shape.hidden * ACTIVATION_BYTES
+        / tp_link.bytes_per_s / dp + a2a_per_token,
+        host_s=(offloaded / host_link.bytes_per_s + c.layers * host_link.latency_s)
+        if offloaded > 0 else 0.0,
+        overhead_s=gpu.overhead_s,
+        routed_s=c.routed_bytes * inv_bytes_per_s,
+        miss=c.expert_miss,
+    )

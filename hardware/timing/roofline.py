@@ -20,6 +20,17 @@ links, ``FrameworkSpec`` of the serving engine):
               ``offload_overlap``, before each layer runs (sum);
 - overhead  = step_s + layer_s·layers + seq_s·sequences (the framework's CPU-side work).
 
+An MoE stage (``hardware.moe``) adds the touched share of its routed experts to
+memory_s, (1 - (1 - k/E)^new) x routed bytes / (HBM·eta_w), with each MoE layer's fused-MoE
+kernel streamed as one more shard (+ weights_half_bytes per MoE layer: on the H200 that is
+46 us at fp8, where vLLM's measured fused-MoE kernel for DeepSeek-V3 at TP 8 has an
+intercept of about 48 us, aiconfigurator-core 0.12.0 h200_sxm tables), and k experts per
+token to compute_s; with
+data-parallel attention (ep > tp) the dense part, the attention, the KV, the all-reduces
+and the per-sequence overhead carry 1/dp of the replica's batch, and each MoE layer adds
+an all-to-all dispatch and combine over the EP link: 2 x (call_s + (ep-1)·step_s +
+bytes / (bandwidth·eta)).
+
 A GPU without calibrated parameters (``roofline: null``) runs at its paper efficiencies
 (``eta_compute``, ``eta_memory`` everywhere, a sharp corner, the full host bandwidth); a
 link without ``collective`` has only its per-step ``latency_s``.
@@ -30,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
+from hardware.moe import a2a_bytes_per_token
 from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
 
 __all__ = ["RooflineTiming", "roofline_params", "collective_params", "weight_format",
@@ -93,6 +105,24 @@ class _Stage:
     p: float
     inv_p: float
     overlap: bool
+    routed_s: float = 0.0  # MoE: reading every local routed expert
+    miss: float = 1.0  # MoE: 1 - k/E
+
+
+def _moe_parts(st: _Stage, new: float, kv: float, keys: float, n: float):
+    """:func:`_parts` of an MoE stage: the routed experts ``new`` tokens touch are read."""
+    cap = HEAD_TOKENS_PER_SEQ * n
+    compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
+        + st.per_key * keys
+    memory = st.weight_s + st.routed_s * (1.0 - st.miss ** new) + st.per_kv * kv
+    comm = st.comm_fixed_s + st.comm_per_token_s * new
+    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm
+    host = st.host_s
+    if st.overlap:
+        t = busy if busy > host else host
+    else:
+        t = busy + host
+    return compute, memory, comm, t + st.fixed_s + st.per_seq_s * n
 
 
 def _parts(st: _Stage, new: float, kv: float, keys: float, n: float):
@@ -117,7 +147,7 @@ class RooflineTiming:
     name = "roofline"
 
     def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float,
-                 framework, note: str = ""):
+                 framework, note: str = "", ep_link=None):
         gpu, shape, tp = dep.gpu, dep.model.shape, dep.tp
         rp = roofline_params(gpu)
         tc, pc = collective_params(tp_link), collective_params(pp_link)
@@ -129,8 +159,15 @@ class RooflineTiming:
         w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
         half = rp.weights_half_bytes
         step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
+        moe = bool(shape.n_experts)
+        self._parts = _moe_parts if moe else _parts
         stages = []
         for c in counts:
+            if moe:
+                stages.append(_moe_stage(dep, c, rp, tc, collective_params(ep_link or tp_link),
+                                         tp_link, ep_link or tp_link, host_link,
+                                         offload_fraction, framework, eta_w, step_s))
+                continue
             body_bytes = c.body_params * dep.weight_bits / 8
             head_bytes = c.head_params * HEAD_BITS / 8
             # a shard of S bytes streams at eta·S/(S + half): + half bytes per layer
@@ -165,14 +202,14 @@ class RooflineTiming:
         """Seconds of one pass."""
         st = self._single
         if st is not None:
-            return _parts(st, new, kv, keys, n)[3]
+            return self._parts(st, new, kv, keys, n)[3]
         return self._pipeline(new, kv, keys, n)[0]
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
         """(seconds, the largest of compute, memory, comm and host)."""
         st = self._single
         if st is not None:
-            compute, memory, comm, seconds = _parts(st, new, kv, keys, n)
+            compute, memory, comm, seconds = self._parts(st, new, kv, keys, n)
             return seconds, largest(compute, memory, comm, st.host_s)
         seconds, compute, memory, comm, host, _, _, _ = self._pipeline(new, kv, keys, n)
         return seconds, largest(compute, memory, comm, host)
@@ -198,8 +235,9 @@ class RooflineTiming:
         """(seconds, compute, memory, comm, host, stage seconds, hop, overhead) over stages."""
         compute = memory = comm = host = overhead = 0.0
         stage_s = []
+        parts = self._parts
         for st in self._stages:
-            c_s, m_s, x_s, s_s = _parts(st, new, kv, keys, n)
+            c_s, m_s, x_s, s_s = parts(st, new, kv, keys, n)
             compute += c_s
             memory += m_s
             comm += x_s
@@ -211,3 +249,40 @@ class RooflineTiming:
         comm += hops * hop_s
         return (sum(stage_s) + hops * hop_s, compute, memory, comm, host, tuple(stage_s),
                 hop_s, overhead)
+
+
+def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction: float,
+               framework, eta_w: float, step_s: float) -> _Stage:
+    """The roofline's constants of an MoE stage (see the module notes)."""
+    gpu, shape, tp, ep, dp = dep.gpu, dep.model.shape, dep.tp, dep.ep, c.dp
+    flops_per_s = gpu.peak(dep.dtype) * rp.eta_compute
+    w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
+    half = rp.weights_half_bytes
+    head_bytes = c.head_params * HEAD_BITS / 8
+    # every block one shard as for a dense model, plus the fused-MoE kernel of each MoE
+    # layer as a shard of its own: its touched experts + weights_half_bytes
+    weight_s = (c.body_params * dep.weight_bits / 8 + (c.layers + c.moe_layers) * half) / w_bw \
+        + ((head_bytes + half) / h_bw if head_bytes else 0.0)
+    all_reduces = 2 * c.layers if tp > 1 else 0
+    a2a = 2 * c.moe_layers if dp > 1 else 0  # dispatch + combine per MoE layer
+    offloaded = offload_fraction * (c.weight_bytes + c.routed_bytes)
+    return _Stage(
+        per_token=(2.0 * c.body_params / dp + c.routed_flop_per_token) / flops_per_s,
+        per_head_token=2.0 * c.head_params / dp / flops_per_s,
+        per_key=c.flop_per_key / flops_per_s,
+        weight_s=weight_s,
+        per_kv=c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
+        comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s)
+        + a2a * (ec.call_s + (ep - 1) * ec.step_s),
+        comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden * _ACT_BYTES
+        / (tp_link.bytes_per_s * tc.eta) / dp
+        + a2a * a2a_bytes_per_token(ep, shape.top_k, shape.hidden)
+        / (ep_link.bytes_per_s * ec.eta),
+        host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
+                + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
+        fixed_s=step_s + framework.layer_s * c.layers,
+        per_seq_s=framework.seq_s / dp,
+        p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
+        routed_s=c.routed_bytes / w_bw,
+        miss=c.expert_miss,
+    )

@@ -91,8 +91,15 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                    help="tensor-parallel GPUs (default 1); more than the GPU's gpus_per_node "
                         "('hw list') span servers")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
-    p.add_argument("--weight-bits", type=int, default=16, choices=(16, 8, 4),
-                   help="bits per weight (default 16; 8/4 = weight-only quantisation)")
+    p.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel GPUs of an MoE model (default 1: every expert split "
+                        "over --tp); --tp: whole experts, E/ep per GPU (vLLM's "
+                        "--enable-expert-parallel); a multiple tp x dp adds dp data-parallel "
+                        "attention groups and an all-to-all per MoE layer")
+    p.add_argument("--weight-bits", type=int, choices=(16, 8, 4),
+                   help="bits per weight (default: the precision the catalog says the "
+                        "checkpoint ships in, 16 unless it names one -- DeepSeek-V3: 8, with "
+                        "FP8 compute; 8/4 = weight-only quantisation)")
     p.add_argument("--kv-bits", type=int, default=16, choices=(16, 8),
                    help="bits per cached K/V value (default 16)")
     p.add_argument("--offload", default="0", metavar="FRACTION",
@@ -110,23 +117,30 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
 
 def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> CostModel:
     """The cost model for the deployment the flags describe, refusing one that cannot run."""
-    for name in ("tp", "pp"):
+    for name in ("tp", "pp", "ep"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
     offload = offload_value(args.offload)
     catalog.framework(args.framework)  # an unknown framework lists the known ones
+    model = catalog.model(args.model)
+    bits, dtype = args.weight_bits, args.compute_dtype
+    if bits is None:  # the checkpoint's own precision (catalog), with its compute dtype
+        bits = model.weight_bits or 16
+        if dtype is None and bits == 8:
+            dtype = model.compute_dtype
     dep = Deployment(
-        model=catalog.model(args.model),
+        model=model,
         gpu=catalog.gpu(args.gpu),
         tp=args.tp,
         pp=args.pp,
-        weight_bits=args.weight_bits,
+        ep=args.ep,
+        weight_bits=bits,
         kv_bits=args.kv_bits,
         offload_fraction=offload,
         tp_link=catalog.link(args.tp_link) if args.tp_link is not None else None,
         pp_link=catalog.link(args.pp_link) if args.pp_link is not None else None,
         kv_tokens=kv_tokens,
-        compute_dtype=args.compute_dtype,
+        compute_dtype=dtype,
         timing=args.timing,
         framework=args.framework,
     )
@@ -162,12 +176,20 @@ def run_step(args: argparse.Namespace) -> int:
         "tp_link": cost.tp_link.id if dep.tp > 1 else None,
         "gpus_per_node": dep.gpu.gpus_per_node,
     }
+    shape = dep.model.shape
+    if shape.n_experts:  # MoE only: a dense model's record stays as it was
+        result.update(ep=dep.ep, n_gpus=dep.n_gpus, attention_dp=dep.attention_dp,
+                      n_experts=shape.n_experts, top_k=shape.top_k,
+                      n_moe_layers=shape.n_moe_layers)
+    else:
+        del result["experts_touched"]
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     ms = 1e3
     tree = f" (tree <{args.tree}>)" if args.tree is not None else ""
-    print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}, "
+    ep = f", ep {dep.ep}" if dep.ep > 1 else ""
+    print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}{ep}, "
           f"{dep.weight_bits}-bit weights, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
           f"{cost.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
           f"over context {args.context}")
@@ -181,13 +203,23 @@ def run_step(args: argparse.Namespace) -> int:
     print(f"  memory         {pc.memory_s * ms:9.3f} ms   {pc.hbm_bytes:.3e} HBM bytes{sol}")
     spans = f", TP over {-(-dep.tp // dep.gpu.gpus_per_node)} servers" \
         if dep.tp > dep.gpu.gpus_per_node else ""
+    links = [f"TP all-reduces over {cost.tp_link.id}{spans}"] if dep.tp > 1 else []
+    if dep.attention_dp > 1:
+        links.append(f"EP all-to-all over {cost.ep_link.id}")
     print(f"  communication  {pc.comm_s * ms:9.3f} ms"
-          + (f"   (TP all-reduces over {cost.tp_link.id}{spans})" if dep.tp > 1 else ""))
+          + (f"   ({', '.join(links)})" if links else ""))
     print(f"  host transfer  {pc.host_s * ms:9.3f} ms")
     print(f"  overhead       {pc.overhead_s * ms:9.3f} ms")
     if dep.pp > 1:
         stages = ", ".join(f"{s * ms:.3f}" for s in pc.stage_s)
         print(f"  stages         [{stages}] ms, hop {pc.hop_s * ms:.3f} ms")
+    if shape.n_experts:
+        dp = f", {dep.attention_dp} data-parallel attention groups" if dep.attention_dp > 1 \
+            else ""
+        n = args.batch * tokens
+        print(f"  experts        {pc.experts_touched:.2f} of {shape.n_experts} routed experts "
+              f"touched per MoE layer ({shape.n_moe_layers} layers, top-{shape.top_k}, "
+              f"{n} token{'s' if n != 1 else ''}; ep {dep.ep}{dp})")
     print(f"  arithmetic intensity {pc.arithmetic_intensity:.2f} FLOP/byte "
           f"(ridge {result['ridge_flop_per_byte']:.0f} FLOP/byte at peak)")
     print(f"  KV cache: {cost.kv_bytes_per_token} bytes/token, capacity {capacity} tokens "
@@ -207,9 +239,11 @@ def run_list(args: argparse.Namespace) -> int:
             "frameworks": {k: v.model_dump(exclude={"id"})
                            for k, v in catalog.frameworks.items()},
             "models": {
-                k: {**v.model_dump(exclude={"id"}, exclude_none=True),
+                k: {**v.model_dump(exclude={"id": True, "config": _defaulted(v.config)},
+                                   exclude_none=True),
                     "total_params": v.shape.total_params,
-                    "streamed_params": v.shape.streamed_params}
+                    "streamed_params": v.shape.streamed_params,
+                    "active_params": v.shape.active_params}
                 for k, v in catalog.models.items()
             },
         }
@@ -240,10 +274,25 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"  {f.id:12s} {f.name} {f.version}  tables {f.tables or 'none'}  "
               f"{f.step_s * 1e3:.3f} ms + {f.layer_s * 1e6:.1f} us/layer + "
               f"{f.seq_s * 1e6:.1f} us/seq")
-    print("Models (params total / read per pass, layers, heads/KV heads, vocab, tied):")
+    print("Models (params total / read per pass (MoE: active per token), layers, heads/KV "
+          "heads, vocab, tied):")
     for m in catalog.models.values():
         s, c = m.shape, m.config
-        print(f"  {m.id:15s} {s.total_params / 1e9:8.3f}B / {s.streamed_params / 1e9:8.3f}B "
+        read = s.active_params if s.n_experts else s.streamed_params
+        moe = f"  {s.n_moe_layers} MoE layers, top-{s.top_k} of {s.n_experts} experts" \
+            if s.n_experts else ""
+        mla = ", MLA" if c.mla else ""
+        print(f"  {m.id:15s} {s.total_params / 1e9:8.3f}B / {read / 1e9:8.3f}B "
               f"{c.num_hidden_layers:3d} layers {c.num_attention_heads:3d}/{c.kv_heads:<3d} heads "
-              f"vocab {c.vocab_size:6d} {'tied' if c.tied else 'untied'}")
+              f"vocab {c.vocab_size:6d} {'tied' if c.tied else 'untied'}{moe}{mla}")
     return 0
+
+
+# MoE / MLA config fields with non-null defaults: listed only where a config sets them
+_MOE_DEFAULTED = ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+                  "mlp_only_layers", "num_nextn_predict_layers", "mtp_module")
+
+
+def _defaulted(config) -> set[str]:
+    """The MoE / MLA fields a model config leaves at their defaults (left out of --json)."""
+    return {f for f in _MOE_DEFAULTED if f not in config.model_fields_set}

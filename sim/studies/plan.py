@@ -239,7 +239,8 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
 def _gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
     """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate's built scenario ``sc``."""
     d = sc.deployment
-    gpus = d.tp * d.pp + (1 if d.draft_placement == "separate"
+    dp = d.ep // d.tp if d.ep > d.tp else 1  # data-parallel attention groups (MoE)
+    gpus = d.tp * d.pp * dp + (1 if d.draft_placement == "separate"
                           and cand.policy.get("kind") != "none" else 0)
     return d.gpu, gpus * d.replicas, _catalog(sc).gpu(d.gpu).price_per_hour_usd
 
