@@ -10,7 +10,10 @@
   again). It drafts autoregressively (one pass per level) and caches KV for its own layers.
 - ``mtp``: the target's own multi-token-prediction module (DeepSeek-V3's next-n layer),
   reused for every draft position as vLLM does: one decoder layer of the target's shape
-  plus the 2h -> h projection, sharing embedding and lm_head.
+  plus the 2h -> h projection, sharing embedding and lm_head. For a DeepSeek target that
+  layer is an MLA + MoE block (the checkpoint's layer 61: 256 routed experts and a shared
+  one), run on the target's GPUs with its tensor and expert parallelism (vLLM's MTP
+  drafter takes the target's parallel config), not replicated per GPU.
 - ``ngram`` / ``suffix``: prompt lookup / suffix-tree matching on the CPU; no GPU pass, no
   draft KV, no lookahead slots (vLLM reserves them only for model-based drafters). On each
   step a sequence finds a match with probability ``proposal_rate`` (otherwise it verifies
@@ -49,10 +52,17 @@ class Drafter:
 
 def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | None = None):
     """The ``hardware.ModelConfig`` that prices an EAGLE/EAGLE-3/MTP head of ``target_config``
-    (llama-family configs only)."""
+    (llama-family configs; ``mtp`` also DeepSeek's MLA + MoE configs)."""
     from hardware.models import ModelConfig
 
     c = target_config
+    if method == "mtp" and c.model_type in ("deepseek_v3", "deepseek_v2"):
+        # DeepSeek-V3 §2.2: the module is one transformer block (MoE, like the layers after
+        # first_k_dense_replace) plus eh_proj and its norms (mtp_module, hardware.blocks)
+        fields = c.model_dump(exclude_unset=True)
+        fields.update(num_hidden_layers=layers, first_k_dense_replace=0,
+                      num_nextn_predict_layers=0, mtp_module=True)
+        return ModelConfig(**fields)
     if c.model_type != "llama":
         raise UserError(f"drafter.method {method}: needs a llama-family target (its decoder "
                         f"layer is the head's), got model_type {c.model_type!r}")

@@ -4,7 +4,7 @@ A variant without ``drafter`` drafts with ``models.draft`` by ``models.method``.
 names its method and knobs and builds the engine's ``sim.drafters.Drafter`` with
 ``build(target, draft_model, make_cost, placement)``: ``target`` the target's cost model,
 ``draft_model`` the catalog ``ModelSpec`` of ``models.draft`` (or None),
-``make_cost(model_spec, tp)`` a cost model for a drafting model on the deployment's GPU,
+``make_cost(model_spec, tp, ep=1)`` a cost model for a drafting model on the deployment's GPU,
 ``placement`` the deployment's draft placement. vLLM's names in comments.
 """
 
@@ -83,6 +83,13 @@ class MtpDrafter(Strict):
         cfg = head_config(target.dep.model.config, "mtp", self.layers)
         spec = ModelSpec(id=f"{target.dep.model.id}-mtp", config=cfg,
                          source=f"MTP module of {target.dep.model.id}")
+        t = target.dep
+        if cfg.routed_experts and placement == "colocated":
+            # an MoE module (DeepSeek): sharded like the target, one copy (sim.drafters)
+            from hardware.draft import DraftSetup
+
+            return Drafter("mtp", DraftSetup(cost=make_cost(spec, t.tp, t.ep),
+                                             placement="colocated"))
         return Drafter("mtp", _setup(make_cost(spec, 1), target, placement))
 
 
