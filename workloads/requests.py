@@ -33,10 +33,13 @@ REQUIRED_COLUMNS = ("arrival_at", "prompt_tokens", "output_tokens")
 class RequestSpec:
     """One request of a workload (immutable). ``arrival_at`` is absolute seconds.
 
-    ``hash_ids`` is the prompt's block hashes where the source records them (a Mooncake
-    trace: one id per ``hash_block_tokens`` tokens of the prompt, the last block possibly
-    partial; equal ids at the same position mean a shared prefix), else None. Kept for
-    prefix caching; the engine does not read them yet.
+    ``hash_ids`` say which of the prompt's tokens other prompts share (for prefix caching,
+    ``workloads.prefix_blocks``): id k stands for tokens [k·b, (k+1)·b) of the prompt, b =
+    ``hash_block_tokens`` (the last one possibly partial), and prompts that begin with the
+    same ids begin with the same tokens. A Mooncake trace gives one id per 512 tokens of the
+    whole prompt; a synthetic shared system prompt one id (its group) for its
+    ``shared_prefix_tokens``; tokens past what the ids cover are the request's own. None:
+    the prompt shares nothing.
     """
 
     id: int
@@ -78,13 +81,23 @@ def build_requests(
     n: int | None = None,
     horizon_s: float | None = None,
     tasks: Mapping[str, float] | None = None,
+    shared_prefix_tokens: int = 0,
+    shared_prefix_groups: int = 1,
 ) -> list[RequestSpec]:
     """Requests for a count ``n`` or a horizon ``horizon_s`` (exactly one).
 
     ``tasks`` maps task names to weights (default: every request is task 'default').
-    Four generators are spawned from ``rng``: arrivals, prompt lengths, output lengths,
-    tasks — in that order, whatever is used.
+    ``shared_prefix_tokens`` > 0 puts a system prompt of that many tokens before every
+    drawn prompt (vLLM's ``vllm bench serve --random-prefix-len``: the prompt is the prefix
+    plus the drawn length), one of ``shared_prefix_groups`` distinct ones (SGLang's
+    ``generated-shared-prefix`` dataset's ``--gsp-num-groups``), drawn uniformly per request;
+    it is described by ``hash_ids = (group,)`` over ``hash_block_tokens =
+    shared_prefix_tokens``. Four generators are spawned from ``rng``: arrivals, prompt
+    lengths, output lengths, tasks — in that order, whatever is used — and a fifth for the
+    groups when there are several.
     """
+    if shared_prefix_tokens < 0 or shared_prefix_groups < 1:
+        raise ValueError("shared_prefix_tokens must be >= 0 and shared_prefix_groups >= 1")
     arr_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
     times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
     count = times_at.size
@@ -95,9 +108,20 @@ def build_requests(
     else:
         names, p = check_task_weights(tasks)
         task_idx = task_rng.choice(len(names), size=count, p=p)  # [N]
+    if not shared_prefix_tokens:
+        return [
+            RequestSpec(i, float(t), int(a), int(b), names[k])
+            for i, (t, a, b, k) in enumerate(zip(times_at, prompt, output, task_idx,
+                                                 strict=True))
+        ]
+    group = np.zeros(count, dtype=np.int64)
+    if shared_prefix_groups > 1:
+        group = rng.spawn(1)[0].integers(shared_prefix_groups, size=count)  # [N]
     return [
-        RequestSpec(i, float(t), int(a), int(b), names[k])
-        for i, (t, a, b, k) in enumerate(zip(times_at, prompt, output, task_idx, strict=True))
+        RequestSpec(i, float(t), shared_prefix_tokens + int(a), int(b), names[k], (int(g),),
+                    shared_prefix_tokens)
+        for i, (t, a, b, k, g) in enumerate(zip(times_at, prompt, output, task_idx, group,
+                                                strict=True))
     ]
 
 

@@ -8,6 +8,7 @@ into the run's request specs; ``closed_loop()`` gives the engine the user loop, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -115,21 +116,39 @@ class _Workload(Strict):
 
 
 class _Synthetic(_Workload):
-    """A workload whose lengths are drawn: prompt and output length distributions."""
+    """A workload whose lengths are drawn: prompt and output length distributions, and
+    optionally a shared system prompt before every prompt (for prefix caching)."""
 
     prompt: Length = FixedLen(kind="fixed", tokens=512)
     output: Length = FixedLen(kind="fixed", tokens=256)
+    # tokens of a system prompt put before every drawn prompt (vLLM's `vllm bench serve
+    # --random-prefix-len`); what scheduler.prefix_caching can reuse
+    shared_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
+    # distinct system prompts, one drawn per request (SGLang's bench --gsp-num-groups)
+    shared_prefix_groups: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+
+    @model_validator(mode="after")
+    def _groups_need_a_prefix(self):
+        if self.shared_prefix_groups > 1 and self.shared_prefix_tokens == 0:
+            raise ValueError(f"shared_prefix_groups: {self.shared_prefix_groups} groups need "
+                             "shared_prefix_tokens > 0")
+        return self
+
+    def _specs(self, arrivals, n, horizon_s, rng, tasks):
+        from workloads.requests import build_requests
+
+        return build_requests(arrivals, self.prompt.build(), self.output.build(), rng, n=n,
+                              horizon_s=horizon_s, tasks=tasks,
+                              shared_prefix_tokens=self.shared_prefix_tokens,
+                              shared_prefix_groups=self.shared_prefix_groups)
 
     def arrival_process(self):
         """The ``workloads`` arrival process."""
         raise NotImplementedError
 
     def requests(self, n, horizon_s, rng, tasks):
-        from workloads.requests import build_requests
-
-        return build_requests(self.arrival_process(), self.prompt.build(), self.output.build(),
-                              rng, n=n, horizon_s=None if n is not None else horizon_s,
-                              tasks=tasks)
+        return self._specs(self.arrival_process(), n, None if n is not None else horizon_s,
+                           rng, tasks)
 
 
 class PoissonWorkload(_Synthetic):
@@ -215,13 +234,10 @@ class ClosedLoopWorkload(_Synthetic):
 
     def requests(self, n, horizon_s, rng, tasks):
         from workloads.arrivals import OfflineBatch
-        from workloads.requests import RequestSpec, build_requests
 
         # Arrival times are written by the engine as users send; nan until then.
-        specs = build_requests(OfflineBatch(), self.prompt.build(), self.output.build(), rng,
-                               n=n, tasks=tasks)
-        return [RequestSpec(s.id, float("nan"), s.prompt_tokens, s.output_tokens, s.task)
-                for s in specs]
+        specs = self._specs(OfflineBatch(), n, None, rng, tasks)
+        return [replace(s, arrival_at=float("nan")) for s in specs]
 
     def closed_loop(self):
         from workloads.arrivals import ClosedLoop
