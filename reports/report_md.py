@@ -223,13 +223,21 @@ _HEALTH = (
     ("speedup_tpot_p99", "speedup (p99 TPOT)", 1, "{:.2f}x"),
 )
 
+_PREFIX = (  # with scheduler.prefix_caching
+    ("prefix_hit_rate", "prefix hit rate", 1, "{:.3f}"),
+    ("prefix_cached_tokens", "cached prompt tokens", None, "{}"),
+)
+
 
 def _health(summaries: list[dict]) -> list[str]:
     """The serving-health section: load, preemption, ITL, tail speedup, and the warnings."""
     if not summaries or "overloaded" not in summaries[0]:
         return []
     table = pd.DataFrame(summaries)
-    out = ["", "## Serving health", "", markdown_table(table, _HEALTH), "",
+    spec = _HEALTH
+    if any(s.get("prefix_cached_tokens") is not None for s in summaries):
+        spec = (*_HEALTH[:6], *_PREFIX, *_HEALTH[6:])
+    out = ["", "## Serving health", "", markdown_table(table, spec), "",
            "Throughput is what the run delivered from its first arrival to its end; "
            "*overloaded* means completions fell behind arrivals (the queue grew) over the "
            "second half of the arrivals, so throughput there is the capacity and latency "

@@ -20,6 +20,7 @@ from sim.paths import resolve_file
 from sim.scenario import Scenario
 from sim.scheduling import SchedulerLimits
 from specdec.errors import UserError
+from workloads.prefix_blocks import prompt_block_keys
 
 
 def make_acceptance(cfg, rng: np.random.Generator):
@@ -29,7 +30,8 @@ def make_acceptance(cfg, rng: np.random.Generator):
 
 def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.Generator,
                   acceptance) -> RequestTable:
-    """The request table: arrivals × lengths (× tasks), with acceptance streams."""
+    """The request table: arrivals × lengths (× tasks), with acceptance streams, and with
+    ``scheduler.prefix_caching`` each prompt's block keys (``workloads.prefix_blocks``)."""
     mix = sc.acceptance.kind == "task_mix"
     specs = sc.workload.requests(sc.run.requests, sc.run.horizon_s, rng,
                                  sc.acceptance.task_weights() if mix else None)
@@ -40,12 +42,17 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
     else:
         stream = acceptance.new_streams(len(specs), stream_rng)
         task = np.zeros(len(specs), dtype=np.int64)
+    keys = starts = None
+    if sc.scheduler.prefix_caching:  # which prompt blocks hold the same tokens
+        keys, starts = prompt_block_keys(specs, sc.scheduler.block_size)
     return RequestTable(
         arrival_at=np.array([s.arrival_at for s in specs], dtype=np.float64),
         prompt_tokens=np.array([s.prompt_tokens for s in specs], dtype=np.int64),
         output_tokens=np.array([s.output_tokens for s in specs], dtype=np.int64),
         task=task,
         stream=np.asarray(stream, dtype=np.int64),
+        block_keys=keys,
+        block_starts=starts,
     )
 
 
@@ -249,7 +256,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
         table = make_requests(sc, workload_rng, stream_rng, acceptance)
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
-                             lim.chunk_tokens, lim.block_size, lim.order)
+                             lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching)
     users, think_s = 0, None
     with _Section(source, "workload"):
         loop = sc.workload.closed_loop()

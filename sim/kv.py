@@ -16,7 +16,6 @@ import numpy as np
 _sum = np.add.reduce
 
 
-
 def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
     """Blocks needed to hold ``tokens`` tokens of KV: ceil(tokens / block_size)."""
     return (tokens + (block_size - 1)) // block_size
@@ -90,3 +89,8 @@ class BlockManager:
         """Free every block of the given slots (request finished or preempted)."""
         self.free_blocks += int(np.sum(self.blocks[slots]))
         self.blocks[slots] = 0
+
+    def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
+        """Take back the ``held`` blocks of finished ``slots`` whose counts the caller has
+        already cleared."""
+        self.returned(int(_sum(held)))

@@ -13,13 +13,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.records import IterationRecord, Records, RequestRecord, field_names
+from sim.slots import N_COUNTERS
 
 
 @dataclass(frozen=True)
 class RequestTable:
     """Every request of a run, sorted by arrival; request ``i`` is row ``i``.
 
-    arrival_at float64 [N]; prompt_tokens, output_tokens, task, stream int64 [N].
+    arrival_at float64 [N]; prompt_tokens, output_tokens, task, stream int64 [N]. With
+    prefix caching, ``block_keys`` int64 [K] and ``block_starts`` int64 [N + 1]: request i's
+    full prompt blocks' content keys are ``block_keys[block_starts[i]:block_starts[i + 1]]``
+    (``workloads.prefix_blocks``); None: every block its own (``sim.prefix_cache``).
     """
 
     arrival_at: np.ndarray
@@ -27,6 +31,8 @@ class RequestTable:
     output_tokens: np.ndarray
     task: np.ndarray
     stream: np.ndarray
+    block_keys: np.ndarray | None = None
+    block_starts: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_at)
@@ -71,9 +77,9 @@ class RunLog:
         self.first_token_at = nan.copy()
         self.finished_at = nan.copy()
         self.emitted = np.zeros(n_requests, dtype=np.int64)
-        # [N, 7]: verify steps, draft steps, drafted, accepted, checked tokens, preemptions,
-        # recomputed prefill tokens
-        self.counts = np.zeros((n_requests, 7), dtype=np.int64)
+        # [N, N_COUNTERS]: verify steps, draft steps, drafted, accepted, checked tokens,
+        # preemptions, recomputed prefill tokens, prefix-cached prompt tokens
+        self.counts = np.zeros((n_requests, N_COUNTERS), dtype=np.int64)
         self.iterations: list[tuple] = []
         self.itl = ItlHistogram()
 

@@ -31,7 +31,10 @@ class RequestRecord:
     guesses the verification actually looked at (accepted ones plus the first rejected one),
     which is what the lecture's measured α̂ is averaged over (§4.5). ``preemptions`` counts
     the times the request was preempted by recompute and ``recomputed_tokens`` the prefill
-    tokens it spent re-computing its prompt and output afterwards.
+    tokens it spent re-computing its prompt and output afterwards. ``cached_tokens`` is
+    vLLM's ``num_cached_tokens``: the prompt tokens its first admission found in the prefix
+    cache and did not prefill (0 without ``scheduler.prefix_caching``; hits when it is
+    re-admitted after a preemption show as fewer ``recomputed_tokens``).
     """
 
     id: int
@@ -51,6 +54,7 @@ class RequestRecord:
     checked_tokens: int
     preemptions: int
     recomputed_tokens: int
+    cached_tokens: int
     finished: bool
 
 

@@ -18,11 +18,13 @@ import simpy
 
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
+from sim.prefix_cache import PrefixCachingBlockManager
 from sim.pricing import IterationPricer
 from sim.scheduling import ORDERS, SchedulerLimits
 from sim.slots import (
     ADMIT,
     BLOCKS,
+    CACHED,
     COUNTS,
     EMITTED,
     FILLED,
@@ -36,6 +38,7 @@ from sim.slots import (
     TARGET,
 )
 from sim.step import advance, draft_sync
+from workloads.prefix_blocks import unique_block_keys
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -97,8 +100,12 @@ class Replica:
         self.rid, self.target_prefill, self.prefilled = st[:, RID], st[:, TARGET], st[:, FILLED]
         self.emitted, self.kv_tokens, self.output = st[:, EMITTED], st[:, KV], st[:, OUTPUT]
         self.stream = st[:, STREAM]
-        self.counters = st[:, COUNTS:]  # [slots, 7], written to the log when a request leaves
-        self.kv = BlockManager(kv_capacity_blocks, limits.block_size, n, blocks=st[:, BLOCKS])
+        # [slots, N_COUNTERS], written to the log when a request leaves
+        self.counters = st[:, COUNTS:]
+        # with prefix caching, the pool keeps prompt blocks by content (sim.prefix_cache)
+        self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, n, st[:, BLOCKS])
+        self.kv = self.prefix or BlockManager(kv_capacity_blocks, limits.block_size, n,
+                                              blocks=st[:, BLOCKS])
         self.last_chunk_at = np.zeros(n)  # when each slot last emitted (ITL)
         self.active = np.zeros(n, dtype=bool)
         self._free_slots = list(range(n - 1, -1, -1))
@@ -179,17 +186,20 @@ class Replica:
         back = self._resume.get(rid)
         return int(self.table.prompt_tokens[rid]) + (back[0] if back else 0)
 
-    def admit(self, rid: int, target: int) -> int:
-        """Give waiting request ``rid`` a slot at the back of the running order."""
+    def admit(self, rid: int, target: int, cached: int = 0) -> int:
+        """Give waiting request ``rid`` a slot at the back of the running order; its first
+        ``cached`` tokens were found in the prefix cache (its prefill starts after them)."""
         s = self._free_slots.pop()
         self.active[s] = True
         row = self.state[s]
         row[RID], row[TARGET] = rid, target
+        row[FILLED] = row[KV] = cached
         self._admitted += 1
         row[ADMIT] = self._admitted
         back = self._resume.pop(rid, None)
         if back is None:  # first admission (a preempted request was scheduled before)
             self.log.first_scheduled_at[rid] = self.env.now
+            row[CACHED] = cached  # vLLM's num_cached_tokens: set once, when first scheduled
         else:
             row[EMITTED] = back[0]
             row[COUNTS:] = back[1]
@@ -201,11 +211,15 @@ class Replica:
         return s
 
     def preempt(self, s: int) -> None:
-        """Preempt by recompute: free the slot and its blocks, requeue at the front."""
+        """Preempt by recompute: free the slot and its blocks, requeue at the front (with
+        prefix caching its full committed blocks are cached first, so its recompute can
+        start after those still cached when it is re-admitted, as in vLLM v1)."""
         rid = int(self.rid[s])
         self.counters[s, 5] += 1  # preemptions
         self._resume[rid] = (int(self.emitted[s]), self.counters[s].copy(),
                              int(self.state[s, SPEC_OFF]), float(self.last_chunk_at[s]))
+        if self.prefix is not None:  # its committed blocks stay findable until evicted
+            self.prefix.keep_committed(s, rid, int(self.kv_tokens[s]))
         self.kv.release(s)
         self.state[s] = 0
         self._vacate(s)
@@ -280,9 +294,9 @@ class Replica:
         log = self.log
         log.finished_at[rids] = now
         log.emitted[rids] = st[:, EMITTED]
-        log.counts[rids] = st[:, COUNTS:]  # [F, 7]
+        log.counts[rids] = st[:, COUNTS:]  # [F, N_COUNTERS]
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
-        self.kv.returned(int(np.add.reduce(st[:, BLOCKS])))
+        self.kv.free_slots(fin, st[:, BLOCKS])
         self.active[fin] = False
         self._free_slots.extend(fin.tolist())
         self.n_active -= len(fin)
@@ -299,7 +313,7 @@ class Replica:
         slots = self.active.nonzero()[0]
         rids = self.rid[slots]
         log.emitted[rids] = self.emitted[slots]
-        log.counts[rids] = self.counters[slots]  # [n, 7]
+        log.counts[rids] = self.counters[slots]  # [n, N_COUNTERS]
         for rid, (emitted, counters, _, _) in self._resume.items():
             log.emitted[rid] = emitted
             log.counts[rid] = counters
@@ -308,6 +322,23 @@ class Replica:
         """Seconds of the decoding part of an iteration with this shape (adaptive policy)."""
         draft_s, verify_s, _ = self.pricer.price(row, context, _EMPTY, _EMPTY, bound=False)
         return draft_s + verify_s
+
+
+def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blocks: int,
+                      n_slots: int, blocks: np.ndarray) -> PrefixCachingBlockManager | None:
+    """The replica's prefix-caching KV pool, or None when ``limits.prefix_caching`` is off.
+    Without block keys in ``table`` every prompt block is its own (only a request resumed
+    after a preemption can hit its own prompt)."""
+    if not limits.prefix_caching:
+        return None
+    keys, starts = table.block_keys, table.block_starts
+    if keys is None:
+        keys, starts = unique_block_keys(table.prompt_tokens, limits.block_size)
+    if not np.array_equal(np.diff(starts), table.prompt_tokens // limits.block_size):
+        raise RuntimeError(f"block keys were made for another block size than "
+                           f"{limits.block_size}")
+    return PrefixCachingBlockManager(capacity_blocks, limits.block_size, n_slots, keys,
+                                     starts, blocks=blocks)
 
 
 def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -> int:

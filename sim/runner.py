@@ -151,7 +151,8 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
         results.append(res)
         summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
-                         drafting=kinds[name] != "none")
+                         drafting=kinds[name] != "none",
+                         prefix_caching=setup.limits.prefix_caching)
         summ["warnings"] = [*setup.notes, *summ["warnings"]]  # what building it found
         summ["slo"] = slo_verdict(summ, scenario.slo.ttft_p99_s, scenario.slo.tpot_p99_s)
         summaries.append(summ)

@@ -133,6 +133,10 @@ class Scheduler(Strict):
     # vLLM's --num-gpu-blocks-override: a smaller KV pool per replica than memory allows
     # (null = all the memory left after the weights); more than fits is refused.
     num_gpu_blocks_override: PosInt | None = None
+    # vLLM's --enable-prefix-caching (automatic prefix caching): full prompt blocks are
+    # kept by content (workload hash_ids / shared_prefix_tokens) and a request that finds
+    # its prefix cached skips prefilling it; freed cached blocks stay until LRU-evicted
+    prefix_caching: bool = False
 
     @model_validator(mode="after")
     def _chunk_fits(self):

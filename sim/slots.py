@@ -14,9 +14,12 @@ instead of one per field (the simulator's hot path; see ``specsim bench``).
 # draft has not ingested yet (draft_sync: catch_up); READY: 1 when the draft on its own GPU
 # already drafted this sequence's next guesses while the last verify ran (PEARL-style
 # overlap); then the request's counters, written to the RunLog when it leaves: verify steps,
-# draft steps, drafted, accepted and checked tokens, preemptions, recomputed prefill tokens.
-# A preempted request carries its emitted tokens and counters with it back to the queue.
+# draft steps, drafted, accepted and checked tokens, preemptions, recomputed prefill tokens,
+# and the prompt tokens its first admission found in the prefix cache (CACHED, vLLM's
+# num_cached_tokens). A preempted request carries its emitted tokens and counters with it
+# back to the queue.
 RID, TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS = range(8)
 ADMIT, RESUMED, SPEC_OFF, DLAG, READY, COUNTS = range(8, 14)
-N_COUNTERS = 7
+N_COUNTERS = 8
+CACHED = COUNTS + 7
 N_COLS = COUNTS + N_COUNTERS

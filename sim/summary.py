@@ -25,6 +25,12 @@ Definitions:
 - ``formula_tokens_per_verify``: the i.i.d. formula E(α̂, γ) at the measured α̂ = accepted
   / checked guesses (lecture §4.5), averaged over decode steps with each iteration's γ
   (chain policies only; ``None`` for trees, where no such formula applies).
+- ``prefix_hit_rate``: vLLM's prefix cache hit rate (``PrefixCacheStats``, whose queries
+  are a request's tokens and hits its cached tokens when first scheduled; preempted
+  requests' lookups are kept apart, as vLLM does): Σ ``cached_tokens`` / Σ prompt tokens
+  over the requests that were scheduled; ``prefix_cached_tokens``: Σ ``cached_tokens``, the
+  prompt tokens not prefilled thanks to the cache. Both ``None`` without
+  ``scheduler.prefix_caching``.
 - ``speedup_vs_none``: mean TPOT of the first variant whose policy is ``none`` over this
   variant's (how much faster decoding is per token), ``speedup_tpot_p99``: the same ratio
   of p99 TPOTs (the tail); ``None`` without such a variant.
@@ -79,6 +85,16 @@ def formula_tokens_per_verify(
     return float((e * seqs[seqs > 0]).sum() / seqs.sum())
 
 
+def prefix_stats(requests: Records[RequestRecord]) -> dict[str, float | int | None]:
+    """``prefix_hit_rate`` and ``prefix_cached_tokens`` (module docstring) of a run with
+    prefix caching; the rate is None when no request was scheduled."""
+    looked_up = ~np.isnan(_col(requests, "first_scheduled_at"))
+    cached = int(_col(requests, "cached_tokens", np.int64)[looked_up].sum())
+    queried = int(_col(requests, "prompt_tokens", np.int64)[looked_up].sum())
+    return {"prefix_hit_rate": cached / queried if queried else None,
+            "prefix_cached_tokens": cached}
+
+
 def itl_percentile(counts: np.ndarray | None, q: float) -> float | None:
     """The q-th percentile of the ITL histogram ``counts`` (``sim.log.ItlHistogram``): the
     geometric middle of the bin that holds it (0.1% wide)."""
@@ -103,11 +119,13 @@ def delivery_rates(arrival_at, emitted: int, finished: int, end_at: float
 
 def summarize(name: str, requests: Records[RequestRecord], iterations: Records[IterationRecord],
               duration_s: float, chain: bool = True, itl: np.ndarray | None = None,
-              kv_capacity_blocks: int | None = None, drafting: bool = False) -> dict:
+              kv_capacity_blocks: int | None = None, drafting: bool = False,
+              prefix_caching: bool = False) -> dict:
     """The summary of one variant (the keys ``specsim run --json`` prints).
 
     ``itl``: the run's ITL histogram counts; ``kv_capacity_blocks``: one replica's pool;
-    ``drafting``: whether the variant's policy drafts (for the warnings, ``sim.health``).
+    ``drafting``: whether the variant's policy drafts (for the warnings, ``sim.health``);
+    ``prefix_caching``: whether the KV pool cached prompt blocks (``prefix_hit_rate``).
     """
     lat = latencies(requests)
     emitted = int(_col(requests, "emitted_tokens", np.int64).sum())
@@ -139,6 +157,8 @@ def summarize(name: str, requests: Records[RequestRecord], iterations: Records[I
         **overload(_col(requests, "arrival_at"), _col(requests, "finished_at")),
         "preemptions": int(_col(requests, "preemptions", np.int64).sum()),
         "recomputed_tokens": int(_col(requests, "recomputed_tokens", np.int64).sum()),
+        **(prefix_stats(requests) if prefix_caching else
+           {"prefix_hit_rate": None, "prefix_cached_tokens": None}),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "tokens_per_verify": (accepted + steps) / steps if steps else None,

@@ -253,7 +253,8 @@ _PUBLIC = ("name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50
            "tpot_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s",
            "throughput_tokens_per_s", "requests_per_s", "offered_rate_per_s",
            "served_rate_per_s", "overloaded", "preemptions", "recomputed_tokens",
-           "acceptance_rate", "mean_acceptance_length", "tokens_per_verify",
+           "prefix_hit_rate", "prefix_cached_tokens", "acceptance_rate",
+           "mean_acceptance_length", "tokens_per_verify",
            "formula_tokens_per_verify", "speedup_vs_none", "speedup_tpot_p99", "warnings")
 
 
@@ -292,6 +293,8 @@ _ROWS = (
     ("overloaded", lambda s: {None: "-", True: "YES", False: "no"}[s["overloaded"]]),
     ("preemptions (recomputed tokens)",
      lambda s: f"{s['preemptions']} ({s['recomputed_tokens']})"),
+    ("prefix cache hit rate (cached tokens)", lambda s: (
+        f"{_num(s['prefix_hit_rate'], '{:.3f}')} ({s['prefix_cached_tokens']})")),
     ("acceptance rate (vLLM)", lambda s: _num(s["acceptance_rate"], "{:.3f}")),
     ("mean acceptance length (vLLM)", lambda s: _num(s["mean_acceptance_length"], "{:.3f}")),
     ("tokens/verify measured", lambda s: _num(s["tokens_per_verify"], "{:.3f}")),
@@ -318,7 +321,9 @@ def _ms(s: dict, key: str) -> str:
 def format_table(summaries: list[dict]) -> str:
     """The summary as an aligned text table, one column per variant."""
     names = [s["name"] for s in summaries]
-    cells = [[label] + [fn(s) for s in summaries] for label, fn in _ROWS]
+    caching = any(s.get("prefix_cached_tokens") is not None for s in summaries)
+    cells = [[label] + [fn(s) for s in summaries] for label, fn in _ROWS
+             if caching or not label.startswith("prefix cache")]
     header = [""] + names
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)

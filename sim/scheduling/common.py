@@ -22,8 +22,9 @@ _sum = np.add.reduce
 class SchedulerLimits:
     """A replica's batching limits, as vLLM names them (``max_num_seqs``,
     ``max_num_batched_tokens``, chunked prefill with ``chunk_tokens`` per request per step,
-    vLLM's ``long_prefill_token_threshold``), the KV block size, and the scheduling order
-    (``vllm_v1`` or ``decode_first``, see ``sim.scheduling``)."""
+    vLLM's ``long_prefill_token_threshold``), the KV block size, the scheduling order
+    (``vllm_v1`` or ``decode_first``, see ``sim.scheduling``) and whether the KV pool caches
+    prompt blocks by content (vLLM's ``enable_prefix_caching``, ``sim.prefix_cache``)."""
 
     max_num_seqs: int
     max_batched_tokens: int
@@ -31,6 +32,7 @@ class SchedulerLimits:
     chunk_tokens: int
     block_size: int = 16
     order: str = "vllm_v1"
+    prefix_caching: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,29 +67,56 @@ class Batch:
         return len(self.dec_slots) == 0 and len(self.pre_slots) == 0
 
 
-def admit_waiting(r, lim: SchedulerLimits, budget: int) -> tuple[np.ndarray, np.ndarray]:
+def admit_waiting(r, lim: SchedulerLimits, budget: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
-    token budget and free blocks for the first chunk last; returns (slots, chunks) int64.
+    token budget and free blocks for the first chunk last; returns (slots, chunks, cached
+    tokens) int64.
 
     A new request reserves no lookahead slots (vLLM v1 gives lookahead only to requests
-    that have computed tokens); without chunked prefill its whole prompt must fit."""
-    new_slots, new_chunks = [], []
+    that have computed tokens); without chunked prefill its whole prompt must fit. With
+    prefix caching (``r.prefix``) its leading cached blocks are looked up first (vLLM's
+    ``get_computed_blocks``): they skip prefill, and those no request references must come
+    out of the free blocks too; then the full prompt blocks of its first chunk are cached at
+    once, so the next request admitted in this step can hit them."""
+    new_slots, new_chunks, new_cached = [], [], []
+    cache = r.prefix
+    bs = lim.block_size
     while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
         rid = r.waiting[0]
         target = r.prefill_target_of(rid)
-        chunk = min(target, lim.chunk_tokens, budget) if lim.chunked_prefill else target
-        need = int(blocks_for(chunk, lim.block_size))
-        if chunk > budget or need > r.kv.free_blocks:
+        hit = idle = 0
+        if cache is not None:
+            hit, idle = cache.lookup(rid, target)
+        cached = hit * bs
+        todo = target - cached
+        chunk = min(todo, lim.chunk_tokens, budget) if lim.chunked_prefill else todo
+        need = int(blocks_for(cached + chunk, bs)) - hit
+        if chunk > budget or need + idle > r.kv.free_blocks:
             break
         r.waiting.popleft()
-        slot = r.admit(rid, target)
+        slot = r.admit(rid, target, cached)
+        if hit:
+            cache.attach(slot, rid, hit)
         r.kv.take(slot, need)
+        if cache is not None:
+            cache.cache(np.array([slot]), np.array([rid]), np.array([cached + chunk]))
         new_slots.append(slot)
         new_chunks.append(chunk)
+        new_cached.append(cached)
         budget -= chunk
     if not new_slots:
-        return NONE, NONE
-    return np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64)
+        return NONE, NONE, NONE
+    return (np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64),
+            np.array(new_cached, dtype=np.int64))
+
+
+def cache_prefills(r, pre: np.ndarray, context: np.ndarray, chunks: np.ndarray) -> None:
+    """With prefix caching, cache the full prompt blocks that the running requests' prefill
+    chunks just scheduled complete (before admissions: vLLM's ``allocate_slots`` caches
+    them as it schedules, so a waiting request admitted in the same step hits them)."""
+    if r.prefix is not None and len(pre):
+        r.prefix.cache(pre, r.rid[pre], context + chunks)
 
 
 def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray
@@ -104,7 +133,8 @@ def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarr
     """
     want = dict(zip(slots.tolist(), tokens.tolist(), strict=True))
     alive = order.tolist()
-    free = r.kv.free_blocks
+    kv = r.kv
+    free = kv.free_blocks
     bs = r.limits.block_size
     i = 0
     granted = []
@@ -113,11 +143,12 @@ def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarr
         if s not in want:
             i += 1
             continue
-        need = max(int(blocks_for(want[s], bs)) - int(r.kv.blocks[s]), 0)
+        need = max(int(blocks_for(want[s], bs)) - int(kv.blocks[s]), 0)
         while need > free:
             victim = alive.pop()
-            free += int(r.kv.blocks[victim])
+            before = kv.free_blocks
             r.preempt(victim)
+            free += kv.free_blocks - before  # (blocks shared with others stay in use)
             if victim == s:
                 break
         else:

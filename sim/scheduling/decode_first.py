@@ -26,6 +26,7 @@ from sim.scheduling.common import (
     Batch,
     SchedulerLimits,
     admit_waiting,
+    cache_prefills,
     preempt_until_fits,
 )
 from sim.shapes import tree_nodes
@@ -110,12 +111,12 @@ def plan_decode_first(r) -> Batch:
         held = r.kv.blocks[slots]
         extra = np.maximum(blocks_for(tokens, lim.block_size) - held, 0)
     r.kv.grant(slots, held, extra)
+    cache_prefills(r, pre, pctx, chunks)
 
-    # 4. admissions, first come first served (nothing cached yet: context 0).
+    # 4. admissions, first come first served (context: what the prefix cache held, or 0).
     if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
-        new_pre, new_chunks = admit_waiting(r, lim, budget)
+        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget)
         if len(new_pre):
-            new_ctx = np.zeros(len(new_pre), dtype=np.int64)
             if len(pre):
                 pre = np.concatenate((pre, new_pre))
                 pctx = np.concatenate((pctx, new_ctx))

@@ -17,7 +17,9 @@ bring its computed tokens up to its tokens-with-speculation. Per iteration:
    repeatedly, possibly the request itself; then nothing behind it is scheduled.
 3. Waiting requests are admitted (first come first served, while ``max_num_seqs``, the
    budget and the blocks for their first chunk last) **only if this iteration preempted
-   nobody** (``if not preempted_reqs``).
+   nobody** (``if not preempted_reqs``). With prefix caching a request's cached leading
+   blocks are found first and its prefill starts after them; the prompt blocks each
+   scheduled chunk completes are cached as it is scheduled (``sim.prefix_cache``).
 
 Departures from vLLM: a request whose prefill chunk is in flight in a pipeline waits for
 it (v1 may schedule its next chunk at once); a tree verify is cut by whole levels.
@@ -33,6 +35,7 @@ from sim.scheduling.common import (
     NONE,
     Batch,
     admit_waiting,
+    cache_prefills,
     preempt_until_fits,
     truncate_rows,
 )
@@ -92,14 +95,15 @@ def plan_vllm_v1(r) -> Batch:
         row = rows if len(rows) == 0 or (rows != rows[0]).any() else rows[0]
     p = (prefilling & go).nonzero()[0]
     pre, pctx, chunks = run[p], st[p, KV], take[p]
+    cache_prefills(r, pre, pctx, chunks)
     budget = lim.max_batched_tokens - int(_sum(take[sched]))
 
     # 3. admissions, only when nobody was preempted
     if not preempted and r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
-        new_pre, new_chunks = admit_waiting(r, lim, budget)
+        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget)
         if len(new_pre):
             pre = np.concatenate((pre, new_pre))
-            pctx = np.concatenate((pctx, np.zeros(len(new_pre), dtype=np.int64)))
+            pctx = np.concatenate((pctx, new_ctx))
             chunks = np.concatenate((chunks, new_chunks))
     if row.ndim == 2 and len(dec_slots) == 0:
         row = NONE

@@ -11,6 +11,8 @@ from sim.cluster import Setup
 from sim.log import RequestTable
 from sim.policies import NoSpeculation
 from sim.scheduling import SchedulerLimits
+from workloads.prefix_blocks import prompt_block_keys
+from workloads.requests import RequestSpec
 
 
 @dataclass(frozen=True)
@@ -95,24 +97,37 @@ class IidChain:
         return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)  # leading run
 
 
-def table(arrival_at, prompt, output) -> RequestTable:
+def table(arrival_at, prompt, output, hash_ids=None, hash_block_tokens=16,
+          block_size=16) -> RequestTable:
+    """A request table; ``hash_ids`` (one tuple or None per request, each id covering
+    ``hash_block_tokens`` prompt tokens) give it prefix-cache block keys."""
     n = len(arrival_at)
+    keys = starts = None
+    if hash_ids is not None:
+        specs = [RequestSpec(i, 0.0, int(p), 1, hash_ids=None if ids is None else tuple(ids),
+                             hash_block_tokens=hash_block_tokens)
+                 for i, (p, ids) in enumerate(zip(prompt, hash_ids, strict=True))]
+        keys, starts = prompt_block_keys(specs, block_size)
     return RequestTable(
         arrival_at=np.asarray(arrival_at, dtype=float),
         prompt_tokens=np.asarray(prompt, dtype=np.int64),
         output_tokens=np.asarray(output, dtype=np.int64),
         task=np.zeros(n, dtype=np.int64),
         stream=np.arange(n, dtype=np.int64),
+        block_keys=keys,
+        block_starts=starts,
     )
 
 
 def setup(tab, *, policy=NoSpeculation, draft=None, acceptance=None, blocks=10_000,
           max_num_seqs=8, max_batched_tokens=100, chunked=False, chunk=64, seed=0,
           replicas=1, router="round_robin", cost=None, order="vllm_v1",
-          draft_sync="every_step", overlap=False, placement="colocated") -> Setup:
+          draft_sync="every_step", overlap=False, placement="colocated",
+          prefix_caching=False) -> Setup:
     return Setup(
         table=tab,
-        limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16, order),
+        limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16, order,
+                               prefix_caching),
         kv_capacity_blocks=blocks,
         target_cost=cost or FakeCost(),
         draft=None if draft is None else DraftSetup(cost=draft, placement=placement),

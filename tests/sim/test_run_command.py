@@ -21,7 +21,8 @@ SCENARIOS = sorted(
 KEYS = {"name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
         "tpot_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s",
         "throughput_tokens_per_s", "requests_per_s", "offered_rate_per_s", "served_rate_per_s",
-        "overloaded", "preemptions", "recomputed_tokens", "acceptance_rate",
+        "overloaded", "preemptions", "recomputed_tokens", "prefix_hit_rate",
+        "prefix_cached_tokens", "acceptance_rate",
         "mean_acceptance_length", "tokens_per_verify", "formula_tokens_per_verify",
         "speedup_vs_none", "speedup_tpot_p99", "warnings"}
 SHORT = ["run.requests=40", "run.horizon_s=null"]
@@ -47,6 +48,7 @@ def test_run_json_writes_records_and_resolved_scenario(tmp_path, capsys):
         assert set(v) == KEYS
         assert v["requests"] == 40 and v["finished"] == 40
     none, spec = doc["variants"]
+    assert none["prefix_hit_rate"] is None  # scheduler.prefix_caching is off by default
     assert none["speedup_vs_none"] == pytest.approx(1.0)
     assert none["acceptance_rate"] is None and spec["acceptance_rate"] > 0
     resolved = yaml.safe_load((out / "scenario.yaml").read_text())
@@ -58,6 +60,25 @@ def test_run_json_writes_records_and_resolved_scenario(tmp_path, capsys):
         rows = list(csv.DictReader(f))
     assert len(rows) == 40 and all(r["finished"] == "True" for r in rows)
     assert (out / "none" / "iterations.csv").read_text().startswith("replica,start_at,")
+
+
+
+def test_run_json_gives_each_variant_its_prefix_hit_rate(tmp_path, capsys):
+    sets = [*SHORT, "scheduler.prefix_caching=true", "workload.shared_prefix_tokens=800"]
+    code = main(["run", *[x for s in sets for x in ("--set", s)], "--out", str(tmp_path / "r"),
+                 "--json", "--no-progress", "--no-report"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    for v in doc["variants"]:
+        # 40 requests behind one 800-token system prompt (50 whole blocks): every one but
+        # the first finds it cached (they arrive 1/8 s apart, after its prefill)
+        with (tmp_path / "r" / v["name"] / "requests.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        cached = [int(r["cached_tokens"]) for r in rows]
+        assert cached == [0] + [800] * 39
+        assert v["prefix_cached_tokens"] == 39 * 800
+        assert v["prefix_hit_rate"] == pytest.approx(
+            39 * 800 / sum(int(r["prompt_tokens"]) for r in rows), rel=1e-12)
 
 
 def test_run_prints_a_table(tmp_path, capsys):

@@ -43,9 +43,9 @@ class _Events:
         admit, preempt = sim.replica.Replica.admit, sim.replica.Replica.preempt
         events = self.log
 
-        def on_admit(r, rid, target):
+        def on_admit(r, rid, target, cached=0):
             events.append((r.env.now, "admit", rid))
-            return admit(r, rid, target)
+            return admit(r, rid, target, cached)
 
         def on_preempt(r, s):
             events.append((r.env.now, "preempt", int(r.rid[s])))

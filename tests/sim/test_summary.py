@@ -14,7 +14,8 @@ def _req(i, arrival, done, out=2):
                          finished_at=done, prompt_tokens=4, output_tokens=out,
                          emitted_tokens=out if done == done else 0, verify_steps=1,
                          draft_steps=0, drafted_tokens=0, accepted_tokens=0, checked_tokens=0,
-                         preemptions=0, recomputed_tokens=0, finished=done == done)
+                         preemptions=0, recomputed_tokens=0, cached_tokens=0,
+                         finished=done == done)
 
 
 def _it(start, duration, emitted):

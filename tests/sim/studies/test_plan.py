@@ -32,7 +32,7 @@ def _recs(*reqs):
 
 def _req(i, arrival, first, done, out=11):
     return RequestRecord(i, 0, 0, arrival, arrival, first, done, 10, out, out, 0, 0, 0, 0, 0, 0, 0,
-                         not math.isnan(done))
+                         0, not math.isnan(done))
 
 
 def test_measure_slo_percentiles_and_unfinished():

@@ -1,0 +1,286 @@
+"""Automatic prefix caching: the KV pool keeps full committed blocks by content, as vLLM v1.
+
+vLLM v1's KV manager (``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py``,
+``kv_cache_utils.py``) gives every full block a hash of its tokens chained to its prefix's
+hash. A request's longest run of leading blocks whose hashes are cached is its hit: those
+blocks are shared by reference (``ref_cnt``) and its prefill starts after them. A block whose
+last reference goes is not forgotten: it joins the tail of one free queue
+(``FreeKVCacheBlockQueue``: a request's blocks are freed in reverse, so its last blocks are
+evicted first) and stays findable until allocation pops it from the head of that queue, the
+least recently freed block, and evicts its hash. SpecSim keeps the same structure with the
+content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
+
+- **lookup** (``get_computed_blocks``): the leading cached keys of a request's prompt (for
+  a request resumed after a preemption, then of its committed output), at most
+  ⌊(tokens - 1) / block_size⌋ blocks, since the last token is always recomputed to
+  get its logits (``max_cache_hit_length = request.num_tokens - 1``); a hit on a block with
+  no references takes it out of the free queue, so it costs a free block (``touch``);
+- **caching** (``cache_blocks``): when a prefill chunk is scheduled, the full prompt blocks
+  it completes are cached at once (so a request admitted later in the same step can hit
+  them, as in vLLM). vLLM caches only tokens that are computed and committed
+  (``num_tokens_to_cache = min(..., request.num_tokens)``, which excludes draft tokens), so
+  a block holding a speculative token is never cached. SpecSim caches a request's full
+  blocks of committed output (prompt + accepted tokens, ``kv_tokens`` after the verify's
+  roll-back) when it is **preempted** (:meth:`keep_committed`), with keys no other request
+  has: without token ids only the request itself can hit its output, and it can do so only
+  after it has released it, so caching output blocks as they fill (vLLM) or at the
+  preemption gives the same hits. A finished request's output blocks are not cached (no
+  one could hit them: multi-turn conversations are not modelled);
+- **free / preempt**: references drop; blocks left with none join the free queue's tail,
+  the request's own (unshared, uncached) blocks first, then its cached blocks from the last
+  to the first;
+- **allocate**: blocks come off the head of the free queue; a cached block taken there is
+  evicted.
+
+The free queue is an ``OrderedDict`` whose entries are either one cached block (its key,
+>= 0) or a run of uncached blocks (a negative id and a count): runs freed one after the
+other merge, so the decode path (blocks taken and rolled back every iteration) costs a dict
+operation or two per iteration, and the per-block work is at admission, at the scheduling of
+prompt chunks and at release. ``free_blocks`` counts every block in the queue (vLLM's
+``get_num_free_blocks``: evictable cached blocks are free), so the schedulers are unchanged.
+
+Departures from vLLM: no token ids are hashed (the workload says which prompts share what),
+so keys are exact and hash collisions are not modelled; no multi-modal, LoRA or cache-salt
+extra keys; a block computed while an identical one is already cached stays private to its
+request (vLLM caches both copies, and either can be hit later; the pool's accounting is the
+same, only which copy survives eviction differs).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from sim.kv import BlockManager
+
+_sum = np.add.reduce
+
+
+class PrefixCachingBlockManager(BlockManager):
+    """A KV pool with hash-addressed (here: content-keyed), reference-counted prompt blocks
+    and LRU eviction of unreferenced ones (see the module docstring).
+
+    ``keys``, ``starts``: the prompts' block keys (``RequestTable.block_keys`` and
+    ``block_starts``): request ``rid``'s full prompt blocks are ``keys[starts[rid]:
+    starts[rid + 1]]``. ``blocks[slot]`` counts every block a slot's sequence uses, shared
+    ones included; ``free_blocks`` the blocks in the free queue (free or evictable).
+    """
+
+    def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
+                 keys: np.ndarray, starts: np.ndarray, blocks: np.ndarray | None = None
+                 ) -> None:
+        super().__init__(capacity_blocks, block_size, n_slots, blocks)
+        if len(keys) and int(keys.min()) < 0:
+            raise ValueError("block keys must be >= 0")
+        self._keys, self._starts = keys, starts
+        self._ref: dict[int, int] = {}  # cached key -> references (0: in the free queue)
+        # the free queue, least recently freed first: key >= 0 -> 1 (a cached block),
+        # key < 0 -> a run of that many uncached blocks
+        self._queue: OrderedDict[int, int] = OrderedDict({-1: self.capacity_blocks})
+        self._next_run = -2
+        self._held: list[list[int]] = [[] for _ in range(n_slots)]  # cached keys, in order
+        self._done = [0] * n_slots  # leading blocks each slot has found, cached or computed
+        # request rid's block j past its full prompt blocks has key _out + rid * 2**40 + j:
+        # above every prompt key, distinct per (rid, j) (a request holds < 2**40 blocks)
+        self._out = int(keys.max()) + 1 if len(keys) else 0
+        self.evicted_blocks = 0  # cached blocks evicted so far
+
+    # -- the free queue ---------------------------------------------------------------
+    def _pop(self, n: int) -> None:
+        """Take ``n`` blocks off the head of the free queue, evicting cached ones."""
+        q = self._queue
+        while n:
+            key, count = q.popitem(last=False)
+            if key >= 0:  # a cached block: its content is forgotten
+                del self._ref[key]
+                self.evicted_blocks += 1
+                n -= 1
+            elif count > n:
+                q[key] = count - n
+                q.move_to_end(key, last=False)
+                n = 0
+            else:
+                n -= count
+
+    def _push_run(self, n: int) -> None:
+        """Append ``n`` uncached blocks to the tail (merged with a run already there)."""
+        if n <= 0:
+            return
+        q = self._queue
+        tail = next(reversed(q)) if q else 0
+        if tail < 0:
+            q[tail] += n
+        else:
+            q[self._next_run] = n
+            self._next_run -= 1
+
+    def _free_slot(self, s: int, held: int) -> int:
+        """Drop slot ``s``'s references to its ``held`` blocks; returns the blocks freed."""
+        keys = self._held[s]
+        own = held - len(keys)
+        self._push_run(own)
+        freed = own
+        ref, q = self._ref, self._queue
+        for key in reversed(keys):  # vLLM frees a request's blocks last first
+            r = ref[key] - 1
+            if r < 0:
+                raise RuntimeError(f"prefix cache: block {key} has negative references")
+            ref[key] = r
+            if r == 0:
+                q[key] = 1
+                freed += 1
+        self._held[s] = []
+        self._done[s] = 0
+        return freed
+
+    # -- BlockManager, with the free queue -------------------------------------------
+    def grant(self, slots: np.ndarray, held: np.ndarray, extra: np.ndarray) -> None:
+        total = int(_sum(extra))
+        if total > self.free_blocks:
+            raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
+        self._pop(total)
+        self.blocks[slots] = held + extra
+        self.free_blocks -= total
+
+    def take(self, slot: int, n: int) -> None:
+        if n > self.free_blocks:
+            raise RuntimeError(f"KV pool overdrawn: need {n} blocks, {self.free_blocks} free")
+        self._pop(n)
+        self.blocks[slot] += n
+        self.free_blocks -= n
+
+    def returned(self, n: int) -> None:
+        raise RuntimeError("prefix cache: blocks go back per slot (free_slots), not as a count")
+
+    def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        keep = np.minimum((tokens + (self.block_size - 1)) // self.block_size, held)
+        n = int(_sum(held - keep))
+        self._push_run(n)  # tail blocks that held only rejected draft tokens: never cached
+        self.free_blocks += n
+        return keep
+
+    def release(self, slots: np.ndarray | int) -> None:
+        for s in np.atleast_1d(slots).tolist():
+            self.free_blocks += self._free_slot(s, int(self.blocks[s]))
+            self.blocks[s] = 0
+
+    def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
+        for s, h in zip(slots.tolist(), held.tolist(), strict=True):
+            self.free_blocks += self._free_slot(s, h)
+        if self.free_blocks > self.capacity_blocks:
+            raise RuntimeError(f"KV pool over capacity: {self.free_blocks} free of "
+                               f"{self.capacity_blocks}")
+
+    # -- prefix caching ---------------------------------------------------------------
+    def lookup(self, rid: int, tokens: int) -> tuple[int, int]:
+        """(hit blocks, of them unreferenced) for request ``rid`` about to prefill
+        ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
+        a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
+        last token is always recomputed)."""
+        a = int(self._starts[rid])
+        n_prompt = int(self._starts[rid + 1]) - a
+        cap = (tokens - 1) // self.block_size
+        ref = self._ref
+        hit = idle = 0
+        for key in self._keys[a:a + min(cap, n_prompt)].tolist():
+            r = ref.get(key)
+            if r is None:
+                return hit, idle
+            hit += 1
+            idle += r == 0
+        if cap > n_prompt:  # a resumed request: its own output, cached when it was preempted
+            base = self._out + (rid << 40)
+            for j in range(n_prompt, cap):
+                r = ref.get(base + j)
+                if r is None:
+                    break
+                hit += 1
+                idle += r == 0
+        return hit, idle
+
+    def _keys_of(self, rid: int, lo: int, hi: int) -> list[int]:
+        """The keys of request ``rid``'s blocks ``lo`` to ``hi`` - 1 (prompt, then output)."""
+        a = int(self._starts[rid])
+        n_prompt = int(self._starts[rid + 1]) - a
+        keys = self._keys[a + lo:a + min(hi, n_prompt)].tolist()
+        if hi > n_prompt:
+            base = self._out + (rid << 40)
+            keys += range(base + max(lo, n_prompt), base + hi)
+        return keys
+
+    def attach(self, slot: int, rid: int, hit: int) -> None:
+        """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
+        blocks, found cached by :meth:`lookup`; unreferenced ones leave the free queue."""
+        keys = self._keys_of(rid, 0, hit)
+        ref, q = self._ref, self._queue
+        for key in keys:
+            r = ref[key]
+            if r == 0:
+                del q[key]
+                self.free_blocks -= 1
+            ref[key] = r + 1
+        self._held[slot] = keys
+        self._done[slot] = hit
+        self.blocks[slot] = hit
+
+    def cache(self, slots: np.ndarray, rids: np.ndarray, computed: np.ndarray) -> None:
+        """Cache the full prompt blocks of ``slots`` (requests ``rids``) that ``computed``
+        tokens (after the chunk just scheduled) complete."""
+        for s, rid, c in zip(slots.tolist(), rids.tolist(), computed.tolist(), strict=True):
+            n_prompt = int(self._starts[rid + 1] - self._starts[rid])
+            self._cache_upto(s, rid, min(c // self.block_size, n_prompt))
+
+    def keep_committed(self, slot: int, rid: int, kv_tokens: int) -> None:
+        """Before ``slot`` (request ``rid``) is preempted: cache its full blocks of the
+        ``kv_tokens`` committed tokens it holds (prompt and accepted output; the draft
+        tokens a verify wrote past them were rolled back and are never cached)."""
+        self._cache_upto(slot, rid, kv_tokens // self.block_size)
+
+    def _cache_upto(self, s: int, rid: int, upto: int) -> None:
+        """Cache slot ``s``'s leading ``upto`` blocks; a block whose key another request
+        has cached meanwhile stays the slot's own."""
+        done = self._done[s]
+        if upto <= done:
+            return
+        ref, held = self._ref, self._held[s]
+        for key in self._keys_of(rid, done, upto):
+            if key not in ref:
+                ref[key] = 1
+                held.append(key)
+        self._done[s] = upto
+
+    # -- checks -----------------------------------------------------------------------
+    def cached_blocks(self) -> int:
+        """Blocks whose content is cached (referenced or waiting in the free queue)."""
+        return len(self._ref)
+
+    def check(self) -> None:
+        """Raise ``RuntimeError`` unless the pool's accounting holds: the free queue holds
+        ``free_blocks`` blocks, free + used = capacity (a shared block counted once), every
+        reference count is the number of slots holding the block and never negative, and a
+        cached block is in the free queue iff nothing references it."""
+        q, ref = self._queue, self._ref
+        if sum(q.values()) != self.free_blocks:
+            raise RuntimeError(f"free queue holds {sum(q.values())} blocks, free_blocks "
+                               f"{self.free_blocks}")
+        counts: dict[int, int] = {}
+        own = 0
+        for s, keys in enumerate(self._held):
+            own += int(self.blocks[s]) - len(keys)
+            if int(self.blocks[s]) < len(keys):
+                raise RuntimeError(f"slot {s} holds {len(keys)} cached blocks of "
+                                   f"{int(self.blocks[s])}")
+            for key in keys:
+                counts[key] = counts.get(key, 0) + 1
+        for key, r in ref.items():
+            if r < 0 or r != counts.get(key, 0):
+                raise RuntimeError(f"block {key}: {r} references, held by {counts.get(key, 0)}")
+            if (r == 0) != (key in q):
+                raise RuntimeError(f"block {key}: {r} references, in free queue {key in q}")
+        if set(counts) - set(ref):
+            raise RuntimeError("a slot holds a block that is not cached")
+        used = own + sum(1 for r in ref.values() if r > 0)
+        if used + self.free_blocks != self.capacity_blocks:
+            raise RuntimeError(f"{used} used + {self.free_blocks} free != "
+                               f"{self.capacity_blocks} blocks")
