@@ -20,7 +20,7 @@ from specdec.errors import UserError
 
 # Ranges of hw step's integer flags (sim.limits).
 STEP_BOUNDS = {"batch": (1, MAX_SEQS), "context": (0, MAX_TOKENS), "tokens": (1, MAX_TOKENS),
-               "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS)}
+               "tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "ep": (1, MAX_GPUS)}
 
 STEP_HELP = """\
 Price ONE forward pass of a model over a uniform batch with the cost model: each of

@@ -215,8 +215,12 @@ class ReplayWorkload(_Workload):
     def requests(self, n, horizon_s, rng, tasks):
         from workloads.requests import read_request_csv
 
-        specs = read_request_csv(resolve_file(self.file))
+        path = resolve_file(self.file)
+        specs = read_request_csv(path)
         if n is not None:
+            if len(specs) < n:  # as a public trace: never fewer requests than asked for
+                raise UserError(f"{path}: holds {len(specs)} requests, fewer than run.requests "
+                                f"{n}; set run.requests to at most {len(specs)} (or null: all)")
             specs = specs[:n]
         if horizon_s is not None:
             specs = [s for s in specs if s.arrival_at < horizon_s]

@@ -94,6 +94,10 @@ CASES = [
     ("replay-bad-row", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,x\n",
                         "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"},
      ["run", "{tmp}/s.yaml"], "r.csv"),
+    ("replay-fewer-rows", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,5\n",
+                           "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                     "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: holds 1 requests, fewer than run.requests 2"),
     ("replay-no-header", {"r.csv": "0,10,10\n",
                           "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"},
      ["run", "{tmp}/s.yaml"], "r.csv"),

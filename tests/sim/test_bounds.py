@@ -27,6 +27,7 @@ SCALAR_FLAGS = [
      "tokens"),
     (["hw", "step", *HW, "--batch", "1", "--context", "1"], "--tp", hw.STEP_BOUNDS, "tp"),
     (["hw", "step", *HW, "--batch", "1", "--context", "1"], "--pp", hw.STEP_BOUNDS, "pp"),
+    (["hw", "step", *HW, "--batch", "1", "--context", "1"], "--ep", hw.STEP_BOUNDS, "ep"),
     (SPEEDUP, "--gamma-max", speedup.BOUNDS, "gamma_max"),
     (SPEEDUP, "--tp", speedup.BOUNDS, "tp"),
     (GRID, "--gamma-max", grid.BOUNDS, "gamma_max"),
