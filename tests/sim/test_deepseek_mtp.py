@@ -43,3 +43,19 @@ def test_deepseek_v3_at_16_bits_is_refused_on_8_h200():
                               "deployment.compute_dtype=null"])
     with pytest.raises(UserError, match="deepseek-v3 does not fit on 8x1 h200"):
         cost_models(sc, False)
+
+
+def test_the_shipped_scenario_replays_a_mooncake_trace_with_prefix_caching():
+    """The issue's end-to-end case: DeepSeek-V3 + MTP on 8 x H200 against a Mooncake-format
+    trace, reporting the prefix hit rate, TTFT, TPOT and the MTP speedup."""
+    sc = load_scenario(PATH, SHORT)
+    assert sc.workload.arrivals == "trace" and sc.workload.format == "mooncake"
+    assert sc.scheduler.prefix_caching
+    res = run_scenario(sc, PATH.name)
+    by_name = {s["name"]: s for s in res.summaries}
+    for s in by_name.values():
+        # every request after the first finds the shared 1024-token system prompt cached
+        assert 0.2 < s["prefix_hit_rate"] < 1.0
+        assert s["ttft_p50_s"] > 0 and s["tpot_p50_s"] > 0
+    assert by_name["none"]["prefix_hit_rate"] == by_name["mtp"]["prefix_hit_rate"]
+    assert by_name["mtp"]["speedup_vs_none"] > 1.2
