@@ -123,6 +123,8 @@ class PipelinedReplica(Replica):
         draft_s, cost = self.pricer.price_stages(
             batch.row, batch.dec_context, batch.pre_context, batch.chunks, sync=sync
         )
+        if self.cpu_s_per_seq and self.policy.uses_draft:  # CPU drafting, as Replica.price
+            draft_s += self.cpu_s_per_seq * len(dec)
         self.busy[dec] = True
         self.busy[pre] = True
         self.in_flight += 1

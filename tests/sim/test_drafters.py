@@ -93,3 +93,22 @@ def test_one_run_compares_a_draft_model_eagle3_and_ngram():
     per_pass = {n: it[n]["draft_s"][it[n]["drafted_tokens"] > 0].mean() for n in ("1b",
                                                                                  "eagle3")}
     assert per_pass["eagle3"] < per_pass["1b"]
+
+
+@pytest.mark.parametrize("pp", [1, 2], ids=["replica", "pipeline"])
+def test_cpu_drafting_time_is_charged_per_decoding_sequence(pp):
+    """cpu_s_per_seq: every decoding sequence costs that much CPU per step, on the critical
+    path before the verify -- in a pipelined replica too (its first stage waits for it)."""
+    cpu = 0.0025
+    res = _run("models.method=ngram", "models.draft=null", f"deployment.pp={pp}",
+               "deployment.tp=2", "acceptance={kind: iid, alpha: 0.6}",
+               "variants=[{name: ngram, policy: {kind: fixed, gamma: 3}, drafter: "
+               f"{{method: ngram, proposal_rate: 1.0, cpu_s_per_seq: {cpu}}}}}]")
+    it = res.variants[0].iterations.columns
+    assert (it["decode_seqs"] > 0).any()
+    np.testing.assert_allclose(it["draft_s"], cpu * it["decode_seqs"], rtol=0, atol=1e-15)
+    if pp == 1:  # an iteration lasts its drafting plus its verify
+        np.testing.assert_allclose(it["duration_s"], it["draft_s"] + it["verify_s"],
+                                   rtol=1e-12)
+    else:  # a micro-batch's first stage starts after the CPU drafting
+        assert (it["duration_s"] >= it["draft_s"] + it["verify_s"] - 1e-12).all()
