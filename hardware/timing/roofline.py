@@ -111,26 +111,16 @@ class _Stage:
 
 def _moe_parts(st: _Stage, new: float, kv: float, keys: float, n: float):
     """:func:`_parts` of an MoE stage: the routed experts ``new`` tokens touch are read."""
+    return _parts(st, new, kv, keys, n, st.routed_s * (1.0 - st.miss ** new))
+
+
+def _parts(st: _Stage, new: float, kv: float, keys: float, n: float, routed_s: float = 0.0):
+    """(compute_s, memory_s, comm_s, seconds) of one stage: the per-stage formula
+    (``routed_s``: an MoE stage's reads of the routed experts its tokens touch)."""
     cap = HEAD_TOKENS_PER_SEQ * n
     compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
         + st.per_key * keys
-    memory = st.weight_s + st.routed_s * (1.0 - st.miss ** new) + st.per_kv * kv
-    comm = st.comm_fixed_s + st.comm_per_token_s * new
-    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm
-    host = st.host_s
-    if st.overlap:
-        t = busy if busy > host else host
-    else:
-        t = busy + host
-    return compute, memory, comm, t + st.fixed_s + st.per_seq_s * n
-
-
-def _parts(st: _Stage, new: float, kv: float, keys: float, n: float):
-    """(compute_s, memory_s, comm_s, seconds) of one stage: the per-stage formula."""
-    cap = HEAD_TOKENS_PER_SEQ * n
-    compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
-        + st.per_key * keys
-    memory = st.weight_s + st.per_kv * kv
+    memory = st.weight_s + routed_s + st.per_kv * kv
     comm = st.comm_fixed_s + st.comm_per_token_s * new
     busy = smooth_max(compute, memory, st.inv_p, st.p) + comm
     host = st.host_s

@@ -160,3 +160,27 @@ def test_load_scenario_names_the_file_and_field_past_a_bound(tmp_path):
     path.write_text(f"run: {{requests: {limits.MAX_REQUESTS + 1}}}\n")
     with pytest.raises(UserError, match=r"s\.yaml.*run\.requests"):
         load_scenario(path)
+
+
+def _numbers(node, path=""):
+    """(path, schema) of every integer or number in a JSON schema."""
+    if isinstance(node, dict):
+        if node.get("type") in ("integer", "number"):
+            yield path, node
+        for key, value in node.items():
+            yield from _numbers(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _numbers(value, f"{path}[{i}]")
+
+
+def test_every_number_in_the_scenario_schema_has_an_upper_bound():
+    """The schema behind the generated scenario reference: no integer or number field (in
+    any section, any kind) is unbounded above."""
+    from sim.scenario import Scenario
+
+    found = list(_numbers(Scenario.model_json_schema()))
+    assert len(found) > 50  # the walk does reach the fields
+    unbounded = [p for p, s in found
+                 if not {"maximum", "exclusiveMaximum", "const", "enum"} & set(s)]
+    assert unbounded == []
