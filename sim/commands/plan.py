@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from sim.limits import MAX_WORKERS
 from specdec.errors import UserError
 
 _HELP = """\
@@ -61,6 +63,9 @@ def add_parser(subparsers) -> None:
                    help="replace --out when it exists and is not empty")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="candidates searched at once in local processes (default: the CPUs, "
+                        f"at most 5; the table is the same for any N); 1..{MAX_WORKERS}")
     p.set_defaults(func=main)
 
 
@@ -79,6 +84,10 @@ def main(args: argparse.Namespace) -> int:
         slo_from_scenario,
     )
 
+    if args.workers is None:
+        args.workers = max(1, min(os.cpu_count() or 1, 5))
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers: must be in 1..{MAX_WORKERS}, got {args.workers}")
     if not 0 < args.rel_tol < 1:
         raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")
     path = Path(args.scenario)
@@ -101,7 +110,8 @@ def main(args: argparse.Namespace) -> int:
                    disable=args.no_progress)
         try:
             table = plan(base, candidates, slo, source, args.target_rate, args.rel_tol,
-                         lambda name: bar.update(1), doc=doc, sets=args.overrides)
+                         lambda name: bar.update(1), doc=doc, sets=args.overrides,
+                         workers=args.workers)
         finally:
             bar.close()
         paths = write_table(table, tmp / "plan")

@@ -245,55 +245,79 @@ def _gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
     return d.gpu, gpus * d.replicas, _catalog(sc).gpu(d.gpu).price_per_hour_usd
 
 
+def _candidate_row(base: dict, cand: Candidate, sc, slo: dict[str, float], source: str,
+                   rel_tol: float, doc: dict | None, sets, target_rate: float | None) -> dict:
+    """The plan's row for one candidate (``sc``: it built at the scenario's rate): its rate
+    limit under ``slo``, what that costs, and how to run it."""
+    gpu, gpus, price = _gpu_price(sc, cand)
+    found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
+    s = found.summary or {}
+    per_hour = price * gpus
+    # Sustained output rate: requests/s x output tokens per request (the run's own
+    # throughput also counts the final drain, when the queue empties).
+    thr = found.max_rate_per_s * s.get("output_tokens_per_request", 0.0)
+    row = {"candidate": cand.name, "gpu": gpu, "gpus": gpus,
+           "policy": cand.policy.get("kind"), "max_rate_per_s": found.max_rate_per_s,
+           "fail_rate_per_s": found.fail_rate_per_s, "rel_tol": rel_tol,
+           "runs": found.runs, "output_tokens_per_s": thr,
+           "usd_per_hour": per_hour,
+           "usd_per_million_tokens": per_hour / (thr * 3600) * 1e6 if thr else math.inf}
+    row.update({f"measured_{k}": v for k, v in found.measured.items()})
+    # the Pareto axes: what each GPU serves against what each user sees
+    tpot = s.get("tpot_mean_s")
+    row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
+    row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
+    row["vllm_serve"], notes = serve_command(sc, sc.variants[0], _catalog(sc))
+    row["vllm_serve_notes"] = "; ".join(notes)
+    if target_rate is not None:
+        n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
+        row["replicas_for_target"] = n
+        row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
+    row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
+    return row
+
+
 def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source: str,
          target_rate: float | None = None, rel_tol: float = 0.05,
-         progress=None, doc: dict | None = None, sets=()) -> pd.DataFrame:
+         progress=None, doc: dict | None = None, sets=(), workers: int = 1) -> pd.DataFrame:
     """One row per candidate, cheapest first (per target rate if given, else per million
     output tokens); infeasible candidates last. ``progress(name)`` after each candidate.
 
     Each candidate is built first at the scenario's rate, so a bad one (unknown GPU, TP that
     does not divide the heads, a model that does not fit) is refused before any search,
     naming the candidate field that brought it in (or, given the file's ``doc`` and the
-    ``--set`` overrides ``sets`` behind ``base``, the override)."""
+    ``--set`` overrides ``sets`` behind ``base``, the override). ``workers`` > 1 searches
+    that many candidates at once in local processes; the table is the same either way
+    (each search is seeded by the scenario alone)."""
     if not slo:
         raise UserError(f"{source}: no SLO: give --slo or set slo: in the scenario")
     if target_rate is not None and not target_rate > 0:
         raise UserError(f"--target-rate: must be > 0, got {target_rate}")
+    if workers < 1:
+        raise UserError(f"--workers: must be >= 1, got {workers}")
     rate0 = float(base["workload"]["rate_per_s"])
     built = [build_for(base, cand, rate0, source, doc, sets)[0] for cand in candidates]
-    rows = []
+    args = [(base, cand, sc, slo, source, rel_tol, doc, sets, target_rate)
+            for cand, sc in zip(candidates, built, strict=True)]
+    rows: list = [None] * len(args)
     try:
-        for cand, sc in zip(candidates, built, strict=True):
-            gpu, gpus, price = _gpu_price(sc, cand)
-            found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
-            s = found.summary or {}
-            per_hour = price * gpus
-            # Sustained output rate: requests/s x output tokens per request (the run's own
-            # throughput also counts the final drain, when the queue empties).
-            thr = found.max_rate_per_s * s.get("output_tokens_per_request", 0.0)
-            row = {"candidate": cand.name, "gpu": gpu, "gpus": gpus,
-                   "policy": cand.policy.get("kind"), "max_rate_per_s": found.max_rate_per_s,
-                   "fail_rate_per_s": found.fail_rate_per_s, "rel_tol": rel_tol,
-                   "runs": found.runs, "output_tokens_per_s": thr,
-                   "usd_per_hour": per_hour,
-                   "usd_per_million_tokens": per_hour / (thr * 3600) * 1e6 if thr else math.inf}
-            row.update({f"measured_{k}": v for k, v in found.measured.items()})
-            # the Pareto axes: what each GPU serves against what each user sees
-            tpot = s.get("tpot_mean_s")
-            row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
-            row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
-            row["vllm_serve"], notes = serve_command(sc, sc.variants[0], _catalog(sc))
-            row["vllm_serve_notes"] = "; ".join(notes)
-            if target_rate is not None:
-                n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
-                row["replicas_for_target"] = n
-                row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
-            row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
-            rows.append(row)
-            if progress:
-                progress(cand.name)
+        if workers == 1 or len(args) == 1:
+            for i, a in enumerate(args):
+                rows[i] = _candidate_row(*a)
+                if progress:
+                    progress(candidates[i].name)
+        else:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(max_workers=min(workers, len(args))) as pool:
+                futures = {pool.submit(_candidate_row, *a): i for i, a in enumerate(args)}
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    rows[i] = fut.result()
+                    if progress:
+                        progress(candidates[i].name)
     except KeyboardInterrupt:
-        done = [r["candidate"] for r in rows]
+        done = [c.name for c, r in zip(candidates, rows, strict=True) if r is not None]
         raise Interrupted(f"{len(done)} of {len(candidates)} plan candidates had finished"
                           + (f" ({', '.join(done)})" if done else "")
                           + "; nothing was written") from None

@@ -114,7 +114,8 @@ def test_an_interrupted_plan_says_which_candidates_finished(tmp_path, capsys, mo
     cfile.write_text(yaml.safe_dump(cands))
     out = tmp_path / "plan"
     assert main(["plan", str(scenario), "--candidates", str(cfile), "--slo",
-                 "ttft_p99=2s,tpot_p99=50ms", "--no-progress", "--out", str(out)]) == 130
+                 "ttft_p99=2s,tpot_p99=50ms", "--no-progress", "--workers", "1",
+                 "--out", str(out)]) == 130
     line = _one_line(capsys.readouterr().err)
     first = cands["candidates"][0]["name"]
     assert line == (f"specsim plan: interrupted: 1 of 2 plan candidates had finished "

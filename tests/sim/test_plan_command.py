@@ -64,6 +64,29 @@ def test_plan_small_then_rerun(tmp_path, capsys):
     assert {r["candidate"] for r in rows} == keep
 
 
+def test_plan_table_is_the_same_for_any_number_of_workers(tmp_path, capsys):
+    """Candidates searched in parallel processes give the table one process gives."""
+    doc = yaml.safe_load(SCENARIO.read_text())
+    doc["run"]["requests"] = 100
+    doc["deployment"]["timing"] = "paper"
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    cands = yaml.safe_load(CANDIDATES.read_text())
+    keep = {"h200-tp2-none", "h200-tp2-chain4"}
+    cands["candidates"] = [c for c in cands["candidates"] if c["name"] in keep]
+    cpath = tmp_path / "c.yaml"
+    cpath.write_text(yaml.safe_dump(cands))
+    tables = []
+    for workers in (1, 2):
+        assert main(["plan", str(scenario), "--candidates", str(cpath), "--slo",
+                     "ttft_p99=2s,tpot_p99=50ms", "--json", "--no-progress",
+                     "--workers", str(workers), "--out", str(tmp_path / f"w{workers}")]) == 0
+        tables.append(json.loads(capsys.readouterr().out)["rows"])
+    assert tables[0] == tables[1]
+    assert main(["plan", str(scenario), "--workers", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "--workers: must be in 1..256, got 0" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_plan_shipped_example_then_rerun(tmp_path, capsys):
     rows = _plan_and_recheck(capsys, tmp_path, SCENARIO, CANDIDATES)
