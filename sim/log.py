@@ -8,7 +8,7 @@ end. The engine writes the log and never reads it back to make decisions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -67,6 +67,56 @@ class ItlHistogram:
         return cls.LOW_S * cls.RATIO ** np.arange(cls.BINS + 1)
 
 
+class IterationLog:
+    """The iteration rows as one growing float64 table, no Python object per row.
+
+    Every field of an ``IterationRecord`` fits a float64 exactly (the counts are far below
+    2^53); ``bound`` is stored as its index in ``labels``. The table doubles when full, so
+    an append is one row assignment, and ``records()`` turns it into typed columns.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._rows = np.empty((capacity, len(field_names(IterationRecord))))
+        self.n = 0
+        self.labels: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def append(self, replica: int, start_at: float, duration_s: float, batch_size: int,
+               decode_seqs: int, prefill_tokens: int, verify_tokens: int,
+               drafted_tokens: int, accepted_tokens: int, emitted_tokens: int,
+               draft_s: float, verify_s: float, bound: str, kv_blocks_used: int) -> None:
+        """Add one iteration's row (the fields of ``IterationRecord``, in order)."""
+        code = self._codes.get(bound)
+        if code is None:
+            code = self._codes[bound] = len(self.labels)
+            self.labels.append(bound)
+        if self.n == len(self._rows):
+            self._rows = np.concatenate((self._rows, np.empty_like(self._rows)))
+        self._rows[self.n] = (replica, start_at, duration_s, batch_size, decode_seqs,
+                              prefill_tokens, verify_tokens, drafted_tokens, accepted_tokens,
+                              emitted_tokens, draft_s, verify_s, code, kv_blocks_used)
+        self.n += 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def records(self) -> Records[IterationRecord]:
+        """The rows as ``Records`` (ints back to int64, ``bound`` back to its strings)."""
+        rows = self._rows[:self.n]
+        cols = {}
+        for j, f in enumerate(fields(IterationRecord)):
+            col = rows[:, j]
+            if f.name == "bound":
+                col = np.array(self.labels, dtype=object)[col.astype(np.int64)] \
+                    if self.n else np.empty(0, dtype=object)
+            elif f.type == "int":
+                col = col.astype(np.int64)
+            else:
+                col = col.copy()
+            cols[f.name] = col
+        return Records(IterationRecord, cols)
+
+
 class RunLog:
     """Per-request counters and timestamps plus iteration rows, written by the replicas."""
 
@@ -80,7 +130,7 @@ class RunLog:
         # [N, N_COUNTERS]: verify steps, draft steps, drafted, accepted, checked tokens,
         # preemptions, recomputed prefill tokens, prefix-cached prompt tokens
         self.counts = np.zeros((n_requests, N_COUNTERS), dtype=np.int64)
-        self.iterations: list[tuple] = []
+        self.iterations = IterationLog()
         self.itl = ItlHistogram()
 
     def add_itl(self, gaps_s: np.ndarray) -> None:
@@ -108,4 +158,4 @@ class RunLog:
 
     def iteration_records(self) -> Records[IterationRecord]:
         """One record per replica iteration, in the order they started per replica."""
-        return Records.from_rows(IterationRecord, self.iterations)
+        return self.iterations.records()

@@ -265,12 +265,12 @@ class Replica:
         """Apply a finished iteration and record it."""
         emitted, accepted, drafted, prefill = advance(self, batch)
         self.check_progress(emitted)
-        self.log.iterations.append((
+        self.log.iterations.append(
             self.index, start_at, self.env.now - start_at,
             len(batch.dec_slots) + len(batch.pre_slots), len(batch.dec_slots), prefill,
             batch.verify_tokens, drafted, accepted, emitted, draft_s, verify_s, bound,
             self.kv.used_blocks,
-        ))
+        )
 
     def check_progress(self, emitted: int) -> None:
         """The liveness guard: raise if ``stall_limit`` iterations in a row emit no token."""
