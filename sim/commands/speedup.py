@@ -25,7 +25,7 @@ from sim.commands._lists import (
     tree_widths,
 )
 from sim.commands._timing import add_timing_flags
-from sim.drafters import METHODS
+from sim.drafters import CPU_METHODS, METHODS
 from sim.limits import MAX_GAMMA, MAX_GPUS, MAX_SEQS, MAX_TOKENS
 from specdec.errors import UserError
 
@@ -103,7 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cached tokens per sequence, >= 0 (no default: required with --target)")
     p.add_argument("--tp", type=int, help="target tensor parallelism, >= 1 (default 1)")
     p.add_argument("--weight-bits", type=int, choices=(16, 8, 4),
-                   help="target weight bits (default 16)")
+                   help="target weight bits (default: the precision the catalog says the "
+                        "checkpoint ships in, else 16, as hw step)")
     p.add_argument("--draft-weight-bits", type=int, choices=(16, 8, 4),
                    help="draft weight bits (default: the target's --weight-bits, as a "
                         "scenario's deployment.draft_weight_bits; the lecture's section 7.3 "
@@ -137,6 +138,12 @@ def run(args: argparse.Namespace) -> int:
     if args.draft is not None and not needed:
         raise UserError(f"--draft {args.draft}: not used with --method {args.method} (its "
                         "drafter is built from the target); drop --draft")
+    if args.method in CPU_METHODS:
+        for flag, value in (("--draft-placement", args.draft_placement),
+                            ("--draft-weight-bits", args.draft_weight_bits)):
+            if value is not None:
+                raise UserError(f"{flag} {value}: --method {args.method} drafts on the CPU "
+                                f"(no draft model to place or quantise); drop {flag}")
     for name in (*needed, "gpu", "batch", "context"):
         if getattr(args, name) is None:
             raise UserError(f"--{name.replace('_', '-')}: required in hardware mode (--target)"
@@ -184,7 +191,11 @@ def _hardware(args: argparse.Namespace) -> int:
     if draft_model is not None:
         check_same_vocab(target_model, draft_model)
     kv_bits = 16 if args.kv_bits is None else args.kv_bits
-    weight_bits = 16 if args.weight_bits is None else args.weight_bits
+    weight_bits, compute_dtype = args.weight_bits, args.compute_dtype
+    if weight_bits is None:  # the checkpoint's own precision (catalog), as hw step takes it
+        weight_bits = target_model.weight_bits or 16
+        if compute_dtype is None and weight_bits == 8:
+            compute_dtype = target_model.compute_dtype
     draft_bits = weight_bits if args.draft_weight_bits is None else args.draft_weight_bits
     tp = 1 if args.tp is None else args.tp
     placement = args.draft_placement or "colocated"
@@ -201,12 +212,13 @@ def _hardware(args: argparse.Namespace) -> int:
     timing = {"timing": args.timing or "auto", "framework": args.framework or "vllm"}
     target_dep = Deployment(target_model, gpu, tp=tp, weight_bits=weight_bits,
                             kv_bits=kv_bits, kv_tokens=kv_tokens,
-                            compute_dtype=args.compute_dtype, **timing)
+                            compute_dtype=compute_dtype, **timing)
     target = CostModel(target_dep, catalog)
 
-    def make_cost(spec, draft_tp: int = 1) -> CostModel:
-        dep = Deployment(spec, gpu, tp=draft_tp, weight_bits=draft_bits, kv_bits=kv_bits,
-                         compute_dtype=args.compute_dtype if draft_bits == 8 else None,
+    def make_cost(spec, draft_tp: int = 1, draft_ep: int = 1) -> CostModel:
+        dep = Deployment(spec, gpu, tp=draft_tp, ep=draft_ep, weight_bits=draft_bits,
+                         kv_bits=kv_bits,
+                         compute_dtype=compute_dtype if draft_bits == 8 else None,
                          step_overhead=False, **timing)
         return CostModel(dep, catalog)
 

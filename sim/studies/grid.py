@@ -73,8 +73,9 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
     t = CostModel(Deployment(cat.model(target), g, tp=tp, weight_bits=weight_bits,
                              kv_bits=kv_bits, compute_dtype=compute_dtype, **how), cat)
 
-    def make_cost(spec, draft_tp: int = 1) -> CostModel:
-        return CostModel(Deployment(spec, g, tp=draft_tp, weight_bits=draft_weight_bits,
+    def make_cost(spec, draft_tp: int = 1, draft_ep: int = 1) -> CostModel:
+        return CostModel(Deployment(spec, g, tp=draft_tp, ep=draft_ep,
+                                    weight_bits=draft_weight_bits,
                                     kv_bits=kv_bits, **how, step_overhead=False,
                                     compute_dtype=compute_dtype if draft_weight_bits == 8
                                     else None), cat)

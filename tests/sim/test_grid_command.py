@@ -149,3 +149,12 @@ def test_simulated_method_grid_runs_the_engine(tmp_path, capsys):
                  "--out", str(tmp_path / "s")]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["best_speedup"] > 1.0 and row["fits"]
+
+
+def test_method_mtp_grid_on_deepseek_v3(tmp_path, capsys):
+    assert main(["grid", "--target", "deepseek-v3", "--method", "mtp", "--gpu", "h200",
+                 "--tp", "8", "--compute-dtype", "fp8", "--alpha", "0.8", "--timing",
+                 "roofline", "--batches", "1,8", "--contexts", "1024", "--gamma-max", "2",
+                 "--json", "--out", str(tmp_path / "g")]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["batch"] for r in rows] == [1, 8] and all(r["best_speedup"] > 1.0 for r in rows)

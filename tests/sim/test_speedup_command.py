@@ -245,3 +245,23 @@ def test_method_ngram_costs_no_gpu_time(capsys):
 def test_method_flag_mixtures_are_refused(extra, message, capsys):
     code, _, err = run(capsys, *METHOD, *extra)
     assert code == 2 and message in err
+
+
+def test_method_mtp_on_deepseek_v3_prices_its_moe_module(capsys):
+    """DeepSeek-V3's MTP module is one MLA + MoE block sharded like the target (tp and ep);
+    the target defaults to the precision its checkpoint ships in (FP8), as hw step does."""
+    code, out, err = run(capsys, "speedup", "--method", "mtp", "--target", "deepseek-v3",
+                         "--gpu", "h200", "--tp", "8", "--batch", "8", "--context", "1024",
+                         "--alpha", "0.8", "--gamma-max", "2", "--timing", "roofline",
+                         "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["weight_bits"] == 8 and data["compute_dtype"] == "fp8"
+    assert data["draft"] == "deepseek-v3-mtp"
+    assert 0.0 < data["rows"][0]["c"] < 0.1 and data["best"]["speedup"] > 1.0
+
+
+def test_draft_flags_with_a_cpu_drafter_are_refused(capsys):
+    for flag, value in (("--draft-placement", "separate"), ("--draft-weight-bits", "4")):
+        code, _, err = run(capsys, *METHOD, "--method", "ngram", flag, value)
+        assert code == 2 and f"{flag} {value}: --method ngram drafts on the CPU" in err
