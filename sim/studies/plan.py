@@ -44,6 +44,7 @@ from sim.engines.vllm import serve_command
 from sim.loading import display_path, read_yaml, validate_overridden
 from sim.paths import resolve_file
 from sim.runner import build_overridden, run_setups
+from sim.studies.pool import in_processes
 from sim.summary import latencies
 from specdec.errors import Interrupted, UserError
 
@@ -307,15 +308,12 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
                 if progress:
                     progress(candidates[i].name)
         else:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
+            def done(i: int, row: dict) -> None:
+                rows[i] = row
+                if progress:
+                    progress(candidates[i].name)
 
-            with ProcessPoolExecutor(max_workers=min(workers, len(args))) as pool:
-                futures = {pool.submit(_candidate_row, *a): i for i, a in enumerate(args)}
-                for fut in as_completed(futures):
-                    i = futures[fut]
-                    rows[i] = fut.result()
-                    if progress:
-                        progress(candidates[i].name)
+            in_processes(_candidate_row, args, min(workers, len(args)), done)
     except KeyboardInterrupt:
         done = [c.name for c, r in zip(candidates, rows, strict=True) if r is not None]
         raise Interrupted(f"{len(done)} of {len(candidates)} plan candidates had finished"

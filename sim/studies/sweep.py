@@ -39,6 +39,7 @@ from reports.tables import add_speedups, iterations_frame, requests_frame, summa
 from sim.limits import MAX_POINTS
 from sim.loading import display_path, load_yaml_text, read_yaml, validate_overridden
 from sim.runner import build_overridden, run_setups
+from sim.studies.pool import in_processes
 from specdec.errors import Interrupted, UserError
 
 
@@ -235,14 +236,12 @@ def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
 
 
 def _on_processes(workers: int, args: list[tuple], progress, results: list) -> list:
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    def done(i: int, rows) -> None:
+        results[i] = rows
+        if progress:
+            progress()
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_point, *a): i for i, a in enumerate(args)}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-            if progress:
-                progress()
+    in_processes(run_point, args, workers, done)
     return results
 
 

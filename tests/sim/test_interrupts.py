@@ -5,6 +5,7 @@ had finished)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -121,3 +122,28 @@ def test_an_interrupted_plan_says_which_candidates_finished(tmp_path, capsys, mo
     assert line == (f"specsim plan: interrupted: 1 of 2 plan candidates had finished "
                     f"({first}); nothing was written")
     assert not out.exists()
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_a_plan_on_worker_processes_at_once(tmp_path):
+    """Ctrl-C signals the whole process group: the workers stop with the plan instead of
+    working through the candidates still queued (the full example runs about a minute on
+    two workers; after the signal it must be gone within seconds)."""
+    out = tmp_path / "plan"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, "plan", "scenarios/plan-llama70b.yaml",
+         "--candidates", "scenarios/plan-candidates.yaml", "--slo",
+         "ttft_p99=2s,tpot_p99=50ms", "--workers", "2", "--no-progress", "--out", str(out)],
+        cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(6.0)  # the candidates are being searched on both workers
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    sent = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=120)
+    waited = time.monotonic() - sent
+    assert proc.returncode == 130, (stdout, stderr)
+    line = _one_line(stderr)
+    assert line.startswith("specsim plan: interrupted: ") and "of 8 plan candidates" in line
+    assert waited < 15.0, f"{waited:.1f} s from Ctrl-C to exit"
+    assert not out.exists() and list(tmp_path.iterdir()) == []
