@@ -13,14 +13,14 @@ Run a scenario: every speculation variant it lists is simulated on the same arri
 (same seed), and a summary is printed: TTFT, TPOT and end-to-end latency percentiles,
 throughput, vLLM's acceptance rate and mean acceptance length, measured tokens per verify
 against the i.i.d. formula at the measured alpha, and the speedup over the no-speculation
-variant. Records (CSV), the fully resolved scenario and a report (report.md with
-tables/ and figures/: latency vs offered load, tokens per verify, CDFs, batch over time)
-are written under runs/<name>-<timestamp>/ or --out; --no-report skips the report. With
---load-curve the report also draws latency against offered load with the crossover where
-speculation stops paying: it re-simulates the scenario at 1/4x to 8x its load with
---report-requests requests per point up to its own rate and proportionally more above it (so
-every point spans the same stretch of arrivals), on --workers processes. That multiplies the
-run's cost several times, so it is asked for, not done by default.
+variant. Records (CSV), the fully resolved scenario and a report (report.md with tables/
+and figures/: tokens per verify, CDFs, batch over time) are written under
+runs/<name>-<timestamp>/ or --out; --no-report skips the report. With --load-curve the
+report also draws latency against offered load with the crossover where speculation stops
+paying: it re-simulates the scenario at 1/4x to 8x its load with --report-requests requests
+per point up to its own rate and proportionally more above it (so every point spans the
+same stretch of arrivals), on --workers processes. That multiplies the run's cost several
+times, so it is asked for, not done by default.
 
 A real deployment can be given as its command lines instead of scenario fields:
 --from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")

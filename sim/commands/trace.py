@@ -16,7 +16,7 @@ from specdec.traces import COVERAGE_KS, record_settings, trace_summary
 _PROGRESS_MIN_TOKENS = 2000
 
 
-# Ranges of the integer flags (sim.limits); a trace of MAX_TOKENS positions takes hours.
+# Ranges of the integer flags (sim.limits): far above any useful trace, refused past them.
 BOUNDS = {"tokens": (1, MAX_TOKENS), "prompts": (1, MAX_TOKENS), "k_max": (1, MAX_GAMMA),
           "layers": (1, MAX_GAMMA), "ngram": (1, MAX_GAMMA)}
 

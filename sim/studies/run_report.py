@@ -13,6 +13,7 @@ from pathlib import Path
 from reports.report_md import chain_gamma, write_run_report
 from reports.run_folder import load_run, summary_table
 from sim.studies.acceptance_replay import scenario_histograms
+from sim.studies.load_curve import MULTIPLIERS, load_axis
 from sim.studies.load_curve import load_curve as _load_curve
 
 
@@ -31,5 +32,6 @@ def write_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: i
     load = (_load_curve(run.scenario, max_requests=load_requests, workers=workers, own=own)
             if load_curve else None)
     hist, runs = scenario_histograms(run.scenario, chain_gamma(run))
-    return write_run_report(run, summary, load, hist, runs, warmup_s,
-                            load_asked=load_curve)
+    # a scenario whose load cannot be scaled (a trace, a replay) is told so, asked or not
+    asked = load_curve or load_axis(run.scenario, MULTIPLIERS) is None
+    return write_run_report(run, summary, load, hist, runs, warmup_s, load_asked=asked)

@@ -5,6 +5,8 @@ run at the bound would be hours long by design); values past it go through the r
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from sim import limits
@@ -30,12 +32,19 @@ SCALAR_FLAGS = [
     (["hw", "step", *HW, "--batch", "1", "--context", "1"], "--ep", hw.STEP_BOUNDS, "ep"),
     (SPEEDUP, "--gamma-max", speedup.BOUNDS, "gamma_max"),
     (SPEEDUP, "--tp", speedup.BOUNDS, "tp"),
+    (SPEEDUP, "--batch", speedup.BOUNDS, "batch"),
+    (SPEEDUP, "--context", speedup.BOUNDS, "context"),
     (GRID, "--gamma-max", grid.BOUNDS, "gamma_max"),
     (GRID, "--tp", grid.BOUNDS, "tp"),
     (["sweep", "scenarios/default.yaml"], "--workers", sweep.BOUNDS, "workers"),
     *[(["trace", "--tokens", "100", "--prompts", "10"], f"--{k.replace('_', '-')}",
        trace.BOUNDS, k) for k in trace.BOUNDS],
 ]
+
+
+# commands cheap to run with a flag at its bound (a trace of 10^7 positions or 256 sweep
+# workers is not: those are checked by the bounds table alone)
+CHEAP_AT_THE_BOUND = ("hw", "speedup", "grid")
 
 
 def _without(argv: list[str], flag: str) -> list[str]:
@@ -62,6 +71,14 @@ def test_scalar_flag_at_its_bound_passes_and_past_it_is_refused(argv, flag, boun
     parser = build_parser(argv[0])
     for value in (least, most):  # both ends pass the bounds check
         _lists.check_bounds(parser.parse_args([*argv, flag, str(value)]), bounds)
+    if argv[0] in CHEAP_AT_THE_BOUND:  # and the command itself takes them
+        for value in (least, most):
+            code = main([*argv, flag, str(value), "--json", "--out", str(tmp_path / "b")]
+                        if argv[0] == "grid" else [*argv, flag, str(value), "--json"])
+            err = capsys.readouterr().err
+            if code:  # refused for another reason (positions, memory, heads), not the range
+                assert code == 2 and "must be in" not in err, err
+            shutil.rmtree(tmp_path / "b", ignore_errors=True)
     for value in (least - 1, most + 1):
         extra = ["--out", str(tmp_path / "o")] if argv[0] in ("grid", "sweep") else []
         assert main([*argv, flag, str(value), *extra]) == 2

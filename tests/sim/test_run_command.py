@@ -229,3 +229,13 @@ def test_report_flags_out_of_range_are_refused(flags, expected, tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
     assert not (tmp_path / "o" / "report.md").exists()
+
+
+def test_a_trace_report_says_its_load_cannot_be_scaled(tmp_path, capsys):
+    """A trace has no rate to scale: its plain report does not advise --load-curve."""
+    out = tmp_path / "t"
+    assert main(["run", "scenarios/mooncake-trace.yaml", "--set", "run.requests=20",
+                 "--no-progress", "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "Not drawn: the arrivals are neither rate-driven" in report
+    assert "--load-curve" not in report
