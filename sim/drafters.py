@@ -64,8 +64,9 @@ def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | 
                       num_nextn_predict_layers=0, mtp_module=True)
         return ModelConfig(**fields)
     if c.model_type != "llama":
-        raise UserError(f"drafter.method {method}: needs a llama-family target (its decoder "
-                        f"layer is the head's), got model_type {c.model_type!r}")
+        also = " or, for mtp, a DeepSeek one" if method == "mtp" else ""
+        raise UserError(f"drafter.method {method}: needs a llama-family target{also} (its "
+                        f"decoder layer is the head's), got model_type {c.model_type!r}")
     h = c.hidden_size
     q, kv = c.num_attention_heads * c.d_head, c.kv_heads * c.d_head
     if method == "eagle":  # fc over [embedding, hidden]: 2h -> h
