@@ -47,8 +47,11 @@ def _plan_and_recheck(capsys, tmp_path, scenario, candidates):
     return rows
 
 
-def test_plan_small_then_rerun(tmp_path, capsys):
-    """Reduced: 100 requests, two candidates."""
+SMALL_KEEP = {"h200-tp2-none", "h200-tp2-chain4"}
+
+
+def _small_plan(tmp_path):
+    """The example reduced to 100 requests and two candidates: (scenario, candidates)."""
     doc = yaml.safe_load(SCENARIO.read_text())
     doc["run"]["requests"] = 100
     # the paper GPU: on the default timing 100 requests are too few to find a rate limit
@@ -56,26 +59,21 @@ def test_plan_small_then_rerun(tmp_path, capsys):
     scenario = tmp_path / "plan.yaml"
     scenario.write_text(yaml.safe_dump(doc))
     cands = yaml.safe_load(CANDIDATES.read_text())
-    keep = {"h200-tp2-none", "h200-tp2-chain4"}
-    cands["candidates"] = [c for c in cands["candidates"] if c["name"] in keep]
+    cands["candidates"] = [c for c in cands["candidates"] if c["name"] in SMALL_KEEP]
     cpath = tmp_path / "c.yaml"
     cpath.write_text(yaml.safe_dump(cands))
-    rows = _plan_and_recheck(capsys, tmp_path, scenario, cpath)
-    assert {r["candidate"] for r in rows} == keep
+    return scenario, cpath
+
+
+def test_plan_small_then_rerun(tmp_path, capsys):
+    """Reduced: 100 requests, two candidates."""
+    rows = _plan_and_recheck(capsys, tmp_path, *_small_plan(tmp_path))
+    assert {r["candidate"] for r in rows} == SMALL_KEEP
 
 
 def test_plan_table_is_the_same_for_any_number_of_workers(tmp_path, capsys):
     """Candidates searched in parallel processes give the table one process gives."""
-    doc = yaml.safe_load(SCENARIO.read_text())
-    doc["run"]["requests"] = 100
-    doc["deployment"]["timing"] = "paper"
-    scenario = tmp_path / "plan.yaml"
-    scenario.write_text(yaml.safe_dump(doc))
-    cands = yaml.safe_load(CANDIDATES.read_text())
-    keep = {"h200-tp2-none", "h200-tp2-chain4"}
-    cands["candidates"] = [c for c in cands["candidates"] if c["name"] in keep]
-    cpath = tmp_path / "c.yaml"
-    cpath.write_text(yaml.safe_dump(cands))
+    scenario, cpath = _small_plan(tmp_path)
     tables = []
     for workers in (1, 2):
         assert main(["plan", str(scenario), "--candidates", str(cpath), "--slo",
