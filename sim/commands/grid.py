@@ -114,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
                         "e.g. --contexts 1024)")
     check_bounds(args, BOUNDS)
     batches = int_list(args.batches, "--batches", minimum=1, maximum=MAX_SEQS)
-    contexts = int_list(args.contexts or CONTEXTS, "--contexts", minimum=1, maximum=MAX_TOKENS)
+    contexts = int_list(args.contexts or CONTEXTS, "--contexts", minimum=0, maximum=MAX_TOKENS)
     if not 0.0 <= args.alpha <= 1.0:
         raise UserError(f"--alpha: must be in [0, 1], got {args.alpha}")
     widths = None

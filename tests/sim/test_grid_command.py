@@ -52,7 +52,7 @@ def test_tree_grid_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, msg", [
     (["--batches", "1,x"], "--batches"),
-    (["--contexts", "0"], "--contexts"),
+    (["--contexts", "-1"], "--contexts"),
     (["--tree", "k,1", "--contexts", "128,1024"], "one context"),
     (["--tree", "k,1", "--contexts", "128", "--simulate"], "--simulate"),
     # tree options without --tree used to be silently ignored
