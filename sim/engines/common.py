@@ -24,11 +24,6 @@ KV_DTYPES = {"auto": 16, "bfloat16": 16, "float16": 16, "fp8": 8, "fp8_e4m3": 8,
 # --quantization -> (weight bits, compute dtype): FP8 W8A8, or 4-bit weight-only kernels
 QUANTIZATION = {"fp8": (8, "fp8"), "awq": (4, "bf16"), "gptq": (4, "bf16"),
                 "awq_marlin": (4, "bf16"), "gptq_marlin": (4, "bf16")}
-# vLLM's speculative methods -> SpecSim's drafter methods
-VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
-                "mtp": "mtp", "deepseek_mtp": "mtp", "ngram": "ngram", "suffix": "suffix"}
-SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
-                  "STANDALONE": "draft_model", "NGRAM": "ngram"}
 
 
 class Parsed:
@@ -90,6 +85,27 @@ def int_flag(flags: dict, name: str, what: str, low: int = 1) -> int:
     if v < low:
         raise UserError(f"{what}: {name}: must be >= {low}, got {v}")
     return v
+
+
+def precision_flag(out: Parsed, name: str, value: str, what: str) -> bool:
+    """Apply ``--kv-cache-dtype`` or ``--quantization`` (the same in vLLM and SGLang) to
+    ``out``; False when ``name`` is neither."""
+    if name == "--kv-cache-dtype":
+        if value not in KV_DTYPES:
+            raise UserError(f"{what}: --kv-cache-dtype: one of {', '.join(KV_DTYPES)}, "
+                            f"got {value!r}")
+        out.set("deployment.kv_bits", KV_DTYPES[value])
+        return True
+    if name == "--quantization":
+        if value not in QUANTIZATION:
+            raise UserError(f"{what}: --quantization {value}: not modelled; SpecSim knows "
+                            f"{', '.join(QUANTIZATION)}")
+        bits, dtype = QUANTIZATION[value]
+        out.set("deployment.weight_bits", bits)
+        if dtype == "fp8":
+            out.set("deployment.compute_dtype", "fp8")
+        return True
+    return False
 
 
 def float_flag(flags: dict, name: str, what: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.engines.common import KV_DTYPES, NO_EFFECT, QUANTIZATION, Parsed, flags_of, int_flag, split
+from sim.engines.common import NO_EFFECT, Parsed, flags_of, int_flag, precision_flag, split
 from specdec.errors import UserError
 
 SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
@@ -32,17 +32,10 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                "--chunked-prefill-size": "scheduler.chunk_tokens"}
     algo = steps = topk = ndraft = draft_path = None
     for name, value in flags.items():
+        if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
+            continue
         if name in mapping:
             out.set(mapping[name], int_flag(flags, name, what))
-        elif name == "--kv-cache-dtype":
-            if value not in KV_DTYPES:
-                raise UserError(f"{what}: --kv-cache-dtype: one of {', '.join(KV_DTYPES)}, "
-                                f"got {value!r}")
-            out.set("deployment.kv_bits", KV_DTYPES[value])
-        elif name == "--quantization":
-            if value not in QUANTIZATION:
-                raise UserError(f"{what}: --quantization {value}: not modelled")
-            out.set("deployment.weight_bits", QUANTIZATION[value][0])
         elif name == "--speculative-algorithm":
             algo = value
         elif name == "--speculative-num-steps":

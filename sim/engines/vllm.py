@@ -9,12 +9,11 @@ import shlex
 from collections.abc import Callable
 
 from sim.engines.common import (
-    KV_DTYPES,
     NO_EFFECT,
-    QUANTIZATION,
     Parsed,
     flags_of,
     int_flag,
+    precision_flag,
     split,
 )
 from specdec.errors import UserError
@@ -47,21 +46,10 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                "--num-gpu-blocks-override": "scheduler.num_gpu_blocks_override"}
     spec = None
     for name, value in flags.items():
+        if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
+            continue
         if name in mapping:
             out.set(mapping[name], int_flag(flags, name, what))
-        elif name == "--kv-cache-dtype":
-            if value not in KV_DTYPES:
-                raise UserError(f"{what}: --kv-cache-dtype: one of {', '.join(KV_DTYPES)}, "
-                                f"got {value!r}")
-            out.set("deployment.kv_bits", KV_DTYPES[value])
-        elif name == "--quantization":
-            if value not in QUANTIZATION:
-                raise UserError(f"{what}: --quantization {value}: not modelled; SpecSim knows "
-                                f"{', '.join(QUANTIZATION)}")
-            bits, dtype = QUANTIZATION[value]
-            out.set("deployment.weight_bits", bits)
-            if dtype == "fp8":
-                out.set("deployment.compute_dtype", "fp8")
         elif name in ("--enable-chunked-prefill", "--no-enable-chunked-prefill"):
             out.set("scheduler.chunked_prefill", name == "--enable-chunked-prefill")
         elif name == "--speculative-config":

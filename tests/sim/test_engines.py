@@ -83,6 +83,23 @@ def test_sglang_eagle_flags_become_a_tree():
     assert s["variants"][1]["drafter"] == {"method": "eagle3"}
 
 
+@pytest.mark.parametrize("launch", [
+    "vllm serve meta-llama/Llama-3.1-8B-Instruct",
+    "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"])
+def test_precision_flags_mean_the_same_in_both_engines(launch):
+    """--quantization fp8 is FP8 W8A8 in vLLM and SGLang alike (SGLang's parser used to keep
+    16-bit compute); --kv-cache-dtype fp8 is 8-bit KV."""
+    parse = parse_vllm_serve if launch.startswith("vllm") else parse_sglang
+    s = _sets(parse(f"{launch} --quantization fp8 --kv-cache-dtype fp8", _ids))
+    assert (s["deployment.weight_bits"], s["deployment.compute_dtype"]) == (8, "fp8")
+    assert s["deployment.kv_bits"] == 8
+    s = _sets(parse(f"{launch} --quantization awq", _ids))
+    assert s["deployment.weight_bits"] == 4 and "deployment.compute_dtype" not in s
+    with pytest.raises(UserError, match="--quantization bitsandbytes: not modelled; SpecSim "
+                                        "knows fp8, awq"):
+        parse(f"{launch} --quantization bitsandbytes", _ids)
+
+
 def test_the_issue_command_runs_and_compares_with_the_same_deployment_without(
         tmp_path, capsys):
     spec = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
