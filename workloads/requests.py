@@ -24,6 +24,7 @@ import numpy as np
 from specdec.errors import UserError
 from workloads.arrivals import ArrivalProcess
 from workloads.lengths import LengthDistribution
+from workloads.trace_rows import check_header
 
 DEFAULT_TASK = "default"
 REQUIRED_COLUMNS = ("arrival_at", "prompt_tokens", "output_tokens")
@@ -158,13 +159,7 @@ def read_request_csv(path: str | Path) -> list[RequestSpec]:
         raise UserError(f"{p}: empty file (expected a header {','.join(REQUIRED_COLUMNS)})")
     rename = {"arrival_s": "arrival_at"}
     header = [rename.get(h, h) for h in header]
-    allowed = (*REQUIRED_COLUMNS, "task")
-    for h in header:
-        if h not in allowed:
-            raise UserError(f"{p}: line 1: unknown column '{h}' (expected {', '.join(allowed)})")
-    for col in REQUIRED_COLUMNS:
-        if col not in header:
-            raise UserError(f"{p}: line 1: missing column '{col}'")
+    check_header(p, header, (*REQUIRED_COLUMNS, "task"), REQUIRED_COLUMNS)
     reader.fieldnames = header
     specs: list[RequestSpec] = []
     prev_at = 0.0

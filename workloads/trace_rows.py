@@ -88,6 +88,19 @@ def cell_count(path: Path, line: int, field: str, text: str, skip_zero: bool, hi
     return token_count(path, line, field, int(text), skip_zero, hint)
 
 
+def check_header(p: Path, header: list[str], allowed: tuple[str, ...],
+                 required: tuple[str, ...]) -> None:
+    """Refuse a CSV header (line 1) with a column not in ``allowed`` or without one of
+    ``required``, naming the file and the column."""
+    for h in header:
+        if h not in allowed:
+            raise UserError(f"{p}: line 1: unknown column '{h}' (expected "
+                            f"{', '.join(allowed)})")
+    for c in required:
+        if c not in header:
+            raise UserError(f"{p}: line 1: missing column '{c}'")
+
+
 def csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """(line, cells in the order of ``columns``) of a CSV whose header holds exactly
     ``columns`` (in any order)."""
@@ -96,13 +109,7 @@ def csv_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]
         header = [h.strip() for h in next(reader, [])]
         if not header:
             raise UserError(f"{p}: empty file (expected a header {','.join(columns)})")
-        for h in header:
-            if h not in columns:
-                raise UserError(f"{p}: line 1: unknown column '{h}' (expected "
-                                f"{', '.join(columns)})")
-        for c in columns:
-            if c not in header:
-                raise UserError(f"{p}: line 1: missing column '{c}'")
+        check_header(p, header, columns, columns)
         order = [header.index(c) for c in columns]
         any_row = False
         for cells in reader:
