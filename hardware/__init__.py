@@ -12,7 +12,7 @@ Names are imported lazily (PEP 562): importing one submodule never pulls in the 
 
 from __future__ import annotations
 
-import importlib
+from specdec.lazy import lazy_exports
 
 _EXPORTS = {
     "Catalog": "hardware.catalog",
@@ -73,14 +73,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import ``name`` from its module on first use."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'hardware' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

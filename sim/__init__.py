@@ -17,7 +17,7 @@ light and never pulls in ``hardware`` or ``workloads`` before they are needed.
 
 from __future__ import annotations
 
-import importlib
+from specdec.lazy import lazy_exports
 
 _EXPORTS = {
     "Scenario": "sim.scenario",
@@ -41,10 +41,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """Import ``name`` from its module on first use (PEP 562)."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'sim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

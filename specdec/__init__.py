@@ -6,7 +6,7 @@ every command line start-up needs -- does not import numpy.
 
 from __future__ import annotations
 
-import importlib
+from specdec.lazy import lazy_exports
 
 _EXPORTS = {
     "expected_tokens": "specdec.analysis",
@@ -154,14 +154,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import ``name`` from its module on first use."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'specdec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
