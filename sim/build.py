@@ -65,28 +65,39 @@ class DrafterError(UserError):
     """A drafter that cannot be built (its message names the field, not the section)."""
 
 
-class _DraftCosts:
-    """``make_cost(model_spec, tp, ep)``: a drafting model's cost model on the deployment's GPU,
-    at ``deployment.draft_weight_bits`` (the target's when unset; in fp8 only when that is
-    8 bits and ``compute_dtype`` is fp8), the target's KV width, timing backend and
-    framework; ``catalog`` for drafters that name a catalog model. Its passes run inside the
-    target's engine step, so they do not pay the framework's per-step overhead
-    (``hardware.Deployment.step_overhead``)."""
+class DraftCosts:
+    """``make_cost(model_spec, tp, ep)``: a drafting model's cost model on ``gpu`` at
+    ``weight_bits`` (in ``compute_dtype`` only when that is 8 bits), ``kv_bits``, the
+    ``timing`` backend and ``framework``; ``catalog`` for drafters that name a catalog
+    model. Its passes run inside the target's engine step, so they do not pay the
+    framework's per-step overhead (``hardware.Deployment.step_overhead``). The drafter
+    configs (``sim.kinds.drafters``) build with it, for a scenario (``for_scenario``) and
+    for the speedup and grid tables alike."""
 
-    def __init__(self, sc: Scenario, catalog, gpu) -> None:
-        self.sc, self.catalog, self.gpu = sc, catalog, gpu
+    def __init__(self, catalog, gpu, weight_bits: int, kv_bits: int,
+                 compute_dtype: str | None, timing: str, framework: str) -> None:
+        self.catalog, self.gpu = catalog, gpu
+        self.weight_bits, self.kv_bits = weight_bits, kv_bits
+        self.compute_dtype = compute_dtype if weight_bits == 8 else None
+        self.timing, self.framework = timing, framework
+
+    @classmethod
+    def for_scenario(cls, sc: Scenario, catalog, gpu) -> DraftCosts:
+        """At ``deployment.draft_weight_bits`` (the target's when unset), the target's KV
+        width, compute dtype, timing backend and framework."""
+        d = sc.deployment
+        bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
+        return cls(catalog, gpu, bits, d.kv_bits, d.compute_dtype, d.timing, d.framework)
 
     def __call__(self, spec, tp: int = 1, ep: int = 1):
         from hardware.cost import CostModel
         from hardware.deployment import Deployment
 
-        d = self.sc.deployment
-        bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
-        return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, ep=ep, weight_bits=bits,
-                                    kv_bits=d.kv_bits,
-                                    compute_dtype=d.compute_dtype if bits == 8 else None,
-                                    timing=d.timing, framework=d.framework,
-                                    step_overhead=False), self.catalog)
+        return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, ep=ep,
+                                    weight_bits=self.weight_bits, kv_bits=self.kv_bits,
+                                    compute_dtype=self.compute_dtype, timing=self.timing,
+                                    framework=self.framework, step_overhead=False),
+                         self.catalog)
 
 
 def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
@@ -123,7 +134,7 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
     cfg = drafter_cfg or sc.models.drafter()
     draft_model = catalog.model(sc.models.draft) if sc.models.draft else None
     try:
-        drafter = cfg.build(target, draft_model, _DraftCosts(sc, catalog, gpu),
+        drafter = cfg.build(target, draft_model, DraftCosts.for_scenario(sc, catalog, gpu),
                             d.draft_placement)
     except (ValueError, UserError) as e:
         raise DrafterError(str(e)) from None

@@ -183,6 +183,8 @@ def _analytic(args: argparse.Namespace) -> int:
 
 
 def _hardware(args: argparse.Namespace) -> int:
+    from sim.build import DraftCosts
+
     catalog = load_catalog(args.catalog)
     gpu = catalog.gpu(args.gpu)
     method = args.method or "draft_model"
@@ -214,15 +216,8 @@ def _hardware(args: argparse.Namespace) -> int:
                             kv_bits=kv_bits, kv_tokens=kv_tokens,
                             compute_dtype=compute_dtype, **timing)
     target = CostModel(target_dep, catalog)
-
-    def make_cost(spec, draft_tp: int = 1, draft_ep: int = 1) -> CostModel:
-        dep = Deployment(spec, gpu, tp=draft_tp, ep=draft_ep, weight_bits=draft_bits,
-                         kv_bits=kv_bits,
-                         compute_dtype=compute_dtype if draft_bits == 8 else None,
-                         step_overhead=False, **timing)
-        return CostModel(dep, catalog)
-
-    make_cost.catalog = catalog
+    make_cost = DraftCosts(catalog, gpu, draft_bits, kv_bits, compute_dtype, timing["timing"],
+                           timing["framework"])
     if draft_model is not None:
         try:
             draft_cost = make_cost(draft_model)

@@ -28,6 +28,7 @@ import pandas as pd
 from hardware import CostModel, Deployment, DraftSetup, load_catalog
 from hardware.draft import check_colocated_memory, tree_nodes
 from hardware.speedup import best_chain, best_tree, chain_table, tree_table
+from sim.build import DraftCosts
 from sim.loading import validate
 from sim.runner import run_scenario
 from specdec.errors import UserError
@@ -72,15 +73,8 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
     how = {"timing": timing, "framework": framework}
     t = CostModel(Deployment(cat.model(target), g, tp=tp, weight_bits=weight_bits,
                              kv_bits=kv_bits, compute_dtype=compute_dtype, **how), cat)
-
-    def make_cost(spec, draft_tp: int = 1, draft_ep: int = 1) -> CostModel:
-        return CostModel(Deployment(spec, g, tp=draft_tp, ep=draft_ep,
-                                    weight_bits=draft_weight_bits,
-                                    kv_bits=kv_bits, **how, step_overhead=False,
-                                    compute_dtype=compute_dtype if draft_weight_bits == 8
-                                    else None), cat)
-
-    make_cost.catalog = cat
+    make_cost = DraftCosts(cat, g, draft_weight_bits, kv_bits, compute_dtype, timing,
+                           framework)
     spec = None
     if method == "draft_model":
         spec = cat.model(draft)
