@@ -197,6 +197,16 @@ class ModelSpec(_Frozen):
                              f"{self.weight_bits}")
         return self
 
+    def precision(self, weight_bits: int | None,
+                  compute_dtype: str | None) -> tuple[int, str | None]:
+        """(weight bits, compute dtype) asked for, or, with no weight bits given, the
+        precision the checkpoint ships in (16-bit when the catalog does not say), with its
+        compute dtype when that is 8 bits and none was given."""
+        if weight_bits is not None:
+            return weight_bits, compute_dtype
+        bits = self.weight_bits or 16
+        return bits, (compute_dtype or self.compute_dtype) if bits == 8 else compute_dtype
+
     @property
     def shape(self) -> ModelShape:
         """Parameter counts (computed on demand; cheap)."""

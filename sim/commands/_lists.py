@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.limits import MAX_GAMMA, MAX_TREE_NODES
+from sim.limits import MAX_GAMMA, MAX_TREE_NODES, MAX_WORKERS
 from specdec.errors import UserError
 
 Bounds = dict[str, tuple[int, int]]
@@ -81,3 +81,15 @@ def float_list(text: str, flag: str) -> list[float]:
         return [float(x) for x in text.split(",")]
     except ValueError:
         raise UserError(f"{flag}: must be comma-separated numbers, got {text!r}") from None
+
+
+def workers_flag(value: int | None) -> int:
+    """``--workers``: the given number of local processes (1..MAX_WORKERS), or by default
+    the CPUs, at most 5."""
+    if value is None:
+        import os
+
+        return max(1, min(os.cpu_count() or 1, 5))
+    if not 1 <= value <= MAX_WORKERS:
+        raise UserError(f"--workers: must be in 1..{MAX_WORKERS}, got {value}")
+    return value

@@ -123,11 +123,7 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
     offload = offload_value(args.offload)
     catalog.framework(args.framework)  # an unknown framework lists the known ones
     model = catalog.model(args.model)
-    bits, dtype = args.weight_bits, args.compute_dtype
-    if bits is None:  # the checkpoint's own precision (catalog), with its compute dtype
-        bits = model.weight_bits or 16
-        if dtype is None and bits == 8:
-            dtype = model.compute_dtype
+    bits, dtype = model.precision(args.weight_bits, args.compute_dtype)
     dep = Deployment(
         model=model,
         gpu=catalog.gpu(args.gpu),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from sim.commands._lists import workers_flag
 from sim.limits import MAX_WORKERS
 from specdec.errors import UserError
 
@@ -84,10 +84,7 @@ def main(args: argparse.Namespace) -> int:
         slo_from_scenario,
     )
 
-    if args.workers is None:
-        args.workers = max(1, min(os.cpu_count() or 1, 5))
-    if not 1 <= args.workers <= MAX_WORKERS:
-        raise UserError(f"--workers: must be in 1..{MAX_WORKERS}, got {args.workers}")
+    args.workers = workers_flag(args.workers)
     if not 0 < args.rel_tol < 1:
         raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")
     path = Path(args.scenario)

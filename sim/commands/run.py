@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from sim.commands._lists import workers_flag
 from sim.limits import MAX_WORKERS
 
 _HELP = """\
@@ -102,12 +103,7 @@ def main(args: argparse.Namespace) -> int:
         if value is not None and not args.load_curve:
             raise UserError(f"{flag} {value}: only sizes the report's load curve; add "
                             f"--load-curve or drop {flag}")
-    if args.workers is None:
-        import os
-
-        args.workers = max(1, min(os.cpu_count() or 1, 5))
-    if not 1 <= args.workers <= MAX_WORKERS:
-        raise UserError(f"--workers: must be in 1..{MAX_WORKERS}, got {args.workers}")
+    args.workers = workers_flag(args.workers)
     if args.report_requests is None:
         args.report_requests = 200
     if not 1 <= args.report_requests <= MAX_REPORT_REQUESTS:

@@ -193,11 +193,8 @@ def _hardware(args: argparse.Namespace) -> int:
     if draft_model is not None:
         check_same_vocab(target_model, draft_model)
     kv_bits = 16 if args.kv_bits is None else args.kv_bits
-    weight_bits, compute_dtype = args.weight_bits, args.compute_dtype
-    if weight_bits is None:  # the checkpoint's own precision (catalog), as hw step takes it
-        weight_bits = target_model.weight_bits or 16
-        if compute_dtype is None and weight_bits == 8:
-            compute_dtype = target_model.compute_dtype
+    # the checkpoint's own precision (catalog) unless given, as hw step takes it
+    weight_bits, compute_dtype = target_model.precision(args.weight_bits, args.compute_dtype)
     draft_bits = weight_bits if args.draft_weight_bits is None else args.draft_weight_bits
     tp = 1 if args.tp is None else args.tp
     placement = args.draft_placement or "colocated"
