@@ -21,3 +21,13 @@ MAX_COUNT = 1_000_000_000  # KV blocks, users, seeds' entropy is not bounded her
 MAX_WORKERS = 256  # local processes of a sweep, plan or load curve
 MAX_POINTS = 10_000  # sweep points, grid cells
 MAX_SIMULATED_CELLS = 1_000  # grid cells that each run the engine (--simulate)
+
+
+def draft_nodes(widths) -> int:
+    """Draft nodes of the expansion tree <k1..km> (k1 + k1·k2 + ..., the root not counted):
+    what MAX_TREE_NODES bounds."""
+    nodes, level = 0, 1
+    for k in widths:
+        level *= int(k)
+        nodes += level
+    return nodes

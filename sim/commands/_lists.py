@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.limits import MAX_GAMMA, MAX_TREE_NODES, MAX_WORKERS
+from sim.limits import MAX_GAMMA, MAX_TREE_NODES, MAX_WORKERS, draft_nodes
 from specdec.errors import UserError
 
 Bounds = dict[str, tuple[int, int]]
@@ -65,13 +65,9 @@ def tree_widths(text: str, flag: str = "--tree") -> list[int]:
     most MAX_TREE_NODES nodes (k1 + k1*k2 + ...), as a scenario's ``expansion`` is bounded."""
     widths = int_list(text, flag, minimum=1, maximum=MAX_GAMMA, max_count=MAX_GAMMA,
                       what="every expansion width")
-    nodes, level = 0, 1
-    for k in widths:
-        level *= k
-        nodes += level
-        if nodes > MAX_TREE_NODES:
-            raise UserError(f"{flag}: the tree <{text}> has more than {MAX_TREE_NODES} nodes; "
-                            f"at most {MAX_TREE_NODES}")
+    if draft_nodes(widths) > MAX_TREE_NODES:
+        raise UserError(f"{flag}: the tree <{text}> has more than {MAX_TREE_NODES} nodes; "
+                        f"at most {MAX_TREE_NODES}")
     return widths
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, Shape, Strict, kind_union
-from sim.limits import MAX_TREE_NODES
+from sim.limits import MAX_TREE_NODES, draft_nodes
 
 
 class NonePolicy(Strict):
@@ -57,10 +57,7 @@ class TreePolicyCfg(Strict):
         if (self.expansion is None) == (self.steps is None or self.topk is None):
             raise ValueError("expansion: give either expansion or both steps and topk")
         shape = self.expansion or [self.topk] + [1] * (self.steps - 1)
-        nodes, level = 0, 1
-        for k in shape:
-            level *= k
-            nodes += level
+        nodes = draft_nodes(shape)
         if nodes > MAX_TREE_NODES:
             raise ValueError(f"expansion: a tree of {nodes} nodes; at most {MAX_TREE_NODES}")
         return self
