@@ -123,7 +123,13 @@ class Deployment:
                 f"{self.model.id}: pp {self.pp} exceeds the model's "
                 f"{cfg.num_hidden_layers} layers"
             )
-        heads, kv = cfg.num_attention_heads, cfg.kv_heads
+        if cfg.model_type == "medusa":
+            if self.tp != 1 or self.pp != 1:
+                raise UserError(f"{self.model.id}: Medusa heads run whole on one GPU (tp 1, "
+                                f"pp 1), got tp {self.tp}, pp {self.pp}")
+            heads = kv = 1
+        else:
+            heads, kv = cfg.num_attention_heads, cfg.kv_heads
         if heads % self.tp:
             raise UserError(
                 f"{self.model.id}: tp {self.tp} does not divide num_attention_heads {heads}"

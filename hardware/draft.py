@@ -15,6 +15,9 @@ Two placements (``DraftSetup.placement``):
 In both cases an iteration costs draft time + verify time; the replicas run in parallel, so
 the slowest replica's group decides the draft time.
 
+A ``one_pass`` drafter (Medusa's heads) proposes every position at once: one pass over one
+row per sequence in the batch, whatever the chain or tree (``sim.draft_pricing``).
+
 A chain of γ drafts is γ draft passes; pass i feeds each still-drafting sequence one token
 at context ``ctx + i``. An expansion tree ⟨k1..km⟩ costs m draft passes, one per level: pass
 j feeds each sequence that level's nodes (1 for the root, then k1, k1·k2, ...) after the
@@ -40,6 +43,7 @@ __all__ = [
     "tree_level_sizes",
     "tree_nodes",
     "chain_draft_seconds",
+    "one_pass_seconds",
     "tree_draft_seconds",
     "tree_attended_keys",
     "colocated_kv_capacity_tokens",
@@ -57,6 +61,7 @@ class DraftSetup:
     cost: CostModel
     placement: str = "colocated"
     replicas: int = 1
+    one_pass: bool = False  # every draft position from one pass (Medusa heads)
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -68,11 +73,13 @@ class DraftSetup:
             raise UserError(f"draft replicas: must be an integer >= 1, got {self.replicas!r}")
 
     @classmethod
-    def colocated_with(cls, draft: CostModel, target: CostModel) -> DraftSetup:
+    def colocated_with(cls, draft: CostModel, target: CostModel,
+                       one_pass: bool = False) -> DraftSetup:
         """The draft replicated on every GPU of ``target`` (SpecInfer's arrangement)."""
         if draft.dep.n_gpus != 1:
             raise UserError("a co-located draft runs one replica per GPU: give it tp = pp = 1")
-        return cls(cost=draft, placement="colocated", replicas=target.dep.n_gpus)
+        return cls(cost=draft, placement="colocated", replicas=target.dep.n_gpus,
+                   one_pass=one_pass)
 
 
 def tree_level_sizes(widths: Sequence[int]) -> list[int]:
@@ -95,6 +102,16 @@ def _groups(n_seq: int, replicas: int) -> list[slice]:
     return [slice(r, None, replicas) for r in range(min(replicas, n_seq))]
 
 
+def one_pass_seconds(setup: DraftSetup, rows: int) -> float:
+    """Seconds of a ``one_pass`` drafter's pass over ``rows`` sequences: one token each, no
+    context and no attention (Medusa heads on the last hidden state), the rows split round
+    robin over the replicas (the largest share counts)."""
+    if rows <= 0:
+        return 0.0
+    n = float(-(-int(rows) // setup.replicas))
+    return setup.cost.pass_seconds_sums(n, 0.0, 0.0, n, sum_keys=0.0, n_seqs=n)
+
+
 def chain_draft_seconds(
     setup: DraftSetup, gamma: int | np.ndarray, context: np.ndarray
 ) -> float:
@@ -106,6 +123,8 @@ def chain_draft_seconds(
     gam = np.broadcast_to(np.asarray(gamma), ctx.shape)  # [n_seq]
     if ctx.ndim != 1 or (gam < 0).any():
         raise UserError("draft chain: context must be 1-D and gamma >= 0")
+    if setup.one_pass:  # every position at once, for every sequence
+        return one_pass_seconds(setup, ctx.size) if (gam > 0).any() else 0.0
     worst = 0.0
     for group in _groups(ctx.size, setup.replicas):
         c, g = ctx[group], gam[group]
@@ -129,6 +148,8 @@ def tree_draft_seconds(setup: DraftSetup, widths: Sequence[int], context: np.nda
     """
     sizes = tree_level_sizes(widths)
     ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+    if setup.one_pass:  # head i's top-k_i: the whole tree from one pass
+        return one_pass_seconds(setup, ctx.size) if len(sizes) > 1 else 0.0
     worst = 0.0
     for group in _groups(ctx.size, setup.replicas):
         b, sum_c = float(ctx[group].size), float(ctx[group].sum())

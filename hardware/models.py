@@ -12,6 +12,13 @@ Two families cover every model the lecture and the papers use:
   LayerNorm when ``do_layer_norm_before``; optional project_in/out when the embedding width
   ``word_embed_proj_dim`` differs from ``hidden_size``; the lm_head is tied to the embedding.
 
+Medusa heads (``medusa``, vLLM's ``MedusaConfig`` names: Cai et al. 2024) are no transformer:
+``num_heads`` heads on the target's last hidden state, each ``num_hidden_layers`` residual
+blocks (an ``hidden × hidden`` linear with bias and SiLU: FasterDecoding/Medusa
+medusa/model/medusa_model.py ``ResBlock`` @e2a5d20) and its own lm_head (``hidden ×
+vocab_size``, no bias). No attention and no KV cache (vLLM's ``MedusaConfig`` reports 0
+attention heads: vllm/transformers_utils/configs/medusa.py @0531c22).
+
 Mixture-of-experts families (``mixtral``, ``qwen3_moe``, ``deepseek_v3``, ``deepseek_v2``)
 and DeepSeek's multi-head latent attention are counted in :mod:`hardware.blocks`; their
 routed experts are read only as far as a pass's tokens touch them (:mod:`hardware.moe`).
@@ -49,10 +56,11 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_type: Literal["llama", "opt", "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2"]
+    model_type: Literal["llama", "opt", "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2",
+                        "medusa"]
     hidden_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
+    num_hidden_layers: PositiveInt  # medusa: residual blocks per head
+    num_attention_heads: PositiveInt | None = None  # every family but medusa
     vocab_size: PositiveInt
     max_position_embeddings: PositiveInt
     intermediate_size: PositiveInt | None = None
@@ -84,9 +92,21 @@ class ModelConfig(BaseModel):
     # Not a config.json field: set only by sim.drafters.head_config for DeepSeek's MTP
     # module (per layer an eh_proj 2h -> h and the enorm / hnorm RMSNorms on top).
     mtp_module: bool = False
+    # Medusa heads (model_type medusa only)
+    num_heads: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _family_fields(self) -> ModelConfig:
+        if self.model_type == "medusa":
+            if self.num_heads is None:
+                raise ValueError("medusa heads need num_heads")
+            if self.num_attention_heads is not None:
+                raise ValueError("num_attention_heads: medusa heads have no attention")
+            return self
+        if self.num_attention_heads is None:
+            raise ValueError(f"{self.model_type} models need num_attention_heads")
+        if self.num_heads is not None:
+            raise ValueError(f"num_heads: only medusa heads have it, not {self.model_type}")
         if self.model_type in ("llama", "mixtral") and self.intermediate_size is None:
             raise ValueError(f"{self.model_type} models need intermediate_size")
         _check_moe(self)
@@ -120,11 +140,15 @@ class ModelConfig(BaseModel):
         MLA caches one latent shared by every head: 1 (like MQA, whatever the config says)."""
         if self.mla:
             return 1
+        if self.model_type == "medusa":  # no attention: one empty "head" keeps TP sums whole
+            return 1
         return self.num_key_value_heads or self.num_attention_heads
 
     @property
     def d_head(self) -> int:
-        """Per-head width."""
+        """Per-head width (0 for Medusa heads: no attention, nothing cached)."""
+        if self.model_type == "medusa":
+            return 0
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
     @property
@@ -208,6 +232,8 @@ class ModelShape:
 
 def model_shape(cfg: ModelConfig) -> ModelShape:
     """Count the parameters of ``cfg`` (exact for the supported families)."""
+    if cfg.model_type == "medusa":
+        return _medusa_shape(cfg)
     if cfg.model_type not in ("llama", "opt"):
         return _moe_shape(cfg)
     h, q_width = cfg.hidden_size, cfg.num_attention_heads * cfg.d_head
@@ -247,6 +273,20 @@ def model_shape(cfg: ModelConfig) -> ModelShape:
         embedding_params=embedding,
         total_params=total,
     )
+
+
+def _medusa_shape(cfg: ModelConfig) -> ModelShape:
+    """Medusa heads as ``num_heads x num_hidden_layers`` attention-free blocks (one residual
+    block each) and ``num_heads`` lm_heads. A block is kept whole on every TP rank (vLLM's
+    heads are plain ``nn.Linear``; its ``kv_proj_params`` slot holds the replicated part)."""
+    h = cfg.hidden_size
+    block = h * h + h  # linear + bias
+    heads = cfg.num_heads * cfg.vocab_size * h
+    n = cfg.num_heads * cfg.num_hidden_layers
+    return ModelShape(
+        n_layers=n, hidden=h, n_heads=0, n_kv_heads=1, d_head=0, layer_params=block,
+        kv_proj_params=block, head_params=heads, embedding_params=0,
+        total_params=n * block + heads)
 
 
 def _moe_shape(cfg: ModelConfig) -> ModelShape:

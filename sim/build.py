@@ -121,6 +121,9 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
     gpu = catalog.gpu(d.gpu)
     catalog.framework(d.framework)  # an unknown framework is named before anything else
     timing = {"timing": d.timing, "framework": d.framework}
+    if catalog.model(sc.models.target).config.model_type == "medusa":
+        raise UserError(f"models.target: {sc.models.target} is a set of Medusa heads, not a "
+                        f"model to serve (draft with them: models.method medusa)")
     target = CostModel(
         Deployment(model=catalog.model(sc.models.target), gpu=gpu, tp=d.tp, pp=d.pp,
                    ep=d.ep, weight_bits=d.weight_bits, kv_bits=d.kv_bits,
@@ -288,6 +291,10 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             probe = make_policy()
         cfg = v.drafter or sc.models.drafter()
         where = f"variants.{i}.drafter" if v.drafter else "models"
+        if cfg.method == "medusa" and probe.uses_draft and probe.max_depth > cfg.heads:
+            raise UserError(f"{source}: {where}: heads: {cfg.heads} Medusa heads propose at "
+                            f"most {cfg.heads} positions, but variant {v.name!r} drafts "
+                            f"{probe.max_depth} deep (give more heads or a shallower policy)")
         with _Section(source, "deployment"):
             try:
                 target, drafter, blocks = cost_models(sc, probe.uses_draft, cfg)

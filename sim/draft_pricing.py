@@ -11,6 +11,11 @@ level-j nodes attend their context, j ancestors and themselves (the tree mask).
 ``draft`` is a ``hardware.draft.DraftSetup``: with one replica the sums are formed here;
 with several (a draft on each of the target's GPUs, sequences split round robin)
 ``hardware.draft`` prices the levels and the prefill is one extra pass.
+
+A ``one_pass`` drafter (Medusa's heads) is not autoregressive: when any decoding sequence
+speculates, its heads run once on the last hidden state of every sequence in the batch
+(vLLM's Medusa proposer takes one row per scheduled request, vllm/v1/spec_decode/medusa.py)
+and propose every position of any chain or tree; it keeps no KV, so it ingests nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_su
     root (only for a shape with no levels: every sequence keeps its draft's KV in step).
     """
     cost, n_dec = draft.cost, len(dec_context)
+    if draft.one_pass:
+        from hardware.draft import one_pass_seconds
+
+        speculating = bool(n_dec and row.size and row[0] > 0)
+        return one_pass_seconds(draft, n_dec + n_pre) if speculating else 0.0
     feeds = draft_feeds(row) if n_dec else []
     p_new, p_ctx, p_new_ctx, p_sq = pre_sums
     s_ctx = float(_sum(dec_context))
@@ -85,6 +95,12 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
     sequences with shallower shapes drop out of later passes; ``sync`` int64 [D] adds the
     tokens each sequence's draft ingests in the first pass."""
     dcost = draft.cost
+    if draft.one_pass:
+        from hardware.draft import one_pass_seconds
+
+        speculating = bool(widths.size and (widths[:, 0] > 0).any())
+        return one_pass_seconds(draft, len(dec_context) + len(pre_chunks)) \
+            if speculating else 0.0
     if widths.shape[1] == 0:  # no levels at all: at most the ingest pass
         widths = np.zeros((len(dec_context), 1), dtype=np.int64)
     sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level

@@ -14,6 +14,13 @@
   layer is an MLA + MoE block (the checkpoint's layer 61: 256 routed experts and a shared
   one), run on the target's GPUs with its tensor and expert parallelism (vLLM's MTP
   drafter takes the target's parallel config), not replicated per GPU.
+- ``medusa``: Medusa heads (Cai et al. 2024) on the target's last hidden state: ``heads``
+  heads of ``layers`` residual blocks and an lm_head each (``hardware.models``, model_type
+  medusa), all run in *one* pass that proposes every position of a chain or of a Cartesian
+  tree ⟨k1..km⟩ (head i's top-k_i), verified by the target in one tree pass. No attention,
+  no KV and no lookahead slots (vLLM reserves them for EAGLE-type and draft models only,
+  vllm/v1/core/sched/scheduler.py); a copy on each of the target's GPUs (vLLM runs the
+  heads at the target's TP, its lm_heads split over it: at tp 1 the same).
 - ``ngram`` / ``suffix``: prompt lookup / suffix-tree matching on the CPU; no GPU pass, no
   draft KV, no lookahead slots (vLLM reserves them only for model-based drafters). On each
   step a sequence finds a match with probability ``proposal_rate`` (otherwise it verifies
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 
 from specdec.errors import UserError
 
-METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix")
+METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
 CPU_METHODS = ("ngram", "suffix")
 
 
@@ -83,3 +90,16 @@ def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | 
         head_dim=c.d_head, intermediate_size=c.intermediate_size + round(extra / (3 * h)),
         vocab_size=vocab, max_position_embeddings=c.max_position_embeddings,
         tie_word_embeddings=False)
+
+
+def medusa_config(target_config, heads: int, layers: int = 1, draft_vocab: int | None = None):
+    """The ``hardware.ModelConfig`` of ``heads`` Medusa heads for ``target_config``: its
+    hidden width, ``layers`` residual blocks per head, an lm_head over the target's
+    vocabulary (or ``draft_vocab``, vLLM's ``truncated_vocab_size``)."""
+    from hardware.models import ModelConfig
+
+    c = target_config
+    return ModelConfig(model_type="medusa", hidden_size=c.hidden_size,
+                       num_hidden_layers=layers, num_heads=heads,
+                       vocab_size=draft_vocab or c.vocab_size,
+                       max_position_embeddings=c.max_position_embeddings)

@@ -31,6 +31,7 @@ from sim.kinds.drafters import (
     DraftModelDrafter,
     EagleDrafter,
     LookupDrafter,
+    MedusaDrafter,
     MtpDrafter,
 )
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
@@ -43,8 +44,18 @@ class Models(Strict):
 
     target: str = "llama-3-8b"
     draft: str | None = "llama-3.2-1b"  # draft_model only
-    method: Literal["draft_model", "eagle", "eagle3", "mtp", "ngram", "suffix"] = \
+    method: Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"] = \
         "draft_model"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_default_draft(cls, data):
+        # the default draft model belongs to draft_model only: another method has none, so
+        # a dumped scenario (its reports re-read it) does not name one it never used
+        if isinstance(data, dict) and data.get("method", "draft_model") != "draft_model" \
+                and "draft" not in data:
+            data = {**data, "draft": None}
+        return data
 
     @model_validator(mode="after")
     def _draft_for_method(self):
@@ -64,6 +75,7 @@ DEFAULT_DRAFTERS = {
     "eagle": EagleDrafter(method="eagle"),
     "eagle3": EagleDrafter(method="eagle3"),
     "mtp": MtpDrafter(method="mtp"),
+    "medusa": MedusaDrafter(method="medusa"),
     "ngram": LookupDrafter(method="ngram"),
     "suffix": LookupDrafter(method="suffix"),
 }

@@ -8,9 +8,10 @@ costs a few interpolations):
                 OPT's fc1/fc2, per GPU under TP; an MoE block: its attention and shared-
                 expert GEMMs, the 16-bit router GEMM and the fused-MoE kernel's measured
                 time at the pass's tokens, the experts sharded as vLLM shards them; MLA's
-                projections are in its attention term) + the lm_head GEMM (16-bit) at m = head
-                tokens (min(new, 32 per sequence)), interpolated linearly between the
-                tabulated token counts;
+                projections are in its attention term; Medusa heads: one hidden x hidden
+                GEMM per residual block) + the lm_head GEMM (16-bit; Medusa: one per
+                head) at m = head tokens (min(new, 32 per sequence)), interpolated
+                linearly between the tabulated token counts;
 - allreduce_s = 2 x layers x the framework's all-reduce of new x hidden 16-bit values;
 - attention_s = layers x (a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys), a least-squares
                 fit to the measured decode and prefill attention kernels of the GPU's heads
@@ -61,6 +62,8 @@ def block_gemms(dep) -> tuple[tuple[int, int], ...]:
     """(n, k) of each GEMM of one transformer block on one GPU of ``dep`` (TP-split)."""
     cfg, shape, tp = dep.model.config, dep.model.shape, dep.tp
     h, d = shape.hidden, shape.d_head
+    if cfg.model_type == "medusa":  # one residual block: a replicated hidden x hidden linear
+        return ((h, h),)
     q = shape.n_heads // tp * d
     kv = dep.kv_heads_per_gpu * d
     if cfg.model_type in ("llama", "mixtral", "qwen3_moe"):
@@ -136,7 +139,12 @@ class MeasuredTiming:
         proj = dep.model.config.word_embed_proj_dim or shape.hidden
         head = aic.head_table(system, backend, math.ceil(dep.model.config.vocab_size / tp),
                               proj)
-        if dep.model.config.mla:
+        lm_heads = dep.model.config.num_heads or 1  # Medusa: one lm_head per head
+        if lm_heads > 1:
+            head = tuple(lm_heads * x for x in head)
+        if not shape.n_heads:  # Medusa heads: no attention
+            att, att_median, att_worst = (0.0,) * 5, 0.0, 0.0
+        elif dep.model.config.mla:
             if fmt not in ("w16", "fp8"):
                 raise aic.TablesUnavailable(f"the MLA module tables have no {_QUANT[fmt]} "
                                             f"GEMMs")
@@ -180,9 +188,10 @@ class MeasuredTiming:
         self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
         kinds = f"{_QUANT[fmt]} GEMMs" + ("; MoE kernel tables" if moe else "") \
             + ("; MLA module tables" if dep.model.config.mla else "")
+        fit = f"; attention fit median {att_median:.0%}, worst {att_worst:.0%}" \
+            if shape.n_heads else "; no attention"
         self.note = (f"measured: aiconfigurator-core {aic.PINNED} tables {system} / "
-                     f"{backend} {version} ({kinds}; attention fit median "
-                     f"{att_median:.0%}, worst {att_worst:.0%}); framework {framework.name} "
+                     f"{backend} {version} ({kinds}{fit}); framework {framework.name} "
                      f"{framework.version} overheads")
 
     @staticmethod

@@ -63,9 +63,10 @@ def add_parser(subparsers) -> None:
                                    "default; not used by the other methods)")
     p.add_argument("--method", choices=METHODS, default="draft_model",
                    help="how the guesses are drafted, as a scenario's models.method: a draft "
-                        "model (default), an EAGLE/EAGLE-3/MTP head built from the target, or "
-                        "n-gram/suffix lookup on the CPU (no GPU time; simulated with "
-                        "proposal_rate 1)")
+                        "model (default), an EAGLE/EAGLE-3/MTP head built from the target, "
+                        "Medusa heads (one per position of --gamma-max or the tree, all in "
+                        "one pass), or n-gram/suffix lookup on the CPU (no GPU time; "
+                        "simulated with proposal_rate 1)")
     p.add_argument("--gpu", required=True, help="GPU id")
     p.add_argument("--alpha", type=float, required=True, help="acceptance rate per guess, 0..1")
     p.add_argument("--batches", default=BATCHES,
@@ -133,11 +134,11 @@ def main(args: argparse.Namespace) -> int:
     how = {"timing": args.timing, "framework": args.framework,
            "compute_dtype": args.compute_dtype}
     bits = {"weight_bits": 8, "draft_weight_bits": 8} if args.compute_dtype == "fp8" else {}
-    pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog,
-                     **bits, **how, method=args.method)
     # Every pass must fit the models' positions, as hw step and a scenario insist: a chain
     # verify at context C takes gamma_max + 1 new positions, a tree its depth + 1.
     new = len(args.tree.split(",")) + 1 if args.tree is not None else args.gamma_max + 1
+    pair = make_pair(args.target, args.draft, args.gpu, tp=args.tp, catalog=args.catalog,
+                     **bits, **how, method=args.method, heads=new - 1)  # Medusa: one per level
     drafting = [] if pair.draft is None else [pair.draft.cost.dep.model]
     for model in (pair.target.dep.model, *drafting):
         for ctx in contexts:

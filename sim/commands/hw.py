@@ -278,8 +278,10 @@ def run_list(args: argparse.Namespace) -> int:
         moe = f"  {s.n_moe_layers} MoE layers, top-{s.top_k} of {s.n_experts} experts" \
             if s.n_experts else ""
         mla = ", MLA" if c.mla else ""
+        heads = f"{c.num_attention_heads:3d}/{c.kv_heads:<3d} heads" \
+            if c.num_attention_heads else f"{c.num_heads:3d} Medusa heads"
         print(f"  {m.id:15s} {s.total_params / 1e9:8.3f}B / {read / 1e9:8.3f}B "
-              f"{c.num_hidden_layers:3d} layers {c.num_attention_heads:3d}/{c.kv_heads:<3d} heads "
+              f"{c.num_hidden_layers:3d} layers {heads} "
               f"vocab {c.vocab_size:6d} {'tied' if c.tied else 'untied'}{moe}{mla}")
     return 0
 

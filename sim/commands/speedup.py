@@ -94,8 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=METHODS,
                    help="hardware mode: how the guesses are drafted, as a scenario's "
                         "models.method (default draft_model: --draft drafts); eagle, eagle3 "
-                        "and mtp build a head from the target, ngram and suffix draft on the "
-                        "CPU (no GPU time)")
+                        "and mtp build a head from the target, medusa builds one Medusa head "
+                        "per position of the deepest chain or tree (one pass drafts them "
+                        "all), ngram and suffix draft on the CPU (no GPU time)")
     p.add_argument("--gpu", help="GPU id (see 'specsim hw list') (required with --target)")
     p.add_argument("--batch", type=int,
                    help="sequences in the batch, >= 1 (no default: required with --target)")
@@ -230,7 +231,9 @@ def _hardware(args: argparse.Namespace) -> int:
     else:
         from sim.studies.grid import drafter_setup
 
-        draft = drafter_setup(method, target, None, make_cost, placement)
+        # Medusa: a head for each position of the deepest chain or tree the table tries
+        depth = max((len(w) for _, w in trees), default=gamma_max)
+        draft = drafter_setup(method, target, None, make_cost, placement, heads=depth)
         draft_cost = None if draft is None else draft.cost
     head = {"target": target_dep.model.id, "method": method,
             "draft": None if draft is None else draft_cost.dep.model.id, "gpu": gpu.id,

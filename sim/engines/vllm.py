@@ -20,7 +20,8 @@ from specdec.errors import UserError
 
 # vLLM's speculative methods -> SpecSim's drafter methods
 VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
-                "mtp": "mtp", "deepseek_mtp": "mtp", "ngram": "ngram", "suffix": "suffix"}
+                "mtp": "mtp", "deepseek_mtp": "mtp", "medusa": "medusa", "ngram": "ngram",
+                "suffix": "suffix"}
 
 
 def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
@@ -44,7 +45,7 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                "--long-prefill-token-threshold": "scheduler.chunk_tokens",
                "--block-size": "scheduler.block_size",
                "--num-gpu-blocks-override": "scheduler.num_gpu_blocks_override"}
-    spec = None
+    spec, caching = None, None
     for name, value in flags.items():
         if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
             continue
@@ -55,15 +56,18 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         elif name == "--speculative-config":
             spec = value
         elif name in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
-            if name == "--enable-prefix-caching":
-                raise UserError(f"{what}: {name}: prefix caching is not modelled yet")
-            out.notes.append(f"{name}: prefix caching off, as SpecSim models")
+            caching = name == "--enable-prefix-caching"
         elif name == "--enforce-eager":
             out.notes.append(f"{name}: not modelled (no CUDA-graph effects are priced)")
         elif name in NO_EFFECT:
             out.notes.append(f"{name}: no effect on performance, not used")
         else:
             raise UserError(f"{what}: {name}: not a vllm serve flag SpecSim models")
+    if caching is None:  # vLLM v1 caches prefixes unless told not to
+        caching = True
+        out.notes.append("prefix caching: on, vLLM v1's default (--no-enable-prefix-caching "
+                         "turns it off)")
+    out.set("scheduler.prefix_caching", caching)
     _speculation(out, spec, resolve_model)
     return out
 
@@ -102,6 +106,11 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     elif draft_model is not None:
         out.notes.append(f"--speculative-config model {draft_model}: the {method} head is "
                          "priced from the target's shape")
+    if ours == "medusa":  # the checkpoint's num_heads is not on the command line
+        drafter["heads"] = k
+        out.notes.append(f"medusa: priced as {k} heads, one per speculative token (a "
+                         "checkpoint with more heads runs them all: set "
+                         "variants.1.drafter.heads)")
     for key in ("prompt_lookup_max", "prompt_lookup_min"):
         if key in cfg:
             out.notes.append(f"--speculative-config {key}: changes what n-gram drafting "
@@ -158,6 +167,9 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
         words.append("--no-enable-chunked-prefill")
     elif lim.chunk_tokens < lim.max_batched_tokens:
         words += ["--long-prefill-token-threshold", str(lim.chunk_tokens)]
+    # vLLM v1 caches prefixes by default: say which the scenario simulated
+    words.append("--enable-prefix-caching" if lim.prefix_caching
+                 else "--no-enable-prefix-caching")
     if d.kv_bits == 8:
         words += ["--kv-cache-dtype", "fp8"]
     if d.weight_bits == 8 and getattr(d, "compute_dtype", "bf16") == "fp8":
@@ -188,6 +200,10 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
     elif drafter.method in ("eagle", "eagle3"):
         spec["model"] = f"<an {drafter.method} head trained for {scenario.models.target}>"
         notes.append("speculative-config model: name the EAGLE head checkpoint to serve")
+    elif drafter.method == "medusa":
+        spec["model"] = f"<{drafter.heads} Medusa heads trained for {scenario.models.target}>"
+        notes.append("speculative-config model: name the Medusa heads checkpoint to serve "
+                     "(vLLM's Medusa proposes top-1 chains, not trees)")
     if policy.kind == "fixed":
         spec["num_speculative_tokens"] = policy.gamma
     elif policy.kind == "batch_ladder":

@@ -37,6 +37,9 @@ class DraftModelDrafter(Strict):
         spec = make_cost.catalog.model(self.model) if self.model else draft_model
         if spec is None:
             raise ValueError("model: give a draft model (here or as models.draft)")
+        if spec.config.model_type == "medusa":
+            raise ValueError(f"model: {spec.id} is a set of Medusa heads, not a draft model "
+                             f"(use method: medusa)")
         cost = make_cost(spec, self.tp)
         if self.tp > 1:
             from hardware.draft import DraftSetup
@@ -93,6 +96,32 @@ class MtpDrafter(Strict):
         return Drafter("mtp", _setup(make_cost(spec, 1), target, placement))
 
 
+class MedusaDrafter(Strict):
+    """Medusa heads on the target's last hidden state (vLLM ``medusa``): ``heads`` heads
+    (the deepest draft they can propose) of ``layers`` residual blocks each, all in one
+    pass; ``draft_vocab`` is vLLM's ``truncated_vocab_size`` (null: the target's)."""
+
+    method: Literal["medusa"]
+    heads: Gamma = 5  # vLLM's MedusaConfig default, and FasterDecoding's Vicuna heads
+    layers: Gamma = 1  # residual blocks per head (num_hidden_layers / medusa_num_layers)
+    draft_vocab: Vocab | None = None
+
+    def build(self, target, draft_model, make_cost, placement: str):
+        """A ``Drafter`` pricing the heads as one attention-free pass (``sim.drafters``)."""
+        from hardware.catalog import ModelSpec
+        from hardware.draft import DraftSetup
+        from sim.drafters import Drafter, medusa_config
+
+        if placement != "colocated":
+            raise ValueError("medusa: the heads read the target's hidden states, so they run "
+                             "on its GPUs (deployment.draft_placement colocated)")
+        cfg = medusa_config(target.dep.model.config, self.heads, self.layers, self.draft_vocab)
+        spec = ModelSpec(id=f"{target.dep.model.id}-medusa", config=cfg,
+                         source=f"{self.heads} Medusa heads of {target.dep.model.id}")
+        setup = DraftSetup.colocated_with(make_cost(spec, 1), target, one_pass=True)
+        return Drafter("medusa", setup, lookahead=False)
+
+
 class LookupDrafter(Strict):
     """CPU drafting by matching: prompt lookup / n-gram (vLLM ``ngram``, its
     ``prompt_lookup_min/max``) or suffix decoding (``suffix``)."""
@@ -110,5 +139,5 @@ class LookupDrafter(Strict):
                        cpu_s_per_seq=self.cpu_s_per_seq)
 
 
-DRAFTER_KINDS = (DraftModelDrafter, EagleDrafter, MtpDrafter, LookupDrafter)
+DRAFTER_KINDS = (DraftModelDrafter, EagleDrafter, MtpDrafter, MedusaDrafter, LookupDrafter)
 DrafterCfg = kind_union(DRAFTER_KINDS, key="method")

@@ -48,7 +48,7 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
               draft_weight_bits: int = 16, kv_bits: int = 16, placement: str = "colocated",
               catalog: Sequence[str] | None = None, timing: str = "auto",
               framework: str = "vllm", compute_dtype: str | None = None,
-              method: str = "draft_model") -> Pair:
+              method: str = "draft_model", heads: int | None = None) -> Pair:
     """Cost models for ``target`` (TP ``tp``) and its drafter on ``gpu`` from the catalogs,
     priced by ``timing`` under ``framework`` (the draft computes in ``compute_dtype`` only
     at 8-bit weights, as ``sim.build`` does).
@@ -56,6 +56,7 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
     ``method`` as a scenario's ``models.method``: ``draft_model`` drafts with the catalog
     model ``draft``; ``eagle`` / ``eagle3`` / ``mtp`` with a head built from the target
     (``sim.kinds.drafters``, exactly as a scenario builds it; ``draft`` must be None);
+    ``medusa`` with ``heads`` Medusa heads (the deepest draft the table tries);
     ``ngram`` / ``suffix`` draft on the CPU (``Pair.draft`` None: no GPU time)."""
     from hardware.draft import check_same_vocab
     from sim.drafters import METHODS
@@ -79,22 +80,26 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
     if method == "draft_model":
         spec = cat.model(draft)
         check_same_vocab(t.dep.model, spec)
-    return Pair(t, drafter_setup(method, t, spec, make_cost, placement))
+    return Pair(t, drafter_setup(method, t, spec, make_cost, placement, heads))
 
 
 def drafter_setup(method: str, target: CostModel, draft_spec, make_cost,
-                  placement: str = "colocated") -> DraftSetup | None:
+                  placement: str = "colocated", heads: int | None = None) -> DraftSetup | None:
     """The ``DraftSetup`` that drafts for ``target`` by ``method`` (None for a CPU drafter),
     built as a scenario builds it: ``draft_spec`` the catalog model of ``draft_model``,
-    ``make_cost(spec, tp)`` (with a ``catalog`` attribute) a drafting model's cost model."""
+    ``make_cost(spec, tp)`` (with a ``catalog`` attribute) a drafting model's cost model;
+    ``heads``: Medusa heads (the deepest draft a table tries; None: the drafter's default)."""
     from sim.drafters import CPU_METHODS
-    from sim.kinds.drafters import DraftModelDrafter, EagleDrafter, MtpDrafter
+    from sim.kinds.drafters import DraftModelDrafter, EagleDrafter, MedusaDrafter, MtpDrafter
 
     if method in CPU_METHODS:
         return None
-    kind = {"draft_model": DraftModelDrafter, "mtp": MtpDrafter}.get(method, EagleDrafter)
+    kind = {"draft_model": DraftModelDrafter, "mtp": MtpDrafter,
+            "medusa": MedusaDrafter}.get(method, EagleDrafter)
+    knobs = {"heads": heads} if method == "medusa" and heads else {}
     try:
-        return kind(method=method).build(target, draft_spec, make_cost, placement).setup
+        return kind(method=method, **knobs).build(target, draft_spec, make_cost,
+                                                  placement).setup
     except ValueError as e:  # the drafter configs' own refusals (as in a scenario)
         raise UserError(f"--method {method}: {e}") from None
 
@@ -183,11 +188,13 @@ def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
     from sim.drafters import CPU_METHODS
 
     pair = make_pair(target, draft, gpu, tp=tp, timing=timing, framework=framework,
-                     compute_dtype=compute_dtype, method=method)
+                     compute_dtype=compute_dtype, method=method, heads=gamma_max)
     models = {"target": target, "method": method, "draft": draft}
     # a CPU drafter proposes on every step, as the analytic grid assumes
     lookup = {"drafter": {"method": method, "proposal_rate": 1.0}} \
         if method in CPU_METHODS else {}
+    if method == "medusa":  # one head per position of the deepest γ tried
+        lookup = {"drafter": {"method": method, "heads": gamma_max}}
     bits = {} if compute_dtype != "fp8" else {"weight_bits": 8, "compute_dtype": "fp8"}
     rows = []
     for b in batches:

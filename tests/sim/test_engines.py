@@ -38,11 +38,26 @@ def test_vllm_serve_flags_become_scenario_fields():
     assert spec["policy"] == {"kind": "fixed", "gamma": 4}
     assert spec["drafter"] == {"method": "draft_model", "model": "llama-3.2-1b", "tp": 1}
     assert any(n.startswith("--port") for n in p.notes)  # accepted and said so
+    assert s["scheduler.prefix_caching"] is True  # vLLM v1's default, and said so
+    assert any(n.startswith("prefix caching: on, vLLM v1's default") for n in p.notes)
+
+
+@pytest.mark.parametrize("flag, caching", [("--enable-prefix-caching", True),
+                                           ("--no-enable-prefix-caching", False)])
+def test_vllm_prefix_caching_flags_round_trip(flag, caching):
+    from hardware.catalog import load_catalog
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    s = _sets(parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flag}", _ids))
+    assert s["scheduler.prefix_caching"] is caching
+    sc = load_scenario(None, [f"scheduler.prefix_caching={str(caching).lower()}"])
+    command, _ = serve_command(sc, sc.variants[0], load_catalog())
+    assert flag in command.split()
 
 
 @pytest.mark.parametrize("flag, match", [
     ("--swap-space 4", "--swap-space: not a vllm serve flag SpecSim models"),
-    ("--enable-prefix-caching", "--enable-prefix-caching: prefix caching is not modelled"),
     ("--quantization bitsandbytes", "--quantization bitsandbytes: not modelled"),
     ("--max-num-seqs lots", "--max-num-seqs: must be an integer, got 'lots'"),
     ("--speculative-config '{\"method\": \"medusa2\", \"num_speculative_tokens\": 2}'",
