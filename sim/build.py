@@ -75,8 +75,10 @@ class DraftCosts:
     for the speedup and grid tables alike."""
 
     def __init__(self, catalog, gpu, weight_bits: int, kv_bits: int,
-                 compute_dtype: str | None, timing: str, framework: str) -> None:
+                 compute_dtype: str | None, timing: str, framework: str,
+                 gpu_memory_utilization: float = 0.9) -> None:
         self.catalog, self.gpu = catalog, gpu
+        self.workspace_fraction = 1.0 - gpu_memory_utilization
         self.weight_bits, self.kv_bits = weight_bits, kv_bits
         self.compute_dtype = compute_dtype if weight_bits == 8 else None
         self.timing, self.framework = timing, framework
@@ -87,7 +89,8 @@ class DraftCosts:
         width, compute dtype, timing backend and framework."""
         d = sc.deployment
         bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
-        return cls(catalog, gpu, bits, d.kv_bits, d.compute_dtype, d.timing, d.framework)
+        return cls(catalog, gpu, bits, d.kv_bits, d.compute_dtype, d.timing, d.framework,
+                   d.gpu_memory_utilization)
 
     def __call__(self, spec, tp: int = 1, ep: int = 1):
         from hardware.cost import CostModel
@@ -96,7 +99,8 @@ class DraftCosts:
         return CostModel(Deployment(model=spec, gpu=self.gpu, tp=tp, ep=ep,
                                     weight_bits=self.weight_bits, kv_bits=self.kv_bits,
                                     compute_dtype=self.compute_dtype, timing=self.timing,
-                                    framework=self.framework, step_overhead=False),
+                                    framework=self.framework, step_overhead=False,
+                                    workspace_fraction=self.workspace_fraction),
                          self.catalog)
 
 
@@ -128,7 +132,7 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
         Deployment(model=catalog.model(sc.models.target), gpu=gpu, tp=d.tp, pp=d.pp,
                    ep=d.ep, weight_bits=d.weight_bits, kv_bits=d.kv_bits,
                    offload_fraction=d.offload_fraction, compute_dtype=d.compute_dtype,
-                   **timing),
+                   workspace_fraction=1.0 - d.gpu_memory_utilization, **timing),
         catalog,
     )
     block = sc.scheduler.block_size

@@ -103,6 +103,10 @@ class Deployment(Strict):
     # weights kept in host memory and streamed every pass: a fraction, or "auto" (the
     # fewest whole layers that make the rest fit next to a KV cache of >= 20% of memory)
     offload_fraction: Prob | Literal["auto"] = 0.0
+    # vLLM's --gpu-memory-utilization (SGLang's --mem-fraction-static): the share of each
+    # GPU's memory the engine may take for weights and KV; the rest is its workspace
+    # (activations, CUDA graphs), which SpecSim does not size (docs/timing.md)
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
     # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory

@@ -25,8 +25,10 @@ times, so it is asked for, not done by default.
 
 A real deployment can be given as its command lines instead of scenario fields:
 --from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")
-takes the model, parallelism, batching limits, KV dtype, quantization and the
---speculative-config drafter, simulated beside the same deployment without speculation;
+takes the model, parallelism, batching limits, prefix caching (vLLM v1's default: on),
+--gpu-memory-utilization (SGLang: --mem-fraction-static), KV dtype, quantization and the
+--speculative-config drafter (a speculative_token_tree that is an expansion tree becomes
+a tree policy), simulated beside the same deployment without speculation;
 --bench "vllm bench serve ..." takes the workload (random dataset lengths, request rate,
 burstiness, prompt count). Unknown or unsupported flags are errors naming the flag;
 flags without effect on performance are listed. With --bench the results are also printed

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.engines.common import NO_EFFECT, Parsed, flags_of, int_flag, precision_flag, split
+from sim.engines.common import (
+    NO_EFFECT,
+    Parsed,
+    flags_of,
+    float_flag,
+    int_flag,
+    precision_flag,
+    split,
+)
 from specdec.errors import UserError
 
 SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
@@ -46,7 +54,9 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             ndraft = int_flag(flags, name, what)
         elif name == "--speculative-draft-model-path":
             draft_path = value
-        elif name in NO_EFFECT or name in ("--enable-metrics", "--mem-fraction-static"):
+        elif name == "--mem-fraction-static":  # weights + KV pool share of each GPU
+            out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
+        elif name in NO_EFFECT or name == "--enable-metrics":
             out.notes.append(f"{name}: not used by the simulation")
         else:
             raise UserError(f"{what}: {name}: not a launch_server flag SpecSim models")

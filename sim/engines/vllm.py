@@ -4,6 +4,7 @@ its speculating variant takes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from sim.engines.common import (
     NO_EFFECT,
     Parsed,
     flags_of,
+    float_flag,
     int_flag,
     precision_flag,
     split,
@@ -55,6 +57,8 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             out.set("scheduler.chunked_prefill", name == "--enable-chunked-prefill")
         elif name == "--speculative-config":
             spec = value
+        elif name == "--gpu-memory-utilization":
+            out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
         elif name in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
             caching = name == "--enable-prefix-caching"
         elif name == "--enforce-eager":
@@ -111,6 +115,15 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
         out.notes.append(f"medusa: priced as {k} heads, one per speculative token (a "
                          "checkpoint with more heads runs them all: set "
                          "variants.1.drafter.heads)")
+    policy: dict = {"kind": "fixed", "gamma": k}
+    tree = cfg.pop("speculative_token_tree", None)
+    if tree is not None:
+        widths = expansion_of(tree, f"{what}: --speculative-config: speculative_token_tree")
+        if k != sum(_level_sizes(widths)):
+            raise UserError(f"{what}: --speculative-config: num_speculative_tokens: {k}, but "
+                            f"speculative_token_tree has {sum(_level_sizes(widths))} nodes "
+                            "(vLLM drafts one token per node)")
+        policy = {"kind": "tree", "expansion": widths}
     for key in ("prompt_lookup_max", "prompt_lookup_min"):
         if key in cfg:
             out.notes.append(f"--speculative-config {key}: changes what n-gram drafting "
@@ -120,9 +133,47 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
         raise UserError(f"{what}: --speculative-config: {sorted(cfg)[0]}: not modelled")
     out.set("models.method", ours)
     out.set("models.draft", None)
-    out.set("variants", [none, {"name": method, "policy": {"kind": "fixed", "gamma": k},
-                                "drafter": drafter}])
-    out.notes.append(f"speculation: {method}, {k} tokens per step")
+    out.set("variants", [none, {"name": method, "policy": policy, "drafter": drafter}])
+    shape = f"tree <{','.join(map(str, policy['expansion']))}>" if tree is not None else ""
+    out.notes.append(f"speculation: {method}, {k} tokens per step" + (f" ({shape})" if shape
+                                                                       else ""))
+
+
+def _level_sizes(widths: list[int]) -> list[int]:
+    """Nodes per level of the expansion tree <k1..km> below the root: k1, k1·k2, ..."""
+    sizes, n = [], 1
+    for w in widths:
+        n *= w
+        sizes.append(n)
+    return sizes
+
+
+def expansion_of(text: str, what: str) -> list[int]:
+    """The widths <k1..km> of a vLLM ``speculative_token_tree`` (a list of node paths, each
+    a tuple of child indices from the root, e.g. ``"[(0,), (1,), (0, 0), (1, 0)]"``), when
+    it is an expansion tree: every node of level d has k_{d+1} children. Another shape is
+    an error (SpecSim verifies expansion trees)."""
+    import ast
+
+    try:
+        paths = ast.literal_eval(text) if isinstance(text, str) else None
+    except (ValueError, SyntaxError):
+        paths = None
+    if not isinstance(paths, (list, tuple)) or not paths or not all(
+            isinstance(p, tuple) and p and all(isinstance(i, int) and not isinstance(i, bool)
+                                               and i >= 0 for i in p) for p in paths):
+        raise UserError(f"{what}: a list of node paths such as \"[(0,), (0, 0), (0, 1)]\" is "
+                        f"required, got {text!r}")
+    depth = max(len(p) for p in paths)
+    widths = [1 + max(p[d] for p in paths if len(p) > d) for d in range(depth)]
+    want = {q for d in range(1, depth + 1)
+            for q in itertools.product(*(range(w) for w in widths[:d]))}
+    if len(set(paths)) != len(paths) or set(paths) != want:
+        raise UserError(f"{what}: not an expansion tree (every node of a level with the same "
+                        f"number of children); SpecSim verifies trees <k1..km>, the nearest "
+                        f"covering one is <{','.join(map(str, widths))}> with {len(want)} "
+                        f"nodes, got {len(paths)}")
+    return widths
 
 
 def preset_sets(parsed: Parsed, flag: str, notes: list[str]) -> list[tuple[str, str]]:
@@ -170,6 +221,8 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     # vLLM v1 caches prefixes by default: say which the scenario simulated
     words.append("--enable-prefix-caching" if lim.prefix_caching
                  else "--no-enable-prefix-caching")
+    if d.gpu_memory_utilization != 0.9:  # vLLM's default
+        words += ["--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
     if d.kv_bits == 8:
         words += ["--kv-cache-dtype", "fp8"]
     if d.weight_bits == 8 and getattr(d, "compute_dtype", "bf16") == "fp8":
@@ -206,6 +259,19 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
                      "(vLLM's Medusa proposes top-1 chains, not trees)")
     if policy.kind == "fixed":
         spec["num_speculative_tokens"] = policy.gamma
+    elif policy.kind == "tree":  # vLLM's speculative_token_tree: every node's path
+        from sim.policies import sglang_tree
+
+        widths = list(policy.expansion if policy.expansion is not None
+                      else sglang_tree(policy.steps, policy.topk))
+        paths = [q for d in range(1, len(widths) + 1)
+                 for q in itertools.product(*(range(w) for w in widths[:d]))]
+        spec["num_speculative_tokens"] = len(paths)
+        spec["speculative_token_tree"] = str(paths)
+        if drafter.method not in ("eagle", "eagle3"):
+            notes.append("speculative_token_tree: vLLM's tree drafting is in its EAGLE "
+                         "proposer (vllm/v1/spec_decode/eagle.py); check that your vLLM "
+                         f"drafts trees for {drafter.method}")
     elif policy.kind == "batch_ladder":
         rows = sorted(policy.ladder)
         spec["num_speculative_tokens"] = max(g for _, _, g in rows)

@@ -137,3 +137,52 @@ def test_an_unknown_model_says_how_to_add_one(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert "--from-vllm: unknown model 'org/unknown-7b'" in err and "config.json" in err
+
+
+def test_vllm_memory_utilization_and_token_trees_round_trip():
+    from hardware.catalog import load_catalog
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    tree = "[(0,), (1,), (0, 0), (1, 0), (0, 0, 0), (1, 0, 0)]"  # <2,1,1>
+    p = parse_vllm_serve(
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --gpu-memory-utilization 0.8 "
+        "--speculative-config '" + json.dumps({"method": "eagle3", "num_speculative_tokens": 6,
+                                               "speculative_token_tree": tree}) + "'", _ids)
+    s = _sets(p)
+    assert s["deployment.gpu_memory_utilization"] == 0.8
+    assert s["variants"][1]["policy"] == {"kind": "tree", "expansion": [2, 1, 1]}
+    sc = load_scenario(None, [f"{k}={json.dumps(v)}" for k, v in s.items()])
+    command, _ = serve_command(sc, sc.variants[1], load_catalog())
+    assert "--gpu-memory-utilization 0.8" in command
+    spec = json.loads(command.split("--speculative-config ", 1)[1].strip("'"))
+    assert spec["num_speculative_tokens"] == 6
+    again = parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                             "--speculative-config '" + json.dumps(spec) + "'",
+                             lambda m: "llama-3.1-8b")
+    assert _sets(again)["variants"][1]["policy"] == s["variants"][1]["policy"]
+
+
+@pytest.mark.parametrize("tree, k, match", [
+    ("[(0,), (0, 0), (0, 1), (0, 0, 0)]", 4, "not an expansion tree"),
+    ("[(0,), (0, 0)]", 3, "num_speculative_tokens: 3, but speculative_token_tree has 2 nodes"),
+    ("[0, 1]", 2, "a list of node paths"),
+    ("[(0,), (0,)]", 2, "not an expansion tree"),
+])
+def test_a_vllm_token_tree_that_is_no_expansion_tree_is_refused(tree, k, match):
+    with pytest.raises(UserError, match=match):
+        parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '"
+                         + json.dumps({"method": "eagle", "num_speculative_tokens": k,
+                                       "speculative_token_tree": tree}) + "'", _ids)
+
+
+def test_gpu_memory_utilization_sets_the_kv_room():
+    from sim.build import setups
+    from sim.loading import load_scenario
+
+    blocks = [setups(load_scenario(None, [f"deployment.gpu_memory_utilization={u}"]))[0][1]
+              .kv_capacity_blocks for u in (0.9, 0.5)]
+    assert blocks[1] < 0.5 * blocks[0]  # the weights stay, the KV room shrinks
+    sg = _sets(parse_sglang("python -m sglang.launch_server --model-path "
+                            "meta-llama/Llama-3.1-8B-Instruct --mem-fraction-static 0.85", _ids))
+    assert sg["deployment.gpu_memory_utilization"] == 0.85
