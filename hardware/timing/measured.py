@@ -226,8 +226,16 @@ class MeasuredTiming:
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
         """(seconds, the bound: speed-of-light compute vs memory, or comm or host)."""
-        b = self.breakdown(new, kv, keys, n)
-        return b.seconds, b.bound
+        st = self._single
+        if st is None:
+            b = self.breakdown(new, kv, keys, n)
+            return b.seconds, b.bound
+        # one stage: breakdown's figures without its parts (the same arithmetic)
+        comm = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
+        compute = st.sol_per_token * new + st.sol_per_key * keys
+        memory = st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new)
+        return self._stage_seconds(st, new, kv, keys, n), largest(compute, memory, comm,
+                                                                   st.host_s)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""

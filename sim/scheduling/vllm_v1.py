@@ -39,6 +39,7 @@ from sim.scheduling.common import (
     preempt_until_fits,
     truncate_rows,
 )
+from sim.shapes import shape_info
 from sim.slots import BLOCKS, FILLED, KV, TARGET
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
@@ -59,7 +60,7 @@ def plan_vllm_v1(r) -> Batch:
     dec = run[d_idx]
     row = r.draft_shapes(dec, st[d_idx, KV], st[d_idx][:, HISTORY])  # [m] or [D, m]
     if row.ndim == 1:
-        verify = np.int64(1 + int(np.cumprod(row).sum()))
+        verify = np.int64(1 + shape_info(row)[1])  # memoised: policies reuse a few shapes
     else:
         verify = 1 + np.cumprod(row, axis=1).sum(axis=1)  # [D]
 
@@ -68,8 +69,12 @@ def plan_vllm_v1(r) -> Batch:
     want[d_idx] = verify
     if _any(prefilling):
         want[prefilling] = np.minimum(left[prefilling], lim.chunk_tokens)
-    before = want.cumsum() - want
-    take = np.minimum(np.maximum(lim.max_batched_tokens - before, 0), want)  # [R]
+    cut = int(_sum(want)) > lim.max_batched_tokens
+    if cut:  # the budget runs out part-way: what is left of it, in order
+        before = want.cumsum() - want
+        take = np.minimum(np.maximum(lim.max_batched_tokens - before, 0), want)  # [R]
+    else:  # everyone gets what it wants
+        take = want
 
     # 2. KV blocks: tokens + lookahead for every scheduled request
     go = take > 0
@@ -86,7 +91,8 @@ def plan_vllm_v1(r) -> Batch:
     # the batch: decoders (draft tokens cut where the budget cut them) and prefill chunks
     d_take = take[d_idx]  # [D]
     d_go = go[d_idx]
-    if row.ndim == 1 and d_go.all() and (d_take == verify).all():
+    if row.ndim == 1 and ((not cut and not preempted)
+                          or (d_go.all() and (d_take == verify).all())):
         dec_slots, dec_ctx = dec, st[d_idx, KV]
     else:
         rows = np.broadcast_to(row, (len(dec), row.shape[-1])) if row.ndim == 1 else row
