@@ -212,6 +212,15 @@ class ModelSpec(_Frozen):
         """Parameter counts (computed on demand; cheap)."""
         return model_shape(self.config)
 
+    def servable(self, role: str) -> ModelSpec:
+        """This model; a UserError naming ``role`` (e.g. ``--target``) when it is a set of
+        Medusa heads, which only draft for a target (``method: medusa``)."""
+        if self.config.model_type == "medusa":
+            raise UserError(f"{role}: {self.id} is a set of Medusa heads, not a model to "
+                            f"serve or draft with (its heads draft for a target: method "
+                            f"medusa)")
+        return self
+
 
 _SPEC_TYPES: dict[str, type[_Frozen]] = {"gpus": GpuSpec, "links": LinkSpec,
                                           "models": ModelSpec, "frameworks": FrameworkSpec}

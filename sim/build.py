@@ -125,12 +125,9 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
     gpu = catalog.gpu(d.gpu)
     catalog.framework(d.framework)  # an unknown framework is named before anything else
     timing = {"timing": d.timing, "framework": d.framework}
-    if catalog.model(sc.models.target).config.model_type == "medusa":
-        raise UserError(f"models.target: {sc.models.target} is a set of Medusa heads, not a "
-                        f"model to serve (draft with them: models.method medusa)")
     target = CostModel(
-        Deployment(model=catalog.model(sc.models.target), gpu=gpu, tp=d.tp, pp=d.pp,
-                   ep=d.ep, weight_bits=d.weight_bits, kv_bits=d.kv_bits,
+        Deployment(model=catalog.model(sc.models.target).servable("models.target"), gpu=gpu,
+                   tp=d.tp, pp=d.pp, ep=d.ep, weight_bits=d.weight_bits, kv_bits=d.kv_bits,
                    offload_fraction=d.offload_fraction, compute_dtype=d.compute_dtype,
                    workspace_fraction=1.0 - d.gpu_memory_utilization, **timing),
         catalog,

@@ -19,8 +19,9 @@
   medusa), all run in *one* pass that proposes every position of a chain or of a Cartesian
   tree ⟨k1..km⟩ (head i's top-k_i), verified by the target in one tree pass. No attention,
   no KV and no lookahead slots (vLLM reserves them for EAGLE-type and draft models only,
-  vllm/v1/core/sched/scheduler.py); a copy on each of the target's GPUs (vLLM runs the
-  heads at the target's TP, its lm_heads split over it: at tp 1 the same).
+  vllm/v1/core/sched/scheduler.py); a copy on each of the target's GPUs, the batch's rows
+  split over them (vLLM runs the heads at the target's TP, its lm_heads split over it, on
+  the last pipeline stage: at tp = pp = 1 the same).
 - ``ngram`` / ``suffix``: prompt lookup / suffix-tree matching on the CPU; no GPU pass, no
   draft KV, no lookahead slots (vLLM reserves them only for model-based drafters). On each
   step a sequence finds a match with probability ``proposal_rate`` (otherwise it verifies

@@ -122,7 +122,7 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
             raise UserError(f"--{name}: must be >= 1, got {getattr(args, name)}")
     offload = offload_value(args.offload)
     catalog.framework(args.framework)  # an unknown framework lists the known ones
-    model = catalog.model(args.model)
+    model = catalog.model(args.model).servable("--model")
     bits, dtype = model.precision(args.weight_bits, args.compute_dtype)
     dep = Deployment(
         model=model,

@@ -189,8 +189,9 @@ def _hardware(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     gpu = catalog.gpu(args.gpu)
     method = args.method or "draft_model"
-    target_model = catalog.model(args.target)
-    draft_model = catalog.model(args.draft) if method == "draft_model" else None
+    target_model = catalog.model(args.target).servable("--target")
+    draft_model = catalog.model(args.draft).servable("--draft") if method == "draft_model" \
+        else None
     if draft_model is not None:
         check_same_vocab(target_model, draft_model)
     kv_bits = 16 if args.kv_bits is None else args.kv_bits

@@ -111,6 +111,9 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
         out.notes.append(f"--speculative-config model {draft_model}: the {method} head is "
                          "priced from the target's shape")
     if ours == "medusa":  # the checkpoint's num_heads is not on the command line
+        if "speculative_token_tree" in cfg:
+            raise UserError(f"{what}: --speculative-config: speculative_token_tree: vLLM's "
+                            "Medusa proposes top-1 chains, not trees")
         drafter["heads"] = k
         out.notes.append(f"medusa: priced as {k} heads, one per speculative token (a "
                          "checkpoint with more heads runs them all: set "
@@ -259,6 +262,11 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
                      "(vLLM's Medusa proposes top-1 chains, not trees)")
     if policy.kind == "fixed":
         spec["num_speculative_tokens"] = policy.gamma
+    elif policy.kind == "tree" and drafter.method == "medusa":  # vLLM's: top-1 chains only
+        depth = len(policy.expansion) if policy.expansion is not None else policy.steps
+        spec["num_speculative_tokens"] = depth
+        notes.append(f"policy tree: vLLM's Medusa proposes top-1 chains, so the command "
+                     f"drafts a chain of the tree's depth ({depth})")
     elif policy.kind == "tree":  # vLLM's speculative_token_tree: every node's path
         from sim.policies import sglang_tree
 

@@ -37,9 +37,7 @@ class DraftModelDrafter(Strict):
         spec = make_cost.catalog.model(self.model) if self.model else draft_model
         if spec is None:
             raise ValueError("model: give a draft model (here or as models.draft)")
-        if spec.config.model_type == "medusa":
-            raise ValueError(f"model: {spec.id} is a set of Medusa heads, not a draft model "
-                             f"(use method: medusa)")
+        spec.servable("model")
         cost = make_cost(spec, self.tp)
         if self.tp > 1:
             from hardware.draft import DraftSetup
@@ -115,6 +113,10 @@ class MedusaDrafter(Strict):
         if placement != "colocated":
             raise ValueError("medusa: the heads read the target's hidden states, so they run "
                              "on its GPUs (deployment.draft_placement colocated)")
+        vocab = target.dep.model.config.vocab_size
+        if self.draft_vocab is not None and self.draft_vocab > vocab:
+            raise ValueError(f"draft_vocab: {self.draft_vocab} exceeds the target's vocab_size "
+                             f"{vocab} (vLLM's truncated_vocab_size keeps a subset of it)")
         cfg = medusa_config(target.dep.model.config, self.heads, self.layers, self.draft_vocab)
         spec = ModelSpec(id=f"{target.dep.model.id}-medusa", config=cfg,
                          source=f"{self.heads} Medusa heads of {target.dep.model.id}")

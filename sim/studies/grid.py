@@ -72,13 +72,14 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
     g = cat.gpu(gpu)
     cat.framework(framework)  # an unknown framework lists the known ones
     how = {"timing": timing, "framework": framework}
-    t = CostModel(Deployment(cat.model(target), g, tp=tp, weight_bits=weight_bits,
+    t = CostModel(Deployment(cat.model(target).servable("--target"), g, tp=tp,
+                             weight_bits=weight_bits,
                              kv_bits=kv_bits, compute_dtype=compute_dtype, **how), cat)
     make_cost = DraftCosts(cat, g, draft_weight_bits, kv_bits, compute_dtype, timing,
                            framework)
     spec = None
     if method == "draft_model":
-        spec = cat.model(draft)
+        spec = cat.model(draft).servable("--draft")
         check_same_vocab(t.dep.model, spec)
     return Pair(t, drafter_setup(method, t, spec, make_cost, placement, heads))
 

@@ -131,3 +131,34 @@ def test_a_scenario_drafting_by_another_method_survives_its_own_dump(method):
     sc = Scenario.model_validate({"models": {"target": "vicuna-7b", "method": method}})
     assert sc.models.draft is None
     assert Scenario.model_validate(sc.model_dump()) == sc
+
+
+def test_medusa_heads_are_no_model_to_serve_and_vllm_has_no_medusa_trees(tmp_path, capsys):
+    from sim.cli import main
+
+    cat = tmp_path / "cat.yaml"
+    cat.write_text("models:\n  heads-7b:\n    source: test\n    config: {model_type: medusa, "
+                   "hidden_size: 4096, num_hidden_layers: 1, num_heads: 5, vocab_size: 32000, "
+                   "max_position_embeddings: 2048}\n")
+    for argv in (["hw", "step", "--model", "heads-7b", "--gpu", "a100-80gb", "--batch", "1",
+                  "--context", "100", "--catalog", str(cat)],
+                 ["speedup", "--target", "vicuna-7b", "--draft", "heads-7b", "--gpu",
+                  "a100-80gb", "--batch", "1", "--context", "100", "--alpha", "0.7",
+                  "--catalog", str(cat)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "heads-7b is a set of Medusa heads, not a model" in err[0]
+    with pytest.raises(UserError, match="draft_vocab: 64000 exceeds the target's vocab_size"):
+        setups(load_scenario(None, [*SCENARIO, "variants=[{name: g3, policy: {kind: fixed, "
+                                               "gamma: 3}, drafter: {method: medusa, "
+                                               "draft_vocab: 64000}}]"]))
+    with pytest.raises(UserError, match="Medusa proposes top-1 chains, not trees"):
+        parse_vllm_serve("vllm serve lmsys/vicuna-7b-v1.3 --speculative-config '" + json.dumps(
+            {"method": "medusa", "num_speculative_tokens": 2,
+             "speculative_token_tree": "[(0,), (1,)]"}) + "'", lambda m: "vicuna-7b")
+    sc = load_scenario(None, [*SCENARIO, "variants=[{name: t, policy: {kind: tree, "
+                                         "expansion: [2, 2]}}]"])
+    command, notes = serve_command(sc, sc.variants[0], CAT)
+    got = json.loads(command.split("--speculative-config ", 1)[1].strip("'"))
+    assert got["num_speculative_tokens"] == 2 and "speculative_token_tree" not in got
+    assert any("top-1 chains" in n for n in notes)
