@@ -22,15 +22,29 @@ def _quiet_worker() -> None:
 
 
 def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
-                 done: Callable[[int, object], None]) -> None:
-    """Run ``fn`` over ``args`` on ``workers`` processes, calling ``done(i, result)``."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+                 done: Callable[[int, object], None], context=None,
+                 poll: Callable[[], None] | None = None) -> None:
+    """Run ``fn`` over ``args`` on ``workers`` processes, calling ``done(i, result)``.
 
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_quiet_worker)
+    ``context``: a ``multiprocessing`` context (e.g. ``fork``, for work the workers inherit
+    instead of receiving it pickled); ``poll()``, if given, is called every 0.1 s while
+    waiting (e.g. to relay the workers' progress)."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_quiet_worker,
+                               mp_context=context)
     try:
         futures = {pool.submit(fn, *a): i for i, a in enumerate(args)}
-        for fut in as_completed(futures):
-            done(futures[fut], fut.result())
+        if poll is None:
+            for fut in as_completed(futures):
+                done(futures[fut], fut.result())
+        else:
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                poll()
+                for fut in finished:
+                    done(futures[fut], fut.result())
     except BaseException:
         # ProcessPoolExecutor has no public way to stop running workers: terminate them
         procs = list(getattr(pool, "_processes", {}).values())

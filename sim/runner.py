@@ -136,19 +136,71 @@ def _numbers_hidden(problem: str) -> str:
     return re.sub(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w-])", "#", problem)
 
 
-def run_setups(scenario, built, progress=None) -> ScenarioResult:
-    """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals."""
+# what forked workers inherit: (the setups, the horizon, the progress queue or None)
+_FORKED: tuple | None = None
+
+
+def _simulate_forked(i: int) -> VariantResult:
+    """Variant ``i`` of the setups a forked worker inherited (``simulate_variants``)."""
+    built, horizon, queue = _FORKED
+    name, setup = built[i]
+    tick = None if queue is None else (lambda now, tot: queue.put((i, now, tot)))
+    return simulate(setup, horizon, name, tick)
+
+
+def simulate_variants(built, horizon_s: float | None, progress=None,
+                      workers: int = 1) -> list[VariantResult]:
+    """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
+
+    The variants are independent simulations, so running them side by side gives the same
+    records as one after the other. Workers are forked (they inherit the setups, which
+    hold closures that cannot be pickled); where ``fork`` is not available, or with one
+    worker or one variant, they run here one after the other. ``progress(name, now, total)``
+    is relayed from the workers.
+    """
+    import multiprocessing as mp
+
+    if workers < 2 or len(built) < 2 or "fork" not in mp.get_all_start_methods():
+        return [simulate(setup, horizon_s, name, None if progress is None else
+                         (lambda now, tot, n=name: progress(n, now, tot)))
+                for name, setup in built]
+    from sim.pool import in_processes
+
+    global _FORKED
+    ctx = mp.get_context("fork")
+    queue = ctx.SimpleQueue() if progress is not None else None
+    results: list = [None] * len(built)
+
+    def relay() -> None:
+        while queue is not None and not queue.empty():
+            i, now, tot = queue.get()
+            progress(built[i][0], now, tot)
+
+    def done(i: int, res: VariantResult) -> None:
+        results[i] = res
+
+    _FORKED = (built, horizon_s, queue)
+    try:
+        in_processes(_simulate_forked, [(i,) for i in range(len(built))],
+                     min(workers, len(built)), done, context=ctx, poll=relay)
+        relay()
+    finally:
+        _FORKED = None
+    return results
+
+
+def run_setups(scenario, built, progress=None, workers: int = 1) -> ScenarioResult:
+    """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals
+    (on up to ``workers`` processes: ``simulate_variants``)."""
     from sim.summary import add_speedups, slo_verdict, summarize
 
-    results, summaries = [], []
+    summaries = []
     horizon = scenario.run.horizon_s
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     # The i.i.d. chain formula applies to policies that only ever draft chains.
     chains = {v.name: v.policy.chains_only for v in scenario.variants}
-    for name, setup in built:
-        tick = None if progress is None else (lambda now, tot, n=name: progress(n, now, tot))
-        res = simulate(setup, horizon, name, tick)
-        results.append(res)
+    results = simulate_variants(built, horizon, progress, workers)
+    for (name, setup), res in zip(built, results, strict=True):
         summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
                          drafting=kinds[name] != "none",
@@ -162,7 +214,7 @@ def run_setups(scenario, built, progress=None) -> ScenarioResult:
 
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
         out=None, write: bool = True, progress=None, engine_sets=(), force: bool = False,
-        then=None, on_start=None):
+        then=None, on_start=None, workers: int = 1):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
@@ -170,7 +222,8 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     applied first (what a ``vllm serve`` command line says, ``sim.engines``). The folder is
     written atomically (``sim.output.write_run``: ``force`` replaces a non-empty ``out``,
     ``then(folder)`` adds to it first, e.g. the report); ``on_start(scenario)`` is called
-    once the scenario is built, before it runs. Never prints.
+    once the scenario is built, before it runs; ``workers``: processes for the variants
+    (``simulate_variants``). Never prints.
     """
     import time
     from pathlib import Path
@@ -192,7 +245,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
         check_out(folder, "--out", force)  # refuse before simulating, not after
     if on_start is not None:
         on_start(scenario)
-    result = run_setups(scenario, built, progress)
+    result = run_setups(scenario, built, progress, workers)
     if not write:
         return result, None
     return result, write_run(result, folder, source, sets, time.perf_counter() - start,

@@ -20,8 +20,9 @@ runs/<name>-<timestamp>/ or --out; --no-report skips the report. With --load-cur
 report also draws latency against offered load with the crossover where speculation stops
 paying: it re-simulates the scenario at 1/4x to 8x its load with --report-requests requests
 per point up to its own rate and proportionally more above it (so every point spans the
-same stretch of arrivals), on --workers processes. That multiplies the run's cost several
-times, so it is asked for, not done by default.
+same stretch of arrivals). That multiplies the run's cost several times, so it is asked for,
+not done by default. The variants (and the load points) run side by side on --workers
+processes, with the same records as one after the other.
 
 A real deployment can be given as its command lines instead of scenario fields:
 --from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")
@@ -83,8 +84,9 @@ def add_parser(subparsers) -> None:
                    help="with --load-curve: requests per load point up to the scenario's own "
                         "rate, proportionally more above it; 1..100000 (default: 200)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="with --load-curve: processes for its load points (default: the "
-                        f"CPUs, at most 5); 1..{MAX_WORKERS}")
+                   help="processes that simulate the variants side by side (the same "
+                        "records as one after the other) and, with --load-curve, its load "
+                        f"points (default: the CPUs, at most 5); 1..{MAX_WORKERS}")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables, from 0 up to the "
                         "last arrival (default: 0)")
@@ -100,11 +102,9 @@ def main(args: argparse.Namespace) -> int:
 
     if args.load_curve and args.no_report:
         raise UserError("--load-curve: draws into the report; drop --no-report or --load-curve")
-    for flag, value in (("--report-requests", args.report_requests),
-                        ("--workers", args.workers)):
-        if value is not None and not args.load_curve:
-            raise UserError(f"{flag} {value}: only sizes the report's load curve; add "
-                            f"--load-curve or drop {flag}")
+    if args.report_requests is not None and not args.load_curve:
+        raise UserError(f"--report-requests {args.report_requests}: only sizes the report's "
+                        "load curve; add --load-curve or drop --report-requests")
     args.workers = workers_flag(args.workers)
     if args.report_requests is None:
         args.report_requests = 200
@@ -136,7 +136,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
                           engine_sets=engine_sets, force=args.force,
-                          then=None if args.no_report else report, on_start=_estimate)
+                          then=None if args.no_report else report, on_start=_estimate,
+                          workers=args.workers)
     finally:
         for bar in bars.values():
             bar.close()
@@ -200,10 +201,11 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     return sets, notes
 
 
-LARGE_RUN = 1_000_000  # simulated requests (all variants) above which a run says how long
-# It simulates about this many requests per second on one core (specsim bench, speculating
-# workload; a rough figure for an estimate, not a promise).
-REQUESTS_PER_S = 10_000
+LARGE_RUN = 200_000  # simulated requests (all variants) above which a run says how long
+# It simulates about this many requests per second on one core (`specsim bench --requests
+# 5000`, the speculating workload: 3,300 on a 2-core machine; a rough figure for an
+# estimate, not a promise: long prompts, big batches and trees are slower).
+REQUESTS_PER_S = 3_000
 
 
 def _estimate(scenario) -> None:

@@ -43,8 +43,8 @@ from hardware import load_catalog
 from sim.engines.vllm import serve_command
 from sim.loading import display_path, read_yaml, validate_overridden
 from sim.paths import resolve_file
+from sim.pool import in_processes
 from sim.runner import build_overridden, run_setups
-from sim.studies.pool import in_processes
 from sim.summary import latencies
 from specdec.errors import Interrupted, UserError
 

@@ -38,8 +38,8 @@ import yaml
 from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
 from sim.limits import MAX_POINTS
 from sim.loading import display_path, load_yaml_text, read_yaml, validate_overridden
+from sim.pool import in_processes
 from sim.runner import build_overridden, run_setups
-from sim.studies.pool import in_processes
 from specdec.errors import Interrupted, UserError
 
 

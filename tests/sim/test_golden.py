@@ -61,3 +61,55 @@ def test_records_are_byte_identical_to_the_golden_files(case, tmp_path):
             assert got.read_bytes() == want.read_bytes(), (
                 f"{case}: {name} differs from {want.relative_to(repo_root())}; diff it with "
                 f"{got}")
+
+
+def _shipped_scenarios() -> list[str]:
+    from sim.loading import read_yaml
+
+    root = repo_root() / "scenarios"
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")
+                  if "candidates" not in read_yaml(p))  # a plan's candidates file is none
+
+
+@pytest.mark.parametrize("scenario", _shipped_scenarios())
+def test_variants_side_by_side_give_the_records_of_one_after_the_other(scenario):
+    """``--workers``: every shipped scenario, its variants on two forked processes and in
+    this one, record for record (pipelines, trees, preemption and traces included)."""
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    sc = load_scenario(repo_root() / "scenarios" / f"{scenario}.yaml",
+                       ["run.requests=12"] if sc_has_requests(scenario) else [])
+    built = setups(sc)
+    one = simulate_variants(built, sc.run.horizon_s, workers=1)
+    two = simulate_variants(setups(sc), sc.run.horizon_s, workers=2)
+    assert [v.name for v in one] == [v.name for v in two]
+    for a, b in zip(one, two, strict=True):
+        for kind in ("requests", "iterations"):
+            ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
+            assert ca.keys() == cb.keys()
+            for k in ca:
+                assert (ca[k] == cb[k]).all(), (a.name, kind, k)
+        assert a.end_at == b.end_at and (a.itl_counts == b.itl_counts).all()
+
+
+def sc_has_requests(scenario: str) -> bool:
+    """Whether a shipped scenario is sized by run.requests (a trace replays its own)."""
+    from sim.loading import read_yaml
+
+    doc = read_yaml(repo_root() / "scenarios" / f"{scenario}.yaml")
+    return (doc.get("workload") or {}).get("arrivals") != "trace"
+
+
+def test_side_by_side_variants_relay_their_progress():
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", ["run.requests=40"])
+    seen: dict = {}
+    simulate_variants(setups(sc), None, lambda n, now, tot: seen.setdefault(n, []).append(
+        (now, tot)), workers=2)
+    assert sorted(seen) == sorted(v.name for v in sc.variants)
+    for ticks in seen.values():
+        assert len(ticks) > 50 and ticks[-1][0] == ticks[-1][1]  # ends at the end
+        assert [t for t, _ in ticks] == sorted(t for t, _ in ticks)

@@ -43,9 +43,10 @@ def _one_line(err: str) -> str:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_simulation_exits_130_and_leaves_nothing(sig, tmp_path):
     out = tmp_path / "run"
-    # 200k requests simulate for minutes: the signal lands while the engine runs.
+    # 100k requests per variant simulate for most of a minute (side by side on --workers
+    # processes by default): the signal lands while the engines run.
     proc = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, "run", "--set", "run.requests=200000",
+        [sys.executable, "-c", LAUNCHER, "run", "--set", "run.requests=100000",
          "--set", "run.horizon_s=null", "--no-progress", "--no-report", "--out", str(out)],
         cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"

@@ -215,7 +215,6 @@ def test_slo_verdicts():
      "--report-requests: must be in 1..100000, got -3"),
     (["--load-curve", "--workers", "0"], "--workers: must be in 1..256, got 0"),
     (["--report-requests", "40"], "--report-requests 40: only sizes the report's load curve"),
-    (["--workers", "2"], "--workers 2: only sizes the report's load curve"),
     (["--load-curve", "--no-report"], "--load-curve: draws into the report"),
     (["--warmup", "-1"], "--warmup: must be >= 0 seconds, got -1"),
     (["--warmup", "5", "--no-report"], "--warmup 5: only trims the report"),
@@ -239,3 +238,16 @@ def test_a_trace_report_says_its_load_cannot_be_scaled(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Not drawn: the arrivals are neither rate-driven" in report
     assert "--load-curve" not in report
+
+
+def test_a_very_large_run_says_how_long_it_will_take_before_it_starts(capsys):
+    from sim.commands.run import LARGE_RUN, REQUESTS_PER_S, _estimate
+
+    sc = load_scenario(None, [f"run.requests={LARGE_RUN}"])  # two variants: past the mark
+    _estimate(sc)
+    err = capsys.readouterr().err
+    minutes = 2 * LARGE_RUN / REQUESTS_PER_S / 60
+    assert err.startswith(f"specsim run: {2 * LARGE_RUN:,} requests to simulate (2 variants); "
+                          f"about {minutes:.0f} minutes")
+    _estimate(load_scenario(None, [f"run.requests={LARGE_RUN // 2}"]))
+    assert capsys.readouterr().err == ""
