@@ -108,6 +108,7 @@ class Replica:
                                               blocks=st[:, BLOCKS])
         self.last_chunk_at = np.zeros(n)  # when each slot last emitted (ITL)
         self.active = np.zeros(n, dtype=bool)
+        self._order: np.ndarray | None = None  # running_order's answer until it changes
         self._free_slots = list(range(n - 1, -1, -1))
         self.n_active = 0
         self._admitted = 0  # admission counter: the ``running`` order of vLLM v1
@@ -146,11 +147,15 @@ class Replica:
         order): by admission for ``vllm_v1`` (its ``running`` list), by arrival for
         ``decode_first``. ``schedulable`` (the schedulable slots oldest request first) is
         returned as is when it is every running slot."""
-        run = self.active.nonzero()[0]
+        run = self._order
+        if run is None:  # re-sorted only after an admission, preemption or finish
+            run = self.active.nonzero()[0]
+            key = self.state[run, ADMIT] if self.limits.order == "vllm_v1" else self.rid[run]
+            run = self._order = run[key.argsort(kind="stable")]
+            run.flags.writeable = False  # shared by the calls until the next change
         if schedulable is not None and len(schedulable) == len(run):
             return schedulable
-        key = self.state[run, ADMIT] if self.limits.order == "vllm_v1" else self.rid[run]
-        return run[key.argsort(kind="stable")]
+        return run
 
     def draft_shapes(self, dec: np.ndarray, context: np.ndarray,
                      history: np.ndarray) -> np.ndarray:
@@ -191,6 +196,7 @@ class Replica:
         ``cached`` tokens were found in the prefix cache (its prefill starts after them)."""
         s = self._free_slots.pop()
         self.active[s] = True
+        self._order = None
         row = self.state[s]
         row[RID], row[TARGET] = rid, target
         row[FILLED] = row[KV] = cached
@@ -227,6 +233,7 @@ class Replica:
 
     def _vacate(self, s: int) -> None:
         self.active[s] = False
+        self._order = None
         self._free_slots.append(s)
         self.n_active -= 1
 
@@ -298,6 +305,7 @@ class Replica:
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
         self.kv.free_slots(fin, st[:, BLOCKS])
         self.active[fin] = False
+        self._order = None
         self._free_slots.extend(fin.tolist())
         self.n_active -= len(fin)
         self.outstanding_requests -= len(fin)
