@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from sim.limits import MAX_REQUESTS
 
@@ -39,6 +40,22 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=main)
 
 
+# Rough simulated requests per second on one core (this machine class, 2 cores, measured
+# with `specsim bench --requests 5000` and `--workload decode-heavy --requests 2000`):
+# for the estimate a long benchmark prints before it starts, not a promise.
+RATES = {"speculative": 3_000, "decode-heavy": 300}
+LONG_S = 60.0  # benchmarks expected to take longer say so first
+
+
+def estimate(workload: str, requests: int) -> str | None:
+    """The line a benchmark expected to run past ``LONG_S`` prints first, else None."""
+    seconds = requests / RATES[workload]
+    if seconds <= LONG_S:
+        return None
+    return (f"specsim bench: {requests:,} {workload} requests; about {seconds / 60:.0f} "
+            f"minutes at ~{RATES[workload]:,} requests/s")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures."""
     from sim.bench import run_bench
@@ -46,6 +63,9 @@ def main(args: argparse.Namespace) -> int:
 
     if not 1 <= args.requests <= MAX_REQUESTS:
         raise UserError(f"--requests: must be in 1..{MAX_REQUESTS:g}, got {args.requests}")
+    line = estimate(args.workload, args.requests)
+    if line is not None:
+        print(line, file=sys.stderr)
     r = run_bench(args.requests, args.seed, args.workload)
     if args.json:
         print(json.dumps(r))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from sim.commands._lists import (
@@ -101,6 +102,7 @@ def main(args: argparse.Namespace) -> int:
     from hardware.deployment import check_positions
     from reports import figures
     from reports.tables import json_records, write_table
+    from sim.commands.bench import estimate
     from sim.output import check_out, default_run_dir, rebased, staged_folder
     from sim.studies.grid import chain_grid, make_pair, simulate_grid, tree_grid
 
@@ -169,6 +171,12 @@ def main(args: argparse.Namespace) -> int:
             + "; cost-model priced draft + verify.")
     else:
         if args.simulate:
+            # one wave of `batch` requests per cell and variant (none + each gamma)
+            runs = sum(batches) * len(contexts) * (args.gamma_max + 1)
+            line = estimate("speculative", runs)
+            if line is not None:
+                print(line.replace("specsim bench:", "specsim grid --simulate:"),
+                      file=sys.stderr)
             grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
                                  contexts, args.gamma_max, args.tp, **how, method=args.method)
             note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."

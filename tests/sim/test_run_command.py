@@ -251,3 +251,15 @@ def test_a_very_large_run_says_how_long_it_will_take_before_it_starts(capsys):
                           f"about {minutes:.0f} minutes")
     _estimate(load_scenario(None, [f"run.requests={LARGE_RUN // 2}"]))
     assert capsys.readouterr().err == ""
+
+
+def test_a_long_benchmark_says_how_long_it_will_take_first():
+    from sim.bench import WORKLOADS
+    from sim.commands.bench import LONG_S, RATES, estimate
+
+    assert set(RATES) == set(WORKLOADS)
+    for workload, rate in RATES.items():
+        assert estimate(workload, int(rate * LONG_S)) is None
+        line = estimate(workload, 10**8)
+        assert line.startswith(f"specsim bench: 100,000,000 {workload} requests; about "
+                               f"{10**8 / rate / 60:.0f} minutes")
