@@ -16,6 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
+from sim import steady
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -124,6 +125,7 @@ class Replica:
         self._stalled = 0  # iterations in a row that emitted no token
         if hasattr(policy, "price"):
             policy.price = self._price_decode
+        self._steady = steady.applies(self)  # sim.steady: several iterations at once
         self.process = env.process(self.run())
 
     # -- the router's side ------------------------------------------------------------
@@ -246,6 +248,13 @@ class Replica:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
+            if self._steady:  # iterations that cannot change the batch, computed at once
+                stretch = steady.plan(self)
+                if stretch is not None:
+                    for v in stretch.verify_s:
+                        yield env.timeout(0.0 + v)  # one event per iteration, as below
+                    steady.apply(self, stretch)
+                    continue
             start_at = env.now
             batch = self.plan(self)
             if batch.empty:

@@ -113,3 +113,33 @@ def test_side_by_side_variants_relay_their_progress():
     for ticks in seen.values():
         assert len(ticks) > 50 and ticks[-1][0] == ticks[-1][1]  # ends at the end
         assert [t for t, _ in ticks] == sorted(t for t, _ in ticks)
+
+
+@pytest.mark.parametrize("scenario", [*_shipped_scenarios(), "bench-decode-heavy"])
+def test_steady_decoding_gives_the_records_of_one_iteration_at_a_time(scenario, monkeypatch,
+                                                                       tmp_path):
+    """``sim.steady``: every shipped scenario (and the decode-heavy bench workload) with
+    the steady-decoding path on and off, record for record."""
+    from sim import steady
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    if scenario == "bench-decode-heavy":
+        from sim.bench import bench_scenario, decode_heavy_rows
+
+        trace = tmp_path / "decode-heavy.csv"
+        trace.write_text(decode_heavy_rows(300, 0))
+        sc = bench_scenario(300, 0, "decode-heavy", str(trace))
+    else:
+        sc = load_scenario(repo_root() / "scenarios" / f"{scenario}.yaml",
+                           ["run.requests=40"] if sc_has_requests(scenario) else [])
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(steady, "ENABLED", on)
+        runs.append(simulate_variants(setups(sc), sc.run.horizon_s))
+    for a, b in zip(*runs, strict=True):
+        for kind in ("requests", "iterations"):
+            ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
+            for k in ca:
+                assert (ca[k] == cb[k]).all(), (a.name, kind, k)
+        assert a.end_at == b.end_at and (a.itl_counts == b.itl_counts).all()
