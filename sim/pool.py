@@ -7,7 +7,8 @@ or interrupt (Ctrl-C, SIGTERM) the points not started are cancelled and the work
 terminated at once, so an interrupted study exits promptly instead of finishing the points
 still queued. The workers ignore Ctrl-C themselves (the terminal sends it to the whole
 process group; the parent stops them) and die quietly when terminated, so an interrupt
-prints the one line ``sim.cli`` writes and no worker tracebacks.
+prints the one line ``sim.cli`` writes and no worker tracebacks; on Linux they are also
+terminated when the parent dies without cleaning up (``kill -9``, the OOM killer).
 """
 
 from __future__ import annotations
@@ -16,9 +17,29 @@ import signal
 from collections.abc import Callable, Sequence
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not sim.cli's handler, inherited by fork
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """On Linux, ask for SIGTERM when the parent (pid ``parent``) dies -- a parent killed
+    outright cannot terminate its workers -- and leave at once if it already has."""
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took hold
+        os._exit(1)
 
 
 def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
@@ -29,10 +50,11 @@ def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
     ``context``: a ``multiprocessing`` context (e.g. ``fork``, for work the workers inherit
     instead of receiving it pickled); ``poll()``, if given, is called every 0.1 s while
     waiting (e.g. to relay the workers' progress)."""
+    import os
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_quiet_worker,
-                               mp_context=context)
+                               initargs=(os.getpid(),), mp_context=context)
     try:
         futures = {pool.submit(fn, *a): i for i, a in enumerate(args)}
         if poll is None:

@@ -140,12 +140,16 @@ def _numbers_hidden(problem: str) -> str:
 _FORKED: tuple | None = None
 
 
-def _simulate_forked(i: int) -> VariantResult:
-    """Variant ``i`` of the setups a forked worker inherited (``simulate_variants``)."""
+def _simulate_forked(i: int) -> VariantResult | Exception:
+    """Variant ``i`` of the setups a forked worker inherited (``simulate_variants``); its
+    error is returned, so that the parent raises the one the sequential run would."""
     built, horizon, queue = _FORKED
     name, setup = built[i]
     tick = None if queue is None else (lambda now, tot: queue.put((i, now, tot)))
-    return simulate(setup, horizon, name, tick)
+    try:
+        return simulate(setup, horizon, name, tick)
+    except Exception as e:  # raised again by the parent, in scenario order
+        return e
 
 
 def simulate_variants(built, horizon_s: float | None, progress=None,
@@ -153,14 +157,15 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
     """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
 
     The variants are independent simulations, so running them side by side gives the same
-    records as one after the other. Workers are forked (they inherit the setups, which
-    hold closures that cannot be pickled); where ``fork`` is not available, or with one
-    worker or one variant, they run here one after the other. ``progress(name, now, total)``
-    is relayed from the workers.
+    records as one after the other, and the same error: the first variant's in scenario
+    order. Workers are forked (they inherit the setups, which hold closures that cannot
+    be pickled), on Linux only (elsewhere, or with one worker or one variant, they run
+    here one after the other). ``progress(name, now, total)`` is relayed from the workers.
     """
     import multiprocessing as mp
+    import sys
 
-    if workers < 2 or len(built) < 2 or "fork" not in mp.get_all_start_methods():
+    if workers < 2 or len(built) < 2 or not sys.platform.startswith("linux"):
         return [simulate(setup, horizon_s, name, None if progress is None else
                          (lambda now, tot, n=name: progress(n, now, tot)))
                 for name, setup in built]
@@ -186,6 +191,9 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
         relay()
     finally:
         _FORKED = None
+    for res in results:
+        if isinstance(res, Exception):
+            raise res
     return results
 
 
@@ -221,7 +229,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     ``(ScenarioResult, run folder or None)``. ``engine_sets`` are ``(override, label)`` pairs
     applied first (what a ``vllm serve`` command line says, ``sim.engines``). The folder is
     written atomically (``sim.output.write_run``: ``force`` replaces a non-empty ``out``,
-    ``then(folder)`` adds to it first, e.g. the report); ``on_start(scenario)`` is called
+    ``then(folder)`` adds to it first, e.g. the report); ``on_start(scenario, built)`` is called
     once the scenario is built, before it runs; ``workers``: processes for the variants
     (``simulate_variants``). Never prints.
     """
@@ -244,7 +252,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     if write:
         check_out(folder, "--out", force)  # refuse before simulating, not after
     if on_start is not None:
-        on_start(scenario)
+        on_start(scenario, built)
     result = run_setups(scenario, built, progress, workers)
     if not write:
         return result, None

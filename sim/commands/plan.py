@@ -73,6 +73,8 @@ def main(args: argparse.Namespace) -> int:
     """Search every candidate, rank, write, print."""
     from tqdm import tqdm
 
+    tqdm.monitor_interval = 0  # no monitor thread: the worker processes are forked
+
     from reports.tables import json_records, write_table
     from sim.loading import display_path, read_yaml, validate_overridden
     from sim.output import default_run_dir, rebased, staged_folder

@@ -136,7 +136,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
                           engine_sets=engine_sets, force=args.force,
-                          then=None if args.no_report else report, on_start=_estimate,
+                          then=None if args.no_report else report,
+                          on_start=lambda sc, built: _estimate(sc, built, args.workers),
                           workers=args.workers)
     finally:
         for bar in bars.values():
@@ -201,20 +202,26 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     return sets, notes
 
 
-LARGE_RUN = 200_000  # simulated requests (all variants) above which a run says how long
-# It simulates about this many requests per second on one core (`specsim bench --requests
-# 5000`, the speculating workload: 3,300 on a 2-core machine; a rough figure for an
-# estimate, not a promise: long prompts, big batches and trees are slower).
-REQUESTS_PER_S = 3_000
+LONG_RUN_S = 60.0  # runs expected to take longer say how long first
+# The engine simulates about this many output tokens per second on one core, whatever the
+# request sizes (a 2-core machine: the default scenario 154,000 over both variants, the
+# speculative bench 274,000, the decode-heavy bench 124,000 before steady decoding); a
+# rough figure for an estimate, not a promise.
+TOKENS_PER_S = 150_000
 
 
-def _estimate(scenario) -> None:
-    """Before a very large run: how long it will take, roughly (stderr)."""
-    n = (scenario.run.requests or 0) * len(scenario.variants)
-    if n > LARGE_RUN:
-        minutes = n / REQUESTS_PER_S / 60
-        print(f"specsim run: {n:,} requests to simulate ({len(scenario.variants)} variants); "
-              f"about {minutes:.0f} minutes at ~{REQUESTS_PER_S:,} requests/s", file=sys.stderr)
+def _estimate(scenario, built, workers: int) -> None:
+    """Before a long run: how long it will take, roughly (stderr)."""
+    if not built:
+        return
+    tokens = int(built[0][1].table.output_tokens.sum()) * len(built)
+    procs = max(1, min(workers, len(built)))
+    seconds = tokens / TOKENS_PER_S / procs
+    if seconds > LONG_RUN_S:
+        print(f"specsim run: {len(built[0][1].table):,} requests, {tokens:,} output tokens "
+              f"over {len(built)} variants; about {seconds / 60:.0f} minutes at "
+              f"~{TOKENS_PER_S:,} tokens/s on {procs} process{'es' if procs > 1 else ''}",
+              file=sys.stderr)
 
 
 _VLLM_BENCH = (
@@ -268,6 +275,8 @@ def _progress(disabled: bool):
     if disabled or not sys.stderr.isatty():
         return None, bars
     from tqdm import tqdm
+
+    tqdm.monitor_interval = 0  # no monitor thread: the worker processes are forked
 
     def tick(name: str, now: float, total: float) -> None:
         if name not in bars:

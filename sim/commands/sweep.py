@@ -71,6 +71,8 @@ def main(args: argparse.Namespace) -> int:
     check_bounds(args, BOUNDS)
     from tqdm import tqdm
 
+    tqdm.monitor_interval = 0  # no monitor thread: the worker processes are forked
+
     from reports.tables import json_records, seeds_table, write_table
     from sim.output import default_run_dir, rebased, staged_folder
     from sim.studies.sweep import load_sweep, run_sweep

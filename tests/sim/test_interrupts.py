@@ -33,7 +33,10 @@ def _finished_folders(root):
 
 
 def _one_line(err: str) -> str:
-    lines = err.strip().splitlines()
+    """The one line an interrupted command prints (after the duration estimate a long run
+    prints before it starts)."""
+    lines = [x for x in err.strip().splitlines()
+             if not (x.startswith("specsim run: ") and " minutes at ~" in x)]
     assert len(lines) == 1, lines
     assert "Traceback" not in err
     return lines[0]

@@ -241,15 +241,20 @@ def test_a_trace_report_says_its_load_cannot_be_scaled(tmp_path, capsys):
 
 
 def test_a_very_large_run_says_how_long_it_will_take_before_it_starts(capsys):
-    from sim.commands.run import LARGE_RUN, REQUESTS_PER_S, _estimate
+    from sim.build import setups
+    from sim.commands.run import LONG_RUN_S, TOKENS_PER_S, _estimate
 
-    sc = load_scenario(None, [f"run.requests={LARGE_RUN}"])  # two variants: past the mark
-    _estimate(sc)
+    sc = load_scenario(None, ["run.requests=200000"])
+    built = setups(sc)
+    tokens = 2 * int(built[0][1].table.output_tokens.sum())
+    assert tokens / TOKENS_PER_S / 2 > LONG_RUN_S
+    _estimate(sc, built, 2)
     err = capsys.readouterr().err
-    minutes = 2 * LARGE_RUN / REQUESTS_PER_S / 60
-    assert err.startswith(f"specsim run: {2 * LARGE_RUN:,} requests to simulate (2 variants); "
-                          f"about {minutes:.0f} minutes")
-    _estimate(load_scenario(None, [f"run.requests={LARGE_RUN // 2}"]))
+    assert err.startswith(f"specsim run: 200,000 requests, {tokens:,} output tokens over 2 "
+                          f"variants; about {tokens / TOKENS_PER_S / 2 / 60:.0f} minutes at "
+                          "~150,000 tokens/s on 2 processes")
+    small = load_scenario(None, ["run.requests=2000"])
+    _estimate(small, setups(small), 1)
     assert capsys.readouterr().err == ""
 
 
@@ -263,3 +268,24 @@ def test_a_long_benchmark_says_how_long_it_will_take_first():
         line = estimate(workload, 10**8)
         assert line.startswith(f"specsim bench: 100,000,000 {workload} requests; about "
                                f"{10**8 / rate / 60:.0f} minutes")
+
+
+def test_variants_side_by_side_raise_the_error_one_after_the_other_would(monkeypatch):
+    """The first variant fails late, the second at once: the first one's error wins, as
+    when they run in order."""
+    import time
+
+    import sim.runner as runner
+    from sim.build import setups
+
+    built = setups(load_scenario(None, ["run.requests=30"]))
+
+    def failing(setup, horizon, name, tick):
+        if name == built[0][0]:
+            time.sleep(0.5)
+        raise RuntimeError(f"{name} failed")
+
+    monkeypatch.setattr(runner, "simulate", failing)  # the forked workers inherit it
+    for workers in (1, 2):
+        with pytest.raises(RuntimeError, match=f"^{built[0][0]} failed$"):
+            runner.simulate_variants(built, None, workers=workers)
