@@ -72,6 +72,19 @@ def _shipped_scenarios() -> list[str]:
                   if "candidates" not in read_yaml(p))  # a plan's candidates file is none
 
 
+def _assert_same_runs(one, two) -> None:
+    """Two lists of ``VariantResult``: every record column, the end and the ITL counts equal
+    (NaN where a request did not finish counts as equal to NaN)."""
+    assert [v.name for v in one] == [v.name for v in two]
+    for a, b in zip(one, two, strict=True):
+        for kind in ("requests", "iterations"):
+            ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
+            assert ca.keys() == cb.keys()
+            for k in ca:
+                np.testing.assert_array_equal(ca[k], cb[k], err_msg=f"{a.name} {kind} {k}")
+        assert a.end_at == b.end_at and (a.itl_counts == b.itl_counts).all()
+
+
 @pytest.mark.parametrize("scenario", _shipped_scenarios())
 def test_variants_side_by_side_give_the_records_of_one_after_the_other(scenario):
     """``--workers``: every shipped scenario, its variants on two forked processes and in
@@ -81,17 +94,8 @@ def test_variants_side_by_side_give_the_records_of_one_after_the_other(scenario)
 
     sc = load_scenario(repo_root() / "scenarios" / f"{scenario}.yaml",
                        ["run.requests=12"] if sc_has_requests(scenario) else [])
-    built = setups(sc)
-    one = simulate_variants(built, sc.run.horizon_s, workers=1)
-    two = simulate_variants(setups(sc), sc.run.horizon_s, workers=2)
-    assert [v.name for v in one] == [v.name for v in two]
-    for a, b in zip(one, two, strict=True):
-        for kind in ("requests", "iterations"):
-            ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
-            assert ca.keys() == cb.keys()
-            for k in ca:  # (NaN where a request did not finish: equal to NaN here)
-                np.testing.assert_array_equal(ca[k], cb[k], err_msg=f"{a.name} {kind} {k}")
-        assert a.end_at == b.end_at and (a.itl_counts == b.itl_counts).all()
+    _assert_same_runs(simulate_variants(setups(sc), sc.run.horizon_s, workers=1),
+                      simulate_variants(setups(sc), sc.run.horizon_s, workers=2))
 
 
 def sc_has_requests(scenario: str) -> bool:
@@ -138,15 +142,10 @@ def test_steady_decoding_gives_the_records_of_one_iteration_at_a_time(scenario, 
     for on in (False, True):
         monkeypatch.setattr(steady, "ENABLED", on)
         runs.append(simulate_variants(setups(sc), sc.run.horizon_s))
-    for a, b in zip(*runs, strict=True):
-        for kind in ("requests", "iterations"):
-            ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
-            for k in ca:  # (NaN where a request did not finish: equal to NaN here)
-                np.testing.assert_array_equal(ca[k], cb[k], err_msg=f"{a.name} {kind} {k}")
-        assert a.end_at == b.end_at and (a.itl_counts == b.itl_counts).all()
+    _assert_same_runs(*runs)
 
 
-def test_steady_stretches_stop_at_a_horizon_and_at_progress_slices():
+def test_steady_stretches_stop_at_a_horizon_and_at_progress_slices(monkeypatch):
     """A horizon and the progress bar's slices (``env.run(until=...)``) are events too: the
     records with a horizon, with and without progress, match the iteration-at-a-time run."""
     from sim import steady
@@ -157,15 +156,8 @@ def test_steady_stretches_stop_at_a_horizon_and_at_progress_slices():
                        ["run.requests=120", "run.horizon_s=7.3"])
     got = []
     for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
-        steady.ENABLED = on
-        try:
-            got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
-        finally:
-            steady.ENABLED = True
+        monkeypatch.setattr(steady, "ENABLED", on)
+        got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
     for other in got[1:]:
-        for a, b in zip(got[0], other, strict=True):
-            for kind in ("requests", "iterations"):
-                ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
-                for k in ca:
-                    np.testing.assert_array_equal(ca[k], cb[k], err_msg=f"{a.name} {kind} {k}")
+        _assert_same_runs(got[0], other)
     assert not got[0][0].requests.columns["finished"].all()  # the horizon cut the run
