@@ -230,10 +230,9 @@ class MeasuredTiming:
         if st is None:
             b = self.breakdown(new, kv, keys, n)
             return b.seconds, b.bound
-        # one stage: breakdown's figures without its parts (the same arithmetic)
+        # one stage: breakdown's figures without its parts
         comm = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
-        compute = st.sol_per_token * new + st.sol_per_key * keys
-        memory = st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new)
+        compute, memory = _speed_of_light(st, new, kv, keys)
         return self._stage_seconds(st, new, kv, keys, n), largest(compute, memory, comm,
                                                                    st.host_s)
 
@@ -263,8 +262,9 @@ class MeasuredTiming:
                 + st.a_key * keys
             parts["host_s"] += st.host_s
             parts["overhead_s"] += st.fixed_s + st.per_seq_s * n
-            compute += st.sol_per_token * new + st.sol_per_key * keys
-            memory += st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new)
+            sol_compute, sol_memory = _speed_of_light(st, new, kv, keys)
+            compute += sol_compute
+            memory += sol_memory
             comm += ar
             host += st.host_s
             stage_s.append(self._stage_seconds(st, new, kv, keys, n))
@@ -276,6 +276,13 @@ class MeasuredTiming:
         return Breakdown(sum(stage_s) + hops * hop_s, compute, memory, comm, host,
                          parts["overhead_s"], largest(compute, memory, comm, host),
                          tuple(stage_s), hop_s, parts)
+
+
+def _speed_of_light(st: _Stage, new: float, kv: float, keys: float) -> tuple[float, float]:
+    """(compute, memory) seconds of one stage's pass at the datasheet peaks: they name the
+    bound, the measured terms give the time."""
+    return (st.sol_per_token * new + st.sol_per_key * keys,
+            st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new))
 
 
 _MOE_QUANT = {"w16": "bfloat16", "fp8": "fp8"}  # int8/int4 weight-only: no such MoE rows
