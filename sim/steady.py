@@ -34,11 +34,12 @@ _sum = np.add.reduce
 
 @dataclass(frozen=True)
 class Stretch:
-    """``k`` steady iterations of the slots ``dec`` (in running order) from time ``start``."""
+    """``k`` steady iterations of the slots ``dec`` (in running order) from time ``start``;
+    each starts where the one before ended."""
 
     dec: np.ndarray  # int64 [n]
+    start: float
     ends: list[float]  # each iteration's end time (env.now after its timeout)
-    starts: list[float]
     verify_s: list[float]
     bounds: list[str]
     blocks: np.ndarray  # int64 [n]: each sequence's blocks after the last iteration
@@ -48,6 +49,11 @@ class Stretch:
     @property
     def k(self) -> int:
         return len(self.ends)
+
+    @property
+    def starts(self) -> list[float]:
+        """Each iteration's start time."""
+        return [self.start, *self.ends[:-1]]
 
 
 def applies(r) -> bool:
@@ -73,13 +79,13 @@ def plan(r) -> Stretch | None:
         return None
     env = r.env
     horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
-    now = env.now
+    now = start = env.now
     n = len(run)
     kv0 = st[:, KV]
     s0 = int(_sum(kv0))
     target = r.pricer.target
     bound = r.pricer.record_bound
-    starts, ends, verify, labels = [], [], [], []
+    ends, verify, labels = [], [], []
     for j in range(k):
         s_ctx = float(s0 + n * j)  # Σ context of iteration j: each sequence one more
         if bound:
@@ -91,7 +97,6 @@ def plan(r) -> Stretch | None:
         end = now + (0.0 + v)  # the replica's timeout(draft_s + verify_s)
         if not end < horizon:
             break
-        starts.append(now)
         ends.append(end)
         verify.append(v)
         labels.append(label)
@@ -113,9 +118,9 @@ def plan(r) -> Stretch | None:
         k = int(ok.argmin())
         if k < 2:
             return None
-        del starts[k:], ends[k:], verify[k:], labels[k:]
+        del ends[k:], verify[k:], labels[k:]
     cap = r.kv.capacity_blocks
-    return Stretch(dec=run, ends=ends, starts=starts, verify_s=verify, bounds=labels,
+    return Stretch(dec=run, start=start, ends=ends, verify_s=verify, bounds=labels,
                    blocks=need[:, k - 1].copy(), used=[cap - int(f) for f in frees[:k]],
                    free=int(frees[k - 1]))
 
@@ -137,6 +142,6 @@ def apply(r, s: Stretch) -> None:
     r.last_chunk_at[dec] = s.ends[-1]
     r.check_progress(n)
     add = log.iterations.append
-    for j in range(k):
-        add(r.index, s.starts[j], s.ends[j] - s.starts[j], n, n, 0, n, 0, 0, n, 0.0,
-            s.verify_s[j], s.bounds[j], s.used[j])
+    for j, (start, end) in enumerate(zip(s.starts, s.ends, strict=True)):
+        add(r.index, start, end - start, n, n, 0, n, 0, 0, n, 0.0, s.verify_s[j],
+            s.bounds[j], s.used[j])
