@@ -18,6 +18,7 @@ from sim.engines.common import (
     precision_flag,
     split,
 )
+from sim.limits import draft_nodes
 from specdec.errors import UserError
 
 # vLLM's speculative methods -> SpecSim's drafter methods
@@ -122,9 +123,9 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     tree = cfg.pop("speculative_token_tree", None)
     if tree is not None:
         widths = expansion_of(tree, f"{what}: --speculative-config: speculative_token_tree")
-        if k != sum(_level_sizes(widths)):
+        if k != draft_nodes(widths):
             raise UserError(f"{what}: --speculative-config: num_speculative_tokens: {k}, but "
-                            f"speculative_token_tree has {sum(_level_sizes(widths))} nodes "
+                            f"speculative_token_tree has {draft_nodes(widths)} nodes "
                             "(vLLM drafts one token per node)")
         policy = {"kind": "tree", "expansion": widths}
     for key in ("prompt_lookup_max", "prompt_lookup_min"):
@@ -142,13 +143,11 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
                                                                        else ""))
 
 
-def _level_sizes(widths: list[int]) -> list[int]:
-    """Nodes per level of the expansion tree <k1..km> below the root: k1, k1·k2, ..."""
-    sizes, n = [], 1
-    for w in widths:
-        n *= w
-        sizes.append(n)
-    return sizes
+def tree_paths(widths: list[int]) -> list[tuple[int, ...]]:
+    """Every node of the expansion tree <k1..km> as vLLM's ``speculative_token_tree`` names
+    it: the child indices from the root, level by level."""
+    return [q for d in range(1, len(widths) + 1)
+            for q in itertools.product(*(range(w) for w in widths[:d]))]
 
 
 def expansion_of(text: str, what: str) -> list[int]:
@@ -169,8 +168,7 @@ def expansion_of(text: str, what: str) -> list[int]:
                         f"required, got {text!r}")
     depth = max(len(p) for p in paths)
     widths = [1 + max(p[d] for p in paths if len(p) > d) for d in range(depth)]
-    want = {q for d in range(1, depth + 1)
-            for q in itertools.product(*(range(w) for w in widths[:d]))}
+    want = set(tree_paths(widths))
     if len(set(paths)) != len(paths) or set(paths) != want:
         raise UserError(f"{what}: not an expansion tree (every node of a level with the same "
                         f"number of children); SpecSim verifies trees <k1..km>, the nearest "
@@ -263,17 +261,12 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
     if policy.kind == "fixed":
         spec["num_speculative_tokens"] = policy.gamma
     elif policy.kind == "tree" and drafter.method == "medusa":  # vLLM's: top-1 chains only
-        depth = len(policy.expansion) if policy.expansion is not None else policy.steps
+        depth = len(policy.shape)
         spec["num_speculative_tokens"] = depth
         notes.append(f"policy tree: vLLM's Medusa proposes top-1 chains, so the command "
                      f"drafts a chain of the tree's depth ({depth})")
     elif policy.kind == "tree":  # vLLM's speculative_token_tree: every node's path
-        from sim.policies import sglang_tree
-
-        widths = list(policy.expansion if policy.expansion is not None
-                      else sglang_tree(policy.steps, policy.topk))
-        paths = [q for d in range(1, len(widths) + 1)
-                 for q in itertools.product(*(range(w) for w in widths[:d]))]
+        paths = tree_paths(policy.shape)
         spec["num_speculative_tokens"] = len(paths)
         spec["speculative_token_tree"] = str(paths)
         if drafter.method not in ("eagle", "eagle3"):

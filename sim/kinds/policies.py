@@ -56,18 +56,24 @@ class TreePolicyCfg(Strict):
     def _one_form(self):
         if (self.expansion is None) == (self.steps is None or self.topk is None):
             raise ValueError("expansion: give either expansion or both steps and topk")
-        shape = self.expansion or [self.topk] + [1] * (self.steps - 1)
-        nodes = draft_nodes(shape)
+        nodes = draft_nodes(self.shape)
         if nodes > MAX_TREE_NODES:
             raise ValueError(f"expansion: a tree of {nodes} nodes; at most {MAX_TREE_NODES}")
         return self
 
+    @property
+    def shape(self) -> list[int]:
+        """The widths ⟨k1..km⟩, in either form (SGLang's: top-k at the root)."""
+        from sim.policies import sglang_tree
+
+        return list(self.expansion) if self.expansion is not None \
+            else sglang_tree(self.steps, self.topk)
+
     def build(self, acceptance):
         """A factory of ``sim.policies.TreePolicy``."""
-        from sim.policies import TreePolicy, sglang_tree
+        from sim.policies import TreePolicy
 
-        shape = self.expansion if self.expansion is not None else sglang_tree(self.steps,
-                                                                              self.topk)
+        shape = self.shape
         return lambda: TreePolicy(shape)
 
 
