@@ -47,12 +47,13 @@ RATES = {"speculative": 3_000, "decode-heavy": 300}
 LONG_S = 60.0  # benchmarks expected to take longer say so first
 
 
-def estimate(workload: str, requests: int) -> str | None:
-    """The line a benchmark expected to run past ``LONG_S`` prints first, else None."""
+def estimate(workload: str, requests: int, who: str = "specsim bench") -> str | None:
+    """The line ``who`` prints first when simulating ``requests`` of ``workload`` is
+    expected to run past ``LONG_S``, else None."""
     seconds = requests / RATES[workload]
     if seconds <= LONG_S:
         return None
-    return (f"specsim bench: {requests:,} {workload} requests; about {seconds / 60:.0f} "
+    return (f"{who}: {requests:,} {workload} requests; about {seconds / 60:.0f} "
             f"minutes at ~{RATES[workload]:,} requests/s")
 
 

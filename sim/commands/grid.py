@@ -173,10 +173,9 @@ def main(args: argparse.Namespace) -> int:
         if args.simulate:
             # one wave of `batch` requests per cell and variant (none + each gamma)
             runs = sum(batches) * len(contexts) * (args.gamma_max + 1)
-            line = estimate("speculative", runs)
+            line = estimate("speculative", runs, "specsim grid --simulate")
             if line is not None:
-                print(line.replace("specsim bench:", "specsim grid --simulate:"),
-                      file=sys.stderr)
+                print(line, file=sys.stderr)
             grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
                                  contexts, args.gamma_max, args.tp, **how, method=args.method)
             note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."
