@@ -62,35 +62,16 @@ class StageCounts:
 
 
 def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[StageCounts, ...]:
-    """The :class:`StageCounts` of every stage of ``dep``."""
-    shape = dep.model.shape
-    wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
-    head = math.ceil(shape.head_params / dep.tp)
-    out = []
-    if shape.n_experts:
-        return _moe_stage_counts(dep, layouts, head)
-    for lay in layouts:
-        h = head if lay.last else 0
-        out.append(StageCounts(
-            layers=lay.layers,
-            body_params=lay.streamed_params - h,
-            head_params=h,
-            flop_per_token=2.0 * lay.streamed_params,
-            flop_per_key=4.0 * lay.layers * lay.attn_heads * shape.d_head,
-            weight_bytes=lay.streamed_params * wb,
-            kv_bytes_per_token=lay.kv_values_per_token * kvb,
-            stored_bytes=lay.stored_params * wb,
-        ))
-    return tuple(out)
+    """The :class:`StageCounts` of every stage of ``dep``.
 
-
-def _moe_stage_counts(dep: Deployment, layouts, head: int) -> tuple[StageCounts, ...]:
-    """Stage counts of an MoE deployment: the dense part's work is shared by the ``dp``
-    attention groups (each GPU runs 1/dp of the tokens through it), the routed experts'
-    by all tokens (``routed_flop_params`` per token on this GPU)."""
+    An MoE deployment's dense part is shared by the ``dp`` attention groups (each GPU runs
+    1/dp of the tokens through it), its routed experts' by all tokens
+    (``routed_flop_params`` per token on this GPU); a dense model has dp 1 and no experts.
+    """
     shape, dp = dep.model.shape, dep.attention_dp
     wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
-    miss = 1.0 - shape.top_k / shape.n_experts
+    head = math.ceil(shape.head_params / dep.tp)
+    miss = 1.0 - shape.top_k / shape.n_experts if shape.n_experts else 1.0
     out = []
     for lay in layouts:
         h = head if lay.last else 0
