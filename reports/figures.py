@@ -62,6 +62,11 @@ def save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def close(fig: Figure) -> None:
+    """Free ``fig`` without saving it (one saved elsewhere, e.g. by a worker process)."""
+    plt.close(fig)
+
+
 def _heatmap(values: np.ndarray, labels: np.ndarray, xticks, yticks, *, xlabel: str,
              ylabel: str, cbar: str, title: str, text: str) -> Figure:
     """An annotated heatmap centred on 1.0 (speedup: red below, green above), rows =

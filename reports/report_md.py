@@ -103,6 +103,11 @@ def report_figures(run: RunData, load: pd.DataFrame | None, hist: pd.DataFrame
     return out
 
 
+def save_each(figs: dict) -> dict:
+    """Save ``{stem: (figure, path)}`` one after the other; returns ``{stem: path}``."""
+    return {stem: figures.save(fig, path) for stem, (fig, path) in figs.items()}
+
+
 def _load_note(load: pd.DataFrame, seed: int) -> str:
     """What each point of the latency-vs-load curve ran."""
     col = load_column(load)
@@ -118,13 +123,15 @@ def _load_note(load: pd.DataFrame, seed: int) -> str:
 
 def write_run_report(run: RunData, summary: pd.DataFrame, load: pd.DataFrame | None,
                      hist: pd.DataFrame, runs: pd.DataFrame, warmup_s: float = 0.0,
-                     load_asked: bool = True) -> Path:
+                     load_asked: bool = True, save_figures=None) -> Path:
     """Write report.md, tables/ and figures/ into ``run``'s folder; returns report.md's path.
 
     ``summary``: ``summary_table(run, warmup_s)``; ``load``: the latency-vs-load table or
     None (``load_asked``: whether it was asked for, so None means it could not be drawn);
     ``hist``, ``runs``: the acceptance replay's verify histogram and run lengths
-    (``sim.studies.run_report`` computes all of them).
+    (``sim.studies.run_report`` computes all of them). ``save_figures(figs)`` saves
+    ``{stem: (figure, path)}`` and returns ``{stem: path}`` (default: ``figures.save`` one
+    after the other; the study draws them side by side on worker processes).
     """
     folder = run.folder
     bias = bursty.formula_bias(run.summaries)
@@ -134,8 +141,9 @@ def write_run_report(run: RunData, summary: pd.DataFrame, load: pd.DataFrame | N
         tables["load_curve"] = load
     for stem, df in tables.items():
         write_table(df, folder / "tables" / stem)
-    figs = {stem: figures.save(fig, folder / "figures" / f"{stem}.png")
+    todo = {stem: (fig, folder / "figures" / f"{stem}.png")
             for stem, fig in report_figures(run, load, hist).items()}
+    figs = (save_figures or save_each)(todo)
     text = _markdown(run, summary, load, hist, runs, bias, figs, warmup_s, load_asked)
     path = folder / "report.md"
     path.write_text(text)

@@ -44,12 +44,15 @@ def _die_with_parent(parent: int) -> None:
 
 def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
                  done: Callable[[int, object], None], context=None,
-                 poll: Callable[[], None] | None = None) -> None:
+                 poll: Callable[[], None] | None = None,
+                 meanwhile: Callable[[], None] | None = None) -> None:
     """Run ``fn`` over ``args`` on ``workers`` processes, calling ``done(i, result)``.
 
     ``context``: a ``multiprocessing`` context (e.g. ``fork``, for work the workers inherit
     instead of receiving it pickled); ``poll()``, if given, is called every 0.1 s while
-    waiting (e.g. to relay the workers' progress)."""
+    waiting (e.g. to relay the workers' progress); ``meanwhile()``, if given, once here
+    after the work is handed out (e.g. imports the caller needs next: the parent would
+    only wait)."""
     import os
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 
@@ -57,6 +60,8 @@ def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
                                initargs=(os.getpid(),), mp_context=context)
     try:
         futures = {pool.submit(fn, *a): i for i, a in enumerate(args)}
+        if meanwhile is not None:
+            meanwhile()
         if poll is None:
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())

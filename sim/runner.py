@@ -153,14 +153,15 @@ def _simulate_forked(i: int) -> VariantResult | Exception:
 
 
 def simulate_variants(built, horizon_s: float | None, progress=None,
-                      workers: int = 1) -> list[VariantResult]:
+                      workers: int = 1, meanwhile=None) -> list[VariantResult]:
     """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
 
     The variants are independent simulations, so running them side by side gives the same
     records as one after the other, and the same error: the first variant's in scenario
     order. Workers are forked (they inherit the setups, which hold closures that cannot
     be pickled), on Linux only (elsewhere, or with one worker or one variant, they run
-    here one after the other). ``progress(name, now, total)`` is relayed from the workers.
+    here one after the other). ``progress(name, now, total)`` is relayed from the workers;
+    ``meanwhile()`` runs here while they simulate (``sim.pool.in_processes``).
     """
     import multiprocessing as mp
     import sys
@@ -187,7 +188,8 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
     _FORKED = (built, horizon_s, queue)
     try:
         in_processes(_simulate_forked, [(i,) for i in range(len(built))],
-                     min(workers, len(built)), done, context=ctx, poll=relay)
+                     min(workers, len(built)), done, context=ctx, poll=relay,
+                     meanwhile=meanwhile)
         relay()
     finally:
         _FORKED = None
@@ -197,9 +199,10 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
     return results
 
 
-def run_setups(scenario, built, progress=None, workers: int = 1) -> ScenarioResult:
+def run_setups(scenario, built, progress=None, workers: int = 1,
+               meanwhile=None) -> ScenarioResult:
     """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals
-    (on up to ``workers`` processes: ``simulate_variants``)."""
+    (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile``)."""
     from sim.summary import add_speedups, slo_verdict, summarize
 
     summaries = []
@@ -207,7 +210,7 @@ def run_setups(scenario, built, progress=None, workers: int = 1) -> ScenarioResu
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     # The i.i.d. chain formula applies to policies that only ever draft chains.
     chains = {v.name: v.policy.chains_only for v in scenario.variants}
-    results = simulate_variants(built, horizon, progress, workers)
+    results = simulate_variants(built, horizon, progress, workers, meanwhile)
     for (name, setup), res in zip(built, results, strict=True):
         summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
@@ -222,7 +225,7 @@ def run_setups(scenario, built, progress=None, workers: int = 1) -> ScenarioResu
 
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
         out=None, write: bool = True, progress=None, engine_sets=(), force: bool = False,
-        then=None, on_start=None, workers: int = 1):
+        then=None, on_start=None, workers: int = 1, meanwhile=None):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
@@ -231,7 +234,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     written atomically (``sim.output.write_run``: ``force`` replaces a non-empty ``out``,
     ``then(folder)`` adds to it first, e.g. the report); ``on_start(scenario, built)`` is called
     once the scenario is built, before it runs; ``workers``: processes for the variants
-    (``simulate_variants``). Never prints.
+    (``simulate_variants``; ``meanwhile()`` runs while they do). Never prints.
     """
     import time
     from pathlib import Path
@@ -253,7 +256,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
         check_out(folder, "--out", force)  # refuse before simulating, not after
     if on_start is not None:
         on_start(scenario, built)
-    result = run_setups(scenario, built, progress, workers)
+    result = run_setups(scenario, built, progress, workers, meanwhile)
     if not write:
         return result, None
     return result, write_run(result, folder, source, sets, time.perf_counter() - start,

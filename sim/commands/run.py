@@ -138,7 +138,8 @@ def main(args: argparse.Namespace) -> int:
                           engine_sets=engine_sets, force=args.force,
                           then=None if args.no_report else report,
                           on_start=lambda sc, built: _estimate(sc, built, args.workers),
-                          workers=args.workers)
+                          workers=args.workers,
+                          meanwhile=None if args.no_report else _import_report)
     finally:
         for bar in bars.values():
             bar.close()
@@ -169,6 +170,12 @@ def main(args: argparse.Namespace) -> int:
         if report is not None:
             print(f"report: {report}")
     return 0
+
+
+def _import_report() -> None:
+    """Import the report's modules (matplotlib, pandas: about a second) while the variants
+    simulate on worker processes, so that the report does not wait for them after."""
+    import sim.studies.run_report  # noqa: F401
 
 
 def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:

@@ -3,18 +3,58 @@
 ``write_report(run_folder)`` reads the run folder, re-simulates the scenario at scaled load
 when asked (``load_curve=True``: ``sim.studies.load_curve``; its point at the scenario's own
 load is the run itself), replays the acceptance model for the tokens-per-verify histogram
-and run lengths (``sim.studies.acceptance_replay``), and hands everything to ``reports.report_md``.
+and run lengths (``sim.studies.acceptance_replay``), and hands everything to ``reports.report_md``,
+whose figures it draws side by side on worker processes (``save_side_by_side``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from reports.report_md import chain_gamma, write_run_report
+from reports import figures
+from reports.report_md import chain_gamma, save_each, write_run_report
 from reports.run_folder import load_run, summary_table
+from reports.tables import make_dir
 from sim.studies.acceptance_replay import scenario_histograms
 from sim.studies.load_curve import MULTIPLIERS, load_axis
 from sim.studies.load_curve import load_curve as _load_curve
+
+_TO_DRAW: list | None = None  # (figure, path) pairs the forked workers inherit
+
+
+def _draw(i: int) -> None:
+    fig, path = _TO_DRAW[i]
+    figures.save(fig, path)
+
+
+def save_side_by_side(figs: dict, workers: int) -> dict:
+    """Save ``{stem: (figure, path)}`` (``reports.report_md.write_run_report``'s figures) on
+    up to ``workers`` forked processes: drawing a figure (text layout, rasterising) is most
+    of its cost and each is independent. Linux only; elsewhere, or with one worker, one
+    after the other. Returns ``{stem: path}``; a figure without data is refused here first,
+    as ``figures.save`` refuses it."""
+    import multiprocessing as mp
+    import sys
+
+    from sim.pool import in_processes
+
+    if workers < 2 or len(figs) < 2 or not sys.platform.startswith("linux"):
+        return save_each(figs)
+    global _TO_DRAW
+    items = list(figs.values())
+    for fig, path in items:
+        if not figures.has_data(fig):
+            raise ValueError(f"{path}: refusing to save a figure with no data")
+        make_dir(path.parent)
+    _TO_DRAW = items
+    try:
+        in_processes(_draw, [(i,) for i in range(len(items))], min(workers, len(items)),
+                     lambda i, res: None, context=mp.get_context("fork"))
+    finally:
+        _TO_DRAW = None
+        for fig, _ in items:
+            figures.close(fig)
+    return {stem: path for stem, (_, path) in figs.items()}
 
 
 def write_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: int = 200,
@@ -34,4 +74,5 @@ def write_report(run_folder: str | Path, warmup_s: float = 0.0, load_requests: i
     hist, runs = scenario_histograms(run.scenario, chain_gamma(run))
     # a scenario whose load cannot be scaled (a trace, a replay) is told so, asked or not
     asked = load_curve or load_axis(run.scenario, MULTIPLIERS) is None
-    return write_run_report(run, summary, load, hist, runs, warmup_s, load_asked=asked)
+    return write_run_report(run, summary, load, hist, runs, warmup_s, load_asked=asked,
+                            save_figures=lambda figs: save_side_by_side(figs, workers))

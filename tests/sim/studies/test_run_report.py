@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from reports import figures
-from reports.report_md import chain_gamma, report_figures
+from reports.report_md import chain_gamma, report_figures, save_each
 from reports.run_folder import load_run
 from sim.studies.acceptance_replay import scenario_histograms
 from sim.studies.load_curve import load_curve, requests_at
-from sim.studies.run_report import write_report
+from sim.studies.run_report import save_side_by_side, write_report
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,23 @@ def test_load_curve_refuses_no_requests_per_point(small_run):
 
     with pytest.raises(UserError, match="--report-requests: must be >= 1, got 0"):
         load_curve(load_run(small_run).scenario, max_requests=0)
+
+
+def test_figures_drawn_side_by_side_are_the_same_files(small_run, tmp_path):
+    run = load_run(small_run)
+    hist, _ = scenario_histograms(run.scenario, chain_gamma(run))
+
+    def todo(folder):
+        return {stem: (fig, folder / f"{stem}.png")
+                for stem, fig in report_figures(run, None, hist).items()}
+
+    one = save_each(todo(tmp_path / "one"))
+    two = save_side_by_side(todo(tmp_path / "two"), workers=2)
+    assert list(one) == list(two) and len(one) >= 3
+    for stem in one:
+        assert two[stem].read_bytes() == one[stem].read_bytes()
+    empty, _ = plt.subplots()
+    with pytest.raises(ValueError, match="no data"):
+        save_side_by_side({"a": (empty, tmp_path / "a.png"),
+                           **todo(tmp_path / "three")}, workers=2)
+    assert not (tmp_path / "three").exists()  # refused before anything was drawn
