@@ -44,6 +44,7 @@ __all__ = [
     "tree_nodes",
     "chain_draft_seconds",
     "one_pass_seconds",
+    "tree_draft_prefix_seconds",
     "tree_draft_seconds",
     "tree_attended_keys",
     "colocated_kv_capacity_tokens",
@@ -146,11 +147,20 @@ def tree_draft_seconds(setup: DraftSetup, widths: Sequence[int], context: np.nda
     (tree mask), while the KV of every node fed before is in the cache (read, as a tree
     kernel reads the whole tree's KV).
     """
+    return tree_draft_prefix_seconds(setup, widths, context)[-1]
+
+
+def tree_draft_prefix_seconds(setup: DraftSetup, widths: Sequence[int],
+                              context: np.ndarray) -> list[float]:
+    """:func:`tree_draft_seconds` of the first j levels of ⟨k1..km⟩, for j = 0..m: the
+    replica sums of the passes in order, so entry j is exactly the tree ⟨k1..kj⟩'s seconds
+    (the adaptive policy prices every chain depth from the deepest one's passes)."""
     sizes = tree_level_sizes(widths)
     ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
     if setup.one_pass:  # head i's top-k_i: the whole tree from one pass
-        return one_pass_seconds(setup, ctx.size) if len(sizes) > 1 else 0.0
-    worst = 0.0
+        one = one_pass_seconds(setup, ctx.size)
+        return [0.0] + [one] * (len(sizes) - 1)
+    worst = [0.0] * len(sizes)
     for group in _groups(ctx.size, setup.replicas):
         b, sum_c = float(ctx[group].size), float(ctx[group].sum())
         total, before = 0.0, 0
@@ -159,7 +169,7 @@ def tree_draft_seconds(setup: DraftSetup, widths: Sequence[int], context: np.nda
                 b * n, sum_c + b * before, 0.0, 0.0, sum_keys=n * (sum_c + b * (depth + 1)),
                 n_seqs=b)
             before += n
-        worst = max(worst, total)
+            worst[depth + 1] = max(worst[depth + 1], total)
     return worst
 
 

@@ -70,8 +70,18 @@ def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_su
                                           n_dec * extra * extra + p_sq, n_seqs=n_dec + n_pre)
         return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre) \
             if p_new else 0.0
-    tree = tree_key_term(row) is not None
-    total, before = 0.0, 0
+    total = 0.0
+    for t in _level_seconds(cost, feeds, tree_key_term(row) is not None, s_ctx, n_dec,
+                            pre_sums, n_pre):
+        total += t
+    return total
+
+
+def _level_seconds(cost, feeds: list[int], tree: bool, s_ctx: float, n_dec: int,
+                   pre_sums: tuple, n_pre: int):
+    """Yield the seconds of each serial draft pass of one replica, root first."""
+    p_new, p_ctx, p_new_ctx, p_sq = pre_sums
+    before = 0
     for j, f in enumerate(feeds):
         ctx = s_ctx + n_dec * before  # KV read: contexts and every node fed before
         s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
@@ -83,9 +93,30 @@ def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_su
             s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
             if tree:
                 keys += p_new_ctx + 0.5 * (p_sq + p_new)
-        total += cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys, n_seqs=n)
+        yield cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys, n_seqs=n)
         before += f
-    return total
+
+
+def chain_prefix_seconds(draft, depth: int, dec_context: np.ndarray) -> list[float]:
+    """[``shared_shape_seconds`` of ``chain(γ, depth)`` for γ = 0..depth] for decoding
+    sequences alone (no prefill, nothing to ingest): each the running sum of the deepest
+    chain's passes, in the order that function adds them, so the very same floats (the
+    adaptive policy prices every γ of an iteration with one chain's passes)."""
+    n_dec = len(dec_context)
+    if not n_dec or not depth:
+        return [0.0] * (depth + 1)
+    if draft.one_pass or draft.replicas > 1:
+        from hardware.draft import one_pass_seconds, tree_draft_prefix_seconds
+
+        if draft.one_pass:
+            return [0.0] + [one_pass_seconds(draft, n_dec)] * depth
+        return tree_draft_prefix_seconds(draft, [1] * depth, dec_context)
+    out, total = [0.0], 0.0
+    for t in _level_seconds(draft.cost, [1] * depth, False, float(_sum(dec_context)), n_dec,
+                            (0.0, 0.0, 0.0, 0.0), 0):
+        total += t
+        out.append(total)
+    return out
 
 
 def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,

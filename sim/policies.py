@@ -194,21 +194,25 @@ class AdaptiveGamma:
         self.max_nodes = self.max_width * self.max_depth
         self.alpha = float(prior_alpha)
         self.smoothing = float(smoothing)
-        # price(row, context) -> seconds of the decoding part; set by the replica.
+        # price(row, context) -> seconds of the decoding part; set by the replica, with
+        # price_chains(context, depth) -> the same for chain(γ, depth), γ = 0..depth.
         self.price: Callable[[np.ndarray, np.ndarray], float] | None = None
+        self.price_chains: Callable[[np.ndarray, int], list[float]] | None = None
         self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
         self.last_row = self._rows[0]
 
     def shape(self, n: int, context: np.ndarray | None = None,
               history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
         """int64 [max_gamma]: the goodput-best shape for this batch."""
-        from specdec import expected_tokens
-
         if n == 0 or self.price is None:
             return self._rows[0]
+        seconds = self._chain_seconds(context)  # [γ = 0..max_gamma]
         best, best_rate = self._rows[0], -1.0
+        e = 1.0  # E(α̂, γ) by Horner's rule, E(γ) = 1 + α̂·E(γ − 1): specdec.expected_tokens
         for g in range(self.max_depth + 1):
-            rate = n * float(expected_tokens(self.alpha, g)) / self.price(self._rows[g], context)
+            if g:
+                e = 1.0 + self.alpha * e
+            rate = n * e / seconds[g]
             if rate > best_rate:
                 best, best_rate = self._rows[g], rate
         depth = int((best > 0).sum())
@@ -223,18 +227,24 @@ class AdaptiveGamma:
                 if rate > best_rate:
                     best, best_rate = row, rate
         if self.per_sequence and depth and history is not None:
-            best = self._per_sequence(n, context, history, depth)
+            best = self._per_sequence(n, history, depth, seconds)
         self.last_row = best
         return best
 
-    def _per_sequence(self, n, context, history, gamma_max: int) -> np.ndarray:
+    def _chain_seconds(self, context) -> list[float]:
+        """Seconds of the decoding part with each chain γ = 0..max_gamma."""
+        if self.price_chains is not None:  # all at once, the same floats
+            return self.price_chains(context, self.max_depth)
+        return [self.price(row, context) for row in self._rows]
+
+    def _per_sequence(self, n, history, gamma_max: int, seconds: list[float]) -> np.ndarray:
         """int64 [n, max_gamma]: chains of γ_i <= gamma_max, from each sequence's own α_i."""
         from specdec import optimal_gamma
 
         k = self.PRIOR_GUESSES
         alpha = (history[:, 0] + k * self.alpha) / (history[:, 1] + k)  # [n]
-        t0 = self.price(self._rows[0], context)
-        c = (self.price(self._rows[1], context) - t0) / t0
+        t0 = seconds[0]
+        c = (seconds[1] - t0) / t0
         gamma = np.asarray(optimal_gamma(alpha, c, max_gamma=gamma_max), dtype=np.int64)
         return (np.arange(self.max_depth) < gamma[:, None]).astype(np.int64)  # [n, m]
 

@@ -34,6 +34,7 @@ from typing import Protocol
 import numpy as np
 
 from sim.draft_pricing import (
+    chain_prefix_seconds,
     one_level_deeper,
     per_sequence_seconds,
     prefill_sums,
@@ -125,6 +126,25 @@ class IterationPricer:
             draft_s = shared_shape_seconds(self.draft, row, dec_context, pre, len(pre_chunks),
                                            sync)
         return draft_s, verify_s, label
+
+    def decode_chain_seconds(self, dec_context: np.ndarray, depth: int) -> list[float]:
+        """[draft_s + verify_s of ``price(chain(γ, depth), dec_context, ∅, ∅, bound=False)``
+        for γ = 0..depth]: every chain depth of a decode-only iteration at once, the draft
+        passes of the deepest chain summed in order (``chain_prefix_seconds``), so each entry
+        is the float ``price`` gives for that γ alone."""
+        n_dec = len(dec_context)
+        s_ctx = float(_sum(dec_context))
+        p_new = p_ctx = p_new_ctx = p_sq = 0.0  # no prefill: price's sums, term for term
+        draft = [0.0] * (depth + 1) if self.draft is None else \
+            chain_prefix_seconds(self.draft, depth, dec_context)
+        out = []
+        for g in range(depth + 1):
+            verify = 1 + g
+            verify_s = self.target.pass_seconds_sums(
+                n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
+                n_dec * verify * verify + p_sq, sum_keys=None, n_seqs=n_dec)
+            out.append(draft[g] + verify_s)
+        return out
 
     def price_stages(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
                      pre_chunks: np.ndarray, sync=None):

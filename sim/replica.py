@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import steady
+from sim import decode_step, steady
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -125,7 +125,10 @@ class Replica:
         self._stalled = 0  # iterations in a row that emitted no token
         if hasattr(policy, "price"):
             policy.price = self._price_decode
+        if hasattr(policy, "price_chains"):
+            policy.price_chains = self.pricer.decode_chain_seconds
         self._steady = steady.applies(self)  # sim.steady: several iterations at once
+        self._fast_decode = decode_step.applies(self)  # sim.decode_step: decode-only batches
         self.process = env.process(self.run())
 
     # -- the router's side ------------------------------------------------------------
@@ -256,7 +259,9 @@ class Replica:
                     steady.apply(self, stretch)
                     continue
             start_at = env.now
-            batch = self.plan(self)
+            batch = decode_step.plan(self) if self._fast_decode else None
+            if batch is None:  # the full scheduler (sim.scheduling)
+                batch = self.plan(self)
             if batch.empty:
                 if batch.preempted:  # vLLM v1 admits nobody in the step that preempted
                     self.check_progress(0)

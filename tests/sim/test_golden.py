@@ -120,28 +120,50 @@ def test_side_by_side_variants_relay_their_progress():
         assert [t for t, _ in ticks] == sorted(t for t, _ in ticks)
 
 
-@pytest.mark.parametrize("scenario", [*_shipped_scenarios(), "bench-decode-heavy"])
-def test_steady_decoding_gives_the_records_of_one_iteration_at_a_time(scenario, monkeypatch,
-                                                                       tmp_path):
-    """``sim.steady``: every shipped scenario (and the decode-heavy bench workload) with
-    the steady-decoding path on and off, record for record."""
-    from sim import steady
+# every request admitted at once, then the pool runs out while they decode (nobody waits)
+DECODE_PREEMPTING = ["run.requests=8", "scheduler.num_gpu_blocks_override=200",
+                     "workload={arrivals: poisson, rate_per_s: 1000, "
+                     "prompt: {kind: fixed, tokens: 160}, output: {kind: fixed, tokens: 400}}"]
+
+# a budget that cuts the drafts of the running sequences that come last in the walk
+DECODE_CUT = ["run.requests=24", "scheduler.max_batched_tokens=96", "scheduler.chunk_tokens=32",
+              "workload={arrivals: offline, prompt: {kind: fixed, tokens: 4}, "
+              "output: {kind: fixed, tokens: 200}}"]
+
+
+@pytest.mark.parametrize("scenario", [*_shipped_scenarios(), "bench-decode-heavy",
+                                      "bench-speculative", "default-preempting",
+                                      "decode-preempting", "decode-cut"])
+def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch, tmp_path):
+    """``sim.steady`` (several decode iterations at once) and ``sim.decode_step`` (a
+    decode-only batch without the full scheduler): every shipped scenario, both bench
+    workloads and a preempting run with the fast paths on and off, record for record."""
+    from sim import decode_step, steady
     from sim.build import setups
     from sim.runner import simulate_variants
 
-    if scenario == "bench-decode-heavy":
+    if scenario.startswith("bench-"):
         from sim.bench import bench_scenario, decode_heavy_rows
 
         trace = tmp_path / "decode-heavy.csv"
         trace.write_text(decode_heavy_rows(300, 0))
-        sc = bench_scenario(300, 0, "decode-heavy", str(trace))
+        sc = bench_scenario(300, 0, scenario.removeprefix("bench-"), str(trace))
+    elif scenario in CASES:
+        name, sets = CASES[scenario]
+        sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", sets)
+    elif scenario.startswith("decode-"):
+        sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
+                           DECODE_PREEMPTING if scenario == "decode-preempting" else DECODE_CUT)
     else:
         sc = load_scenario(repo_root() / "scenarios" / f"{scenario}.yaml",
                            ["run.requests=40"] if sc_has_requests(scenario) else [])
     runs = []
     for on in (False, True):
         monkeypatch.setattr(steady, "ENABLED", on)
+        monkeypatch.setattr(decode_step, "ENABLED", on)
         runs.append(simulate_variants(setups(sc), sc.run.horizon_s))
+    if scenario.endswith("-preempting"):  # the case the full scheduler must take over
+        assert runs[0][-1].requests.columns["preemptions"].sum() > 0
     _assert_same_runs(*runs)
 
 

@@ -1,0 +1,72 @@
+"""The scheduler's answer for a decode-only iteration, formed with a handful of array ops.
+
+Most iterations of a loaded replica have nobody waiting and nobody prefilling: every
+running sequence decodes with the policy's one shape. For such an iteration the vLLM v1
+walk of ``sim.scheduling.vllm_v1.plan_vllm_v1`` reduces to arithmetic on the running
+rows -- each wants 1 + the shape's nodes, which fits the token budget whole or not at all,
+and gets the blocks for its tokens plus the lookahead slots if the pool has them for
+everyone. ``plan(r)`` does exactly that and returns the same ``Batch`` with the same KV
+grants; when anything else could happen (a request waiting, a prefill, the budget cut, a
+preemption) it returns None *before changing anything* and the full scheduler runs. The
+iteration is then priced, timed and applied (``sim.step.advance``) as any other: one event
+per iteration, the same records. ``ENABLED = False`` (or ``SPECSIM_FAST_DECODE=0``) turns it
+off; a test runs every shipped scenario both ways and compares every record.
+
+It covers a replica whose policy's shape depends only on the batch size (none, fixed γ,
+trees, a non-sticky batch ladder) on one pipeline stage, without a prefix cache (whose LRU
+changes as blocks are granted), a lookup drafter's per-step matches or a draft running
+ahead; ``applies`` says so once per replica.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from sim.kv import BlockManager
+from sim.policies import BatchLadder, NoSpeculation, _Static
+from sim.scheduling.common import NONE, Batch
+from sim.shapes import shape_info
+from sim.slots import BLOCKS, FILLED, KV, TARGET
+
+ENABLED = os.environ.get("SPECSIM_FAST_DECODE", "1") != "0"
+
+_sum = np.add.reduce
+_any = np.logical_or.reduce
+
+
+def applies(r) -> bool:
+    """Whether replica ``r``'s decode-only iterations can be formed by ``plan``."""
+    policy = r.policy
+    static = isinstance(policy, (_Static, NoSpeculation)) or (
+        isinstance(policy, BatchLadder) and not policy.sticky)
+    return (ENABLED and static and r.stages == 1 and r.limits.order == "vllm_v1"
+            and type(r.kv) is BlockManager and r.prefix is None and not r.overlap
+            and r.proposal_rate is None and not r.sticky_off)
+
+
+def plan(r) -> Batch | None:
+    """The batch ``plan_vllm_v1`` forms when every running sequence of ``r`` decodes and
+    all of them fit whole (same KV grants), or None -- with ``r`` untouched -- otherwise."""
+    if r.waiting or not r.n_active:
+        return None
+    run = r.running_order()  # int64 [R], read-only: the batch's slots in running order
+    st = r.state[run]  # [R, N_COLS]
+    if _any(st[:, TARGET] != st[:, FILLED]):
+        return None  # someone prefills
+    n = len(run)
+    row = r.policy.shape(n, running=r.n_active)
+    verify = 1 + shape_info(row)[1]
+    lim = r.limits
+    if n * verify > lim.max_batched_tokens:
+        return None  # the budget walk cuts someone's draft
+    kv = st[:, KV]
+    held = st[:, BLOCKS]
+    bs = lim.block_size
+    extra = (kv + (verify + r.lookahead + bs - 1)) // bs - held  # [R] blocks to add
+    np.maximum(extra, 0, out=extra)
+    if int(_sum(extra)) > r.kv.free_blocks:
+        return None  # someone must be preempted
+    r.kv.grant(run, held, extra)
+    return Batch(row, run, kv, NONE, NONE, NONE, False)
