@@ -95,8 +95,6 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Load, run, write (``sim.runner.run``) with the report (``sim.studies.run_report``)."""
-    import pandas as pd
-
     from sim.runner import run
     from specdec.errors import UserError
 
@@ -121,6 +119,8 @@ def main(args: argparse.Namespace) -> int:
     reports: list = []
 
     def report(folder):  # inside the staged folder: a failed report leaves no run behind
+        import pandas as pd
+
         from sim.studies.run_report import write_report
 
         last = max(float(pd.read_csv(f / "requests.csv")["arrival_at"].max())
