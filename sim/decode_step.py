@@ -12,10 +12,10 @@ iteration is then priced, timed and applied (``sim.step.advance``) as any other:
 per iteration, the same records. ``ENABLED = False`` (or ``SPECSIM_FAST_DECODE=0``) turns it
 off; a test runs every shipped scenario both ways and compares every record.
 
-It covers a replica whose policy's shape depends only on the batch size (none, fixed γ,
-trees, a non-sticky batch ladder) on one pipeline stage, without a prefix cache (whose LRU
-changes as blocks are granted), a lookup drafter's per-step matches or a draft running
-ahead; ``applies`` says so once per replica.
+It covers a replica whose policy's shape depends only on the batch size (the policy says
+so with ``by_batch_size``: none, fixed γ, trees, a non-sticky batch ladder) on one pipeline
+stage, without a prefix cache (whose LRU changes as blocks are granted), a lookup drafter's
+per-step matches or a draft running ahead; ``applies`` says so once per replica.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import os
 import numpy as np
 
 from sim.kv import BlockManager
-from sim.policies import BatchLadder, NoSpeculation, _Static
 from sim.scheduling.common import NONE, Batch
 from sim.shapes import shape_info
 from sim.slots import BLOCKS, FILLED, KV, TARGET
@@ -38,12 +37,10 @@ _any = np.logical_or.reduce
 
 def applies(r) -> bool:
     """Whether replica ``r``'s decode-only iterations can be formed by ``plan``."""
-    policy = r.policy
-    static = isinstance(policy, (_Static, NoSpeculation)) or (
-        isinstance(policy, BatchLadder) and not policy.sticky)
-    return (ENABLED and static and r.stages == 1 and r.limits.order == "vllm_v1"
-            and type(r.kv) is BlockManager and r.prefix is None and not r.overlap
-            and r.proposal_rate is None and not r.sticky_off)
+    return (ENABLED and getattr(r.policy, "by_batch_size", False) and r.stages == 1
+            and r.limits.order == "vllm_v1" and type(r.kv) is BlockManager
+            and r.prefix is None and not r.overlap and r.proposal_rate is None
+            and not r.sticky_off)
 
 
 def plan(r) -> Batch | None:

@@ -42,12 +42,25 @@ def sglang_tree(steps: int, topk: int) -> list[int]:
     return [topk] + [1] * (steps - 1)
 
 
+def chain_expectations(alpha: float, depth: int) -> list[float]:
+    """[E(α, γ) for γ = 0..depth]: ``specdec.expected_tokens`` for every chain at once, by
+    its Horner's rule E(γ) = 1 + α·E(γ − 1) from E(0) = 1 (the same floats for γ <= 64,
+    where it sums term by term), for an α in [0, 1]."""
+    out = [1.0]
+    for _ in range(depth):
+        out.append(1.0 + alpha * out[-1])
+    return out
+
+
 class NoSpeculation:
     """No draft: every decoding sequence verifies just its last token."""
 
     max_depth = 0
     max_nodes = 0  # the most draft nodes one sequence verifies (tree_nodes of its shapes)
     uses_draft = False
+    # the shape is a function of shape()'s batch sizes alone, with nothing learned or kept
+    # per request (what sim.decode_step needs to form a decode-only batch by itself)
+    by_batch_size = True
 
     row = np.zeros(0, dtype=np.int64)
 
@@ -64,6 +77,7 @@ class _Static:
     """A policy whose shape never changes."""
 
     uses_draft = True
+    by_batch_size = True
 
     def __init__(self, row: Sequence[int]) -> None:
         self.row = np.asarray(row, dtype=np.int64)
@@ -119,6 +133,7 @@ class BatchLadder:
             raise UserError(f"policy.key: must be 'running' or 'decoding', got {key!r}")
         self.key = key
         self.sticky = bool(sticky)
+        self.by_batch_size = not self.sticky  # a sticky ladder keeps a per-request switch
         rows = sorted((int(a), int(b), int(g)) for a, b, g in ladder)
         expect = 1
         for lo, hi, g in rows:
@@ -207,12 +222,10 @@ class AdaptiveGamma:
         if n == 0 or self.price is None:
             return self._rows[0]
         seconds = self._chain_seconds(context)  # [γ = 0..max_gamma]
+        expected = chain_expectations(self.alpha, self.max_depth)
         best, best_rate = self._rows[0], -1.0
-        e = 1.0  # E(α̂, γ) by Horner's rule, E(γ) = 1 + α̂·E(γ − 1): specdec.expected_tokens
         for g in range(self.max_depth + 1):
-            if g:
-                e = 1.0 + self.alpha * e
-            rate = n * e / seconds[g]
+            rate = n * expected[g] / seconds[g]
             if rate > best_rate:
                 best, best_rate = self._rows[g], rate
         depth = int((best > 0).sum())

@@ -42,12 +42,12 @@ def save_side_by_side(figs: dict, workers: int) -> dict:
         return save_each(figs)
     global _TO_DRAW
     items = list(figs.values())
-    for fig, path in items:
-        if not figures.has_data(fig):
-            raise ValueError(f"{path}: refusing to save a figure with no data")
-        make_dir(path.parent)
-    _TO_DRAW = items
     try:
+        for fig, path in items:
+            if not figures.has_data(fig):
+                raise ValueError(f"{path}: refusing to save a figure with no data")
+            make_dir(path.parent)
+        _TO_DRAW = items
         in_processes(_draw, [(i,) for i in range(len(items))], min(workers, len(items)),
                      lambda i, res: None, context=mp.get_context("fork"))
     finally:

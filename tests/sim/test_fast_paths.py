@@ -21,7 +21,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _SHORT = ["workload.prompt.max_tokens=1024", "workload.output.max_tokens=512"]
 DRAFTS = {  # one draft replica; one per GPU of a TP-4 target; heads in one pass; none
     "draft-model": ("default", []),
-    "colocated-tp4": ("plan-llama70b", []),
+    "colocated-tp4": ("plan-llama70b", ["variants=[{name: c, policy: {kind: fixed, gamma: 4}}]"]),
     "medusa": ("default", ['models.target="vicuna-7b"', "models.draft=null", *_SHORT,
                            'variants=[{name: m, drafter: {method: medusa, heads: 5}, '
                            'policy: {kind: fixed, gamma: 4}}]']),
@@ -37,11 +37,93 @@ def test_every_chain_depth_at_once_is_each_depth_priced_alone(case):
     name, sets = DRAFTS[case]
     sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", ["run.requests=4", *sets])
     _, setup = setups(sc)[-1]
-    pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound)
+    assert (setup.draft is None) == (case == "ngram")
+    if case == "colocated-tp4":
+        assert setup.draft.replicas == 4
     rng = np.random.default_rng(7)
-    for n in (1, 3, 17, 64):
-        ctx = rng.integers(1, 900, n).astype(np.int64)
-        for depth in (1, 4, 7):
-            alone = [sum(pricer.price(chain(g, depth), ctx, _EMPTY, _EMPTY, bound=False)[:2])
-                     for g in range(depth + 1)]
-            assert pricer.decode_chain_seconds(ctx, depth) == alone  # exactly, not approx
+    for overlap in (False, True):  # (a pricer that may draft ahead prices these the same)
+        pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound, overlap)
+        for n in (1, 3, 17, 64):
+            ctx = rng.integers(1, 900, n).astype(np.int64)
+            for depth in (1, 4, 7):
+                alone = [sum(pricer.price(chain(g, depth), ctx, _EMPTY, _EMPTY,
+                                          bound=False)[:2]) for g in range(depth + 1)]
+                assert pricer.decode_chain_seconds(ctx, depth) == alone  # exactly
+
+
+LADDER = "{kind: batch_ladder, ladder: [[1, 4, 4], [5, 9, 2]], key: decoding}"
+
+
+@pytest.mark.parametrize("policy", ["{kind: fixed, gamma: 6}", "{kind: tree, expansion: [2, 2, 1]}",
+                                    LADDER, "{kind: none}"])
+def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatch):
+    """Each ``decode_step.plan`` call in runs that preempt, cut drafts and admit: a batch is
+    the one ``plan_vllm_v1`` forms from the same state, with the same state after it; None
+    leaves the replica as it was."""
+    from sim import decode_step, steady
+    from sim.runner import simulate_variants
+    from sim.scheduling.vllm_v1 import plan_vllm_v1
+
+    monkeypatch.setattr(steady, "ENABLED", False)  # every decode iteration comes here
+
+    fast, seen = decode_step.plan, {"batch": 0, "none": 0}
+
+    def checked(r):
+        state, free = r.state.copy(), r.kv.free_blocks
+        got = fast(r)
+        if got is None:
+            seen["none"] += 1
+            assert (r.state == state).all() and r.kv.free_blocks == free
+            return None
+        seen["batch"] += 1
+        after = r.state.copy(), r.kv.free_blocks
+        r.state[:], r.kv.free_blocks = state, free
+        ref = plan_vllm_v1(r)
+        for f in ("row", "dec_slots", "dec_context", "pre_slots", "pre_context", "chunks"):
+            a, b = getattr(got, f), getattr(ref, f)
+            assert a.dtype == b.dtype and np.array_equal(a, b), f
+        assert got.preempted == ref.preempted
+        assert (r.state == after[0]).all() and r.kv.free_blocks == after[1]
+        return got
+
+    monkeypatch.setattr(decode_step, "plan", checked)
+    for sets in (["run.requests=12", "scheduler.num_gpu_blocks_override=200",
+                  "scheduler.max_batched_tokens=64", "scheduler.chunk_tokens=32",
+                  "workload={arrivals: poisson, rate_per_s: 1000, "
+                  "prompt: {kind: fixed, tokens: 160}, output: {kind: fixed, tokens: 400}}"],
+                 ["run.requests=30"]):
+        sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
+                           [*sets, f"variants=[{{name: a, policy: {policy}}}]"])
+        res = simulate_variants(setups(sc), sc.run.horizon_s)
+        assert res[0].requests.columns["finished"].all()
+    assert seen["batch"] > 100 and seen["none"] > 20
+
+
+def test_chain_expectations_are_specdecs_expected_tokens():
+    from sim.policies import chain_expectations
+    from specdec import expected_tokens
+
+    alphas = [0.0, 1.0, 1 - 2**-52, 5e-324, *np.random.default_rng(3).random(300)]
+    for a in alphas:
+        got = chain_expectations(float(a), 64)
+        assert got == [float(expected_tokens(a, g)) for g in range(65)]
+
+
+def test_a_trees_level_prefixes_are_its_shallower_trees():
+    """``tree_draft_prefix_seconds`` (draft replicas of uneven groups, one-pass heads): entry
+    j is exactly ``tree_draft_seconds`` of the first j widths."""
+    from hardware.draft import tree_draft_prefix_seconds, tree_draft_seconds
+
+    rng = np.random.default_rng(5)
+    for case in ("colocated-tp4", "medusa"):
+        name, sets = DRAFTS[case]
+        sets = [*sets, "deployment.tp=2"] if case == "medusa" else sets
+        sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", ["run.requests=4", *sets])
+        draft = setups(sc)[-1][1].draft
+        assert draft.replicas > 1
+        for n in (1, 3, 6, 13):
+            ctx = rng.integers(0, 700, n).astype(np.int64)
+            widths = rng.integers(1, 4, rng.integers(1, 6)).tolist()
+            prefix = tree_draft_prefix_seconds(draft, widths, ctx)
+            assert prefix == [tree_draft_seconds(draft, widths[:j], ctx)
+                              for j in range(len(widths) + 1)]
