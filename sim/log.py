@@ -125,6 +125,33 @@ class IterationLog:
                               emitted_tokens, draft_s, verify_s, code, kv_blocks_used)
         self.n += 1
 
+    def extend(self, replica: int, start_at: np.ndarray, end_at: np.ndarray, batch_size: int,
+               decode_seqs: int, prefill_tokens: int, verify_tokens: int, drafted_tokens: int,
+               accepted_tokens: int, emitted_tokens: int, draft_s: float,
+               verify_s: np.ndarray, bounds: list[str], kv_blocks_used: np.ndarray) -> None:
+        """Add k rows at once (``sim.steady``): the per-row fields as float64 [k] arrays
+        (``end_at`` gives duration_s = end_at - start_at, as ``append``'s callers compute
+        it), the others the same for every row; the same rows as k ``append`` calls."""
+        k = len(start_at)
+        codes = []
+        for bound in bounds:
+            code = self._codes.get(bound)
+            if code is None:
+                code = self._codes[bound] = len(self.labels)
+                self.labels.append(bound)
+            codes.append(code)
+        while self.n + k > len(self._rows):
+            self._rows = np.concatenate((self._rows, np.empty_like(self._rows)))
+        rows = self._rows[self.n:self.n + k]
+        rows[:] = (replica, 0.0, 0.0, batch_size, decode_seqs, prefill_tokens, verify_tokens,
+                   drafted_tokens, accepted_tokens, emitted_tokens, draft_s, 0.0, 0.0, 0.0)
+        rows[:, 1] = start_at
+        rows[:, 2] = end_at - start_at
+        rows[:, 11] = verify_s
+        rows[:, 12] = codes
+        rows[:, 13] = kv_blocks_used
+        self.n += k
+
     def __len__(self) -> int:
         return self.n
 

@@ -136,12 +136,10 @@ def apply(r, s: Stretch) -> None:
     r.state[dec] = st
     r.kv.free_blocks = s.free
     log = r.log
-    log.add_itl(s.ends[0] - r.last_chunk_at[dec])
-    for j in range(1, k):
-        log.add_itl(np.full(n, s.ends[j] - s.ends[j - 1]))
+    ends = np.array(s.ends)  # [k]
+    log.add_itl(ends[0] - r.last_chunk_at[dec])
+    log.add_itl(np.repeat(np.diff(ends), n))  # every sequence, each later iteration's gap
     r.last_chunk_at[dec] = s.ends[-1]
     r.check_progress(n)
-    add = log.iterations.append
-    for j, (start, end) in enumerate(zip(s.starts, s.ends, strict=True)):
-        add(r.index, start, end - start, n, n, 0, n, 0, 0, n, 0.0, s.verify_s[j],
-            s.bounds[j], s.used[j])
+    log.iterations.extend(r.index, np.array(s.starts), ends, n, n, 0, n, 0, 0, n, 0.0,
+                          np.array(s.verify_s), s.bounds, np.array(s.used, dtype=np.float64))

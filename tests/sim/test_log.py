@@ -38,3 +38,25 @@ def test_an_empty_log_gives_empty_typed_columns():
     got = IterationLog().records()
     assert len(got) == 0
     assert got.column("bound").dtype == object and got.column("replica").dtype == np.int64
+
+
+def test_rows_added_at_once_are_the_rows_added_one_by_one():
+    rng = np.random.default_rng(2)
+    one, many = IterationLog(capacity=4), IterationLog(capacity=4)  # both must grow
+    one.append(0, 0.5, 0.1, 3, 3, 10, 3, 0, 0, 4, 0.0, 0.1, "memory", 7)
+    many.append(0, 0.5, 0.1, 3, 3, 10, 3, 0, 0, 4, 0.0, 0.1, "memory", 7)
+    for k in (2, 5, 11):
+        ends = 0.6 + np.cumsum(rng.random(k) * 0.01)
+        starts = np.concatenate(([ends[0] - 0.004], ends[:-1]))
+        verify = ends - starts
+        bounds = [str(b) for b in rng.choice(["memory", "compute", "comm"], k)]
+        used = rng.integers(0, 100, k)
+        for j in range(k):
+            one.append(1, float(starts[j]), float(ends[j]) - float(starts[j]), 5, 5, 0, 5, 0,
+                       0, 5, 0.0, float(verify[j]), bounds[j], int(used[j]))
+        many.extend(1, starts, ends, 5, 5, 0, 5, 0, 0, 5, 0.0, verify, bounds,
+                    used.astype(np.float64))
+    a, b = one.records(), many.records()
+    for col in a.columns:
+        assert np.array_equal(a.column(col), b.column(col)), col
+    assert len(a) == 1 + 2 + 5 + 11
