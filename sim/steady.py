@@ -1,9 +1,10 @@
 """Steady decoding: several iterations of a replica computed at once, with the same records.
 
 When a replica decodes without speculation and nothing can change its batch -- no request
-waiting, none prefilling, none finishing, no preemption, and no other event in the
-simulation before the iterations end -- each of the next iterations feeds every running
-sequence one token: the batch, its order and its outcome are known in advance. ``plan``
+waiting, none prefilling, no preemption, and no other event in the simulation before the
+iterations end -- each of the next iterations feeds every running sequence one token: the
+batch, its order and its outcome are known in advance, up to the iteration in which a
+sequence emits its last token (the stretch's last: those sequences finish at its end). ``plan``
 finds how many such iterations fit (at most ``MAX_STEPS``) and prices them; the replica
 then lets each one's time pass with its own ``env.timeout`` (one event per iteration, the
 model's semantics, so ``env.now`` takes exactly the values it takes one iteration at a
@@ -73,8 +74,8 @@ def plan(r) -> Stretch | None:
     st = r.state[run]  # [n, N_COLS]
     if (st[:, TARGET] != st[:, FILLED]).any():
         return None  # someone still prefills
-    # the iteration that finishes a sequence goes the usual way
-    k = min(int((st[:, OUTPUT] - st[:, EMITTED]).min()) - 1, MAX_STEPS)
+    # at most up to the iteration that finishes a sequence: the stretch's last
+    k = min(int((st[:, OUTPUT] - st[:, EMITTED]).min()), MAX_STEPS)
     if k < 2:
         return None
     env = r.env
@@ -141,5 +142,10 @@ def apply(r, s: Stretch) -> None:
     log.add_itl(np.repeat(np.diff(ends), n))  # every sequence, each later iteration's gap
     r.last_chunk_at[dec] = s.ends[-1]
     r.check_progress(n)
+    used = np.array(s.used, dtype=np.float64)
+    done = st[:, EMITTED] >= st[:, OUTPUT]  # [n]: finished by the last iteration
+    if done.any():  # (env.now is its end) as sim.step.advance finishes them, then the row
+        r.finish(dec[done], r.env.now)
+        used[-1] = r.kv.used_blocks
     log.iterations.extend(r.index, np.array(s.starts), ends, n, n, 0, n, 0, 0, n, 0.0,
-                          np.array(s.verify_s), s.bounds, np.array(s.used, dtype=np.float64))
+                          np.array(s.verify_s), s.bounds, used)
