@@ -125,13 +125,12 @@ class IterationLog:
                               emitted_tokens, draft_s, verify_s, code, kv_blocks_used)
         self.n += 1
 
-    def extend(self, replica: int, start_at: np.ndarray, end_at: np.ndarray, batch_size: int,
-               decode_seqs: int, prefill_tokens: int, verify_tokens: int, drafted_tokens: int,
-               accepted_tokens: int, emitted_tokens: int, draft_s: float,
-               verify_s: np.ndarray, bounds: list[str], kv_blocks_used: np.ndarray) -> None:
-        """Add k rows at once (``sim.steady``): the per-row fields as float64 [k] arrays
-        (``end_at`` gives duration_s = end_at - start_at, as ``append``'s callers compute
-        it), the others the same for every row; the same rows as k ``append`` calls."""
+    def extend(self, replica: int, start_at: np.ndarray, end_at: np.ndarray, batch_size,
+               decode_seqs, prefill_tokens, verify_tokens, drafted_tokens, accepted_tokens,
+               emitted_tokens, draft_s, verify_s, bounds: list[str], kv_blocks_used) -> None:
+        """Add k rows at once (``sim.steady``, ``sim.spec_steady``): each field a float64
+        [k] array or one value for every row, ``end_at`` giving duration_s = end_at -
+        start_at as ``append``'s callers compute it; the rows k ``append`` calls add."""
         k = len(start_at)
         codes = []
         for bound in bounds:
@@ -143,13 +142,12 @@ class IterationLog:
         while self.n + k > len(self._rows):
             self._rows = np.concatenate((self._rows, np.empty_like(self._rows)))
         rows = self._rows[self.n:self.n + k]
-        rows[:] = (replica, 0.0, 0.0, batch_size, decode_seqs, prefill_tokens, verify_tokens,
-                   drafted_tokens, accepted_tokens, emitted_tokens, draft_s, 0.0, 0.0, 0.0)
-        rows[:, 1] = start_at
-        rows[:, 2] = end_at - start_at
-        rows[:, 11] = verify_s
-        rows[:, 12] = codes
-        rows[:, 13] = kv_blocks_used
+        start_at = np.asarray(start_at, dtype=np.float64)
+        for j, col in enumerate((replica, start_at, np.asarray(end_at) - start_at, batch_size,
+                                 decode_seqs, prefill_tokens, verify_tokens, drafted_tokens,
+                                 accepted_tokens, emitted_tokens, draft_s, verify_s, codes,
+                                 kv_blocks_used)):
+            rows[:, j] = col
         self.n += k
 
     def __len__(self) -> int:
