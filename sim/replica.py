@@ -126,7 +126,7 @@ class Replica:
         if hasattr(policy, "price"):
             policy.price = self._price_decode
         if hasattr(policy, "price_chains"):
-            policy.price_chains = self.pricer.decode_chain_seconds
+            policy.price_chains = self._price_decode_chains
         self._steady = steady.applies(self)  # sim.steady: several iterations at once
         self._fast_decode = decode_step.applies(self)  # sim.decode_step: decode-only batches
         self.process = env.process(self.run())
@@ -344,6 +344,11 @@ class Replica:
         """Seconds of the decoding part of an iteration with this shape (adaptive policy)."""
         draft_s, verify_s, _ = self.pricer.price(row, context, _EMPTY, _EMPTY, bound=False)
         return draft_s + verify_s
+
+    def _price_decode_chains(self, context: np.ndarray, depth: int) -> list[float]:
+        """``_price_decode`` of ``chain(γ, depth)`` for γ = 0..depth, at once (the same
+        floats; ``IterationPricer.decode_chain_seconds``)."""
+        return self.pricer.decode_chain_seconds(context, depth)
 
 
 def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blocks: int,
