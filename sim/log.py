@@ -8,7 +8,7 @@ end. The engine writes the log and never reads it back to make decisions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -96,18 +96,38 @@ class ItlHistogram:
 
 
 class IterationLog:
-    """The iteration rows as one growing float64 table, no Python object per row.
+    """The iteration rows as two growing column-major tables, no Python object per row.
 
-    Every field of an ``IterationRecord`` fits a float64 exactly (the counts are far below
-    2^53); ``bound`` is stored as its index in ``labels``. The table doubles when full, so
-    an append is one row assignment, and ``records()`` turns it into typed columns.
+    The float fields of an ``IterationRecord`` go to a float64 table and the int fields
+    (``bound`` as its index in ``labels``) to an int64 one, one row of each per field, so
+    that an append is two column assignments and ``records()`` hands out the columns as
+    they are (read-only views, no copy). The tables double when full.
     """
 
+    _FLOATS = ("start_at", "duration_s", "draft_s", "verify_s")
+    _INTS = ("replica", "batch_size", "decode_seqs", "prefill_tokens", "verify_tokens",
+             "drafted_tokens", "accepted_tokens", "emitted_tokens", "bound",
+             "kv_blocks_used")
+
     def __init__(self, capacity: int = 1024) -> None:
-        self._rows = np.empty((capacity, len(field_names(IterationRecord))))
+        self._f = np.empty((len(self._FLOATS), capacity))
+        self._i = np.empty((len(self._INTS), capacity), dtype=np.int64)
         self.n = 0
         self.labels: list[str] = []
         self._codes: dict[str, int] = {}
+
+    def _code(self, bound: str) -> int:
+        code = self._codes.get(bound)
+        if code is None:
+            code = self._codes[bound] = len(self.labels)
+            self.labels.append(bound)
+        return code
+
+    def _room(self, k: int) -> None:
+        """Grow the tables until k more rows fit."""
+        while self.n + k > self._f.shape[1]:
+            self._f = np.concatenate((self._f, np.empty_like(self._f)), axis=1)
+            self._i = np.concatenate((self._i, np.empty_like(self._i)), axis=1)
 
     def append(self, replica: int, start_at: float, duration_s: float, batch_size: int,
                decode_seqs: int, prefill_tokens: int, verify_tokens: int,
@@ -116,58 +136,48 @@ class IterationLog:
         """Add one iteration's row (the fields of ``IterationRecord``, in order)."""
         code = self._codes.get(bound)
         if code is None:
-            code = self._codes[bound] = len(self.labels)
-            self.labels.append(bound)
-        if self.n == len(self._rows):
-            self._rows = np.concatenate((self._rows, np.empty_like(self._rows)))
-        self._rows[self.n] = (replica, start_at, duration_s, batch_size, decode_seqs,
-                              prefill_tokens, verify_tokens, drafted_tokens, accepted_tokens,
-                              emitted_tokens, draft_s, verify_s, code, kv_blocks_used)
-        self.n += 1
+            code = self._code(bound)
+        n = self.n
+        if n == self._f.shape[1]:
+            self._room(1)
+        self._f[:, n] = (start_at, duration_s, draft_s, verify_s)
+        self._i[:, n] = (replica, batch_size, decode_seqs, prefill_tokens, verify_tokens,
+                         drafted_tokens, accepted_tokens, emitted_tokens, code, kv_blocks_used)
+        self.n = n + 1
 
     def extend(self, replica: int, start_at: np.ndarray, end_at: np.ndarray, batch_size,
                decode_seqs, prefill_tokens, verify_tokens, drafted_tokens, accepted_tokens,
                emitted_tokens, draft_s, verify_s, bounds: list[str], kv_blocks_used) -> None:
-        """Add k rows at once (``sim.steady``, ``sim.spec_steady``): each field a float64
-        [k] array or one value for every row, ``end_at`` giving duration_s = end_at -
-        start_at as ``append``'s callers compute it; the rows k ``append`` calls add."""
+        """Add k rows at once (``sim.steady``): each field a [k] array or one value for
+        every row, ``end_at`` giving duration_s = end_at - start_at as ``append``'s callers
+        compute it; the rows k ``append`` calls add."""
         k = len(start_at)
-        codes = []
-        for bound in bounds:
-            code = self._codes.get(bound)
-            if code is None:
-                code = self._codes[bound] = len(self.labels)
-                self.labels.append(bound)
-            codes.append(code)
-        while self.n + k > len(self._rows):
-            self._rows = np.concatenate((self._rows, np.empty_like(self._rows)))
-        rows = self._rows[self.n:self.n + k]
+        codes = [self._code(b) for b in bounds]
+        self._room(k)
+        n = self.n
         start_at = np.asarray(start_at, dtype=np.float64)
-        for j, col in enumerate((replica, start_at, np.asarray(end_at) - start_at, batch_size,
-                                 decode_seqs, prefill_tokens, verify_tokens, drafted_tokens,
-                                 accepted_tokens, emitted_tokens, draft_s, verify_s, codes,
-                                 kv_blocks_used)):
-            rows[:, j] = col
-        self.n += k
+        f, i = self._f[:, n:n + k], self._i[:, n:n + k]
+        for j, col in enumerate((start_at, np.asarray(end_at) - start_at, draft_s, verify_s)):
+            f[j] = col
+        for j, col in enumerate((replica, batch_size, decode_seqs, prefill_tokens,
+                                 verify_tokens, drafted_tokens, accepted_tokens,
+                                 emitted_tokens, codes, kv_blocks_used)):
+            i[j] = col
+        self.n = n + k
 
     def __len__(self) -> int:
         return self.n
 
     def records(self) -> Records[IterationRecord]:
-        """The rows as ``Records`` (ints back to int64, ``bound`` back to its strings)."""
-        rows = self._rows[:self.n]
-        cols = {}
-        for j, f in enumerate(fields(IterationRecord)):
-            col = rows[:, j]
-            if f.name == "bound":
-                col = np.array(self.labels, dtype=object)[col.astype(np.int64)] \
-                    if self.n else np.empty(0, dtype=object)
-            elif f.type == "int":
-                col = col.astype(np.int64)
-            else:
-                col = col.copy()
-            cols[f.name] = col
-        return Records(IterationRecord, cols)
+        """The rows as ``Records`` (``bound`` back to its strings); the other columns are
+        views of the tables (appending later never writes into them)."""
+        n = self.n
+        cols = {name: self._f[j, :n] for j, name in enumerate(self._FLOATS)}
+        cols.update((name, self._i[j, :n]) for j, name in enumerate(self._INTS))
+        codes = cols["bound"]
+        cols["bound"] = np.array(self.labels, dtype=object)[codes] if n else \
+            np.empty(0, dtype=object)
+        return Records(IterationRecord, {f: cols[f] for f in field_names(IterationRecord)})
 
 
 class RunLog:
