@@ -47,10 +47,15 @@ def has_data(fig: Figure) -> bool:
     return False
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as PNG and close it; a figure without data is a ValueError."""
+def check_data(fig: Figure, path: str | Path) -> None:
+    """A ValueError naming ``path`` when ``fig`` holds no data (``save`` refuses it)."""
     if not has_data(fig):
         raise ValueError(f"{path}: refusing to save a figure with no data")
+
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG and close it; a figure without data is a ValueError."""
+    check_data(fig, path)
     path = Path(path)
     try:
         make_dir(path.parent)

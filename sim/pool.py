@@ -80,3 +80,44 @@ def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
             proc.terminate()
         raise
     pool.shutdown()
+
+
+_INHERITED: tuple | None = None  # (fn, items) the forked workers of ``forked`` call
+
+
+def _call_inherited(i: int):
+    fn, items = _INHERITED
+    return fn(items[i])
+
+
+def can_fork(workers: int, n: int) -> bool:
+    """Whether ``forked`` runs ``n`` items on ``workers`` processes here: Linux (fork), more
+    than one worker and more than one item; otherwise the caller runs them itself."""
+    import sys
+
+    return workers >= 2 and n >= 2 and sys.platform.startswith("linux")
+
+
+def forked(fn: Callable, items: Sequence, workers: int,
+           poll: Callable[[], None] | None = None,
+           meanwhile: Callable[[], None] | None = None) -> list:
+    """``[fn(item) for item in items]`` on up to ``workers`` forked processes: the workers
+    inherit ``fn`` and ``items`` (closures, open figures, anything that cannot be pickled)
+    and only the results travel back, kept in order. ``poll`` and ``meanwhile`` as in
+    ``in_processes``. Only where ``can_fork`` says so."""
+    import multiprocessing as mp
+
+    global _INHERITED
+    results: list = [None] * len(items)
+
+    def done(i: int, res) -> None:
+        results[i] = res
+
+    _INHERITED = (fn, items)
+    try:
+        in_processes(_call_inherited, [(i,) for i in range(len(items))],
+                     min(workers, len(items)), done, context=mp.get_context("fork"),
+                     poll=poll, meanwhile=meanwhile)
+    finally:
+        _INHERITED = None
+    return results

@@ -136,63 +136,44 @@ def _numbers_hidden(problem: str) -> str:
     return re.sub(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w-])", "#", problem)
 
 
-# what forked workers inherit: (the setups, the horizon, the progress queue or None)
-_FORKED: tuple | None = None
-
-
-def _simulate_forked(i: int) -> VariantResult | Exception:
-    """Variant ``i`` of the setups a forked worker inherited (``simulate_variants``); its
-    error is returned, so that the parent raises the one the sequential run would."""
-    built, horizon, queue = _FORKED
-    name, setup = built[i]
-    tick = None if queue is None else (lambda now, tot: queue.put((i, now, tot)))
-    try:
-        return simulate(setup, horizon, name, tick)
-    except Exception as e:  # raised again by the parent, in scenario order
-        return e
-
-
 def simulate_variants(built, horizon_s: float | None, progress=None,
                       workers: int = 1, meanwhile=None) -> list[VariantResult]:
     """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
 
     The variants are independent simulations, so running them side by side gives the same
     records as one after the other, and the same error: the first variant's in scenario
-    order. Workers are forked (they inherit the setups, which hold closures that cannot
-    be pickled), on Linux only (elsewhere, or with one worker or one variant, they run
-    here one after the other). ``progress(name, now, total)`` is relayed from the workers;
-    ``meanwhile()`` runs here while they simulate (``sim.pool.in_processes``).
+    order. Workers are forked (``sim.pool.forked``: they inherit the setups, which hold
+    closures that cannot be pickled), on Linux only (elsewhere, or with one worker or one
+    variant, they run here one after the other). ``progress(name, now, total)`` is relayed
+    from the workers; ``meanwhile()`` runs here while they simulate.
     """
     import multiprocessing as mp
-    import sys
 
-    if workers < 2 or len(built) < 2 or not sys.platform.startswith("linux"):
+    from sim.pool import can_fork, forked
+
+    if not can_fork(workers, len(built)):
         return [simulate(setup, horizon_s, name, None if progress is None else
                          (lambda now, tot, n=name: progress(n, now, tot)))
                 for name, setup in built]
-    from sim.pool import in_processes
-
-    global _FORKED
-    ctx = mp.get_context("fork")
-    queue = ctx.SimpleQueue() if progress is not None else None
-    results: list = [None] * len(built)
+    queue = mp.get_context("fork").SimpleQueue() if progress is not None else None
 
     def relay() -> None:
         while queue is not None and not queue.empty():
             i, now, tot = queue.get()
             progress(built[i][0], now, tot)
 
-    def done(i: int, res: VariantResult) -> None:
-        results[i] = res
+    def one(i: int) -> VariantResult | Exception:
+        """Variant ``i`` in a worker; its error is returned, so that the parent raises the
+        one the sequential run would."""
+        name, setup = built[i]
+        tick = None if queue is None else (lambda now, tot: queue.put((i, now, tot)))
+        try:
+            return simulate(setup, horizon_s, name, tick)
+        except Exception as e:  # raised again by the parent, in scenario order
+            return e
 
-    _FORKED = (built, horizon_s, queue)
-    try:
-        in_processes(_simulate_forked, [(i,) for i in range(len(built))],
-                     min(workers, len(built)), done, context=ctx, poll=relay,
-                     meanwhile=meanwhile)
-        relay()
-    finally:
-        _FORKED = None
+    results = forked(one, range(len(built)), workers, poll=relay, meanwhile=meanwhile)
+    relay()
     for res in results:
         if isinstance(res, Exception):
             raise res

@@ -19,39 +19,24 @@ from sim.studies.acceptance_replay import scenario_histograms
 from sim.studies.load_curve import MULTIPLIERS, load_axis
 from sim.studies.load_curve import load_curve as _load_curve
 
-_TO_DRAW: list | None = None  # (figure, path) pairs the forked workers inherit
-
-
-def _draw(i: int) -> None:
-    fig, path = _TO_DRAW[i]
-    figures.save(fig, path)
-
 
 def save_side_by_side(figs: dict, workers: int) -> dict:
     """Save ``{stem: (figure, path)}`` (``reports.report_md.write_run_report``'s figures) on
-    up to ``workers`` forked processes: drawing a figure (text layout, rasterising) is most
-    of its cost and each is independent. Linux only; elsewhere, or with one worker, one
-    after the other. Returns ``{stem: path}``; a figure without data is refused here first,
-    as ``figures.save`` refuses it."""
-    import multiprocessing as mp
-    import sys
+    up to ``workers`` forked processes (``sim.pool.forked``): drawing a figure (text layout,
+    rasterising) is most of its cost and each is independent. Linux only; elsewhere, or with
+    one worker, one after the other. Returns ``{stem: path}``; a figure without data is
+    refused here, before any is drawn."""
+    from sim.pool import can_fork, forked
 
-    from sim.pool import in_processes
-
-    if workers < 2 or len(figs) < 2 or not sys.platform.startswith("linux"):
+    if not can_fork(workers, len(figs)):
         return save_each(figs)
-    global _TO_DRAW
     items = list(figs.values())
     try:
         for fig, path in items:
-            if not figures.has_data(fig):
-                raise ValueError(f"{path}: refusing to save a figure with no data")
+            figures.check_data(fig, path)
             make_dir(path.parent)
-        _TO_DRAW = items
-        in_processes(_draw, [(i,) for i in range(len(items))], min(workers, len(items)),
-                     lambda i, res: None, context=mp.get_context("fork"))
+        forked(lambda item: figures.save(*item), items, workers)
     finally:
-        _TO_DRAW = None
         for fig, _ in items:
             figures.close(fig)
     return {stem: path for stem, (_, path) in figs.items()}
