@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from sim.kv import BlockManager
+from sim.kv import BlockManager, blocks_for
 from sim.scheduling.common import NONE, Batch
 from sim.shapes import shape_info
 from sim.slots import BLOCKS, FILLED, KV, TARGET
@@ -43,15 +43,26 @@ def applies(r) -> bool:
             and not r.sticky_off)
 
 
+def decoding_rows(r) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the running slots in running order, int64 [R] read-only; a copy of their state
+    rows, [R, N_COLS]) when nobody waits and every running sequence of ``r`` decodes, else
+    None (``sim.steady`` starts from the same)."""
+    if r.waiting or not r.n_active:
+        return None
+    run = r.running_order()
+    st = r.state[run]
+    if _any(st[:, TARGET] != st[:, FILLED]):
+        return None  # someone prefills
+    return run, st
+
+
 def plan(r) -> Batch | None:
     """The batch ``plan_vllm_v1`` forms when every running sequence of ``r`` decodes and
     all of them fit whole (same KV grants), or None -- with ``r`` untouched -- otherwise."""
-    if r.waiting or not r.n_active:
+    rows = decoding_rows(r)
+    if rows is None:
         return None
-    run = r.running_order()  # int64 [R], read-only: the batch's slots in running order
-    st = r.state[run]  # [R, N_COLS]
-    if _any(st[:, TARGET] != st[:, FILLED]):
-        return None  # someone prefills
+    run, st = rows
     n = len(run)
     row = r.policy.shape(n, running=r.n_active)
     verify = 1 + shape_info(row)[1]
@@ -60,8 +71,7 @@ def plan(r) -> Batch | None:
         return None  # the budget walk cuts someone's draft
     kv = st[:, KV]
     held = st[:, BLOCKS]
-    bs = lim.block_size
-    extra = (kv + (verify + r.lookahead + bs - 1)) // bs - held  # [R] blocks to add
+    extra = blocks_for(kv + (verify + r.lookahead), lim.block_size) - held  # [R] to add
     np.maximum(extra, 0, out=extra)
     if int(_sum(extra)) > r.kv.free_blocks:
         return None  # someone must be preempted

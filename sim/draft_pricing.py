@@ -105,11 +105,13 @@ def chain_prefix_seconds(draft, depth: int, dec_context: np.ndarray) -> list[flo
     n_dec = len(dec_context)
     if not n_dec or not depth:
         return [0.0] * (depth + 1)
-    if draft.one_pass or draft.replicas > 1:
-        from hardware.draft import one_pass_seconds, tree_draft_prefix_seconds
+    if draft.one_pass:
+        from hardware.draft import one_pass_seconds
 
-        if draft.one_pass:
-            return [0.0] + [one_pass_seconds(draft, n_dec)] * depth
+        return [0.0] + [one_pass_seconds(draft, n_dec)] * depth
+    if draft.replicas > 1:
+        from hardware.draft import tree_draft_prefix_seconds
+
         return tree_draft_prefix_seconds(draft, [1] * depth, dec_context)
     out, total = [0.0], 0.0
     for t in _level_seconds(draft.cost, [1] * depth, False, float(_sum(dec_context)), n_dec,

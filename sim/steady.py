@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, TARGET
+from sim.decode_step import decoding_rows
+from sim.kv import blocks_for
+from sim.slots import BLOCKS, COUNTS, EMITTED, KV, OUTPUT
 
 ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
@@ -68,12 +70,12 @@ def applies(r) -> bool:
 
 def plan(r) -> Stretch | None:
     """The next steady stretch of replica ``r`` (at least two iterations), or None."""
-    if r.waiting or not r.n_active or r.n_active > r.limits.max_batched_tokens:
+    if r.n_active > r.limits.max_batched_tokens:
         return None
-    run = r.running_order()
-    st = r.state[run]  # [n, N_COLS]
-    if (st[:, TARGET] != st[:, FILLED]).any():
-        return None  # someone still prefills
+    rows = decoding_rows(r)  # nobody waiting or prefilling
+    if rows is None:
+        return None
+    run, st = rows  # [n], [n, N_COLS]
     # at most up to the iteration that finishes a sequence: the stretch's last
     k = min(int((st[:, OUTPUT] - st[:, EMITTED]).min()), MAX_STEPS)
     if k < 2:
@@ -107,7 +109,7 @@ def plan(r) -> Stretch | None:
         return None
     # KV, iteration j (1-based): blocks for kv0 + j tokens granted, then rolled back to them
     bs = r.limits.block_size
-    need = (kv0[:, None] + np.arange(1, k + 1) + (bs - 1)) // bs  # [n, k]
+    need = blocks_for(kv0[:, None] + np.arange(1, k + 1), bs)  # [n, k]
     held = np.concatenate((st[:, BLOCKS][:, None], need[:, :-1]), axis=1)  # [n, k] before
     extra = np.maximum(need - held, 0).sum(axis=0)  # [k] granted per iteration
     back = (np.maximum(held, need) - need).sum(axis=0)  # [k] returned by the roll-back
@@ -142,7 +144,7 @@ def apply(r, s: Stretch) -> None:
     log.add_itl(np.repeat(np.diff(ends), n))  # every sequence, each later iteration's gap
     r.last_chunk_at[dec] = s.ends[-1]
     r.check_progress(n)
-    used = np.array(s.used, dtype=np.float64)
+    used = np.array(s.used)
     done = st[:, EMITTED] >= st[:, OUTPUT]  # [n]: finished by the last iteration
     if done.any():  # (env.now is its end) as sim.step.advance finishes them, then the row
         r.finish(dec[done], r.env.now)
