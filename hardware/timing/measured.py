@@ -43,6 +43,7 @@ __all__ = ["MeasuredTiming", "block_gemms", "moe_block_gemms"]
 _GRID = tuple(float(m) for m in aic.GRID)
 _QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
 _ACT_BYTES = 2
+_FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 
 
 def _interp(vals: tuple[float, ...], x: float) -> float:
@@ -183,6 +184,7 @@ class MeasuredTiming:
             ))
         self._stages = tuple(stages)
         self._single = stages[0] if len(stages) == 1 else None
+        self._fixed: dict[tuple[float, float], tuple] = {}  # _fixed_single's memo
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
         self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
@@ -196,32 +198,28 @@ class MeasuredTiming:
 
     @staticmethod
     def _stage_seconds(st: _Stage, new: float, kv: float, keys: float, n: float) -> float:
-        """One stage's seconds: THE per-stage formula (the hot path, hence inlined)."""
-        g = _GRID
-        i = bisect_left(g, new)
-        if i == 0:
-            lin = st.lin[0] * new / g[0]
-        else:
-            if i == len(g):
-                i -= 1
-            lin = st.lin[i - 1] + (st.lin[i] - st.lin[i - 1]) * (new - g[i - 1]) \
-                / (g[i] - g[i - 1])
-        busy = lin + st.a0 + st.a_seq * n + st.a_new * new + st.a_kv * kv + st.a_key * keys
-        if st.head is not None:
-            cap = HEAD_TOKENS_PER_SEQ * n
-            busy += _interp(st.head, new if new < cap else cap)
-        host = st.host_s
-        if st.overlap:
-            t = busy if busy > host else host
-        else:
-            t = busy + host
-        return t + st.fixed_s + st.per_seq_s * n
+        """One stage's seconds: THE per-stage formula, its part fixed by the pass's tokens
+        and sequences, then the part its KV and keys add."""
+        return _stage_rest(st, _stage_fixed(st, new, n), kv, keys, n)
+
+    def _fixed_single(self, new: float, n: float) -> tuple:
+        """``_stage_fixed`` of the one stage, memoised by (new, n): the engine prices the
+        same batch shape again and again, its contexts growing (a bounded cache)."""
+        key = (new, n)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            if len(self._fixed) >= _FIXED_CACHE:
+                self._fixed.clear()
+            st = self._single
+            comm = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
+            fixed = self._fixed[key] = (*_stage_fixed(st, new, n), comm)
+        return fixed
 
     def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
         """Seconds of one pass."""
         st = self._single
         if st is not None:
-            return self._stage_seconds(st, new, kv, keys, n)
+            return _stage_rest(st, self._fixed_single(new, n), kv, keys, n)
         return self.breakdown(new, kv, keys, n).seconds
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
@@ -231,10 +229,10 @@ class MeasuredTiming:
             b = self.breakdown(new, kv, keys, n)
             return b.seconds, b.bound
         # one stage: breakdown's figures without its parts
-        comm = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
+        fixed = self._fixed_single(new, n)
         compute, memory = _speed_of_light(st, new, kv, keys)
-        return self._stage_seconds(st, new, kv, keys, n), largest(compute, memory, comm,
-                                                                   st.host_s)
+        return _stage_rest(st, fixed, kv, keys, n), largest(compute, memory, fixed[2],
+                                                             st.host_s)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""
@@ -283,6 +281,39 @@ def _speed_of_light(st: _Stage, new: float, kv: float, keys: float) -> tuple[flo
     bound, the measured terms give the time."""
     return (st.sol_per_token * new + st.sol_per_key * keys,
             st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new))
+
+
+def _stage_fixed(st: _Stage, new: float, n: float) -> tuple[float, float | None]:
+    """The part of a stage's busy time fixed by its new tokens and sequences: (the GEMMs
+    and all-reduces interpolated at ``new`` plus attention's terms in n and new; the
+    lm_head at its head tokens, or None without one)."""
+    g = _GRID
+    i = bisect_left(g, new)
+    if i == 0:
+        lin = st.lin[0] * new / g[0]
+    else:
+        if i == len(g):
+            i -= 1
+        lin = st.lin[i - 1] + (st.lin[i] - st.lin[i - 1]) * (new - g[i - 1]) / (g[i] - g[i - 1])
+    head = None
+    if st.head is not None:
+        cap = HEAD_TOKENS_PER_SEQ * n
+        head = _interp(st.head, new if new < cap else cap)
+    return lin + st.a0 + st.a_seq * n + st.a_new * new, head
+
+
+def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float) -> float:
+    """A stage's seconds from its ``_stage_fixed`` part: attention's KV and key terms, the
+    head, the host link (overlapped or not) and the framework's overheads (the hot path)."""
+    busy = fixed[0] + st.a_kv * kv + st.a_key * keys
+    if fixed[1] is not None:
+        busy += fixed[1]
+    host = st.host_s
+    if st.overlap:
+        t = busy if busy > host else host
+    else:
+        t = busy + host
+    return t + st.fixed_s + st.per_seq_s * n
 
 
 _MOE_QUANT = {"w16": "bfloat16", "fp8": "fp8"}  # int8/int4 weight-only: no such MoE rows

@@ -132,6 +132,30 @@ def test_sums_agree_with_pass_cost_for_every_backend(timing):
             assert stages == pytest.approx(pc.stage_s, rel=1e-12)
 
 
+def test_the_measured_one_stage_memo_gives_the_floats_of_the_formula(monkeypatch):
+    """A one-stage measured pass remembers its part fixed by (new tokens, sequences): the
+    seconds and bound it gives are exactly the per-stage formula's (the breakdown computes
+    it afresh), on a hit, on a miss and after the bounded cache is cleared."""
+    tables()
+    from hardware.timing import measured
+
+    monkeypatch.setattr(measured, "_FIXED_CACHE", 64)
+    rng = np.random.default_rng(2)
+    for kw in ({}, {"tp": 4}, {"weight_bits": 8, "compute_dtype": "fp8"}):
+        t = cost("llama-3.1-8b", "h100", timing="measured", **kw).timing
+        assert t._single is not None
+        shapes = [(float(new), float(n)) for new, n in zip(rng.integers(1, 3000, 40),
+                                                          rng.integers(1, 256, 40),
+                                                          strict=True)]
+        for _ in range(6):  # 240 lookups of 40 shapes in a 64-entry cache: hits and clears
+            for new, n in shapes:
+                kv, keys = float(rng.integers(0, 10**6)), float(rng.integers(0, 10**7))
+                b = t.breakdown(new, kv, keys, n)
+                assert t.seconds(new, kv, keys, n) == b.seconds
+                assert t.seconds_bound(new, kv, keys, n) == (b.seconds, b.bound)
+        assert 0 < len(t._fixed) <= 64
+
+
 def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
     c = cost("opt-30b", "t4", offload_fraction="auto", kv_tokens=4 * 544, timing="roofline")
     lay = c.layouts[0]
