@@ -126,6 +126,15 @@ def one_shape(widths) -> np.ndarray:
     return w
 
 
+def shared_row(widths: np.ndarray) -> list[int] | None:
+    """The one row of ``widths`` [B, m] when it is a broadcast view of it (stride 0 over
+    the batch, as the engine passes a batch's one shape), as a list; else None (its rows
+    may differ, or there are none)."""
+    if widths.ndim == 2 and len(widths) and widths.strides[0] == 0:
+        return widths[0].tolist()
+    return None
+
+
 def depths(widths: np.ndarray) -> np.ndarray:
     """int64 [B]: the depth of each row (its count of positive widths)."""
     return (np.asarray(widths) > 0).sum(axis=1).astype(np.int64)

@@ -62,12 +62,20 @@ def test_greedy_replay_equals_reference_for_chains_and_trees():
     streams = model.new_streams(b, rng)
     positions = rng.integers(0, 2000, b)
     start = (streams + positions) % trace.ranks.size
+    # one shape broadcast over the batch (as the engine passes it: chains take a shortcut),
+    # padded and zero-depth chains, a tree row, and a shape per row
     for widths in (
         np.broadcast_to(chain_widths(5), (b, 5)),
+        np.broadcast_to(np.array([1, 1, 0, 0]), (b, 4)),
+        np.broadcast_to(np.array([0, 0]), (b, 2)),
+        np.broadcast_to(np.array([2, 1]), (b, 2)),
         random_widths(rng, b, 6, 4),
     ):
         got = model.accept(streams, positions, widths, np.random.default_rng(2))
+        assert got.dtype == np.int64
         assert np.array_equal(got, reference_greedy(trace, start, widths))
+        assert np.array_equal(got, model.accept(streams, positions, widths.copy(),
+                                                np.random.default_rng(2)))
 
 
 def test_greedy_replay_is_deterministic_and_draws_nothing():
