@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import decode_step, steady
+from sim import decode_step, spec_stretch, steady
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -129,6 +129,9 @@ class Replica:
             policy.price_chains = self._price_decode_chains
         self._steady = steady.applies(self)  # sim.steady: several iterations at once
         self._fast_decode = decode_step.applies(self)  # sim.decode_step: decode-only batches
+        # sim.spec_stretch: a speculating decode-only batch's iterations on its own rows
+        self._spec_stretch = spec_stretch.applies(self, self._fast_decode)
+        self._stretch = None  # the live spec_stretch.Stretch, written back when it ends
         self.process = env.process(self.run())
 
     # -- the router's side ------------------------------------------------------------
@@ -258,6 +261,8 @@ class Replica:
                         yield env.timeout(0.0 + v)  # one event per iteration, as below
                     steady.apply(self, stretch)
                     continue
+            if self._spec_stretch and (yield from spec_stretch.run(self)):
+                continue
             start_at = env.now
             batch = decode_step.plan(self) if self._fast_decode else None
             if batch is None:  # the full scheduler (sim.scheduling)
@@ -331,6 +336,8 @@ class Replica:
 
     def flush_running(self) -> None:
         """At the horizon: write what running and preempted requests have done so far."""
+        if self._stretch is not None:  # stopped inside a speculating stretch
+            self._stretch.write_back()
         log = self.log
         slots = self.active.nonzero()[0]
         rids = self.rid[slots]

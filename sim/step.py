@@ -110,7 +110,7 @@ def advance(r, batch) -> tuple[int, int, int, int]:
             st[:, COUNTS:COUNTS + 3] += _step_counts(row)
             drafted = n * nodes
             speculating = depth > 0
-            widths = _rows(row, n)
+            widths = rows_of(row, n)
         else:  # a shape per sequence: arrays [D]
             depth = (row > 0).sum(axis=1)
             nodes = np.cumprod(row, axis=1).sum(axis=1)
@@ -199,7 +199,7 @@ def _ones(n: int) -> np.ndarray:
     return _const(1, n)
 
 
-def _rows(row: np.ndarray, n: int) -> np.ndarray:
+def rows_of(row: np.ndarray, n: int) -> np.ndarray:
     """int64 [n, m]: ``row`` for n sequences (a cached read-only broadcast of a private copy)."""
     key = (row.tobytes(), n)
     view = _ROWS.get(key)

@@ -60,11 +60,12 @@ def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatc
     """Each ``decode_step.plan`` call in runs that preempt, cut drafts and admit: a batch is
     the one ``plan_vllm_v1`` forms from the same state, with the same state after it; None
     leaves the replica as it was."""
-    from sim import decode_step, steady
+    from sim import decode_step, spec_stretch, steady
     from sim.runner import simulate_variants
     from sim.scheduling.vllm_v1 import plan_vllm_v1
 
     monkeypatch.setattr(steady, "ENABLED", False)  # every decode iteration comes here
+    monkeypatch.setattr(spec_stretch, "ENABLED", False)
 
     fast, seen = decode_step.plan, {"batch": 0, "none": 0}
 

@@ -135,10 +135,11 @@ DECODE_CUT = ["run.requests=24", "scheduler.max_batched_tokens=96", "scheduler.c
                                       "bench-speculative", "default-preempting",
                                       "decode-preempting", "decode-cut"])
 def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch, tmp_path):
-    """``sim.steady`` (several decode iterations at once) and ``sim.decode_step`` (a
-    decode-only batch without the full scheduler): every shipped scenario, both bench
-    workloads and a preempting run with the fast paths on and off, record for record."""
-    from sim import decode_step, steady
+    """``sim.steady`` (several decode iterations at once), ``sim.decode_step`` (a
+    decode-only batch without the full scheduler) and ``sim.spec_stretch`` (a speculating
+    batch on its own rows): every shipped scenario, both bench workloads and preempting
+    runs with the fast paths on and off, record for record."""
+    from sim import decode_step, spec_stretch, steady
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -161,24 +162,28 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
     for on in (False, True):
         monkeypatch.setattr(steady, "ENABLED", on)
         monkeypatch.setattr(decode_step, "ENABLED", on)
+        monkeypatch.setattr(spec_stretch, "ENABLED", on)
         runs.append(simulate_variants(setups(sc), sc.run.horizon_s))
     if scenario.endswith("-preempting"):  # the case the full scheduler must take over
         assert runs[0][-1].requests.columns["preemptions"].sum() > 0
     _assert_same_runs(*runs)
 
 
-def test_steady_stretches_stop_at_a_horizon_and_at_progress_slices(monkeypatch):
+@pytest.mark.parametrize("horizon", [7.3, 5.0])  # 5.0 s stops fixed-g4 inside a stretch
+def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch):
     """A horizon and the progress bar's slices (``env.run(until=...)``) are events too: the
-    records with a horizon, with and without progress, match the iteration-at-a-time run."""
-    from sim import steady
+    records with a horizon, with and without progress, match the iteration-at-a-time run
+    (a speculating stretch the horizon stops is written back by ``flush_running``)."""
+    from sim import spec_stretch, steady
     from sim.build import setups
     from sim.runner import simulate_variants
 
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
-                       ["run.requests=120", "run.horizon_s=7.3"])
+                       ["run.requests=120", f"run.horizon_s={horizon}"])
     got = []
     for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
         monkeypatch.setattr(steady, "ENABLED", on)
+        monkeypatch.setattr(spec_stretch, "ENABLED", on)
         got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
     for other in got[1:]:
         _assert_same_runs(got[0], other)

@@ -1,0 +1,153 @@
+"""Speculating stretches: a decode-only batch's iterations run on its own compact rows.
+
+While a speculating replica's batch cannot change -- nobody waiting, nobody prefilling, no
+sequence finished, the policy's shape a function of the batch size, blocks for everyone --
+each iteration does what ``sim.decode_step.plan``, ``sim.pricing`` and ``sim.step.advance``
+do for it, but on the batch's own [n] arrays (cached tokens, blocks held, emitted,
+remaining) instead of gathering and scattering the replica's state rows: the grant of the
+verify's blocks, the price, one ``env.timeout`` (one event per iteration, the model's
+semantics), the acceptance draw at the same positions with the same generator, the
+roll-back. The per-request counters, inter-token gaps and ``last_chunk_at`` are written
+back once, when the stretch ends (their sums and histogram bins do not depend on when
+they are added); each iteration's row is logged as it ends, so rows keep their order
+across replicas.
+
+The stretch is decided one iteration at a time, as the reference path decides: it ends
+before an iteration when a request is waiting (an arrival during the last one) or the
+pool cannot grant the verify's blocks (the full scheduler then preempts), and after an
+iteration in which a sequence emits its last token (written back, then finished as
+``advance`` finishes it). A horizon that stops the run mid-stretch finds the replica's
+state written back by ``Replica.flush_running`` (``write_back``).
+
+``ENABLED = False`` (or ``SPECSIM_SPEC_STRETCH=0``) turns it off; the fast-vs-reference
+test runs every shipped scenario both ways and compares every record.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from sim.decode_step import decoding_rows
+from sim.shapes import shape_info
+from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, KV, OUTPUT, STREAM
+from sim.step import rows_of
+
+ENABLED = os.environ.get("SPECSIM_SPEC_STRETCH", "1") != "0"
+
+_sum = np.add.reduce
+_all = np.logical_and.reduce
+_any = np.logical_or.reduce
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def applies(r, fast_decode: bool) -> bool:
+    """Whether replica ``r`` (whose decode-only batches ``sim.decode_step`` forms when
+    ``fast_decode``) can run speculating stretches: a draft, priced per iteration by its
+    own cost model alone (no CPU drafting)."""
+    return (ENABLED and fast_decode and r.policy.uses_draft and r.pricer.draft is not None
+            and not r.cpu_s_per_seq)
+
+
+class Stretch:
+    """The live stretch of one replica: its batch's rows, updated in place."""
+
+    def __init__(self, r, slots: np.ndarray, st: np.ndarray, nodes: int):
+        self.r = r
+        self.slots = slots  # int64 [n], running order
+        self.st = st  # [n, N_COLS]: a copy of their state rows, the stretch's own
+        self.nodes = nodes  # draft nodes per verify (every sequence drafts)
+        self.k = 0  # iterations done
+        self.ends: list[float] = []
+
+    def write_back(self) -> None:
+        """Write the rows (with the counters every verify adds alike), gaps and last chunk
+        times into the replica."""
+        r, st, k = self.r, self.st, self.k
+        r._stretch = None
+        if k:  # verify steps, draft steps (every verify drafted), drafted tokens
+            st[:, COUNTS:COUNTS + 3] += np.array((k, k, k * self.nodes))
+        r.state[self.slots] = st
+        if not k:
+            return  # a grant the horizon interrupted
+        ends = np.array(self.ends)  # [k]
+        log = r.log
+        log.add_itl(ends[0] - r.last_chunk_at[self.slots])
+        if k > 1:  # every sequence, each later iteration's gap
+            log.add_itl(np.repeat(np.diff(ends), len(self.slots)))
+        r.last_chunk_at[self.slots] = self.ends[-1]
+        self.k = 0
+
+
+def run(r):
+    """Run replica ``r``'s next speculating stretch (a SimPy sub-generator: ``yield from``);
+    returns whether any iteration ran (False: nothing changed, take the reference path)."""
+    rows = decoding_rows(r)
+    if rows is None:
+        return False
+    slots, st = rows
+    n = len(slots)
+    row = r.policy.shape(n, running=r.n_active)
+    depth, nodes, _ = shape_info(row)
+    lim = r.limits
+    verify = 1 + nodes
+    if not depth or n * verify > lim.max_batched_tokens or _any(st[:, DLAG]):
+        return False  # not speculating, the budget cuts drafts, a draft to catch up
+    s = Stretch(r, slots, st, nodes)
+    env, kvm, log, acceptance, rng = r.env, r.kv, r.log.iterations, r.acceptance, r.rng
+    pricer, policy, index = r.pricer, r.policy, r.index
+    bs = lim.block_size
+    grow = verify + r.lookahead + (bs - 1)  # blocks_for(kv + verify + lookahead)
+    widths = rows_of(row, n)
+    verify_tokens, drafted = n * verify, n * nodes
+    # the rows' columns (views: updated in place)
+    kv, held, emitted, streams = st[:, KV], st[:, BLOCKS], st[:, EMITTED], st[:, STREAM]
+    accepted, checked = st[:, COUNTS + 3], st[:, COUNTS + 4]
+    remaining = st[:, OUTPUT] - emitted
+    ran = False
+    while True:
+        # the scheduler: sim.decode_step.plan on the batch's own rows
+        extra = (kv + grow) // bs - held
+        np.maximum(extra, 0, out=extra)
+        total = int(_sum(extra))
+        if total > kvm.free_blocks:
+            break  # someone must be preempted: the full scheduler
+        held += extra
+        kvm.free_blocks -= total
+        r._stretch = s
+        draft_s, verify_s, bound = pricer.price(row, kv, _EMPTY, _EMPTY)
+        start = env.now
+        yield env.timeout(draft_s + verify_s)
+        now = env.now
+        # sim.step.advance on the batch's own rows
+        acc = acceptance.draw(streams, emitted, widths, rng)  # [n]
+        accepted += acc
+        checked += acc
+        checked += acc < depth  # accepted + the first rejected
+        acc1 = acc + 1
+        step = np.minimum(acc1, remaining)
+        emitted += step
+        remaining -= step
+        kv += acc1  # the root plus the accepted path
+        keep = np.minimum((kv + (bs - 1)) // bs, held)
+        kvm.free_blocks += int(_sum(held - keep))
+        held[:] = keep
+        policy.observe(acc, row)
+        ran = True
+        s.k += 1
+        s.ends.append(now)
+        done = not _all(remaining)
+        if done:  # written back, then finished as advance finishes them, then the row
+            s.write_back()
+            r.finish(slots[remaining == 0], now)
+        log.append(index, start, now - start, n, n, 0, verify_tokens, drafted,
+                   int(_sum(acc)), int(_sum(step)), draft_s, verify_s, bound,
+                   kvm.used_blocks)
+        if done or r.waiting:
+            break
+    if r._stretch is s:
+        s.write_back()
+    if ran:
+        r.check_progress(n)
+    return ran
