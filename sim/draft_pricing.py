@@ -37,11 +37,13 @@ def prefill_sums(pre_context: np.ndarray, pre_chunks: np.ndarray) -> tuple:
 
 
 def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_sums: tuple,
-                         n_pre: int, sync: int | None = None) -> float:
+                         n_pre: int, sync: int | None = None,
+                         s_ctx: float | None = None) -> float:
     """Seconds of the draft passes when every decoding sequence has shape ``row`` (1-D).
 
     ``sync``: tokens each decoding sequence's draft ingests in the first pass besides its
-    root (only for a shape with no levels: every sequence keeps its draft's KV in step).
+    root (only for a shape with no levels: every sequence keeps its draft's KV in step);
+    ``s_ctx``: float(Σ dec_context), when the caller has it.
     """
     cost, n_dec = draft.cost, len(dec_context)
     if draft.one_pass:
@@ -51,7 +53,8 @@ def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_su
         return one_pass_seconds(draft, n_dec + n_pre) if speculating else 0.0
     feeds = draft_feeds(row) if n_dec else []
     p_new, p_ctx, p_new_ctx, p_sq = pre_sums
-    s_ctx = float(_sum(dec_context))
+    if s_ctx is None:
+        s_ctx = float(_sum(dec_context))
     extra = (sync or 0) if n_dec else 0
     if draft.replicas > 1:
         from hardware.draft import tree_draft_seconds

@@ -58,16 +58,25 @@ class Stretch:
         self.slots = slots  # int64 [n], running order
         self.st = st  # [n, N_COLS]: a copy of their state rows, the stretch's own
         self.nodes = nodes  # draft nodes per verify (every sequence drafts)
+        self.emitted0 = st[:, EMITTED].copy()
+        self.short = np.zeros(len(slots), dtype=np.int64)  # verifies that rejected a guess
+        self.excess = 0  # the last iteration's accepted + 1 beyond the output (finishers)
         self.k = 0  # iterations done
         self.ends: list[float] = []
 
     def write_back(self) -> None:
-        """Write the rows (with the counters every verify adds alike), gaps and last chunk
-        times into the replica."""
+        """Write the rows with their counters, the gaps and last chunk times into the
+        replica. Every iteration but a stretch's last emits accepted + 1 tokens per
+        sequence, so the accepted guesses are the tokens emitted, less one per iteration,
+        plus what the last one emitted short of accepted + 1 (sequences it finished)."""
         r, st, k = self.r, self.st, self.k
         r._stretch = None
-        if k:  # verify steps, draft steps (every verify drafted), drafted tokens
+        if k:
+            acc = st[:, EMITTED] - self.emitted0 - k + self.excess  # [n] accepted guesses
+            # verify steps, draft steps (every verify drafted), drafted, accepted, checked
             st[:, COUNTS:COUNTS + 3] += np.array((k, k, k * self.nodes))
+            st[:, COUNTS + 3] += acc
+            st[:, COUNTS + 4] += acc + self.short  # accepted + the first rejected
         r.state[self.slots] = st
         if not k:
             return  # a grant the horizon interrupted
@@ -82,7 +91,13 @@ class Stretch:
 
 def run(r):
     """Run replica ``r``'s next speculating stretch (a SimPy sub-generator: ``yield from``);
-    returns whether any iteration ran (False: nothing changed, take the reference path)."""
+    returns whether any iteration ran (False: nothing changed, take the reference path).
+
+    KV blocks: after a roll-back a sequence holds blocks_for(kept) (kept <= its tokens +
+    verify + lookahead, what it was granted), so from the second iteration on the grant is
+    blocks_for(tokens + verify + lookahead) less that, never negative, and every roll-back
+    keeps blocks_for(kept): the pool's sums are those of ``decode_step.plan`` and
+    ``BlockManager.rolled_back``."""
     rows = decoding_rows(r)
     if rows is None:
         return False
@@ -94,60 +109,74 @@ def run(r):
     verify = 1 + nodes
     if not depth or n * verify > lim.max_batched_tokens or _any(st[:, DLAG]):
         return False  # not speculating, the budget cuts drafts, a draft to catch up
-    s = Stretch(r, slots, st, nodes)
     env, kvm, log, acceptance, rng = r.env, r.kv, r.log.iterations, r.acceptance, r.rng
     pricer, policy, index = r.pricer, r.policy, r.index
     bs = lim.block_size
     grow = verify + r.lookahead + (bs - 1)  # blocks_for(kv + verify + lookahead)
+    # the first grant: blocks held may exceed what the verify needs (a prefill's lookahead)
+    kv, held = st[:, KV], st[:, BLOCKS]  # views: updated in place
+    need = (kv + grow) // bs
+    extra = need - held
+    np.maximum(extra, 0, out=extra)
+    total = int(_sum(extra))
+    if total > kvm.free_blocks:
+        return False  # someone must be preempted: the full scheduler
+    s = Stretch(r, slots, st, nodes)
     widths = rows_of(row, n)
     verify_tokens, drafted = n * verify, n * nodes
-    # the rows' columns (views: updated in place)
-    kv, held, emitted, streams = st[:, KV], st[:, BLOCKS], st[:, EMITTED], st[:, STREAM]
-    accepted, checked = st[:, COUNTS + 3], st[:, COUNTS + 4]
+    emitted, streams = st[:, EMITTED], st[:, STREAM]
     remaining = st[:, OUTPUT] - emitted
-    ran = False
+    short = s.short
+    s_ctx = int(_sum(kv))
+    held += extra
+    granted = int(_sum(held))
     while True:
-        # the scheduler: sim.decode_step.plan on the batch's own rows
-        extra = (kv + grow) // bs - held
-        np.maximum(extra, 0, out=extra)
-        total = int(_sum(extra))
-        if total > kvm.free_blocks:
-            break  # someone must be preempted: the full scheduler
-        held += extra
         kvm.free_blocks -= total
         r._stretch = s
-        draft_s, verify_s, bound = pricer.price(row, kv, _EMPTY, _EMPTY)
+        draft_s, verify_s, bound = pricer.price(row, kv, _EMPTY, _EMPTY, s_ctx=float(s_ctx))
         start = env.now
         yield env.timeout(draft_s + verify_s)
         now = env.now
         # sim.step.advance on the batch's own rows
         acc = acceptance.draw(streams, emitted, widths, rng)  # [n]
-        accepted += acc
-        checked += acc
-        checked += acc < depth  # accepted + the first rejected
         acc1 = acc + 1
-        step = np.minimum(acc1, remaining)
-        emitted += step
-        remaining -= step
-        kv += acc1  # the root plus the accepted path
-        keep = np.minimum((kv + (bs - 1)) // bs, held)
-        kvm.free_blocks += int(_sum(held - keep))
-        held[:] = keep
-        policy.observe(acc, row)
-        ran = True
+        accepted = int(_sum(acc))
+        short += acc < depth
         s.k += 1
         s.ends.append(now)
-        done = not _all(remaining)
+        done = _any(remaining <= acc1)  # someone emits its last token
+        if done:
+            step = np.minimum(acc1, remaining)
+            emitted += step
+            remaining -= step
+            s.excess = acc1 - step
+            out = int(_sum(step))
+        else:
+            emitted += acc1
+            remaining -= acc1
+            out = accepted + n
+        kv += acc1  # the root plus the accepted path
+        keep = (kv + (bs - 1)) // bs  # blocks_for(kept) <= the blocks granted
+        kept = int(_sum(keep))
+        kvm.free_blocks += granted - kept
+        held[:] = keep
+        s_ctx += accepted + n
+        policy.observe(acc, row)
         if done:  # written back, then finished as advance finishes them, then the row
             s.write_back()
             r.finish(slots[remaining == 0], now)
-        log.append(index, start, now - start, n, n, 0, verify_tokens, drafted,
-                   int(_sum(acc)), int(_sum(step)), draft_s, verify_s, bound,
-                   kvm.used_blocks)
+        log.append(index, start, now - start, n, n, 0, verify_tokens, drafted, accepted,
+                   out, draft_s, verify_s, bound, kvm.used_blocks)
         if done or r.waiting:
             break
+        # the next grant (the scheduler, sim.decode_step.plan on these rows)
+        need = (kv + grow) // bs
+        granted = int(_sum(need))
+        total = granted - kept
+        if total > kvm.free_blocks:
+            break  # someone must be preempted: the full scheduler
+        held[:] = need
     if r._stretch is s:
         s.write_back()
-    if ran:
-        r.check_progress(n)
-    return ran
+    r.check_progress(n)
+    return True
