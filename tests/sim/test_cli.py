@@ -84,3 +84,51 @@ def test_a_closed_pipe_through_a_real_pipe():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_the_console_script_leaves_with_everything_written(capsys):
+    """``entry`` (the console script, ``python -m sim``) ends a finished command with
+    ``os._exit`` after flushing: the same output and exit code as ``main``, for a command
+    that prints a lot, a user error, and a command that exits as usual."""
+    import subprocess
+    import sys
+
+    assert main(["hw", "list"]) == 0
+    want = capsys.readouterr().out
+    got = subprocess.run([sys.executable, "-m", "sim", "hw", "list"], capture_output=True,
+                         text=True, timeout=120)
+    assert (got.returncode, got.stdout, got.stderr) == (0, want, "")
+    bad = subprocess.run([sys.executable, "-m", "sim", "bench", "--requests", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("specsim bench: error: --requests: must be in 1..")
+    # the teardown is skipped (exit handlers do not run) for hw, not for reference
+    code = ("import atexit, sys, sim.cli\n"
+            "atexit.register(lambda: print('TEARDOWN', file=sys.stderr))\n"
+            "sys.argv = ['specsim', *sys.argv[1:]]\n"
+            "sim.cli.entry()\n")
+    for argv, teardown in ((["hw", "list"], False), (["reference"], True)):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                              text=True, timeout=120)
+        assert ("TEARDOWN" in proc.stderr) == teardown, argv
+
+
+def test_a_closed_pipe_through_the_console_script():
+    """A reader that closes early, with the console script's fast exit: exit 1, quietly."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sim.cli, sim.commands.hw as hw\n"
+            "def flood(args):\n"
+            "    for _ in range(100000):\n"
+            "        print('x' * 100)\n"
+            "hw.run_list = flood\n"
+            "sys.argv = ['specsim', 'hw', 'list']\n"
+            "sim.cli.entry()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err
