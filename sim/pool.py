@@ -75,9 +75,15 @@ def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
     except BaseException:
         # ProcessPoolExecutor has no public way to stop running workers: terminate them
         procs = list(getattr(pool, "_processes", {}).values())
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()
+        # Let the pool's manager thread see its workers gone and close its wakeup pipe now:
+        # left running, it races the interpreter's exit handler, which then writes to the
+        # pipe as it closes ("Exception ignored in: <module 'threading'>" on stderr).
+        if manager is not None:
+            manager.join(timeout=10)
         raise
     pool.shutdown()
 
