@@ -137,28 +137,47 @@ def write_run(result, out_dir: str | Path, source: str, overrides: list[str],
     report), so a report that fails or is interrupted leaves no folder either."""
     out = Path(out_dir)
     with staged_folder(out, "--out", force) as tmp:
-        try:
-            _write_files(result, tmp, source, overrides, wall_s)
-            if then is not None:
-                then(tmp)
-            _write_meta(result, tmp, source, overrides, wall_s)
-        except OSError as e:
-            raise UserError(f"--out {out}: cannot write {e.filename or 'the run'}: "
-                            f"{e.strerror}") from None
+        for v in result.variants:
+            write_variant(tmp, v, out)
+        finish_run(result, tmp, out, source, overrides, wall_s, then)
     return out
 
 
-def _write_files(result, out: Path, source: str, overrides: list[str], wall_s: float) -> None:
-    sc = result.scenario
-    (out / "scenario.yaml").write_text(
-        yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
-    )
-    (out / "summary.json").write_text(json.dumps({"variants": result.summaries}, indent=2))
-    for v in result.variants:
-        d = out / v.name
+@contextmanager
+def writing(out: Path):
+    """An OSError while writing the run folder ``out`` as a one-line UserError."""
+    try:
+        yield
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write {e.filename or 'the run'}: "
+                        f"{e.strerror}") from None
+
+
+def write_variant(tmp: Path, variant, out: Path) -> None:
+    """A variant's records, ``<variant>/requests.csv`` and ``iterations.csv``, into the
+    staged folder ``tmp`` of ``out`` (``sim.runner.run`` writes each where it was simulated,
+    while the others still run)."""
+    with writing(out):
+        d = tmp / variant.name
         d.mkdir(exist_ok=True)
-        write_records(d / "requests.csv", v.requests)
-        write_records(d / "iterations.csv", v.iterations)
+        write_records(d / "requests.csv", variant.requests)
+        write_records(d / "iterations.csv", variant.iterations)
+
+
+def finish_run(result, tmp: Path, out: Path, source: str, overrides: list[str],
+               wall_s: float, then=None) -> None:
+    """Everything of a run folder but its records (already in the staged ``tmp``): the
+    resolved scenario, the summaries, ``then(tmp)`` (the report), and meta.yaml last."""
+    with writing(out):
+        sc = result.scenario
+        (tmp / "scenario.yaml").write_text(
+            yaml.safe_dump(sc.model_dump(mode="json"), sort_keys=False)
+        )
+        (tmp / "summary.json").write_text(json.dumps({"variants": result.summaries},
+                                                     indent=2))
+        if then is not None:
+            then(tmp)
+        _write_meta(result, tmp, source, overrides, wall_s)
 
 
 def _write_meta(result, out: Path, source: str, overrides: list[str], wall_s: float) -> None:

@@ -79,6 +79,8 @@ def in_processes(fn: Callable, args: Sequence[tuple], workers: int,
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()
+        for proc in procs:  # gone before the caller cleans up what they were writing
+            proc.join(timeout=10)
         # Let the pool's manager thread see its workers gone and close its wakeup pipe now:
         # left running, it races the interpreter's exit handler, which then writes to the
         # pipe as it closes ("Exception ignored in: <module 'threading'>" on stderr).

@@ -137,7 +137,7 @@ def _numbers_hidden(problem: str) -> str:
 
 
 def simulate_variants(built, horizon_s: float | None, progress=None,
-                      workers: int = 1, meanwhile=None) -> list[VariantResult]:
+                      workers: int = 1, meanwhile=None, keep=None) -> list[VariantResult]:
     """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
 
     The variants are independent simulations, so running them side by side gives the same
@@ -145,15 +145,23 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
     order. Workers are forked (``sim.pool.forked``: they inherit the setups, which hold
     closures that cannot be pickled), on Linux only (elsewhere, or with one worker or one
     variant, they run here one after the other). ``progress(name, now, total)`` is relayed
-    from the workers; ``meanwhile()`` runs here while they simulate.
+    from the workers; ``meanwhile()`` runs here while they simulate. ``keep(result)``, if
+    given, is called with each variant's result where it was simulated (in its worker:
+    e.g. to write its records while the others still run); its error is the variant's.
     """
     import multiprocessing as mp
 
     from sim.pool import can_fork, forked
 
+    def simulated(setup, name, tick):
+        res = simulate(setup, horizon_s, name, tick)
+        if keep is not None:
+            keep(res)
+        return res
+
     if not can_fork(workers, len(built)):
-        return [simulate(setup, horizon_s, name, None if progress is None else
-                         (lambda now, tot, n=name: progress(n, now, tot)))
+        return [simulated(setup, name, None if progress is None else
+                          (lambda now, tot, n=name: progress(n, now, tot)))
                 for name, setup in built]
     queue = mp.get_context("fork").SimpleQueue() if progress is not None else None
 
@@ -168,7 +176,7 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
         name, setup = built[i]
         tick = None if queue is None else (lambda now, tot: queue.put((i, now, tot)))
         try:
-            return simulate(setup, horizon_s, name, tick)
+            return simulated(setup, name, tick)
         except Exception as e:  # raised again by the parent, in scenario order
             return e
 
@@ -181,9 +189,10 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
 
 
 def run_setups(scenario, built, progress=None, workers: int = 1,
-               meanwhile=None) -> ScenarioResult:
+               meanwhile=None, keep=None) -> ScenarioResult:
     """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals
-    (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile``)."""
+    (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile`` and
+    ``keep``)."""
     from sim.summary import add_speedups, slo_verdict, summarize
 
     summaries = []
@@ -191,7 +200,7 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     # The i.i.d. chain formula applies to policies that only ever draft chains.
     chains = {v.name: v.policy.chains_only for v in scenario.variants}
-    results = simulate_variants(built, horizon, progress, workers, meanwhile)
+    results = simulate_variants(built, horizon, progress, workers, meanwhile, keep)
     for (name, setup), res in zip(built, results, strict=True):
         summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
@@ -212,8 +221,9 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
     ``(ScenarioResult, run folder or None)``. ``engine_sets`` are ``(override, label)`` pairs
     applied first (what a ``vllm serve`` command line says, ``sim.engines``). The folder is
-    written atomically (``sim.output.write_run``: ``force`` replaces a non-empty ``out``,
-    ``then(folder)`` adds to it first, e.g. the report); ``on_start(scenario, built)`` is called
+    written atomically, as ``sim.output.write_run`` writes it, each variant's records by the
+    process that simulated it (``force`` replaces a non-empty ``out``, ``then(folder)`` adds
+    to it first, e.g. the report); ``on_start(scenario, built)`` is called
     once the scenario is built, before it runs; ``workers``: processes for the variants
     (``simulate_variants``; ``meanwhile()`` runs while they do). Never prints.
     """
@@ -221,7 +231,7 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     from pathlib import Path
 
     from sim.loading import default_scenario_path, display_path, read_yaml
-    from sim.output import check_out, default_run_dir, write_run
+    from sim.output import check_out, default_run_dir, finish_run, staged_folder, write_variant
 
     sets = [t for t, _ in engine_sets] + list(overrides) \
         + ([f"run.seed={seed}"] if seed is not None else [])
@@ -237,8 +247,11 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
         check_out(folder, "--out", force)  # refuse before simulating, not after
     if on_start is not None:
         on_start(scenario, built)
-    result = run_setups(scenario, built, progress, workers, meanwhile)
     if not write:
-        return result, None
-    return result, write_run(result, folder, source, sets, time.perf_counter() - start,
-                             force, then)
+        return run_setups(scenario, built, progress, workers, meanwhile), None
+    # sim.output.write_run's folder, each variant's records written where it was simulated
+    with staged_folder(folder, "--out", force) as tmp:
+        result = run_setups(scenario, built, progress, workers, meanwhile,
+                            keep=lambda res: write_variant(tmp, res, folder))
+        finish_run(result, tmp, folder, source, sets, time.perf_counter() - start, then)
+    return result, folder

@@ -289,3 +289,42 @@ def test_variants_side_by_side_raise_the_error_one_after_the_other_would(monkeyp
     for workers in (1, 2):
         with pytest.raises(RuntimeError, match=f"^{built[0][0]} failed$"):
             runner.simulate_variants(built, None, workers=workers)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_records_are_written_by_the_process_that_simulated_them(workers, tmp_path, capsys,
+                                                                monkeypatch):
+    """Each variant's records are written where it was simulated (a forked worker, with
+    --workers 2): the folder is the one ``write_run`` writes, and a write that fails there
+    is the one-line error that names the file, with nothing left behind."""
+    import os
+
+    import sim.output as output
+    from sim.output import write_run
+
+    sets = [x for s in SHORT for x in ("--set", s)]
+    out = tmp_path / "run"
+    assert main(["run", *sets, "--out", str(out), "--no-report", "--no-progress",
+                 "--workers", workers]) == 0
+    capsys.readouterr()
+    result = run_scenario(load_scenario(None, SHORT))
+    ref = write_run(result, tmp_path / "ref", "x", [], 0.0)
+    for v in ("none", "fixed-g4"):
+        for f in ("requests.csv", "iterations.csv"):
+            assert (out / v / f).read_bytes() == (ref / v / f).read_bytes()
+    pid = os.getpid()
+
+    def full(path, records):
+        if os.getpid() != pid or workers == "1":  # in the worker that simulated it
+            raise OSError(28, "No space left on device", str(path))
+        return write_records(path, records)
+
+    write_records = output.write_records
+    monkeypatch.setattr(output, "write_records", full)
+    bad = tmp_path / "bad"
+    assert main(["run", *sets, "--out", str(bad), "--no-report", "--no-progress",
+                 "--workers", workers]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"specsim run: error: --out {bad}: cannot write ")
+    assert err[0].endswith("/none/requests.csv: No space left on device")
+    assert not bad.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ref", "run"]
