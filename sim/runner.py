@@ -47,8 +47,8 @@ def simulate(
         env.run(until=horizon_s)
     else:
         steps = 100
-        for k in range(1, steps + 1):
-            env.run(until=total * k / steps)
+        for k in range(1, steps + 1):  # the last slice ends at the horizon itself
+            env.run(until=total if k == steps else total * k / steps)
             progress(env.now, total)
         if horizon_s is None:
             env.run()

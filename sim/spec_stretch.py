@@ -19,6 +19,11 @@ iteration in which a sequence emits its last token (written back, then finished 
 ``advance`` finishes it). A horizon that stops the run mid-stretch finds the replica's
 state written back by ``Replica.flush_running`` (``write_back``).
 
+What it relies on: a ``by_batch_size`` policy's shape is a pure function of the batch
+size (asked once per stretch, as its batch does not change), and an acceptance model
+accepts at most a row's depth (``AcceptanceModel.accept``'s contract), so kept tokens never
+outgrow the blocks granted.
+
 ``ENABLED = False`` (or ``SPECSIM_SPEC_STRETCH=0``) turns it off; the fast-vs-reference
 test runs every shipped scenario both ways and compares every record.
 """

@@ -169,7 +169,9 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
     _assert_same_runs(*runs)
 
 
-@pytest.mark.parametrize("horizon", [7.3, 5.0])  # 5.0 s stops fixed-g4 inside a stretch
+# 5.0 s stops fixed-g4 inside a stretch; 6.2782 * 100 / 100 is not 6.2782 (the progress
+# bar's last slice must end at the horizon itself)
+@pytest.mark.parametrize("horizon", [7.3, 5.0, 6.2782])
 def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch):
     """A horizon and the progress bar's slices (``env.run(until=...)``) are events too: the
     records with a horizon, with and without progress, match the iteration-at-a-time run
@@ -187,4 +189,5 @@ def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch
         got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
     for other in got[1:]:
         _assert_same_runs(got[0], other)
+        assert [v.end_at for v in other] == [v.end_at for v in got[0]] == [horizon] * 2
     assert not got[0][0].requests.columns["finished"].all()  # the horizon cut the run
