@@ -149,8 +149,14 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
     if draft.replicas > 1:
         from hardware.draft import chain_draft_seconds
 
-        if (widths > 1).any():
-            raise ValueError("per-sequence trees with several draft replicas: chains only")
+        if (widths > 1).any():  # a limitation of the pricing, met at run time: one line
+            from specdec.errors import UserError
+
+            raise UserError(
+                f"scheduler.max_batched_tokens: the token budget cut some sequences' trees "
+                f"this iteration, and trees cut per sequence are priced only for a draft on "
+                f"one GPU, not on {draft.replicas} (draft replicas); raise the budget to "
+                f"max_num_seqs x (1 + the tree's nodes) or use a chain policy")
         total = chain_draft_seconds(draft, has.sum(axis=1), dec_context)
         if sync is not None and (sync > 0).any():
             total += dcost.pass_seconds(sync[sync > 0], dec_context[sync > 0])
