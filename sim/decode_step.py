@@ -56,19 +56,30 @@ def decoding_rows(r) -> tuple[np.ndarray, np.ndarray] | None:
     return run, st
 
 
-def plan(r) -> Batch | None:
-    """The batch ``plan_vllm_v1`` forms when every running sequence of ``r`` decodes and
-    all of them fit whole (same KV grants), or None -- with ``r`` untouched -- otherwise."""
+def decoding_shape(r) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | None:
+    """``decoding_rows`` with the policy's shape for them, its depth and draft nodes, when
+    every sequence's verify fits the token budget whole; else None (the budget walk cuts
+    someone's draft, or someone waits or prefills). ``sim.spec_stretch`` starts from it."""
     rows = decoding_rows(r)
     if rows is None:
         return None
     run, st = rows
-    n = len(run)
-    row = r.policy.shape(n, running=r.n_active)
-    verify = 1 + shape_info(row)[1]
+    row = r.policy.shape(len(run), running=r.n_active)
+    depth, nodes, _ = shape_info(row)
+    if len(run) * (1 + nodes) > r.limits.max_batched_tokens:
+        return None
+    return run, st, row, depth, nodes
+
+
+def plan(r) -> Batch | None:
+    """The batch ``plan_vllm_v1`` forms when every running sequence of ``r`` decodes and
+    all of them fit whole (same KV grants), or None -- with ``r`` untouched -- otherwise."""
+    shaped = decoding_shape(r)
+    if shaped is None:
+        return None
+    run, st, row, _, nodes = shaped
+    verify = 1 + nodes
     lim = r.limits
-    if n * verify > lim.max_batched_tokens:
-        return None  # the budget walk cuts someone's draft
     kv = st[:, KV]
     held = st[:, BLOCKS]
     extra = blocks_for(kv + (verify + r.lookahead), lim.block_size) - held  # [R] to add

@@ -34,8 +34,7 @@ import os
 
 import numpy as np
 
-from sim.decode_step import decoding_rows
-from sim.shapes import shape_info
+from sim.decode_step import decoding_shape
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, KV, OUTPUT, STREAM
 from sim.step import rows_of
 
@@ -103,17 +102,15 @@ def run(r):
     blocks_for(tokens + verify + lookahead) less that, never negative, and every roll-back
     keeps blocks_for(kept): the pool's sums are those of ``decode_step.plan`` and
     ``BlockManager.rolled_back``."""
-    rows = decoding_rows(r)
-    if rows is None:
+    shaped = decoding_shape(r)  # nobody waits or prefills, every verify fits the budget
+    if shaped is None:
         return False
-    slots, st = rows
+    slots, st, row, depth, nodes = shaped
+    if not depth or _any(st[:, DLAG]):
+        return False  # not speculating, a draft to catch up
     n = len(slots)
-    row = r.policy.shape(n, running=r.n_active)
-    depth, nodes, _ = shape_info(row)
     lim = r.limits
     verify = 1 + nodes
-    if not depth or n * verify > lim.max_batched_tokens or _any(st[:, DLAG]):
-        return False  # not speculating, the budget cuts drafts, a draft to catch up
     env, kvm, log, acceptance, rng = r.env, r.kv, r.log.iterations, r.acceptance, r.rng
     pricer, policy, index = r.pricer, r.policy, r.index
     bs = lim.block_size
