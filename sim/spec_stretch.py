@@ -41,7 +41,6 @@ from sim.step import rows_of
 ENABLED = os.environ.get("SPECSIM_SPEC_STRETCH", "1") != "0"
 
 _sum = np.add.reduce
-_all = np.logical_and.reduce
 _any = np.logical_or.reduce
 _EMPTY = np.zeros(0, dtype=np.int64)
 
