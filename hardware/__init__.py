@@ -34,6 +34,7 @@ _EXPORTS = {
     "colocated_kv_capacity_tokens": "hardware.draft",
     "tree_attended_keys": "hardware.draft",
     "tree_draft_seconds": "hardware.draft",
+    "tree_rows_draft_seconds": "hardware.draft",
     "tree_level_sizes": "hardware.draft",
     "tree_nodes": "hardware.draft",
     "ModelConfig": "hardware.models",
@@ -68,6 +69,7 @@ __all__ = [
     "stage_layouts",
     "tree_attended_keys",
     "tree_draft_seconds",
+    "tree_rows_draft_seconds",
     "tree_level_sizes",
     "tree_nodes",
 ]

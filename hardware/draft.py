@@ -46,6 +46,7 @@ __all__ = [
     "one_pass_seconds",
     "tree_draft_prefix_seconds",
     "tree_draft_seconds",
+    "tree_rows_draft_seconds",
     "tree_attended_keys",
     "colocated_kv_capacity_tokens",
     "check_colocated_memory",
@@ -170,6 +171,40 @@ def tree_draft_prefix_seconds(setup: DraftSetup, widths: Sequence[int],
                 n_seqs=b)
             before += n
             worst[depth + 1] = max(worst[depth + 1], total)
+    return worst
+
+
+def tree_rows_draft_seconds(setup: DraftSetup, widths: np.ndarray, context: np.ndarray) -> float:
+    """Seconds to draft a tree per sequence -- int64 widths [n_seq, m], each row 0-padded
+    past its depth (the shapes a token budget cut) -- on the setup's replicas: sequences
+    split round robin, the slowest replica's passes. Pass j feeds each sequence its
+    level-j nodes (the root first), which attend their context, their j ancestors and
+    themselves (the tree mask), the nodes fed before in the cache; a sequence whose tree
+    is shallower drops out. Rows all alike give :func:`tree_draft_seconds`'s passes."""
+    w = np.asarray(widths, dtype=np.int64)
+    ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+    if w.ndim != 2 or w.shape[0] != ctx.size or (w < 0).any():
+        raise UserError("draft trees: widths must be [n_seq, m] and >= 0")
+    if setup.one_pass:  # every position of every tree from one pass
+        return one_pass_seconds(setup, ctx.size) if (w[:, :1] > 0).any() else 0.0
+    has = w > 0  # [n, m]
+    feed = np.zeros_like(w)  # [n, m]: nodes pass j feeds per sequence
+    feed[:, 0] = has[:, 0]
+    feed[:, 1:] = np.cumprod(w, axis=1)[:, :-1] * has[:, 1:]
+    before = np.cumsum(feed, axis=1) - feed  # [n, m]: nodes fed before pass j
+    worst = 0.0
+    for group in _groups(ctx.size, setup.replicas):
+        f, b, c = feed[group], before[group], ctx[group]
+        total = 0.0
+        for j in range(w.shape[1]):
+            live = f[:, j] > 0
+            if not live.any():
+                break
+            new = f[live, j].astype(np.float64)
+            total += setup.cost.pass_seconds_sums(
+                float(new.sum()), float((c[live] + b[live, j]).sum()), 0.0, 0.0,
+                sum_keys=float((new * (c[live] + (j + 1))).sum()), n_seqs=float(live.sum()))
+        worst = max(worst, total)
     return worst
 
 

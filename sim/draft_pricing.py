@@ -147,17 +147,10 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
     if sync is not None:
         feed[:, 0] += sync
     if draft.replicas > 1:
-        from hardware.draft import chain_draft_seconds
+        from hardware.draft import chain_draft_seconds, tree_rows_draft_seconds
 
-        if (widths > 1).any():  # a limitation of the pricing, met at run time: one line
-            from specdec.errors import UserError
-
-            raise UserError(
-                f"scheduler.max_batched_tokens: the token budget cut some sequences' trees "
-                f"this iteration, and trees cut per sequence are priced only for a draft on "
-                f"one GPU, not on {draft.replicas} (draft replicas); raise the budget to "
-                f"max_num_seqs x (1 + the tree's nodes) or use a chain policy")
-        total = chain_draft_seconds(draft, has.sum(axis=1), dec_context)
+        total = tree_rows_draft_seconds(draft, widths, dec_context) if (widths > 1).any() \
+            else chain_draft_seconds(draft, has.sum(axis=1), dec_context)
         if sync is not None and (sync > 0).any():
             total += dcost.pass_seconds(sync[sync > 0], dec_context[sync > 0])
         if len(pre_chunks):

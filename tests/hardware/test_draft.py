@@ -18,6 +18,7 @@ from hardware import (
     tree_draft_seconds,
     tree_level_sizes,
     tree_nodes,
+    tree_rows_draft_seconds,
 )
 from specdec.errors import UserError
 
@@ -53,6 +54,34 @@ def test_chain_with_per_sequence_gamma_drops_finished_sequences():
     expected = (d.cost.pass_seconds([1, 1], [100, 700])
                 + d.cost.pass_seconds([1], [701]) + d.cost.pass_seconds([1], [702]))
     assert chain_draft_seconds(d, gamma, ctx) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("timing", ["paper", "roofline"])
+def test_trees_cut_per_sequence_on_draft_replicas(timing):
+    """Rows all alike are the shared tree's passes; rows a budget cut are priced per
+    replica group (round robin), the slowest group's passes; a sequence's first pass
+    feeds its root, each deeper one its level's nodes; a row of zeros costs nothing."""
+    rng = np.random.default_rng(4)
+    one = DraftSetup(cost("llama-3.2-1b", timing=timing))
+    four = DraftSetup(one.cost, replicas=4)
+    ctx = rng.integers(10, 2000, 11)
+    tree = [2, 3, 1, 2]
+    rows = np.broadcast_to(np.array(tree), (11, 4))
+    for d in (one, four):
+        assert tree_rows_draft_seconds(d, rows, ctx) == pytest.approx(
+            tree_draft_seconds(d, tree, ctx), rel=1e-12)
+    cut = np.array(rows)
+    cut[[1, 5, 8], 2:] = 0  # three sequences' trees cut to two levels
+    cut[[3, 6], 1:] = 0  # two to one
+    cut[9] = 0  # one drafts nothing
+    groups = [tree_rows_draft_seconds(one, cut[g::4], ctx[g::4]) for g in range(4)]
+    assert tree_rows_draft_seconds(four, cut, ctx) == max(groups)
+    # group 1 (sequences 1, 5, 9): the roots, then two with k1 = 2 nodes each
+    seq = [1, 5]
+    want = (one.cost.pass_seconds([1, 1], ctx[seq], [c + 1.0 for c in ctx[seq]])
+            + one.cost.pass_seconds([2, 2], ctx[seq] + 1, [2 * (c + 2.0) for c in ctx[seq]]))
+    assert groups[1] == pytest.approx(want, rel=1e-12)
+    assert tree_rows_draft_seconds(four, np.zeros((5, 3), dtype=np.int64), ctx[:5]) == 0.0
 
 
 def test_tree_is_one_pass_per_level_over_that_levels_nodes():

@@ -139,19 +139,3 @@ def test_a_build_error_in_the_file_is_not_blamed_on_an_override(name, tmp_path, 
                       tmp_path, capsys)
     assert f"{name}: {_expected(path)}" in line and "--set" not in line
 
-
-def test_a_tree_the_budget_cuts_with_draft_replicas_is_refused_in_one_line(tmp_path, capsys):
-    """A limitation met while simulating (trees cut per sequence are priced only for a draft
-    on one GPU) is one line and exit 2, not a traceback."""
-    root = Path(__file__).resolve().parents[2]
-    code = main(["run", str(root / "scenarios" / "plan-llama70b.yaml"),
-                 "--set", "run.requests=20", "--set", "scheduler.max_batched_tokens=256",
-                 "--set", "scheduler.chunk_tokens=128",
-                 "--set", "variants=[{name: t, policy: {kind: tree, "
-                          "expansion: [2, 3, 1, 3, 1, 1]}}]",
-                 "--no-report", "--no-progress", "--out", str(tmp_path / "run")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1
-    assert err[0].startswith("specsim run: error: scheduler.max_batched_tokens: the token "
-                             "budget cut some sequences' trees")
-    assert not (tmp_path / "run").exists()

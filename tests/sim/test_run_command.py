@@ -328,3 +328,18 @@ def test_records_are_written_by_the_process_that_simulated_them(workers, tmp_pat
     assert len(err) == 1 and err[0].startswith(f"specsim run: error: --out {bad}: cannot write ")
     assert err[0].endswith("/none/requests.csv: No space left on device")
     assert not bad.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ref", "run"]
+
+
+def test_trees_the_budget_cuts_are_priced_with_the_draft_on_every_target_gpu(tmp_path):
+    """A tree policy whose token budget cuts some sequences' trees, with the draft on each
+    of a TP-4 target's GPUs (four draft replicas): those iterations are priced
+    (``hardware.draft.tree_rows_draft_seconds``) and the run finishes."""
+    sc = load_scenario(repo_root() / "scenarios" / "plan-llama70b.yaml", [
+        "run.requests=20", "scheduler.max_batched_tokens=256", "scheduler.chunk_tokens=128",
+        "variants=[{name: t, policy: {kind: tree, expansion: [2, 3, 1, 3, 1, 1]}}]"])
+    res = run_scenario(sc).variants[0]
+    it = res.iterations.columns
+    full = 1 + 2 + 6 + 6 + 18 + 18 + 18  # one sequence's verify of the whole tree
+    cut = (it["decode_seqs"] > 0) & (it["verify_tokens"] < it["decode_seqs"] * full)
+    assert cut.any() and (it["draft_s"][cut] > 0).all()
+    assert res.requests.columns["finished"].all()
