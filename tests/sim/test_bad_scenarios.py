@@ -138,4 +138,3 @@ def test_a_build_error_in_the_file_is_not_blamed_on_an_override(name, tmp_path, 
     line = _run_error([str(path), "--set", "run.seed=1", "--set", "scheduler.max_num_seqs=8"],
                       tmp_path, capsys)
     assert f"{name}: {_expected(path)}" in line and "--set" not in line
-
