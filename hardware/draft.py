@@ -47,6 +47,7 @@ __all__ = [
     "tree_draft_prefix_seconds",
     "tree_draft_seconds",
     "tree_rows_draft_seconds",
+    "level_feeds",
     "tree_attended_keys",
     "colocated_kv_capacity_tokens",
     "check_colocated_memory",
@@ -174,6 +175,17 @@ def tree_draft_prefix_seconds(setup: DraftSetup, widths: Sequence[int],
     return worst
 
 
+def level_feeds(widths: np.ndarray) -> np.ndarray:
+    """int64 [n, m]: the nodes each serial draft pass feeds per sequence, for a tree shape
+    per row (int64 widths [n, m], 0-padded past each row's depth): the root in the first
+    pass, then each level's nodes; 0 once a row's tree has ended."""
+    has = widths > 0
+    feed = np.zeros_like(widths)
+    feed[:, 0] = has[:, 0]
+    feed[:, 1:] = np.cumprod(widths, axis=1)[:, :-1] * has[:, 1:]
+    return feed
+
+
 def tree_rows_draft_seconds(setup: DraftSetup, widths: np.ndarray, context: np.ndarray) -> float:
     """Seconds to draft a tree per sequence -- int64 widths [n_seq, m], each row 0-padded
     past its depth (the shapes a token budget cut) -- on the setup's replicas: sequences
@@ -187,10 +199,7 @@ def tree_rows_draft_seconds(setup: DraftSetup, widths: np.ndarray, context: np.n
         raise UserError("draft trees: widths must be [n_seq, m] and >= 0")
     if setup.one_pass:  # every position of every tree from one pass
         return one_pass_seconds(setup, ctx.size) if (w[:, :1] > 0).any() else 0.0
-    has = w > 0  # [n, m]
-    feed = np.zeros_like(w)  # [n, m]: nodes pass j feeds per sequence
-    feed[:, 0] = has[:, 0]
-    feed[:, 1:] = np.cumprod(w, axis=1)[:, :-1] * has[:, 1:]
+    feed = level_feeds(w)  # [n, m]
     before = np.cumsum(feed, axis=1) - feed  # [n, m]: nodes fed before pass j
     worst = 0.0
     for group in _groups(ctx.size, setup.replicas):

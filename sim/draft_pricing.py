@@ -139,18 +139,16 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
             if speculating else 0.0
     if widths.shape[1] == 0:  # no levels at all: at most the ingest pass
         widths = np.zeros((len(dec_context), 1), dtype=np.int64)
-    sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level
-    has = widths > 0  # [D, m]
-    feed = np.zeros_like(widths)  # [D, m]: tokens pass j feeds per sequence
-    feed[:, 0] = has[:, 0]
-    feed[:, 1:] = sizes[:, :-1] * has[:, 1:]
+    from hardware.draft import level_feeds
+
+    feed = level_feeds(widths)  # [D, m]: tokens pass j feeds per sequence
     if sync is not None:
         feed[:, 0] += sync
     if draft.replicas > 1:
         from hardware.draft import chain_draft_seconds, tree_rows_draft_seconds
 
         total = tree_rows_draft_seconds(draft, widths, dec_context) if (widths > 1).any() \
-            else chain_draft_seconds(draft, has.sum(axis=1), dec_context)
+            else chain_draft_seconds(draft, (widths > 0).sum(axis=1), dec_context)
         if sync is not None and (sync > 0).any():
             total += dcost.pass_seconds(sync[sync > 0], dec_context[sync > 0])
         if len(pre_chunks):

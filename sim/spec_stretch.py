@@ -35,6 +35,7 @@ import os
 import numpy as np
 
 from sim.decode_step import decoding_shape
+from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, KV, OUTPUT, STREAM
 from sim.step import rows_of
 
@@ -157,7 +158,7 @@ def run(r):
             remaining -= acc1
             out = accepted + n
         kv += acc1  # the root plus the accepted path
-        keep = (kv + (bs - 1)) // bs  # blocks_for(kept) <= the blocks granted
+        keep = blocks_for(kv, bs)  # blocks for what was kept: <= the blocks granted
         kept = int(_sum(keep))
         kvm.free_blocks += granted - kept
         held[:] = keep
