@@ -1,13 +1,15 @@
 """The scheduler's answer for a decode-only iteration, formed with a handful of array ops.
 
-Most iterations of a loaded replica have nobody waiting and nobody prefilling: every
-running sequence decodes with the policy's one shape. For such an iteration the vLLM v1
-walk of ``sim.scheduling.vllm_v1.plan_vllm_v1`` reduces to arithmetic on the running
-rows -- each wants 1 + the shape's nodes, which fits the token budget whole or not at all,
-and gets the blocks for its tokens plus the lookahead slots if the pool has them for
-everyone. ``plan(r)`` does exactly that and returns the same ``Batch`` with the same KV
-grants; when anything else could happen (a request waiting, a prefill, the budget cut, a
-preemption) it returns None *before changing anything* and the full scheduler runs. The
+Most iterations of a loaded replica have nobody prefilling from an earlier iteration:
+every running sequence decodes with the policy's one shape. For such an iteration the
+vLLM v1 walk of ``sim.scheduling.vllm_v1.plan_vllm_v1`` reduces to arithmetic on the
+running rows -- each wants 1 + the shape's nodes, which fits the token budget whole or not
+at all, and gets the blocks for its tokens plus the lookahead slots if the pool has them for
+everyone -- followed by the walk's own admissions of waiting requests with the budget left
+(``admit_waiting``, as the walk calls it when nobody was preempted). ``plan(r)`` does
+exactly that and returns the same ``Batch`` with the same KV grants and admissions; when
+anything else could happen (a prefill under way, the budget cut, a preemption) it returns
+None *before changing anything* and the full scheduler runs. The
 iteration is then priced, timed and applied (``sim.step.advance``) as any other: one event
 per iteration, the same records. ``ENABLED = False`` (or ``SPECSIM_FAST_DECODE=0``) turns it
 off; a test runs every shipped scenario both ways and compares every record.
@@ -25,7 +27,7 @@ import os
 import numpy as np
 
 from sim.kv import BlockManager, blocks_for
-from sim.scheduling.common import NONE, Batch
+from sim.scheduling.common import NONE, Batch, admit_waiting
 from sim.shapes import shape_info
 from sim.slots import BLOCKS, FILLED, KV, TARGET
 
@@ -43,11 +45,12 @@ def applies(r) -> bool:
             and not r.sticky_off)
 
 
-def decoding_rows(r) -> tuple[np.ndarray, np.ndarray] | None:
+def decoding_rows(r, admitting: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """(the running slots in running order, int64 [R] read-only; a copy of their state
-    rows, [R, N_COLS]) when nobody waits and every running sequence of ``r`` decodes, else
-    None (``sim.steady`` starts from the same)."""
-    if r.waiting or not r.n_active:
+    rows, [R, N_COLS]) when every running sequence of ``r`` decodes and nobody waits (or,
+    ``admitting``, whether or not someone waits), else None (``sim.steady`` starts from the
+    same)."""
+    if (r.waiting and not admitting) or not r.n_active:
         return None
     run = r.running_order()
     st = r.state[run]
@@ -56,11 +59,13 @@ def decoding_rows(r) -> tuple[np.ndarray, np.ndarray] | None:
     return run, st
 
 
-def decoding_shape(r) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | None:
+def decoding_shape(r, admitting: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | None:
     """``decoding_rows`` with the policy's shape for them, its depth and draft nodes, when
     every sequence's verify fits the token budget whole; else None (the budget walk cuts
-    someone's draft, or someone waits or prefills). ``sim.spec_stretch`` starts from it."""
-    rows = decoding_rows(r)
+    someone's draft, or someone prefills, or -- unless ``admitting`` -- someone waits).
+    ``sim.spec_stretch`` starts from it."""
+    rows = decoding_rows(r, admitting)
     if rows is None:
         return None
     run, st = rows
@@ -73,8 +78,9 @@ def decoding_shape(r) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | N
 
 def plan(r) -> Batch | None:
     """The batch ``plan_vllm_v1`` forms when every running sequence of ``r`` decodes and
-    all of them fit whole (same KV grants), or None -- with ``r`` untouched -- otherwise."""
-    shaped = decoding_shape(r)
+    all of them fit whole (same KV grants, then the same admissions from the waiting queue
+    with the budget left), or None -- with ``r`` untouched -- otherwise."""
+    shaped = decoding_shape(r, admitting=True)
     if shaped is None:
         return None
     run, st, row, _, nodes = shaped
@@ -87,4 +93,9 @@ def plan(r) -> Batch | None:
     if int(_sum(extra)) > r.kv.free_blocks:
         return None  # someone must be preempted
     r.kv.grant(run, held, extra)
+    # step 3 of the walk: nobody was preempted, so waiting requests are admitted
+    budget = lim.max_batched_tokens - len(run) * verify
+    if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
+        pre, chunks, cached = admit_waiting(r, lim, budget)
+        return Batch(row, run, kv, pre, cached, chunks, False)
     return Batch(row, run, kv, NONE, NONE, NONE, False)

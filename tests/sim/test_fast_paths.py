@@ -58,8 +58,10 @@ LADDER = "{kind: batch_ladder, ladder: [[1, 4, 4], [5, 9, 2]], key: decoding}"
                                     LADDER, "{kind: none}"])
 def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatch):
     """Each ``decode_step.plan`` call in runs that preempt, cut drafts and admit: a batch is
-    the one ``plan_vllm_v1`` forms from the same state, with the same state after it; None
-    leaves the replica as it was."""
+    the one ``plan_vllm_v1`` forms from the same state (admissions included), with the same
+    state after it; None leaves the replica as it was."""
+    import copy
+
     from sim import decode_step, spec_stretch, steady
     from sim.runner import simulate_variants
     from sim.scheduling.vllm_v1 import plan_vllm_v1
@@ -67,24 +69,60 @@ def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatc
     monkeypatch.setattr(steady, "ENABLED", False)  # every decode iteration comes here
     monkeypatch.setattr(spec_stretch, "ENABLED", False)
 
-    fast, seen = decode_step.plan, {"batch": 0, "none": 0}
+    fast, seen = decode_step.plan, {"batch": 0, "none": 0, "admitted": 0}
+    # what forming a batch may change: slots, KV, the queue, admissions' bookkeeping
+    fields = ("state", "active", "waiting", "_free_slots", "n_active", "_admitted",
+              "_resume", "last_chunk_at")
+
+    def snapshot(r):
+        return ({f: copy.deepcopy(getattr(r, f)) for f in fields}, r.kv.free_blocks,
+                r.log.first_scheduled_at.copy())
+
+    def restore(r, snap):
+        values, free, first = snap
+        for f, v in values.items():  # in place: other arrays are column views of state
+            held = getattr(r, f)
+            if isinstance(held, np.ndarray):
+                held[...] = v
+            elif isinstance(held, (int, np.integer)):
+                setattr(r, f, v)
+            else:  # the queue, the free slots, the preempted requests' saved progress
+                held.clear()
+                (held.update if isinstance(held, dict) else held.extend)(copy.deepcopy(v))
+        r.kv.free_blocks = free
+        r.log.first_scheduled_at[:] = first
+        r._order = None
+
+    def equal(x, y) -> bool:
+        if isinstance(x, dict):
+            return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
+        if isinstance(x, tuple):
+            return len(x) == len(y) and all(map(equal, x, y))
+        return np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
+
+    def same(a, b):
+        for f in fields:
+            assert equal(a[0][f], b[0][f]), f
+        assert a[1] == b[1]
+        assert np.array_equal(a[2], b[2], equal_nan=True)
 
     def checked(r):
-        state, free = r.state.copy(), r.kv.free_blocks
+        before = snapshot(r)
         got = fast(r)
         if got is None:
             seen["none"] += 1
-            assert (r.state == state).all() and r.kv.free_blocks == free
+            same(snapshot(r), before)
             return None
         seen["batch"] += 1
-        after = r.state.copy(), r.kv.free_blocks
-        r.state[:], r.kv.free_blocks = state, free
+        seen["admitted"] += len(got.pre_slots)
+        after = snapshot(r)
+        restore(r, before)
         ref = plan_vllm_v1(r)
         for f in ("row", "dec_slots", "dec_context", "pre_slots", "pre_context", "chunks"):
             a, b = getattr(got, f), getattr(ref, f)
             assert a.dtype == b.dtype and np.array_equal(a, b), f
         assert got.preempted == ref.preempted
-        assert (r.state == after[0]).all() and r.kv.free_blocks == after[1]
+        same(snapshot(r), after)
         return got
 
     monkeypatch.setattr(decode_step, "plan", checked)
@@ -97,7 +135,7 @@ def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatc
                            [*sets, f"variants=[{{name: a, policy: {policy}}}]"])
         res = simulate_variants(setups(sc), sc.run.horizon_s)
         assert res[0].requests.columns["finished"].all()
-    assert seen["batch"] > 100 and seen["none"] > 20
+    assert seen["batch"] > 100 and seen["none"] > 20 and seen["admitted"] > 10
 
 
 def test_chain_expectations_are_specdecs_expected_tokens():
