@@ -66,7 +66,9 @@ class RooflineParams(_Frozen):
     KV reads reach ``eta_kv``; matrix arithmetic ``eta_compute`` of the dtype's peak, and
     the corner between the two roofs is rounded with exponent ``corner`` (compute
     efficiency falls as the arithmetic intensity nears the ridge; large = a sharp max).
-    ``eta_host`` is the fraction of the host link's bandwidth offloaded weights stream at.
+    ``eta_host`` is the fraction of the host link's bandwidth offloaded weights stream at
+    from pinned (page-locked) host memory, ``eta_host_pageable`` from pageable memory (the
+    driver stages each copy through a pinned buffer; ``host_eta`` picks one).
     ``calibrated`` says whether the values were fitted on measurements of this GPU
     (``source`` says which) or borrowed from another GPU.
     """
@@ -80,8 +82,13 @@ class RooflineParams(_Frozen):
     eta_compute: Fraction
     corner: float = Field(ge=1, le=64)
     eta_host: Fraction
+    eta_host_pageable: Fraction
     calibrated: bool
     source: str
+
+    def host_eta(self, pin_memory: bool) -> float:
+        """The host-link efficiency of offloaded weights in pinned or pageable memory."""
+        return self.eta_host if pin_memory else self.eta_host_pageable
 
 
 class CollectiveParams(_Frozen):
@@ -101,7 +108,10 @@ class FrameworkSpec(_Frozen):
     (scheduling, input preparation, launches, sampling, per-request bookkeeping).
     ``tables`` names the engine's measured kernel tables (``None``: roofline only);
     ``offload_overlap`` says whether offloaded weights stream while the GPU computes
-    (FlexGen style) or before each layer runs (Hugging Face Accelerate).
+    (FlexGen style) or before each layer runs (Hugging Face Accelerate);
+    ``host_efficiency`` is the share of the GPU's host-link efficiency its offload copies
+    reach (1: as fast as the GPU's pinned or pageable rate; less for an engine that moves
+    weights in many small pieces or with compression metadata).
     """
 
     id: str
@@ -112,6 +122,7 @@ class FrameworkSpec(_Frozen):
     layer_s: float = Field(ge=0)
     seq_s: float = Field(ge=0)
     offload_overlap: bool = True
+    host_efficiency: Fraction = 1.0
     source: str
 
 

@@ -19,6 +19,10 @@ use. Assumptions (each one a choice, stated where it is made):
 - Offloading keeps ``offload_fraction`` of each GPU's weights in host memory; they occupy no
   GPU memory (the workspace margin covers the streaming buffer). ``offload_fraction="auto"``
   lets the cost model offload just enough whole layers to fit (``hardware.memory``).
+  ``offload_pin_memory`` says whether those weights sit in pinned (page-locked) host memory,
+  as vLLM's ``--cpu-offload-gb`` and DeepSpeed's ``pin_memory: true`` keep them, or in
+  pageable memory (Hugging Face Accelerate's hooks, DeepSpeed's and FlexGen's defaults),
+  which streams slower (the GPU's ``eta_host_pageable``).
 - Memory: usable = capacity x (1 - workspace_fraction); weights resident + KV must fit.
 - ``timing`` picks the backend that prices passes (``hardware.timing``) and ``framework``
   the serving engine whose kernel tables and overheads it uses (a catalog id).
@@ -83,6 +87,7 @@ class Deployment:
     weight_bits: int = 16
     kv_bits: int = 16
     offload_fraction: float | str = 0.0
+    offload_pin_memory: bool = True
     tp_link: LinkSpec | None = None
     pp_link: LinkSpec | None = None
     compute_dtype: str | None = None
@@ -105,6 +110,8 @@ class Deployment:
                    and not isinstance(self.offload_fraction, bool)
                    and 0.0 <= self.offload_fraction <= 1.0, "offload_fraction",
                    "must be in [0, 1] or 'auto'", self.offload_fraction)
+        _check(isinstance(self.offload_pin_memory, bool), "offload_pin_memory",
+               "must be true or false", self.offload_pin_memory)
         _check(self.timing in TIMINGS, "timing", f"must be one of {', '.join(TIMINGS)}",
                self.timing)
         _check(isinstance(self.framework, str) and bool(self.framework), "framework",

@@ -32,10 +32,12 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "eta_weights": (0.05, 1.0, 1.0), "eta_fp8": (0.05, 1.0, 1.0),
     "eta_int8": (0.05, 1.0, 1.0), "eta_int4": (0.05, 1.0, 1.0),
     "eta_kv": (0.05, 1.0, 1.0), "eta_compute": (0.05, 1.0, 1.0),
-    "eta_host": (0.05, 1.0, 1.0), "weights_half_bytes": (0.0, 1e9, 1e6),
+    "eta_host": (0.05, 1.0, 1.0), "eta_host_pageable": (0.05, 1.0, 1.0),
+    "weights_half_bytes": (0.0, 1e9, 1e6),
     "corner": (1.0, 63.0, 1.0),
     "call_s": (0.0, 1e-3, 1e-5), "step_s": (0.0, 1.0, 1e-4), "eta": (0.05, 1.0, 1.0),
     "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5),
+    "host_efficiency": (0.05, 1.0, 1.0),
 }
 _LINK_STEP = (0.0, 1e-4, 1e-6)  # a link's per-ring-step latency: smaller than a pass's
 ROBUST_SCALE = 0.1  # log error where the robust loss departs from the squared error
@@ -136,7 +138,8 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
                 "int4": "eta_int4"}[fmt]
         fields.append(f"gpus.{gpu.id}.roofline.{name}")
         if r.offload:
-            fields.append(f"gpus.{gpu.id}.roofline.eta_host")
+            host = "eta_host" if r.pin_memory else "eta_host_pageable"
+            fields.append(f"gpus.{gpu.id}.roofline.{host}")
         if r.tp > 1:
             link = gpu.node_link if r.tp > gpu.gpus_per_node else gpu.scale_up_link
             fields.append(f"links.{link}.collective.call_s")

@@ -36,7 +36,12 @@ from dataclasses import dataclass
 
 from hardware.timing import aic
 from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
-from hardware.timing.roofline import collective_params, roofline_params, weight_format
+from hardware.timing.roofline import (
+    collective_params,
+    host_bytes_per_s,
+    roofline_params,
+    weight_format,
+)
 
 __all__ = ["MeasuredTiming", "block_gemms", "moe_block_gemms"]
 
@@ -176,7 +181,7 @@ class MeasuredTiming:
                 a_key=L * att[4],
                 sol_per_token=c.flop_per_token / peak, sol_per_key=c.flop_per_key / peak,
                 sol_weight=c.weight_bytes / bw, sol_per_kv=c.kv_bytes_per_token / bw,
-                host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
+                host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + L * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * L,
                 per_seq_s=framework.seq_s, overlap=framework.offload_overlap,

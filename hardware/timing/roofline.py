@@ -15,9 +15,11 @@ links, ``FrameworkSpec`` of the serving engine):
               nears the ridge;
 - comm_s    = 2 all-reduces per block under TP, each call_s + 2(tp-1)·step_s +
               2(tp-1)/tp · tokens·hidden·2 bytes / (link bandwidth·eta) (α-β per link);
-- host_s    = offloaded weight bytes / (host-link bandwidth·eta_host) + a latency per
-              block; the GPU computes while they stream (max) or, for a framework without
-              ``offload_overlap``, before each layer runs (sum);
+- host_s    = offloaded weight bytes / (host-link bandwidth·eta_host, or
+              eta_host_pageable for weights in pageable host memory, times the
+              framework's host_efficiency) + a latency per block; the GPU computes while
+              they stream (max) or, for a framework without ``offload_overlap``, before
+              each layer runs (sum);
 - overhead  = step_s + layer_s·layers + seq_s·sequences (the framework's CPU-side work).
 
 An MoE stage (``hardware.moe``) adds the touched share of its routed experts to
@@ -44,8 +46,8 @@ from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
 from hardware.moe import a2a_bytes_per_token
 from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
 
-__all__ = ["RooflineTiming", "roofline_params", "collective_params", "weight_format",
-           "SHARP", "smooth_max", "HEAD_BITS"]
+__all__ = ["RooflineTiming", "roofline_params", "collective_params", "host_bytes_per_s",
+           "weight_format", "SHARP", "smooth_max", "HEAD_BITS"]
 
 SHARP = 64.0  # a corner exponent this large is priced as a plain max
 HEAD_BITS = 16  # quantised deployments keep the lm_head in 16 bits (vLLM, TensorRT-LLM, AWQ)
@@ -59,7 +61,8 @@ def roofline_params(gpu: GpuSpec) -> RooflineParams:
     m = gpu.eta_memory
     return RooflineParams(
         eta_weights=m, eta_fp8=m, eta_int8=m, eta_int4=m, weights_half_bytes=0.0, eta_kv=m,
-        eta_compute=gpu.eta_compute, corner=SHARP, eta_host=1.0, calibrated=False,
+        eta_compute=gpu.eta_compute, corner=SHARP, eta_host=1.0, eta_host_pageable=1.0,
+        calibrated=False,
         source=f"datasheet only: {gpu.id}'s paper efficiencies")
 
 
@@ -69,6 +72,13 @@ def collective_params(link: LinkSpec) -> CollectiveParams:
         return link.collective
     return CollectiveParams(call_s=0.0, step_s=link.latency_s, eta=1.0, calibrated=False,
                             source=f"datasheet only: {link.id}'s latency per ring step")
+
+
+def host_bytes_per_s(host_link: LinkSpec, rp: RooflineParams, dep, framework) -> float:
+    """Bytes/s offloaded weights stream at: the host link at the GPU's pinned or pageable
+    efficiency (``dep.offload_pin_memory``), times the framework's ``host_efficiency``."""
+    return (host_link.bytes_per_s * rp.host_eta(dep.offload_pin_memory)
+            * framework.host_efficiency)
 
 
 def weight_format(weight_bits: int, dtype: str) -> str:
@@ -174,7 +184,7 @@ class RooflineTiming:
                 comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s),
                 comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden
                 * _ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
-                host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
+                host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * c.layers,
                 per_seq_s=framework.seq_s,
@@ -268,7 +278,7 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         / (tp_link.bytes_per_s * tc.eta) / dp
         + a2a * a2a_bytes_per_token(ep, shape.top_k, shape.hidden)
         / (ep_link.bytes_per_s * ec.eta),
-        host_s=(offloaded / (host_link.bytes_per_s * rp.eta_host)
+        host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                 + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
         fixed_s=step_s + framework.layer_s * c.layers,
         per_seq_s=framework.seq_s / dp,

@@ -11,7 +11,8 @@ the first block is required, the second optional):
   ``offload``: fraction of the weights in host memory, or ``auto``; ``measured_s``: the
   measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
   comes from (repository + path + commit, paper + table, vendor page).
-- ``framework`` (default ``vllm``): a catalog framework id; ``metric`` (default
+- ``framework`` (default ``vllm``): a catalog framework id; ``pin_memory`` (``true``
+  default, or ``false``): whether offloaded weights sit in pinned host memory; ``metric`` (default
   ``step_s``, see :mod:`hardware.timing.serving`); ``output_tokens``: generated tokens per
   request (serving metrics); ``split``: ``fit`` or ``test`` (rows left empty count as
   ``fit``); ``category``: a label results are grouped by; ``notes``: free text.
@@ -54,6 +55,7 @@ class MeasuredRow:
     measured: float
     source: str
     framework: str = "vllm"
+    pin_memory: bool = True
     metric: str = "step_s"
     output_tokens: int = 0
     split: str = "fit"
@@ -98,6 +100,10 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if metric not in METRICS:
         raise UserError(f"{path}: line {line}: metric: must be one of {', '.join(METRICS)}, "
                         f"got {metric!r}")
+    pin = (get.get("pin_memory") or "true").lower()
+    if pin not in ("true", "false"):
+        raise UserError(f"{path}: line {line}: pin_memory: must be true or false, got "
+                        f"{get['pin_memory']!r}")
     split = get.get("split") or "fit"
     if split not in ("fit", "test"):
         raise UserError(f"{path}: line {line}: split: must be fit or test, got {split!r}")
@@ -115,7 +121,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         context=_int(path, line, "context", get["context"], 0),
         tokens=_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
-        framework=get.get("framework") or "vllm", metric=metric,
+        framework=get.get("framework") or "vllm", pin_memory=pin == "true", metric=metric,
         output_tokens=out_tokens, split=split, category=get.get("category", ""),
         notes=get.get("notes", ""),
     )

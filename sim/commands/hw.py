@@ -106,6 +106,11 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                    help="fraction of the weights kept in host memory and streamed over the "
                         "GPU's host link every pass, or 'auto' (the fewest whole layers "
                         "that make the rest fit) (default 0)")
+    p.add_argument("--pageable", action="store_true",
+                   help="offloaded weights sit in pageable host memory (Hugging Face "
+                        "Accelerate; DeepSpeed's and FlexGen's defaults), which streams "
+                        "slower than the pinned memory vLLM's --cpu-offload-gb uses "
+                        "(deployment.offload_pin_memory: false)")
     p.add_argument("--tp-link", help="link id for TP all-reduces (default: the GPU's "
                                      "scale_up_link, or its node_link when --tp exceeds its "
                                      "gpus_per_node and the ring spans servers)")
@@ -133,6 +138,7 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
         weight_bits=bits,
         kv_bits=args.kv_bits,
         offload_fraction=offload,
+        offload_pin_memory=not args.pageable,
         tp_link=catalog.link(args.tp_link) if args.tp_link is not None else None,
         pp_link=catalog.link(args.pp_link) if args.pp_link is not None else None,
         kv_tokens=kv_tokens,
@@ -162,7 +168,8 @@ def run_step(args: argparse.Namespace) -> int:
         "model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "pp": dep.pp,
         "weight_bits": dep.weight_bits, "kv_bits": dep.kv_bits,
         "compute_dtype": dep.dtype, "timing": dep.timing, "framework": dep.framework,
-        "offload_fraction": cost.offload_fraction, "batch": args.batch,
+        "offload_fraction": cost.offload_fraction,
+        "offload_pin_memory": dep.offload_pin_memory, "batch": args.batch,
         "context": args.context, "tokens": tokens, "tree": args.tree,
         **asdict(pc),
         "ridge_flop_per_byte": dep.gpu.ridge_flop_per_byte(dep.dtype),

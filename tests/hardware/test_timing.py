@@ -171,6 +171,41 @@ def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
     assert cost("opt-6.7b", "h100", offload_fraction="auto").offload_fraction == 0.0
 
 
+@pytest.mark.parametrize("timing", ["roofline", "measured"])
+def test_pageable_offload_streams_at_the_gpus_pageable_efficiency(timing):
+    """Weights in pageable host memory stream at eta_host_pageable, pinned ones at
+    eta_host; a framework's host_efficiency scales both; nothing else changes."""
+    import numpy as np
+
+    from hardware.timing.calibrate import apply_fields
+
+    gpu = "rtx-a6000" if timing == "roofline" else "h100"
+    model = "opt-30b" if timing == "roofline" else "llama-3.1-8b"
+    cat = apply_fields(CAT, [f"gpus.{gpu}.roofline.eta_host",
+                             f"gpus.{gpu}.roofline.eta_host_pageable"], [0.6, 0.3])
+    new, ctx = np.full(4, 1), np.full(4, 512)
+
+    def host(pin=True, framework="vllm", c=cat):
+        p = cost(model, gpu, c, offload_fraction=1.0, offload_pin_memory=pin,
+                 timing=timing, framework=framework).pass_cost(new, ctx)
+        assert p.backend == timing
+        return p.host_s, p.compute_s, p.overhead_s
+
+    pinned, pageable = host(), host(pin=False)
+    assert pageable[0] > pinned[0] > 0 and pageable[1:] == pinned[1:]
+    # host_s = bytes / (link bandwidth x efficiency) + one link latency per block
+    hops = cat.model(model).config.num_hidden_layers * cat.link(
+        cat.gpu(gpu).host_link).latency_s
+    assert (pageable[0] - hops) / (pinned[0] - hops) == pytest.approx(2.0, rel=1e-12)
+    slow = apply_fields(cat, ["frameworks.vllm.host_efficiency"], [0.5])
+    assert host(c=slow)[0] - hops == pytest.approx(2 * (pinned[0] - hops), rel=1e-12)
+
+
+def test_offload_pin_memory_must_be_a_bool():
+    with pytest.raises(UserError, match="offload_pin_memory: must be true or false"):
+        cost("opt-30b", "t4", offload_fraction=1.0, offload_pin_memory="no")
+
+
 def test_a_user_catalog_overrides_one_roofline_field(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("gpus:\n  h100:\n    roofline: {eta_kv: 0.5}\n")

@@ -188,7 +188,7 @@ def test_step_json_says_which_backend_priced_it_and_its_terms(capsys):
     code, out, _ = run(capsys, *argv[:-1], "--weight-bits", "4")
     assert "auto: roofline, because" in out and "int4_wo" in out
     code, _, err = run(capsys, *argv, "--framework", "nope")
-    assert code == 2 and "unknown framework 'nope' (known: gpt-fast," in err
+    assert code == 2 and "unknown framework 'nope' (known: flexgen, gpt-fast," in err
 
 
 def test_list_says_what_stands_behind_each_gpus_timing(capsys):

@@ -31,7 +31,7 @@ def _run_error(capsys, tmp_path, *sets) -> str:
 
 @pytest.mark.parametrize(("sets", "expected"), [
     (["deployment.framework=vllmm"], "(--set deployment.framework=vllmm): deployment: unknown "
-                                     "framework 'vllmm' (known: gpt-fast, hf-accelerate,"),
+                                     "framework 'vllmm' (known: flexgen, gpt-fast, hf-accelerate,"),
     (["deployment.timing=fast"], "(--set deployment.timing=fast): deployment.timing: must be "
                                  "one of 'auto', 'measured', 'roofline' or 'paper', got "
                                  "'fast'"),
@@ -63,6 +63,10 @@ def test_the_scenario_fields_reach_the_cost_models():
                               "deployment.timing=paper"])
     target, _, blocks = cost_models(sc, True)
     assert 0 < target.offload_fraction < 1 and blocks > 0
+    assert target.dep.offload_pin_memory  # pinned unless the scenario says otherwise
+    sc = load_scenario(None, ["deployment.offload_fraction=0.5",
+                              "deployment.offload_pin_memory=false"])
+    assert not cost_models(sc, False)[0].dep.offload_pin_memory
 
 
 def test_run_names_the_backend_that_priced_it(capsys, tmp_path):
@@ -129,7 +133,7 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert code == 0
     doc = json.loads(out)
     assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 293, "C": 19,
-                                                                 "D": 7}
-    assert len(doc["rows"]) == 366 and all(r["source"] for r in doc["rows"])
+                                                                 "D": 12}
+    assert len(doc["rows"]) == 371 and all(r["source"] for r in doc["rows"])
     code, out, _ = run(capsys, "validate")
-    assert "A batch-1 decode" in out and "366 rows" in out
+    assert "A batch-1 decode" in out and "371 rows" in out
