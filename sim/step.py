@@ -76,24 +76,32 @@ def advance(r, batch) -> tuple[int, int, int, int]:
 
     # Prefill chunks: the pass that completes a prompt samples the next token.
     pre, chunks = batch.pre_slots, batch.chunks
+    pre_done = False
     if len(pre):
         prefill = int(_sum(chunks))
         sp = r.state[pre]  # [P, N_COLS]: gather once, scatter once below
-        sp[:, COUNTS + 6] += chunks * sp[:, RESUMED]  # recomputed prefill tokens
+        # recomputes after a preemption; any other prefilling request has emitted nothing
+        resumed = _any(sp[:, RESUMED])
+        if resumed:
+            sp[:, COUNTS + 6] += chunks * sp[:, RESUMED]  # recomputed prefill tokens
         filled = sp[:, FILLED]
         filled += chunks  # (a view into sp)
         sp[:, KV] = batch.pre_context + chunks
         done = filled >= sp[:, TARGET]  # [P]
-        if _any(done):
-            # first token: a request that emitted nothing before (not a recompute)
-            first = done & (sp[:, EMITTED] == 0)
+        pre_done = _any(done)
+        if pre_done:
+            if resumed:
+                # first token: a request that emitted nothing before (not a recompute)
+                first = done & (sp[:, EMITTED] == 0)
+                again = done & ~first  # a recompute's first chunk after it was preempted
+                if _any(again):
+                    log.add_itl(now - r.last_chunk_at[pre[again]])
+                sp[done, RESUMED] = 0
+            else:
+                first = done
             log.first_token_at[sp[first, RID]] = now
-            again = done & ~first  # a recompute's first chunk after it was preempted
-            if _any(again):
-                log.add_itl(now - r.last_chunk_at[pre[again]])
             r.last_chunk_at[pre[done]] = now
             sp[done, EMITTED] += 1
-            sp[done, RESUMED] = 0
             total_emitted += int(_sum(done))
         r.state[pre] = sp
 
@@ -132,7 +140,12 @@ def advance(r, batch) -> tuple[int, int, int, int]:
         else:
             acc, acc1 = _zeros(n), _ones(n)
         remaining = st[:, OUTPUT] - emitted  # [D]
-        step = np.minimum(acc1, remaining)  # [D]
+        last = remaining <= acc1  # [D]: who emits its last token (capped there)
+        if _any(last):
+            step = np.minimum(acc1, remaining)  # [D]
+            out = int(_sum(step))
+        else:
+            step, out = acc1, accepted + n
         emitted += step  # (a view into st)
         if r.draft_sync == "catch_up" and r.policy.uses_draft:
             st[:, DLAG] = np.where(depth > 0, 0, st[:, DLAG] + step)  # missed: the new tokens
@@ -142,12 +155,12 @@ def advance(r, batch) -> tuple[int, int, int, int]:
         r.state[dec] = st
         log.add_itl(now - r.last_chunk_at[dec])
         r.last_chunk_at[dec] = now
-        total_emitted += int(_sum(step))
+        total_emitted += out
         r.policy.observe(acc, row)
-        fin = dec[step == remaining]
+        fin = dec[last]
     else:
         fin = _EMPTY
-    if len(pre):
+    if pre_done:  # only a prompt completed now can have emitted its last token
         fin = np.concatenate((fin, pre[sp[:, EMITTED] >= sp[:, OUTPUT]]))
     if len(fin):
         r.finish(fin, now)
