@@ -68,7 +68,8 @@ class RooflineParams(_Frozen):
     efficiency falls as the arithmetic intensity nears the ridge; large = a sharp max).
     ``eta_host`` is the fraction of the host link's bandwidth offloaded weights stream at
     from pinned (page-locked) host memory, ``eta_host_pageable`` from pageable memory (the
-    driver stages each copy through a pinned buffer; ``host_eta`` picks one).
+    driver stages each copy through a pinned buffer; ``host_eta`` picks one; a block that
+    leaves it out, as user catalogs written before it existed do, gets ``eta_host``).
     ``calibrated`` says whether the values were fitted on measurements of this GPU
     (``source`` says which) or borrowed from another GPU.
     """
@@ -85,6 +86,13 @@ class RooflineParams(_Frozen):
     eta_host_pageable: Fraction
     calibrated: bool
     source: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pageable_defaults_to_pinned(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "eta_host_pageable" not in data and "eta_host" in data:
+            data = {**data, "eta_host_pageable": data["eta_host"]}
+        return data
 
     def host_eta(self, pin_memory: bool) -> float:
         """The host-link efficiency of offloaded weights in pinned or pageable memory."""

@@ -20,9 +20,10 @@ use. Assumptions (each one a choice, stated where it is made):
   GPU memory (the workspace margin covers the streaming buffer). ``offload_fraction="auto"``
   lets the cost model offload just enough whole layers to fit (``hardware.memory``).
   ``offload_pin_memory`` says whether those weights sit in pinned (page-locked) host memory,
-  as vLLM's ``--cpu-offload-gb`` and DeepSpeed's ``pin_memory: true`` keep them, or in
-  pageable memory (Hugging Face Accelerate's hooks, DeepSpeed's and FlexGen's defaults),
-  which streams slower (the GPU's ``eta_host_pageable``).
+  as vLLM's ``--cpu-offload-gb``, DeepSpeed's ``pin_memory: true`` and FlexGen's default
+  ``--pin-weight`` keep them, or in pageable memory (Hugging Face Accelerate's hooks,
+  DeepSpeed's default, FlexGen with ``--pin-weight 0``), which streams slower (the GPU's
+  ``eta_host_pageable``).
 - Memory: usable = capacity x (1 - workspace_fraction); weights resident + KV must fit.
 - ``timing`` picks the backend that prices passes (``hardware.timing``) and ``framework``
   the serving engine whose kernel tables and overheads it uses (a catalog id).

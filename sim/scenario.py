@@ -104,8 +104,9 @@ class Deployment(Strict):
     # fewest whole layers that make the rest fit next to a KV cache of >= 20% of memory)
     offload_fraction: Prob | Literal["auto"] = 0.0
     # the offloaded weights sit in pinned (page-locked) host memory, as vLLM's
-    # --cpu-offload-gb keeps them; false = pageable memory (Hugging Face Accelerate, the
-    # DeepSpeed and FlexGen defaults), streamed at the GPU's eta_host_pageable instead
+    # --cpu-offload-gb keeps them; false = pageable memory (Hugging Face Accelerate,
+    # DeepSpeed's default, FlexGen --pin-weight 0), streamed at the GPU's
+    # eta_host_pageable instead
     offload_pin_memory: bool = True
     # vLLM's --gpu-memory-utilization (SGLang's --mem-fraction-static): the share of each
     # GPU's memory the engine may take for weights and KV; the rest is its workspace

@@ -108,8 +108,8 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                         "that make the rest fit) (default 0)")
     p.add_argument("--pageable", action="store_true",
                    help="offloaded weights sit in pageable host memory (Hugging Face "
-                        "Accelerate; DeepSpeed's and FlexGen's defaults), which streams "
-                        "slower than the pinned memory vLLM's --cpu-offload-gb uses "
+                        "Accelerate; DeepSpeed's default; FlexGen --pin-weight 0), which "
+                        "streams slower than the pinned memory vLLM's --cpu-offload-gb uses "
                         "(deployment.offload_pin_memory: false)")
     p.add_argument("--tp-link", help="link id for TP all-reduces (default: the GPU's "
                                      "scale_up_link, or its node_link when --tp exceeds its "

@@ -171,16 +171,16 @@ def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
     assert cost("opt-6.7b", "h100", offload_fraction="auto").offload_fraction == 0.0
 
 
-@pytest.mark.parametrize("timing", ["roofline", "measured"])
-def test_pageable_offload_streams_at_the_gpus_pageable_efficiency(timing):
+@pytest.mark.parametrize(("timing", "gpu", "model"), [
+    ("roofline", "rtx-a6000", "opt-30b"), ("measured", "h100", "llama-3.1-8b"),
+    ("roofline", "h100", "mixtral-8x7b")])  # a dense stage, a measured one, an MoE one
+def test_pageable_offload_streams_at_the_gpus_pageable_efficiency(timing, gpu, model):
     """Weights in pageable host memory stream at eta_host_pageable, pinned ones at
     eta_host; a framework's host_efficiency scales both; nothing else changes."""
     import numpy as np
 
     from hardware.timing.calibrate import apply_fields
 
-    gpu = "rtx-a6000" if timing == "roofline" else "h100"
-    model = "opt-30b" if timing == "roofline" else "llama-3.1-8b"
     cat = apply_fields(CAT, [f"gpus.{gpu}.roofline.eta_host",
                              f"gpus.{gpu}.roofline.eta_host_pageable"], [0.6, 0.3])
     new, ctx = np.full(4, 1), np.full(4, 512)
@@ -199,6 +199,28 @@ def test_pageable_offload_streams_at_the_gpus_pageable_efficiency(timing):
     assert (pageable[0] - hops) / (pinned[0] - hops) == pytest.approx(2.0, rel=1e-12)
     slow = apply_fields(cat, ["frameworks.vllm.host_efficiency"], [0.5])
     assert host(c=slow)[0] - hops == pytest.approx(2 * (pinned[0] - hops), rel=1e-12)
+
+
+def test_a_roofline_block_without_a_pageable_efficiency_takes_the_pinned_one():
+    """User catalogs written before eta_host_pageable existed still load."""
+    from hardware.catalog import RooflineParams
+
+    block = CAT.gpu("rtx-a6000").roofline.model_dump()
+    del block["eta_host_pageable"]
+    rp = RooflineParams(**{**block, "eta_host": 0.4})
+    assert (rp.host_eta(True), rp.host_eta(False)) == (0.4, 0.4)
+
+
+def test_a_measurement_rows_pin_memory_reaches_its_deployment():
+    from hardware.timing.rows import MeasuredRow
+    from hardware.timing.serving import row_cost
+
+    row = MeasuredRow(line=2, model="opt-30b", gpu="t4", tp=1, pp=1, weight_bits=16,
+                      kv_bits=16, compute_dtype=None, batch=1, context=128, tokens=1,
+                      offload=1.0, measured=1.0, source="synthetic", pin_memory=False)
+    assert not row_cost(row, CAT, "roofline").dep.offload_pin_memory
+    assert row_cost(MeasuredRow(**{**row.__dict__, "pin_memory": True}), CAT,
+                    "roofline").dep.offload_pin_memory
 
 
 def test_offload_pin_memory_must_be_a_bool():

@@ -45,6 +45,13 @@ def test_step_with_tp_pp_offload_and_bits(capsys):
     code, out, _ = run(capsys, "hw", "step", "--model", "opt-30b", "--gpu", "a10",
                        "--offload", "1", "--batch", "1", "--context", "128", "--json")
     assert code == 0 and json.loads(out)["bound"] == "host"
+    # pageable host memory streams at the GPU's pageable efficiency (the T4's is lower)
+    argv = ("hw", "step", "--model", "opt-30b", "--gpu", "t4", "--offload", "1", "--batch",
+            "1", "--context", "128", "--timing", "roofline", "--json")
+    pinned = json.loads(run(capsys, *argv)[1])
+    pageable = json.loads(run(capsys, *argv, "--pageable")[1])
+    assert (pinned["offload_pin_memory"], pageable["offload_pin_memory"]) == (True, False)
+    assert pageable["host_s"] > pinned["host_s"] > 0
 
 
 def test_step_prices_a_tree_verify_with_the_tree_mask(capsys):
