@@ -183,7 +183,8 @@ class AdaptiveGamma:
     fixes how many there are; a sequence can only drop out early): the lecture's optimum
     (Theorem 3.8, ``specdec.optimal_gamma``) at its own α_i = (accepted_i + 8 α̂) /
     (checked_i + 8) — its history shrunk toward the batch estimate — and at this batch's
-    draft-to-verify cost ratio c = (T(γ=1) − T(γ=0)) / T(γ=0). Hard requests guess less
+    draft-to-verify cost ratio c = (T(γ=1) − T(γ=0)) / T(γ=0), or 0 where measured kernel
+    times make T(γ=1) the smaller. Hard requests guess less
     (exercise 9(c)) and stop spending verify tokens on guesses that will be rejected.
     """
 
@@ -257,7 +258,11 @@ class AdaptiveGamma:
         k = self.PRIOR_GUESSES
         alpha = (history[:, 0] + k * self.alpha) / (history[:, 1] + k)  # [n]
         t0 = seconds[0]
-        c = (seconds[1] - t0) / t0
+        # measured kernel tables are not monotone in the token count at small batches (an
+        # m = 4 GEMM can be timed faster than an m = 2 one), so a one-guess chain can price
+        # below no chain: its marginal cost is then nothing, not negative (Theorem 3.8 needs
+        # c >= 0), and every sequence may take the batch's depth
+        c = max(seconds[1] - t0, 0.0) / t0
         gamma = np.asarray(optimal_gamma(alpha, c, max_gamma=gamma_max), dtype=np.int64)
         return (np.arange(self.max_depth) < gamma[:, None]).astype(np.int64)  # [n, m]
 

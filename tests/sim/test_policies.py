@@ -146,3 +146,8 @@ def test_adaptive_per_sequence_gives_easy_requests_longer_chains():
     # when speculating does not pay for the batch, nobody speculates
     pol.price = lambda row, ctx: 0.010 + 0.02 * int((row > 0).sum())
     assert not pol.shape(3, np.array([100] * 3), history).any()
+    # a one-guess chain priced below no chain (measured tables are not monotone in the
+    # token count): the marginal cost is taken as 0, so everyone gets the batch's depth
+    pol.price = lambda row, ctx: 0.010 - 0.0001 * min(int((row > 0).sum()), 1)
+    widths = pol.shape(3, np.array([100] * 3), history)
+    assert ((widths > 0).sum(axis=1) == (pol.shape(3, np.array([100] * 3)) > 0).sum()).all()
