@@ -276,7 +276,9 @@ def run_list(args: argparse.Namespace) -> int:
     for f in catalog.frameworks.values():
         print(f"  {f.id:12s} {f.name} {f.version}  tables {f.tables or 'none'}  "
               f"{f.step_s * 1e3:.3f} ms + {f.layer_s * 1e6:.1f} us/layer + "
-              f"{f.seq_s * 1e6:.1f} us/seq")
+              f"{f.seq_s * 1e6:.1f} us/seq"
+              + (f"; offload copies at {f.host_efficiency:.2f} of the host link's efficiency"
+                 if f.host_efficiency != 1.0 else ""))
     print("Models (params total / read per pass (MoE: active per token), layers, heads/KV "
           "heads, vocab, tied):")
     for m in catalog.models.values():
