@@ -114,10 +114,10 @@ def run(r):
     env, kvm, log, acceptance, rng = r.env, r.kv, r.log.iterations, r.acceptance, r.rng
     pricer, policy, index = r.pricer, r.policy, r.index
     bs = lim.block_size
-    grow = verify + r.lookahead + (bs - 1)  # blocks_for(kv + verify + lookahead)
+    ahead = verify + r.lookahead  # tokens each verify writes plus the lookahead slots
     # the first grant: blocks held may exceed what the verify needs (a prefill's lookahead)
     kv, held = st[:, KV], st[:, BLOCKS]  # views: updated in place
-    need = (kv + grow) // bs
+    need = blocks_for(kv + ahead, bs)
     extra = need - held
     np.maximum(extra, 0, out=extra)
     total = int(_sum(extra))
@@ -172,7 +172,7 @@ def run(r):
         if done or r.waiting:
             break
         # the next grant (the scheduler, sim.decode_step.plan on these rows)
-        need = (kv + grow) // bs
+        need = blocks_for(kv + ahead, bs)
         granted = int(_sum(need))
         total = granted - kept
         if total > kvm.free_blocks:
