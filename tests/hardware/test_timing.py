@@ -177,8 +177,6 @@ def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
 def test_pageable_offload_streams_at_the_gpus_pageable_efficiency(timing, gpu, model):
     """Weights in pageable host memory stream at eta_host_pageable, pinned ones at
     eta_host; a framework's host_efficiency scales both; nothing else changes."""
-    import numpy as np
-
     from hardware.timing.calibrate import apply_fields
 
     cat = apply_fields(CAT, [f"gpus.{gpu}.roofline.eta_host",
