@@ -238,30 +238,50 @@ def layer_table(system: str, backend: str, gemms: tuple[tuple[int, int], ...],
     return tuple(min(a, b) for a, b in zip(table, block, strict=True))
 
 
+def _envelope(vals) -> tuple[float, ...]:
+    """``vals`` over ``GRID`` made non-decreasing in the token count: the time at m tokens is
+    at most the measured time at any larger tabulated count. The tables time one kernel
+    configuration per size, and at some sizes (e.g. TensorRT-LLM's and vLLM's FP8 GEMMs at
+    20-40 tokens, vLLM's at 160-384) it is slower than the one measured at a larger size; an
+    engine can always run the larger size's kernel on a padded input (vLLM and TensorRT-LLM
+    pad decode batches to their CUDA-graph sizes), so a pass never costs more for fewer
+    tokens. Where the tables already rise with m the values are unchanged."""
+    out = [float(v) for v in vals]
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = min(out[i], out[i + 1])
+    return tuple(out)
+
+
 def _gemm_table(system: str, backend: str, gemms, quant: str) -> tuple[float, ...]:
+    """The block's GEMMs summed at every token count of ``GRID``, each GEMM's curve first
+    made non-decreasing (:func:`_envelope`)."""
     op_list = _gemm_ops(gemms, quant)
-    return tuple(sum(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
-                               x=m)) for m in GRID)
+    per_m = [_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1, x=m)
+             for m in GRID]  # [m][op]
+    curves = [_envelope(col) for col in zip(*per_m, strict=True)]  # [op][m]
+    return tuple(sum(ts) for ts in zip(*curves, strict=True))
 
 
 @lru_cache(maxsize=128)
 @_disk_cached
 def allreduce_table(system: str, backend: str, hidden: int, tp: int) -> tuple[float, ...]:
     """Seconds of one all-reduce of tokens x ``hidden`` 16-bit values over ``tp`` GPUs (the
-    framework's own, e.g. vLLM's custom all-reduce under CUDA graphs) over ``GRID``."""
+    framework's own, e.g. vLLM's custom all-reduce under CUDA graphs) over ``GRID``, made
+    non-decreasing (:func:`_envelope`)."""
     ops = _package()[3]
     op_list = [ops.CustomAllReduce("ar", 1, hidden, tp)]
-    return tuple(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
-                           x=m)[0] for m in GRID)
+    return _envelope(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
+                               x=m)[0] for m in GRID)
 
 
 @lru_cache(maxsize=128)
 @_disk_cached
 def head_table(system: str, backend: str, n: int, k: int) -> tuple[float, ...]:
-    """Seconds of the lm_head GEMM (16-bit, ``n`` vocabulary rows per GPU) over ``GRID``."""
+    """Seconds of the lm_head GEMM (16-bit, ``n`` vocabulary rows per GPU) over ``GRID``,
+    made non-decreasing (:func:`_envelope`)."""
     op_list = _gemm_ops([(n, k)], "bfloat16")
-    return tuple(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
-                           x=m)[0] for m in GRID)
+    return _envelope(_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1,
+                               x=m)[0] for m in GRID)
 
 
 # Query points of the attention fit: decode (generation) batches x KV lengths, and prefill
@@ -273,7 +293,7 @@ _PREFILL = [(b, s, p) for b in (1, 4) for s, p in ((128, 0), (512, 0), (2048, 0)
 
 # what a cached answer depends on besides its arguments: bump the format when the tabulation
 # changes in a way the grids do not show
-_CACHE_KEY = (1, PINNED, GRID, tuple(_DECODE), tuple(_PREFILL))
+_CACHE_KEY = (2, PINNED, GRID, tuple(_DECODE), tuple(_PREFILL))
 
 
 @lru_cache(maxsize=128)
@@ -364,8 +384,8 @@ def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, exp
     """Seconds of one MoE layer's routed experts (the fused-MoE kernel, balanced routing) at
     every total token count of ``GRID``: each GPU holds ``experts / moe_ep`` experts split
     ``moe_tp`` ways. ``quant``: bfloat16, or fp8 (W8A8: the faster of the per-tensor and the
-    block-scaled kernels per size, as for the GEMMs). TablesUnavailable unless the shape has
-    measured rows."""
+    block-scaled kernels per size, as for the GEMMs), made non-decreasing in the token count
+    (:func:`_envelope`). TablesUnavailable unless the shape has measured rows."""
     rows = _moe_rows(system, backend)
     quants = ("fp8", "fp8_block") if quant == "fp8" else (quant,)
     have = [q for q in quants if (q, hidden, inter, topk, experts, moe_tp, moe_ep) in rows]
@@ -381,7 +401,7 @@ def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, exp
                      getattr(common.MoEQuantMode, q), "balanced", 1)
         tables.append([_evaluate(system, backend, [op], is_context=False, batch_size=1, s=1,
                                  x=m)[0] for m in GRID])
-    return tuple(min(vals) for vals in zip(*tables, strict=True))
+    return _envelope(min(vals) for vals in zip(*tables, strict=True))
 
 
 @cache

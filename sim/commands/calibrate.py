@@ -91,7 +91,9 @@ def main(args: argparse.Namespace) -> int:
         rows = read_rows(args.measurements)
         timing = args.timing or "auto"
         fields = args.fit or default_fields(rows, catalog, timing)
-        what = f"{args.measurements}, `specsim calibrate {args.measurements}`"
+        flags = "".join(f" --catalog {c}" for c in args.catalog or ()) \
+            + "".join(f" --fit {f}" for f in args.fit or ())
+        what = f"{args.measurements}, `specsim calibrate {args.measurements}{flags}`"
     result = fit(rows, fields, catalog, timing)
     n_fit = sum(r.split == "fit" for r in rows)
     test = "no held-out rows" if result.test_error is None else \

@@ -156,6 +156,42 @@ def test_the_measured_one_stage_memo_gives_the_floats_of_the_formula(monkeypatch
         assert 0 < len(t._fixed) <= 64
 
 
+def test_the_envelope_caps_each_size_at_the_larger_sizes_and_keeps_a_rising_curve():
+    from hardware.timing.aic import _envelope
+
+    assert _envelope((1.0, 3.0, 2.0, 2.5, 2.0, 4.0)) == (1.0, 2.0, 2.0, 2.0, 2.0, 4.0)
+    rising = (0.5, 0.5, 0.7, 1.0, 3.0)
+    assert _envelope(rising) == rising
+
+
+def test_the_measured_kernel_curves_never_fall_with_the_token_count():
+    """TensorRT-LLM's FP8 GEMMs of Llama-3.1-70B are tabulated slower at 20-40 tokens than
+    at 48, and vLLM's at 160-384 slower than at 512: a pass prices the larger size's kernel
+    instead, so no curve falls, and a rising stretch keeps its measured values."""
+    tables()
+    from hardware.timing import aic
+    from hardware.timing.measured import block_gemms
+
+    dep = Deployment(model=CAT.model("llama-3.1-70b"), gpu=CAT.gpu("h200"), weight_bits=8,
+                     compute_dtype="fp8")
+    gemms = block_gemms(dep)
+    for backend in ("trtllm", "vllm"):
+        table = aic.layer_table("h200_sxm", backend, gemms, "fp8")
+        assert all(a <= b for a, b in zip(table, table[1:], strict=False))
+        raw = [sum(aic._evaluate("h200_sxm", backend, aic._gemm_ops(gemms, q),
+                                 is_context=False, batch_size=1, s=1, x=m))
+               for q in ("fp8", "fp8_block") for m in (24, 48)]
+        assert min(raw[0], raw[2]) > min(raw[1], raw[3])  # the tables' own dip at 24 -> 48
+    ar = aic.allreduce_table("h200_sxm", "vllm", 8192, 4)
+    head = aic.head_table("h200_sxm", "vllm", 128256 // 4, 8192)
+    assert all(a <= b for t in (ar, head) for a, b in zip(t, t[1:], strict=False))
+    big = aic.GRID.index(4096)
+    raw_big = aic._evaluate("h200_sxm", "vllm", aic._gemm_ops([(128256 // 4, 8192)],
+                                                               "bfloat16"),
+                            is_context=False, batch_size=1, s=1, x=aic.GRID[-1])[0]
+    assert head[-1] == raw_big and head[big] <= head[-1]
+
+
 def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
     c = cost("opt-30b", "t4", offload_fraction="auto", kv_tokens=4 * 544, timing="roofline")
     lay = c.layouts[0]

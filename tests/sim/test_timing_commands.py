@@ -104,6 +104,9 @@ def test_calibrate_writes_a_catalog_of_the_fitted_fields(capsys, tmp_path):
     cat = yaml.safe_load(out.read_text())
     assert list(cat) == ["frameworks"] and set(cat["frameworks"]["vllm"]) == {"step_s",
                                                                               "source"}
+    # the source names the command as run, its --fit fields included
+    assert f"`specsim calibrate {data} --fit frameworks.vllm.step_s`" \
+        in cat["frameworks"]["vllm"]["source"]
     assert doc["test_error"] is not None
     code, text, _ = run(capsys, "hw", "step", "--model", "llama-3.1-8b", "--gpu", "h100",
                         "--batch", "1", "--context", "1024", "--timing", "roofline",
