@@ -31,14 +31,16 @@ import logging
 import os
 import re
 import tempfile
+from bisect import bisect_left
 from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["PINNED", "TablesUnavailable", "GRID", "framework_version", "layer_table",
-           "allreduce_table", "head_table", "attention_fit", "gemm_seconds",
-           "allreduce_seconds", "moe_table", "mla_fit"]
+           "allreduce_table", "head_table", "attention_model", "decode_row", "decode_at",
+           "gemm_seconds", "allreduce_seconds", "moe_table", "mla_fit", "DECODE_BATCHES",
+           "DECODE_LENGTHS"]
 
 PINNED = "0.12.0"
 BACKENDS = ("vllm", "sglang", "trtllm")
@@ -284,41 +286,75 @@ def head_table(system: str, backend: str, n: int, k: int) -> tuple[float, ...]:
                                x=m)[0] for m in GRID)
 
 
-# Query points of the attention fit: decode (generation) batches x KV lengths, and prefill
-# (context) batches x prompt lengths x cached prefixes, the ranges serving passes span.
+# Query points of the attention model: the decode (generation) kernel is tabulated over
+# batches x KV lengths (interpolated between them); the prefill (context) kernel is fitted at
+# batches x prompt lengths x cached prefixes, the ranges serving passes span. ``_DECODE`` are
+# the points of MLA's fit (:func:`mla_fit`).
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+DECODE_LENGTHS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 _DECODE = [(b, s) for b in (1, 4, 16, 64, 256) for s in (128, 512, 2048, 8192)]
-_PREFILL = [(b, s, p) for b in (1, 4) for s, p in ((128, 0), (512, 0), (2048, 0), (8192, 0),
-                                                    (512, 1024), (512, 4096), (128, 2048))]
+_PREFILL = [(b, s, p) for b in (1, 4, 16, 64, 256)
+            for s, p in ((128, 0), (512, 0), (2048, 0), (8192, 0), (512, 1024), (512, 4096),
+                         (128, 2048)) if b * s <= 131072]
 
 
 # what a cached answer depends on besides its arguments: bump the format when the tabulation
 # changes in a way the grids do not show
-_CACHE_KEY = (2, PINNED, GRID, tuple(_DECODE), tuple(_PREFILL))
+_CACHE_KEY = (4, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
+              tuple(_PREFILL))
+
+
+def decode_row(table, n: float) -> tuple[float, ...]:
+    """The decode-attention table (rows over ``DECODE_BATCHES``, columns over
+    ``DECODE_LENGTHS``) at ``n`` sequences, linear between the tabulated batches (the first
+    row below the first, along the last two beyond the last)."""
+    g = DECODE_BATCHES
+    if n <= g[0]:
+        return table[0]
+    i = min(bisect_left(g, n), len(g) - 1)
+    w = (n - g[i - 1]) / (g[i] - g[i - 1])
+    lo, hi = table[i - 1], table[i]
+    return tuple(a + (b - a) * w for a, b in zip(lo, hi, strict=True))
+
+
+def decode_at(row: tuple[float, ...], length: float) -> float:
+    """A :func:`decode_row` at a KV length per sequence: linear between the tabulated
+    lengths, the first length's time below it (a kernel's fixed part), along the last two
+    beyond the last."""
+    g = DECODE_LENGTHS
+    if length <= g[0]:
+        return row[0]
+    i = min(bisect_left(g, length), len(g) - 1)
+    return row[i - 1] + (row[i] - row[i - 1]) * (length - g[i - 1]) / (g[i] - g[i - 1])
 
 
 @lru_cache(maxsize=128)
 @_disk_cached
-def attention_fit(system: str, backend: str, heads: int, kv_heads: int, head_dim: int,
-                  kv_bits: int) -> tuple[float, ...]:
-    """Per-layer attention as ``a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys`` seconds,
-    fitted to the measured decode and prefill attention kernels of one GPU's heads
-    (non-negative least squares on relative error). Returns the five coefficients, then
-    the median and the worst relative error of the fit over its query points.
+def attention_model(system: str, backend: str, heads: int, kv_heads: int, head_dim: int,
+                    kv_bits: int) -> tuple[float, ...]:
+    """Per-layer attention of one GPU's heads: the measured decode kernel over a grid, plus
+    what a prefill adds, fitted.
 
-    ``n`` sequences, ``new`` tokens fed, ``kv`` KV entries read or written, ``keys``
-    attended (query, key) pairs: a decode of batch b at length s has n = new = b and
-    kv = keys = b·s; a prefill of b prompts of s tokens after p cached ones has new = b·s,
-    kv = b·(s + p) and keys = b·(s·p + s(s+1)/2).
+    A pass of ``n`` sequences feeding ``new`` tokens that read or write ``kv`` KV entries
+    and attend ``keys`` (query, key) pairs costs ``decode(n, kv / n) + p_new·(new - n) +
+    p_key·(keys - kv)`` seconds: the generation kernel at n sequences of the batch's mean
+    KV length (tabulated at ``DECODE_BATCHES`` x ``DECODE_LENGTHS``, interpolated
+    linearly), and for the tokens and pairs beyond one per sequence and one per KV entry
+    (prompts, chunks, verified guesses) two coefficients fitted by non-negative least
+    squares on relative error to the measured context kernel at the ``_PREFILL`` points --
+    a prefill of b prompts of s tokens after p cached ones has n = b, new = b·s,
+    kv = b·(s + p), keys = b·(s·p + s(s+1)/2). A decode pass is the table exactly.
+
+    Returns the table row by row, then ``p_new``, ``p_key``, then the median and the worst
+    relative error of the model at the prefill points.
     """
     from scipy.optimize import nnls
 
     ops, common = _package()[3:5]
     kv_mode = common.KVCacheQuantMode.bfloat16 if kv_bits == 16 else common.KVCacheQuantMode.fp8
     gen = [ops.GenerationAttention("ga", 1, heads, kv_heads, kv_mode, head_size=head_dim)]
-    rows, times = [], []
-    for b, s in _DECODE:
-        times.append(_evaluate(system, backend, gen, is_context=False, batch_size=b, s=s)[0])
-        rows.append((1.0, b, b, b * s, b * s))
+    table = [tuple(_evaluate(system, backend, gen, is_context=False, batch_size=b, s=s)[0]
+                   for s in DECODE_LENGTHS) for b in DECODE_BATCHES]
     # prefill attention computes in 16 bits where the tables have it (vLLM has only that);
     # an FP8 KV cache on SGLang is measured with an FP8 prefill kernel only
     fmhas = [common.FMHAQuantMode.bfloat16] + ([common.FMHAQuantMode.fp8] if kv_bits == 8
@@ -333,14 +369,18 @@ def attention_fit(system: str, backend: str, heads: int, kv_heads: int, head_dim
         except TablesUnavailable:
             if i == len(fmhas) - 1:
                 raise
-    for (b, s, p), t in zip(_PREFILL, pre, strict=True):
-        times.append(t)
-        rows.append((1.0, b, b * s, b * (s + p), b * (s * p + s * (s + 1) / 2)))
-    a = np.asarray(rows, dtype=np.float64)  # [Q, 5]
-    t = np.asarray(times)  # [Q]
-    coef, _ = nnls(a / t[:, None], np.ones_like(t))  # relative error, coefficients >= 0
-    err = np.abs(a @ coef / t - 1.0)  # [Q]
-    return (*(float(c) for c in coef), float(np.median(err)), float(err.max()))
+    base, extra = [], []
+    for b, s, p in _PREFILL:
+        base.append(decode_at(decode_row(table, b), s + p))
+        new, kv, keys = b * s, b * (s + p), b * (s * p + s * (s + 1) / 2)
+        extra.append((new - b, keys - kv))
+    t = np.asarray(pre)  # [Q]
+    a = np.asarray(extra, dtype=np.float64)  # [Q, 2]
+    d = np.asarray(base)  # [Q]
+    coef, _ = nnls(a / t[:, None], 1.0 - d / t)  # relative error, coefficients >= 0
+    err = np.abs((d + a @ coef) / t - 1.0)  # [Q]
+    return (*(v for row in table for v in row), float(coef[0]), float(coef[1]),
+            float(np.median(err)), float(err.max()))
 
 
 # ---- mixture of experts and MLA ------------------------------------------------------------
@@ -422,8 +462,8 @@ def _mla_rows(system: str, backend: str) -> frozenset:
     return frozenset(out)
 
 
-# Query points of the MLA fit: the attention fit's decode and prefill points (the module
-# tables hold no cached prefix, so prefills start from an empty cache).
+# Query points of the MLA fit: ``_DECODE`` and these prefills (the module tables hold no
+# cached prefix, so prefills start from an empty cache).
 _MLA_PREFILL = [(b, s) for b in (1, 4) for s in (128, 512, 2048, 8192)]
 
 
@@ -433,8 +473,8 @@ def mla_fit(system: str, backend: str, heads: int, kv_bits: int,
     """DeepSeek-V3's whole MLA attention block on one GPU (``heads`` query heads: its
     projections, the latent attention and o_proj, as the package's module tables measure
     it) as ``a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys`` seconds per layer, fitted
-    like :func:`attention_fit`; ``gemm`` bfloat16 or fp8_block. Returns the coefficients,
-    then the median and worst relative error."""
+    by non-negative least squares on relative error; ``gemm`` bfloat16 or fp8_block.
+    Returns the coefficients, then the median and worst relative error."""
     from scipy.optimize import nnls
 
     kv = "bfloat16" if kv_bits == 16 else "fp8"

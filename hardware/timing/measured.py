@@ -13,10 +13,15 @@ costs a few interpolations):
                 head) at m = head tokens (min(new, 32 per sequence)), interpolated
                 linearly between the tabulated token counts;
 - allreduce_s = 2 x layers x the framework's all-reduce of new x hidden 16-bit values;
-- attention_s = layers x (a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys), a least-squares
-                fit to the measured decode and prefill attention kernels of the GPU's heads
-                (its median and worst error are in ``note``); for MLA (DeepSeek-V3) to the
-                package's module tables, the whole attention block with its projections;
+- attention_s = layers x (decode(n, kv / n) + p_new·(new - n) + p_key·(keys - kv)): the
+                measured decode (generation) kernel of the GPU's heads at n sequences of
+                the batch's mean KV length, interpolated in a table, and what prompts,
+                chunks and verified guesses add beyond one token per sequence and one key
+                per KV entry, fitted to the measured prefill (context) kernel (its median
+                and worst error are in ``note``; ``aic.attention_model``); for MLA
+                (DeepSeek-V3) ``a0 + a_seq·n + a_new·new + a_kv·kv + a_key·keys`` fitted to
+                the package's module tables, the whole attention block with its
+                projections;
 - host_s, overhead_s as in the roofline (offloading is not in the tables; the framework's
   CPU-side ``step_s + layer_s·layers + seq_s·sequences`` is not either);
 - stage_s = max(gemm_s + attention_s + allreduce_s, host_s) + overhead_s (the sum for a
@@ -116,6 +121,7 @@ class _Stage:
     overlap: bool
     sol_routed: float = 0.0  # MoE: every local routed expert's bytes over the bandwidth
     miss: float = 1.0  # MoE: 1 - k/E
+    decode: tuple[tuple[float, ...], ...] | None = None  # layers x the decode kernel table
 
 
 class MeasuredTiming:
@@ -148,6 +154,7 @@ class MeasuredTiming:
         lm_heads = dep.model.config.num_heads or 1  # Medusa: one lm_head per head
         if lm_heads > 1:
             head = tuple(lm_heads * x for x in head)
+        decode = None
         if not shape.n_heads:  # Medusa heads: no attention
             att, att_median, att_worst = (0.0,) * 5, 0.0, 0.0
         elif dep.model.config.mla:
@@ -158,9 +165,13 @@ class MeasuredTiming:
                 system, backend, shape.n_heads // tp, dep.kv_bits,
                 "bfloat16" if fmt == "w16" else "fp8_block")
         else:
-            *att, att_median, att_worst = aic.attention_fit(
+            *flat, p_new, p_key, att_median, att_worst = aic.attention_model(
                 system, backend, shape.n_heads // tp, dep.kv_heads_per_gpu, shape.d_head,
                 dep.kv_bits)
+            w = len(aic.DECODE_LENGTHS)
+            decode = tuple(tuple(flat[i:i + w]) for i in range(0, len(flat), w))
+            # p_new·(new - n) + p_key·(keys - kv) in the linear terms' slots
+            att = (0.0, -p_new, p_new, -p_key, p_key)
         rp = roofline_params(gpu)
         peak, bw = gpu.peak(dep.dtype), gpu.hbm_bytes_per_s
         step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
@@ -186,6 +197,8 @@ class MeasuredTiming:
                 fixed_s=step_s + framework.layer_s * L,
                 per_seq_s=framework.seq_s, overlap=framework.offload_overlap,
                 sol_routed=c.routed_bytes / bw, miss=c.expert_miss,
+                decode=None if decode is None else tuple(tuple(L * x for x in row)
+                                                         for row in decode),
             ))
         self._stages = tuple(stages)
         self._single = stages[0] if len(stages) == 1 else None
@@ -195,8 +208,13 @@ class MeasuredTiming:
         self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
         kinds = f"{_QUANT[fmt]} GEMMs" + ("; MoE kernel tables" if moe else "") \
             + ("; MLA module tables" if dep.model.config.mla else "")
-        fit = f"; attention fit median {att_median:.0%}, worst {att_worst:.0%}" \
-            if shape.n_heads else "; no attention"
+        if decode is not None:
+            fit = (f"; decode attention tabulated, prefill fit median {att_median:.0%}, "
+                   f"worst {att_worst:.0%}")
+        elif shape.n_heads:
+            fit = f"; attention fit median {att_median:.0%}, worst {att_worst:.0%}"
+        else:
+            fit = "; no attention"
         self.note = (f"measured: aiconfigurator-core {aic.PINNED} tables {system} / "
                      f"{backend} {version} ({kinds}{fit}); framework {framework.name} "
                      f"{framework.version} overheads")
@@ -236,7 +254,7 @@ class MeasuredTiming:
         # one stage: breakdown's figures without its parts
         fixed = self._fixed_single(new, n)
         compute, memory = _speed_of_light(st, new, kv, keys)
-        return _stage_rest(st, fixed, kv, keys, n), largest(compute, memory, fixed[2],
+        return _stage_rest(st, fixed, kv, keys, n), largest(compute, memory, fixed[3],
                                                              st.host_s)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
@@ -263,6 +281,8 @@ class MeasuredTiming:
             parts["allreduce_s"] += ar
             parts["attention_s"] += st.a0 + st.a_seq * n + st.a_new * new + st.a_kv * kv \
                 + st.a_key * keys
+            if st.decode is not None:
+                parts["attention_s"] += aic.decode_at(aic.decode_row(st.decode, n), kv / n)
             parts["host_s"] += st.host_s
             parts["overhead_s"] += st.fixed_s + st.per_seq_s * n
             sol_compute, sol_memory = _speed_of_light(st, new, kv, keys)
@@ -288,10 +308,11 @@ def _speed_of_light(st: _Stage, new: float, kv: float, keys: float) -> tuple[flo
             st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new))
 
 
-def _stage_fixed(st: _Stage, new: float, n: float) -> tuple[float, float | None]:
+def _stage_fixed(st: _Stage, new: float, n: float) -> tuple:
     """The part of a stage's busy time fixed by its new tokens and sequences: (the GEMMs
     and all-reduces interpolated at ``new`` plus attention's terms in n and new; the
-    lm_head at its head tokens, or None without one)."""
+    lm_head at its head tokens, or None without one; the decode kernel's table at n
+    sequences over the KV lengths, or None without one)."""
     g = _GRID
     i = bisect_left(g, new)
     if i == 0:
@@ -304,15 +325,19 @@ def _stage_fixed(st: _Stage, new: float, n: float) -> tuple[float, float | None]
     if st.head is not None:
         cap = HEAD_TOKENS_PER_SEQ * n
         head = _interp(st.head, new if new < cap else cap)
-    return lin + st.a0 + st.a_seq * n + st.a_new * new, head
+    row = aic.decode_row(st.decode, n) if st.decode is not None else None
+    return lin + st.a0 + st.a_seq * n + st.a_new * new, head, row
 
 
 def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float) -> float:
-    """A stage's seconds from its ``_stage_fixed`` part: attention's KV and key terms, the
-    head, the host link (overlapped or not) and the framework's overheads (the hot path)."""
+    """A stage's seconds from its ``_stage_fixed`` part: attention's KV and key terms (the
+    decode kernel at the mean KV length), the head, the host link (overlapped or not) and
+    the framework's overheads (the hot path)."""
     busy = fixed[0] + st.a_kv * kv + st.a_key * keys
     if fixed[1] is not None:
         busy += fixed[1]
+    if fixed[2] is not None:
+        busy += aic.decode_at(fixed[2], kv / n)
     host = st.host_s
     if st.overlap:
         t = busy if busy > host else host

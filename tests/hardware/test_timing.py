@@ -192,6 +192,41 @@ def test_the_measured_kernel_curves_never_fall_with_the_token_count():
     assert head[-1] == raw_big and head[big] <= head[-1]
 
 
+def test_a_decode_pass_pays_the_measured_decode_kernel_at_its_batch_and_length():
+    """Attention by phase: a decode batch on a tabulated (batch, KV length) point costs
+    the package's generation-attention kernel there, per layer; a prefill adds the fitted
+    excess on top of the decode kernel at its KV length."""
+    tables()
+    from hardware.timing import aic
+
+    c = cost()  # Llama-3.1-8B on one H100, vLLM tables
+    layers = CAT.model("llama-3.1-8b").config.num_hidden_layers
+    ops, common = aic._package()[3:5]
+    gen = [ops.GenerationAttention("ga", 1, 32, 8, common.KVCacheQuantMode.bfloat16,
+                                   head_size=128)]
+    for b, s in ((16, 1024), (64, 4096), (3, 1500)):
+        kernel = aic._evaluate("h100_sxm", "vllm", gen, is_context=False, batch_size=b, s=s)[0]
+        got = c.pass_cost([1] * b, [s - 1] * b).parts["attention_s"]  # kv = b * s
+        rel = 1e-9 if (b, s) != (3, 1500) else 0.02  # (3, 1500) is between grid points
+        assert math.isclose(got, layers * kernel, rel_tol=rel), (b, s)
+    *flat, p_new, p_key, _, _ = aic.attention_model("h100_sxm", "vllm", 32, 8, 128, 16)
+    assert p_new > 0 and p_key > 0
+    dec = c.pass_cost([1], [511]).parts["attention_s"]
+    pre = c.pass_cost([512], [0]).parts["attention_s"]
+    keys = 512 * 513 / 2
+    assert math.isclose(pre, dec + layers * (p_new * 511 + p_key * (keys - 512)),
+                        rel_tol=1e-9)
+
+
+def test_decode_attention_rows_interpolate_and_extend_the_table():
+    from hardware.timing.aic import DECODE_LENGTHS, decode_at
+
+    row = tuple(float(g) for g in DECODE_LENGTHS)  # time = length, to read the rule off
+    assert decode_at(row, 1.0) == row[0]  # below the first length: its (fixed) time
+    assert decode_at(row, 1500.0) == 1500.0  # linear between points
+    assert decode_at(row, 2 * DECODE_LENGTHS[-1]) == 2 * DECODE_LENGTHS[-1]  # last segment
+
+
 def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
     c = cost("opt-30b", "t4", offload_fraction="auto", kv_tokens=4 * 544, timing="roofline")
     lay = c.layouts[0]
