@@ -120,6 +120,15 @@ class FrameworkSpec(_Frozen):
     ``host_efficiency`` is the share of the GPU's host-link efficiency its offload copies
     reach (1: as fast as the GPU's pinned or pageable rate; less for an engine that moves
     weights in many small pieces or with compression metadata).
+
+    How its scheduler takes in prompts, which the serving-metric rows
+    (:mod:`hardware.timing.serving`) price: ``max_num_batched_tokens`` tokens per step at
+    most (vLLM's name; TensorRT-LLM's ``max_num_tokens``, SGLang's ``chunked_prefill_size``),
+    ``chunked_prefill`` (a prompt may be split across steps; otherwise whole prompts only),
+    ``mixed_prefill`` (prompts share the step with the running decodes, as in vLLM v1 and
+    TensorRT-LLM's in-flight batching; otherwise a prefill batch runs alone, as SGLang's
+    default does). ``scheduler_source`` says where those three come from (unset: SpecSim's
+    defaults, claimed for no engine).
     """
 
     id: str
@@ -131,6 +140,10 @@ class FrameworkSpec(_Frozen):
     seq_s: float = Field(ge=0)
     offload_overlap: bool = True
     host_efficiency: Fraction = 1.0
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    chunked_prefill: bool = True
+    mixed_prefill: bool = True
+    scheduler_source: str | None = None
     source: str
 
 

@@ -6,8 +6,8 @@ or ``frameworks.<id>.<name>`` (a framework's overheads). :func:`fit` moves the c
 to minimise the log error ``log(predicted / measured)`` over the rows marked ``fit``
 (``scipy.optimize.least_squares`` within each field's bounds, with the Cauchy loss: squared
 up to a 10% error, logarithmic beyond, so that a few rows no parameter explains do not set
-them all), and reports the
-median absolute error on those rows and on the held-out (``test``) ones.
+them all), one group of fields that share fit rows at a time, and reports the median
+absolute error on those rows and on the held-out (``test``) ones.
 :func:`overrides` turns the result into a user catalog (``deployment.catalog``) that
 overrides only the fitted fields.
 """
@@ -165,11 +165,71 @@ def _median_abs(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.median(np.abs(pred / meas - 1.0)))
 
 
-def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
-        timing: str = "auto") -> Fit:
-    """Least squares on log error over the ``fit`` rows (see the module notes)."""
+def _blocks(train, fields, catalog, timing, x, lo, hi, scale):
+    """The fields in groups that share no fit row, each with the rows it moves: fitted one
+    group at a time, a field's value does not depend on fields it shares no measurement
+    with (the joint problem is the sum of the groups'; one trust region over all of them
+    stops where the worst-conditioned group does). A field's rows are those whose
+    prediction a small step of it changes; a field that moves no row is left as it is."""
+    base, _ = predictions(train, apply_fields(catalog, fields, x * scale), timing)
+    moved = []
+    for i in range(len(fields)):
+        y = x.copy()
+        step = 1e-3 * max(abs(x[i]), 1.0)
+        y[i] = x[i] + step if x[i] + step <= hi[i] else x[i] - step
+        pred, _ = predictions(train, apply_fields(catalog, fields, y * scale), timing)
+        moved.append(set(np.flatnonzero(pred != base).tolist()))
+    group = list(range(len(fields)))  # union-find over fields that move a common row
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    owner: dict[int, int] = {}
+    for i, rows in enumerate(moved):
+        for r in rows:
+            if r in owner:
+                group[root(i)] = root(owner[r])
+            else:
+                owner[r] = i
+    blocks: dict[int, list[int]] = {}
+    for i in range(len(fields)):
+        if moved[i]:
+            blocks.setdefault(root(i), []).append(i)
+    return [(idx, sorted(set().union(*(moved[i] for i in idx)))) for idx in blocks.values()]
+
+
+def _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo, hi, scale):
+    """Least squares over one group's fields on the rows they move, the rest held at x."""
     from scipy.optimize import least_squares
 
+    mine = [train[r] for r in rows_of]
+    target = meas[rows_of]
+    names = [fields[i] for i in block]
+    held = [f for i, f in enumerate(fields) if i not in block]
+    held_values = [x[i] * scale[i] for i in range(len(fields)) if i not in block]
+    base = apply_fields(catalog, held, held_values)
+
+    def residuals(z):
+        cat = apply_fields(base, names, z * scale[block])
+        pred, _ = predictions(mine, cat, timing)
+        return np.log(pred / target)
+
+    # a robust loss on the log error: squared up to ~10%, growing only logarithmically
+    # beyond, so a handful of rows the model cannot explain do not drag every parameter
+    res = least_squares(residuals, x[block], bounds=(lo[block] / scale[block],
+                                                     hi[block] / scale[block]),
+                        method="trf", loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4,
+                        xtol=1e-10, ftol=1e-10, max_nfev=200)
+    return res.x
+
+
+def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
+        timing: str = "auto") -> Fit:
+    """Least squares on log error over the ``fit`` rows (see the module notes), one group
+    of fields that share rows at a time (:func:`_blocks`)."""
     if not fields:
         raise UserError("calibrate: nothing to fit (give --fit FIELD)")
     for f in fields:
@@ -180,19 +240,12 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
     meas = np.array([r.measured for r in train])
     lo, hi, scale = (np.array(v) for v in zip(*(_bounds(f) for f in fields), strict=True))
     before = [current(catalog, f) for f in fields]
-    x0 = np.clip(before, lo, hi) / scale
-
-    def residuals(x):
-        cat = apply_fields(catalog, fields, x * scale)
-        pred, _ = predictions(train, cat, timing)
-        return np.log(pred / meas)
-
-    # a robust loss on the log error: squared up to ~10%, growing only logarithmically
-    # beyond, so a handful of rows the model cannot explain do not drag every parameter
-    res = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), method="trf",
-                        loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4, xtol=1e-10,
-                        ftol=1e-10, max_nfev=200)
-    values = list(res.x * scale)
+    x = np.clip(before, lo, hi) / scale
+    for block, rows_of in _blocks(train, fields, catalog, timing, x, lo / scale, hi / scale,
+                                  scale):
+        x[block] = _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo,
+                              hi, scale)
+    values = list(x * scale)
     fitted = apply_fields(catalog, fields, values)
     pred, backends = predictions(rows, fitted, timing)
     all_meas = np.array([r.measured for r in rows])

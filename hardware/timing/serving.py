@@ -8,12 +8,17 @@ with (and fitted to) pass times:
 - ``ttft_s``: the prefill pass of ``batch`` prompts of ``context`` tokens.
 - ``tpot_s``: steady-state continuous batching at ``batch`` concurrent requests (a
   benchmark client's concurrency) with prompts of ``context`` and ``output_tokens``
-  generated tokens: every step decodes ``batch`` sequences at the mean context
-  ``context + output_tokens / 2``, and carries the prefills of the other requests --
-  ``(batch - 1) / output_tokens`` prompts per step, mixed into the step as vLLM's chunked
-  prefill and TensorRT-LLM's in-flight batching do. A request's own prefill is not in its
-  TPOT. Requests beyond what the KV cache holds at full length wait for a slot (their
-  wait is TTFT), so the running batch is at most capacity / (context + output_tokens).
+  generated tokens. Every step decodes ``batch`` sequences at the mean context ``context +
+  output_tokens / 2``; over ``output_tokens`` steps the other ``batch - 1`` requests'
+  prompts are prefilled, as the framework's scheduler takes them in
+  (``FrameworkSpec.max_num_batched_tokens``, ``chunked_prefill``, ``mixed_prefill``):
+  packed into as few steps as its token budget allows (whole prompts only without chunked
+  prefill), either inside the decode step (vLLM, TensorRT-LLM) or as prefill passes of
+  their own that the decodes wait for (SGLang). Packing is what a closed-loop client with
+  fixed prompt and output lengths keeps up: requests admitted together finish together and
+  are replaced together. A request's own prefill is not in its TPOT. Requests beyond what
+  the KV cache holds at full length wait for a slot (their wait is TTFT), so the running
+  batch is at most capacity / (context + output_tokens).
 - ``tokens_per_s_per_gpu``: a static batch (TensorRT-LLM's gptSessionBenchmark, FlexGen,
   ZeRO-Inference): one prefill pass of ``batch`` x ``context`` tokens, then
   ``output_tokens - 1`` decode passes of the whole batch as its context grows; generated
@@ -25,6 +30,8 @@ own latency, sampling-parameter costs, and prefix caching.
 """
 
 from __future__ import annotations
+
+import math
 
 from hardware.catalog import Catalog
 from hardware.cost import CostModel
@@ -53,6 +60,37 @@ def _decode(cost: CostModel, b: float, ctx: float) -> float:
     return cost.pass_seconds_sums(b, b * ctx, b * ctx, b, n_seqs=b)
 
 
+def _tpot(cost: CostModel, b: float, ctx: float, out: float) -> float:
+    """Mean seconds per generated token of ``b`` requests decoding at once (``tpot_s``)."""
+    fw = cost.framework
+    mean = ctx + out / 2
+    # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
+    b = max(min(b, cost.kv_capacity_tokens() / (ctx + out)), 1.0)
+
+    def step(x: float) -> float:  # b decodes + x prompt tokens (x / ctx prompts) in one pass
+        return cost.pass_seconds_sums(b + x, b * mean, b * mean, b + x * ctx,
+                                      n_seqs=b + x / ctx)
+
+    def alone(x: float) -> float:  # x prompt tokens in a pass of their own
+        return cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=x / ctx)
+
+    prefill = (b - 1) * ctx  # the other requests' prompt tokens per ``out`` steps
+    room = float(fw.max_num_batched_tokens) - (b if fw.mixed_prefill else 0.0)
+    if not fw.chunked_prefill and ctx <= room:  # whole prompts only (one longer than the
+        room = ctx * math.floor(room / ctx)  # budget has to be split: priced as chunks)
+    room = max(room, 1.0)
+    steps = prefill / room  # steps that carry prompt tokens
+    full = math.floor(steps)
+    rest = prefill - full * room
+    if not fw.mixed_prefill:
+        return step(0.0) + (full * alone(room) + (alone(rest) if rest > 0 else 0.0)) / out
+    if steps >= out:  # prompts in every step: the budget, not the packing, sets the pace
+        return step(prefill / out)
+    busy = full * step(room) + (step(rest) if rest > 0 else 0.0)
+    idle = out - full - (1 if rest > 0 else 0)
+    return (busy + idle * step(0.0)) / out
+
+
 def predict(row: MeasuredRow, cost: CostModel) -> float:
     """The row's metric as ``cost`` prices it (seconds, or tokens/s per GPU)."""
     b, ctx, out = float(row.batch), float(row.context), float(row.output_tokens)
@@ -61,13 +99,7 @@ def predict(row: MeasuredRow, cost: CostModel) -> float:
     if row.metric == "ttft_s":
         return cost.uniform_pass_seconds(row.batch, row.context, 0)
     if row.metric == "tpot_s":
-        mean = ctx + out / 2
-        # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
-        b = max(min(b, cost.kv_capacity_tokens() / (ctx + out)), 1.0)
-        prompts = (b - 1) / out  # the other requests' prefills per step
-        p_new = prompts * ctx
-        return cost.pass_seconds_sums(
-            b + p_new, b * mean, b * mean, b + prompts * ctx * ctx, n_seqs=b + prompts)
+        return _tpot(cost, b, ctx, out)
     # tokens_per_s_per_gpu: one static batch, prefill then out - 1 decode passes
     prefill = cost.uniform_pass_seconds(row.batch, row.context, 0)
     steps = out - 1

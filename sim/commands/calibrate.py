@@ -8,8 +8,9 @@ from pathlib import Path
 
 _HELP = """\
 Fit a GPU's (and its links' and framework's) timing parameters to measurements, by least
-squares on log error (scipy.optimize.least_squares), and write a user catalog that
-overrides only the fitted fields (use it as deployment.catalog or --catalog).
+squares on log error (scipy.optimize.least_squares; fields that share no row are fitted
+apart), and write a user catalog that overrides only the fitted fields (use it as
+deployment.catalog or --catalog).
 
 From a CSV of measured step times (one measurement per row):
   specsim calibrate my_steps.csv [--fit FIELD ...] [--out my.yaml]
