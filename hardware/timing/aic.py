@@ -300,7 +300,7 @@ _PREFILL = [(b, s, p) for b in (1, 4, 16, 64, 256)
 
 # what a cached answer depends on besides its arguments: bump the format when the tabulation
 # changes in a way the grids do not show
-_CACHE_KEY = (4, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
+_CACHE_KEY = (5, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
               tuple(_PREFILL))
 
 
@@ -338,8 +338,9 @@ def attention_model(system: str, backend: str, heads: int, kv_heads: int, head_d
     A pass of ``n`` sequences feeding ``new`` tokens that read or write ``kv`` KV entries
     and attend ``keys`` (query, key) pairs costs ``decode(n, kv / n) + p_new·(new - n) +
     p_key·(keys - kv)`` seconds: the generation kernel at n sequences of the batch's mean
-    KV length (tabulated at ``DECODE_BATCHES`` x ``DECODE_LENGTHS``, interpolated
-    linearly), and for the tokens and pairs beyond one per sequence and one per KV entry
+    KV length (tabulated at ``DECODE_BATCHES`` x ``DECODE_LENGTHS``, made non-decreasing
+    along both as the GEMM curves are (:func:`_envelope`), interpolated linearly), and for
+    the tokens and pairs beyond one per sequence and one per KV entry
     (prompts, chunks, verified guesses) two coefficients fitted by non-negative least
     squares on relative error to the measured context kernel at the ``_PREFILL`` points --
     a prefill of b prompts of s tokens after p cached ones has n = b, new = b·s,
@@ -353,8 +354,10 @@ def attention_model(system: str, backend: str, heads: int, kv_heads: int, head_d
     ops, common = _package()[3:5]
     kv_mode = common.KVCacheQuantMode.bfloat16 if kv_bits == 16 else common.KVCacheQuantMode.fp8
     gen = [ops.GenerationAttention("ga", 1, heads, kv_heads, kv_mode, head_size=head_dim)]
-    table = [tuple(_evaluate(system, backend, gen, is_context=False, batch_size=b, s=s)[0]
-                   for s in DECODE_LENGTHS) for b in DECODE_BATCHES]
+    raw = [_envelope(_evaluate(system, backend, gen, is_context=False, batch_size=b, s=s)[0]
+                     for s in DECODE_LENGTHS) for b in DECODE_BATCHES]
+    # non-decreasing in the batch too: more sequences of the same length never cost less
+    table = list(zip(*(_envelope(col) for col in zip(*raw, strict=True)), strict=True))
     # prefill attention computes in 16 bits where the tables have it (vLLM has only that);
     # an FP8 KV cache on SGLang is measured with an FP8 prefill kernel only
     fmhas = [common.FMHAQuantMode.bfloat16] + ([common.FMHAQuantMode.fp8] if kv_bits == 8

@@ -159,6 +159,7 @@ class Fit:
     rows: list[MeasuredRow]
     predicted: np.ndarray
     backends: list[str]
+    unmoved: tuple[str, ...] = ()  # fields no fit row depends on: left as they were
 
 
 def _median_abs(pred: np.ndarray, meas: np.ndarray) -> float:
@@ -241,22 +242,26 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
     lo, hi, scale = (np.array(v) for v in zip(*(_bounds(f) for f in fields), strict=True))
     before = [current(catalog, f) for f in fields]
     x = np.clip(before, lo, hi) / scale
-    for block, rows_of in _blocks(train, fields, catalog, timing, x, lo / scale, hi / scale,
-                                  scale):
+    blocks = _blocks(train, fields, catalog, timing, x, lo / scale, hi / scale, scale)
+    for block, rows_of in blocks:
         x[block] = _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo,
                               hi, scale)
-    values = list(x * scale)
+    grouped = {i for block, _ in blocks for i in block}
+    unmoved = tuple(f for i, f in enumerate(fields) if i not in grouped)
+    values = [b if f in unmoved else v for f, b, v in zip(fields, before, x * scale,
+                                                           strict=True)]
     fitted = apply_fields(catalog, fields, values)
     pred, backends = predictions(rows, fitted, timing)
     all_meas = np.array([r.measured for r in rows])
     is_test = np.array([r.split == "test" for r in rows])
     test = _median_abs(pred[is_test], all_meas[is_test]) if is_test.any() else None
     return Fit(fields, before, values, _median_abs(pred[~is_test], all_meas[~is_test]),
-               test, fitted, rows, pred, backends)
+               test, fitted, rows, pred, backends, unmoved)
 
 
 def overrides(result: Fit, source: str) -> dict:
-    """A user catalog (sections gpus / links / frameworks) with only the fitted fields.
+    """A user catalog (sections gpus / links / frameworks) with only the fitted fields
+    (not the ``unmoved`` ones, which no fit row depends on).
 
     A GPU or link that had no calibrated block gets a whole one (its defaults plus the
     fitted values), since a block is either absent or complete; ``calibrated`` and
@@ -265,6 +270,8 @@ def overrides(result: Fit, source: str) -> dict:
     out: dict[str, dict] = {}
     fitted: dict[tuple[str, str], list[str]] = {}
     for path, value in zip(result.fields, result.values, strict=True):
+        if path in result.unmoved:
+            continue
         section, key, block, name = _parse(path)
         entry = out.setdefault(section, {}).setdefault(key, {})
         fitted.setdefault((section, key), []).append(name)

@@ -51,6 +51,8 @@ from hardware.timing.roofline import (
 __all__ = ["MeasuredTiming", "block_gemms", "moe_block_gemms"]
 
 _GRID = tuple(float(m) for m in aic.GRID)
+_LENGTHS = tuple(float(s) for s in aic.DECODE_LENGTHS)
+_LAST = len(_LENGTHS) - 1
 _QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
 _ACT_BYTES = 2
 _FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
@@ -281,7 +283,7 @@ class MeasuredTiming:
             parts["allreduce_s"] += ar
             parts["attention_s"] += st.a0 + st.a_seq * n + st.a_new * new + st.a_kv * kv \
                 + st.a_key * keys
-            if st.decode is not None:
+            if st.decode is not None and n > 0:
                 parts["attention_s"] += aic.decode_at(aic.decode_row(st.decode, n), kv / n)
             parts["host_s"] += st.host_s
             parts["overhead_s"] += st.fixed_s + st.per_seq_s * n
@@ -325,19 +327,34 @@ def _stage_fixed(st: _Stage, new: float, n: float) -> tuple:
     if st.head is not None:
         cap = HEAD_TOKENS_PER_SEQ * n
         head = _interp(st.head, new if new < cap else cap)
-    row = aic.decode_row(st.decode, n) if st.decode is not None else None
-    return lin + st.a0 + st.a_seq * n + st.a_new * new, head, row
+    dec = None
+    if st.decode is not None and n > 0:  # the decode table at n, with its slopes in length
+        row = aic.decode_row(st.decode, n)
+        g = _LENGTHS
+        dec = (row, (0.0, *((row[i] - row[i - 1]) / (g[i] - g[i - 1])
+                            for i in range(1, len(g)))))
+    return lin + st.a0 + st.a_seq * n + st.a_new * new, head, dec
 
 
-def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float) -> float:
+def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float,
+                _lengths=_LENGTHS, _last=_LAST, _bisect=bisect_left) -> float:
     """A stage's seconds from its ``_stage_fixed`` part: attention's KV and key terms (the
     decode kernel at the mean KV length), the head, the host link (overlapped or not) and
     the framework's overheads (the hot path)."""
     busy = fixed[0] + st.a_kv * kv + st.a_key * keys
     if fixed[1] is not None:
         busy += fixed[1]
-    if fixed[2] is not None:
-        busy += aic.decode_at(fixed[2], kv / n)
+    dec = fixed[2]
+    if dec is not None:  # the decode kernel at the mean KV length (aic.decode_at, inlined)
+        row, slope = dec
+        length = kv / n
+        i = _bisect(_lengths, length)
+        if i == 0:
+            busy += row[0]
+        else:
+            if i > _last:
+                i = _last
+            busy += row[i - 1] + slope[i] * (length - _lengths[i - 1])
     host = st.host_s
     if st.overlap:
         t = busy if busy > host else host

@@ -68,13 +68,16 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float) -> float:
     b = max(min(b, cost.kv_capacity_tokens() / (ctx + out)), 1.0)
 
     def step(x: float) -> float:  # b decodes + x prompt tokens (x / ctx prompts) in one pass
+        prompts = x / ctx if x > 0 else 0.0
         return cost.pass_seconds_sums(b + x, b * mean, b * mean, b + x * ctx,
-                                      n_seqs=b + x / ctx)
+                                      n_seqs=b + prompts)
 
     def alone(x: float) -> float:  # x prompt tokens in a pass of their own
         return cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=x / ctx)
 
     prefill = (b - 1) * ctx  # the other requests' prompt tokens per ``out`` steps
+    if prefill <= 0:
+        return step(0.0)
     room = float(fw.max_num_batched_tokens) - (b if fw.mixed_prefill else 0.0)
     if not fw.chunked_prefill and ctx <= room:  # whole prompts only (one longer than the
         room = ctx * math.floor(room / ctx)  # budget has to be split: priced as chunks)
@@ -83,10 +86,11 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float) -> float:
     full = math.floor(steps)
     rest = prefill - full * room
     if not fw.mixed_prefill:
-        return step(0.0) + (full * alone(room) + (alone(rest) if rest > 0 else 0.0)) / out
-    if steps >= out:  # prompts in every step: the budget, not the packing, sets the pace
-        return step(prefill / out)
-    busy = full * step(room) + (step(rest) if rest > 0 else 0.0)
+        return step(0.0) + ((full * alone(room) if full else 0.0)
+                            + (alone(rest) if rest > 0 else 0.0)) / out
+    if steps >= out:  # more prompt tokens than the steps hold: every step is full (the
+        return step(room)  # scheduler cannot keep up; queued requests wait in TTFT)
+    busy = (full * step(room) if full else 0.0) + (step(rest) if rest > 0 else 0.0)
     idle = out - full - (1 if rest > 0 else 0)
     return (busy + idle * step(0.0)) / out
 

@@ -33,8 +33,9 @@ From a GPU's measured kernel tables (the shipped roofline calibration):
 fits each GPU's roofline and its server link's alpha-beta all-reduce to the kernel-only
 pass times the tables give over a fixed grid of models, TP, formats, batches and contexts.
 
-The shipped framework overheads come from:
-  specsim calibrate hardware/data/validation.csv
+The shipped parameters come from five such fits, in order (docs/timing.md, "The
+calibration, in order"): the three --tables fits, then hardware/data/validation.csv for the
+framework overheads and streaming efficiencies, then for the host-link efficiencies.
 """
 
 
@@ -85,9 +86,12 @@ def main(args: argparse.Namespace) -> int:
         fields = args.fit or list(dict.fromkeys(
             f for g in dict.fromkeys(args.tables)
             for f in table_fields(g, catalog, [r for r in rows if r.gpu == g])))
+        flags = "".join(f" --catalog {c}" for c in args.catalog or ()) \
+            + ("" if args.framework == "vllm" else f" --framework {args.framework}") \
+            + "".join(f" --fit {f}" for f in args.fit or ())
         what = (f"the {args.framework} kernel tables of {', '.join(args.tables)} "
                 f"(aiconfigurator-core 0.12.0), `specsim calibrate "
-                + " ".join(f"--tables {g}" for g in args.tables) + "`")
+                + " ".join(f"--tables {g}" for g in args.tables) + flags + "`")
     else:
         rows = read_rows(args.measurements)
         timing = args.timing or "auto"
@@ -114,6 +118,7 @@ def main(args: argparse.Namespace) -> int:
             "fields": [{"field": f, "before": b, "after": v} for f, b, v in
                        zip(result.fields, result.before, result.values, strict=True)],
             "fit_error": result.fit_error, "test_error": result.test_error,
+            "unmoved": list(result.unmoved),
             "catalog": str(out)}, indent=2))
         return 0
     print(f"{len(rows)} rows ({n_fit} fit, {len(rows) - n_fit} held out), timing {timing}")
@@ -121,6 +126,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"{'field':{width}s}  {'before':>11s}  {'after':>11s}")
     for f, b, v in zip(result.fields, result.before, result.values, strict=True):
         print(f"{f:{width}s}  {b:11.4g}  {v:11.4g}")
+    if result.unmoved:
+        print(f"not fitted (no fit row depends on them; left out of the catalog): "
+              f"{', '.join(result.unmoved)}")
     print(f"median |error|: fit {result.fit_error:.1%}; " + test)
     print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
     return 0

@@ -279,10 +279,10 @@ def run_list(args: argparse.Namespace) -> int:
               f"{f.seq_s * 1e6:.1f} us/seq"
               + (f"; offload copies at {f.host_efficiency:.2f} of the host link's efficiency"
                  if f.host_efficiency != 1.0 else "")
-              + (f"; scheduler: {f.max_num_batched_tokens} tokens/step, "
-                 + ("chunked" if f.chunked_prefill else "whole") + " prompts, "
-                 + ("with the decodes" if f.mixed_prefill else "prefill batches alone")
-                 if f.scheduler_source else ""))
+              + f"; scheduler: {f.max_num_batched_tokens} tokens/step, "
+              + ("chunked" if f.chunked_prefill else "whole") + " prompts, "
+              + ("with the decodes" if f.mixed_prefill else "prefill batches alone")
+              + ("" if f.scheduler_source else " (SpecSim's defaults, not sourced)"))
     print("Models (params total / read per pass (MoE: active per token), layers, heads/KV "
           "heads, vocab, tied):")
     for m in catalog.models.values():

@@ -219,12 +219,44 @@ def test_a_decode_pass_pays_the_measured_decode_kernel_at_its_batch_and_length()
 
 
 def test_decode_attention_rows_interpolate_and_extend_the_table():
-    from hardware.timing.aic import DECODE_LENGTHS, decode_at
+    from hardware.timing.aic import DECODE_BATCHES, DECODE_LENGTHS, decode_at, decode_row
 
     row = tuple(float(g) for g in DECODE_LENGTHS)  # time = length, to read the rule off
     assert decode_at(row, 1.0) == row[0]  # below the first length: its (fixed) time
     assert decode_at(row, 1500.0) == 1500.0  # linear between points
     assert decode_at(row, 2 * DECODE_LENGTHS[-1]) == 2 * DECODE_LENGTHS[-1]  # last segment
+    table = tuple(tuple(float(b) for _ in DECODE_LENGTHS) for b in DECODE_BATCHES)
+    assert decode_row(table, 0.5) == table[0]  # below one sequence: the one-sequence row
+    assert decode_row(table, 3.0)[0] == 3.0  # linear between batches
+    assert decode_row(table, 1024.0)[0] == 1024.0  # along the last two beyond the last
+
+
+def test_a_pass_of_no_sequences_costs_its_fixed_part_only():
+    tables()
+    c = cost()
+    assert c.uniform_pass_seconds(0, 1, 100) == c.pass_cost([], []).seconds > 0
+
+
+def test_every_tabulated_curve_gets_the_envelope(monkeypatch):
+    """All-reduce, lm_head and MoE curves from a package whose times dip at one size: none
+    of them may dip (the caches are bypassed)."""
+    tables()
+    from hardware.timing import aic
+
+    def dipping(system, backend, ops_list, **kw):  # 1 s per token, but 0.5 s at 24 tokens
+        x = kw.get("x", kw.get("s", 1))
+        return [0.5 if x == 24 else float(x)] * len(ops_list)
+
+    monkeypatch.setattr(aic, "_evaluate", dipping)
+    monkeypatch.setattr(aic, "_moe_rows", lambda *a: frozenset(
+        {("bfloat16", 4096, 14336, 2, 8, 1, 1)}))
+    raw = aic.allreduce_table.__wrapped__.__wrapped__
+    for t in (raw("h100_sxm", "vllm", 4096, 2),
+              aic.head_table.__wrapped__.__wrapped__("h100_sxm", "vllm", 1000, 4096),
+              aic.moe_table.__wrapped__("h100_sxm", "vllm", 4096, 14336, 2, 8, 1, 1,
+                                        "bfloat16")):
+        i = aic.GRID.index(24)
+        assert t[i - 1] == t[i] == 0.5 and all(a <= b for a, b in zip(t, t[1:], strict=False))
 
 
 def test_offload_auto_offloads_the_fewest_whole_layers_that_fit():
