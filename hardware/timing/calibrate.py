@@ -171,7 +171,9 @@ def _blocks(train, fields, catalog, timing, x, lo, hi, scale):
     group at a time, a field's value does not depend on fields it shares no measurement
     with (the joint problem is the sum of the groups'; one trust region over all of them
     stops where the worst-conditioned group does). A field's rows are those whose
-    prediction a small step of it changes; a field that moves no row is left as it is."""
+    prediction a small step of it changes at the starting values (a field a max() hides
+    there, e.g. a GPU-side efficiency under a slower host link, moves no row); a field that
+    moves no row is left as it is."""
     base, _ = predictions(train, apply_fields(catalog, fields, x * scale), timing)
     moved = []
     for i in range(len(fields)):
