@@ -63,7 +63,9 @@ class RooflineParams(_Frozen):
     Weight streaming reaches ``eta_weights`` (16-bit), ``eta_fp8`` (fp8 W8A8), ``eta_int8`` /
     ``eta_int4`` (weight-only kernels) of the HBM bandwidth on large shards, less on small
     ones: a layer shard of ``weights_half_bytes`` bytes per GPU streams at half that.
-    KV reads reach ``eta_kv``; matrix arithmetic ``eta_compute`` of the dtype's peak, and
+    KV reads reach ``eta_kv`` with many sequences, less with few: ``n`` sequences read at
+    ``eta_kv·n/(n + kv_half_seqs)`` (the attention kernel has fewer sequences to spread over
+    the GPU; 0: no such loss); matrix arithmetic ``eta_compute`` of the dtype's peak, and
     the corner between the two roofs is rounded with exponent ``corner`` (compute
     efficiency falls as the arithmetic intensity nears the ridge; large = a sharp max).
     ``eta_host`` is the fraction of the host link's bandwidth offloaded weights stream at
@@ -80,6 +82,7 @@ class RooflineParams(_Frozen):
     eta_int4: Fraction
     weights_half_bytes: float = Field(ge=0)
     eta_kv: Fraction
+    kv_half_seqs: float = Field(default=0.0, ge=0)
     eta_compute: Fraction
     corner: float = Field(ge=1, le=64)
     eta_host: Fraction

@@ -31,7 +31,8 @@ __all__ = ["BOUNDS", "Fit", "apply_fields", "default_fields", "fit", "overrides"
 BOUNDS: dict[str, tuple[float, float, float]] = {
     "eta_weights": (0.05, 1.0, 1.0), "eta_fp8": (0.05, 1.0, 1.0),
     "eta_int8": (0.05, 1.0, 1.0), "eta_int4": (0.05, 1.0, 1.0),
-    "eta_kv": (0.05, 1.0, 1.0), "eta_compute": (0.05, 1.0, 1.0),
+    "eta_kv": (0.05, 1.0, 1.0), "kv_half_seqs": (0.0, 256.0, 1.0),
+    "eta_compute": (0.05, 1.0, 1.0),
     "eta_host": (0.05, 1.0, 1.0), "eta_host_pageable": (0.05, 1.0, 1.0),
     "weights_half_bytes": (0.0, 1e9, 1e6),
     "corner": (1.0, 63.0, 1.0),

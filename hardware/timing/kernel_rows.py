@@ -85,7 +85,8 @@ def _row(gpu_id, catalog, model, tp, bits, dtype, b, c, t, k) -> MeasuredRow | N
 
 def table_fields(gpu_id: str, catalog: Catalog, rows: list[MeasuredRow]) -> list[str]:
     """The roofline fields the kernel rows determine, and the TP link's α-β fields."""
-    names = ["eta_weights", "weights_half_bytes", "eta_kv", "eta_compute", "corner"]
+    names = ["eta_weights", "weights_half_bytes", "eta_kv", "kv_half_seqs", "eta_compute",
+             "corner"]
     if any(r.compute_dtype == "fp8" for r in rows):
         names.insert(1, "eta_fp8")
     fields = [f"gpus.{gpu_id}.roofline.{n}" for n in names]

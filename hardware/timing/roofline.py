@@ -117,6 +117,7 @@ class _Stage:
     overlap: bool
     routed_s: float = 0.0  # MoE: reading every local routed expert
     miss: float = 1.0  # MoE: 1 - k/E
+    per_kv_len: float = 0.0  # per_kv x kv_half_seqs: the few-sequence loss, per mean length
 
 
 def _moe_parts(st: _Stage, new: float, kv: float, keys: float, n: float):
@@ -131,6 +132,8 @@ def _parts(st: _Stage, new: float, kv: float, keys: float, n: float, routed_s: f
     compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
         + st.per_key * keys
     memory = st.weight_s + routed_s + st.per_kv * kv
+    if st.per_kv_len and n > 0:
+        memory += st.per_kv_len * kv / n
     comm = st.comm_fixed_s + st.comm_per_token_s * new
     busy = smooth_max(compute, memory, st.inv_p, st.p) + comm
     host = st.host_s
@@ -181,6 +184,8 @@ class RooflineTiming:
                 per_key=c.flop_per_key / flops_per_s,
                 weight_s=weight_s,
                 per_kv=c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
+                per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token
+                / (gpu.hbm_bytes_per_s * rp.eta_kv),
                 comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s),
                 comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden
                 * _ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
@@ -272,6 +277,7 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         per_key=c.flop_per_key / flops_per_s,
         weight_s=weight_s,
         per_kv=c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
+        per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
         comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s)
         + a2a * (ec.call_s + (ep - 1) * ec.step_s),
         comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden * _ACT_BYTES

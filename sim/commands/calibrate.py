@@ -25,8 +25,8 @@ per-layer and per-sequence overheads, and for rows the roofline prices, the weig
 format's streaming efficiency, the host-link efficiency (pinned or pageable, as the rows
 say) and the TP link's call latency.
 FIELD paths: gpus.<id>.roofline.<eta_weights|eta_fp8|eta_int8|eta_int4|weights_half_bytes|
-eta_kv|eta_compute|corner|eta_host|eta_host_pageable>, links.<id>.collective.<call_s|step_s|eta>,
-frameworks.<id>.<step_s|layer_s|seq_s|host_efficiency>.
+eta_kv|kv_half_seqs|eta_compute|corner|eta_host|eta_host_pageable>,
+links.<id>.collective.<call_s|step_s|eta>, frameworks.<id>.<step_s|layer_s|seq_s|host_efficiency>.
 
 From a GPU's measured kernel tables (the shipped roofline calibration):
   specsim calibrate --tables h100 --tables h200

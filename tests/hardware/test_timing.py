@@ -61,13 +61,20 @@ def _roofline(**kw):
     return cost("llama-3.1-8b", "h100", timing="roofline", **kw)
 
 
-def test_the_roofline_overhead_is_step_plus_layer_plus_sequence():
-    c = _roofline()
+def test_the_roofline_overhead_is_step_plus_layer_plus_sequence(tmp_path):
     fw = CAT.framework("vllm")
     sums = (64.0, 64 * 500.0, 64 * 500.0, 64.0)
-    # one sequence more in the same token sums: exactly the per-sequence term
-    d = c.pass_seconds_sums(*sums, n_seqs=65) - c.pass_seconds_sums(*sums, n_seqs=64)
+    # one sequence more in the same token sums: exactly the per-sequence term, once the
+    # KV reads' few-sequence loss (which also depends on the count) is off
+    path = tmp_path / "no-kv-loss.yaml"
+    path.write_text("gpus:\n  h100:\n    roofline: {kv_half_seqs: 0}\n")
+    flat = cost("llama-3.1-8b", "h100", cat=load_catalog(path), timing="roofline")
+    d = flat.pass_seconds_sums(*sums, n_seqs=65) - flat.pass_seconds_sums(*sums, n_seqs=64)
     assert d == pytest.approx(fw.seq_s, rel=1e-9)
+    c = _roofline()
+    assert CAT.gpu("h100").roofline.kv_half_seqs > 0
+    d = c.pass_seconds_sums(*sums, n_seqs=65) - c.pass_seconds_sums(*sums, n_seqs=64)
+    assert d < fw.seq_s  # more sequences over the same KV read it a little faster
     pc = c.pass_cost(np.ones(64), np.full(64, 500))
     assert pc.overhead_s == pytest.approx(fw.step_s + 32 * fw.layer_s + 64 * fw.seq_s,
                                           rel=1e-12)
@@ -79,6 +86,23 @@ def test_the_roofline_overhead_is_step_plus_layer_plus_sequence():
 def test_vllm_has_a_fitted_per_sequence_overhead():
     fw = CAT.framework("vllm")
     assert fw.seq_s > 1e-6 and "seq_s" in fw.source and "validation.csv" in fw.source
+
+
+def test_roofline_kv_reads_lose_efficiency_with_few_sequences(tmp_path):
+    """eta_kv(n) = eta_kv * n / (n + kv_half_seqs): the KV time of n sequences grows by
+    kv_half_seqs / n; a catalog without the field reads at eta_kv (0)."""
+    path = tmp_path / "kv.yaml"
+    path.write_text("gpus:\n  a10: {roofline: {eta_weights: 0.8, eta_fp8: 0.8, eta_int8: 0.8,"
+                    " eta_int4: 0.8, weights_half_bytes: 0, eta_kv: 0.8, eta_compute: 0.7,"
+                    " corner: 64, eta_host: 1, calibrated: true, source: test}}\n")
+    plain = cost(gpu="a10", cat=load_catalog(path), timing="roofline")
+    path.write_text(path.read_text().replace("eta_kv: 0.8,", "eta_kv: 0.8, kv_half_seqs: 2,"))
+    slow = cost(gpu="a10", cat=load_catalog(path), timing="roofline")
+    for n in (1, 4, 64):
+        base = plain.pass_cost([1] * n, [4096] * n).memory_s
+        per_entry = (base - plain.pass_cost([1] * n, [0] * n).memory_s) / (4096 * n)
+        got = slow.pass_cost([1] * n, [4096] * n).memory_s  # n * 4097 entries: + 2/n of them
+        assert got == pytest.approx(base + per_entry * 2 * 4097, rel=1e-9)
 
 
 def test_roofline_collectives_are_alpha_beta_per_link():
