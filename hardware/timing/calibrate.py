@@ -293,7 +293,10 @@ def overrides(result: Fit, source: str) -> dict:
         block = next((b for b in ("roofline", "collective") if b in entry), None)
         if block is not None:
             was = entry[block].pop("was")
-            entry[block]["source"] = f"{', '.join(names)} {source}; the other fields: {was}"
+            rest = {k for k, v in entry[block].items()
+                    if isinstance(v, float) and not isinstance(v, bool)} - set(names)
+            entry[block]["source"] = f"{', '.join(names)} {source}" \
+                + (f"; the other fields: {was}" if rest else "")
         else:
             entry["source"] = f"{', '.join(names)} {source}"
     return out

@@ -215,6 +215,18 @@ def test_the_schedulers_of_the_engines_are_their_defaults():
     assert all(f.scheduler_source for f in (vllm, sglang, trt))
 
 
+def test_a_block_fitted_whole_does_not_cite_the_source_of_fields_it_no_longer_has():
+    rows = [MeasuredRow(line=i, model="llama-3.1-8b", gpu="h100", tp=2, pp=1, weight_bits=16,
+                        kv_bits=16, compute_dtype=None, batch=b, context=512, tokens=1,
+                        offload=0.0, measured=0.004 + 1e-5 * b, source="synthetic")
+            for i, b in enumerate((1, 8, 32, 128))]
+    link = [f"links.nvlink4.collective.{n}" for n in ("call_s", "step_s", "eta")]
+    whole = overrides(fit(rows, link, CAT, "roofline"), "by test")["links"]["nvlink4"]
+    assert whole["collective"]["source"] == "call_s, step_s, eta by test"
+    part = overrides(fit(rows, link[:1], CAT, "roofline"), "by test")["links"]["nvlink4"]
+    assert part["collective"]["source"].startswith("call_s by test; the other fields: ")
+
+
 def test_a_fitted_gpu_without_a_block_gets_a_whole_one():
     rows = [MeasuredRow(line=1, model="llama-2-7b", gpu="a10", tp=1, pp=1, weight_bits=16,
                         kv_bits=16, compute_dtype=None, batch=1, context=128, tokens=1,
