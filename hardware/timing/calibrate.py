@@ -167,7 +167,7 @@ def _median_abs(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.median(np.abs(pred / meas - 1.0)))
 
 
-def _blocks(train, fields, catalog, timing, x, lo, hi, scale):
+def _blocks(train, fields, catalog, timing, x, hi, scale):
     """The fields in groups that share no fit row, each with the rows it moves: fitted one
     group at a time, a field's value does not depend on fields it shares no measurement
     with (the joint problem is the sum of the groups'; one trust region over all of them
@@ -245,7 +245,7 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
     lo, hi, scale = (np.array(v) for v in zip(*(_bounds(f) for f in fields), strict=True))
     before = [current(catalog, f) for f in fields]
     x = np.clip(before, lo, hi) / scale
-    blocks = _blocks(train, fields, catalog, timing, x, lo / scale, hi / scale, scale)
+    blocks = _blocks(train, fields, catalog, timing, x, hi / scale, scale)
     for block, rows_of in blocks:
         x[block] = _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo,
                               hi, scale)

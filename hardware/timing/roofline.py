@@ -160,6 +160,7 @@ class RooflineTiming:
         flops_per_s = gpu.peak(dep.dtype) * rp.eta_compute
         # 16-bit weights stream at eta_weights whatever the format of the blocks
         w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
+        kv_bw = gpu.hbm_bytes_per_s * rp.eta_kv
         half = rp.weights_half_bytes
         step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
         moe = bool(shape.n_experts)
@@ -183,9 +184,8 @@ class RooflineTiming:
                 per_head_token=2.0 * c.head_params / flops_per_s,
                 per_key=c.flop_per_key / flops_per_s,
                 weight_s=weight_s,
-                per_kv=c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
-                per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token
-                / (gpu.hbm_bytes_per_s * rp.eta_kv),
+                per_kv=c.kv_bytes_per_token / kv_bw,
+                per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token / kv_bw,
                 comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s),
                 comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden
                 * _ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
@@ -262,6 +262,7 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
     gpu, shape, tp, ep, dp = dep.gpu, dep.model.shape, dep.tp, dep.ep, c.dp
     flops_per_s = gpu.peak(dep.dtype) * rp.eta_compute
     w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
+    kv_bw = gpu.hbm_bytes_per_s * rp.eta_kv
     half = rp.weights_half_bytes
     head_bytes = c.head_params * HEAD_BITS / 8
     # every block one shard as for a dense model, plus the fused-MoE kernel of each MoE
@@ -276,8 +277,8 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         per_head_token=2.0 * c.head_params / dp / flops_per_s,
         per_key=c.flop_per_key / flops_per_s,
         weight_s=weight_s,
-        per_kv=c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
-        per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token / (gpu.hbm_bytes_per_s * rp.eta_kv),
+        per_kv=c.kv_bytes_per_token / kv_bw,
+        per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token / kv_bw,
         comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s)
         + a2a * (ec.call_s + (ep - 1) * ec.step_s),
         comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden * _ACT_BYTES

@@ -77,6 +77,9 @@ def main(args: argparse.Namespace) -> int:
     if (args.measurements is None) == (args.tables is None):
         raise UserError("give a measurements CSV or --tables GPU (one of the two)")
     catalog = load_catalog(args.catalog)
+    # the flags that shaped the fit, for the source the written catalog records
+    catalogs = "".join(f" --catalog {c}" for c in args.catalog or ())
+    fits = "".join(f" --fit {f}" for f in args.fit or ())
     if args.tables:
         if args.timing not in (None, "roofline"):
             raise UserError("--timing: --tables fits the roofline (drop --timing)")
@@ -86,19 +89,16 @@ def main(args: argparse.Namespace) -> int:
         fields = args.fit or list(dict.fromkeys(
             f for g in dict.fromkeys(args.tables)
             for f in table_fields(g, catalog, [r for r in rows if r.gpu == g])))
-        flags = "".join(f" --catalog {c}" for c in args.catalog or ()) \
-            + ("" if args.framework == "vllm" else f" --framework {args.framework}") \
-            + "".join(f" --fit {f}" for f in args.fit or ())
+        framework = "" if args.framework == "vllm" else f" --framework {args.framework}"
         what = (f"the {args.framework} kernel tables of {', '.join(args.tables)} "
                 f"(aiconfigurator-core 0.12.0), `specsim calibrate "
-                + " ".join(f"--tables {g}" for g in args.tables) + flags + "`")
+                + " ".join(f"--tables {g}" for g in args.tables) + catalogs + framework
+                + fits + "`")
     else:
         rows = read_rows(args.measurements)
         timing = args.timing or "auto"
         fields = args.fit or default_fields(rows, catalog, timing)
-        flags = "".join(f" --catalog {c}" for c in args.catalog or ()) \
-            + "".join(f" --fit {f}" for f in args.fit or ())
-        what = f"{args.measurements}, `specsim calibrate {args.measurements}{flags}`"
+        what = f"{args.measurements}, `specsim calibrate {args.measurements}{catalogs}{fits}`"
     result = fit(rows, fields, catalog, timing)
     n_fit = sum(r.split == "fit" for r in rows)
     test = "no held-out rows" if result.test_error is None else \
