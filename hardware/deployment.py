@@ -205,6 +205,10 @@ class StageLayout:
     the stage's local routed experts (all of them; a pass reads those its tokens touch),
     ``routed_flop_params`` the routed parameters one token uses on this GPU on average
     (top-k of them, split over the EP/TP GPUs), ``moe_layers`` its MoE blocks.
+    ``unquantized_params`` are the stage's share of the embedding table and the lm_head:
+    quantised checkpoints keep them in 16 bits (ModelOpt FP8, AWQ, GPTQ; vLLM's and
+    TensorRT-LLM's quantisation methods leave both unquantised), so they are stored at
+    16 bits whatever ``weight_bits`` says (:meth:`stored_bytes`).
     """
 
     layers: int
@@ -217,6 +221,13 @@ class StageLayout:
     moe_layers: int = 0
     routed_params: int = 0
     routed_flop_params: float = 0.0
+    unquantized_params: int = 0
+
+    def stored_bytes(self, weight_bits: int) -> float:
+        """Bytes of the weights this stage stores at ``weight_bits`` (the embedding and
+        lm_head at 16 bits or more)."""
+        quantized = self.stored_params - self.unquantized_params
+        return (quantized * weight_bits + self.unquantized_params * max(weight_bits, 16)) / 8
 
 
 def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
@@ -242,8 +253,8 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
         first, last = s == 0, s == dep.pp - 1
         n_moe = sum(shape.moe_layers[start:start + n])
         start += n
-        streamed = (n - n_moe) * layer + n_moe * moe_layer \
-            + (math.ceil(shape.head_params / tp) if last else 0)
+        head = math.ceil(shape.head_params / tp) if last else 0
+        streamed = (n - n_moe) * layer + n_moe * moe_layer + head
         # A tied lm_head on a single stage is the embedding matrix itself: stored once.
         tied_once = dep.model.config.tied and first and last
         embedding = shape.embedding_params if first else 0
@@ -264,6 +275,7 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                 moe_layers=n_moe,
                 routed_params=n_moe * routed_layer,
                 routed_flop_params=n_moe * routed_flops,
+                unquantized_params=math.ceil(embedding / tp) + head,
             )
         )
     return tuple(layouts)

@@ -37,7 +37,9 @@ def fit_error(dep: Deployment, stage: int, weight_bytes: float, kv_tokens: int,
     return UserError(
         f"{subject or dep.model.id} does not fit on {dep.tp}x{dep.pp} "
         f"{dep.gpu.id}{where}: needs {gib(total)} GiB per GPU (weights "
-        f"{gib(weight_bytes)} GiB at {dep.weight_bits} bits + KV for {kv_tokens} tokens "
+        f"{gib(weight_bytes)} GiB at {dep.weight_bits} bits"
+        + (" with the embedding and lm_head at 16" if dep.weight_bits < 16 else "")
+        + f" + KV for {kv_tokens} tokens "
         f"{gib(kv_bytes)} GiB"
         + (f" + reserved {gib(reserve_bytes)} GiB" if reserve_bytes else "")
         + f"), available {gib(available)} GiB{exact} of "

@@ -83,7 +83,7 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             flop_per_key=lay.layers * lay.attn_heads * shape.key_flops_per_head / dp,
             weight_bytes=lay.streamed_params * wb,
             kv_bytes_per_token=lay.kv_values_per_token * kvb / dp,
-            stored_bytes=lay.stored_params * wb,
+            stored_bytes=lay.stored_bytes(dep.weight_bits),
             moe_layers=lay.moe_layers,
             local_experts=shape.n_experts // dep.ep,
             routed_params=lay.routed_params,

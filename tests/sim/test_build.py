@@ -143,11 +143,11 @@ def test_a_16_bit_draft_pass_streams_twice_the_weight_bytes():
 def test_the_kv_room_counts_a_colocated_draft_at_its_own_bits(draft_bits):
     target, draft, blocks = _draft_pair(draft_bits)
     (w_target,), (w_draft,) = target.resident_weight_bytes(), draft.cost.resident_weight_bytes()
-    assert w_draft == draft.cost.layouts[0].stored_params * draft_bits // 8
+    assert w_draft == draft.cost.layouts[0].stored_bytes(draft_bits)  # embedding at 16 bits
     usable = target.dep.usable_bytes_per_gpu - w_draft - w_target
     per_token = target.kv_bytes_per_token + draft.cost.kv_bytes_per_token  # tp = 1
     assert blocks == int(usable / per_token) // 16
-    assert blocks == {8: 11178, 16: 10964}[draft_bits]
+    assert blocks == {8: 10768, 16: 10599}[draft_bits]
 
 
 # Llama-3-70B and its 1B draft as shipped, but with room for 262,144 positions: a request long
@@ -167,18 +167,18 @@ LONG_70B = """models:
 
 
 def test_a_request_that_fits_beside_an_8_bit_draft_is_refused_beside_a_16_bit_one(tmp_path):
-    # 175_900 + 8 tokens + a 5-token verify = 10_995 blocks of 16: room for 11_178 beside
-    # the 8-bit draft, 10_964 beside the 16-bit one.
+    # 171_000 + 8 tokens + a 5-token verify = 10_689 blocks of 16: room for 10_768 beside
+    # the 8-bit draft, 10_599 beside the 16-bit one.
     (tmp_path / "long.yaml").write_text(LONG_70B)
     sets = [*SEVENTY_B, f"deployment.catalog={tmp_path / 'long.yaml'}",
-            "workload.prompt={kind: fixed, tokens: 175900}",
+            "workload.prompt={kind: fixed, tokens: 171000}",
             "workload.output={kind: fixed, tokens: 8}",
             "variants=[{name: g4, policy: {kind: fixed, gamma: 4}}]"]
     setups(load_scenario(None, [*sets, "deployment.draft_weight_bits=8"]), "x.yaml")
     sc = load_scenario(None, [*sets, "deployment.draft_weight_bits=16"])
-    with pytest.raises(UserError, match=r"^x\.yaml: workload: request 0 \(175900 prompt \+ 8 "
-                                        r"output tokens\) needs 10995 KV blocks, but a replica "
-                                        r"of llama-3-70b on 1x1 h200 holds 10964$"):
+    with pytest.raises(UserError, match=r"^x\.yaml: workload: request 0 \(171000 prompt \+ 8 "
+                                        r"output tokens\) needs 10689 KV blocks, but a replica "
+                                        r"of llama-3-70b on 1x1 h200 holds 10599$"):
         setups(sc, "x.yaml")
 
 

@@ -140,7 +140,7 @@ def test_mixed_or_missing_flags_are_one_line_exit_2(capsys, argv, message):
          "max_position_embeddings 8192"),
         (["speedup", "--target", "llama-3-70b", "--tp", "4", "--weight-bits", "4",
           "--draft-weight-bits", "16", "--draft", "llama-3.2-1b", "--gpu", "a10",
-          "--batch", "82", "--context", "2048", "--alpha", "0.8"],
+          "--batch", "78", "--context", "2048", "--alpha", "0.8"],
          "draft llama-3.2-1b (co-located) next to target llama-3-70b does not fit on 4x1 a10"),
         (["speedup", "--target", "llama-3-8b", "--weight-bits", "4", "--draft", "llama-3-70b",
           "--draft-placement", "separate", "--gpu", "a10", "--batch", "1", "--context", "16",
