@@ -116,7 +116,10 @@ class FrameworkSpec(_Frozen):
     """A serving engine: its pinned version, kernel tables and CPU-side overheads.
 
     Every pass costs ``step_s + layer_s·layers + seq_s·sequences`` on top of its GPU time
-    (scheduling, input preparation, launches, sampling, per-request bookkeeping).
+    (scheduling, input preparation, launches, sampling, per-request bookkeeping), and a
+    server that streams its tokens (``Deployment.streaming``) ``stream_seq_s`` more per
+    sequence (detokenising and sending each step's token; offline runs such as
+    ``trtllm-bench throughput`` skip it).
     ``tables`` names the engine's measured kernel tables (``None``: roofline only);
     ``offload_overlap`` says whether offloaded weights stream while the GPU computes
     (FlexGen style) or before each layer runs (Hugging Face Accelerate);
@@ -141,6 +144,7 @@ class FrameworkSpec(_Frozen):
     step_s: float = Field(ge=0)
     layer_s: float = Field(ge=0)
     seq_s: float = Field(ge=0)
+    stream_seq_s: float = Field(default=0.0, ge=0)
     offload_overlap: bool = True
     host_efficiency: Fraction = 1.0
     max_num_batched_tokens: int = Field(default=8192, ge=1)

@@ -78,7 +78,9 @@ class Deployment:
     False is a draft model's: its passes run inside the target's engine step (vLLM and
     SGLang run the drafter in the same scheduler iteration), so they pay the framework's
     per-layer and per-sequence terms but not its per-step one again (the paper GPU's 0.5 ms
-    per pass is paid whatever).
+    per pass is paid whatever). ``streaming`` (default True: a server streaming tokens to
+    its clients) adds the framework's per-sequence streaming cost to the target's passes
+    (a draft's passes never pay it); False is an offline run.
     """
 
     model: ModelSpec
@@ -98,6 +100,7 @@ class Deployment:
     framework: str = "vllm"
     step_overhead: bool = True
     ep: int = 1
+    streaming: bool = True
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -125,6 +128,8 @@ class Deployment:
         _check(_is_int(self.kv_tokens) and self.kv_tokens >= 0, "kv_tokens",
                "must be an integer >= 0", self.kv_tokens)
         _check(_is_int(self.ep) and self.ep >= 1, "ep", "must be an integer >= 1", self.ep)
+        _check(isinstance(self.streaming, bool), "streaming", "must be true or false",
+               self.streaming)
         self._check_ep()
         if self.pp > cfg.num_hidden_layers:
             raise UserError(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from hardware.deployment import TIMINGS, Deployment, StageLayout
 
 __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_counts",
+           "framework_seq_s",
            "largest", "head_tokens"]
 
 # Logits are computed only where a token is sampled: every token of a decode or a verify
@@ -93,6 +94,15 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             dp=dp,
         ))
     return tuple(out)
+
+
+def framework_seq_s(framework, dep: Deployment) -> float:
+    """The framework's cost per sequence per pass: its ``seq_s``, plus ``stream_seq_s``
+    when the deployment streams its tokens and the pass is the engine step's own (a
+    draft's passes run inside the step and do not emit)."""
+    if dep.streaming and dep.step_overhead:
+        return framework.seq_s + framework.stream_seq_s
+    return framework.seq_s
 
 
 def largest(compute: float, memory: float, comm: float, host: float) -> str:

@@ -38,6 +38,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "corner": (1.0, 63.0, 1.0),
     "call_s": (0.0, 1e-3, 1e-5), "step_s": (0.0, 1.0, 1e-4), "eta": (0.05, 1.0, 1.0),
     "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5),
+    "stream_seq_s": (0.0, 1e-2, 1e-5),
     "host_efficiency": (0.05, 1.0, 1.0),
 }
 _LINK_STEP = (0.0, 1e-4, 1e-6)  # a link's per-ring-step latency: smaller than a pass's
@@ -113,7 +114,9 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
                    ) -> list[str]:
     """The fields the rows can pin down: every framework's per-pass overhead (per layer
     and per sequence where its fit rows -- at least ``MIN_ROWS_PER_TERM`` -- vary the
-    model and the batch), and, for GPUs the
+    model and the batch, and its streaming cost where that many rows stream and that many
+    do not), and,
+    for GPUs the
     roofline prices, the efficiencies of the formats, KV reads and host links they use,
     and the TP links' call latency."""
     fields: list[str] = []
@@ -129,6 +132,9 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
             fields.append(f"frameworks.{fw}.layer_s")
         if len({r.batch for r in mine}) > 1:
             fields.append(f"frameworks.{fw}.seq_s")
+        streamed = sum(r.streaming for r in mine)
+        if min(streamed, len(mine) - streamed) >= MIN_ROWS_PER_TERM:
+            fields.append(f"frameworks.{fw}.stream_seq_s")
     for r, backend in zip(rows, backends, strict=True):
         if backend != "roofline" or r.split != "fit":
             continue

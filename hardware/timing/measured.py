@@ -40,7 +40,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from hardware.timing import aic
-from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
+from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, framework_seq_s, largest
 from hardware.timing.roofline import (
     collective_params,
     host_bytes_per_s,
@@ -197,7 +197,7 @@ class MeasuredTiming:
                 host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + L * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * L,
-                per_seq_s=framework.seq_s, overlap=framework.offload_overlap,
+                per_seq_s=framework_seq_s(framework, dep), overlap=framework.offload_overlap,
                 sol_routed=c.routed_bytes / bw, miss=c.expert_miss,
                 decode=None if decode is None else tuple(tuple(L * x for x in row)
                                                          for row in decode),

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
 from hardware.moe import a2a_bytes_per_token
-from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, largest
+from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, framework_seq_s, largest
 
 __all__ = ["RooflineTiming", "roofline_params", "collective_params", "host_bytes_per_s",
            "weight_format", "SHARP", "smooth_max", "HEAD_BITS"]
@@ -192,7 +192,7 @@ class RooflineTiming:
                 host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * c.layers,
-                per_seq_s=framework.seq_s,
+                per_seq_s=framework_seq_s(framework, dep),
                 p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
             ))
         self._stages = tuple(stages)
@@ -288,7 +288,7 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                 + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
         fixed_s=step_s + framework.layer_s * c.layers,
-        per_seq_s=framework.seq_s / dp,
+        per_seq_s=framework_seq_s(framework, dep) / dp,
         p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
         routed_s=c.routed_bytes / w_bw,
         miss=c.expert_miss,

@@ -12,10 +12,18 @@ the first block is required, the second optional):
   measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
   comes from (repository + path + commit, paper + table, vendor page).
 - ``framework`` (default ``vllm``): a catalog framework id; ``pin_memory`` (``true``
-  default, or ``false``): whether offloaded weights sit in pinned host memory; ``metric`` (default
+  default, or ``false``): whether offloaded weights sit in pinned host memory;
+  ``streaming`` (``true`` default, or ``false``): whether the run streamed its tokens to a
+  client (a server benchmark) or ran offline (``trtllm-bench throughput``, a generate
+  script), which skips the framework's ``stream_seq_s``; ``metric`` (default
   ``step_s``, see :mod:`hardware.timing.serving`); ``output_tokens``: generated tokens per
-  request (serving metrics); ``split``: ``fit`` or ``test`` (rows left empty count as
-  ``fit``); ``category``: a label results are grouped by; ``notes``: free text.
+  request (serving metrics); ``requests``: how many requests the run served
+  (``max_load_tokens_per_s``, which needs it); ``max_num_tokens``: the step token budget
+  the run set (default: the framework's ``max_num_batched_tokens``); ``kv_fraction``: the
+  share of the memory the weights leave that the run gave the KV cache (TensorRT-LLM's
+  ``kv_cache_free_gpu_mem_fraction``; default: the deployment's workspace margin);
+  ``split``: ``fit`` or ``test`` (rows left empty count as ``fit``); ``category``: a label
+  results are grouped by; ``notes``: free text.
 
 Every problem is one UserError line naming the file, the line and the column.
 """
@@ -33,7 +41,7 @@ __all__ = ["MeasuredRow", "read_rows", "REQUIRED", "METRICS"]
 
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
-METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu")
+METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,12 @@ class MeasuredRow:
     source: str
     framework: str = "vllm"
     pin_memory: bool = True
+    streaming: bool = True
     metric: str = "step_s"
     output_tokens: int = 0
+    requests: int = 0
+    max_num_tokens: int | None = None
+    kv_fraction: float | None = None
     split: str = "fit"
     category: str = ""
     notes: str = ""
@@ -71,6 +83,20 @@ def _int(path, line, name, text, least):
             from None
     if value < least:
         raise UserError(f"{path}: line {line}: {name}: must be >= {least}, got {value}")
+    return value
+
+
+def _fraction(path, line, name, text):
+    """An optional fraction in (0, 1]; None when the cell is empty."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{path}: line {line}: {name}: must be a number in (0, 1], got "
+                        f"{text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise UserError(f"{path}: line {line}: {name}: must be in (0, 1], got {value:g}")
     return value
 
 
@@ -104,6 +130,10 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if pin not in ("true", "false"):
         raise UserError(f"{path}: line {line}: pin_memory: must be true or false, got "
                         f"{get['pin_memory']!r}")
+    streaming = (get.get("streaming") or "true").lower()
+    if streaming not in ("true", "false"):
+        raise UserError(f"{path}: line {line}: streaming: must be true or false, got "
+                        f"{get['streaming']!r}")
     split = get.get("split") or "fit"
     if split not in ("fit", "test"):
         raise UserError(f"{path}: line {line}: split: must be fit or test, got {split!r}")
@@ -111,6 +141,13 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if metric != "step_s" and metric != "ttft_s" and out_tokens < 2:
         raise UserError(f"{path}: line {line}: output_tokens: metric {metric} needs >= 2 "
                         f"generated tokens per request, got {out_tokens}")
+    requests = _int(path, line, "requests", get.get("requests") or "0", 0)
+    if metric == "max_load_tokens_per_s" and requests < 1:
+        raise UserError(f"{path}: line {line}: requests: metric {metric} needs the number "
+                        f"of requests the run served (>= 1), got {requests}")
+    budget = get.get("max_num_tokens") or ""
+    max_num_tokens = _int(path, line, "max_num_tokens", budget, 1) if budget else None
+    kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
         tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),
@@ -121,8 +158,10 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         context=_int(path, line, "context", get["context"], 0),
         tokens=_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
-        framework=get.get("framework") or "vllm", pin_memory=pin == "true", metric=metric,
-        output_tokens=out_tokens, split=split, category=get.get("category", ""),
+        framework=get.get("framework") or "vllm", pin_memory=pin == "true",
+        streaming=streaming == "true", metric=metric,
+        output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,
+        kv_fraction=kv_fraction, split=split, category=get.get("category", ""),
         notes=get.get("notes", ""),
     )
 

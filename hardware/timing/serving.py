@@ -24,23 +24,41 @@ with (and fitted to) pass times:
   ``output_tokens - 1`` decode passes of the whole batch as its context grows; generated
   tokens over the total time, per GPU. The decode passes are averaged over nine contexts
   spread over the generation (pass time is near-linear in context).
+- ``max_load_tokens_per_s``: an offline max-load run (``trtllm-bench throughput``): all
+  ``requests`` queued at once, every prompt ``context`` tokens and every output
+  ``output_tokens``; total output tokens/s over all GPUs, stepped through the run's
+  schedule. The engine runs at most ``batch`` requests (its max batch size) and what its
+  KV cache holds with each request's whole prompt + output reserved, as TensorRT-LLM's
+  GUARANTEED_NO_EVICT capacity scheduler does (``kv_fraction``: the cache is that share of
+  the memory the weights leave; the cap is not rounded to whole requests). Each step
+  admits waiting prompts beside its decodes while the step's tokens stay within
+  ``max_num_tokens`` (whole prompts, or a fluid of prompt tokens where the framework
+  chunks them); requests admitted in one step finish together ``output_tokens`` steps
+  later, and a stretch where nothing can be admitted until the oldest ones finish is
+  priced once, at its middle context. Ramp-up and drain are in the total. Engines that run
+  prefills alone (``mixed_prefill`` false) are refused for this metric.
 
 What is not modelled: queueing (the requests' arrival pattern), preemption, the client's
-own latency, sampling-parameter costs, and prefix caching.
+own latency, sampling-parameter costs, prefix caching, CUDA-graph padding of decode-only
+steps, and the memory an engine keeps besides weights and KV (activations, CUDA context and
+graphs), which a ``kv_fraction`` row's KV cache therefore overstates.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from hardware.catalog import Catalog
 from hardware.cost import CostModel
 from hardware.deployment import Deployment
 from hardware.timing.rows import MeasuredRow
+from specdec.errors import UserError
 
 __all__ = ["row_cost", "predict"]
 
 _DECODE_POINTS = 9
+_MAX_EVENTS = 2_000_000  # a max-load row's schedule: admissions + stretches of decodes
 
 
 def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostModel:
@@ -52,7 +70,7 @@ def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostMo
         weight_bits=row.weight_bits, kv_bits=row.kv_bits, compute_dtype=row.compute_dtype,
         offload_fraction=row.offload, offload_pin_memory=row.pin_memory,
         kv_tokens=row.batch * total if row.offload == "auto" else 0, timing=timing,
-        framework=row.framework)
+        framework=row.framework, streaming=row.streaming)
     return CostModel(dep, catalog)
 
 
@@ -60,12 +78,30 @@ def _decode(cost: CostModel, b: float, ctx: float) -> float:
     return cost.pass_seconds_sums(b, b * ctx, b * ctx, b, n_seqs=b)
 
 
-def _tpot(cost: CostModel, b: float, ctx: float, out: float) -> float:
+def _kv_tokens(row: MeasuredRow, cost: CostModel) -> float:
+    """Tokens the row's KV cache holds: the deployment's rule, or with ``kv_fraction`` the
+    engine's, TensorRT-LLM's: that fraction of the memory the weights leave (the engine's
+    other memory -- CUDA context, activations, CUDA graphs -- is not modelled), not rounded
+    (a smooth cap to fit to). The tightest pipeline stage decides."""
+    if row.kv_fraction is None:
+        return float(cost.kv_capacity_tokens())
+    hbm = cost.dep.gpu.hbm_capacity_bytes
+    return max(min(row.kv_fraction * (hbm - w) / per_token for w, per_token in
+                   zip(cost.resident_weight_bytes(), cost.stage_kv_bytes_per_token,
+                       strict=True)), 0.0)
+
+
+def _budget(row: MeasuredRow, cost: CostModel) -> int:
+    return row.max_num_tokens or cost.framework.max_num_batched_tokens
+
+
+def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
+          kv_tokens: float) -> float:
     """Mean seconds per generated token of ``b`` requests decoding at once (``tpot_s``)."""
     fw = cost.framework
     mean = ctx + out / 2
     # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
-    b = max(min(b, cost.kv_capacity_tokens() / (ctx + out)), 1.0)
+    b = max(min(b, kv_tokens / (ctx + out)), 1.0)
 
     def step(x: float) -> float:  # b decodes + x prompt tokens (x / ctx prompts) in one pass
         prompts = x / ctx if x > 0 else 0.0
@@ -78,7 +114,7 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float) -> float:
     prefill = (b - 1) * ctx  # the other requests' prompt tokens per ``out`` steps
     if prefill <= 0:
         return step(0.0)
-    room = float(fw.max_num_batched_tokens) - (b if fw.mixed_prefill else 0.0)
+    room = float(budget) - (b if fw.mixed_prefill else 0.0)
     if not fw.chunked_prefill and ctx <= room:  # whole prompts only (one longer than the
         room = ctx * math.floor(room / ctx)  # budget has to be split: priced as chunks)
     room = max(room, 1.0)
@@ -95,6 +131,63 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float) -> float:
     return (busy + idle * step(0.0)) / out
 
 
+def _max_load(row: MeasuredRow, cost: CostModel) -> float:
+    """Total output tokens/s of an offline max-load run (``max_load_tokens_per_s``),
+    stepped through the run's schedule.
+
+    Requests admitted in the same step form a cohort; a step either admits a cohort
+    (priced alone) or, when nothing can be admitted until the next cohort finishes, stands
+    for that whole stretch of identical decode steps (priced once at its middle context).
+    """
+    isl, osl, n = row.context, row.output_tokens, row.requests
+    budget, fw = _budget(row, cost), cost.framework
+    if not fw.mixed_prefill:
+        raise UserError(f"line {row.line}: metric max_load_tokens_per_s is priced for "
+                        f"engines that run prompts inside the decode step; framework "
+                        f"{row.framework} does not (mixed_prefill false)")
+    fits = _kv_tokens(row, cost) / (isl + osl)  # not rounded: a smooth cap to fit to
+    if fits < 1 or (budget < isl and not fw.chunked_prefill):
+        raise UserError(f"line {row.line}: {row.model} on {row.tp} x {row.gpu}: a request "
+                        f"of {isl} + {osl} tokens does not fit (the KV cache holds "
+                        f"{fits:.2f}, the step budget is {budget} tokens)")
+    cap = min(float(row.batch), fits)
+    pass_s = cost.pass_seconds_sums
+    cohorts: deque[tuple[int, float]] = deque()  # (admission step, requests), oldest first
+    running = admitted_steps = 0.0  # requests decoding; sum of requests x admission step
+    waiting, t, total, events = float(n), 0, 0.0, 0
+    while True:
+        while cohorts and cohorts[0][0] + osl - 1 < t:  # finished by the previous step
+            s, c = cohorts.popleft()
+            running -= c
+            admitted_steps -= c * s
+        if not cohorts:
+            if waiting <= 0:
+                break
+            running = admitted_steps = 0.0  # no float residue between waves
+        events += 1
+        if events > _MAX_EVENTS:
+            raise UserError(f"line {row.line}: {n} requests of {isl} + {osl} tokens take "
+                            f"more than {_MAX_EVENTS:,} scheduler events to price")
+        room = (budget - running) / isl  # prompts the step budget holds beside the decodes
+        a = min(waiting, cap - running, room if fw.chunked_prefill else math.floor(room))
+        if a > 0:  # decodes at their own contexts, beside a prompts of isl tokens
+            ctx = running * (isl - 1 + t) - admitted_steps
+            total += pass_s(running + a * isl, ctx, ctx, running + a * isl * isl,
+                            n_seqs=running + a)
+            cohorts.append((t, a))
+            running += a
+            admitted_steps += a * t
+            waiting -= a
+            t += 1
+            continue
+        # nothing can be admitted until the oldest cohort has finished: equal decode steps
+        steps = cohorts[0][0] + osl - t
+        ctx = running * (isl - 1 + t + (steps - 1) / 2) - admitted_steps
+        total += steps * pass_s(running, ctx, ctx, running, n_seqs=running)
+        t += steps
+    return n * osl / total
+
+
 def predict(row: MeasuredRow, cost: CostModel) -> float:
     """The row's metric as ``cost`` prices it (seconds, or tokens/s per GPU)."""
     b, ctx, out = float(row.batch), float(row.context), float(row.output_tokens)
@@ -103,7 +196,9 @@ def predict(row: MeasuredRow, cost: CostModel) -> float:
     if row.metric == "ttft_s":
         return cost.uniform_pass_seconds(row.batch, row.context, 0)
     if row.metric == "tpot_s":
-        return _tpot(cost, b, ctx, out)
+        return _tpot(cost, b, ctx, out, _budget(row, cost), _kv_tokens(row, cost))
+    if row.metric == "max_load_tokens_per_s":
+        return _max_load(row, cost)
     # tokens_per_s_per_gpu: one static batch, prefill then out - 1 decode passes
     prefill = cost.uniform_pass_seconds(row.batch, row.context, 0)
     steps = out - 1

@@ -8,14 +8,15 @@ categories:
 - ``A`` batch-1 decode (TP 1-8, 16-, 8- and 4-bit weights, FP8),
 - ``B`` batched decode: TPOT / ITL at a fixed client concurrency (batch 1-512, prompts
   200-20000 tokens),
-- ``C`` max-throughput tables: static batches at the stated (throughput-maximising) size,
-  output tokens/s per GPU including the prefill,
+- ``C`` max-load throughput, prefill included: static batches at the stated
+  (throughput-maximising) size (output tokens/s per GPU), and offline ``trtllm-bench``
+  runs with every request queued at once (total output tokens/s),
 - ``D`` offloaded decode: weights streamed from host memory.
 
-The split is fixed: within each category, in file order, the even rows (0, 2, ...) are the
-``fit`` half the shipped parameters were fitted on (``specsim calibrate``) and the odd rows
-are held out; :func:`validate` reports both, and the held-out medians are the accuracy
-SpecSim claims.
+The split is fixed: a row is in the ``fit`` half the shipped parameters were fitted on
+(``specsim calibrate``) when the CRC-32 of its conditions is even, held out otherwise
+(docs/timing.md, "The split"); :func:`validate` reports both, and the held-out medians are
+the accuracy SpecSim claims.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = ["VALIDATION_CSV", "CATEGORIES", "Validation", "validate"]
 
 VALIDATION_CSV = DATA_DIR / "validation.csv"
 CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)",
-              "C": "max-throughput tables (static batch, prefill included)",
+              "C": "max-load throughput (static batch or trtllm-bench)",
               "D": "offloaded decode"}
 
 

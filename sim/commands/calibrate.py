@@ -17,16 +17,23 @@ From a CSV of measured step times (one measurement per row):
 Columns (header names): model, gpu, tp, pp, weight_bits, kv_bits, compute_dtype, batch,
 context (cached tokens per sequence), tokens (new tokens per sequence: 1 = decode),
 offload (fraction or auto), measured_s, source; optional: framework (default vllm),
-pin_memory (true default, false: offloaded weights in pageable host memory),
-metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu), output_tokens, split
-(fit / test: test rows are held out and only reported), category, notes.
+pin_memory (true default, false: offloaded weights in pageable host memory), streaming
+(true default: a server streaming its tokens; false: an offline run),
+metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu, max_load_tokens_per_s),
+output_tokens, requests (max_load_tokens_per_s: how many the run served), max_num_tokens
+(the run's step token budget), kv_fraction (the share of the memory left after weights
+that the run gave the KV cache), split (fit / test: test rows are held out and only
+reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
-per-layer and per-sequence overheads, and for rows the roofline prices, the weight
+per-layer and per-sequence overheads (and its streaming cost where some rows stream and
+some do not),
+and for rows the roofline prices, the weight
 format's streaming efficiency, the host-link efficiency (pinned or pageable, as the rows
 say) and the TP link's call latency.
 FIELD paths: gpus.<id>.roofline.<eta_weights|eta_fp8|eta_int8|eta_int4|weights_half_bytes|
 eta_kv|kv_half_seqs|eta_compute|corner|eta_host|eta_host_pageable>,
-links.<id>.collective.<call_s|step_s|eta>, frameworks.<id>.<step_s|layer_s|seq_s|host_efficiency>.
+links.<id>.collective.<call_s|step_s|eta>,
+frameworks.<id>.<step_s|layer_s|seq_s|stream_seq_s|host_efficiency>.
 
 From a GPU's measured kernel tables (the shipped roofline calibration):
   specsim calibrate --tables h100 --tables h200

@@ -277,6 +277,7 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"  {f.id:12s} {f.name} {f.version}  tables {f.tables or 'none'}  "
               f"{f.step_s * 1e3:.3f} ms + {f.layer_s * 1e6:.1f} us/layer + "
               f"{f.seq_s * 1e6:.1f} us/seq"
+              + (f" (+ {f.stream_seq_s * 1e6:.1f} us/seq streaming)" if f.stream_seq_s else "")
               + (f"; offload copies at {f.host_efficiency:.2f} of the host link's efficiency"
                  if f.host_efficiency != 1.0 else "")
               + f"; scheduler: {f.max_num_batched_tokens} tokens/step, "

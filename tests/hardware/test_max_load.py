@@ -1,0 +1,225 @@
+"""Max-load throughput rows (trtllm-bench), the streaming cost, and 16-bit embeddings."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import re
+
+import pytest
+
+from hardware import Deployment, load_catalog
+from hardware.catalog import Catalog
+from hardware.cost import CostModel
+from hardware.timing.calibrate import default_fields
+from hardware.timing.rows import REQUIRED, MeasuredRow, read_rows
+from hardware.timing.validation import VALIDATION_CSV
+from specdec.errors import UserError
+
+CAT = load_catalog()
+
+
+def _row(**kw) -> MeasuredRow:
+    base = dict(line=7, model="llama-3.1-8b", gpu="h100", tp=1, pp=1, weight_bits=8,
+                kv_bits=8, compute_dtype="fp8", batch=4, context=100, tokens=1, offload=0.0,
+                measured=1000.0, source="synthetic", framework="trtllm", streaming=False,
+                metric="max_load_tokens_per_s", output_tokens=10, requests=4,
+                max_num_tokens=1000, kv_fraction=0.9)
+    return MeasuredRow(**{**base, **kw})
+
+
+def _priced(row: MeasuredRow, catalog: Catalog = CAT):
+    from hardware.timing.serving import predict, row_cost
+
+    cost = row_cost(row, catalog, "roofline")
+    return predict(row, cost), cost
+
+
+def _step(cost, decodes, ctx_sum, prompts, isl):
+    return cost.pass_seconds_sums(decodes + prompts * isl, ctx_sum, ctx_sum,
+                                  decodes + prompts * isl * isl, n_seqs=decodes + prompts)
+
+
+def test_one_wave_is_a_prefill_step_then_equal_decode_steps():
+    """4 requests fit the cap and the budget at once: one step prefills them, then 9 equal
+    decode steps (contexts 100..108, priced at their middle) give the other tokens."""
+    got, cost = _priced(_row())
+    isl, osl = 100, 10
+    want = _step(cost, 0, 0.0, 4, isl) + 9 * _step(cost, 4, 4 * 104.0, 0, isl)
+    assert got == pytest.approx(4 * osl / want, rel=1e-12)
+
+
+def test_whole_prompts_are_admitted_as_the_step_budget_and_the_cap_allow():
+    """Budget 250: two whole 100-token prompts per step beside up to 48 decodes; the cap
+    (6) then stops admissions until the cohorts finish, oldest first."""
+    got, cost = _priced(_row(batch=6, requests=6, max_num_tokens=250))
+    isl = 100
+
+    def ctx(t, cohorts):  # two requests a cohort, each at isl - 1 + t - s cached tokens
+        return sum(2 * (isl - 1 + t - s) for s in cohorts)
+
+    want = (_step(cost, 0, 0.0, 2, isl)                      # t = 0
+            + _step(cost, 2, ctx(1, [0]), 2, isl)             # t = 1
+            + _step(cost, 4, ctx(2, [0, 1]), 2, isl)          # t = 2
+            + 7 * _step(cost, 6, ctx(6, [0, 1, 2]), 0, isl)   # t = 3..9, middle t = 6
+            + _step(cost, 4, ctx(10, [1, 2]), 0, isl)         # t = 10: cohort 0 has left
+            + _step(cost, 2, ctx(11, [2]), 0, isl))           # t = 11
+    assert got == pytest.approx(6 * 10 / want, rel=1e-12)
+
+
+def test_the_kv_cache_caps_the_running_batch():
+    """kv_fraction sizes the KV cache as TensorRT-LLM does (a share of what the weights
+    leave), so a smaller fraction runs fewer requests at once: lower throughput."""
+    _, cost = _priced(_row())
+    per_request = cost.stage_kv_bytes_per_token[0] * 110
+    hbm, weights = cost.dep.gpu.hbm_capacity_bytes, cost.resident_weight_bytes()[0]
+    fraction = 2.5 * per_request / (hbm - weights)  # room for 2.5 requests
+    small, _ = _priced(_row(kv_fraction=fraction, batch=64, requests=40))
+    large, _ = _priced(_row(kv_fraction=0.9, batch=64, requests=40))
+    assert small < large / 4
+
+
+def test_chunked_prompts_are_admitted_as_a_fluid():
+    """An engine that chunks prompts (vLLM) fills the budget with prompt tokens: with 150
+    tokens a step, 1.5 prompts' worth in the first step, the other half in the next."""
+    fws = {**CAT.frameworks, "trtllm": CAT.framework("trtllm").model_copy(
+        update={"chunked_prefill": True})}
+    cat = Catalog(gpus=CAT.gpus, links=CAT.links, models=CAT.models, frameworks=fws)
+    got, cost = _priced(_row(batch=2, requests=2, max_num_tokens=150), cat)
+    isl = 100
+    want = (_step(cost, 0, 0.0, 1.5, isl)
+            + _step(cost, 1.5, 1.5 * 100, 0.5, isl)
+            + 8 * _step(cost, 2, 1.5 * (99 + 5.5) + 0.5 * (98 + 5.5), 0, isl)  # t = 2..9
+            + _step(cost, 0.5, 0.5 * (98 + 10), 0, isl))                       # t = 10
+    assert got == pytest.approx(2 * 10 / want, rel=1e-12)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(framework="sglang"), "line 7: metric max_load_tokens_per_s is priced for engines "
+                               "that run prompts inside the decode step; framework sglang "
+                               "does not (mixed_prefill false)"),
+    (dict(max_num_tokens=50), "line 7: llama-3.1-8b on 1 x h100: a request of 100 + 10 "
+                              "tokens does not fit"),
+    (dict(kv_fraction=1e-9), "line 7: llama-3.1-8b on 1 x h100: a request of 100 + 10 "
+                             "tokens does not fit"),
+])
+def test_a_run_that_cannot_be_priced_is_one_line(change, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        _priced(_row(**change))
+
+
+def test_a_schedule_too_long_to_price_is_refused(monkeypatch):
+    from hardware.timing import serving
+
+    monkeypatch.setattr(serving, "_MAX_EVENTS", 50)
+    with pytest.raises(UserError, match="take more than 50 scheduler events"):
+        _priced(_row(requests=1000, batch=2))
+
+
+def _write(path, extra: dict[str, str]):
+    header = [*REQUIRED, "metric", "output_tokens", *extra]
+    values = ["llama-3.1-8b", "h100", "1", "1", "8", "8", "fp8", "64", "128", "1", "0",
+              "20000", "test", "max_load_tokens_per_s", "128", *extra.values()]
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, values])
+    return path
+
+
+def test_the_max_load_columns_are_read(tmp_path):
+    (r,) = read_rows(_write(tmp_path / "m.csv", {"requests": "3000", "max_num_tokens": "2048",
+                                                 "kv_fraction": "0.95",
+                                                 "streaming": "false"}))
+    assert (r.requests, r.max_num_tokens, r.kv_fraction, r.streaming) == (3000, 2048, 0.95,
+                                                                           False)
+    (r,) = read_rows(_write(tmp_path / "n.csv", {"requests": "3000"}))
+    assert (r.max_num_tokens, r.kv_fraction, r.streaming) == (None, None, True)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({}, "line 2: requests: metric max_load_tokens_per_s needs the number of requests the "
+         "run served (>= 1), got 0"),
+    ({"requests": "10", "kv_fraction": "1.5"}, "line 2: kv_fraction: must be in (0, 1], "
+                                               "got 1.5"),
+    ({"requests": "10", "kv_fraction": "half"}, "line 2: kv_fraction: must be a number in "
+                                                "(0, 1], got 'half'"),
+    ({"requests": "10", "max_num_tokens": "0"}, "line 2: max_num_tokens: must be >= 1, got 0"),
+    ({"requests": "10", "streaming": "yes"}, "line 2: streaming: must be true or false, got "
+                                             "'yes'"),
+])
+def test_a_bad_max_load_column_is_one_line(tmp_path, extra, message):
+    path = _write(tmp_path / "m.csv", extra)
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_streaming_costs_its_framework_term_per_sequence_on_the_step_only():
+    """A streaming server pays stream_seq_s per sequence per pass on top of seq_s; an
+    offline run and a draft's passes (inside the step) do not."""
+    fws = {**CAT.frameworks, "vllm": CAT.framework("vllm").model_copy(
+        update={"stream_seq_s": 7e-6})}
+    cat = Catalog(gpus=CAT.gpus, links=CAT.links, models=CAT.models, frameworks=fws)
+    model, gpu = cat.model("llama-3.1-8b"), cat.gpu("h100")
+
+    def pass_s(**kw):
+        cost = CostModel(Deployment(model=model, gpu=gpu, timing="roofline", **kw), cat)
+        return cost.pass_seconds_sums(32, 32 * 500, 32 * 500, 32, n_seqs=32)
+
+    offline = pass_s(streaming=False)
+    assert pass_s(streaming=True) - offline == pytest.approx(32 * 7e-6, rel=1e-9)
+    draft, draft_streaming = (pass_s(streaming=s, step_overhead=False) for s in (False, True))
+    assert draft_streaming == draft
+
+
+def test_the_streaming_term_is_fitted_where_rows_stream_and_others_do_not():
+    rows = [dataclasses.replace(_row(), streaming=s, batch=b, line=i)
+            for i, (s, b) in enumerate([(True, b) for b in range(1, 7)]
+                                       + [(False, b) for b in range(1, 7)])]
+    assert "frameworks.trtllm.stream_seq_s" in default_fields(rows, CAT, "roofline")
+    assert "frameworks.trtllm.stream_seq_s" not in default_fields(rows[:9], CAT, "roofline")
+
+
+def test_quantised_weights_keep_the_embedding_and_lm_head_in_16_bits():
+    model, gpu = CAT.model("llama-3.1-8b"), CAT.gpu("h100")
+    untied = model.shape.embedding_params + model.shape.head_params  # + the final norm
+
+    def stored(bits):
+        return CostModel(Deployment(model=model, gpu=gpu, weight_bits=bits), CAT
+                         ).resident_weight_bytes()[0]
+
+    params = model.shape.embedding_params + model.shape.streamed_params
+    assert stored(16) == 2 * params
+    assert stored(8) == params + untied
+    assert stored(4) == params // 2 + untied * 3 // 2
+
+
+# trtllm-bench's heuristic for max_batch_size and max_num_tokens (github NVIDIA/TensorRT-LLM
+# tensorrt_llm/bench/build/tuning.py @04cba882, finetune_setting; general.py @0171265e)
+_NVML_GIB = {"h100": 81559 / 1024, "h200": 143771 / 1024}  # nvidia-smi memory.total
+
+
+def _heuristic(row: MeasuredRow) -> tuple[int, int]:
+    cfg = CAT.model(row.model).config
+    params = CAT.model(row.model).shape.total_params
+    per_token = 2 * cfg.num_hidden_layers * max(row.tp, cfg.num_key_value_heads) \
+        * (cfg.hidden_size // cfg.num_attention_heads) / 2**30
+    free = _NVML_GIB[row.gpu] * row.tp - params / 2**30
+    raw_bs = min(free * row.kv_fraction / (per_token * (row.context + row.output_tokens)), 4096)
+    raw_tokens = min(raw_bs * (1 + row.context / row.output_tokens), 32768)
+    step = 32 if raw_bs < 256 else 128 if raw_bs < 1024 else 256
+    bs = max(64, 32 * math.ceil(raw_bs / 32)) if raw_bs < 256 else \
+        step * math.ceil(raw_bs / step)
+    unit = 256 if raw_tokens < 4096 else 512 if raw_tokens < 8192 else 1024
+    tokens = unit * math.ceil(raw_tokens / unit)
+    if raw_tokens < 4096:
+        tokens = max(2048, tokens)
+    return bs, max(tokens, row.context + bs)
+
+
+def test_the_trtllm_bench_rows_state_the_settings_its_heuristic_picks():
+    rows = [r for r in read_rows(VALIDATION_CSV) if r.metric == "max_load_tokens_per_s"]
+    assert len(rows) == 40
+    for r in rows:
+        assert (r.batch, r.max_num_tokens) == _heuristic(r), r.line
+        assert not r.streaming and r.kv_fraction == 0.95 and r.framework == "trtllm"
