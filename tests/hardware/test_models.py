@@ -38,6 +38,7 @@ NOMINAL = {
     "llama-7b": (6.7e9, 0.01), "llama-13b": (13.0e9, 0.01), "llama-30b": (32.5e9, 0.01),
     "llama-65b": (65.2e9, 0.01), "llama-68m": (68e6, 0.01), "opt-30b": (30e9, 0.01),
     "opt-66b": (66e9, 0.01), "opt-175b": (175e9, 0.01),
+    "llama-3.1-405b": (405e9, 0.01),
     "opt-13b": (13e9, 0.012), "vicuna-7b": (6.7e9, 0.01), "vicuna-13b": (13.0e9, 0.01),
     "vicuna-33b": (32.5e9, 0.01),
     # mixture of experts: the model cards' totals (Mixtral "46.7B", Qwen3 "30.5B",
