@@ -96,11 +96,12 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
     return tuple(out)
 
 
-def framework_seq_s(framework, dep: Deployment) -> float:
-    """The framework's cost per sequence per pass: its ``seq_s``, plus ``stream_seq_s``
-    when the deployment streams its tokens and the pass is the engine step's own (a
-    draft's passes run inside the step and do not emit)."""
-    if dep.streaming and dep.step_overhead:
+def framework_seq_s(framework, dep: Deployment, last_stage: bool) -> float:
+    """A pipeline stage's cost per sequence per pass: the framework's ``seq_s``, plus on the
+    last stage ``stream_seq_s`` when the deployment streams its tokens and the pass is the
+    engine step's own (tokens are sent once, after the last stage; a draft's passes run
+    inside the step and do not emit)."""
+    if last_stage and dep.streaming and dep.step_overhead:
         return framework.seq_s + framework.stream_seq_s
     return framework.seq_s
 

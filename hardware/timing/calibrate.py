@@ -104,8 +104,11 @@ def predictions(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto")
     """(predicted values, the backend that priced each row) for ``rows``."""
     pred, backends = [], []
     for r in rows:
-        cost = row_cost(r, catalog, timing)
-        pred.append(predict(r, cost))
+        try:
+            cost = row_cost(r, catalog, timing)
+            pred.append(predict(r, cost))
+        except UserError as e:  # a row that cannot be priced: say which
+            raise UserError(f"{r.path or 'measurements'}: line {r.line}: {e}") from None
         backends.append(cost.backend)
     return np.asarray(pred), backends
 

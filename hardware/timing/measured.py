@@ -178,7 +178,7 @@ class MeasuredTiming:
         peak, bw = gpu.peak(dep.dtype), gpu.hbm_bytes_per_s
         step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
         stages = []
-        for c in counts:
+        for i, c in enumerate(counts):
             L = c.layers
             if moe is None:
                 g = tuple(L * x for x in dense)
@@ -197,7 +197,8 @@ class MeasuredTiming:
                 host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + L * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * L,
-                per_seq_s=framework_seq_s(framework, dep), overlap=framework.offload_overlap,
+                per_seq_s=framework_seq_s(framework, dep, i == len(counts) - 1),
+                overlap=framework.offload_overlap,
                 sol_routed=c.routed_bytes / bw, miss=c.expert_miss,
                 decode=None if decode is None else tuple(tuple(L * x for x in row)
                                                          for row in decode),

@@ -166,11 +166,13 @@ class RooflineTiming:
         moe = bool(shape.n_experts)
         self._parts = _moe_parts if moe else _parts
         stages = []
-        for c in counts:
+        for i, c in enumerate(counts):
+            per_seq_s = framework_seq_s(framework, dep, i == len(counts) - 1)
             if moe:
                 stages.append(_moe_stage(dep, c, rp, tc, collective_params(ep_link or tp_link),
                                          tp_link, ep_link or tp_link, host_link,
-                                         offload_fraction, framework, eta_w, step_s))
+                                         offload_fraction, framework, eta_w, step_s,
+                                         per_seq_s))
                 continue
             body_bytes = c.body_params * dep.weight_bits / 8
             head_bytes = c.head_params * HEAD_BITS / 8
@@ -192,7 +194,7 @@ class RooflineTiming:
                 host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * c.layers,
-                per_seq_s=framework_seq_s(framework, dep),
+                per_seq_s=per_seq_s,
                 p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
             ))
         self._stages = tuple(stages)
@@ -257,7 +259,7 @@ class RooflineTiming:
 
 
 def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction: float,
-               framework, eta_w: float, step_s: float) -> _Stage:
+               framework, eta_w: float, step_s: float, per_seq_s: float) -> _Stage:
     """The roofline's constants of an MoE stage (see the module notes)."""
     gpu, shape, tp, ep, dp = dep.gpu, dep.model.shape, dep.tp, dep.ep, c.dp
     flops_per_s = gpu.peak(dep.dtype) * rp.eta_compute
@@ -288,7 +290,7 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                 + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
         fixed_s=step_s + framework.layer_s * c.layers,
-        per_seq_s=framework_seq_s(framework, dep) / dp,
+        per_seq_s=per_seq_s / dp,
         p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
         routed_s=c.routed_bytes / w_bw,
         miss=c.expert_miss,

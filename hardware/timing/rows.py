@@ -18,10 +18,12 @@ the first block is required, the second optional):
   script), which skips the framework's ``stream_seq_s``; ``metric`` (default
   ``step_s``, see :mod:`hardware.timing.serving`); ``output_tokens``: generated tokens per
   request (serving metrics); ``requests``: how many requests the run served
-  (``max_load_tokens_per_s``, which needs it); ``max_num_tokens``: the step token budget
-  the run set (default: the framework's ``max_num_batched_tokens``); ``kv_fraction``: the
-  share of the memory the weights leave that the run gave the KV cache (TensorRT-LLM's
-  ``kv_cache_free_gpu_mem_fraction``; default: the deployment's workspace margin);
+  (``max_load_tokens_per_s`` only, which needs it; there ``batch`` is the engine's max
+  batch size and ``measured_s`` the total output tokens/s); ``max_num_tokens``: the step
+  token budget the run set (default: the framework's ``max_num_batched_tokens``);
+  ``kv_fraction``: the share of the memory the weights leave that the run gave the KV cache
+  (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``; default: the deployment's workspace
+  margin) -- these two for ``tpot_s`` and ``max_load_tokens_per_s`` rows only;
   ``split``: ``fit`` or ``test`` (rows left empty count as ``fit``); ``category``: a label
   results are grouped by; ``notes``: free text.
 
@@ -73,6 +75,7 @@ class MeasuredRow:
     split: str = "fit"
     category: str = ""
     notes: str = ""
+    path: str = ""  # the file the row was read from (for messages)
 
 
 def _int(path, line, name, text, least):
@@ -141,10 +144,20 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if metric != "step_s" and metric != "ttft_s" and out_tokens < 2:
         raise UserError(f"{path}: line {line}: output_tokens: metric {metric} needs >= 2 "
                         f"generated tokens per request, got {out_tokens}")
-    requests = _int(path, line, "requests", get.get("requests") or "0", 0)
-    if metric == "max_load_tokens_per_s" and requests < 1:
+    max_load = metric == "max_load_tokens_per_s"
+    for name, users in (("requests", ("max_load_tokens_per_s",)),
+                        ("max_num_tokens", ("max_load_tokens_per_s", "tpot_s")),
+                        ("kv_fraction", ("max_load_tokens_per_s", "tpot_s"))):
+        if get.get(name) and metric not in users:
+            raise UserError(f"{path}: line {line}: {name}: only {' and '.join(users)} rows "
+                            f"use it; this row's metric is {metric}")
+    if max_load and not get.get("requests"):
         raise UserError(f"{path}: line {line}: requests: metric {metric} needs the number "
-                        f"of requests the run served (>= 1), got {requests}")
+                        f"of requests the run served")
+    requests = _int(path, line, "requests", get["requests"], 1) if max_load else 0
+    if max_load and _int(path, line, "context", get["context"], 0) < 1:
+        raise UserError(f"{path}: line {line}: context: metric {metric} needs prompts of "
+                        f">= 1 token, got {get['context']}")
     budget = get.get("max_num_tokens") or ""
     max_num_tokens = _int(path, line, "max_num_tokens", budget, 1) if budget else None
     kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
@@ -162,7 +175,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         streaming=streaming == "true", metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,
         kv_fraction=kv_fraction, split=split, category=get.get("category", ""),
-        notes=get.get("notes", ""),
+        notes=get.get("notes", ""), path=str(path),
     )
 
 

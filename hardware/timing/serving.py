@@ -27,16 +27,19 @@ with (and fitted to) pass times:
 - ``max_load_tokens_per_s``: an offline max-load run (``trtllm-bench throughput``): all
   ``requests`` queued at once, every prompt ``context`` tokens and every output
   ``output_tokens``; total output tokens/s over all GPUs, stepped through the run's
-  schedule. The engine runs at most ``batch`` requests (its max batch size) and what its
-  KV cache holds with each request's whole prompt + output reserved, as TensorRT-LLM's
-  GUARANTEED_NO_EVICT capacity scheduler does (``kv_fraction``: the cache is that share of
-  the memory the weights leave; the cap is not rounded to whole requests). Each step
-  admits waiting prompts beside its decodes while the step's tokens stay within
+  schedule. The engine runs at most ``batch`` requests (its max batch size) and as many
+  whole requests as its KV cache holds with each one's prompt + output reserved, as
+  TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler does (``kv_fraction``: the cache is
+  that share of the memory the weights leave; KV blocks are not modelled). Each step admits
+  waiting prompts beside its decodes while the step's tokens stay within
   ``max_num_tokens`` (whole prompts, or a fluid of prompt tokens where the framework
-  chunks them); requests admitted in one step finish together ``output_tokens`` steps
-  later, and a stretch where nothing can be admitted until the oldest ones finish is
-  priced once, at its middle context. Ramp-up and drain are in the total. Engines that run
-  prefills alone (``mixed_prefill`` false) are refused for this metric.
+  chunks them); a request admitted at step s decodes at steps s + 1 .. s +
+  ``output_tokens`` - 1 and frees its slot after, and a stretch where nothing can be
+  admitted until the oldest ones finish is priced once, at its middle context. Ramp-up and
+  drain are in the total. The capacity rule is TensorRT-LLM's: for vLLM, which admits on
+  the current length and preempts, it is an approximation. Engines that run prefills alone
+  (``mixed_prefill`` false) and pipelines (``pp`` > 1: micro-batches in flight) are
+  refused for this metric.
 
 What is not modelled: queueing (the requests' arrival pattern), preemption, the client's
 own latency, sampling-parameter costs, prefix caching, CUDA-graph padding of decode-only
@@ -59,6 +62,7 @@ __all__ = ["row_cost", "predict"]
 
 _DECODE_POINTS = 9
 _MAX_EVENTS = 2_000_000  # a max-load row's schedule: admissions + stretches of decodes
+_CRUMB = 1e-9  # requests: less than this left of a chunked admission is float residue
 
 
 def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostModel:
@@ -81,8 +85,8 @@ def _decode(cost: CostModel, b: float, ctx: float) -> float:
 def _kv_tokens(row: MeasuredRow, cost: CostModel) -> float:
     """Tokens the row's KV cache holds: the deployment's rule, or with ``kv_fraction`` the
     engine's, TensorRT-LLM's: that fraction of the memory the weights leave (the engine's
-    other memory -- CUDA context, activations, CUDA graphs -- is not modelled), not rounded
-    (a smooth cap to fit to). The tightest pipeline stage decides."""
+    other memory -- CUDA context, activations, CUDA graphs -- is not modelled). The
+    tightest pipeline stage decides."""
     if row.kv_fraction is None:
         return float(cost.kv_capacity_tokens())
     hbm = cost.dep.gpu.hbm_capacity_bytes
@@ -142,15 +146,19 @@ def _max_load(row: MeasuredRow, cost: CostModel) -> float:
     isl, osl, n = row.context, row.output_tokens, row.requests
     budget, fw = _budget(row, cost), cost.framework
     if not fw.mixed_prefill:
-        raise UserError(f"line {row.line}: metric max_load_tokens_per_s is priced for "
+        raise UserError(f"metric max_load_tokens_per_s is priced for "
                         f"engines that run prompts inside the decode step; framework "
                         f"{row.framework} does not (mixed_prefill false)")
-    fits = _kv_tokens(row, cost) / (isl + osl)  # not rounded: a smooth cap to fit to
+    if row.pp > 1:
+        raise UserError(f"metric max_load_tokens_per_s: pp {row.pp}: a pipeline keeps "
+                        f"several micro-batches in flight, which this row model does not "
+                        f"price; only pp 1 rows")
+    fits = math.floor(_kv_tokens(row, cost) / (isl + osl))  # whole requests, reserved
     if fits < 1 or (budget < isl and not fw.chunked_prefill):
-        raise UserError(f"line {row.line}: {row.model} on {row.tp} x {row.gpu}: a request "
+        raise UserError(f"{row.model} on {row.tp} x {row.gpu}: a request "
                         f"of {isl} + {osl} tokens does not fit (the KV cache holds "
-                        f"{fits:.2f}, the step budget is {budget} tokens)")
-    cap = min(float(row.batch), fits)
+                        f"{fits} such requests, the step budget is {budget} tokens)")
+    cap = float(min(row.batch, fits))
     pass_s = cost.pass_seconds_sums
     cohorts: deque[tuple[int, float]] = deque()  # (admission step, requests), oldest first
     running = admitted_steps = 0.0  # requests decoding; sum of requests x admission step
@@ -161,16 +169,18 @@ def _max_load(row: MeasuredRow, cost: CostModel) -> float:
             running -= c
             admitted_steps -= c * s
         if not cohorts:
-            if waiting <= 0:
+            if waiting < _CRUMB:
                 break
             running = admitted_steps = 0.0  # no float residue between waves
         events += 1
         if events > _MAX_EVENTS:
-            raise UserError(f"line {row.line}: {n} requests of {isl} + {osl} tokens take "
+            raise UserError(f"{n} requests of {isl} + {osl} tokens take "
                             f"more than {_MAX_EVENTS:,} scheduler events to price")
         room = (budget - running) / isl  # prompts the step budget holds beside the decodes
         a = min(waiting, cap - running, room if fw.chunked_prefill else math.floor(room))
-        if a > 0:  # decodes at their own contexts, beside a prompts of isl tokens
+        if waiting - a < _CRUMB:  # the last prompts: no float residue left waiting
+            a = waiting
+        if a > _CRUMB:  # decodes at their own contexts, beside a prompts of isl tokens
             ctx = running * (isl - 1 + t) - admitted_steps
             total += pass_s(running + a * isl, ctx, ctx, running + a * isl * isl,
                             n_seqs=running + a)

@@ -19,14 +19,15 @@ context (cached tokens per sequence), tokens (new tokens per sequence: 1 = decod
 offload (fraction or auto), measured_s, source; optional: framework (default vllm),
 pin_memory (true default, false: offloaded weights in pageable host memory), streaming
 (true default: a server streaming its tokens; false: an offline run),
-metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu, max_load_tokens_per_s),
-output_tokens, requests (max_load_tokens_per_s: how many the run served), max_num_tokens
-(the run's step token budget), kv_fraction (the share of the memory left after weights
-that the run gave the KV cache), split (fit / test: test rows are held out and only
-reported), category, notes.
+metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu, max_load_tokens_per_s:
+total output tokens/s of an offline max-load run, batch = its max batch size),
+output_tokens, requests (max_load_tokens_per_s only: how many the run served),
+max_num_tokens (the run's step token budget) and kv_fraction (the share of the memory left
+after weights that the run gave the KV cache; both for tpot_s and max_load_tokens_per_s
+rows), split (fit / test: test rows are held out and only reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
-per-layer and per-sequence overheads (and its streaming cost where some rows stream and
-some do not),
+per-layer and per-sequence overheads (and its streaming cost where at least six of its fit
+rows stream and six do not),
 and for rows the roofline prices, the weight
 format's streaming efficiency, the host-link efficiency (pinned or pageable, as the rows
 say) and the TP link's call latency.

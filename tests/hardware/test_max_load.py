@@ -51,7 +51,7 @@ def test_one_wave_is_a_prefill_step_then_equal_decode_steps():
 
 
 def test_whole_prompts_are_admitted_as_the_step_budget_and_the_cap_allow():
-    """Budget 250: two whole 100-token prompts per step beside up to 48 decodes; the cap
+    """Budget 250: two whole 100-token prompts per step beside up to 50 decodes; the cap
     (6) then stops admissions until the cohorts finish, oldest first."""
     got, cost = _priced(_row(batch=6, requests=6, max_num_tokens=250))
     isl = 100
@@ -74,7 +74,7 @@ def test_the_kv_cache_caps_the_running_batch():
     _, cost = _priced(_row())
     per_request = cost.stage_kv_bytes_per_token[0] * 110
     hbm, weights = cost.dep.gpu.hbm_capacity_bytes, cost.resident_weight_bytes()[0]
-    fraction = 2.5 * per_request / (hbm - weights)  # room for 2.5 requests
+    fraction = 2.5 * per_request / (hbm - weights)  # room for 2 whole requests
     small, _ = _priced(_row(kv_fraction=fraction, batch=64, requests=40))
     large, _ = _priced(_row(kv_fraction=0.9, batch=64, requests=40))
     assert small < large / 4
@@ -96,17 +96,50 @@ def test_chunked_prompts_are_admitted_as_a_fluid():
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (dict(framework="sglang"), "line 7: metric max_load_tokens_per_s is priced for engines "
-                               "that run prompts inside the decode step; framework sglang "
-                               "does not (mixed_prefill false)"),
-    (dict(max_num_tokens=50), "line 7: llama-3.1-8b on 1 x h100: a request of 100 + 10 "
-                              "tokens does not fit"),
-    (dict(kv_fraction=1e-9), "line 7: llama-3.1-8b on 1 x h100: a request of 100 + 10 "
-                             "tokens does not fit"),
+    (dict(framework="sglang"), "metric max_load_tokens_per_s is priced for engines that run "
+                               "prompts inside the decode step; framework sglang does not "
+                               "(mixed_prefill false)"),
+    (dict(max_num_tokens=50), "llama-3.1-8b on 1 x h100: a request of 100 + 10 tokens does "
+                              "not fit (the KV cache holds"),
+    (dict(kv_fraction=1e-9), "llama-3.1-8b on 1 x h100: a request of 100 + 10 tokens does "
+                             "not fit (the KV cache holds 0 such requests, the step budget "
+                             "is 1000 tokens)"),
+    (dict(pp=2), "metric max_load_tokens_per_s: pp 2: a pipeline keeps several "
+                 "micro-batches in flight"),
 ])
 def test_a_run_that_cannot_be_priced_is_one_line(change, message):
     with pytest.raises(UserError, match=re.escape(message)):
         _priced(_row(**change))
+
+
+def test_the_last_chunk_of_prompts_leaves_no_request_behind():
+    """Fractional admissions (chunked prompts) must not leave a float crumb of a request
+    waiting, to be priced as a cohort of its own with a whole decode tail: 195 requests in
+    chunks of 1.05 prompts end with 0.0000000000001 left, which must count as none."""
+    from hardware.timing.serving import predict, row_cost
+
+    fws = {**CAT.frameworks, "trtllm": CAT.framework("trtllm").model_copy(
+        update={"chunked_prefill": True})}
+    cat = Catalog(gpus=CAT.gpus, links=CAT.links, models=CAT.models, frameworks=fws)
+    row = _row(batch=3, requests=195, max_num_tokens=105)
+    cost = row_cost(row, cat, "roofline")
+    seqs = []
+
+    def counting(*args, n_seqs):
+        seqs.append(n_seqs)
+        return type(cost).pass_seconds_sums(cost, *args, n_seqs=n_seqs)
+
+    cost.pass_seconds_sums = counting
+    predict(row, cost)
+    assert min(seqs) > 1e-6
+
+
+def test_a_row_that_cannot_be_priced_names_its_file_and_line(tmp_path):
+    from hardware.timing.calibrate import predictions
+
+    row = dataclasses.replace(_row(framework="sglang"), path="m.csv", line=12)
+    with pytest.raises(UserError, match=r"^m\.csv: line 12: metric max_load_tokens_per_s "):
+        predictions([row], CAT, "roofline")
 
 
 def test_a_schedule_too_long_to_price_is_refused(monkeypatch):
@@ -126,6 +159,28 @@ def _write(path, extra: dict[str, str]):
     return path
 
 
+def test_columns_a_metric_does_not_use_are_refused(tmp_path):
+    header = [*REQUIRED, "requests"]
+    values = ["llama-3.1-8b", "h100", "1", "1", "16", "16", "", "8", "128", "1", "0",
+              "0.01", "test", "100"]
+    path = tmp_path / "m.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, values])
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == (f"{path}: line 2: requests: only max_load_tokens_per_s rows "
+                              "use it; this row's metric is step_s")
+
+
+def test_a_max_load_row_needs_a_prompt(tmp_path):
+    path = _write(tmp_path / "m.csv", {"requests": "10"})
+    path.write_text(path.read_text().replace(",64,128,1,0,", ",64,0,1,0,"))
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == (f"{path}: line 2: context: metric max_load_tokens_per_s needs "
+                              "prompts of >= 1 token, got 0")
+
+
 def test_the_max_load_columns_are_read(tmp_path):
     (r,) = read_rows(_write(tmp_path / "m.csv", {"requests": "3000", "max_num_tokens": "2048",
                                                  "kv_fraction": "0.95",
@@ -138,7 +193,7 @@ def test_the_max_load_columns_are_read(tmp_path):
 
 @pytest.mark.parametrize(("extra", "message"), [
     ({}, "line 2: requests: metric max_load_tokens_per_s needs the number of requests the "
-         "run served (>= 1), got 0"),
+         "run served"),
     ({"requests": "10", "kv_fraction": "1.5"}, "line 2: kv_fraction: must be in (0, 1], "
                                                "got 1.5"),
     ({"requests": "10", "kv_fraction": "half"}, "line 2: kv_fraction: must be a number in "
@@ -146,6 +201,7 @@ def test_the_max_load_columns_are_read(tmp_path):
     ({"requests": "10", "max_num_tokens": "0"}, "line 2: max_num_tokens: must be >= 1, got 0"),
     ({"requests": "10", "streaming": "yes"}, "line 2: streaming: must be true or false, got "
                                              "'yes'"),
+    ({"requests": "-5"}, "line 2: requests: must be >= 1, got -5"),
 ])
 def test_a_bad_max_load_column_is_one_line(tmp_path, extra, message):
     path = _write(tmp_path / "m.csv", extra)
@@ -170,6 +226,9 @@ def test_streaming_costs_its_framework_term_per_sequence_on_the_step_only():
     assert pass_s(streaming=True) - offline == pytest.approx(32 * 7e-6, rel=1e-9)
     draft, draft_streaming = (pass_s(streaming=s, step_overhead=False) for s in (False, True))
     assert draft_streaming == draft
+    # tokens are sent once, after the last pipeline stage: a 2-stage pipeline pays it once
+    piped = pass_s(streaming=True, pp=2) - pass_s(streaming=False, pp=2)
+    assert piped == pytest.approx(32 * 7e-6, rel=1e-9)
 
 
 def test_the_streaming_term_is_fitted_where_rows_stream_and_others_do_not():
