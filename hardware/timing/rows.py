@@ -39,10 +39,12 @@ from pathlib import Path
 from hardware.models import read_utf8
 from specdec.errors import UserError
 
-__all__ = ["MeasuredRow", "read_rows", "REQUIRED", "METRICS"]
+__all__ = ["MeasuredRow", "read_rows", "REQUIRED", "OPTIONAL", "METRICS"]
 
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
+OPTIONAL = ("framework", "pin_memory", "streaming", "metric", "output_tokens", "requests",
+            "max_num_tokens", "kv_fraction", "split", "category", "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
@@ -188,6 +190,10 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise UserError(f"{path}: missing column {missing[0]!r} (needs {', '.join(REQUIRED)})")
+    unknown = [c for c in header if c.strip() not in REQUIRED + OPTIONAL]
+    if unknown:  # a misspelt optional column would otherwise be ignored
+        raise UserError(f"{path}: unknown column {unknown[0]!r} (optional columns: "
+                        f"{', '.join(OPTIONAL)})")
     rows = [_row(path, i + 2, raw) for i, raw in enumerate(reader)]
     if not rows:
         raise UserError(f"{path}: no measurement rows")

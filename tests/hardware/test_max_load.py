@@ -181,6 +181,14 @@ def test_a_max_load_row_needs_a_prompt(tmp_path):
                               "prompts of >= 1 token, got 0")
 
 
+def test_a_misspelt_column_is_refused_not_ignored(tmp_path):
+    path = _write(tmp_path / "m.csv", {"requests": "10", "kv_fracton": "0.9"})
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value).startswith(f"{path}: unknown column 'kv_fracton' (optional "
+                                     "columns: framework, pin_memory, streaming, ")
+
+
 def test_the_max_load_columns_are_read(tmp_path):
     (r,) = read_rows(_write(tmp_path / "m.csv", {"requests": "3000", "max_num_tokens": "2048",
                                                  "kv_fraction": "0.95",
