@@ -91,6 +91,14 @@ def _int(path, line, name, text, least):
     return value
 
 
+def _bool(path, line, name, text):
+    """An optional true / false (any case); True when the cell is empty."""
+    value = (text or "true").lower()
+    if value not in ("true", "false"):
+        raise UserError(f"{path}: line {line}: {name}: must be true or false, got {text!r}")
+    return value == "true"
+
+
 def _fraction(path, line, name, text):
     """An optional fraction in (0, 1]; None when the cell is empty."""
     if not text:
@@ -131,14 +139,8 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if metric not in METRICS:
         raise UserError(f"{path}: line {line}: metric: must be one of {', '.join(METRICS)}, "
                         f"got {metric!r}")
-    pin = (get.get("pin_memory") or "true").lower()
-    if pin not in ("true", "false"):
-        raise UserError(f"{path}: line {line}: pin_memory: must be true or false, got "
-                        f"{get['pin_memory']!r}")
-    streaming = (get.get("streaming") or "true").lower()
-    if streaming not in ("true", "false"):
-        raise UserError(f"{path}: line {line}: streaming: must be true or false, got "
-                        f"{get['streaming']!r}")
+    pin = _bool(path, line, "pin_memory", get.get("pin_memory") or "")
+    streaming = _bool(path, line, "streaming", get.get("streaming") or "")
     split = get.get("split") or "fit"
     if split not in ("fit", "test"):
         raise UserError(f"{path}: line {line}: split: must be fit or test, got {split!r}")
@@ -157,9 +159,10 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         raise UserError(f"{path}: line {line}: requests: metric {metric} needs the number "
                         f"of requests the run served")
     requests = _int(path, line, "requests", get["requests"], 1) if max_load else 0
-    if max_load and _int(path, line, "context", get["context"], 0) < 1:
+    context = _int(path, line, "context", get["context"], 0)
+    if max_load and context < 1:
         raise UserError(f"{path}: line {line}: context: metric {metric} needs prompts of "
-                        f">= 1 token, got {get['context']}")
+                        f">= 1 token, got {context}")
     budget = get.get("max_num_tokens") or ""
     max_num_tokens = _int(path, line, "max_num_tokens", budget, 1) if budget else None
     kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
@@ -170,11 +173,11 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         kv_bits=_int(path, line, "kv_bits", get["kv_bits"], 1),
         compute_dtype=get["compute_dtype"] or None,
         batch=_int(path, line, "batch", get["batch"], 1),
-        context=_int(path, line, "context", get["context"], 0),
+        context=context,
         tokens=_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
-        framework=get.get("framework") or "vllm", pin_memory=pin == "true",
-        streaming=streaming == "true", metric=metric,
+        framework=get.get("framework") or "vllm", pin_memory=pin, streaming=streaming,
+        metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,
         kv_fraction=kv_fraction, split=split, category=get.get("category", ""),
         notes=get.get("notes", ""), path=str(path),
