@@ -128,6 +128,9 @@ class Replica:
         if hasattr(policy, "price_chains"):
             policy.price_chains = self._price_decode_chains
         self._steady = steady.applies(self)  # sim.steady: several iterations at once
+        # the compiled stretch (sim.steady_kernel) and its timing parameters, if any
+        self._steady_kernel = None
+        self._steady_params = steady.kernel_params(self) if self._steady else None
         self._fast_decode = decode_step.applies(self)  # sim.decode_step: decode-only batches
         # sim.spec_stretch: a speculating decode-only batch's iterations on its own rows
         self._spec_stretch = spec_stretch.applies(self, self._fast_decode)
@@ -313,8 +316,9 @@ class Replica:
                 f"{len(self.waiting)} waiting, KV {self.kv.free_blocks} of "
                 f"{self.kv.capacity_blocks} blocks free")
 
-    def finish(self, fin: np.ndarray, now: float) -> None:
-        """Record and free finished sequences."""
+    def finish(self, fin: np.ndarray, now: float | np.ndarray) -> None:
+        """Record and free finished sequences (``now``: when they finished, one time for
+        all or float64 [F], one each)."""
         st = self.state[fin]  # [F, N_COLS]
         rids = st[:, RID]
         log = self.log

@@ -1,15 +1,29 @@
 """Steady decoding: several iterations of a replica computed at once, with the same records.
 
-When a replica decodes without speculation and nothing can change its batch -- no request
-waiting, none prefilling, no preemption, and no other event in the simulation before the
-iterations end -- each of the next iterations feeds every running sequence one token: the
-batch, its order and its outcome are known in advance, up to the iteration in which a
-sequence emits its last token (the stretch's last: those sequences finish at its end). ``plan``
-finds how many such iterations fit (at most ``MAX_STEPS``) and prices them; the replica
-then lets each one's time pass with its own ``env.timeout`` (one event per iteration, the
-model's semantics, so ``env.now`` takes exactly the values it takes one iteration at a
-time) and ``apply`` writes what ``sim.step.advance`` and the scheduler would have: the same
-KV grants and roll-backs, counters, inter-token gaps and iteration rows.
+When a replica decodes without speculation and nothing can change its batch but its own
+sequences finishing -- no request waiting, none prefilling, no preemption, and no other
+event in the simulation before the iterations end -- each of the next iterations feeds
+every running sequence one token: the batch, its order and its outcome are known in
+advance. A sequence with ``r`` tokens left is in the next ``r`` iterations and finishes at
+the end of the last of them; the batch shrinks as they leave, in the running order it had.
+``plan`` finds how many such iterations fit (at most ``MAX_STEPS``) and prices them; the
+replica then lets each one's time pass with its own ``env.timeout`` (one event per
+iteration, the model's semantics, so ``env.now`` takes exactly the values it takes one
+iteration at a time) and ``apply`` writes what ``sim.step.advance`` and the scheduler would
+have: the same KV grants, roll-backs and releases, counters, inter-token gaps, finish times
+and iteration rows.
+
+Nothing but the iteration's own end can see what it does: the router reads a replica's
+outstanding requests and tokens, which change only when a sequence finishes, and a stop
+reads the state as the last finished iteration left it. So a stretch runs up to the next
+event of anyone else (``env.peek()``), and when even its first iteration ends at or after
+that event, the stretch is that one iteration: the event comes while it runs, as it
+would one iteration at a time, and ``apply`` writes it at its end (a run stopped there
+never writes it, as the reference never finishes it).
+
+A closed loop's users submit their next request when one finishes (``Replica.on_finish``),
+which changes the queue: there a stretch ends with the first iteration that finishes a
+sequence.
 
 Only the reference path's arithmetic is repeated here (no new model): the scheduler's
 budget walk and KV check for one token per sequence, and the pricing sums of
@@ -25,38 +39,47 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim import steady_kernel
 from sim.decode_step import decoding_rows
 from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, EMITTED, KV, OUTPUT
 
 ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
+KERNEL_AFTER = 20_000  # stretches a process plans with numpy before compiling (_kernel)
+_planned = 0
 
 _sum = np.add.reduce
+_NAMES = ("compute", "memory", "comm", "host")  # steady_kernel's bound codes
 
 
 @dataclass(frozen=True)
 class Stretch:
     """``k`` steady iterations of the slots ``dec`` (in running order) from time ``start``;
-    each starts where the one before ended."""
+    each starts where the one before ended. ``st`` is their state rows after the stretch."""
 
     dec: np.ndarray  # int64 [n]
+    st: np.ndarray  # int64 [n, N_COLS]
     start: float
-    ends: list[float]  # each iteration's end time (env.now after its timeout)
-    verify_s: list[float]
+    ends: np.ndarray  # float64 [k]: each iteration's end time (env.now after its timeout)
+    verify_s: list[float]  # each iteration's target pass (Python floats: the timeouts)
     bounds: list[str]
-    blocks: np.ndarray  # int64 [n]: each sequence's blocks after the last iteration
-    used: list[int]  # KV blocks in use after each iteration
-    free: int  # the pool's free blocks after the last iteration
+    batch: np.ndarray  # int64 [k]: sequences in each iteration
+    used: np.ndarray  # int64 [k]: KV blocks in use after each iteration
+    gaps: np.ndarray  # float64: every sequence's inter-token gap in every iteration
+    last_end: np.ndarray  # float64 [n]: the end of each sequence's last iteration
+    finished: np.ndarray  # int64 [F]: rows (of dec) that finish, in the order they do
+    finished_at: np.ndarray  # float64 [F]
+    free: int  # the pool's free blocks after it, less the finished sequences' blocks
 
     @property
     def k(self) -> int:
         return len(self.ends)
 
     @property
-    def starts(self) -> list[float]:
-        """Each iteration's start time."""
-        return [self.start, *self.ends[:-1]]
+    def starts(self) -> np.ndarray:
+        """float64 [k]: each iteration's start time."""
+        return np.concatenate(([self.start], self.ends[:-1]))
 
 
 def applies(r) -> bool:
@@ -68,86 +91,135 @@ def applies(r) -> bool:
             and not r.sticky_off)
 
 
+def kernel_params(r):
+    """The timing's parameters for ``sim.steady_kernel`` (a one-stage measured timing), or
+    None: the stretches of such a replica are planned with numpy only."""
+    params = getattr(getattr(r.pricer.target, "timing", None), "kernel_params", None)
+    return None if params is None else params()
+
+
+def _kernel():
+    """The compiled stretch once this process has planned ``KERNEL_AFTER`` stretches with
+    numpy (numba's import and cache load, about 0.2 s, and its first compile, about 2 s,
+    pay for themselves only in long runs), else None; None for good without numba."""
+    global _planned
+    _planned += 1
+    return steady_kernel.compiled() if _planned > KERNEL_AFTER else None
+
+
 def plan(r) -> Stretch | None:
-    """The next steady stretch of replica ``r`` (at least two iterations), or None."""
+    """The next steady stretch of replica ``r``, or None."""
     if r.n_active > r.limits.max_batched_tokens:
         return None
     rows = decoding_rows(r)  # nobody waiting or prefilling
     if rows is None:
         return None
     run, st = rows  # [n], [n, N_COLS]
-    # at most up to the iteration that finishes a sequence: the stretch's last
-    k = min(int((st[:, OUTPUT] - st[:, EMITTED]).min()), MAX_STEPS)
-    if k < 2:
-        return None
     env = r.env
     horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
-    now = start = env.now
-    n = len(run)
+    start = env.now
+    record_bound = r.pricer.record_bound
+    fn, params = r._steady_kernel, r._steady_params
+    if fn is None and params is not None:
+        fn = r._steady_kernel = _kernel()
+    if fn is not None:
+        k, ends, verify, codes, batch, used, gaps, last_end, fin, fin_at, free = fn(
+            st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
+            r.limits.block_size, start, horizon, MAX_STEPS, r.on_finish is not None, True,
+            record_bound, *params)
+        if not k:
+            return None
+        verify = verify.tolist()
+        bounds = [_NAMES[c] for c in codes.tolist()] if record_bound else [""] * k
+    else:
+        got = plan_numpy(r, run, st, start, horizon)
+        if got is None:
+            return None
+        ends, verify, bounds, batch, used, gaps, last_end, fin, fin_at, free = got
+    return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify, bounds=bounds,
+                   batch=batch, used=used, gaps=gaps, last_end=last_end, finished=fin,
+                   finished_at=fin_at, free=free)
+
+
+def plan_numpy(r, run: np.ndarray, st: np.ndarray, start: float, horizon: float):
+    """``plan``'s stretch computed with numpy (``steady_kernel.stretch``'s results, ``st``
+    updated the same way), or None. Its first iteration must end before ``horizon``."""
+    left = st[:, OUTPUT] - st[:, EMITTED]  # [n], each at least 1
+    # up to the iteration that finishes the last sequence (a closed loop: the first)
+    k = min(int(left.max() if r.on_finish is None else left.min()), MAX_STEPS)
+    # who is in iteration j: the sequences with more than j tokens left
     kv0 = st[:, KV]
-    s0 = int(_sum(kv0))
-    target = r.pricer.target
-    bound = r.pricer.record_bound
+    steps = np.minimum(left, k)
+    gone = np.cumsum(np.bincount(steps, minlength=k + 1))[:k]  # [k]: finished before j
+    batch = len(run) - gone  # [k]
+    # Σ context of iteration j (integers, exact in float64)
+    kv_gone = np.cumsum(np.bincount(steps, weights=kv0, minlength=k + 1))[:k]
+    ctx = float(_sum(kv0)) - kv_gone + np.arange(k) * batch  # [k]
+    target, record_bound = r.pricer.target, r.pricer.record_bound
     ends, verify, labels = [], [], []
-    for j in range(k):
-        s_ctx = float(s0 + n * j)  # Σ context of iteration j: each sequence one more
-        if bound:
-            v, label = target.pass_seconds_bound_sums(float(n), s_ctx, s_ctx, float(n),
-                                                      sum_keys=None, n_seqs=n)
+    now = start
+    for n, c in zip(batch.tolist(), ctx.tolist(), strict=False):
+        n = float(n)
+        if record_bound:
+            v, label = target.pass_seconds_bound_sums(n, c, c, n, sum_keys=None, n_seqs=n)
         else:
-            v, label = target.pass_seconds_sums(float(n), s_ctx, s_ctx, float(n),
-                                                sum_keys=None, n_seqs=n), ""
+            v, label = target.pass_seconds_sums(n, c, c, n, sum_keys=None, n_seqs=n), ""
         end = now + (0.0 + v)  # the replica's timeout(draft_s + verify_s)
-        if not end < horizon:
+        if not end < horizon:  # an event comes first (or with it)
             break
         ends.append(end)
         verify.append(v)
         labels.append(label)
         now = end
     k = len(ends)
-    if k < 2:
+    if not k:
         return None
-    # KV, iteration j (1-based): blocks for kv0 + j tokens granted, then rolled back to them
+    # KV, iteration j (1-based): blocks for kv0 + j tokens granted, then rolled back to
+    # them; a sequence's blocks return to the pool at the end of its last iteration
     bs = r.limits.block_size
+    inside = left[:, None] > np.arange(k)  # [n, k]: who is in iteration j
     need = blocks_for(kv0[:, None] + np.arange(1, k + 1), bs)  # [n, k]
     held = np.concatenate((st[:, BLOCKS][:, None], need[:, :-1]), axis=1)  # [n, k] before
-    extra = np.maximum(need - held, 0).sum(axis=0)  # [k] granted per iteration
-    back = (np.maximum(held, need) - need).sum(axis=0)  # [k] returned by the roll-back
+    extra = (np.maximum(need - held, 0) * inside).sum(axis=0)  # [k] granted per iteration
+    back = ((np.maximum(held, need) - need) * inside).sum(axis=0)  # [k] rolled back
+    freed = (need * (left[:, None] == np.arange(1, k + 1))).sum(axis=0)  # [k] finished
     free = r.kv.free_blocks
-    frees = free - np.cumsum(extra - back)  # [k] after each iteration
+    frees = free - np.cumsum(extra - back - freed)  # [k] after each iteration
     before = np.concatenate(([free], frees[:-1]))
     ok = extra <= before  # no preemption: every grant fits what is free then
     if not ok.all():
         k = int(ok.argmin())
-        if k < 2:
+        if not k:
             return None
-        del ends[k:], verify[k:], labels[k:]
-    cap = r.kv.capacity_blocks
-    return Stretch(dec=run, start=start, ends=ends, verify_s=verify, bounds=labels,
-                   blocks=need[:, k - 1].copy(), used=[cap - int(f) for f in frees[:k]],
-                   free=int(frees[k - 1]))
+    ends = np.array(ends[:k])
+    steps = np.minimum(left, k)  # [n]: the iterations each sequence is in
+    st[:, COUNTS] += steps  # verify steps (no draft steps, no drafted tokens)
+    st[:, EMITTED] += steps
+    st[:, KV] += steps
+    st[:, BLOCKS] = need[np.arange(len(run)), steps - 1]
+    batch = batch[:k]
+    gaps = np.concatenate((ends[0] - r.last_chunk_at[run],
+                           np.repeat(np.diff(ends), batch[1:])))  # each later iteration's
+    fin = (steps == left).nonzero()[0]  # who finished, in running order ...
+    fin = fin[left[fin].argsort(kind="stable")]  # ... iteration by iteration
+    return (ends, verify[:k], labels[:k], batch, r.kv.capacity_blocks - frees[:k], gaps,
+            ends[steps - 1], fin, ends[left[fin] - 1],
+            int(frees[k - 1]) - int(_sum(st[fin, BLOCKS])))
 
 
 def apply(r, s: Stretch) -> None:
-    """Write stretch ``s`` into replica ``r``: state, KV pool, ITL gaps, iteration rows."""
-    dec, k, n = s.dec, s.k, len(s.dec)
-    st = r.state[dec]
-    st[:, COUNTS] += k  # verify steps (no draft steps, no drafted tokens)
-    st[:, EMITTED] += k
-    st[:, KV] += k
-    st[:, BLOCKS] = s.blocks
-    r.state[dec] = st
-    r.kv.free_blocks = s.free
+    """Write stretch ``s`` into replica ``r``: state, KV pool, ITL gaps, finished requests
+    (as advance finishes them: iteration by iteration, each in running order), iteration
+    rows."""
+    dec = s.dec
+    r.state[dec] = s.st
     log = r.log
-    ends = np.array(s.ends)  # [k]
-    log.add_itl(ends[0] - r.last_chunk_at[dec])
-    log.add_itl(np.repeat(np.diff(ends), n))  # every sequence, each later iteration's gap
-    r.last_chunk_at[dec] = s.ends[-1]
-    r.check_progress(n)
-    used = np.array(s.used)
-    done = st[:, EMITTED] >= st[:, OUTPUT]  # [n]: finished by the last iteration
-    if done.any():  # (env.now is its end) as sim.step.advance finishes them, then the row
-        r.finish(dec[done], r.env.now)
-        used[-1] = r.kv.used_blocks
-    log.iterations.extend(r.index, np.array(s.starts), ends, n, n, 0, n, 0, 0, n, 0.0,
-                          np.array(s.verify_s), s.bounds, used)
+    log.add_itl(s.gaps)
+    r.last_chunk_at[dec] = s.last_end
+    r.check_progress(len(dec))
+    r.kv.free_blocks = s.free  # the finished sequences' blocks come back in finish
+    if len(s.finished):
+        r.finish(dec[s.finished], s.finished_at)
+    b = s.batch
+    log.iterations.extend(r.index, s.starts, s.ends, b, b, 0, b, 0, 0, b, 0.0,
+                          np.array(s.verify_s), s.bounds, s.used)

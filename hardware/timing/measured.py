@@ -39,6 +39,8 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 
+import numpy as np
+
 from hardware.timing import aic
 from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, framework_seq_s, largest
 from hardware.timing.roofline import (
@@ -259,6 +261,27 @@ class MeasuredTiming:
         compute, memory = _speed_of_light(st, new, kv, keys)
         return _stage_rest(st, fixed, kv, keys, n), largest(compute, memory, fixed[3],
                                                              st.host_s)
+
+    def kernel_params(self) -> tuple[np.ndarray, ...] | None:
+        """The one stage's parameters as arrays for a compiled pricer (``sim.steady_kernel``):
+        the scalars in ``steady_kernel.PARAM_NAMES`` order, the token grid, the GEMM plus
+        all-reduce table, the lm_head's and the all-reduce's (empty without one), the decode
+        kernel's table [batches, lengths] (no rows without one) and its batches and
+        lengths. None for a pipeline."""
+        st = self._single
+        if st is None:
+            return None
+        lengths = np.array(_LENGTHS)
+        p = np.array([st.a0, st.a_seq, st.a_new, st.a_kv, st.a_key, st.sol_per_token,
+                      st.sol_per_key, st.sol_weight, st.sol_per_kv, st.host_s, st.fixed_s,
+                      st.per_seq_s, float(st.overlap), st.sol_routed, st.miss,
+                      float(HEAD_TOKENS_PER_SEQ)])
+        empty = np.zeros(0)
+        dec = np.array(st.decode) if st.decode is not None else np.zeros((0, len(lengths)))
+        return (p, np.array(_GRID), np.array(st.lin),
+                empty if st.head is None else np.array(st.head),
+                empty if st.allreduce is None else np.array(st.allreduce), dec,
+                np.array(aic.DECODE_BATCHES, dtype=np.float64), lengths)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""

@@ -166,3 +166,44 @@ def test_a_trees_level_prefixes_are_its_shallower_trees():
             prefix = tree_draft_prefix_seconds(draft, widths, ctx)
             assert prefix == [tree_draft_seconds(draft, widths[:j], ctx)
                               for j in range(len(widths) + 1)]
+
+
+TIMINGS = {  # a decode-attention table; TP 4 (all-reduces); MoE with MLA (no decode table)
+    "llama-3-8b-h100": ("default", []),
+    "llama-3-70b-tp4": ("plan-llama70b", []),
+    "deepseek-v3-mtp": ("deepseek-v3-mtp", []),
+    "llama-2-7b-offloaded": ("default", [
+        "models.target=llama-2-7b", "models.draft=null", "deployment.gpu=a100-80gb",
+        "deployment.offload_fraction=0.5", "variants=[{name: n, policy: {kind: none}}]"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIMINGS))
+def test_the_compiled_stretch_prices_a_pass_as_the_measured_timing(case):
+    """``sim.steady_kernel``'s pricer (as Python and, where numba is installed, compiled)
+    gives ``MeasuredTiming.seconds_bound``'s floats and bound for one-stage passes."""
+    from sim import steady_kernel
+
+    name, sets = TIMINGS[case]
+    sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", ["run.requests=4", *sets])
+    timing = setups(sc)[0][1].target_cost.timing
+    assert timing.name == "measured"
+    params = timing.kernel_params()
+    assert params is not None
+    compiled = steady_kernel.compiled()
+    kinds = [getattr(steady_kernel._pass, "py_func", steady_kernel._pass)]
+    if compiled is not None:
+        kinds.append(steady_kernel._pass)  # the jitted one (compiled() swapped it in)
+    rng = np.random.default_rng(11)
+    names = ("compute", "memory", "comm", "host")
+    ns = [1.0, 2.0, 3.0, 7.0, 64.0, 255.0, 256.0, 600.0, *rng.integers(1, 700, 40).tolist()]
+    for n in ns:
+        n = float(n)
+        for ctx in (0.0, 15.0 * n, float(rng.integers(1, 2_000_000)), 200_000.0 * n):
+            for new in (n, 4 * n, n + 512.0):
+                kv, keys = ctx + new, ctx + 0.5 * (new + new)
+                want = timing.seconds_bound(new, kv, keys, n)
+                for f in kinds:
+                    got, code = f(new, kv, keys, n, *params, True)
+                    assert (got, names[code]) == want, (f, new, kv, n)
+                    assert f(new, kv, keys, n, *params, False) == (want[0], -1)

@@ -159,14 +159,26 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
         sc = load_scenario(repo_root() / "scenarios" / f"{scenario}.yaml",
                            ["run.requests=40"] if sc_has_requests(scenario) else [])
     runs = []
-    for on in (False, True):
+    for on, kernel in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(steady, "ENABLED", on)
         monkeypatch.setattr(decode_step, "ENABLED", on)
         monkeypatch.setattr(spec_stretch, "ENABLED", on)
+        _use_steady_kernel(monkeypatch, kernel)
         runs.append(simulate_variants(setups(sc), sc.run.horizon_s))
     if scenario.endswith("-preempting"):  # the case the full scheduler must take over
         assert runs[0][-1].requests.columns["preemptions"].sum() > 0
-    _assert_same_runs(*runs)
+    _assert_same_runs(runs[0], runs[1])
+    _assert_same_runs(runs[0], runs[2])
+
+
+def _use_steady_kernel(monkeypatch, on: bool) -> None:
+    """Plan steady stretches with ``sim.steady_kernel`` from the first one (compiled, or as
+    Python where numba is not installed), or with numpy only."""
+    from sim import steady, steady_kernel
+
+    monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
+    if on and steady_kernel.compiled() is None:
+        monkeypatch.setattr(steady_kernel, "compiled", lambda: steady_kernel.stretch)
 
 
 # 5.0 s stops fixed-g4 inside a stretch; 6.2782 * 100 / 100 is not 6.2782 (the progress
@@ -175,7 +187,8 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
 def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch):
     """A horizon and the progress bar's slices (``env.run(until=...)``) are events too: the
     records with a horizon, with and without progress, match the iteration-at-a-time run
-    (a speculating stretch the horizon stops is written back by ``flush_running``)."""
+    (a speculating stretch the horizon stops is written back by ``flush_running``; a steady
+    one the compiled stretch lets run across it is never written)."""
     from sim import spec_stretch, steady
     from sim.build import setups
     from sim.runner import simulate_variants
@@ -183,9 +196,12 @@ def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
                        ["run.requests=120", f"run.horizon_s={horizon}"])
     got = []
-    for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
+    for on, progress, kernel in ((False, None, False), (True, None, False),
+                                 (True, lambda *a: None, False), (True, None, True),
+                                 (True, lambda *a: None, True)):
         monkeypatch.setattr(steady, "ENABLED", on)
         monkeypatch.setattr(spec_stretch, "ENABLED", on)
+        _use_steady_kernel(monkeypatch, kernel)
         got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
     for other in got[1:]:
         _assert_same_runs(got[0], other)

@@ -1,0 +1,226 @@
+"""``sim.steady``'s stretch compiled: one call plans a whole steady stretch.
+
+``stretch`` does, one iteration at a time, what ``sim.steady.plan_numpy`` does with arrays
+-- price the iteration as ``hardware.timing.measured`` prices a one-stage pass (the same
+operations in the same order: ``_stage_fixed``, ``_interp``, ``aic.decode_row``,
+``_stage_rest``, ``base.largest``), stop at the next event of anyone else, grant each
+sequence's block for its next token if the pool has them all, roll back, emit, and
+release the blocks of the sequences that emit their last token -- on the batch's own copy
+of its state rows. It is compiled with numba when numba is installed (``SPECSIM_NUMBA=0``
+turns that off); without numba ``sim.steady`` plans with numpy instead, and a test checks
+that both give the same stretches, record for record.
+
+The timing's parameters come from ``MeasuredTiming.kernel_params`` (``params``): scalars in
+``PARAM_NAMES`` order, then the tables.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from sim.slots import BLOCKS, COUNTS, EMITTED, KV, OUTPUT
+
+# the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
+PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_per_key",
+               "sol_weight", "sol_per_kv", "host_s", "fixed_s", "per_seq_s", "overlap",
+               "sol_routed", "miss", "head_tokens_per_seq")
+
+
+def _bisect_left(g, x):
+    """``bisect.bisect_left`` on a sorted float64 array."""
+    lo, hi = 0, len(g)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if g[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _interp(grid, vals, x):
+    """``hardware.timing.measured._interp``."""
+    if x <= grid[0]:
+        return vals[0] * x / grid[0]
+    i = _bisect_left(grid, x)
+    if i == len(grid):
+        i -= 1
+    x0, x1 = grid[i - 1], grid[i]
+    return vals[i - 1] + (vals[i] - vals[i - 1]) * (x - x0) / (x1 - x0)
+
+
+def _pass(new, kv, keys, n, p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths,
+          bound):
+    """(seconds, bound code: 0 compute, 1 memory, 2 comm, 3 host; -1 without ``bound``) of
+    one pass: ``MeasuredTiming.seconds`` / ``seconds_bound`` of a one-stage timing."""
+    # _stage_fixed
+    i = _bisect_left(grid, new)
+    if i == 0:
+        fixed = lin[0] * new / grid[0]
+    else:
+        if i == len(grid):
+            i -= 1
+        fixed = lin[i - 1] + (lin[i] - lin[i - 1]) * (new - grid[i - 1]) / (grid[i] - grid[i - 1])
+    fixed = fixed + p[0] + p[1] * n + p[2] * new
+    # _stage_rest
+    busy = fixed + p[3] * kv + p[4] * keys
+    if len(head):
+        cap = p[15] * n
+        busy += _interp(grid, head, new if new < cap else cap)
+    if dec.shape[0] and n > 0:
+        # aic.decode_row at n: the two columns around the mean KV length, then the slope
+        length = kv / n
+        j = _bisect_left(dec_lengths, length)
+        last = len(dec_lengths) - 1
+        if n <= dec_batches[0]:
+            b, w = 0, -1.0
+        else:
+            b = min(_bisect_left(dec_batches, n), len(dec_batches) - 1)
+            w = (n - dec_batches[b - 1]) / (dec_batches[b] - dec_batches[b - 1])
+        if j == 0:
+            if w < 0.0:
+                busy += dec[0, 0]
+            else:
+                busy += dec[b - 1, 0] + (dec[b, 0] - dec[b - 1, 0]) * w
+        else:
+            if j > last:
+                j = last
+            if w < 0.0:
+                r0, r1 = dec[0, j - 1], dec[0, j]
+            else:
+                r0 = dec[b - 1, j - 1] + (dec[b, j - 1] - dec[b - 1, j - 1]) * w
+                r1 = dec[b - 1, j] + (dec[b, j] - dec[b - 1, j]) * w
+            slope = (r1 - r0) / (dec_lengths[j] - dec_lengths[j - 1])
+            busy += r0 + slope * (length - dec_lengths[j - 1])
+    host = p[9]
+    if p[12] != 0.0:
+        t = busy if busy > host else host
+    else:
+        t = busy + host
+    seconds = t + p[10] + p[11] * n
+    if not bound:
+        return seconds, -1
+    # base.largest of the speed-of-light compute and memory, the all-reduce and the host
+    compute = p[5] * new + p[6] * keys
+    memory = p[7] + p[8] * kv + p[13] * (1.0 - p[14] ** new)
+    comm = _interp(grid, allreduce, new) if len(allreduce) else 0.0
+    code, top = 0, compute
+    if memory > top:
+        code, top = 1, memory
+    if comm > top:
+        code, top = 2, comm
+    if host > top:
+        code = 3
+    return seconds, code
+
+
+def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, first_finish,
+            straddle, bound, p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
+    """Plan a steady stretch of the decoding rows ``st`` (int64 [n, N_COLS], running order;
+    updated in place to their state after it). Returns (k iterations; then, [k] each: end
+    times, target seconds, bound codes, sequences, KV blocks in use after each; the gaps
+    (inter-token latencies) of every sequence in every iteration; each sequence's last end;
+    the finished rows, in the order they finish, and when; the pool's free blocks after
+    the stretch, the finished sequences' blocks not yet returned).
+
+    ``first_finish``: stop after the first iteration that finishes a sequence (a closed
+    loop); ``straddle``: when even the first iteration ends at or after ``horizon``, the
+    stretch is that one iteration.
+    """
+    n = st.shape[0]
+    left = st[:, OUTPUT] - st[:, EMITTED]
+    k_max = min(left.min() if first_finish else left.max(), max_steps)
+    ends = np.empty(k_max)
+    verify = np.empty(k_max)
+    codes = np.empty(k_max, dtype=np.int64)
+    batch = np.empty(k_max, dtype=np.int64)
+    used = np.empty(k_max, dtype=np.int64)
+    gaps = np.empty(n * k_max)
+    last_end = np.empty(n)
+    fin = np.empty(n, dtype=np.int64)
+    fin_at = np.empty(n)
+    alive = np.ones(n, dtype=np.bool_)
+    m, nf, ng, k, held_by_finished = n, 0, 0, 0, 0
+    t = now
+    while k < k_max:
+        ctx = 0
+        extra = 0
+        for i in range(n):
+            if alive[i]:
+                ctx += st[i, KV]
+                e = (st[i, KV] + block_size) // block_size - st[i, BLOCKS]  # one more token
+                if e > 0:
+                    extra += e
+        new = float(m)
+        c = float(ctx)
+        # CostModel.pass_seconds(_bound)_sums(n, c, c, n): kv = c + n, causal keys
+        v, code = _pass(new, c + new, c + 0.5 * (new + new), new, p, grid, lin, head,
+                        allreduce, dec, dec_batches, dec_lengths, bound)
+        end = t + (0.0 + v)
+        stop = False
+        if not end < horizon:
+            if k or not straddle:
+                break
+            stop = True
+        if extra > free:
+            break  # someone must be preempted: the full scheduler
+        free -= extra
+        for i in range(n):
+            if not alive[i]:
+                continue
+            need = (st[i, KV] + block_size) // block_size
+            held = st[i, BLOCKS] if st[i, BLOCKS] > need else need
+            st[i, KV] += 1
+            keep = (st[i, KV] + block_size - 1) // block_size
+            if keep > held:
+                keep = held
+            free += held - keep
+            st[i, BLOCKS] = keep
+            st[i, EMITTED] += 1
+            st[i, COUNTS] += 1
+            gaps[ng] = end - (last_chunk[i] if k == 0 else ends[k - 1])
+            ng += 1
+            last_end[i] = end
+            if st[i, EMITTED] >= st[i, OUTPUT]:
+                alive[i] = False
+                free += keep
+                held_by_finished += keep
+                fin[nf] = i
+                fin_at[nf] = end
+                nf += 1
+        ends[k] = end
+        verify[k] = v
+        codes[k] = code
+        batch[k] = m
+        used[k] = cap - free
+        m = n - nf
+        t = end
+        k += 1
+        if stop or m == 0:
+            break
+    return (k, ends[:k], verify[:k], codes[:k], batch[:k], used[:k], gaps[:ng], last_end,
+            fin[:nf], fin_at[:nf], free - held_by_finished)
+
+
+def compiled():
+    """``stretch`` compiled by numba (cached on disk), or None without numba or with
+    ``SPECSIM_NUMBA=0`` (the same ``stretch`` each call: compiled once per process)."""
+    global _COMPILED
+    if _COMPILED is False:
+        _COMPILED = None
+        if os.environ.get("SPECSIM_NUMBA", "1") != "0":
+            try:
+                import numba
+            except ImportError:
+                return None
+            jit = numba.njit(cache=True, nogil=True)
+            g = globals()
+            for name in ("_bisect_left", "_interp", "_pass"):  # stretch calls the jitted ones
+                g[name] = jit(g[name])
+            _COMPILED = jit(stretch)
+    return _COMPILED
+
+
+_COMPILED = False  # not looked for yet
