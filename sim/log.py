@@ -96,25 +96,35 @@ class ItlHistogram:
 
 
 class IterationLog:
-    """The iteration rows as two growing column-major tables, no Python object per row.
+    """The iteration rows as column-major tables in chunks, no Python object per row.
 
     The float fields of an ``IterationRecord`` go to a float64 table and the int fields
     (``bound`` as its index in ``labels``) to an int64 one, one row of each per field, so
-    that an append is two column assignments and ``records()`` hands out the columns as
-    they are (read-only views, no copy). The tables double when full.
+    that an append is two column assignments. A full chunk is kept as it is and the next
+    one is twice as long (up to ``CHUNK`` rows), so rows are written once and never moved
+    while the run grows (doubling one table copied every row about twice and touched fresh
+    memory each time); ``records()`` joins the chunks once, letting each go as it is
+    copied, and hands out the columns of the joined tables (views; appending later never
+    writes into them).
     """
 
     _FLOATS = ("start_at", "duration_s", "draft_s", "verify_s")
     _INTS = ("replica", "batch_size", "decode_seqs", "prefill_tokens", "verify_tokens",
              "drafted_tokens", "accepted_tokens", "emitted_tokens", "bound",
              "kv_blocks_used")
+    CHUNK = 1 << 16  # rows of the longest chunk
 
     def __init__(self, capacity: int = 1024) -> None:
-        self._f = np.empty((len(self._FLOATS), capacity))
-        self._i = np.empty((len(self._INTS), capacity), dtype=np.int64)
-        self.n = 0
+        self._full: list[tuple[np.ndarray, np.ndarray]] = []  # earlier chunks' rows
+        self._new_chunk(capacity)
+        self.n = 0  # rows in all
         self.labels: list[str] = []
         self._codes: dict[str, int] = {}
+
+    def _new_chunk(self, rows: int) -> None:
+        self._f = np.empty((len(self._FLOATS), rows))
+        self._i = np.empty((len(self._INTS), rows), dtype=np.int64)
+        self._at = 0  # rows filled in this chunk
 
     def _code(self, bound: str) -> int:
         code = self._codes.get(bound)
@@ -124,10 +134,12 @@ class IterationLog:
         return code
 
     def _room(self, k: int) -> None:
-        """Grow the tables until k more rows fit."""
-        while self.n + k > self._f.shape[1]:
-            self._f = np.concatenate((self._f, np.empty_like(self._f)), axis=1)
-            self._i = np.concatenate((self._i, np.empty_like(self._i)), axis=1)
+        """Start a new chunk unless k more rows fit in this one."""
+        cap = self._f.shape[1]
+        if self._at + k > cap:
+            if self._at:
+                self._full.append((self._f[:, :self._at], self._i[:, :self._at]))
+            self._new_chunk(max(k, min(2 * cap, self.CHUNK)))
 
     def append(self, replica: int, start_at: float, duration_s: float, batch_size: int,
                decode_seqs: int, prefill_tokens: int, verify_tokens: int,
@@ -137,43 +149,75 @@ class IterationLog:
         code = self._codes.get(bound)
         if code is None:
             code = self._code(bound)
-        n = self.n
-        if n == self._f.shape[1]:
+        j = self._at
+        if j == self._f.shape[1]:
             self._room(1)
-        self._f[:, n] = (start_at, duration_s, draft_s, verify_s)
-        self._i[:, n] = (replica, batch_size, decode_seqs, prefill_tokens, verify_tokens,
+            j = 0
+        self._f[:, j] = (start_at, duration_s, draft_s, verify_s)
+        self._i[:, j] = (replica, batch_size, decode_seqs, prefill_tokens, verify_tokens,
                          drafted_tokens, accepted_tokens, emitted_tokens, code, kv_blocks_used)
-        self.n = n + 1
+        self._at = j + 1
+        self.n += 1
 
     def extend(self, replica: int, start_at: np.ndarray, end_at: np.ndarray, batch_size,
                decode_seqs, prefill_tokens, verify_tokens, drafted_tokens, accepted_tokens,
-               emitted_tokens, draft_s, verify_s, bounds: list[str], kv_blocks_used) -> None:
+               emitted_tokens, draft_s, verify_s, bounds, kv_blocks_used) -> None:
         """Add k rows at once (``sim.steady``): each field a [k] array or one value for
         every row, ``end_at`` giving duration_s = end_at - start_at as ``append``'s callers
-        compute it; the rows k ``append`` calls add."""
+        compute it; the rows k ``append`` calls add. ``bounds``: the k labels, or (int
+        codes [k], the names they index) -- a code -1 names the last."""
         k = len(start_at)
-        codes = [self._code(b) for b in bounds]
+        if isinstance(bounds, tuple):
+            codes, names = bounds
+            codes = np.array([self._code(b) for b in names], dtype=np.int64)[codes]
+        else:
+            codes = [self._code(b) for b in bounds]
         self._room(k)
-        n = self.n
+        j = self._at
         start_at = np.asarray(start_at, dtype=np.float64)
-        f, i = self._f[:, n:n + k], self._i[:, n:n + k]
-        for j, col in enumerate((start_at, np.asarray(end_at) - start_at, draft_s, verify_s)):
-            f[j] = col
-        for j, col in enumerate((replica, batch_size, decode_seqs, prefill_tokens,
+        f, i = self._f[:, j:j + k], self._i[:, j:j + k]
+        for c, col in enumerate((start_at, np.asarray(end_at) - start_at, draft_s, verify_s)):
+            f[c] = col
+        for c, col in enumerate((replica, batch_size, decode_seqs, prefill_tokens,
                                  verify_tokens, drafted_tokens, accepted_tokens,
                                  emitted_tokens, codes, kv_blocks_used)):
-            i[j] = col
-        self.n = n + k
+            i[c] = col
+        self._at = j + k
+        self.n += k
 
     def __len__(self) -> int:
         return self.n
+
+    def _joined(self) -> tuple[np.ndarray, np.ndarray]:
+        """The float and int tables of every row so far, as one chunk (joined once: later
+        rows go to a new chunk)."""
+        at = self._at
+        if not self._full:
+            return self._f[:, :at], self._i[:, :at]
+        parts = self._full + ([(self._f[:, :at], self._i[:, :at])] if at else [])
+        self._full = []
+        if at:
+            self._new_chunk(self._f.shape[1])
+        f = np.empty((len(self._FLOATS), self.n))
+        i = np.empty((len(self._INTS), self.n), dtype=np.int64)
+        j = 0
+        while parts:  # each chunk is let go once copied: the peak is the rows once more
+            pf, pi = parts.pop(0)
+            w = pf.shape[1]
+            f[:, j:j + w] = pf
+            i[:, j:j + w] = pi
+            j += w
+            del pf, pi
+        self._full = [(f, i)]
+        return f, i
 
     def records(self) -> Records[IterationRecord]:
         """The rows as ``Records`` (``bound`` back to its strings); the other columns are
         views of the tables (appending later never writes into them)."""
         n = self.n
-        cols = {name: self._f[j, :n] for j, name in enumerate(self._FLOATS)}
-        cols.update((name, self._i[j, :n]) for j, name in enumerate(self._INTS))
+        tf, ti = self._joined()
+        cols = {name: tf[j] for j, name in enumerate(self._FLOATS)}
+        cols.update((name, ti[j]) for j, name in enumerate(self._INTS))
         codes = cols["bound"]
         cols["bound"] = np.array(self.labels, dtype=object)[codes] if n else \
             np.empty(0, dtype=object)

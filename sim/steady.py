@@ -46,11 +46,12 @@ from sim.slots import BLOCKS, COUNTS, EMITTED, KV, OUTPUT
 
 ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
-KERNEL_AFTER = 20_000  # stretches a process plans with numpy before compiling (_kernel)
+KERNEL_AFTER = 5_000  # stretches a process plans with numpy before compiling (_kernel)
 _planned = 0
 
 _sum = np.add.reduce
-_NAMES = ("compute", "memory", "comm", "host")  # steady_kernel's bound codes
+# steady_kernel's bound codes 0..3; -1 (no bound recorded) names the last, ""
+_NAMES = ("compute", "memory", "comm", "host", "")
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Stretch:
     start: float
     ends: np.ndarray  # float64 [k]: each iteration's end time (env.now after its timeout)
     verify_s: list[float]  # each iteration's target pass (Python floats: the timeouts)
-    bounds: list[str]
+    bounds: list[str] | tuple[np.ndarray, tuple[str, ...]]  # labels, or codes and names
     batch: np.ndarray  # int64 [k]: sequences in each iteration
     used: np.ndarray  # int64 [k]: KV blocks in use after each iteration
     gaps: np.ndarray  # float64: every sequence's inter-token gap in every iteration
@@ -130,7 +131,7 @@ def plan(r) -> Stretch | None:
         if not k:
             return None
         verify = verify.tolist()
-        bounds = [_NAMES[c] for c in codes.tolist()] if record_bound else [""] * k
+        bounds = (codes, _NAMES)
     else:
         got = plan_numpy(r, run, st, start, horizon)
         if got is None:
