@@ -136,7 +136,7 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert code == 0
     doc = json.loads(out)
     assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 293, "C": 79,
-                                                                 "D": 12}
-    assert len(doc["rows"]) == 431 and all(r["source"] for r in doc["rows"])
+                                                                 "D": 16}
+    assert len(doc["rows"]) == 435 and all(r["source"] for r in doc["rows"])
     code, out, _ = run(capsys, "validate")
-    assert "A batch-1 decode" in out and "431 rows" in out
+    assert "A batch-1 decode" in out and "435 rows" in out
