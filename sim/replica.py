@@ -260,15 +260,16 @@ class Replica:
             if self._steady:  # iterations that cannot change the batch, computed at once
                 stretch = steady.plan(self)
                 if stretch is not None:
-                    for v in stretch.verify_s:
-                        yield env.timeout(0.0 + v)  # one event per iteration, as below
+                    for delay in stretch.delays():
+                        yield env.timeout(delay)  # one event per iteration, as below
                     steady.apply(self, stretch)
                     continue
             if self._spec_stretch and (yield from spec_stretch.run(self)):
                 continue
             start_at = env.now
             batch = decode_step.plan(self) if self._fast_decode else None
-            if batch is None:  # the full scheduler (sim.scheduling)
+            fast = batch is not None
+            if not fast:  # the full scheduler (sim.scheduling)
                 batch = self.plan(self)
             if batch.empty:
                 if batch.preempted:  # vLLM v1 admits nobody in the step that preempted
@@ -276,6 +277,13 @@ class Replica:
                     continue
                 raise RuntimeError(f"replica {self.index}: nothing schedulable with work queued")
             draft_s, verify_s, bound = self.price(batch)
+            if fast and self._steady:  # admissions that leave the batch steady after them
+                stretch = steady.plan_admitted(self, batch, start_at, draft_s, verify_s, bound)
+                if stretch is not None:
+                    for delay in stretch.delays():
+                        yield env.timeout(delay)
+                    steady.apply(self, stretch)
+                    continue
             yield env.timeout(draft_s + verify_s)
             self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
 

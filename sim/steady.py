@@ -25,6 +25,14 @@ A closed loop's users submit their next request when one finishes (``Replica.on_
 which changes the queue: there a stretch ends with the first iteration that finishes a
 sequence.
 
+An iteration that admits requests is formed and priced by the reference path
+(``sim.decode_step.plan``, ``Replica.price``); when each request it admits prefills its
+whole prompt in it and nobody is left waiting, the batch is steady from the next
+iteration on, and ``plan_admitted`` makes that iteration the first of a stretch: it fills
+the prompts and samples their first tokens as ``advance`` does, and runs whatever comes
+during it, as the loop runs any priced batch. Only the compiled stretch does this (with
+numpy only, such an iteration takes the reference path).
+
 Only the reference path's arithmetic is repeated here (no new model): the scheduler's
 budget walk and KV check for one token per sequence, and the pricing sums of
 ``sim.pricing.IterationPricer.price`` for a batch of decodes. ``ENABLED = False`` (or
@@ -42,7 +50,7 @@ import numpy as np
 from sim import steady_kernel
 from sim.decode_step import decoding_rows
 from sim.kv import blocks_for
-from sim.slots import BLOCKS, COUNTS, EMITTED, KV, OUTPUT
+from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID, TARGET
 
 ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
@@ -50,6 +58,8 @@ KERNEL_AFTER = 5_000  # stretches a process plans with numpy before compiling (_
 _planned = 0
 
 _sum = np.add.reduce
+_any = np.logical_or.reduce
+_NO_CHUNKS = np.zeros(0, dtype=np.int64)
 # steady_kernel's bound codes 0..3; -1 (no bound recorded) names the last, ""
 _NAMES = ("compute", "memory", "comm", "host", "")
 
@@ -72,6 +82,16 @@ class Stretch:
     finished: np.ndarray  # int64 [F]: rows (of dec) that finish, in the order they do
     finished_at: np.ndarray  # float64 [F]
     free: int  # the pool's free blocks after it, less the finished sequences' blocks
+    admitted: int = 0  # rows (the last of dec) whose whole prompt the first iteration fills
+    prefill: int = 0  # their prompt tokens
+    draft0: float = 0.0  # the first iteration's draft_s
+
+    def delays(self) -> list[float]:
+        """Each iteration's timeout, as the replica's loop computes it one at a time."""
+        v = self.verify_s
+        if not self.admitted:
+            return [0.0 + x for x in v]
+        return [self.draft0 + v[0]] + [0.0 + x for x in v[1:]]
 
     @property
     def k(self) -> int:
@@ -127,7 +147,7 @@ def plan(r) -> Stretch | None:
         k, ends, verify, codes, batch, used, gaps, last_end, fin, fin_at, free = fn(
             st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
             r.limits.block_size, start, horizon, MAX_STEPS, r.on_finish is not None, True,
-            record_bound, *params)
+            record_bound, len(run), _NO_CHUNKS, 0.0, 0.0, 0, *params)
         if not k:
             return None
         verify = verify.tolist()
@@ -140,6 +160,37 @@ def plan(r) -> Stretch | None:
     return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify, bounds=bounds,
                    batch=batch, used=used, gaps=gaps, last_end=last_end, finished=fin,
                    finished_at=fin_at, free=free)
+
+
+def plan_admitted(r, batch, start: float, draft_s: float, verify_s: float,
+                  bound: str) -> Stretch | None:
+    """The stretch that begins with ``batch`` -- formed by ``sim.decode_step.plan`` at
+    ``start`` (every running sequence decodes, their blocks granted, and the requests it
+    admitted) and priced (``draft_s``, ``verify_s``, ``bound``) -- when each admitted
+    request prefills its whole prompt in it and nobody is left waiting: after it the batch
+    is steady (every sequence decodes). Its first iteration runs whatever comes during it,
+    as the loop runs a priced batch. None (``r`` untouched) otherwise, or before the
+    compiled stretch is in use: the iteration is then run as any other."""
+    fn = r._steady_kernel
+    pre = batch.pre_slots
+    if fn is None or not len(pre) or r.waiting or bound not in _NAMES:
+        return None
+    sp = r.state[pre]
+    if _any(sp[:, FILLED] + batch.chunks < sp[:, TARGET]) or _any(sp[:, RESUMED]):
+        return None  # a prompt continues in the next iteration, or a recompute
+    dec = batch.dec_slots
+    run = np.concatenate((dec, pre))  # the running order after the admissions
+    st = np.concatenate((r.state[dec], sp))
+    steps = MAX_STEPS if len(run) <= r.limits.max_batched_tokens else 1
+    k, ends, verify, codes, b, used, gaps, last_end, fin, fin_at, free = fn(
+        st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
+        r.limits.block_size, start, r.env.peek(), steps, r.on_finish is not None, True,
+        r.pricer.record_bound, len(dec), batch.chunks, draft_s + verify_s, verify_s,
+        _NAMES.index(bound), *r._steady_params)
+    return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify.tolist(),
+                   bounds=(codes, _NAMES), batch=b, used=used, gaps=gaps, last_end=last_end,
+                   finished=fin, finished_at=fin_at, free=free, admitted=len(pre),
+                   prefill=int(_sum(batch.chunks)), draft0=draft_s)
 
 
 def plan_numpy(r, run: np.ndarray, st: np.ndarray, start: float, horizon: float):
@@ -221,6 +272,17 @@ def apply(r, s: Stretch) -> None:
     r.kv.free_blocks = s.free  # the finished sequences' blocks come back in finish
     if len(s.finished):
         r.finish(dec[s.finished], s.finished_at)
-    b = s.batch
-    log.iterations.extend(r.index, s.starts, s.ends, b, b, 0, b, 0, 0, b, 0.0,
+    b = s.batch  # sequences decoding
+    if not s.admitted:
+        log.iterations.extend(r.index, s.starts, s.ends, b, b, 0, b, 0, 0, b, 0.0,
+                              np.array(s.verify_s), s.bounds, s.used)
+        return
+    log.first_token_at[s.st[-s.admitted:, RID]] = s.ends[0]
+    size = b.copy()  # the first iteration's batch: its decodes and the prompts filled
+    size[0] += s.admitted
+    prefill = np.zeros(s.k, dtype=np.int64)
+    prefill[0] = s.prefill
+    draft = np.zeros(s.k)
+    draft[0] = s.draft0
+    log.iterations.extend(r.index, s.starts, s.ends, size, b, prefill, b, 0, 0, size, draft,
                           np.array(s.verify_s), s.bounds, s.used)

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from sim.slots import BLOCKS, COUNTS, EMITTED, KV, OUTPUT
+from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT
 
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
 PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_per_key",
@@ -117,17 +117,24 @@ def _pass(new, kv, keys, n, p, grid, lin, head, allreduce, dec, dec_batches, dec
 
 
 def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, first_finish,
-            straddle, bound, p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
+            straddle, bound, n_dec, chunks, first_delay, first_v, first_code,
+            p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
     """Plan a steady stretch of the decoding rows ``st`` (int64 [n, N_COLS], running order;
     updated in place to their state after it). Returns (k iterations; then, [k] each: end
-    times, target seconds, bound codes, sequences, KV blocks in use after each; the gaps
-    (inter-token latencies) of every sequence in every iteration; each sequence's last end;
-    the finished rows, in the order they finish, and when; the pool's free blocks after
-    the stretch, the finished sequences' blocks not yet returned).
+    times, target seconds, bound codes, sequences decoding, KV blocks in use after each;
+    the gaps (inter-token latencies) of every decoding sequence in every iteration; each
+    sequence's last end; the finished rows, in the order they finish, and when; the pool's
+    free blocks after the stretch, the finished sequences' blocks not yet returned).
 
     ``first_finish``: stop after the first iteration that finishes a sequence (a closed
     loop); ``straddle``: when even the first iteration ends at or after ``horizon``, the
     stretch is that one iteration.
+
+    With ``n_dec < n`` the first iteration is one the scheduler has formed and priced
+    (``sim.steady.plan_admitted``): rows ``n_dec:`` prefill their whole prompt in it
+    (``chunks`` [n - n_dec] tokens each) and sample their first token, the decoding rows'
+    blocks are already granted, and it lasts ``first_delay`` (target ``first_v``, bound
+    ``first_code``) whatever ``horizon`` is; the rest are steady.
     """
     n = st.shape[0]
     left = st[:, OUTPUT] - st[:, EMITTED]
@@ -144,31 +151,53 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
     alive = np.ones(n, dtype=np.bool_)
     m, nf, ng, k, held_by_finished = n, 0, 0, 0, 0
     t = now
+    mixed = n_dec < n
+    if mixed:
+        m = n_dec  # the first iteration's decoding rows
     while k < k_max:
-        ctx = 0
-        extra = 0
-        for i in range(n):
-            if alive[i]:
-                ctx += st[i, KV]
-                e = (st[i, KV] + block_size) // block_size - st[i, BLOCKS]  # one more token
-                if e > 0:
-                    extra += e
-        new = float(m)
-        c = float(ctx)
-        # CostModel.pass_seconds(_bound)_sums(n, c, c, n): kv = c + n, causal keys
-        v, code = _pass(new, c + new, c + 0.5 * (new + new), new, p, grid, lin, head,
-                        allreduce, dec, dec_batches, dec_lengths, bound)
-        end = t + (0.0 + v)
         stop = False
-        if not end < horizon:
-            if k or not straddle:
-                break
-            stop = True
-        if extra > free:
-            break  # someone must be preempted: the full scheduler
-        free -= extra
+        if mixed and k == 0:  # formed, granted and priced by the scheduler: it runs
+            v, code = first_v, first_code
+            end = t + first_delay
+            stop = not end < horizon
+        else:
+            ctx = 0
+            extra = 0
+            for i in range(n):
+                if alive[i]:
+                    ctx += st[i, KV]
+                    e = (st[i, KV] + block_size) // block_size - st[i, BLOCKS]  # one more
+                    if e > 0:
+                        extra += e
+            new = float(m)
+            c = float(ctx)
+            # CostModel.pass_seconds(_bound)_sums(n, c, c, n): kv = c + n, causal keys
+            v, code = _pass(new, c + new, c + 0.5 * (new + new), new, p, grid, lin, head,
+                            allreduce, dec, dec_batches, dec_lengths, bound)
+            end = t + (0.0 + v)
+            if not end < horizon:
+                if k or not straddle:
+                    break
+                stop = True
+            if extra > free:
+                break  # someone must be preempted: the full scheduler
+            free -= extra
         for i in range(n):
             if not alive[i]:
+                continue
+            if k == 0 and i >= n_dec:  # its prompt completes: the first token
+                chunk = chunks[i - n_dec]
+                st[i, FILLED] += chunk
+                st[i, KV] += chunk
+                st[i, EMITTED] += 1
+                last_end[i] = end
+                if st[i, EMITTED] >= st[i, OUTPUT]:
+                    alive[i] = False
+                    free += st[i, BLOCKS]
+                    held_by_finished += st[i, BLOCKS]
+                    fin[nf] = i
+                    fin_at[nf] = end
+                    nf += 1
                 continue
             need = (st[i, KV] + block_size) // block_size
             held = st[i, BLOCKS] if st[i, BLOCKS] > need else need
