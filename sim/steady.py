@@ -54,7 +54,7 @@ from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID,
 
 ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
-KERNEL_AFTER = 5_000  # stretches a process plans with numpy before compiling (_kernel)
+KERNEL_AFTER = 5_000  # times a process looks for a stretch with numpy before compiling
 _planned = 0
 
 _sum = np.add.reduce
@@ -120,7 +120,7 @@ def kernel_params(r):
 
 
 def _kernel():
-    """The compiled stretch once this process has planned ``KERNEL_AFTER`` stretches with
+    """The compiled stretch once this process has looked for ``KERNEL_AFTER`` stretches with
     numpy (numba's import and cache load, about 0.2 s, and its first compile, about 2 s,
     pay for themselves only in long runs), else None; None for good without numba."""
     global _planned

@@ -20,7 +20,16 @@ import os
 
 import numpy as np
 
-from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT
+from sim import slots
+
+# The state columns the kernel reads, written out here: numba bakes them into the compiled
+# code, and its disk cache is keyed on this file's text alone, so a column moved in
+# sim.slots must be moved here too (checked on import, or a stale cache would use the old
+# layout).
+FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS = 2, 3, 4, 5, 7, 13
+if (FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS) != (
+        slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.BLOCKS, slots.COUNTS):
+    raise ImportError("sim/steady_kernel.py: its state columns differ from sim/slots.py's")
 
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
 PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_per_key",
@@ -234,8 +243,10 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
 
 
 def compiled():
-    """``stretch`` compiled by numba (cached on disk), or None without numba or with
-    ``SPECSIM_NUMBA=0`` (the same ``stretch`` each call: compiled once per process)."""
+    """``stretch`` compiled by numba (cached on disk where a cache folder is writable), or
+    None without numba, with ``SPECSIM_NUMBA=0`` or when numba cannot compile it (the same
+    ``stretch`` each call: compiled once per process, on a one-row stretch here, so that
+    a failure shows before any record depends on it)."""
     global _COMPILED
     if _COMPILED is False:
         _COMPILED = None
@@ -244,12 +255,31 @@ def compiled():
                 import numba
             except ImportError:
                 return None
-            jit = numba.njit(cache=True, nogil=True)
-            g = globals()
-            for name in ("_bisect_left", "_interp", "_pass"):  # stretch calls the jitted ones
-                g[name] = jit(g[name])
-            _COMPILED = jit(stretch)
+            for cache in (True, False):
+                try:
+                    _COMPILED = _jit(numba, cache)
+                    break
+                except Exception:  # noqa: BLE001 -- numba's errors have no common base
+                    _COMPILED = None  # no writable cache: compile again without one
     return _COMPILED
 
 
+def _jit(numba, cache: bool):
+    """``stretch`` and what it calls jitted (``stretch`` finds them as globals), run once on
+    a one-row stretch with the argument types ``sim.steady`` passes."""
+    jit = numba.njit(cache=cache, nogil=True)
+    g = globals()
+    for name, fn in _PYTHON.items():
+        g[name] = jit(fn)
+    kernel = jit(stretch)
+    st = np.zeros((1, slots.N_COLS), dtype=np.int64)
+    st[0, OUTPUT] = 1
+    one, none, table = np.ones(1), np.zeros(0), np.zeros((0, 1))
+    kernel(st, np.zeros(1), 1, 1, 16, 0.0, 1.0, 1, False, True, True, 1,
+           np.zeros(0, dtype=np.int64), 0.0, 0.0, 0, np.zeros(len(PARAM_NAMES)), one, one,
+           none, none, table, one, one)
+    return kernel
+
+
+_PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass")}
 _COMPILED = False  # not looked for yet

@@ -182,6 +182,7 @@ TIMINGS = {  # a decode-attention table; TP 4 (all-reduces); MoE with MLA (no de
 def test_the_compiled_stretch_prices_a_pass_as_the_measured_timing(case):
     """``sim.steady_kernel``'s pricer (as Python and, where numba is installed, compiled)
     gives ``MeasuredTiming.seconds_bound``'s floats and bound for one-stage passes."""
+    pytest.importorskip("aiconfigurator_core", reason="the measured timing reads its tables")
     from sim import steady_kernel
 
     name, sets = TIMINGS[case]
@@ -207,3 +208,44 @@ def test_the_compiled_stretch_prices_a_pass_as_the_measured_timing(case):
                     got, code = f(new, kv, keys, n, *params, True)
                     assert (got, names[code]) == want, (f, new, kv, n)
                     assert f(new, kv, keys, n, *params, False) == (want[0], -1)
+
+
+class _Numba:
+    """A stand-in for numba whose ``njit`` fails when asked to cache (as numba does where no
+    cache folder is writable) or always; otherwise it leaves the functions as Python."""
+
+    def __init__(self, fails_without_cache: bool):
+        self.asked: list[bool] = []
+        self.fails_without_cache = fails_without_cache
+
+    def njit(self, cache: bool, nogil: bool):
+        self.asked.append(cache)
+        if cache or self.fails_without_cache:
+            def fail(fn):
+                raise RuntimeError(f"cannot cache function {fn.__name__!r}")
+            return fail
+        return lambda fn: fn
+
+
+@pytest.mark.parametrize("fails_without_cache", [False, True])
+def test_a_kernel_numba_cannot_build_falls_back(fails_without_cache, monkeypatch):
+    """Where numba cannot cache the kernel it is compiled without a cache (and run once on a
+    one-row stretch); where it cannot compile it at all, ``compiled()`` is None and numpy
+    plans the stretches. ``SPECSIM_NUMBA=0`` asks for numpy without trying numba."""
+    import sys
+
+    from sim import steady_kernel
+
+    for name in ("_bisect_left", "_interp", "_pass", "_COMPILED"):
+        monkeypatch.setattr(steady_kernel, name, getattr(steady_kernel, name))
+    fake = _Numba(fails_without_cache)
+    monkeypatch.setitem(sys.modules, "numba", fake)
+    monkeypatch.setenv("SPECSIM_NUMBA", "1")
+    monkeypatch.setattr(steady_kernel, "_COMPILED", False)
+    got = steady_kernel.compiled()
+    assert fake.asked == [True, False]
+    assert got is (None if fails_without_cache else steady_kernel.stretch)
+    assert steady_kernel.compiled() is got and fake.asked == [True, False]  # looked for once
+    monkeypatch.setenv("SPECSIM_NUMBA", "0")
+    monkeypatch.setattr(steady_kernel, "_COMPILED", False)
+    assert steady_kernel.compiled() is None and fake.asked == [True, False]

@@ -181,6 +181,51 @@ def _use_steady_kernel(monkeypatch, on: bool) -> None:
         monkeypatch.setattr(steady_kernel, "compiled", lambda: steady_kernel.stretch)
 
 
+@pytest.mark.parametrize("record_bound", [True, False])
+def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bound,
+                                                                      monkeypatch):
+    """The default scenario's variant without speculation, reference path against the
+    compiled stretch from the first stretch and from the 7th planning on (numpy before):
+    the same records, with and without bounds recorded, and the kernel did plan stretches
+    (admitting ones among them)."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady, steady_kernel
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", ["run.requests=150"])
+    calls = {"stretch": 0, "admitting": 0}
+    real_admitted = steady.plan_admitted
+
+    def counted_admitted(*args):
+        got = real_admitted(*args)
+        calls["admitting"] += got is not None
+        return got
+
+    monkeypatch.setattr(steady, "plan_admitted", counted_admitted)
+    runs = []
+    for mode in ("reference", "kernel", "midway"):
+        monkeypatch.setattr(steady, "ENABLED", mode != "reference")
+        _use_steady_kernel(monkeypatch, True)
+        if mode == "midway":
+            monkeypatch.setattr(steady, "_planned", 0)
+            monkeypatch.setattr(steady, "KERNEL_AFTER", 6)
+        fn = steady_kernel.compiled()
+
+        def counted(*args, fn=fn):
+            calls["stretch"] += 1
+            return fn(*args)
+
+        monkeypatch.setattr(steady_kernel, "compiled", lambda counted=counted: counted)
+        built = [(n, s) for n, s in setups(sc, record_bound=record_bound) if n == "none"]
+        runs.append(simulate_variants(built, sc.run.horizon_s))
+    assert calls["stretch"] > 20 and calls["admitting"] > 5, calls
+    labels = set(runs[0][0].iterations.columns["bound"])
+    assert labels == ({""} if not record_bound else labels - {""})
+    _assert_same_runs(runs[0], runs[1])
+    _assert_same_runs(runs[0], runs[2])
+
+
 # 5.0 s stops fixed-g4 inside a stretch; 6.2782 * 100 / 100 is not 6.2782 (the progress
 # bar's last slice must end at the horizon itself)
 @pytest.mark.parametrize("horizon", [7.3, 5.0, 6.2782])
