@@ -260,9 +260,7 @@ class Replica:
             if self._steady:  # iterations that cannot change the batch, computed at once
                 stretch = steady.plan(self)
                 if stretch is not None:
-                    for delay in stretch.delays():
-                        yield env.timeout(delay)  # one event per iteration, as below
-                    steady.apply(self, stretch)
+                    yield from self._pass_stretch(stretch)
                     continue
             if self._spec_stretch and (yield from spec_stretch.run(self)):
                 continue
@@ -280,12 +278,16 @@ class Replica:
             if fast and self._steady:  # admissions that leave the batch steady after them
                 stretch = steady.plan_admitted(self, batch, start_at, draft_s, verify_s, bound)
                 if stretch is not None:
-                    for delay in stretch.delays():
-                        yield env.timeout(delay)
-                    steady.apply(self, stretch)
+                    yield from self._pass_stretch(stretch)
                     continue
             yield env.timeout(draft_s + verify_s)
             self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
+
+    def _pass_stretch(self, stretch):
+        """Let a steady stretch's iterations pass, one event each, then write it."""
+        for delay in stretch.delays():
+            yield self.env.timeout(delay)
+        steady.apply(self, stretch)
 
     def price(self, batch) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) of ``batch`` (draft_s: drafting on the critical path)."""
