@@ -284,10 +284,13 @@ class Replica:
             self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
 
     def _pass_stretch(self, stretch):
-        """Let a steady stretch's iterations pass, one event each, then write it."""
-        for delay in stretch.delays():
-            yield self.env.timeout(delay)
-        steady.apply(self, stretch)
+        """Let a steady stretch's iterations pass, one event each, then write it (and the
+        iteration it hands on to, if any)."""
+        while stretch is not None:
+            for delay in stretch.delays():
+                yield self.env.timeout(delay)
+            steady.apply(self, stretch)
+            stretch = stretch.then
 
     def price(self, batch) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) of ``batch`` (draft_s: drafting on the critical path)."""

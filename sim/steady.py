@@ -19,7 +19,10 @@ reads the state as the last finished iteration left it. So a stretch runs up to 
 event of anyone else (``env.peek()``), and when even its first iteration ends at or after
 that event, the stretch is that one iteration: the event comes while it runs, as it
 would one iteration at a time, and ``apply`` writes it at its end (a run stopped there
-never writes it, as the reference never finishes it).
+never writes it, as the reference never finishes it). The compiled stretch plans that
+iteration with the ones before it and hands it on (``Stretch.then``): the iterations
+before are written when the last of them ends, as the event finds them, and it is
+written at its own end.
 
 A closed loop's users submit their next request when one finishes (``Replica.on_finish``),
 which changes the queue: there a stretch ends with the first iteration that finishes a
@@ -85,6 +88,7 @@ class Stretch:
     admitted: int = 0  # rows (the last of dec) whose whole prompt the first iteration fills
     prefill: int = 0  # their prompt tokens
     draft0: float = 0.0  # the first iteration's draft_s
+    then: Stretch | None = None  # the iteration an event comes during, run after this one
 
     def delays(self) -> list[float]:
         """Each iteration's timeout, as the replica's loop computes it one at a time."""
@@ -144,19 +148,14 @@ def plan(r) -> Stretch | None:
     if fn is None and params is not None:
         fn = r._steady_kernel = _kernel()
     if fn is not None:
-        k, ends, verify, codes, batch, used, gaps, last_end, fin, fin_at, free = fn(
+        return _compiled(run, st, start, fn(
             st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
             r.limits.block_size, start, horizon, MAX_STEPS, r.on_finish is not None, True,
-            record_bound, len(run), _NO_CHUNKS, 0.0, 0.0, 0, *params)
-        if not k:
-            return None
-        verify = verify.tolist()
-        bounds = (codes, _NAMES)
-    else:
-        got = plan_numpy(r, run, st, start, horizon)
-        if got is None:
-            return None
-        ends, verify, bounds, batch, used, gaps, last_end, fin, fin_at, free = got
+            record_bound, len(run), _NO_CHUNKS, 0.0, 0.0, 0, *params))
+    got = plan_numpy(r, run, st, start, horizon)
+    if got is None:
+        return None
+    ends, verify, bounds, batch, used, gaps, last_end, fin, fin_at, free = got
     return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify, bounds=bounds,
                    batch=batch, used=used, gaps=gaps, last_end=last_end, finished=fin,
                    finished_at=fin_at, free=free)
@@ -182,15 +181,40 @@ def plan_admitted(r, batch, start: float, draft_s: float, verify_s: float,
     run = np.concatenate((dec, pre))  # the running order after the admissions
     st = np.concatenate((r.state[dec], sp))
     steps = MAX_STEPS if len(run) <= r.limits.max_batched_tokens else 1
-    k, ends, verify, codes, b, used, gaps, last_end, fin, fin_at, free = fn(
+    return _compiled(run, st, start, fn(
         st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
         r.limits.block_size, start, r.env.peek(), steps, r.on_finish is not None, True,
         r.pricer.record_bound, len(dec), batch.chunks, draft_s + verify_s, verify_s,
-        _NAMES.index(bound), *r._steady_params)
-    return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify.tolist(),
-                   bounds=(codes, _NAMES), batch=b, used=used, gaps=gaps, last_end=last_end,
-                   finished=fin, finished_at=fin_at, free=free, admitted=len(pre),
-                   prefill=int(_sum(batch.chunks)), draft0=draft_s)
+        _NAMES.index(bound), *r._steady_params),
+        admitted=len(pre), prefill=int(_sum(batch.chunks)), draft0=draft_s)
+
+
+def _compiled(run: np.ndarray, st: np.ndarray, start: float, got, **first) -> Stretch | None:
+    """The stretch ``steady_kernel.stretch`` returned (``got``) for the rows ``st`` of the
+    slots ``run``, or None when it has no iteration. When an event comes during its last
+    iteration (after others), it is two: the iterations before, then that one, with the
+    state the replica has when the event comes in between."""
+    k, ends, verify, codes, b, used, gaps, last_end, fin, fin_at, free, split = got
+    if not k:
+        return None
+    ks, st_k, last_k, ng, nf, free_k, held_k = split
+    verify = verify.tolist()
+    if not ks:
+        return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify,
+                       bounds=(codes, _NAMES), batch=b, used=used, gaps=gaps,
+                       last_end=last_end, finished=fin, finished_at=fin_at, free=free,
+                       **first)
+    alive = np.ones(len(run), dtype=bool)  # the rows in the last iteration
+    alive[fin[:nf]] = False
+    row = np.cumsum(alive) - 1  # a row's place among them
+    last = Stretch(dec=run[alive], st=st[alive], start=float(ends[ks - 1]), ends=ends[ks:],
+                   verify_s=verify[ks:], bounds=(codes[ks:], _NAMES), batch=b[ks:],
+                   used=used[ks:], gaps=gaps[ng:], last_end=last_end[alive],
+                   finished=row[fin[nf:]], finished_at=fin_at[nf:], free=free + held_k)
+    return Stretch(dec=run, st=st_k, start=start, ends=ends[:ks], verify_s=verify[:ks],
+                   bounds=(codes[:ks], _NAMES), batch=b[:ks], used=used[:ks], gaps=gaps[:ng],
+                   last_end=last_k, finished=fin[:nf], finished_at=fin_at[:nf], free=free_k,
+                   then=last, **first)
 
 
 def plan_numpy(r, run: np.ndarray, st: np.ndarray, start: float, horizon: float):

@@ -136,8 +136,12 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
     free blocks after the stretch, the finished sequences' blocks not yet returned).
 
     ``first_finish``: stop after the first iteration that finishes a sequence (a closed
-    loop); ``straddle``: when even the first iteration ends at or after ``horizon``, the
-    stretch is that one iteration.
+    loop); ``straddle``: the iteration that ends at or after ``horizon`` is the stretch's
+    last -- when it is the first, the stretch is that one iteration; else the last item
+    returned says where the replica stops for the event before it runs (k_split > 0
+    iterations before it; the rows' state then, their last ends, the gaps and finished
+    rows so far, the free blocks less the finished ones' and those): ``sim.steady``
+    splits the stretch there.
 
     With ``n_dec < n`` the first iteration is one the scheduler has formed and priced
     (``sim.steady.plan_admitted``): rows ``n_dec:`` prefill their whole prompt in it
@@ -160,6 +164,9 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
     alive = np.ones(n, dtype=np.bool_)
     m, nf, ng, k, held_by_finished = n, 0, 0, 0, 0
     t = now
+    k_split, ng_split, nf_split, free_split, held_split = 0, 0, 0, 0, 0
+    st_split = st[:0].copy()
+    last_split = last_end[:0].copy()
     mixed = n_dec < n
     if mixed:
         m = n_dec  # the first iteration's decoding rows
@@ -185,9 +192,14 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
                             allreduce, dec, dec_batches, dec_lengths, bound)
             end = t + (0.0 + v)
             if not end < horizon:
-                if k or not straddle:
+                if not straddle or extra > free:
                     break
                 stop = True
+                if k:  # the state when it starts: where the replica stops for the event
+                    k_split, ng_split, nf_split = k, ng, nf
+                    st_split = st.copy()
+                    last_split = last_end.copy()
+                    free_split, held_split = free - held_by_finished, held_by_finished
             if extra > free:
                 break  # someone must be preempted: the full scheduler
             free -= extra
@@ -239,7 +251,8 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
         if stop or m == 0:
             break
     return (k, ends[:k], verify[:k], codes[:k], batch[:k], used[:k], gaps[:ng], last_end,
-            fin[:nf], fin_at[:nf], free - held_by_finished)
+            fin[:nf], fin_at[:nf], free - held_by_finished,
+            (k_split, st_split, last_split, ng_split, nf_split, free_split, held_split))
 
 
 def compiled():
