@@ -120,6 +120,7 @@ class IterationLog:
         self.n = 0  # rows in all
         self.labels: list[str] = []
         self._codes: dict[str, int] = {}
+        self._lookups: dict[tuple[str, ...], np.ndarray] = {}  # extend's names -> codes
 
     def _new_chunk(self, rows: int) -> None:
         self._f = np.empty((len(self._FLOATS), rows))
@@ -169,7 +170,11 @@ class IterationLog:
         k = len(start_at)
         if isinstance(bounds, tuple):
             codes, names = bounds
-            codes = np.array([self._code(b) for b in names], dtype=np.int64)[codes]
+            lookup = self._lookups.get(names)
+            if lookup is None:
+                lookup = self._lookups[names] = np.array([self._code(b) for b in names],
+                                                         dtype=np.int64)
+            codes = lookup[codes]
         else:
             codes = [self._code(b) for b in bounds]
         self._room(k)

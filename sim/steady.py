@@ -143,15 +143,11 @@ def plan(r) -> Stretch | None:
     env = r.env
     horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
     start = env.now
-    record_bound = r.pricer.record_bound
     fn, params = r._steady_kernel, r._steady_params
     if fn is None and params is not None:
         fn = r._steady_kernel = _kernel()
     if fn is not None:
-        return _compiled(run, st, start, fn(
-            st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
-            r.limits.block_size, start, horizon, MAX_STEPS, r.on_finish is not None, True,
-            record_bound, len(run), _NO_CHUNKS, 0.0, 0.0, 0, *params))
+        return _compiled(r, fn, run, st, start, horizon, MAX_STEPS)
     got = plan_numpy(r, run, st, start, horizon)
     if got is None:
         return None
@@ -181,20 +177,25 @@ def plan_admitted(r, batch, start: float, draft_s: float, verify_s: float,
     run = np.concatenate((dec, pre))  # the running order after the admissions
     st = np.concatenate((r.state[dec], sp))
     steps = MAX_STEPS if len(run) <= r.limits.max_batched_tokens else 1
-    return _compiled(run, st, start, fn(
+    return _compiled(r, fn, run, st, start, r.env.peek(), steps,
+                     (len(dec), batch.chunks, draft_s + verify_s, verify_s,
+                      _NAMES.index(bound)),
+                     admitted=len(pre), prefill=int(_sum(batch.chunks)), draft0=draft_s)
+
+
+def _compiled(r, fn, run: np.ndarray, st: np.ndarray, start: float, horizon: float,
+              steps: int, first_iteration=None, **first) -> Stretch | None:
+    """The stretch the compiled ``fn`` plans for the rows ``st`` of the slots ``run`` of
+    replica ``r`` (``first_iteration``: ``steady_kernel.stretch``'s n_dec, chunks,
+    first_delay, first_v and first_code for a formed first iteration; ``first``: the
+    Stretch fields that say so), or None when it has no iteration. When an event comes
+    during its last iteration (after others), it is two: the iterations before, then that
+    one, with the state the replica has when the event comes in between."""
+    k, ends, verify, codes, b, used, gaps, last_end, fin, fin_at, free, split = fn(
         st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
-        r.limits.block_size, start, r.env.peek(), steps, r.on_finish is not None, True,
-        r.pricer.record_bound, len(dec), batch.chunks, draft_s + verify_s, verify_s,
-        _NAMES.index(bound), *r._steady_params),
-        admitted=len(pre), prefill=int(_sum(batch.chunks)), draft0=draft_s)
-
-
-def _compiled(run: np.ndarray, st: np.ndarray, start: float, got, **first) -> Stretch | None:
-    """The stretch ``steady_kernel.stretch`` returned (``got``) for the rows ``st`` of the
-    slots ``run``, or None when it has no iteration. When an event comes during its last
-    iteration (after others), it is two: the iterations before, then that one, with the
-    state the replica has when the event comes in between."""
-    k, ends, verify, codes, b, used, gaps, last_end, fin, fin_at, free, split = got
+        r.limits.block_size, start, horizon, steps, r.on_finish is not None, True,
+        r.pricer.record_bound, *(first_iteration or (len(run), _NO_CHUNKS, 0.0, 0.0, 0)),
+        *r._steady_params)
     if not k:
         return None
     ks, st_k, last_k, ng, nf, free_k, held_k = split
@@ -296,17 +297,15 @@ def apply(r, s: Stretch) -> None:
     r.kv.free_blocks = s.free  # the finished sequences' blocks come back in finish
     if len(s.finished):
         r.finish(dec[s.finished], s.finished_at)
-    b = s.batch  # sequences decoding
-    if not s.admitted:
-        log.iterations.extend(r.index, s.starts, s.ends, b, b, 0, b, 0, 0, b, 0.0,
-                              np.array(s.verify_s), s.bounds, s.used)
-        return
-    log.first_token_at[s.st[-s.admitted:, RID]] = s.ends[0]
-    size = b.copy()  # the first iteration's batch: its decodes and the prompts filled
-    size[0] += s.admitted
-    prefill = np.zeros(s.k, dtype=np.int64)
-    prefill[0] = s.prefill
-    draft = np.zeros(s.k)
-    draft[0] = s.draft0
+    b = size = s.batch  # sequences decoding; in the batch
+    prefill, draft = 0, 0.0
+    if s.admitted:  # the first iteration also filled these prompts
+        log.first_token_at[s.st[-s.admitted:, RID]] = s.ends[0]
+        size = b.copy()
+        size[0] += s.admitted
+        prefill = np.zeros(s.k, dtype=np.int64)
+        prefill[0] = s.prefill
+        draft = np.zeros(s.k)
+        draft[0] = s.draft0
     log.iterations.extend(r.index, s.starts, s.ends, size, b, prefill, b, 0, 0, size, draft,
                           np.array(s.verify_s), s.bounds, s.used)
