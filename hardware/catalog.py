@@ -119,7 +119,11 @@ class FrameworkSpec(_Frozen):
     (scheduling, input preparation, launches, sampling, per-request bookkeeping), and a
     server that streams its tokens (``Deployment.streaming``) ``stream_seq_s`` more per
     sequence (detokenising and sending each step's token; offline runs such as
-    ``trtllm-bench throughput`` skip it).
+    ``trtllm-bench throughput`` skip it). ``act_passes`` is the GPU work the kernel tables
+    leave out (normalisation, residual adds, rotary, activation, activation
+    quantisation): that many hidden-wide 16-bit activation vectors read or written per
+    token per transformer block, at the GPU's HBM bandwidth (``hardware.timing.base.
+    elementwise_s_per_token``).
     ``tables`` names the engine's measured kernel tables (``None``: roofline only);
     ``offload_overlap`` says whether offloaded weights stream while the GPU computes
     (FlexGen style) or before each layer runs (Hugging Face Accelerate);
@@ -145,6 +149,7 @@ class FrameworkSpec(_Frozen):
     layer_s: float = Field(ge=0)
     seq_s: float = Field(ge=0)
     stream_seq_s: float = Field(default=0.0, ge=0)
+    act_passes: float = Field(default=0.0, ge=0)
     offload_overlap: bool = True
     host_efficiency: Fraction = 1.0
     max_num_batched_tokens: int = Field(default=8192, ge=1)

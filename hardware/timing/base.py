@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hardware.deployment import TIMINGS, Deployment, StageLayout
 
 __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_counts",
-           "framework_seq_s",
+           "framework_seq_s", "elementwise_s_per_token",
            "largest", "head_tokens"]
 
 # Logits are computed only where a token is sampled: every token of a decode or a verify
@@ -23,6 +23,7 @@ __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_
 # From the batch's sums alone a pass cannot tell them apart, so the lm_head is priced at
 # min(new tokens, 32 per sequence); the paper GPU prices it at every new token.
 HEAD_TOKENS_PER_SEQ = 32
+_ACT_BYTES = 2  # activations are 16-bit between the kernels
 
 
 def head_tokens(new: float, n: float) -> float:
@@ -94,6 +95,16 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             dp=dp,
         ))
     return tuple(out)
+
+
+def elementwise_s_per_token(framework, dep: Deployment, c: StageCounts) -> float:
+    """A stage's seconds per new token (per replica token) in the kernels the tables leave
+    out -- RMSNorm, residual adds, rotary, SwiGLU, activation quantisation: the
+    framework's ``act_passes`` hidden-wide 16-bit vectors read or written per token per
+    block, at the GPU's HBM bandwidth. They run on every GPU's whole hidden vector (not
+    split by TP), one kernel after another with the GEMMs, so the time adds to theirs."""
+    return (c.layers * framework.act_passes * dep.model.shape.hidden * _ACT_BYTES
+            / dep.gpu.hbm_bytes_per_s / c.dp)
 
 
 def framework_seq_s(framework, dep: Deployment, last_stage: bool) -> float:

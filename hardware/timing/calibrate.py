@@ -38,12 +38,13 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "corner": (1.0, 63.0, 1.0),
     "call_s": (0.0, 1e-3, 1e-5), "step_s": (0.0, 1.0, 1e-4), "eta": (0.05, 1.0, 1.0),
     "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5),
-    "stream_seq_s": (0.0, 1e-2, 1e-5),
+    "stream_seq_s": (0.0, 1e-2, 1e-5), "act_passes": (0.0, 200.0, 10.0),
     "host_efficiency": (0.05, 1.0, 1.0),
 }
 _LINK_STEP = (0.0, 1e-4, 1e-6)  # a link's per-ring-step latency: smaller than a pass's
 ROBUST_SCALE = 0.1  # log error where the robust loss departs from the squared error
 LOSS = "cauchy"  # scipy's rho(z) = ln(1 + z): a row 50% off weighs a tenth of a 10% one
+RESTARTS = 5  # least-squares runs per group at most, each from where the last stopped
 MIN_ROWS_PER_TERM = 6  # a framework's per-layer / per-sequence terms need this many fit rows
 
 
@@ -113,15 +114,22 @@ def predictions(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto")
     return np.asarray(pred), backends
 
 
+def _bulk(row: MeasuredRow) -> bool:
+    """Whether a row's passes carry many more tokens than sequences (prompts in bulk):
+    what tells a per-token cost from a per-sequence one, which in a decode pass (one
+    token per sequence) are the same."""
+    return row.metric in ("max_load_tokens_per_s", "tokens_per_s_per_gpu", "ttft_s") \
+        or (row.metric == "step_s" and row.tokens > 1)
+
+
 def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto"
                    ) -> list[str]:
     """The fields the rows can pin down: every framework's per-pass overhead (per layer
     and per sequence where its fit rows -- at least ``MIN_ROWS_PER_TERM`` -- vary the
-    model and the batch, and its streaming cost where that many rows stream and that many
-    do not), and,
-    for GPUs the
-    roofline prices, the efficiencies of the formats, KV reads and host links they use,
-    and the TP links' call latency."""
+    model and the batch, its elementwise kernels' ``act_passes`` where that many carry
+    prompts in bulk over more than one model, and its streaming cost where that many rows
+    stream and that many do not), and, for GPUs the roofline prices, the efficiencies of
+    the formats, KV reads and host links they use, and the TP links' call latency."""
     fields: list[str] = []
     _, backends = predictions(rows, catalog, timing)
     for fw in sorted({r.framework for r in rows}):
@@ -135,6 +143,9 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
             fields.append(f"frameworks.{fw}.layer_s")
         if len({r.batch for r in mine}) > 1:
             fields.append(f"frameworks.{fw}.seq_s")
+        bulk = [r for r in mine if _bulk(r)]
+        if len(bulk) >= MIN_ROWS_PER_TERM and len({r.model for r in bulk}) > 1:
+            fields.append(f"frameworks.{fw}.act_passes")
         streamed = sum(r.streaming for r in mine)
         if min(streamed, len(mine) - streamed) >= MIN_ROWS_PER_TERM:
             fields.append(f"frameworks.{fw}.stream_seq_s")
@@ -231,12 +242,21 @@ def _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo, hi, 
         return np.log(pred / target)
 
     # a robust loss on the log error: squared up to ~10%, growing only logarithmically
-    # beyond, so a handful of rows the model cannot explain do not drag every parameter
-    res = least_squares(residuals, x[block], bounds=(lo[block] / scale[block],
-                                                     hi[block] / scale[block]),
-                        method="trf", loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4,
-                        xtol=1e-10, ftol=1e-10, max_nfev=200)
-    return res.x
+    # beyond, so a handful of rows the model cannot explain do not drag every parameter.
+    # Where two terms trade off (a per-token and a per-sequence cost over decode rows) the
+    # solver can stop on a flat stretch short of the minimum; it is restarted from where
+    # it stopped until that no longer moves it, so a fit run again returns its result.
+    z = x[block]
+    for _ in range(RESTARTS):
+        res = least_squares(residuals, z, bounds=(lo[block] / scale[block],
+                                                  hi[block] / scale[block]),
+                            method="trf", loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4,
+                            xtol=1e-10, ftol=1e-10, max_nfev=200)
+        moved = np.max(np.abs(res.x - z) / np.maximum(np.abs(z), 1e-3))
+        z = res.x
+        if moved < 1e-4:
+            break
+    return z
 
 
 def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,

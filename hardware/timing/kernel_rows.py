@@ -37,7 +37,8 @@ def kernel_catalog(catalog: Catalog, framework: str) -> Catalog:
         raise UserError(f"--framework: {framework} has no kernel tables")
     zero = FrameworkSpec(id=KERNELS, name=f"{fw.name} kernel tables only",
                          version=fw.version, tables=fw.tables, step_s=0.0, layer_s=0.0,
-                         seq_s=0.0, source="kernel time only: no framework overhead")
+                         seq_s=0.0, act_passes=0.0,
+                         source="kernel time only: no framework overhead")
     return Catalog(gpus=catalog.gpus, links=catalog.links, models=catalog.models,
                    frameworks={**catalog.frameworks, KERNELS: zero})
 

@@ -13,6 +13,10 @@ costs a few interpolations):
                 head) at m = head tokens (min(new, 32 per sequence)), interpolated
                 linearly between the tabulated token counts;
 - allreduce_s = 2 x layers x the framework's all-reduce of new x hidden 16-bit values;
+- elementwise_s = new x the kernels the tables leave out (normalisation, residual adds,
+                rotary, activation, activation quantisation): the framework's
+                ``act_passes`` hidden-wide 16-bit vectors per token per block at the
+                GPU's HBM bandwidth (``base.elementwise_s_per_token``);
 - attention_s = layers x (decode(n, kv / n) + p_new·(new - n) + p_key·(keys - kv)): the
                 measured decode (generation) kernel of the GPU's heads at n sequences of
                 the batch's mean KV length, interpolated in a table, and what prompts,
@@ -24,11 +28,12 @@ costs a few interpolations):
                 projections;
 - host_s, overhead_s as in the roofline (offloading is not in the tables; the framework's
   CPU-side ``step_s + layer_s·layers + seq_s·sequences`` is not either);
-- stage_s = max(gemm_s + attention_s + allreduce_s, host_s) + overhead_s (the sum for a
-  framework without ``offload_overlap``).
+- stage_s = max(gemm_s + attention_s + allreduce_s + elementwise_s, host_s) + overhead_s
+  (the sum for a framework without ``offload_overlap``).
 
-Not modelled by the tables: normalisation, rotary and activation kernels, sampling and the
-embedding gather (their time is in the fitted ``layer_s`` / ``step_s``). ``compute_s`` and
+Not in the tables: normalisation, rotary and activation kernels (their bandwidth is the
+fitted ``act_passes``, their launches in ``layer_s``), sampling and the embedding gather
+(in ``step_s`` / ``seq_s``). ``compute_s`` and
 ``memory_s`` in the breakdown are the speed-of-light times of the pass's FLOPs and bytes at
 the datasheet peaks (they only name the bound); ``parts`` has the measured terms.
 """
@@ -42,7 +47,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.timing import aic
-from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, framework_seq_s, largest
+from hardware.timing.base import (
+    HEAD_TOKENS_PER_SEQ,
+    Breakdown,
+    elementwise_s_per_token,
+    framework_seq_s,
+    largest,
+)
 from hardware.timing.roofline import (
     collective_params,
     host_bytes_per_s,
@@ -106,9 +117,10 @@ def moe_block_gemms(dep) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, 
 
 @dataclass(frozen=True, slots=True)
 class _Stage:
-    lin: tuple[float, ...]
+    lin: tuple[float, ...]  # gemm + allreduce + elem x tokens, over the grid
     gemm: tuple[float, ...]
     allreduce: tuple[float, ...] | None
+    elem: float  # the elementwise kernels' seconds per new token
     head: tuple[float, ...] | None
     a0: float
     a_seq: float
@@ -188,10 +200,13 @@ class MeasuredTiming:
                 g = tuple((L - c.moe_layers) * x + c.moe_layers * y
                           for x, y in zip(dense, moe, strict=True))
             a = tuple(2 * L * x for x in ar) if ar is not None else None
+            elem = elementwise_s_per_token(framework, dep, c)
+            # what runs at every new token: GEMMs, all-reduces, the elementwise kernels
+            comm = a if a is not None else (0.0,) * len(g)
+            lin = tuple(x + y + elem * m for x, y, m in zip(g, comm, _GRID, strict=True))
             offloaded = offload_fraction * (c.weight_bytes + c.routed_bytes)
             stages.append(_Stage(
-                lin=tuple(x + y for x, y in zip(g, a, strict=True)) if a else g,
-                gemm=g, allreduce=a, head=head if c.head_params else None,
+                lin=lin, gemm=g, allreduce=a, elem=elem, head=head if c.head_params else None,
                 a0=L * att[0], a_seq=L * att[1], a_new=L * att[2], a_kv=L * att[3],
                 a_key=L * att[4],
                 sol_per_token=c.flop_per_token / peak, sol_per_key=c.flop_per_key / peak,
@@ -293,8 +308,8 @@ class MeasuredTiming:
 
     def breakdown(self, new: float, kv: float, keys: float, n: float) -> Breakdown:
         """The pass with its measured parts."""
-        parts = dict.fromkeys(("gemm_s", "attention_s", "allreduce_s", "host_s",
-                               "overhead_s"), 0.0)
+        parts = dict.fromkeys(("gemm_s", "attention_s", "allreduce_s", "elementwise_s",
+                               "host_s", "overhead_s"), 0.0)
         compute = memory = comm = host = 0.0
         stage_s = []
         cap = HEAD_TOKENS_PER_SEQ * n
@@ -305,6 +320,7 @@ class MeasuredTiming:
             ar = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
             parts["gemm_s"] += gemm
             parts["allreduce_s"] += ar
+            parts["elementwise_s"] += st.elem * new
             parts["attention_s"] += st.a0 + st.a_seq * n + st.a_new * new + st.a_kv * kv \
                 + st.a_key * keys
             if st.decode is not None and n > 0:

@@ -13,6 +13,10 @@ links, ``FrameworkSpec`` of the serving engine):
 - gpu_s     = (compute_s^p + memory_s^p)^(1/p), p = ``corner``: the two roofs meet in a
               rounded corner, i.e. the compute efficiency falls as the arithmetic intensity
               nears the ridge;
+- elem_s    = new x the framework's elementwise kernels (normalisation, residual adds,
+              rotary, activation, activation quantisation): ``act_passes`` hidden-wide
+              16-bit vectors per token per block at the HBM bandwidth (``base.
+              elementwise_s_per_token``; 0 for a framework that has none fitted);
 - comm_s    = 2 all-reduces per block under TP, each call_s + 2(tp-1)·step_s +
               2(tp-1)/tp · tokens·hidden·2 bytes / (link bandwidth·eta) (α-β per link);
 - host_s    = offloaded weight bytes / (host-link bandwidth·eta_host, or
@@ -20,7 +24,9 @@ links, ``FrameworkSpec`` of the serving engine):
               framework's host_efficiency) + a latency per block; the GPU computes while
               they stream (max) or, for a framework without ``offload_overlap``, before
               each layer runs (sum);
-- overhead  = step_s + layer_s·layers + seq_s·sequences (the framework's CPU-side work).
+- overhead  = step_s + layer_s·layers + seq_s·sequences (the framework's CPU-side work);
+- stage_s   = max(gpu_s + elem_s + comm_s, host_s) + overhead (the sum of the first two
+              for a framework without ``offload_overlap``).
 
 An MoE stage (``hardware.moe``) adds the touched share of its routed experts to
 memory_s, (1 - (1 - k/E)^new) x routed bytes / (HBM·eta_w), with each MoE layer's fused-MoE
@@ -44,7 +50,13 @@ from dataclasses import dataclass
 
 from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
 from hardware.moe import a2a_bytes_per_token
-from hardware.timing.base import HEAD_TOKENS_PER_SEQ, Breakdown, framework_seq_s, largest
+from hardware.timing.base import (
+    HEAD_TOKENS_PER_SEQ,
+    Breakdown,
+    elementwise_s_per_token,
+    framework_seq_s,
+    largest,
+)
 
 __all__ = ["RooflineTiming", "roofline_params", "collective_params", "host_bytes_per_s",
            "weight_format", "SHARP", "smooth_max", "HEAD_BITS"]
@@ -118,6 +130,7 @@ class _Stage:
     routed_s: float = 0.0  # MoE: reading every local routed expert
     miss: float = 1.0  # MoE: 1 - k/E
     per_kv_len: float = 0.0  # per_kv x kv_half_seqs: the few-sequence loss, per mean length
+    elem_per_token_s: float = 0.0  # the elementwise kernels (base.elementwise_s_per_token)
 
 
 def _moe_parts(st: _Stage, new: float, kv: float, keys: float, n: float):
@@ -135,7 +148,7 @@ def _parts(st: _Stage, new: float, kv: float, keys: float, n: float, routed_s: f
     if st.per_kv_len and n > 0:
         memory += st.per_kv_len * kv / n
     comm = st.comm_fixed_s + st.comm_per_token_s * new
-    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm
+    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm + st.elem_per_token_s * new
     host = st.host_s
     if st.overlap:
         t = busy if busy > host else host
@@ -196,6 +209,7 @@ class RooflineTiming:
                 fixed_s=step_s + framework.layer_s * c.layers,
                 per_seq_s=per_seq_s,
                 p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
+                elem_per_token_s=elementwise_s_per_token(framework, dep, c),
             ))
         self._stages = tuple(stages)
         self._single = stages[0] if len(stages) == 1 else None
@@ -236,6 +250,8 @@ class RooflineTiming:
         return Breakdown(seconds, compute, memory, comm, host, overhead,
                          largest(compute, memory, comm, host), stage_s, hop_s,
                          {"compute_s": compute, "memory_s": memory, "comm_s": comm,
+                          "elementwise_s": new * sum(st.elem_per_token_s
+                                                     for st in self._stages),
                           "host_s": host, "overhead_s": overhead})
 
     def _pipeline(self, new: float, kv: float, keys: float, n: float):
@@ -294,4 +310,5 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
         routed_s=c.routed_bytes / w_bw,
         miss=c.expert_miss,
+        elem_per_token_s=elementwise_s_per_token(framework, dep, c),
     )

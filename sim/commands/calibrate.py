@@ -26,15 +26,17 @@ max_num_tokens (the run's step token budget) and kv_fraction (the share of the m
 after weights that the run gave the KV cache; both for tpot_s and max_load_tokens_per_s
 rows), split (fit / test: test rows are held out and only reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
-per-layer and per-sequence overheads (and its streaming cost where at least six of its fit
-rows stream and six do not),
+per-layer and per-sequence overheads, its elementwise kernels' bandwidth (act_passes:
+hidden-wide activation vectors per token per block, where at least six of its fit rows
+carry prompts in bulk -- static-batch, max-load, TTFT or multi-token step rows -- over more
+than one model), its streaming cost where at least six of its fit rows stream and six do not,
 and for rows the roofline prices, the weight
 format's streaming efficiency, the host-link efficiency (pinned or pageable, as the rows
 say) and the TP link's call latency.
 FIELD paths: gpus.<id>.roofline.<eta_weights|eta_fp8|eta_int8|eta_int4|weights_half_bytes|
 eta_kv|kv_half_seqs|eta_compute|corner|eta_host|eta_host_pageable>,
 links.<id>.collective.<call_s|step_s|eta>,
-frameworks.<id>.<step_s|layer_s|seq_s|stream_seq_s|host_efficiency>.
+frameworks.<id>.<step_s|layer_s|seq_s|stream_seq_s|act_passes|host_efficiency>.
 
 From a GPU's measured kernel tables (the shipped roofline calibration):
   specsim calibrate --tables h100 --tables h200

@@ -278,6 +278,8 @@ def run_list(args: argparse.Namespace) -> int:
               f"{f.step_s * 1e3:.3f} ms + {f.layer_s * 1e6:.1f} us/layer + "
               f"{f.seq_s * 1e6:.1f} us/seq"
               + (f" (+ {f.stream_seq_s * 1e6:.1f} us/seq streaming)" if f.stream_seq_s else "")
+              + (f"; elementwise kernels {f.act_passes:.1f} hidden-wide vectors/token/layer"
+                 if f.act_passes else "")
               + (f"; offload copies at {f.host_efficiency:.2f} of the host link's efficiency"
                  if f.host_efficiency != 1.0 else "")
               + f"; scheduler: {f.max_num_batched_tokens} tokens/step, "

@@ -32,9 +32,38 @@ def test_auto_prices_with_the_measured_tables_where_they_cover_the_deployment():
     assert "aiconfigurator-core 0.12.0 tables h100_sxm / vllm 0.24.0" in c.timing.note
     pc = c.pass_cost([1], [1024])
     assert pc.backend == "measured" and set(pc.parts) == {
-        "gemm_s", "attention_s", "allreduce_s", "host_s", "overhead_s"}
+        "gemm_s", "attention_s", "allreduce_s", "elementwise_s", "host_s", "overhead_s"}
     # the measured terms add up to the pass (no offload, one stage)
     assert math.isclose(sum(pc.parts.values()), pc.seconds, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("timing", ["measured", "roofline"])
+def test_the_elementwise_kernels_add_their_bandwidth_per_token(tmp_path, timing):
+    """act_passes hidden-wide 16-bit vectors per token per layer at the HBM bandwidth,
+    on every GPU's whole hidden vector (TP does not split them), added to the pass and
+    shown as its own part; 0 leaves the pass as it was."""
+    if timing == "measured":
+        tables()
+    path = tmp_path / "act.yaml"
+    path.write_text("frameworks:\n  trtllm: {act_passes: 10.0}\n")
+    mine, zero = load_catalog(path), tmp_path / "zero.yaml"
+    zero.write_text("frameworks:\n  trtllm: {act_passes: 0.0}\n")
+    kw = {"model": "llama-3.1-70b", "gpu": "h100", "tp": 4, "weight_bits": 8,
+          "compute_dtype": "fp8", "framework": "trtllm", "timing": timing}
+    with_act, without = cost(cat=mine, **kw), cost(cat=load_catalog(zero), **kw)
+    gpu, model = CAT.gpu("h100"), CAT.model("llama-3.1-70b")
+    per_token = 80 * 10.0 * model.shape.hidden * 2 / gpu.hbm_bytes_per_s
+    for new in (1.0, 37.0, 3000.0):
+        sums = (new, new * 700.0, new * 700.0, new)
+        d = (with_act.pass_seconds_sums(*sums, n_seqs=new)
+             - without.pass_seconds_sums(*sums, n_seqs=new))
+        assert d == pytest.approx(per_token * new, rel=1e-9)
+        assert with_act.timing.breakdown(new, sums[1], sums[2], new).parts[
+            "elementwise_s"] == pytest.approx(per_token * new, rel=1e-12)
+        assert without.timing.breakdown(new, sums[1], sums[2], new).parts[
+            "elementwise_s"] == 0.0
+    assert CAT.framework("trtllm").act_passes > 0  # fitted (docs/timing.md, step 4)
+    assert CAT.framework("vllm").act_passes == 0  # its TPOT rows cannot tell it apart
 
 
 @pytest.mark.parametrize(("kw", "why"), [

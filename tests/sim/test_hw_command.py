@@ -187,8 +187,8 @@ def test_step_json_says_which_backend_priced_it_and_its_terms(capsys):
     data = json.loads(out)
     assert code == 0 and (data["backend"], data["timing"]) == ("measured", "auto")
     assert "aiconfigurator-core 0.12.0 tables h100_sxm / vllm 0.24.0" in data["note"]
-    assert set(data["parts"]) == {"gemm_s", "attention_s", "allreduce_s", "host_s",
-                                  "overhead_s"}
+    assert set(data["parts"]) == {"gemm_s", "attention_s", "allreduce_s", "elementwise_s",
+                                  "host_s", "overhead_s"}
     code, out, _ = run(capsys, *argv, "--timing", "roofline", "--framework", "sglang")
     data = json.loads(out)
     assert (data["backend"], data["framework"]) == ("roofline", "sglang")
