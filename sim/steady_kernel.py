@@ -34,7 +34,7 @@ if (FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS) != (
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
 PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_per_key",
                "sol_weight", "sol_per_kv", "host_s", "fixed_s", "per_seq_s", "overlap",
-               "sol_routed", "miss", "head_tokens_per_seq")
+               "sol_routed", "miss", "head_tokens_per_seq", "elem")
 
 
 def _bisect_left(g, x):
@@ -113,7 +113,7 @@ def _pass(new, kv, keys, n, p, grid, lin, head, allreduce, dec, dec_batches, dec
         return seconds, -1
     # base.largest of the speed-of-light compute and memory, the all-reduce and the host
     compute = p[5] * new + p[6] * keys
-    memory = p[7] + p[8] * kv + p[13] * (1.0 - p[14] ** new)
+    memory = p[7] + p[8] * kv + p[13] * (1.0 - p[14] ** new) + p[16] * new
     comm = _interp(grid, allreduce, new) if len(allreduce) else 0.0
     code, top = 0, compute
     if memory > top:

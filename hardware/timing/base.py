@@ -102,7 +102,10 @@ def elementwise_s_per_token(framework, dep: Deployment, c: StageCounts) -> float
     out -- RMSNorm, residual adds, rotary, SwiGLU, activation quantisation: the
     framework's ``act_passes`` hidden-wide 16-bit vectors read or written per token per
     block, at the GPU's HBM bandwidth. They run on every GPU's whole hidden vector (not
-    split by TP), one kernel after another with the GEMMs, so the time adds to theirs."""
+    split by TP), one kernel after another with the GEMMs, so the time adds to theirs.
+    Medusa heads have none: their blocks are one linear layer each, not transformer blocks."""
+    if dep.model.config.model_type == "medusa":
+        return 0.0
     return (c.layers * framework.act_passes * dep.model.shape.hidden * _ACT_BYTES
             / dep.gpu.hbm_bytes_per_s / c.dp)
 

@@ -45,6 +45,8 @@ _LINK_STEP = (0.0, 1e-4, 1e-6)  # a link's per-ring-step latency: smaller than a
 ROBUST_SCALE = 0.1  # log error where the robust loss departs from the squared error
 LOSS = "cauchy"  # scipy's rho(z) = ln(1 + z): a row 50% off weighs a tenth of a 10% one
 RESTARTS = 5  # least-squares runs per group at most, each from where the last stopped
+MAX_NFEV = 200  # evaluations per run
+SETTLED = 1e-4  # a run that moves no field by more than this (relative) ends the restarts
 MIN_ROWS_PER_TERM = 6  # a framework's per-layer / per-sequence terms need this many fit rows
 
 
@@ -115,9 +117,11 @@ def predictions(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto")
 
 
 def _bulk(row: MeasuredRow) -> bool:
-    """Whether a row's passes carry many more tokens than sequences (prompts in bulk):
-    what tells a per-token cost from a per-sequence one, which in a decode pass (one
-    token per sequence) are the same."""
+    """Whether a row's passes are mostly prompt tokens, many more tokens than sequences
+    (static-batch, max-load, TTFT and multi-token step rows): a heuristic for the rows that
+    pin a per-token cost apart from a per-sequence one. A TPOT row's steps are mostly
+    decodes, one token per sequence, where the two nearly coincide (the prompts packed
+    into them separate them a little)."""
     return row.metric in ("max_load_tokens_per_s", "tokens_per_s_per_gpu", "ttft_s") \
         or (row.metric == "step_s" and row.tokens > 1)
 
@@ -144,7 +148,9 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
         if len({r.batch for r in mine}) > 1:
             fields.append(f"frameworks.{fw}.seq_s")
         bulk = [r for r in mine if _bulk(r)]
-        if len(bulk) >= MIN_ROWS_PER_TERM and len({r.model for r in bulk}) > 1:
+        shapes = {(catalog.model(r.model).config.num_hidden_layers,
+                   catalog.model(r.model).shape.hidden) for r in bulk}
+        if len(bulk) >= MIN_ROWS_PER_TERM and len(shapes) > 1:  # layers x hidden vary
             fields.append(f"frameworks.{fw}.act_passes")
         streamed = sum(r.streaming for r in mine)
         if min(streamed, len(mine) - streamed) >= MIN_ROWS_PER_TERM:
@@ -181,6 +187,7 @@ class Fit:
     predicted: np.ndarray
     backends: list[str]
     unmoved: tuple[str, ...] = ()  # fields no fit row depends on: left as they were
+    unsettled: tuple[str, ...] = ()  # groups still moving after RESTARTS runs
 
 
 def _median_abs(pred: np.ndarray, meas: np.ndarray) -> float:
@@ -226,7 +233,8 @@ def _blocks(train, fields, catalog, timing, x, hi, scale):
 
 
 def _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo, hi, scale):
-    """Least squares over one group's fields on the rows they move, the rest held at x."""
+    """Least squares over one group's fields on the rows they move, the rest held at x:
+    (the values, whether the last run left them where it started)."""
     from scipy.optimize import least_squares
 
     mine = [train[r] for r in rows_of]
@@ -251,12 +259,12 @@ def _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo, hi, 
         res = least_squares(residuals, z, bounds=(lo[block] / scale[block],
                                                   hi[block] / scale[block]),
                             method="trf", loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4,
-                            xtol=1e-10, ftol=1e-10, max_nfev=200)
+                            xtol=1e-10, ftol=1e-10, max_nfev=MAX_NFEV)
         moved = np.max(np.abs(res.x - z) / np.maximum(np.abs(z), 1e-3))
         z = res.x
-        if moved < 1e-4:
-            break
-    return z
+        if moved < SETTLED:
+            return z, True
+    return z, False
 
 
 def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
@@ -275,9 +283,12 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
     before = [current(catalog, f) for f in fields]
     x = np.clip(before, lo, hi) / scale
     blocks = _blocks(train, fields, catalog, timing, x, hi / scale, scale)
+    unsettled: list[str] = []
     for block, rows_of in blocks:
-        x[block] = _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo,
-                              hi, scale)
+        x[block], settled = _fit_block(train, fields, catalog, timing, x, block, rows_of,
+                                       meas, lo, hi, scale)
+        if not settled:
+            unsettled += [fields[i] for i in block]
     grouped = {i for block, _ in blocks for i in block}
     unmoved = tuple(f for i, f in enumerate(fields) if i not in grouped)
     values = [b if f in unmoved else v for f, b, v in zip(fields, before, x * scale,
@@ -288,7 +299,7 @@ def fit(rows: list[MeasuredRow], fields: list[str], catalog: Catalog,
     is_test = np.array([r.split == "test" for r in rows])
     test = _median_abs(pred[is_test], all_meas[is_test]) if is_test.any() else None
     return Fit(fields, before, values, _median_abs(pred[~is_test], all_meas[~is_test]),
-               test, fitted, rows, pred, backends, unmoved)
+               test, fitted, rows, pred, backends, unmoved, tuple(unsettled))
 
 
 def overrides(result: Fit, source: str) -> dict:

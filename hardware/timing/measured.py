@@ -279,10 +279,10 @@ class MeasuredTiming:
 
     def kernel_params(self) -> tuple[np.ndarray, ...] | None:
         """The one stage's parameters as arrays for a compiled pricer (``sim.steady_kernel``):
-        the scalars in ``steady_kernel.PARAM_NAMES`` order, the token grid, the GEMM plus
-        all-reduce table, the lm_head's and the all-reduce's (empty without one), the decode
-        kernel's table [batches, lengths] (no rows without one) and its batches and
-        lengths. None for a pipeline."""
+        the scalars in ``steady_kernel.PARAM_NAMES`` order, the token grid, the per-token
+        table (GEMMs, all-reduces, elementwise kernels), the lm_head's and the
+        all-reduce's (empty without one), the decode kernel's table [batches, lengths] (no
+        rows without one) and its batches and lengths. None for a pipeline."""
         st = self._single
         if st is None:
             return None
@@ -290,7 +290,7 @@ class MeasuredTiming:
         p = np.array([st.a0, st.a_seq, st.a_new, st.a_kv, st.a_key, st.sol_per_token,
                       st.sol_per_key, st.sol_weight, st.sol_per_kv, st.host_s, st.fixed_s,
                       st.per_seq_s, float(st.overlap), st.sol_routed, st.miss,
-                      float(HEAD_TOKENS_PER_SEQ)])
+                      float(HEAD_TOKENS_PER_SEQ), st.elem])
         empty = np.zeros(0)
         dec = np.array(st.decode) if st.decode is not None else np.zeros((0, len(lengths)))
         return (p, np.array(_GRID), np.array(st.lin),
@@ -347,7 +347,8 @@ def _speed_of_light(st: _Stage, new: float, kv: float, keys: float) -> tuple[flo
     """(compute, memory) seconds of one stage's pass at the datasheet peaks: they name the
     bound, the measured terms give the time."""
     return (st.sol_per_token * new + st.sol_per_key * keys,
-            st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new))
+            st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new)
+            + st.elem * new)
 
 
 def _stage_fixed(st: _Stage, new: float, n: float) -> tuple:

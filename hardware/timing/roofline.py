@@ -140,7 +140,8 @@ def _moe_parts(st: _Stage, new: float, kv: float, keys: float, n: float):
 
 def _parts(st: _Stage, new: float, kv: float, keys: float, n: float, routed_s: float = 0.0):
     """(compute_s, memory_s, comm_s, seconds) of one stage: the per-stage formula
-    (``routed_s``: an MoE stage's reads of the routed experts its tokens touch)."""
+    (``routed_s``: an MoE stage's reads of the routed experts its tokens touch); memory_s
+    includes the elementwise kernels' traffic (it names the bound)."""
     cap = HEAD_TOKENS_PER_SEQ * n
     compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
         + st.per_key * keys
@@ -148,13 +149,14 @@ def _parts(st: _Stage, new: float, kv: float, keys: float, n: float, routed_s: f
     if st.per_kv_len and n > 0:
         memory += st.per_kv_len * kv / n
     comm = st.comm_fixed_s + st.comm_per_token_s * new
-    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm + st.elem_per_token_s * new
+    elem = st.elem_per_token_s * new  # memory traffic of kernels of their own, after
+    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm + elem
     host = st.host_s
     if st.overlap:
         t = busy if busy > host else host
     else:
         t = busy + host
-    return compute, memory, comm, t + st.fixed_s + st.per_seq_s * n
+    return compute, memory + elem, comm, t + st.fixed_s + st.per_seq_s * n
 
 
 class RooflineTiming:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 _HELP = """\
@@ -78,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
     import yaml
 
     from hardware import load_catalog
-    from hardware.timing.calibrate import default_fields, fit, overrides
+    from hardware.timing.calibrate import RESTARTS, default_fields, fit, overrides
     from hardware.timing.kernel_rows import kernel_catalog, kernel_rows, table_fields
     from hardware.timing.rows import read_rows
     from sim.output import default_run_dir
@@ -122,13 +123,17 @@ def main(args: argparse.Namespace) -> int:
                        + yaml.safe_dump(overrides(result, source), sort_keys=False))
     except OSError as err:
         raise UserError(f"--out: {out}: cannot write the catalog: {err.strerror}") from None
+    if result.unsettled:
+        print(f"warning: still moving after {RESTARTS} least-squares runs (a flat "
+              f"stretch; run again with --catalog {out}): {', '.join(result.unsettled)}",
+              file=sys.stderr)
     if args.json:
         print(json.dumps({
             "rows": len(rows), "fit_rows": n_fit, "timing": timing,
             "fields": [{"field": f, "before": b, "after": v} for f, b, v in
                        zip(result.fields, result.before, result.values, strict=True)],
             "fit_error": result.fit_error, "test_error": result.test_error,
-            "unmoved": list(result.unmoved),
+            "unmoved": list(result.unmoved), "unsettled": list(result.unsettled),
             "catalog": str(out)}, indent=2))
         return 0
     print(f"{len(rows)} rows ({n_fit} fit, {len(rows) - n_fit} held out), timing {timing}")

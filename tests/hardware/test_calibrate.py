@@ -147,6 +147,27 @@ def test_the_fit_tells_the_elementwise_kernels_from_the_per_sequence_cost():
     assert again.values == pytest.approx(res.values, rel=1e-6)
 
 
+def test_a_fit_that_stops_short_is_restarted_until_it_settles(monkeypatch):
+    """One least-squares run cut short (a few evaluations) leaves the fit off and says so;
+    restarted from where it stopped, it reaches the answer."""
+    from hardware.timing import calibrate
+
+    names = ["frameworks.vllm.step_s", "frameworks.vllm.seq_s", "frameworks.vllm.act_passes"]
+    truth = apply_fields(CAT, names, [7e-4, 3e-5, 12.0])
+    rows = _synthetic(truth, [(m, b, c, t) for m in ("llama-3.1-8b", "llama-2-13b")
+                              for b in (1, 16, 64) for c, t in ((512, 1), (0, 1024))])
+    start = apply_fields(CAT, names, [7e-4, 1e-6, 0.0])
+    monkeypatch.setattr(calibrate, "MAX_NFEV", 2)
+    monkeypatch.setattr(calibrate, "RESTARTS", 1)
+    short = fit(rows, names, start, "roofline")
+    assert short.unsettled == tuple(names)
+    assert short.values != pytest.approx([7e-4, 3e-5, 12.0], rel=1e-3)
+    monkeypatch.setattr(calibrate, "RESTARTS", 200)
+    res = fit(rows, names, start, "roofline")
+    assert res.unsettled == ()
+    assert res.values == pytest.approx([7e-4, 3e-5, 12.0], rel=1e-3)
+
+
 def test_fields_that_share_no_row_are_fitted_apart_and_unmoved_ones_kept(tmp_path):
     """Two frameworks' overheads on their own rows: each lands where its rows put it,
     whatever the other does; a field no row moves keeps its value."""

@@ -37,33 +37,60 @@ def test_auto_prices_with_the_measured_tables_where_they_cover_the_deployment():
     assert math.isclose(sum(pc.parts.values()), pc.seconds, rel_tol=1e-12)
 
 
-@pytest.mark.parametrize("timing", ["measured", "roofline"])
-def test_the_elementwise_kernels_add_their_bandwidth_per_token(tmp_path, timing):
+@pytest.mark.parametrize(("timing", "model", "kw", "dp"), [
+    ("measured", "llama-3.1-70b", {"tp": 4}, 1),
+    ("roofline", "llama-3.1-70b", {"tp": 4}, 1),
+    ("roofline", "llama-3.1-70b", {"tp": 2, "pp": 2}, 1),  # each stage its own layers
+    ("roofline", "qwen3-30b-a3b", {"tp": 1, "ep": 4}, 4),  # 4 attention-DP groups
+])
+def test_the_elementwise_kernels_add_their_bandwidth_per_token(tmp_path, timing, model, kw,
+                                                               dp):
     """act_passes hidden-wide 16-bit vectors per token per layer at the HBM bandwidth,
-    on every GPU's whole hidden vector (TP does not split them), added to the pass and
-    shown as its own part; 0 leaves the pass as it was."""
+    on every GPU's whole hidden vector (TP does not split them; attention DP does: each
+    group has its share of the tokens), added to the pass and shown as its own part (and
+    in the memory traffic that names the bound); 0 leaves the pass as it was."""
     if timing == "measured":
         tables()
     path = tmp_path / "act.yaml"
     path.write_text("frameworks:\n  trtllm: {act_passes: 10.0}\n")
     mine, zero = load_catalog(path), tmp_path / "zero.yaml"
     zero.write_text("frameworks:\n  trtllm: {act_passes: 0.0}\n")
-    kw = {"model": "llama-3.1-70b", "gpu": "h100", "tp": 4, "weight_bits": 8,
-          "compute_dtype": "fp8", "framework": "trtllm", "timing": timing}
+    kw = {"model": model, "gpu": "h100", "weight_bits": 8, "compute_dtype": "fp8",
+          "framework": "trtllm", "timing": timing, **kw}
     with_act, without = cost(cat=mine, **kw), cost(cat=load_catalog(zero), **kw)
-    gpu, model = CAT.gpu("h100"), CAT.model("llama-3.1-70b")
-    per_token = 80 * 10.0 * model.shape.hidden * 2 / gpu.hbm_bytes_per_s
+    assert with_act.backend == timing
+    gpu, spec = CAT.gpu("h100"), CAT.model(model)
+    per_token = (spec.config.num_hidden_layers * 10.0 * spec.shape.hidden * 2
+                 / gpu.hbm_bytes_per_s / dp)
     for new in (1.0, 37.0, 3000.0):
         sums = (new, new * 700.0, new * 700.0, new)
         d = (with_act.pass_seconds_sums(*sums, n_seqs=new)
              - without.pass_seconds_sums(*sums, n_seqs=new))
         assert d == pytest.approx(per_token * new, rel=1e-9)
-        assert with_act.timing.breakdown(new, sums[1], sums[2], new).parts[
-            "elementwise_s"] == pytest.approx(per_token * new, rel=1e-12)
-        assert without.timing.breakdown(new, sums[1], sums[2], new).parts[
-            "elementwise_s"] == 0.0
+        a = with_act.timing.breakdown(new, sums[1], sums[2], new)
+        b = without.timing.breakdown(new, sums[1], sums[2], new)
+        assert a.parts["elementwise_s"] == pytest.approx(per_token * new, rel=1e-12)
+        assert b.parts["elementwise_s"] == 0.0
+        assert a.memory_s - b.memory_s == pytest.approx(per_token * new, rel=1e-9)
+        if timing == "measured":  # its parts add up to the pass (one stage, no offload)
+            assert math.isclose(sum(a.parts.values()), a.seconds, rel_tol=1e-12)
     assert CAT.framework("trtllm").act_passes > 0  # fitted (docs/timing.md, step 4)
-    assert CAT.framework("vllm").act_passes == 0  # its TPOT rows cannot tell it apart
+    assert CAT.framework("vllm").act_passes == 0  # its TPOT rows barely tell it apart
+
+
+def test_medusa_heads_have_no_elementwise_kernels(tmp_path):
+    """A Medusa head's blocks are one linear layer each, not transformer blocks."""
+    path = tmp_path / "act.yaml"
+    path.write_text("frameworks:\n  vllm: {act_passes: 10.0}\n")
+    mine = load_catalog(path)
+    from sim.drafters import medusa_config
+
+    heads = ModelSpec(id="medusa-test", source="test",
+                      config=medusa_config(CAT.model("vicuna-7b").config, heads=5))
+    for cat in (mine, CAT):
+        c = CostModel(Deployment(heads, cat.gpu("h100"), timing="roofline",
+                                 step_overhead=False), cat)
+        assert c.timing.breakdown(64.0, 0.0, 0.0, 64.0).parts["elementwise_s"] == 0.0
 
 
 @pytest.mark.parametrize(("kw", "why"), [
