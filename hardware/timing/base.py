@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hardware.deployment import TIMINGS, Deployment, StageLayout
 
 __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_counts",
-           "framework_seq_s", "elementwise_s_per_token",
+           "framework_seq_s", "elementwise_s_per_token", "ACT_BYTES",
            "largest", "head_tokens"]
 
 # Logits are computed only where a token is sampled: every token of a decode or a verify
@@ -23,7 +23,7 @@ __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_
 # From the batch's sums alone a pass cannot tell them apart, so the lm_head is priced at
 # min(new tokens, 32 per sequence); the paper GPU prices it at every new token.
 HEAD_TOKENS_PER_SEQ = 32
-_ACT_BYTES = 2  # activations are 16-bit between the kernels
+ACT_BYTES = 2  # activations are 16-bit between kernels and between GPUs
 
 
 def head_tokens(new: float, n: float) -> float:
@@ -106,7 +106,7 @@ def elementwise_s_per_token(framework, dep: Deployment, c: StageCounts) -> float
     Medusa heads have none: their blocks are one linear layer each, not transformer blocks."""
     if dep.model.config.model_type == "medusa":
         return 0.0
-    return (c.layers * framework.act_passes * dep.model.shape.hidden * _ACT_BYTES
+    return (c.layers * framework.act_passes * dep.model.shape.hidden * ACT_BYTES
             / dep.gpu.hbm_bytes_per_s / c.dp)
 
 

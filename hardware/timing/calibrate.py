@@ -148,8 +148,8 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
         if len({r.batch for r in mine}) > 1:
             fields.append(f"frameworks.{fw}.seq_s")
         bulk = [r for r in mine if _bulk(r)]
-        shapes = {(catalog.model(r.model).config.num_hidden_layers,
-                   catalog.model(r.model).shape.hidden) for r in bulk}
+        shapes = {(m.config.num_hidden_layers, m.shape.hidden)
+                  for m in (catalog.model(r.model) for r in bulk)}
         if len(bulk) >= MIN_ROWS_PER_TERM and len(shapes) > 1:  # layers x hidden vary
             fields.append(f"frameworks.{fw}.act_passes")
         streamed = sum(r.streaming for r in mine)

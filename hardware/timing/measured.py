@@ -48,6 +48,7 @@ import numpy as np
 
 from hardware.timing import aic
 from hardware.timing.base import (
+    ACT_BYTES,
     HEAD_TOKENS_PER_SEQ,
     Breakdown,
     elementwise_s_per_token,
@@ -67,7 +68,6 @@ _GRID = tuple(float(m) for m in aic.GRID)
 _LENGTHS = tuple(float(s) for s in aic.DECODE_LENGTHS)
 _LAST = len(_LENGTHS) - 1
 _QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
-_ACT_BYTES = 2
 _FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 
 
@@ -225,7 +225,7 @@ class MeasuredTiming:
         self._fixed: dict[tuple[float, float], tuple] = {}  # _fixed_single's memo
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
-        self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
+        self._hop_per_token_s = shape.hidden * ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
         kinds = f"{_QUANT[fmt]} GEMMs" + ("; MoE kernel tables" if moe else "") \
             + ("; MLA module tables" if dep.model.config.mla else "")
         if decode is not None:

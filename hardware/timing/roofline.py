@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
 from hardware.moe import a2a_bytes_per_token
 from hardware.timing.base import (
+    ACT_BYTES,
     HEAD_TOKENS_PER_SEQ,
     Breakdown,
     elementwise_s_per_token,
@@ -63,7 +64,6 @@ __all__ = ["RooflineTiming", "roofline_params", "collective_params", "host_bytes
 
 SHARP = 64.0  # a corner exponent this large is priced as a plain max
 HEAD_BITS = 16  # quantised deployments keep the lm_head in 16 bits (vLLM, TensorRT-LLM, AWQ)
-_ACT_BYTES = 2  # activations travel between GPUs in 16 bits
 
 
 def roofline_params(gpu: GpuSpec) -> RooflineParams:
@@ -205,7 +205,7 @@ class RooflineTiming:
                 per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token / kv_bw,
                 comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s),
                 comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden
-                * _ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
+                * ACT_BYTES / (tp_link.bytes_per_s * tc.eta),
                 host_s=(offloaded / host_bytes_per_s(host_link, rp, dep, framework)
                         + c.layers * host_link.latency_s) if offloaded > 0 else 0.0,
                 fixed_s=step_s + framework.layer_s * c.layers,
@@ -216,7 +216,7 @@ class RooflineTiming:
         self._stages = tuple(stages)
         self._single = stages[0] if len(stages) == 1 else None
         self._hop_fixed_s = pc.call_s + pc.step_s
-        self._hop_per_token_s = shape.hidden * _ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
+        self._hop_per_token_s = shape.hidden * ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
         kind = "calibrated" if rp.calibrated else "uncalibrated"
         self.note = note or f"roofline: {gpu.id} {kind} ({rp.source}); framework " \
                             f"{framework.name} {framework.version} overheads"
@@ -301,7 +301,7 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         per_kv_len=rp.kv_half_seqs * c.kv_bytes_per_token / kv_bw,
         comm_fixed_s=all_reduces * (tc.call_s + 2 * (tp - 1) * tc.step_s)
         + a2a * (ec.call_s + (ep - 1) * ec.step_s),
-        comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden * _ACT_BYTES
+        comm_per_token_s=all_reduces * (2 * (tp - 1) / tp) * shape.hidden * ACT_BYTES
         / (tp_link.bytes_per_s * tc.eta) / dp
         + a2a * a2a_bytes_per_token(ep, shape.top_k, shape.hidden)
         / (ep_link.bytes_per_s * ec.eta),
