@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import decode_step, spec_stretch, steady
+from sim import decode_step, spec_stretch, steady, steady_kernel, steady_walk
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -261,6 +261,11 @@ class Replica:
                 stretch = steady.plan(self)
                 if stretch is not None:
                     yield from self._pass_stretch(stretch)
+                    continue
+                fn = steady_kernel.compiled_walk() if self._steady_kernel is not None else None
+                walk = steady_walk.plan(self, fn, self._steady_params) if fn else None
+                if walk is not None:  # iterations that admit or prefill, computed at once
+                    yield from steady_walk.run(self, walk)
                     continue
             if self._spec_stretch and (yield from spec_stretch.run(self)):
                 continue

@@ -26,9 +26,10 @@ from sim import slots
 # code, and its disk cache is keyed on this file's text alone, so a column moved in
 # sim.slots must be moved here too (checked on import, or a stale cache would use the old
 # layout).
-FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS = 2, 3, 4, 5, 7, 13
-if (FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS) != (
-        slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.BLOCKS, slots.COUNTS):
+TARGET, FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS = 1, 2, 3, 4, 5, 7, 13
+if (TARGET, FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS) != (
+        slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.BLOCKS,
+        slots.COUNTS):
     raise ImportError("sim/steady_kernel.py: its state columns differ from sim/slots.py's")
 
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
@@ -255,6 +256,214 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
             (k_split, st_split, last_split, ng_split, nf_split, free_split, held_split))
 
 
+def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chunk_tokens,
+         chunked, max_seqs, now, horizon, max_steps, first_finish, bound,
+         p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
+    """Plan iterations of a non-speculating replica whose batch prefills or admits: the walk
+    of ``sim.scheduling.vllm_v1.plan_vllm_v1`` (each running row in order gets min(what it
+    wants, the budget left): a decoder 1 token, a prefilling row the rest of its prompt, at
+    most ``chunk_tokens``; the blocks for its tokens), then ``admit_waiting`` with what is
+    left (first come first served, while a slot, the budget and the blocks for the first
+    chunk last), priced as ``IterationPricer.price`` prices the batch, then
+    ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
+
+    ``st`` int64 [n + n_wait, N_COLS]: the running rows in running order, then the first
+    ``n_wait`` waiting requests in queue order (RID, TARGET, OUTPUT, STREAM set); updated in
+    place. ``more``: requests wait beyond those. It stops *before* an iteration it cannot
+    form as the scheduler would (a preemption, a request beyond ``n_wait`` to admit, nothing
+    to schedule), that admits after a request finished (it may take that one's slot), or
+    that admits and ends at or after ``horizon``; after an iteration that ends there (the
+    event comes while it runs), after ``max_steps``, with ``first_finish`` after the first
+    that finishes a request, or when nobody is left.
+
+    Returns (k; then, [k] each: end times, target seconds, bound codes, sequences in the
+    batch, decoding sequences, prefill tokens, emitted tokens, KV blocks in use after each;
+    the gaps of every decoding sequence in every iteration; [n + n_wait] each row's last
+    emission and its first token's time (NaN: none in the walk); the rows admitted and the
+    iteration of each; the finished rows in the order they finish and when; the pool's
+    free blocks after it, the finished rows' blocks not yet returned; and where the replica
+    stops for the event before the last iteration, if it comes after others: k_split > 0
+    iterations before it, the rows, last emissions, first tokens and rows alive then, the
+    gaps and finished rows so far, the free blocks less the finished ones' and those).
+    """
+    rows = st.shape[0]
+    ends = np.empty(max_steps)
+    verify = np.empty(max_steps)
+    codes = np.empty(max_steps, dtype=np.int64)
+    batch = np.empty(max_steps, dtype=np.int64)
+    decs = np.empty(max_steps, dtype=np.int64)
+    prefill = np.empty(max_steps, dtype=np.int64)
+    emitted = np.empty(max_steps, dtype=np.int64)
+    used = np.empty(max_steps, dtype=np.int64)
+    gaps = np.empty(rows * max_steps)
+    last_end = np.zeros(rows)
+    last_end[:n] = last_chunk
+    first_at = np.full(rows, np.nan)
+    adm_iter = np.empty(max(n_wait, 1), dtype=np.int64)
+    fin = np.empty(rows, dtype=np.int64)
+    fin_at = np.empty(rows)
+    take = np.zeros(rows, dtype=np.int64)
+    decoding = np.zeros(rows, dtype=np.bool_)
+    alive = np.zeros(rows, dtype=np.bool_)
+    alive[:n] = True
+    n_alive, adm, k, ng, nf, held_by_finished = n, 0, 0, 0, 0, 0
+    t = now
+    k_split, ng_split, nf_split, free_split, held_split = 0, 0, 0, 0, 0
+    st_split = st[:0].copy()
+    last_split = last_end[:0].copy()
+    first_split = first_at[:0].copy()
+    alive_split = alive[:0].copy()
+    while k < max_steps and n_alive + (n_wait - adm) > 0:
+        # 1. the budget walk in running order, and the blocks for each scheduled row
+        budget = max_tokens
+        extra = 0
+        n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
+        for i in range(n + adm):
+            take[i] = 0
+            if not alive[i]:
+                continue
+            left = st[i, TARGET] - st[i, FILLED]
+            want = 1 if left == 0 else (left if left < chunk_tokens else chunk_tokens)
+            got = want if want < budget else budget
+            if got <= 0:
+                continue
+            take[i] = got
+            budget -= got
+            e = (st[i, KV] + got + block_size - 1) // block_size - st[i, BLOCKS]
+            if e > 0:
+                extra += e
+            decoding[i] = left == 0
+            if left == 0:
+                n_dec += 1
+                s_ctx += st[i, KV]
+            else:
+                n_pre += 1
+                p_new += got
+                p_ctx += st[i, KV]
+                p_new_ctx += got * st[i, KV]
+                p_sq += got * got
+        if extra > free:
+            break  # someone must be preempted: the full scheduler
+        # 3. admissions (nobody was preempted), counted before anything changes
+        f = free - extra
+        a = 0
+        beyond = False
+        while n_alive + a < max_seqs and budget > 0:
+            w = adm + a
+            if w == n_wait:
+                beyond = more
+                break
+            chunk = st[n + w, TARGET]
+            if chunked:
+                if chunk_tokens < chunk:
+                    chunk = chunk_tokens
+                if budget < chunk:
+                    chunk = budget
+            need = (chunk + block_size - 1) // block_size
+            if chunk > budget or need > f:
+                break
+            take[n + w] = chunk
+            a += 1
+            budget -= chunk
+            f -= need
+            n_pre += 1
+            p_new += chunk
+            p_sq += chunk * chunk
+        if beyond or n_dec + n_pre == 0 or (a and nf):
+            break  # a request the walk does not hold, nothing to run, or a slot to reuse
+        # IterationPricer.price's sums (verify = 1 token per decoder) for CostModel
+        new = float(n_dec + p_new)
+        keys = float(s_ctx + p_new_ctx) + 0.5 * (float(n_dec + p_sq) + new)
+        v, code = _pass(new, float(s_ctx + p_ctx) + new, keys, float(n_dec + n_pre), p,
+                        grid, lin, head, allreduce, dec, dec_batches, dec_lengths, bound)
+        end = t + (0.0 + v)
+        last = not end < horizon
+        if last and a:
+            break  # an admission when the event comes: the scheduler's
+        if last and k:  # the state when it starts: where the replica stops for the event
+            k_split, ng_split, nf_split = k, ng, nf
+            st_split = st.copy()
+            last_split = last_end.copy()
+            first_split = first_at.copy()
+            alive_split = alive.copy()
+            free_split, held_split = free - held_by_finished, held_by_finished
+        # the iteration runs: grants, admissions, then sim.step.advance
+        for i in range(n + adm):
+            if take[i] > 0:
+                need = (st[i, KV] + take[i] + block_size - 1) // block_size
+                if need > st[i, BLOCKS]:
+                    st[i, BLOCKS] = need
+        for j in range(a):
+            i = n + adm + j
+            alive[i] = True
+            decoding[i] = False
+            st[i, BLOCKS] = (take[i] + block_size - 1) // block_size
+            adm_iter[adm + j] = k
+        free = f
+        adm += a
+        n_alive += a
+        out = 0
+        fin_before = nf
+        for i in range(n + adm):  # decoders, in running order
+            if take[i] == 0 or not decoding[i]:
+                continue
+            held = st[i, BLOCKS]
+            st[i, KV] += 1
+            keep = (st[i, KV] + block_size - 1) // block_size
+            if keep > held:
+                keep = held
+            free += held - keep
+            st[i, BLOCKS] = keep
+            st[i, EMITTED] += 1
+            st[i, COUNTS] += 1
+            out += 1
+            gaps[ng] = end - last_end[i]
+            ng += 1
+            last_end[i] = end
+            if st[i, EMITTED] >= st[i, OUTPUT]:
+                alive[i] = False
+                n_alive -= 1
+                free += keep
+                held_by_finished += keep
+                fin[nf], fin_at[nf] = i, end
+                nf += 1
+        for i in range(n + adm):  # prefill chunks: running ones in order, then admitted
+            if take[i] == 0 or decoding[i]:
+                continue
+            st[i, FILLED] += take[i]
+            st[i, KV] += take[i]
+            take[i] = 0
+            if st[i, FILLED] >= st[i, TARGET]:  # the pass that completes it samples a token
+                st[i, EMITTED] += 1
+                out += 1
+                first_at[i] = end
+                last_end[i] = end
+                if st[i, EMITTED] >= st[i, OUTPUT]:
+                    alive[i] = False
+                    n_alive -= 1
+                    free += st[i, BLOCKS]
+                    held_by_finished += st[i, BLOCKS]
+                    fin[nf], fin_at[nf] = i, end
+                    nf += 1
+        ends[k] = end
+        verify[k] = v
+        codes[k] = code
+        batch[k] = n_dec + n_pre
+        decs[k] = n_dec
+        prefill[k] = p_new
+        emitted[k] = out
+        used[k] = cap - free
+        t = end
+        k += 1
+        if last or (first_finish and nf > fin_before):
+            break
+    return (k, ends[:k], verify[:k], codes[:k], batch[:k], decs[:k], prefill[:k],
+            emitted[:k], used[:k], gaps[:ng], last_end, first_at, adm, adm_iter[:adm],
+            fin[:nf], fin_at[:nf], free - held_by_finished,
+            (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
+             free_split, held_split))
+
+
 def compiled():
     """``stretch`` compiled by numba (cached on disk where a cache folder is writable), or
     None without numba, with ``SPECSIM_NUMBA=0`` or when numba cannot compile it (the same
@@ -288,11 +497,22 @@ def _jit(numba, cache: bool):
     st = np.zeros((1, slots.N_COLS), dtype=np.int64)
     st[0, OUTPUT] = 1
     one, none, table = np.ones(1), np.zeros(0), np.zeros((0, 1))
+    params = (np.zeros(len(PARAM_NAMES)), one, one, none, none, table, one, one)
     kernel(st, np.zeros(1), 1, 1, 16, 0.0, 1.0, 1, False, True, True, 1,
-           np.zeros(0, dtype=np.int64), 0.0, 0.0, 0, np.zeros(len(PARAM_NAMES)), one, one,
-           none, none, table, one, one)
+           np.zeros(0, dtype=np.int64), 0.0, 0.0, 0, *params)
+    global _WALK
+    _WALK = jit(walk)
+    st[0, TARGET] = 1  # one waiting request of one prompt token and one output token
+    _WALK(st, 0, 1, False, np.zeros(0), 1, 1, 16, 1, 1, True, 1, 0.0, 1.0, 1, False, True,
+          *params)
     return kernel
+
+
+def compiled_walk():
+    """``walk`` compiled with ``stretch`` (``compiled``), or None where that is."""
+    return _WALK if compiled() is not None else None
 
 
 _PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass")}
 _COMPILED = False  # not looked for yet
+_WALK = None

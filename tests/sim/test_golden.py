@@ -187,22 +187,32 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
     """The default scenario's variant without speculation, reference path against the
     compiled stretch from the first stretch and from the 7th planning on (numpy before):
     the same records, with and without bounds recorded, and the kernel did plan stretches
-    (admitting ones among them)."""
+    (admitting ones among them) and walks (admitting and prefilling ones among them)."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
-    from sim import steady, steady_kernel
+    from sim import steady, steady_kernel, steady_walk
     from sim.build import setups
     from sim.runner import simulate_variants
 
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml", ["run.requests=150"])
-    calls = {"stretch": 0, "admitting": 0}
-    real_admitted = steady.plan_admitted
+    calls = {"stretch": 0, "admitting": 0, "walk": 0, "walk admitting": 0,
+             "walk prefilling": 0}
+    real_admitted, real_walk = steady.plan_admitted, steady_walk.plan
 
     def counted_admitted(*args):
         got = real_admitted(*args)
         calls["admitting"] += got is not None
         return got
 
+    def counted_walk(*args):
+        got = real_walk(*args)
+        if got is not None:
+            calls["walk"] += 1
+            calls["walk admitting"] += got.admitted > 0
+            calls["walk prefilling"] += bool((got.prefill[got.decs > 0] > 0).any())
+        return got
+
     monkeypatch.setattr(steady, "plan_admitted", counted_admitted)
+    monkeypatch.setattr(steady_walk, "plan", counted_walk)
     runs = []
     for mode in ("reference", "kernel", "midway"):
         monkeypatch.setattr(steady, "ENABLED", mode != "reference")
@@ -219,7 +229,8 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
         monkeypatch.setattr(steady_kernel, "compiled", lambda counted=counted: counted)
         built = [(n, s) for n, s in setups(sc, record_bound=record_bound) if n == "none"]
         runs.append(simulate_variants(built, sc.run.horizon_s))
-    assert calls["stretch"] > 20 and calls["admitting"] > 5, calls
+    assert calls["stretch"] > 10 and calls["admitting"] > 2 and calls["walk"] > 20, calls
+    assert calls["walk admitting"] > 5 and calls["walk prefilling"] > 5, calls
     labels = set(runs[0][0].iterations.columns["bound"])
     assert labels == ({""} if not record_bound else labels - {""})
     _assert_same_runs(runs[0], runs[1])
