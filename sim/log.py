@@ -170,11 +170,7 @@ class IterationLog:
         k = len(start_at)
         if isinstance(bounds, tuple):
             codes, names = bounds
-            lookup = self._lookups.get(names)
-            if lookup is None:
-                lookup = self._lookups[names] = np.array([self._code(b) for b in names],
-                                                         dtype=np.int64)
-            codes = lookup[codes]
+            codes = self.codes(names)[codes]
         else:
             codes = [self._code(b) for b in bounds]
         self._room(k)
@@ -187,6 +183,26 @@ class IterationLog:
                                  verify_tokens, drafted_tokens, accepted_tokens,
                                  emitted_tokens, codes, kv_blocks_used)):
             i[c] = col
+        self._at = j + k
+        self.n += k
+
+    def codes(self, names: tuple[str, ...]) -> np.ndarray:
+        """int64 [len(names)]: the ``bound`` code of each label (read-only)."""
+        lookup = self._lookups.get(names)
+        if lookup is None:
+            lookup = self._lookups[names] = np.array([self._code(b) for b in names],
+                                                     dtype=np.int64)
+            lookup.flags.writeable = False
+        return lookup
+
+    def extend_rows(self, floats: np.ndarray, ints: np.ndarray) -> None:
+        """Add k rows given as the tables' own columns: float64 [4, k] and int64 [10, k]
+        (the fields in ``_FLOATS`` and ``_INTS`` order, ``bound`` as its code)."""
+        k = floats.shape[1]
+        self._room(k)
+        j = self._at
+        self._f[:, j:j + k] = floats
+        self._i[:, j:j + k] = ints
         self._at = j + k
         self.n += k
 

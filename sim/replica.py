@@ -262,7 +262,7 @@ class Replica:
                 if stretch is not None:
                     yield from self._pass_stretch(stretch)
                     continue
-                fn = steady_kernel.compiled_walk() if self._steady_kernel is not None else None
+                fn = steady_kernel.compiled_walk() if steady.kernel(self) is not None else None
                 walk = steady_walk.plan(self, fn, self._steady_params) if fn else None
                 if walk is not None:  # iterations that admit or prefill, computed at once
                     yield from steady_walk.run(self, walk)

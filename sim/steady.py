@@ -132,6 +132,15 @@ def _kernel():
     return steady_kernel.compiled() if _planned > KERNEL_AFTER else None
 
 
+def kernel(r):
+    """Replica ``r``'s compiled stretch, or None: a replica whose timing it prices takes it
+    once the process uses it (``_kernel``)."""
+    fn = r._steady_kernel
+    if fn is None and r._steady_params is not None:
+        fn = r._steady_kernel = _kernel()
+    return fn
+
+
 def plan(r) -> Stretch | None:
     """The next steady stretch of replica ``r``, or None."""
     if r.n_active > r.limits.max_batched_tokens:
@@ -143,9 +152,7 @@ def plan(r) -> Stretch | None:
     env = r.env
     horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
     start = env.now
-    fn, params = r._steady_kernel, r._steady_params
-    if fn is None and params is not None:
-        fn = r._steady_kernel = _kernel()
+    fn = kernel(r)
     if fn is not None:
         return _compiled(r, fn, run, st, start, horizon, MAX_STEPS)
     got = plan_numpy(r, run, st, start, horizon)

@@ -276,25 +276,20 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
     event comes while it runs), after ``max_steps``, with ``first_finish`` after the first
     that finishes a request, or when nobody is left.
 
-    Returns (k; then, [k] each: end times, target seconds, bound codes, sequences in the
-    batch, decoding sequences, prefill tokens, emitted tokens, KV blocks in use after each;
-    the gaps of every decoding sequence in every iteration; [n + n_wait] each row's last
-    emission and its first token's time (NaN: none in the walk); the rows admitted and the
-    iteration of each; the finished rows in the order they finish and when; the pool's
-    free blocks after it, the finished rows' blocks not yet returned; and where the replica
-    stops for the event before the last iteration, if it comes after others: k_split > 0
-    iterations before it, the rows, last emissions, first tokens and rows alive then, the
+    Returns (k; the iteration rows, float64 [4, k] and int64 [10, k]: the fields of
+    ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
+    memory, 2 comm, 3 host, -1 none), the replica left 0; the gaps of every decoding
+    sequence in every iteration; [n + n_wait] each row's last emission and its first
+    token's time (NaN: none in the walk); the rows admitted and the iteration of each; the
+    finished rows in the order they finish and when; the pool's free blocks after it, the
+    finished rows' blocks not yet returned; and where the replica stops for the event
+    before the last iteration, if it comes after others: k_split > 0 iterations before it,
+    the rows, last emissions, first tokens and rows alive then, the
     gaps and finished rows so far, the free blocks less the finished ones' and those).
     """
     rows = st.shape[0]
-    ends = np.empty(max_steps)
-    verify = np.empty(max_steps)
-    codes = np.empty(max_steps, dtype=np.int64)
-    batch = np.empty(max_steps, dtype=np.int64)
-    decs = np.empty(max_steps, dtype=np.int64)
-    prefill = np.empty(max_steps, dtype=np.int64)
-    emitted = np.empty(max_steps, dtype=np.int64)
-    used = np.empty(max_steps, dtype=np.int64)
+    floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
+    ints = np.zeros((10, max_steps), dtype=np.int64)
     gaps = np.empty(rows * max_steps)
     last_end = np.zeros(rows)
     last_end[:n] = last_chunk
@@ -445,20 +440,21 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
                     held_by_finished += st[i, BLOCKS]
                     fin[nf], fin_at[nf] = i, end
                     nf += 1
-        ends[k] = end
-        verify[k] = v
-        codes[k] = code
-        batch[k] = n_dec + n_pre
-        decs[k] = n_dec
-        prefill[k] = p_new
-        emitted[k] = out
-        used[k] = cap - free
+        floats[0, k] = t  # start_at, duration_s, draft_s (none), verify_s
+        floats[1, k] = end - t
+        floats[3, k] = v
+        ints[1, k] = n_dec + n_pre  # batch_size, then decode_seqs, prefill_tokens,
+        ints[2, k] = n_dec  # verify_tokens (one per decoder), no drafted or accepted
+        ints[3, k] = p_new  # tokens, emitted_tokens, the bound's code, KV blocks used
+        ints[4, k] = n_dec
+        ints[7, k] = out
+        ints[8, k] = code
+        ints[9, k] = cap - free
         t = end
         k += 1
         if last or (first_finish and nf > fin_before):
             break
-    return (k, ends[:k], verify[:k], codes[:k], batch[:k], decs[:k], prefill[:k],
-            emitted[:k], used[:k], gaps[:ng], last_end, first_at, adm, adm_iter[:adm],
+    return (k, floats[:, :k], ints[:, :k], gaps[:ng], last_end, first_at, adm, adm_iter[:adm],
             fin[:nf], fin_at[:nf], free - held_by_finished,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
              free_split, held_split))

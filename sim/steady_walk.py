@@ -41,16 +41,14 @@ class Walk:
     in running order, then the waiting requests it was given, ``admitted`` of which it
     admits (all before the split, if there is one)."""
 
-    __slots__ = ("run", "start", "k", "ends", "verify_s", "codes", "batch", "decs",
-                 "prefill", "emitted", "used", "gaps", "st", "last_end", "first_at",
-                 "admitted", "adm_iter", "finished", "finished_at", "free", "split")
+    __slots__ = ("run", "start", "k", "floats", "ints", "gaps", "st", "last_end",
+                 "first_at", "admitted", "adm_iter", "finished", "finished_at", "free",
+                 "split")
 
     def __init__(self, run: np.ndarray, rows: np.ndarray, start: float, got: tuple):
         self.run, self.st, self.start = run, rows, start
-        (self.k, self.ends, verify, self.codes, self.batch, self.decs, self.prefill,
-         self.emitted, self.used, self.gaps, self.last_end, self.first_at, admitted,
+        (self.k, self.floats, self.ints, self.gaps, self.last_end, self.first_at, admitted,
          self.adm_iter, self.finished, self.finished_at, free, self.split) = got
-        self.verify_s = verify.tolist()  # Python floats: the timeouts
         self.admitted, self.free = int(admitted), int(free)
 
 
@@ -96,8 +94,10 @@ def run(r, w: Walk):
     """Let walk ``w``'s iterations pass on replica ``r``, one event each, and write them (a
     SimPy sub-generator: ``yield from``)."""
     env = r.env
-    delays = [0.0 + v for v in w.verify_s]  # the loop's timeout(draft_s + verify_s)
-    starts = np.concatenate(([w.start], w.ends[:-1]))
+    delays = [0.0 + v for v in w.floats[3].tolist()]  # timeout(draft_s + verify_s)
+    ints = w.ints
+    ints[0] = r.index
+    ints[8] = r.log.iterations.codes(_NAMES)[ints[8]]
     n, a = len(w.run), w.admitted
     slots = np.empty(n + a, dtype=np.int64)
     slots[:n] = w.run
@@ -109,30 +109,30 @@ def run(r, w: Walk):
     if not k:
         for delay in delays:
             yield env.timeout(delay)
-        every = np.arange(n + a)
-        _write(r, w, slots, starts, every, w.st, w.last_end, ~np.isnan(w.first_at[:n + a]),
-               0, w.k, 0, len(w.gaps), 0, len(w.finished), w.free)
+        _write(r, w, slots, None, w.st[:n + a], w.last_end[:n + a],
+               ~np.isnan(w.first_at[:n + a]), 0, w.k, 0, len(w.gaps), 0, len(w.finished),
+               w.free)
         return
     for delay in delays[:k]:
         yield env.timeout(delay)
     before = np.isnan(first[:n + a])
-    _write(r, w, slots, starts, np.arange(n + a), st, last, ~before, 0, k, 0, ng, 0, nf, free)
+    _write(r, w, slots, None, st[:n + a], last[:n + a], ~before, 0, k, 0, ng, 0, nf, free)
     yield env.timeout(delays[k])
     rows = alive[:n + a].nonzero()[0]  # no admission in the last: the rows then
-    _write(r, w, slots, starts, rows, w.st, w.last_end,
+    _write(r, w, slots, rows, w.st[rows], w.last_end[rows],
            before[rows] & ~np.isnan(w.first_at[rows]), k, w.k, ng, len(w.gaps), nf,
            len(w.finished), w.free + held)
 
 
-def _write(r, w: Walk, slots: np.ndarray, starts: np.ndarray, rows: np.ndarray,
-           st: np.ndarray, last: np.ndarray, first: np.ndarray, i0: int, i1: int, g0: int,
-           g1: int, f0: int, f1: int, free: int) -> None:
+def _write(r, w: Walk, slots: np.ndarray, rows: np.ndarray | None, st: np.ndarray,
+           last: np.ndarray, first: np.ndarray, i0: int, i1: int, g0: int, g1: int,
+           f0: int, f1: int, free: int) -> None:
     """Write iterations ``i0:i1`` of walk ``w`` into replica ``r``: the admissions (the
     first part only; each request to the slot ``Replica.admit`` gives it: no request
-    finishes before the walk's last admission), the state of ``rows`` (``st``, ``last``:
-    their rows and last emissions then; ``first``: whose first token came in them), the KV
-    pool (``free`` blocks less those of the finished sequences), the gaps ``g0:g1``, the
-    finished ``f0:f1``, the iteration rows and the liveness guard."""
+    finishes before the walk's last admission), the state of ``rows`` (None: all;
+    ``st``, ``last``: their rows and last emissions then; ``first``: whose first token came
+    in them), the KV pool (``free`` blocks less those of the finished sequences), the gaps
+    ``g0:g1``, the finished ``f0:f1``, the iteration rows and the liveness guard."""
     log = r.log
     n, a = len(w.run), w.admitted
     if a and not i0:
@@ -140,29 +140,25 @@ def _write(r, w: Walk, slots: np.ndarray, starts: np.ndarray, rows: np.ndarray,
         for j in range(n, n + a):
             slots[j] = free_slots.pop()
             r.waiting.popleft()
-        new = slots[n:]
         r._admitted += a
-        r.active[new] = True
+        r.active[slots[n:]] = True
         r._order = None
         r.n_active += a
-        log.first_scheduled_at[st[n:n + a, RID]] = starts[w.adm_iter]
-    at = slots[rows]
-    r.state[at] = st[rows]
+        log.first_scheduled_at[st[n:, RID]] = w.floats[0, w.adm_iter]  # their start
+    at = slots if rows is None else slots[rows]
+    r.state[at] = st
     if _any(first):
-        got = rows[first]
-        log.first_token_at[st[got, RID]] = w.first_at[got]
+        got = first.nonzero()[0]
+        log.first_token_at[st[got, RID]] = w.first_at[got if rows is None else rows[got]]
     log.add_itl(w.gaps[g0:g1])
-    r.last_chunk_at[at] = last[rows]
+    r.last_chunk_at[at] = last
     r.kv.free_blocks = free  # the finished sequences' blocks come back in finish
     if f1 > f0:
         r.finish(slots[w.finished[f0:f1]], w.finished_at[f0:f1])
-    emitted = w.emitted[i0:i1]
+    emitted = w.ints[7, i0:i1]
     if emitted.all():
         r.check_progress(1)
     else:
         for e in emitted.tolist():
             r.check_progress(e)
-    log.iterations.extend(r.index, starts[i0:i1], w.ends[i0:i1], w.batch[i0:i1],
-                          w.decs[i0:i1], w.prefill[i0:i1], w.decs[i0:i1], 0, 0,
-                          emitted, 0.0, w.verify_s[i0:i1], (w.codes[i0:i1], _NAMES),
-                          w.used[i0:i1])
+    log.iterations.extend_rows(w.floats[:, i0:i1], w.ints[:, i0:i1])

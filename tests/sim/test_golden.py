@@ -208,7 +208,8 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
         if got is not None:
             calls["walk"] += 1
             calls["walk admitting"] += got.admitted > 0
-            calls["walk prefilling"] += bool((got.prefill[got.decs > 0] > 0).any())
+            prefill, decs = got.ints[3], got.ints[2]
+            calls["walk prefilling"] += bool((prefill[decs > 0] > 0).any())
         return got
 
     monkeypatch.setattr(steady, "plan_admitted", counted_admitted)
@@ -263,3 +264,65 @@ def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch
         _assert_same_runs(got[0], other)
         assert [v.end_at for v in other] == [v.end_at for v in got[0]] == [horizon] * 2
     assert not got[0][0].requests.columns["finished"].all()  # the horizon cut the run
+
+
+# sim.steady_walk's cases, on the default scenario's variant without speculation
+WALK_CASES = {
+    # long prompts in 64-token chunks under a 96-token budget: prefills cut and continued
+    "chunked": ["run.requests=60", "scheduler.max_batched_tokens=96",
+                "scheduler.chunk_tokens=64",
+                "workload.prompt={kind: uniform, low: 20, high: 400}"],
+    # a pool of a few prompts: preemptions, and resumed requests back in the queue
+    "preempting": ["run.requests=40", "workload.rate_per_s=200",
+                   "scheduler.num_gpu_blocks_override=120",
+                   "workload.output={kind: uniform, low: 4, high: 80}"],
+    # more requests than slots: a queue the walk admits from as sequences finish
+    "queued": ["run.requests=80", "workload.rate_per_s=400", "scheduler.max_num_seqs=8",
+               "workload.output={kind: uniform, low: 1, high: 30}"],
+    # a closed loop: a finish submits the next request
+    "closed-loop": ["run.requests=60",
+                    "workload={arrivals: closed_loop, users: 6, think_mean_s: 0.05, "
+                    "prompt: {kind: uniform, low: 20, high: 300}, "
+                    "output: {kind: uniform, low: 4, high: 60}}"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(WALK_CASES))
+def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
+    """The compiled walk (admissions, prefill chunks, the split where an event comes)
+    against the reference path, from the first stretch on: the same records, and the walk
+    did run -- split by an event, admitting, prefilling beside decoders -- with the
+    reference path taking what it does not (preemptions where the pool is short)."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady, steady_kernel, steady_walk
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    if steady_kernel.compiled_walk() is None:
+        pytest.skip("the walk is compiled only with numba")
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", WALK_CASES[case])
+    seen = {"walks": 0, "split": 0, "admitting": 0, "mixed": 0}
+    real = steady_walk.plan
+
+    def counted(*args):
+        got = real(*args)
+        if got is not None:
+            seen["walks"] += 1
+            seen["split"] += got.split[0] > 0
+            seen["admitting"] += got.admitted > 0
+            seen["mixed"] += bool(((got.ints[2] > 0) & (got.ints[3] > 0)).any())
+        return got
+
+    monkeypatch.setattr(steady_walk, "plan", counted)
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(steady, "ENABLED", on)
+        _use_steady_kernel(monkeypatch, True)
+        built = [(n, s) for n, s in setups(sc) if n == "none"]
+        runs.append(simulate_variants(built, sc.run.horizon_s))
+    _assert_same_runs(runs[0], runs[1])
+    assert seen["walks"] > 5 and seen["admitting"] > 3 and seen["mixed"] > 3, seen
+    if case in ("chunked", "preempting"):  # arrivals while they run
+        assert seen["split"] > 0, seen
+    if case == "preempting":
+        assert runs[0][0].requests.columns["preemptions"].sum() > 0
