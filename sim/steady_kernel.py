@@ -126,6 +126,20 @@ def _pass(new, kv, keys, n, p, grid, lin, head, allreduce, dec, dec_batches, dec
     return seconds, code
 
 
+def _decode_one(st, i, held, block_size):
+    """Row ``i``'s verify without a draft (``sim.step.advance``): one token emitted, one
+    verify step counted, the KV rolled back to the blocks its tokens need, at most the
+    ``held`` it had after the grant (``BlockManager.rolled_back``); returns those kept."""
+    st[i, KV] += 1
+    keep = (st[i, KV] + block_size - 1) // block_size
+    if keep > held:
+        keep = held
+    st[i, BLOCKS] = keep
+    st[i, EMITTED] += 1
+    st[i, COUNTS] += 1
+    return keep
+
+
 def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, first_finish,
             straddle, bound, n_dec, chunks, first_delay, first_v, first_code,
             p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
@@ -223,14 +237,8 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
                 continue
             need = (st[i, KV] + block_size) // block_size
             held = st[i, BLOCKS] if st[i, BLOCKS] > need else need
-            st[i, KV] += 1
-            keep = (st[i, KV] + block_size - 1) // block_size
-            if keep > held:
-                keep = held
+            keep = _decode_one(st, i, held, block_size)
             free += held - keep
-            st[i, BLOCKS] = keep
-            st[i, EMITTED] += 1
-            st[i, COUNTS] += 1
             gaps[ng] = end - (last_chunk[i] if k == 0 else ends[k - 1])
             ng += 1
             last_end[i] = end
@@ -403,14 +411,8 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
             if take[i] == 0 or not decoding[i]:
                 continue
             held = st[i, BLOCKS]
-            st[i, KV] += 1
-            keep = (st[i, KV] + block_size - 1) // block_size
-            if keep > held:
-                keep = held
+            keep = _decode_one(st, i, held, block_size)
             free += held - keep
-            st[i, BLOCKS] = keep
-            st[i, EMITTED] += 1
-            st[i, COUNTS] += 1
             out += 1
             gaps[ng] = end - last_end[i]
             ng += 1
@@ -509,6 +511,7 @@ def compiled_walk():
     return _WALK if compiled() is not None else None
 
 
-_PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass")}
+_PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass",
+                                              "_decode_one")}
 _COMPILED = False  # not looked for yet
 _WALK = None

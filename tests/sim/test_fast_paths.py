@@ -236,7 +236,7 @@ def test_a_kernel_numba_cannot_build_falls_back(fails_without_cache, monkeypatch
 
     from sim import steady_kernel
 
-    for name in ("_bisect_left", "_interp", "_pass", "_COMPILED"):
+    for name in (*steady_kernel._PYTHON, "_COMPILED", "_WALK"):
         monkeypatch.setattr(steady_kernel, name, getattr(steady_kernel, name))
     fake = _Numba(fails_without_cache)
     monkeypatch.setitem(sys.modules, "numba", fake)
