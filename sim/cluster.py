@@ -19,7 +19,7 @@ from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
 from sim.replica import Replica
-from sim.router import Router, arrivals, closed_loop_users
+from sim.router import ArrivalFeed, Router, arrivals, closed_loop_users
 from sim.scheduling import SchedulerLimits
 
 
@@ -104,5 +104,7 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
         closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
                           router, arrived, finished)
     else:
-        env.process(arrivals(env, table.arrival_at, router, arrived))
+        process = env.process(arrivals(env, table.arrival_at, router, arrived))
+        if len(replicas) == 1:  # every request comes to it: its arrivals are known ahead
+            replicas[0].feed = ArrivalFeed(env, table.arrival_at, arrived, process)
     return Cluster(env, setup, table, replicas, router, log, arrived)

@@ -121,6 +121,7 @@ class Replica:
         self.outstanding_tokens = 0
         self._wake: simpy.Event | None = None
         self.on_finish = None  # called with the ids of finished requests (closed loops)
+        self.feed = None  # sim.router.ArrivalFeed: its arrivals known ahead (one replica)
         self.stall_limit = stall_limit(table, limits, self.stages)
         self._stalled = 0  # iterations in a row that emitted no token
         if hasattr(policy, "price"):
@@ -257,12 +258,13 @@ class Replica:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-            if self._steady:  # iterations that cannot change the batch, computed at once
-                stretch = steady.plan(self)
+            if self._steady:  # several iterations computed at once
+                fn = steady_kernel.compiled_walk() if steady.kernel(self) is not None else None
+                # a walk that sees the arrivals ahead covers the steady stretches too
+                stretch = steady.plan(self) if fn is None or self.feed is None else None
                 if stretch is not None:
                     yield from self._pass_stretch(stretch)
                     continue
-                fn = steady_kernel.compiled_walk() if steady.kernel(self) is not None else None
                 walk = steady_walk.plan(self, fn, self._steady_params) if fn else None
                 if walk is not None:  # iterations that admit or prefill, computed at once
                     yield from steady_walk.run(self, walk)
@@ -337,7 +339,11 @@ class Replica:
     def finish(self, fin: np.ndarray, now: float | np.ndarray) -> None:
         """Record and free finished sequences (``now``: when they finished, one time for
         all or float64 [F], one each)."""
-        st = self.state[fin]  # [F, N_COLS]
+        self.retire(fin, self.state[fin], now)
+
+    def retire(self, fin: np.ndarray, st: np.ndarray, now: float | np.ndarray) -> None:
+        """``finish`` the slots ``fin`` whose rows were ``st`` ([F, N_COLS]) when they
+        finished (``sim.steady_walk``: rows it kept apart from the state)."""
         rids = st[:, RID]
         log = self.log
         log.finished_at[rids] = now

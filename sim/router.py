@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numpy as np
 import simpy
 
 ROUTERS = ("round_robin", "least_requests", "least_tokens")
@@ -60,6 +62,47 @@ def arrivals(env: simpy.Environment, arrival_at, router: Router, counter: list[i
             router.submit(i)
             i += 1
             counter[0] = i
+
+
+class ArrivalFeed:
+    """The arrivals still to come to a replica that receives every request (one replica,
+    open loop): known in advance, since the arrival times are the request table's.
+
+    A fast path that computes several iterations at once (``sim.steady_walk``) may run
+    past these arrivals -- the arrival process still submits each at its time, between the
+    replica's iterations, and the queue it joins is only read when an iteration starts --
+    so it needs the next event of *anyone else* (``horizon``) and what comes before it
+    (``upcoming``).
+    """
+
+    def __init__(self, env: simpy.Environment, arrival_at: np.ndarray, counter: list[int],
+                 process: simpy.Process) -> None:
+        self.env = env
+        self.arrival_at = arrival_at
+        self.counter = counter
+        self.process = process
+
+    def horizon(self) -> float:
+        """When the next event other than the arrival process's own comes (inf: none).
+
+        Reads SimPy's event queue (``Environment._queue``: (time, priority, id, event)
+        entries), a handful of entries in a run with one replica."""
+        mine = self.process.target
+        t = math.inf
+        for item in self.env._queue:
+            if item[0] < t and item[3] is not mine:
+                t = item[0]
+        return t
+
+    def upcoming(self, before: float, most: int) -> tuple[int, int, float]:
+        """(first, stop, next_at): the requests ``first:stop`` (at most ``most``) arrive
+        after now and before ``before``; the next beyond them arrives at ``next_at`` (inf:
+        none before ``before``)."""
+        first = self.counter[0]
+        stop = int(np.searchsorted(self.arrival_at, before, side="left"))
+        if stop - first > most:
+            return first, first + most, float(self.arrival_at[first + most])
+        return first, max(stop, first), math.inf
 
 
 def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,

@@ -36,6 +36,10 @@ the prompts and samples their first tokens as ``advance`` does, and runs whateve
 during it, as the loop runs any priced batch. Only the compiled stretch does this (with
 numpy only, such an iteration takes the reference path).
 
+Where the compiled kernels are in use and the replica has an arrival feed (one replica,
+open loop: ``sim.router.ArrivalFeed``), ``sim.steady_walk`` runs past arrivals and covers
+these stretches too; the stretches here serve the other replicas.
+
 Only the reference path's arithmetic is repeated here (no new model): the scheduler's
 budget walk and KV check for one token per sequence, and the pricing sums of
 ``sim.pricing.IterationPricer.price`` for a batch of decodes. ``ENABLED = False`` (or

@@ -264,8 +264,9 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
             (k_split, st_split, last_split, ng_split, nf_split, free_split, held_split))
 
 
-def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chunk_tokens,
-         chunked, max_seqs, now, horizon, max_steps, first_finish, bound,
+def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
+         block_size, max_tokens, chunk_tokens, chunked, max_seqs, now, horizon, max_steps,
+         first_finish, bound, gaps,
          p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
     """Plan iterations of a non-speculating replica whose batch prefills or admits: the walk
     of ``sim.scheduling.vllm_v1.plan_vllm_v1`` (each running row in order gets min(what it
@@ -275,30 +276,38 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
     chunk last), priced as ``IterationPricer.price`` prices the batch, then
     ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
 
-    ``st`` int64 [n + n_wait, N_COLS]: the running rows in running order, then the first
-    ``n_wait`` waiting requests in queue order (RID, TARGET, OUTPUT, STREAM set); updated in
-    place. ``more``: requests wait beyond those. It stops *before* an iteration it cannot
-    form as the scheduler would (a preemption, a request beyond ``n_wait`` to admit, nothing
-    to schedule), that admits after a request finished (it may take that one's slot), or
-    that admits and ends at or after ``horizon``; after an iteration that ends there (the
-    event comes while it runs), after ``max_steps``, with ``first_finish`` after the first
-    that finishes a request, or when nobody is left.
+    ``st`` int64 [n + n_wait, N_COLS]: the running rows in running order, then ``n_wait``
+    requests in queue order (RID, TARGET, OUTPUT, STREAM set), updated in place; each of
+    these is in the queue from ``arr_at`` (float64 [n_wait]; -inf: it waits now), and the
+    first request beyond them from ``next_at`` (-inf: one waits now; inf: none before
+    ``horizon``). An arrival is seen by the iterations that start after it; one at the very
+    end of an iteration (after the first) may come before or after the replica moves on,
+    as SimPy orders the two events, so the walk stops there. ``slots`` int64 [n + n_wait]:
+    the running rows' slots; an admitted row takes the slot ``Replica.admit`` would give
+    it, the last of the free-slot stack ``stack`` (int64, ``n_free`` entries), and a
+    finished row's slot goes back on it as ``Replica.finish`` puts it back (both updated in
+    place). ``gaps`` float64: room for the inter-token gaps (the walk stops before an
+    iteration whose gaps would not fit).
+
+    It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
+    request beyond those it holds to admit, nothing to schedule) or that admits and ends at
+    or after ``horizon``; after an iteration that ends there (the event comes while it
+    runs), after ``max_steps``, with ``first_finish`` after the first that finishes a
+    request, or when nobody is left.
 
     Returns (k; the iteration rows, float64 [4, k] and int64 [10, k]: the fields of
     ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
-    memory, 2 comm, 3 host, -1 none), the replica left 0; the gaps of every decoding
-    sequence in every iteration; [n + n_wait] each row's last emission and its first
-    token's time (NaN: none in the walk); the rows admitted and the iteration of each; the
-    finished rows in the order they finish and when; the pool's free blocks after it, the
-    finished rows' blocks not yet returned; and where the replica stops for the event
-    before the last iteration, if it comes after others: k_split > 0 iterations before it,
-    the rows, last emissions, first tokens and rows alive then, the
-    gaps and finished rows so far, the free blocks less the finished ones' and those).
+    memory, 2 comm, 3 host, -1 none), the replica left 0; the number of gaps; [n + n_wait]
+    each row's last emission and its first token's time (NaN: none in the walk); the rows
+    admitted and the iteration of each; the finished rows in the order they finish and
+    when; the pool's free blocks and the stack's free slots after it; and where the replica
+    stops for the event before the last iteration, if it comes after others: k_split > 0
+    iterations before it, the rows, last emissions, first tokens and rows alive then, the
+    gaps and finished rows so far, the free blocks, the stack and its free slots then).
     """
     rows = st.shape[0]
     floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
     ints = np.zeros((10, max_steps), dtype=np.int64)
-    gaps = np.empty(rows * max_steps)
     last_end = np.zeros(rows)
     last_end[:n] = last_chunk
     first_at = np.full(rows, np.nan)
@@ -309,13 +318,14 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
     decoding = np.zeros(rows, dtype=np.bool_)
     alive = np.zeros(rows, dtype=np.bool_)
     alive[:n] = True
-    n_alive, adm, k, ng, nf, held_by_finished = n, 0, 0, 0, 0, 0
+    n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
     t = now
-    k_split, ng_split, nf_split, free_split, held_split = 0, 0, 0, 0, 0
+    k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
     st_split = st[:0].copy()
     last_split = last_end[:0].copy()
     first_split = first_at[:0].copy()
     alive_split = alive[:0].copy()
+    stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
         # 1. the budget walk in running order, and the blocks for each scheduled row
         budget = max_tokens
@@ -345,16 +355,20 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
                 p_ctx += st[i, KV]
                 p_new_ctx += got * st[i, KV]
                 p_sq += got * got
-        if extra > free:
-            break  # someone must be preempted: the full scheduler
+        if extra > free or ng + n_dec > len(gaps):
+            break  # someone must be preempted (the full scheduler), or no room for gaps
         # 3. admissions (nobody was preempted), counted before anything changes
         f = free - extra
         a = 0
         beyond = False
         while n_alive + a < max_seqs and budget > 0:
             w = adm + a
+            came = next_at if w == n_wait else arr_at[w]
+            if not came < t:  # not in the queue yet: at the iteration's start, unsure
+                beyond = came == t and k > 0
+                break
             if w == n_wait:
-                beyond = more
+                beyond = True  # a request the walk does not hold
                 break
             chunk = st[n + w, TARGET]
             if chunked:
@@ -372,8 +386,8 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
             n_pre += 1
             p_new += chunk
             p_sq += chunk * chunk
-        if beyond or n_dec + n_pre == 0 or (a and nf):
-            break  # a request the walk does not hold, nothing to run, or a slot to reuse
+        if beyond or n_dec + n_pre == 0:
+            break  # a request the walk does not hold or may not see, or nothing to run
         # IterationPricer.price's sums (verify = 1 token per decoder) for CostModel
         new = float(n_dec + p_new)
         keys = float(s_ctx + p_new_ctx) + 0.5 * (float(n_dec + p_sq) + new)
@@ -389,7 +403,8 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
             last_split = last_end.copy()
             first_split = first_at.copy()
             alive_split = alive.copy()
-            free_split, held_split = free - held_by_finished, held_by_finished
+            free_split, nfs_split = free, n_free
+            stack_split = stack.copy()
         # the iteration runs: grants, admissions, then sim.step.advance
         for i in range(n + adm):
             if take[i] > 0:
@@ -402,6 +417,8 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
             decoding[i] = False
             st[i, BLOCKS] = (take[i] + block_size - 1) // block_size
             adm_iter[adm + j] = k
+            n_free -= 1
+            slots[i] = stack[n_free]
         free = f
         adm += a
         n_alive += a
@@ -421,7 +438,6 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
                 alive[i] = False
                 n_alive -= 1
                 free += keep
-                held_by_finished += keep
                 fin[nf], fin_at[nf] = i, end
                 nf += 1
         for i in range(n + adm):  # prefill chunks: running ones in order, then admitted
@@ -439,9 +455,11 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
                     alive[i] = False
                     n_alive -= 1
                     free += st[i, BLOCKS]
-                    held_by_finished += st[i, BLOCKS]
                     fin[nf], fin_at[nf] = i, end
                     nf += 1
+        for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order
+            stack[n_free] = slots[fin[j]]
+            n_free += 1
         floats[0, k] = t  # start_at, duration_s, draft_s (none), verify_s
         floats[1, k] = end - t
         floats[3, k] = v
@@ -456,10 +474,10 @@ def walk(st, n, n_wait, more, last_chunk, free, cap, block_size, max_tokens, chu
         k += 1
         if last or (first_finish and nf > fin_before):
             break
-    return (k, floats[:, :k], ints[:, :k], gaps[:ng], last_end, first_at, adm, adm_iter[:adm],
-            fin[:nf], fin_at[:nf], free - held_by_finished,
+    return (k, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm, adm_iter[:adm],
+            fin[:nf], fin_at[:nf], free, n_free,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
-             free_split, held_split))
+             free_split, stack_split, nfs_split))
 
 
 def compiled():
@@ -501,8 +519,9 @@ def _jit(numba, cache: bool):
     global _WALK
     _WALK = jit(walk)
     st[0, TARGET] = 1  # one waiting request of one prompt token and one output token
-    _WALK(st, 0, 1, False, np.zeros(0), 1, 1, 16, 1, 1, True, 1, 0.0, 1.0, 1, False, True,
-          *params)
+    _WALK(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
+          np.zeros(1, dtype=np.int64), 1, np.zeros(0), 1, 1, 16, 1, 1, True, 1, 0.0, 1.0, 1,
+          False, True, np.empty(1), *params)
     return kernel
 
 

@@ -1,4 +1,4 @@
-"""Admitting and prefilling iterations of a steady replica, several at once.
+"""Iterations of a steady replica that admit, prefill or decode, several at once.
 
 ``sim.steady`` runs a replica's decode-only iterations in stretches; an iteration in which
 someone waits or prefills goes through the reference path (``sim.decode_step.plan`` or the
@@ -8,18 +8,31 @@ the replica uses the compiled stretch, ``plan`` hands such iterations to
 admissions from the waiting queue, the pricing sums and the advance, one iteration after
 another on the batch's own rows -- and ``run`` writes what the reference would have: the
 same admissions (slots, admission order, ``first_scheduled_at``), KV grants and
-roll-backs, first tokens, inter-token gaps, finishes and iteration rows.
+roll-backs, first tokens, inter-token gaps, finishes and iteration rows. A request admitted
+after another finished takes the slot ``Replica.admit`` would give it (the walk keeps the
+replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 Each iteration still lets its own time pass with one ``env.timeout`` (one event per
-iteration). As in ``sim.steady`` the walk runs up to the next event of anyone else
-(``env.peek()``): the iteration that ends at or after it is its last, and the event comes
-while it runs -- so the iterations before it are written when the last of them ends, as the
-event finds them, and it is written at its own end. One that would admit then is left to
-the reference path. The walk also stops before an iteration that would preempt,
-admit a request resumed after a preemption (its recompute is counted apart) or one beyond
-those it was given, or when a running sequence is re-prefilling after a preemption: the
-reference path takes those. The walk's records are compared with the reference's for every
-shipped scenario (``tests/sim/test_golden.py``).
+iteration). The walk runs up to the next event of anyone else: the iteration that ends at
+or after it is its last, and the event comes while it runs -- so the iterations before it
+are written when the last of them ends, as the event finds them, and it is written at its
+own end. One that would admit then is left to the reference path.
+
+Arrivals are events too, but where the replica has an arrival feed (``Replica.feed``: one
+replica, open loop, so every arrival comes to it at a time known in advance) the walk runs
+past them: an arrival only joins the queue, which nobody reads until an iteration starts,
+so the walk holds the requests that arrive before the next other event (``ArrivalFeed.
+horizon``) with their arrival times, and an iteration admits those that came before it
+started. An arrival at the very instant an iteration ends (after the walk's first) may be
+seen by the next iteration or not, as SimPy orders the two events: the walk stops there.
+Without a feed (several replicas, a closed loop) the next arrival ends the walk as any
+event does.
+
+The walk also stops before an iteration that would preempt, admit a request resumed after
+a preemption (its recompute is counted apart) or one beyond those it was given, or when a
+running sequence is re-prefilling after a preemption: the reference path takes those. The
+walk's records are compared with the reference's for every shipped scenario
+(``tests/sim/test_golden.py``).
 """
 
 from __future__ import annotations
@@ -28,50 +41,74 @@ from itertools import islice
 
 import numpy as np
 
-from sim.slots import ADMIT, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
+from sim.slots import ADMIT, BLOCKS, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
 
 _any = np.logical_or.reduce
+_sum = np.add.reduce
 # steady_kernel's bound codes 0..3; -1 (no bound recorded) names the last, ""
 _NAMES = ("compute", "memory", "comm", "host", "")
 
 
 class Walk:
     """``k`` iterations of a replica from ``start`` (each starts where the one before
-    ended), as ``steady_kernel.walk`` planned them for ``rows``: the running slots ``run``
-    in running order, then the waiting requests it was given, ``admitted`` of which it
-    admits (all before the split, if there is one)."""
+    ended), as ``steady_kernel.walk`` planned them for ``rows``: the running slots then
+    the requests it was given (waiting, or arriving during the walk), ``admitted`` of which
+    it admits (all before the split, if there is one), each into ``slots``."""
 
-    __slots__ = ("run", "start", "k", "floats", "ints", "gaps", "st", "last_end",
-                 "first_at", "admitted", "adm_iter", "finished", "finished_at", "free",
-                 "split")
+    __slots__ = ("n", "start", "k", "floats", "ints", "ng", "st", "last_end", "first_at",
+                 "admitted", "adm_iter", "finished", "finished_at", "free", "n_free",
+                 "slots", "stack", "split")
 
-    def __init__(self, run: np.ndarray, rows: np.ndarray, start: float, got: tuple):
-        self.run, self.st, self.start = run, rows, start
-        (self.k, self.floats, self.ints, self.gaps, self.last_end, self.first_at, admitted,
-         self.adm_iter, self.finished, self.finished_at, free, self.split) = got
-        self.admitted, self.free = int(admitted), int(free)
+    def __init__(self, n: int, rows: np.ndarray, slots: np.ndarray, stack: np.ndarray,
+                 start: float, got: tuple):
+        self.n, self.st, self.slots, self.stack, self.start = n, rows, slots, stack, start
+        (self.k, self.floats, self.ints, self.ng, self.last_end, self.first_at, admitted,
+         self.adm_iter, self.finished, self.finished_at, free, n_free, self.split) = got
+        self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
 
 
 def plan(r, fn, params) -> Walk | None:
     """The next walk of replica ``r`` (``fn``: the compiled ``steady_kernel.walk``;
     ``params``: its timing parameters), or None (``r`` untouched): the reference path runs
-    the iteration."""
+    the iteration. With an arrival feed (``Replica.feed``) the walk also holds the
+    requests that arrive before the next event of anyone else, and runs past their
+    arrivals."""
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]
     if _any(st[:, RESUMED]):
         return None  # a recompute: its prefill tokens are counted apart
     lim = r.limits
-    w = min(len(r.waiting), lim.max_num_seqs - n)  # the most the walk could admit
+    queued = len(r.waiting)
+    w = min(queued, MAX_ROWS)
     ids = np.fromiter(islice(r.waiting, w), dtype=np.int64, count=w)
+    next_at = -np.inf if queued > w else np.inf  # -inf: one beyond them waits now
     if r._resume:  # up to the first request resumed after a preemption
         for i, rid in enumerate(ids.tolist()):
             if rid in r._resume:
-                ids = ids[:i]
+                ids, next_at = ids[:i], -np.inf
                 break
     w = len(ids)
+    feed = r.feed
+    if feed is None:
+        horizon = r.env.peek()
+        arr_at = np.full(w, -np.inf)
+    else:
+        horizon = feed.horizon()
+        if next_at == np.inf:  # the queue is all here: then the arrivals, in order
+            first, stop, next_at = feed.upcoming(horizon, MAX_ROWS - w)
+            ids = np.concatenate((ids, np.arange(first, stop, dtype=np.int64)))
+            arr_at = np.concatenate((np.full(w, -np.inf), feed.arrival_at[first:stop]))
+            w = len(ids)
+        else:
+            arr_at = np.full(w, -np.inf)
     rows = np.zeros((n + w, N_COLS), dtype=np.int64)
     rows[:n] = st
+    slots = np.empty(n + w, dtype=np.int64)
+    slots[:n] = run
+    stack = np.empty(lim.max_num_seqs, dtype=np.int64)  # Replica._free_slots, with room
+    free_slots = len(r._free_slots)
+    stack[:free_slots] = r._free_slots
     if w:
         tab = r.table
         rows[n:, RID] = ids
@@ -79,15 +116,25 @@ def plan(r, fn, params) -> Walk | None:
         rows[n:, OUTPUT] = tab.output_tokens[ids]
         rows[n:, STREAM] = tab.stream[ids]
     start = r.env.now
-    got = fn(rows, n, w, len(r.waiting) > w, r.last_chunk_at[run], r.kv.free_blocks,
-             r.kv.capacity_blocks, lim.block_size, lim.max_batched_tokens, lim.chunk_tokens,
-             lim.chunked_prefill, lim.max_num_seqs, start, r.env.peek(), MAX_STEPS,
-             r.on_finish is not None, r.pricer.record_bound, *params)
-    return Walk(run, rows, start, got) if got[0] else None
+    got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
+             r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, lim.max_batched_tokens,
+             lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, start, horizon,
+             MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r), *params)
+    return Walk(n, rows, slots, stack, start, got) if got[0] else None
 
 
-MAX_STEPS = 256  # iterations per walk (bounds its [rows, steps] gaps)
+MAX_STEPS = 256  # iterations per walk
+MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
+GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _gaps(r) -> np.ndarray:
+    """Replica ``r``'s buffer for a walk's gaps (read by ``_write`` before the next walk)."""
+    buf = getattr(r, "_walk_gaps", None)
+    if buf is None:
+        buf = r._walk_gaps = np.empty(GAPS)
+    return buf
 
 
 def run(r, w: Walk):
@@ -98,63 +145,63 @@ def run(r, w: Walk):
     ints = w.ints
     ints[0] = r.index
     ints[8] = r.log.iterations.codes(_NAMES)[ints[8]]
-    n, a = len(w.run), w.admitted
-    slots = np.empty(n + a, dtype=np.int64)
-    slots[:n] = w.run
-    k, st, last, first, alive, ng, nf, free, held = w.split
+    n, a = w.n, w.admitted
+    rows = n + a  # the running rows, then those admitted (first come, first served)
     if a:  # vLLM v1's running order: by admission
-        w.st[n:n + a, ADMIT] = np.arange(r._admitted + 1, r._admitted + a + 1)
-        if k:
-            st[n:n + a, ADMIT] = w.st[n:n + a, ADMIT]
-    if not k:
-        for delay in delays:
+        w.st[n:rows, ADMIT] = np.arange(r._admitted + 1, r._admitted + a + 1)
+    gaps = r._walk_gaps
+    k, st, last, first, alive, ng, nf, free, stack, n_free = w.split
+    if k:  # the event comes during the last iteration: the ones before it, written first
+        st[n:rows, ADMIT] = w.st[n:rows, ADMIT]
+        for delay in delays[:k]:
             yield env.timeout(delay)
-        _write(r, w, slots, None, w.st[:n + a], w.last_end[:n + a],
-               ~np.isnan(w.first_at[:n + a]), 0, w.k, 0, len(w.gaps), 0, len(w.finished),
-               w.free)
-        return
-    for delay in delays[:k]:
+        alive, seen = alive[:rows].copy(), ~np.isnan(first[:rows])
+        _write(r, w, alive, st, last, seen, 0, k, gaps[:ng], 0, nf, free, stack[:n_free])
+        delays = delays[k:]
+    else:
+        alive, seen = np.ones(rows, dtype=bool), np.zeros(rows, dtype=bool)
+    for delay in delays:
         yield env.timeout(delay)
-    before = np.isnan(first[:n + a])
-    _write(r, w, slots, None, st[:n + a], last[:n + a], ~before, 0, k, 0, ng, 0, nf, free)
-    yield env.timeout(delays[k])
-    rows = alive[:n + a].nonzero()[0]  # no admission in the last: the rows then
-    _write(r, w, slots, rows, w.st[rows], w.last_end[rows],
-           before[rows] & ~np.isnan(w.first_at[rows]), k, w.k, ng, len(w.gaps), nf,
-           len(w.finished), w.free + held)
+    alive[w.finished[nf:]] = False
+    _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,
+           gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
 
 
-def _write(r, w: Walk, slots: np.ndarray, rows: np.ndarray | None, st: np.ndarray,
-           last: np.ndarray, first: np.ndarray, i0: int, i1: int, g0: int, g1: int,
-           f0: int, f1: int, free: int) -> None:
-    """Write iterations ``i0:i1`` of walk ``w`` into replica ``r``: the admissions (the
-    first part only; each request to the slot ``Replica.admit`` gives it: no request
-    finishes before the walk's last admission), the state of ``rows`` (None: all;
-    ``st``, ``last``: their rows and last emissions then; ``first``: whose first token came
-    in them), the KV pool (``free`` blocks less those of the finished sequences), the gaps
-    ``g0:g1``, the finished ``f0:f1``, the iteration rows and the liveness guard."""
+def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
+           first: np.ndarray, i0: int, i1: int, gaps: np.ndarray, f0: int, f1: int,
+           free: int, stack: np.ndarray) -> None:
+    """Write iterations ``i0:i1`` of walk ``w`` into replica ``r``: the admissions (in the
+    first part), the finished ``f0:f1`` (``Replica.finish``: recorded, their slots and
+    blocks freed), then the rows ``alive`` after them (``st``, ``last``: their rows and
+    last emissions then; ``first``: whose first token came in these iterations), the KV
+    pool's ``free`` blocks, the free-slot ``stack`` (the order ``Replica.admit`` and
+    ``finish`` left it in), the ``gaps``, the iteration rows and the liveness guard."""
     log = r.log
-    n, a = len(w.run), w.admitted
+    n, a = w.n, w.admitted
+    slots = w.slots
     if a and not i0:
-        free_slots = r._free_slots
-        for j in range(n, n + a):
-            slots[j] = free_slots.pop()
+        for _ in range(a):
             r.waiting.popleft()
         r._admitted += a
-        r.active[slots[n:]] = True
-        r._order = None
-        r.n_active += a
-        log.first_scheduled_at[st[n:, RID]] = w.floats[0, w.adm_iter]  # their start
-    at = slots if rows is None else slots[rows]
-    r.state[at] = st
+        log.first_scheduled_at[w.st[n:n + a, RID]] = w.floats[0, w.adm_iter]  # their start
+    if f1 > f0:
+        fin = w.finished[f0:f1]
+        done = w.st[fin]  # [F, N_COLS]: a finished row is left as it finished
+        r.kv.free_blocks = free - int(_sum(done[:, BLOCKS]))  # finish gives them back
+        r.retire(slots[fin], done, w.finished_at[f0:f1])
     if _any(first):
         got = first.nonzero()[0]
-        log.first_token_at[st[got, RID]] = w.first_at[got if rows is None else rows[got]]
-    log.add_itl(w.gaps[g0:g1])
-    r.last_chunk_at[at] = last
-    r.kv.free_blocks = free  # the finished sequences' blocks come back in finish
-    if f1 > f0:
-        r.finish(slots[w.finished[f0:f1]], w.finished_at[f0:f1])
+        log.first_token_at[w.st[got, RID]] = w.first_at[got]
+    rows = alive.nonzero()[0]
+    at = slots[rows]
+    r.state[at] = st[rows]
+    r.active[at] = True
+    r.last_chunk_at[at] = last[rows]
+    r.n_active = len(rows)
+    r._order = None
+    r._free_slots = stack.tolist()
+    r.kv.free_blocks = free
+    log.add_itl(gaps)
     emitted = w.ints[7, i0:i1]
     if emitted.all():
         r.check_progress(1)

@@ -181,61 +181,80 @@ def _use_steady_kernel(monkeypatch, on: bool) -> None:
         monkeypatch.setattr(steady_kernel, "compiled", lambda: steady_kernel.stretch)
 
 
+def _without_feed(monkeypatch) -> None:
+    """Replicas get no arrival feed: a walk stops at the next arrival, as with several
+    replicas (the compiled stretch then runs the steady iterations)."""
+    from sim import cluster
+
+    monkeypatch.setattr(cluster, "ArrivalFeed", lambda *args: None)
+
+
 @pytest.mark.parametrize("record_bound", [True, False])
 def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bound,
                                                                       monkeypatch):
     """The default scenario's variant without speculation, reference path against the
-    compiled stretch from the first stretch and from the 7th planning on (numpy before):
-    the same records, with and without bounds recorded, and the kernel did plan stretches
-    (admitting ones among them) and walks (admitting and prefilling ones among them)."""
+    compiled kernels from the first planning and from the 7th on (numpy before), with the
+    arrivals known ahead (one replica: walks run past them) and without (the walk stops
+    at each, the compiled stretch runs what is steady): the same records, with and
+    without bounds recorded, and each kernel did run (stretches, admitting ones among
+    them; walks, admitting and prefilling ones among them)."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady, steady_kernel, steady_walk
     from sim.build import setups
     from sim.runner import simulate_variants
 
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml", ["run.requests=150"])
-    calls = {"stretch": 0, "admitting": 0, "walk": 0, "walk admitting": 0,
-             "walk prefilling": 0}
     real_admitted, real_walk = steady.plan_admitted, steady_walk.plan
+    _use_steady_kernel(monkeypatch, True)
+    kernel = steady_kernel.compiled()  # each mode counts its own calls of it
+    runs, seen = [], {}
+    for mode in ("reference", "kernel", "midway", "kernel without feed",
+                 "midway without feed"):
+        calls = seen[mode] = {"stretch": 0, "admitting": 0, "walk": 0, "walk admitting": 0,
+                              "walk prefilling": 0}
 
-    def counted_admitted(*args):
-        got = real_admitted(*args)
-        calls["admitting"] += got is not None
-        return got
+        def counted_admitted(*args, calls=calls):
+            got = real_admitted(*args)
+            calls["admitting"] += got is not None
+            return got
 
-    def counted_walk(*args):
-        got = real_walk(*args)
-        if got is not None:
-            calls["walk"] += 1
-            calls["walk admitting"] += got.admitted > 0
-            prefill, decs = got.ints[3], got.ints[2]
-            calls["walk prefilling"] += bool((prefill[decs > 0] > 0).any())
-        return got
+        def counted_walk(*args, calls=calls):
+            got = real_walk(*args)
+            if got is not None:
+                calls["walk"] += 1
+                calls["walk admitting"] += got.admitted > 0
+                prefill, decs = got.ints[3], got.ints[2]
+                calls["walk prefilling"] += bool((prefill[decs > 0] > 0).any())
+            return got
 
-    monkeypatch.setattr(steady, "plan_admitted", counted_admitted)
-    monkeypatch.setattr(steady_walk, "plan", counted_walk)
-    runs = []
-    for mode in ("reference", "kernel", "midway"):
+        monkeypatch.setattr(steady, "plan_admitted", counted_admitted)
+        monkeypatch.setattr(steady_walk, "plan", counted_walk)
         monkeypatch.setattr(steady, "ENABLED", mode != "reference")
         _use_steady_kernel(monkeypatch, True)
-        if mode == "midway":
+        if mode.startswith("midway"):
             monkeypatch.setattr(steady, "_planned", 0)
             monkeypatch.setattr(steady, "KERNEL_AFTER", 6)
-        fn = steady_kernel.compiled()
+        if mode.endswith("without feed"):
+            _without_feed(monkeypatch)
 
-        def counted(*args, fn=fn):
+        def counted(*args, calls=calls):
             calls["stretch"] += 1
-            return fn(*args)
+            return kernel(*args)
 
         monkeypatch.setattr(steady_kernel, "compiled", lambda counted=counted: counted)
         built = [(n, s) for n, s in setups(sc, record_bound=record_bound) if n == "none"]
         runs.append(simulate_variants(built, sc.run.horizon_s))
-    assert calls["stretch"] > 10 and calls["admitting"] > 2 and calls["walk"] > 20, calls
-    assert calls["walk admitting"] > 5 and calls["walk prefilling"] > 5, calls
+    for mode in ("kernel", "midway"):  # long walks past the arrivals, no stretch needed
+        assert seen[mode]["walk admitting"] > 5 and seen[mode]["walk prefilling"] > 5, seen
+    assert seen["kernel"]["stretch"] == 0, seen
+    for mode in ("kernel without feed", "midway without feed"):  # walks cut by arrivals
+        calls = seen[mode]
+        assert calls["stretch"] > 0 and calls["walk"] > 20, seen
+        assert calls["walk admitting"] > 5 and calls["walk prefilling"] > 5, seen
     labels = set(runs[0][0].iterations.columns["bound"])
     assert labels == ({""} if not record_bound else labels - {""})
-    _assert_same_runs(runs[0], runs[1])
-    _assert_same_runs(runs[0], runs[2])
+    for run in runs[1:]:
+        _assert_same_runs(runs[0], run)
 
 
 # 5.0 s stops fixed-g4 inside a stretch; 6.2782 * 100 / 100 is not 6.2782 (the progress
@@ -289,10 +308,13 @@ WALK_CASES = {
 
 @pytest.mark.parametrize("case", sorted(WALK_CASES))
 def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
-    """The compiled walk (admissions, prefill chunks, the split where an event comes)
-    against the reference path, from the first stretch on: the same records, and the walk
-    did run -- split by an event, admitting, prefilling beside decoders -- with the
-    reference path taking what it does not (preemptions where the pool is short)."""
+    """The compiled walk (admissions, prefill chunks, slots reused, the split where an
+    event comes) against the reference path, from the first planning on, with the
+    arrivals known ahead and without: the same records, and the walk did run --
+    admitting, prefilling beside decoders; with the feed past arrivals (admitting requests
+    that were not waiting when it started) and into the slots of requests it finished;
+    without, split by arrivals -- with the reference path taking what it does not
+    (preemptions where the pool is short)."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady, steady_kernel, steady_walk
     from sim.build import setups
@@ -301,28 +323,79 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
     if steady_kernel.compiled_walk() is None:
         pytest.skip("the walk is compiled only with numba")
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml", WALK_CASES[case])
-    seen = {"walks": 0, "split": 0, "admitting": 0, "mixed": 0}
     real = steady_walk.plan
+    runs, seen = [], {}
+    for mode in ("reference", "feed", "no feed"):
+        count = seen[mode] = {"walks": 0, "split": 0, "admitting": 0, "mixed": 0,
+                              "past arrivals": 0, "reused": 0}
 
-    def counted(*args):
-        got = real(*args)
-        if got is not None:
-            seen["walks"] += 1
-            seen["split"] += got.split[0] > 0
-            seen["admitting"] += got.admitted > 0
-            seen["mixed"] += bool(((got.ints[2] > 0) & (got.ints[3] > 0)).any())
-        return got
+        def counted(r, *args, count=count):
+            waiting = len(r.waiting)
+            got = real(r, *args)
+            if got is not None:
+                count["walks"] += 1
+                count["split"] += got.split[0] > 0
+                count["admitting"] += got.admitted > 0
+                count["mixed"] += bool(((got.ints[2] > 0) & (got.ints[3] > 0)).any())
+                count["past arrivals"] += got.admitted > waiting
+                if got.admitted and len(got.finished):  # admitted after a finish
+                    count["reused"] += bool(got.adm_iter.max() > got.finished_at.argmin()
+                                            and got.floats[0, got.adm_iter.max()]
+                                            >= got.finished_at.min())
+            return got
 
-    monkeypatch.setattr(steady_walk, "plan", counted)
-    runs = []
-    for on in (False, True):
-        monkeypatch.setattr(steady, "ENABLED", on)
+        monkeypatch.setattr(steady_walk, "plan", counted)
+        monkeypatch.setattr(steady, "ENABLED", mode != "reference")
         _use_steady_kernel(monkeypatch, True)
+        if mode == "no feed":
+            _without_feed(monkeypatch)
         built = [(n, s) for n, s in setups(sc) if n == "none"]
         runs.append(simulate_variants(built, sc.run.horizon_s))
     _assert_same_runs(runs[0], runs[1])
-    assert seen["walks"] > 5 and seen["admitting"] > 3 and seen["mixed"] > 3, seen
+    _assert_same_runs(runs[0], runs[2])
+    for mode in ("feed", "no feed"):
+        count = seen[mode]
+        assert count["walks"] > 0 and count["admitting"] > 0 and count["mixed"] > 0, seen
+    if case != "closed-loop":  # a closed loop has no feed: its users submit as they like
+        assert seen["feed"]["past arrivals"] > 0 and seen["feed"]["reused"] > 0, seen
     if case in ("chunked", "preempting"):  # arrivals while they run
-        assert seen["split"] > 0, seen
+        assert seen["no feed"]["split"] > 0, seen
     if case == "preempting":
         assert runs[0][0].requests.columns["preemptions"].sum() > 0
+
+
+def test_an_arrival_at_the_very_end_of_an_iteration_is_left_to_simpy(tmp_path, monkeypatch):
+    """A request that arrives exactly when one of the replica's iterations ends: SimPy
+    orders the two events (here the arrival first, its timeout being the older), so the
+    next iteration admits it. A walk that runs past arrivals cannot tell the order from the
+    times alone and stops there; its records are the reference path's, and the request is
+    scheduled at that very instant."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady, steady_kernel
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    if steady_kernel.compiled_walk() is None:
+        pytest.skip("the walk is compiled only with numba")
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(0.05, 12)).tolist()
+
+    def run(times, fast):
+        trace = tmp_path / "trace.csv"
+        trace.write_text("arrival_at,prompt_tokens,output_tokens\n"
+                         + "".join(f"{t!r},{60 + 7 * i},{30 + 3 * i}\n"
+                                   for i, t in enumerate(times)))
+        sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
+                           ["workload={arrivals: replay, file: " + str(trace) + "}",
+                            f"run.requests={len(times)}"])
+        monkeypatch.setattr(steady, "ENABLED", fast)
+        _use_steady_kernel(monkeypatch, True)
+        return simulate_variants([(n, s) for n, s in setups(sc) if n == "none"], None)
+
+    first = run(arrivals[:6], False)[0].iterations.columns  # the first six requests alone
+    ends = first["start_at"] + first["duration_s"]
+    tie = float(ends[ends > arrivals[5]][3])  # an iteration end after the sixth arrival
+    times = [*arrivals[:6], tie, *(tie + t - arrivals[6] + 0.01 for t in arrivals[7:])]
+    reference, walked = run(times, False), run(times, True)
+    _assert_same_runs(reference, walked)
+    assert reference[0].requests.columns["first_scheduled_at"][6] == tie

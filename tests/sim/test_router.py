@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+import simpy
 
-from sim.router import Router
+from sim.router import ArrivalFeed, Router, arrivals
 from sim.runner import simulate
 from tests.sim.fakes import setup, table
 
@@ -61,3 +62,33 @@ def test_a_colocated_draft_takes_kv_room_and_a_separate_one_does_not():
     # Llama-3.2-1B weights (~2.5 GB) plus its KV (32 KB vs 128 KB per token) shrink the pool.
     assert colocated < alone and separate == alone
     assert colocated / alone == pytest.approx(0.75, abs=0.05)
+
+
+def test_an_arrival_feed_sees_past_its_own_arrivals_to_the_next_other_event():
+    """The feed's horizon is the next event that is not the arrival process's own timeout;
+    ``upcoming`` lists the requests that arrive before it (at most ``most``) and when the
+    first one beyond comes."""
+    env = simpy.Environment()
+    times = np.array([0.0, 1.0, 2.0, 2.0, 3.5, 7.0])
+    stub, counter = _Stub(), [0]
+    process = env.process(arrivals(env, times, Router([stub]), counter))
+    feed = ArrivalFeed(env, times, counter, process)
+    seen = []
+
+    def replica():  # what a replica planning a walk at t = 1.5 and t = 8 finds
+        yield env.timeout(1.5)
+        other = env.timeout(3.5)  # someone else's event at t = 5
+        seen.append((list(stub.got), env.peek(), feed.horizon(), feed.upcoming(5.0, 10),
+                     feed.upcoming(5.0, 2), feed.upcoming(2.0, 10)))
+        yield other
+        yield env.timeout(3.0)
+        seen.append((list(stub.got), feed.horizon(), feed.upcoming(float("inf"), 10)))
+
+    env.process(replica())
+    env.run()
+    inf = float("inf")
+    assert seen[0] == ([0, 1], 2.0, 5.0,
+                       (2, 5, inf),  # 2, 2 and 3.5 come before t = 5
+                       (2, 4, 3.5),  # two of them; the next at 3.5
+                       (2, 2, inf))  # none strictly before t = 2
+    assert seen[1] == ([0, 1, 2, 3, 4, 5], inf, (6, 6, inf))  # all in, nothing to come
