@@ -21,6 +21,7 @@ from sim.scenario import Scenario
 from sim.scheduling import SchedulerLimits
 from specdec.errors import UserError
 from workloads.prefix_blocks import prompt_block_keys
+from workloads.requests import RequestColumns
 
 
 def make_acceptance(cfg, rng: np.random.Generator):
@@ -33,22 +34,32 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
     """The request table: arrivals × lengths (× tasks), with acceptance streams, and with
     ``scheduler.prefix_caching`` each prompt's block keys (``workloads.prefix_blocks``)."""
     mix = sc.acceptance.kind == "task_mix"
-    specs = sc.workload.requests(sc.run.requests, sc.run.horizon_s, rng,
-                                 sc.acceptance.task_weights() if mix else None)
-    names = [s.task for s in specs]
+    reqs = sc.workload.requests(sc.run.requests, sc.run.horizon_s, rng,
+                                sc.acceptance.task_weights() if mix else None)
+    if isinstance(reqs, RequestColumns):  # drawn as arrays
+        cols, specs = reqs, None
+    else:
+        specs = reqs
+        cols = RequestColumns(np.array([s.arrival_at for s in specs], dtype=np.float64),
+                              np.array([s.prompt_tokens for s in specs], dtype=np.int64),
+                              np.array([s.output_tokens for s in specs], dtype=np.int64),
+                              np.zeros(len(specs), dtype=np.int64), [])
     if mix:
+        names = [s.task for s in specs] if specs is not None else \
+            [cols.task_names[k] for k in cols.task.tolist()]
         stream = acceptance.streams_for_tasks(names, stream_rng)
         task = acceptance.task_index(names)
     else:
-        stream = acceptance.new_streams(len(specs), stream_rng)
-        task = np.zeros(len(specs), dtype=np.int64)
+        stream = acceptance.new_streams(len(cols), stream_rng)
+        task = np.zeros(len(cols), dtype=np.int64)
     keys = starts = None
     if sc.scheduler.prefix_caching:  # which prompt blocks hold the same tokens
-        keys, starts = prompt_block_keys(specs, sc.scheduler.block_size)
+        keys, starts = prompt_block_keys(specs if specs is not None else cols.specs(),
+                                         sc.scheduler.block_size)
     return RequestTable(
-        arrival_at=np.array([s.arrival_at for s in specs], dtype=np.float64),
-        prompt_tokens=np.array([s.prompt_tokens for s in specs], dtype=np.int64),
-        output_tokens=np.array([s.output_tokens for s in specs], dtype=np.int64),
+        arrival_at=cols.arrival_at,
+        prompt_tokens=cols.prompt_tokens,
+        output_tokens=cols.output_tokens,
         task=task,
         stream=np.asarray(stream, dtype=np.int64),
         block_keys=keys,

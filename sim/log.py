@@ -8,6 +8,7 @@ end. The engine writes the log and never reads it back to make decisions.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,21 @@ class ItlHistogram:
         return cls.LOW_S * cls.RATIO ** np.arange(cls.BINS + 1)
 
 
+def _empty(shape: tuple[int, int], dtype) -> np.ndarray:
+    """``np.empty``, in its own anonymous memory map when it is large: given back to the
+    system when the array goes (``IterationLog.records`` lets each chunk go once copied).
+    The C allocator may keep freed blocks of a few MB for reuse instead -- once large
+    arrays have been freed it serves blocks up to their size from its heap -- so a long
+    run's chunks stayed in the process's memory beside their joined copy."""
+    nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    if nbytes < _MAPPED_BYTES:
+        return np.empty(shape, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
+
+
+_MAPPED_BYTES = 1 << 20
+
+
 class IterationLog:
     """The iteration rows as column-major tables in chunks, no Python object per row.
 
@@ -123,8 +139,8 @@ class IterationLog:
         self._lookups: dict[tuple[str, ...], np.ndarray] = {}  # extend's names -> codes
 
     def _new_chunk(self, rows: int) -> None:
-        self._f = np.empty((len(self._FLOATS), rows))
-        self._i = np.empty((len(self._INTS), rows), dtype=np.int64)
+        self._f = _empty((len(self._FLOATS), rows), np.float64)
+        self._i = _empty((len(self._INTS), rows), np.int64)
         self._at = 0  # rows filled in this chunk
 
     def _code(self, bound: str) -> int:

@@ -41,7 +41,14 @@ from workloads.lengths import (
 )
 from workloads.measure import ChainMeasurement, measure_chain, replay_chain
 from workloads.public_traces import FORMATS, TraceFormat, read_azure, read_burstgpt, read_mooncake
-from workloads.requests import RequestSpec, build_requests, read_request_csv, write_request_csv
+from workloads.requests import (
+    RequestColumns,
+    RequestSpec,
+    build_requests,
+    read_request_csv,
+    request_columns,
+    write_request_csv,
+)
 from workloads.sharegpt import assign_conversations, read_sharegpt
 from workloads.task_mix import TaskMixAcceptance
 from workloads.trace_replay import replay_rows
@@ -80,6 +87,8 @@ __all__ = [
     "WidthFit",
     "WidthModel",
     "build_requests",
+    "request_columns",
+    "RequestColumns",
     "calibrate_iid",
     "chain_widths",
     "check_widths",

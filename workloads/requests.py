@@ -1,7 +1,8 @@
 """Request specs: what arrives, when, how long, and which task it belongs to.
 
 :func:`build_requests` combines an arrival process, prompt and output length
-distributions and a task mix into a list of :class:`RequestSpec`, with one generator
+distributions and a task mix into a list of :class:`RequestSpec` (:func:`request_columns`:
+the same as :class:`RequestColumns`, arrays without an object per request), with one generator
 spawned per source (arrivals, prompt lengths, output lengths, tasks) so that changing one
 source never shifts the draws of another. :func:`read_request_csv` loads a recorded trace.
 
@@ -74,6 +75,65 @@ def check_task_weights(tasks: Mapping[str, float]) -> tuple[list[str], np.ndarra
     return names, weights / weights.sum()
 
 
+@dataclass(frozen=True)
+class RequestColumns:
+    """A drawn workload's requests as arrays, without a Python object per request (a
+    million ``RequestSpec`` objects took about 250 MB while they lived): request i is row
+    i, ``task`` indexes ``task_names``, and no prompt shares tokens with another (no hash
+    ids). ``specs()`` gives the same requests as ``RequestSpec`` objects."""
+
+    arrival_at: np.ndarray  # float64 [N]
+    prompt_tokens: np.ndarray  # int64 [N]
+    output_tokens: np.ndarray  # int64 [N]
+    task: np.ndarray  # int64 [N]
+    task_names: list[str]
+
+    def __len__(self) -> int:
+        return len(self.arrival_at)
+
+    def specs(self) -> list[RequestSpec]:
+        """The requests as ``RequestSpec`` objects (what ``build_requests`` returns)."""
+        names = self.task_names
+        return [RequestSpec(i, float(t), int(a), int(b), names[k])
+                for i, (t, a, b, k) in enumerate(zip(self.arrival_at, self.prompt_tokens,
+                                                     self.output_tokens, self.task,
+                                                     strict=True))]
+
+
+def request_columns(
+    arrivals: ArrivalProcess,
+    prompt_lengths: LengthDistribution,
+    output_lengths: LengthDistribution,
+    rng: np.random.Generator,
+    n: int | None = None,
+    horizon_s: float | None = None,
+    tasks: Mapping[str, float] | None = None,
+) -> RequestColumns:
+    """``build_requests`` without a shared prefix, as columns (the same draws)."""
+    cols, _ = _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks)
+    return cols
+
+
+def _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks
+          ) -> tuple[RequestColumns, np.random.Generator]:
+    """The columns ``build_requests`` draws first (four generators spawned from ``rng``:
+    arrivals, prompt lengths, output lengths, tasks), and ``rng`` after the spawning."""
+    arr_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
+    times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
+    count = times_at.size
+    prompt = prompt_lengths.sample(count, prompt_rng)  # [N]
+    output = output_lengths.sample(count, output_rng)  # [N]
+    if tasks is None:
+        names, task_idx = [DEFAULT_TASK], np.zeros(count, dtype=np.int64)
+    else:
+        names, p = check_task_weights(tasks)
+        task_idx = task_rng.choice(len(names), size=count, p=p)  # [N]
+    return RequestColumns(np.asarray(times_at, dtype=np.float64),
+                          np.asarray(prompt, dtype=np.int64),
+                          np.asarray(output, dtype=np.int64),
+                          np.asarray(task_idx, dtype=np.int64), names), rng
+
+
 def build_requests(
     arrivals: ArrivalProcess,
     prompt_lengths: LengthDistribution,
@@ -99,29 +159,18 @@ def build_requests(
     """
     if shared_prefix_tokens < 0 or shared_prefix_groups < 1:
         raise ValueError("shared_prefix_tokens must be >= 0 and shared_prefix_groups >= 1")
-    arr_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
-    times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
-    count = times_at.size
-    prompt = prompt_lengths.sample(count, prompt_rng)  # [N]
-    output = output_lengths.sample(count, output_rng)  # [N]
-    if tasks is None:
-        names, task_idx = [DEFAULT_TASK], np.zeros(count, dtype=np.int64)
-    else:
-        names, p = check_task_weights(tasks)
-        task_idx = task_rng.choice(len(names), size=count, p=p)  # [N]
+    cols, rng = _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks)
     if not shared_prefix_tokens:
-        return [
-            RequestSpec(i, float(t), int(a), int(b), names[k])
-            for i, (t, a, b, k) in enumerate(zip(times_at, prompt, output, task_idx,
-                                                 strict=True))
-        ]
+        return cols.specs()
+    count, names = len(cols), cols.task_names
     group = np.zeros(count, dtype=np.int64)
     if shared_prefix_groups > 1:
         group = rng.spawn(1)[0].integers(shared_prefix_groups, size=count)  # [N]
     return [
         RequestSpec(i, float(t), shared_prefix_tokens + int(a), int(b), names[k], (int(g),),
                     shared_prefix_tokens)
-        for i, (t, a, b, k, g) in enumerate(zip(times_at, prompt, output, task_idx, group,
+        for i, (t, a, b, k, g) in enumerate(zip(cols.arrival_at, cols.prompt_tokens,
+                                                cols.output_tokens, cols.task, group,
                                                 strict=True))
     ]
 

@@ -106,8 +106,9 @@ class _Workload(Strict):
     arrivals: str  # each kind narrows it to its own name (declared first: shown first)
 
     def requests(self, n: int | None, horizon_s: float | None, rng, tasks):
-        """The run's ``workloads.RequestSpec`` list: ``n`` requests (or all arriving before
-        ``horizon_s`` when ``n`` is None), task names drawn by the ``tasks`` weights."""
+        """The run's requests, a ``workloads.RequestSpec`` list or ``workloads.
+        RequestColumns``: ``n`` requests (or all arriving before ``horizon_s`` when ``n``
+        is None), task names drawn by the ``tasks`` weights."""
         raise NotImplementedError
 
     def closed_loop(self):
@@ -147,8 +148,14 @@ class _Synthetic(_Workload):
         raise NotImplementedError
 
     def requests(self, n, horizon_s, rng, tasks):
-        return self._specs(self.arrival_process(), n, None if n is not None else horizon_s,
-                           rng, tasks)
+        horizon_s = None if n is not None else horizon_s
+        if self.shared_prefix_tokens:
+            return self._specs(self.arrival_process(), n, horizon_s, rng, tasks)
+        from workloads.requests import request_columns
+
+        return request_columns(self.arrival_process(), self.prompt.build(),
+                               self.output.build(), rng, n=n, horizon_s=horizon_s,
+                               tasks=tasks)
 
 
 class PoissonWorkload(_Synthetic):

@@ -3,6 +3,8 @@ records a list of tuples gave, across growth, with every bound label and none.""
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from sim.log import IterationLog
@@ -99,3 +101,22 @@ def test_rows_read_between_appends_stay_as_they_were_read(monkeypatch):
     for got, want in seen:
         for name, col in got.columns.items():
             assert col.tolist() == want.columns[name].tolist(), name
+
+
+def test_large_chunks_live_in_their_own_memory_maps_and_give_the_same_rows(monkeypatch):
+    """Chunks past ``_MAPPED_BYTES`` are memory maps (given back to the system when let
+    go): the rows written into them read back as the rows added."""
+    from sim import log as log_module
+
+    monkeypatch.setattr(log_module, "_MAPPED_BYTES", 1024)  # chunks of 16+ rows: mapped
+    rows = _rows(200, np.random.default_rng(4))
+    log = IterationLog(capacity=4)
+    for r in rows:
+        log.append(*r)
+    base = log._i
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base.obj, mmap.mmap)  # the current chunk, a view of its map
+    got = log.records()
+    assert got == Records.from_rows(IterationRecord, rows)
+    assert log_module._empty((3, 5), np.int64).flags.writeable

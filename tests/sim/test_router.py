@@ -92,3 +92,25 @@ def test_an_arrival_feed_sees_past_its_own_arrivals_to_the_next_other_event():
                        (2, 4, 3.5),  # two of them; the next at 3.5
                        (2, 2, inf))  # none strictly before t = 2
     assert seen[1] == ([0, 1, 2, 3, 4, 5], inf, (6, 6, inf))  # all in, nothing to come
+
+
+def test_arrivals_across_the_chunks_they_are_read_in():
+    """The arrival process reads the times a chunk at a time: requests arrive at their
+    times, in order, same-time arrivals together, across chunk boundaries."""
+    from sim import router as router_module
+
+    env = simpy.Environment()
+    rng = np.random.default_rng(5)
+    n = 3 * router_module._CHUNK + 7
+    times = np.cumsum(rng.exponential(0.01, n) * (rng.random(n) < 0.7))  # ties too
+    seen = []
+
+    class _Clock(_Stub):
+        def submit(self, rid):
+            seen.append((rid, env.now))
+
+    counter = [0]
+    env.process(arrivals(env, times, Router([_Clock()]), counter))
+    env.run()
+    assert [rid for rid, _ in seen] == list(range(n)) and counter[0] == n
+    assert [t for _, t in seen] == times.tolist()

@@ -10,7 +10,13 @@ import pytest
 from specdec.errors import UserError
 from workloads.arrivals import PoissonArrivals, ReplayArrivals
 from workloads.lengths import FixedLength, LogNormalLength, UniformLength
-from workloads.requests import RequestSpec, build_requests, read_request_csv, write_request_csv
+from workloads.requests import (
+    RequestSpec,
+    build_requests,
+    read_request_csv,
+    request_columns,
+    write_request_csv,
+)
 
 
 def _build(seed, output=None, tasks=None, **kw):
@@ -35,6 +41,22 @@ def test_build_requests_shapes_and_fields():
     assert share == pytest.approx(0.75, abs=0.06)  # 500 draws: SD 0.019
     with pytest.raises(dataclasses.FrozenInstanceError):
         specs[0].task = "x"
+
+
+@pytest.mark.parametrize("kw", [{"n": 300, "tasks": {"chat": 3.0, "code": 1.0}},
+                                {"horizon_s": 50.0}])
+def test_columns_are_the_specs_without_an_object_per_request(kw):
+    """``request_columns`` draws what ``build_requests`` draws (same generators, same
+    order): its arrays and its ``specs()`` are the specs."""
+    specs = _build(7, **kw)
+    cols = request_columns(PoissonArrivals(2.0), UniformLength(10, 100),
+                           LogNormalLength(0.7, median_tokens=120, max_tokens=1000),
+                           np.random.default_rng(7), **kw)
+    assert len(cols) == len(specs) > 0 and cols.specs() == specs
+    assert cols.arrival_at.tolist() == [s.arrival_at for s in specs]
+    assert cols.prompt_tokens.tolist() == [s.prompt_tokens for s in specs]
+    assert [cols.task_names[k] for k in cols.task] == [s.task for s in specs]
+    assert cols.prompt_tokens.dtype == cols.output_tokens.dtype == np.int64
 
 
 def test_horizon_mode():
