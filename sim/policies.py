@@ -61,6 +61,9 @@ class NoSpeculation:
     # the shape is a function of shape()'s batch sizes alone, with nothing learned or kept
     # per request (what sim.decode_step needs to form a decode-only batch by itself)
     by_batch_size = True
+    # the same shape whatever the batch, and observe() learns nothing (what a compiled
+    # walk of many iterations, sim.steady_walk, needs)
+    static = True
 
     row = np.zeros(0, dtype=np.int64)
 
@@ -78,6 +81,7 @@ class _Static:
 
     uses_draft = True
     by_batch_size = True
+    static = True  # (see NoSpeculation)
 
     def __init__(self, row: Sequence[int]) -> None:
         self.row = np.asarray(row, dtype=np.int64)

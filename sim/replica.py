@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import decode_step, spec_stretch, steady, steady_kernel, steady_walk
+from sim import decode_step, spec_stretch, steady, steady_walk
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -136,6 +136,8 @@ class Replica:
         # sim.spec_stretch: a speculating decode-only batch's iterations on its own rows
         self._spec_stretch = spec_stretch.applies(self, self._fast_decode)
         self._stretch = None  # the live spec_stretch.Stretch, written back when it ends
+        self._walk = steady_walk.params(self)  # the compiled walk's arguments, if it walks
+        self._walk_kernel = None  # and the compiled walk, once it uses it
         self.process = env.process(self.run())
 
     # -- the router's side ------------------------------------------------------------
@@ -258,15 +260,16 @@ class Replica:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-            if self._steady:  # several iterations computed at once
-                fn = steady_kernel.compiled_walk() if steady.kernel(self) is not None else None
+            if self._steady or self._walk is not None:  # several iterations at once
+                fn = steady_walk.compiled(self)
                 # a walk that sees the arrivals ahead covers the steady stretches too
-                stretch = steady.plan(self) if fn is None or self.feed is None else None
-                if stretch is not None:
-                    yield from self._pass_stretch(stretch)
-                    continue
-                walk = steady_walk.plan(self, fn, self._steady_params) if fn else None
-                if walk is not None:  # iterations that admit or prefill, computed at once
+                if self._steady and (fn is None or self.feed is None):
+                    stretch = steady.plan(self)
+                    if stretch is not None:
+                        yield from self._pass_stretch(stretch)
+                        continue
+                walk = steady_walk.plan(self, fn) if fn is not None else None
+                if walk is not None:  # iterations that admit, prefill or speculate
                     yield from steady_walk.run(self, walk)
                     continue
             if self._spec_stretch and (yield from spec_stretch.run(self)):

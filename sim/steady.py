@@ -62,6 +62,7 @@ from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID,
 ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
 KERNEL_AFTER = 5_000  # times a process looks for a stretch with numpy before compiling
+KERNEL_REQUESTS = 4_000  # a run of this many requests takes the compiled kernels at once
 _planned = 0
 
 _sum = np.add.reduce
@@ -127,21 +128,23 @@ def kernel_params(r):
     return None if params is None else params()
 
 
-def _kernel():
-    """The compiled stretch once this process has looked for ``KERNEL_AFTER`` stretches with
-    numpy (numba's import and cache load, about 0.2 s, and its first compile, about 2 s,
-    pay for themselves only in long runs), else None; None for good without numba."""
+def use_kernels(r) -> bool:
+    """Whether replica ``r`` takes the compiled kernels now (asked before each stretch or
+    walk it may take): once this process has asked ``KERNEL_AFTER`` times, or from the
+    start in a run of ``KERNEL_REQUESTS`` requests or more. numba's import and the load of
+    a cached kernel take about 0.6 s (its first compile of a kernel, 4-6 s), which pay for
+    themselves only in long runs: a few thousand requests, speculating or not."""
     global _planned
     _planned += 1
-    return steady_kernel.compiled() if _planned > KERNEL_AFTER else None
+    return _planned > KERNEL_AFTER or len(r.table) >= KERNEL_REQUESTS
 
 
 def kernel(r):
     """Replica ``r``'s compiled stretch, or None: a replica whose timing it prices takes it
-    once the process uses it (``_kernel``)."""
+    once it uses the kernels (``use_kernels``); None for good without numba."""
     fn = r._steady_kernel
-    if fn is None and r._steady_params is not None:
-        fn = r._steady_kernel = _kernel()
+    if fn is None and r._steady_params is not None and use_kernels(r):
+        fn = r._steady_kernel = steady_kernel.compiled()
     return fn
 
 

@@ -26,10 +26,10 @@ from sim import slots
 # code, and its disk cache is keyed on this file's text alone, so a column moved in
 # sim.slots must be moved here too (checked on import, or a stale cache would use the old
 # layout).
-TARGET, FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS = 1, 2, 3, 4, 5, 7, 13
-if (TARGET, FILLED, EMITTED, KV, OUTPUT, BLOCKS, COUNTS) != (
-        slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.BLOCKS,
-        slots.COUNTS):
+TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS = 1, 2, 3, 4, 5, 6, 7, 13
+if (TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS) != (
+        slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.STREAM,
+        slots.BLOCKS, slots.COUNTS):
     raise ImportError("sim/steady_kernel.py: its state columns differ from sim/slots.py's")
 
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
@@ -264,16 +264,35 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
             (k_split, st_split, last_split, ng_split, nf_split, free_split, held_split))
 
 
+def _accepted(rng, stream, position, row, ring, tape, table):
+    """``AcceptanceModel.draw`` for one sequence of a batch drawn in order, by the level
+    table of ``kernel_tables``: m uniforms (one per level, as ``rng.random((B, m))`` takes
+    them row by row) against the coverage of each guessed position's regime; the leading
+    run of successes."""
+    start = (stream + position) % tape
+    acc = 0
+    run = True
+    for j in range(len(row)):
+        u = rng.random()
+        if run:
+            if u < table[ring[start + j], row[j]]:
+                acc += 1
+            else:
+                run = False
+    return acc
+
+
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
-         block_size, max_tokens, chunk_tokens, chunked, max_seqs, now, horizon, max_steps,
-         first_finish, bound, gaps,
-         p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
-    """Plan iterations of a non-speculating replica whose batch prefills or admits: the walk
-    of ``sim.scheduling.vllm_v1.plan_vllm_v1`` (each running row in order gets min(what it
-    wants, the budget left): a decoder 1 token, a prefilling row the rest of its prompt, at
-    most ``chunk_tokens``; the blocks for its tokens), then ``admit_waiting`` with what is
-    left (first come first served, while a slot, the budget and the blocks for the first
-    chunk last), priced as ``IterationPricer.price`` prices the batch, then
+         block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
+         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, rng, runs, ring, tape,
+         table, tp, dp):
+    """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
+    (each running row in order gets min(what it wants, the budget left): a decoder its
+    verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
+    ``chunk_tokens``; the blocks for its tokens plus ``lookahead`` slots), then
+    ``admit_waiting`` with what is left (first come first served, while a slot, the budget
+    and the blocks for the first chunk last), priced as ``IterationPricer.price`` prices
+    the batch (the target pass, and with a draft its ``shared_shape_seconds``), then
     ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
 
     ``st`` int64 [n + n_wait, N_COLS]: the running rows in running order, then ``n_wait``
@@ -289,11 +308,22 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     place). ``gaps`` float64: room for the inter-token gaps (the walk stops before an
     iteration whose gaps would not fit).
 
+    Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
+    draft's serial passes feed ``feeds`` tokens per sequence each (the first also the
+    prefill chunks), a tree's verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for
+    a chain: causal); each decoder's accepted depth comes from the acceptance model's
+    ``kernel_tables``: drawn from ``rng`` (a ``numpy.random.Generator``, the replica's) in
+    running order with ``ring``, ``tape`` and ``table`` (``_accepted``), or with ``rng``
+    None the run ``runs[(stream + position) % tape]`` capped at the depth (no draws);
+    ``tp`` and ``dp`` are the target's and the draft's timing parameters
+    (``MeasuredTiming.kernel_params``). Without speculation ``rng`` is None and ``runs``,
+    ``dp`` unused.
+
     It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
-    request beyond those it holds to admit, nothing to schedule) or that admits and ends at
-    or after ``horizon``; after an iteration that ends there (the event comes while it
-    runs), after ``max_steps``, with ``first_finish`` after the first that finishes a
-    request, or when nobody is left.
+    draft cut by the budget, a request beyond those it holds to admit, nothing to
+    schedule) or that admits and ends at or after ``horizon``; after an iteration that
+    ends there (the event comes while it runs), after ``max_steps``, with
+    ``first_finish`` after the first that finishes a request, or when nobody is left.
 
     Returns (k; the iteration rows, float64 [4, k] and int64 [10, k]: the fields of
     ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
@@ -306,6 +336,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     gaps and finished rows so far, the free blocks, the stack and its free slots then).
     """
     rows = st.shape[0]
+    verify = 1 + nodes
+    depth = 0
+    for j in range(len(row)):
+        if row[j] > 0:
+            depth += 1
     floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
     ints = np.zeros((10, max_steps), dtype=np.int64)
     last_end = np.zeros(rows)
@@ -318,6 +353,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     decoding = np.zeros(rows, dtype=np.bool_)
     alive = np.zeros(rows, dtype=np.bool_)
     alive[:n] = True
+    order = np.arange(rows)  # the rows alive, in running order: the first n_alive
     n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
     t = now
     k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
@@ -330,19 +366,22 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         # 1. the budget walk in running order, and the blocks for each scheduled row
         budget = max_tokens
         extra = 0
+        cut = False
         n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
-        for i in range(n + adm):
+        for o in range(n_alive):
+            i = order[o]
             take[i] = 0
-            if not alive[i]:
-                continue
             left = st[i, TARGET] - st[i, FILLED]
-            want = 1 if left == 0 else (left if left < chunk_tokens else chunk_tokens)
+            want = verify if left == 0 else (left if left < chunk_tokens else chunk_tokens)
             got = want if want < budget else budget
             if got <= 0:
                 continue
+            if left == 0 and got < want:
+                cut = True  # its draft is cut to fit: a shape of its own
+                break
             take[i] = got
             budget -= got
-            e = (st[i, KV] + got + block_size - 1) // block_size - st[i, BLOCKS]
+            e = (st[i, KV] + got + lookahead + block_size - 1) // block_size - st[i, BLOCKS]
             if e > 0:
                 extra += e
             decoding[i] = left == 0
@@ -355,7 +394,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 p_ctx += st[i, KV]
                 p_new_ctx += got * st[i, KV]
                 p_sq += got * got
-        if extra > free or ng + n_dec > len(gaps):
+        if cut or extra > free or ng + n_dec > len(gaps):
             break  # someone must be preempted (the full scheduler), or no room for gaps
         # 3. admissions (nobody was preempted), counted before anything changes
         f = free - extra
@@ -388,12 +427,49 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             p_sq += chunk * chunk
         if beyond or n_dec + n_pre == 0:
             break  # a request the walk does not hold or may not see, or nothing to run
-        # IterationPricer.price's sums (verify = 1 token per decoder) for CostModel
-        new = float(n_dec + p_new)
-        keys = float(s_ctx + p_new_ctx) + 0.5 * (float(n_dec + p_sq) + new)
-        v, code = _pass(new, float(s_ctx + p_ctx) + new, keys, float(n_dec + n_pre), p,
-                        grid, lin, head, allreduce, dec, dec_batches, dec_lengths, bound)
-        end = t + (0.0 + v)
+        # IterationPricer.price: the target pass of the verifies and the prefill chunks
+        new = n_dec * verify + p_new
+        if tri < 0.0:  # CostModel's causal count
+            keys = float(verify * s_ctx + p_new_ctx) + 0.5 * float(n_dec * verify * verify
+                                                                    + p_sq + new)
+        else:  # the tree mask
+            keys = (float(verify * s_ctx) + n_dec * tri + float(p_new_ctx)
+                    + 0.5 * float(p_sq + p_new))
+        v, code = _pass(float(new), float(s_ctx + p_ctx + new), keys, float(n_dec + n_pre),
+                        tp[0], tp[1], tp[2], tp[3], tp[4], tp[5], tp[6], tp[7], bound)
+        # ... and the draft's serial passes (draft_pricing.shared_shape_seconds)
+        d = 0.0
+        if nodes > 0:
+            if n_dec == 0:
+                if p_new:
+                    d, _ = _pass(float(p_new), float(p_ctx + p_new),
+                                 float(p_new_ctx) + 0.5 * float(p_sq + p_new), float(n_pre),
+                                 dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7],
+                                 False)
+            else:
+                before = 0
+                for j in range(len(feeds)):
+                    fj = feeds[j]
+                    ctx = s_ctx + n_dec * before
+                    s_new, s_c, s_nc, s_sq = n_dec * fj, ctx, fj * ctx, n_dec * fj * fj
+                    m = n_dec
+                    if j == 0:
+                        m += n_pre
+                        s_new += p_new
+                        s_c += p_ctx
+                        s_nc += p_new_ctx
+                        s_sq += p_sq
+                    if tri < 0.0:
+                        dk = float(s_nc) + 0.5 * float(s_sq + s_new)
+                    else:
+                        dk = float(fj * (s_ctx + n_dec * (j + 1)))
+                        if j == 0:
+                            dk += float(p_new_ctx) + 0.5 * float(p_sq + p_new)
+                    dj, _ = _pass(float(s_new), float(s_c + s_new), dk, float(m), dp[0],
+                                  dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
+                    d += dj
+                    before += fj
+        end = t + (d + v)
         last = not end < horizon
         if last and a:
             break  # an admission when the event comes: the scheduler's
@@ -406,13 +482,15 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             free_split, nfs_split = free, n_free
             stack_split = stack.copy()
         # the iteration runs: grants, admissions, then sim.step.advance
-        for i in range(n + adm):
+        for o in range(n_alive):
+            i = order[o]
             if take[i] > 0:
-                need = (st[i, KV] + take[i] + block_size - 1) // block_size
+                need = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
                 if need > st[i, BLOCKS]:
                     st[i, BLOCKS] = need
         for j in range(a):
             i = n + adm + j
+            order[n_alive + j] = i
             alive[i] = True
             decoding[i] = False
             st[i, BLOCKS] = (take[i] + block_size - 1) // block_size
@@ -423,14 +501,40 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         adm += a
         n_alive += a
         out = 0
+        accepted = 0
         fin_before = nf
-        for i in range(n + adm):  # decoders, in running order
+        running = n_alive  # the rows of this iteration: order[:running]
+        for o in range(running):  # decoders, in running order
+            i = order[o]
             if take[i] == 0 or not decoding[i]:
                 continue
             held = st[i, BLOCKS]
-            keep = _decode_one(st, i, held, block_size)
+            if nodes == 0:
+                keep = _decode_one(st, i, held, block_size)
+                out += 1
+            else:  # the verify: counters, the accepted depth, emit, roll the KV back
+                if rng is None:  # a replayed run (no draws)
+                    acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
+                    if acc > depth:
+                        acc = depth
+                else:
+                    acc = _accepted(rng, st[i, STREAM], st[i, EMITTED], row, ring, tape,
+                                    table)
+                st[i, COUNTS] += 1
+                st[i, COUNTS + 1] += 1
+                st[i, COUNTS + 2] += nodes
+                st[i, COUNTS + 3] += acc
+                st[i, COUNTS + 4] += acc + (1 if acc < depth else 0)
+                accepted += acc
+                left = st[i, OUTPUT] - st[i, EMITTED]
+                out += acc + 1 if acc + 1 < left else left
+                st[i, EMITTED] += acc + 1 if acc + 1 < left else left
+                st[i, KV] += acc + 1
+                keep = (st[i, KV] + block_size - 1) // block_size
+                if keep > held:
+                    keep = held
+                st[i, BLOCKS] = keep
             free += held - keep
-            out += 1
             gaps[ng] = end - last_end[i]
             ng += 1
             last_end[i] = end
@@ -440,7 +544,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 free += keep
                 fin[nf], fin_at[nf] = i, end
                 nf += 1
-        for i in range(n + adm):  # prefill chunks: running ones in order, then admitted
+        for o in range(running):  # prefill chunks: running ones in order, then admitted
+            i = order[o]
             if take[i] == 0 or decoding[i]:
                 continue
             st[i, FILLED] += take[i]
@@ -457,16 +562,25 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     free += st[i, BLOCKS]
                     fin[nf], fin_at[nf] = i, end
                     nf += 1
-        for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order
-            stack[n_free] = slots[fin[j]]
-            n_free += 1
-        floats[0, k] = t  # start_at, duration_s, draft_s (none), verify_s
+        if nf > fin_before:
+            for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order
+                stack[n_free] = slots[fin[j]]
+                n_free += 1
+            kept = 0
+            for o in range(running):  # the finished leave the running order
+                if alive[order[o]]:
+                    order[kept] = order[o]
+                    kept += 1
+        floats[0, k] = t  # start_at, duration_s, draft_s, verify_s
         floats[1, k] = end - t
+        floats[2, k] = d
         floats[3, k] = v
-        ints[1, k] = n_dec + n_pre  # batch_size, then decode_seqs, prefill_tokens,
-        ints[2, k] = n_dec  # verify_tokens (one per decoder), no drafted or accepted
-        ints[3, k] = p_new  # tokens, emitted_tokens, the bound's code, KV blocks used
-        ints[4, k] = n_dec
+        ints[1, k] = n_dec + n_pre  # batch_size, decode_seqs, prefill_tokens,
+        ints[2, k] = n_dec  # verify_tokens, drafted_tokens, accepted_tokens,
+        ints[3, k] = p_new  # emitted_tokens, the bound's code, KV blocks used
+        ints[4, k] = n_dec * verify
+        ints[5, k] = n_dec * nodes
+        ints[6, k] = accepted
         ints[7, k] = out
         ints[8, k] = code
         ints[9, k] = cap - free
@@ -485,52 +599,99 @@ def compiled():
     None without numba, with ``SPECSIM_NUMBA=0`` or when numba cannot compile it (the same
     ``stretch`` each call: compiled once per process, on a one-row stretch here, so that
     a failure shows before any record depends on it)."""
-    global _COMPILED
-    if _COMPILED is False:
-        _COMPILED = None
-        if os.environ.get("SPECSIM_NUMBA", "1") != "0":
-            try:
-                import numba
-            except ImportError:
-                return None
-            for cache in (True, False):
-                try:
-                    _COMPILED = _jit(numba, cache)
-                    break
-                except Exception:  # noqa: BLE001 -- numba's errors have no common base
-                    _COMPILED = None  # no writable cache: compile again without one
-    return _COMPILED
+    if "stretch" not in _BUILT:
+        _BUILT["stretch"] = _build(_jit_stretch)
+    return _BUILT["stretch"]
 
 
-def _jit(numba, cache: bool):
-    """``stretch`` and what it calls jitted (``stretch`` finds them as globals), run once on
-    a one-row stretch with the argument types ``sim.steady`` passes."""
+def compiled_walk(draws: bool = False):
+    """``walk`` compiled for a replica whose acceptance is drawn from its generator
+    (``draws``: ``rng`` a generator) or that draws nothing (``rng`` None: no speculation,
+    or replayed runs), as ``compiled`` compiles ``stretch`` -- each kind on its first use
+    (a few seconds the first time, then read from numba's cache) -- or None where that
+    is."""
+    key = "walk+rng" if draws else "walk"
+    if key not in _BUILT:
+        _BUILT[key] = _build(lambda numba, cache: _jit_walk(numba, cache, draws))
+    return _BUILT[key]
+
+
+def _build(jit_one):
+    """``jit_one(numba, cache)``'s kernel, compiled without a cache where it cannot be
+    cached, or None (no numba, ``SPECSIM_NUMBA=0``, or numba cannot compile it)."""
+    if os.environ.get("SPECSIM_NUMBA", "1") == "0":
+        return None
+    try:
+        import numba
+    except ImportError:
+        return None
+    for cache in (True, False):
+        try:
+            return jit_one(numba, cache)
+        except Exception:  # noqa: BLE001 -- numba's errors have no common base
+            continue  # no writable cache: compile again without one
+    return None
+
+
+def _jitted(numba, cache: bool, fn):
+    """``fn`` jitted, the helpers it calls first (it finds them as globals)."""
     jit = numba.njit(cache=cache, nogil=True)
     g = globals()
-    for name, fn in _PYTHON.items():
-        g[name] = jit(fn)
-    kernel = jit(stretch)
+    for name, helper in _PYTHON.items():
+        if g[name] is helper:
+            g[name] = jit(helper)
+    return jit(fn)
+
+
+_GRID = np.array([1.0, 1e9])  # the warm-ups' timing: two grid points, one second per token
+_PARAMS = (np.zeros(len(PARAM_NAMES)), _GRID, _GRID, np.zeros(0), np.zeros(0),
+           np.zeros((0, 1)), np.ones(1), np.ones(1))
+
+
+def _jit_stretch(numba, cache: bool):
+    """``stretch`` jitted and run once on a one-row stretch with the argument types
+    ``sim.steady`` passes."""
+    kernel = _jitted(numba, cache, stretch)
     st = np.zeros((1, slots.N_COLS), dtype=np.int64)
     st[0, OUTPUT] = 1
-    one, none, table = np.ones(1), np.zeros(0), np.zeros((0, 1))
-    params = (np.zeros(len(PARAM_NAMES)), one, one, none, none, table, one, one)
     kernel(st, np.zeros(1), 1, 1, 16, 0.0, 1.0, 1, False, True, True, 1,
-           np.zeros(0, dtype=np.int64), 0.0, 0.0, 0, *params)
-    global _WALK
-    _WALK = jit(walk)
-    st[0, TARGET] = 1  # one waiting request of one prompt token and one output token
-    _WALK(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
-          np.zeros(1, dtype=np.int64), 1, np.zeros(0), 1, 1, 16, 1, 1, True, 1, 0.0, 1.0, 1,
-          False, True, np.empty(1), *params)
+           np.zeros(0, dtype=np.int64), 0.0, 0.0, 0, *_PARAMS)
     return kernel
 
 
-def compiled_walk():
-    """``walk`` compiled with ``stretch`` (``compiled``), or None where that is."""
-    return _WALK if compiled() is not None else None
+def _jit_walk(numba, cache: bool, draws: bool):
+    """``walk`` jitted and run once, as ``sim.steady_walk`` calls it for a replica whose
+    acceptance is drawn (``draws``: speculating) or not (not speculating): one waiting
+    request of two prompt and two output tokens."""
+    kernel = _jitted(numba, cache, walk)
+    st = np.zeros((1, slots.N_COLS), dtype=np.int64)
+    st[0, TARGET] = st[0, OUTPUT] = 2
+    kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
+           np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, 4, 4, True, 1, 1, 0.0, 1.0,
+           2, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS)
+    return kernel
+
+
+def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None) -> tuple:
+    """``walk``'s arguments from ``row`` to ``table``: the defaults without speculation (no
+    draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
+    ``AcceptanceModel.kernel_tables``, whose ``runs`` decide whether ``rng`` is used)."""
+    if not spec:
+        return (_NO_ROW, 0, _NO_ROW, -1.0, None, _NO_ROW, np.zeros(1, dtype=np.uint8), 1,
+                np.zeros((1, 1)))
+    if row is None:  # a chain of one guess, always accepted (the warm-up)
+        row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
+            np.random.default_rng(0)
+        tables = (_NO_ROW, np.zeros(2, dtype=np.uint8), 1, np.ones((1, 2)))
+    nodes = int(np.cumprod(row).sum())
+    runs = tables[0]
+    return (row, nodes, feeds, -1.0 if tri is None else float(tri),
+            rng if not len(runs) else None, *tables)
+
+
+_NO_ROW = np.zeros(0, dtype=np.int64)
 
 
 _PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass",
-                                              "_decode_one")}
-_COMPILED = False  # not looked for yet
-_WALK = None
+                                              "_decode_one", "_accepted")}
+_BUILT: dict = {}  # "stretch", "walk", "walk+rng": the compiled kernels (None: not to be had)

@@ -1,4 +1,4 @@
-"""Iterations of a steady replica that admit, prefill or decode, several at once.
+"""Iterations of a replica that admit, prefill, decode or speculate, several at once.
 
 ``sim.steady`` runs a replica's decode-only iterations in stretches; an iteration in which
 someone waits or prefills goes through the reference path (``sim.decode_step.plan`` or the
@@ -11,6 +11,14 @@ same admissions (slots, admission order, ``first_scheduled_at``), KV grants and
 roll-backs, first tokens, inter-token gaps, finishes and iteration rows. A request admitted
 after another finished takes the slot ``Replica.admit`` would give it (the walk keeps the
 replica's free-slot stack as ``admit`` and ``finish`` use it).
+
+A speculating replica walks too where ``params`` says so (a static policy, a draft model
+drafting serially on the target's GPUs, measured one-stage timings, an acceptance model
+with ``kernel_tables``): each decoder verifies the policy's shape, the walk prices the
+draft's passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
+accepted depth is drawn from the replica's own generator in running order (so the
+generator ends where the reference path leaves it) or replayed from a trace. A draft the
+token budget would cut ends the walk: the reference path forms that batch.
 
 Each iteration still lets its own time pass with one ``env.timeout`` (one event per
 iteration). The walk runs up to the next event of anyone else: the iteration that ends at
@@ -37,11 +45,16 @@ walk's records are compared with the reference's for every shipped scenario
 
 from __future__ import annotations
 
+import os
 from itertools import islice
 
 import numpy as np
 
+from sim import steady, steady_kernel
+from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
+
+ENABLED = os.environ.get("SPECSIM_WALK", "1") != "0"
 
 _any = np.logical_or.reduce
 _sum = np.add.reduce
@@ -67,12 +80,53 @@ class Walk:
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
 
 
-def plan(r, fn, params) -> Walk | None:
-    """The next walk of replica ``r`` (``fn``: the compiled ``steady_kernel.walk``;
-    ``params``: its timing parameters), or None (``r`` untouched): the reference path runs
-    the iteration. With an arrival feed (``Replica.feed``) the walk also holds the
-    requests that arrive before the next event of anyone else, and runs past their
-    arrivals."""
+def params(r) -> tuple | None:
+    """``steady_kernel.walk``'s arguments for replica ``r`` that do not change during the
+    run (the lookahead, then ``row`` to ``dp``), or None: ``r`` never walks.
+
+    Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
+    policy (the same shape for every batch, nothing learned), a draft model on the
+    target's GPUs drafting serially (one replica of it, autoregressive; no drafting ahead,
+    no CPU drafting, no lookup drafter, never switched off for a request), one pipeline
+    stage, no prefix cache, the vLLM v1 order, and an acceptance model with
+    ``kernel_tables`` for the shape. Either way both the target's timing and the draft's
+    must be one-stage measured ones (``MeasuredTiming.kernel_params``)."""
+    target = steady.kernel_params(r)
+    if target is None or not ENABLED:
+        return None
+    if steady.applies(r):
+        return (0, *steady_kernel.walk_shape(False), target, target)
+    policy, draft = r.policy, r.pricer.draft
+    if not (getattr(policy, "static", False) and policy.uses_draft and draft is not None
+            and draft.replicas == 1 and not draft.one_pass and r.stages == 1
+            and r.prefix is None and r.limits.order == "vllm_v1" and not r.overlap
+            and not r.cpu_s_per_seq and r.proposal_rate is None and not r.sticky_off):
+        return None
+    row = policy.shape(1)
+    kernel_params = getattr(draft.cost.timing, "kernel_params", None)
+    dp = kernel_params() if kernel_params is not None else None
+    tables = r.acceptance.kernel_tables(row)
+    if dp is None or tables is None or not (row > 0).any():
+        return None
+    feeds = np.array(draft_feeds(row), dtype=np.int64)
+    return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
+                                                   r.rng, tables), target, dp)
+
+
+def compiled(r):
+    """The compiled ``steady_kernel.walk`` for replica ``r`` once it uses the compiled
+    kernels (``steady.use_kernels``), else None (for good without numba)."""
+    fn = r._walk_kernel
+    if fn is None and r._walk is not None and steady.use_kernels(r):
+        fn = r._walk_kernel = steady_kernel.compiled_walk(draws=r._walk[5] is not None)
+    return fn
+
+
+def plan(r, fn) -> Walk | None:
+    """The next walk of replica ``r`` (``fn``: the compiled ``steady_kernel.walk``), or
+    None (``r`` untouched): the reference path runs the iteration. With an arrival feed
+    (``Replica.feed``) the walk also holds the requests that arrive before the next event
+    of anyone else, and runs past their arrivals."""
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]
@@ -118,8 +172,9 @@ def plan(r, fn, params) -> Walk | None:
     start = r.env.now
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, lim.max_batched_tokens,
-             lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, start, horizon,
-             MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r), *params)
+             lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, r._walk[0], start,
+             horizon, MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r),
+             *r._walk[1:])
     return Walk(n, rows, slots, stack, start, got) if got[0] else None
 
 
@@ -141,7 +196,7 @@ def run(r, w: Walk):
     """Let walk ``w``'s iterations pass on replica ``r``, one event each, and write them (a
     SimPy sub-generator: ``yield from``)."""
     env = r.env
-    delays = [0.0 + v for v in w.floats[3].tolist()]  # timeout(draft_s + verify_s)
+    delays = (w.floats[2] + w.floats[3]).tolist()  # timeout(draft_s + verify_s)
     ints = w.ints
     ints[0] = r.index
     ints[8] = r.log.iterations.codes(_NAMES)[ints[8]]

@@ -61,6 +61,17 @@ class AcceptanceModel(abc.ABC):
         Same draws from ``rng`` as :meth:`accept`, so both give the same depths.
         """
 
+    def kernel_tables(self, row: np.ndarray) -> tuple | None:
+        """What a compiled engine needs to give this model's depths for shape ``row`` one
+        sequence at a time, as :meth:`draw` gives them (the same draws from the same
+        generator) -- (runs int64, ring uint8, tape L, level table float [R, K + 1]) -- or
+        None: only :meth:`draw`. With ``runs`` empty, guess j of a verify at stream s,
+        position p is accepted when a fresh uniform is below
+        ``table[ring[(s + p) % L + j], row[j]]``, one uniform per level, the depth being
+        the leading run (``sim.steady_kernel._accepted``); otherwise nothing is drawn and
+        the depth is ``min(depth of row, runs[(s + p) % L])``."""
+        return None
+
     @property
     @abc.abstractmethod
     def mean_alpha(self) -> float:

@@ -35,6 +35,9 @@ from workloads.acceptance import (
 )
 
 MODES = ("greedy", "sampling")
+# kernel_tables' level table and ring, unused when the runs are replayed
+_NO_RING = np.zeros(1, dtype=np.uint8)
+_NO_TABLE = np.zeros((1, 1))
 
 
 def positions_left(sequence: np.ndarray) -> np.ndarray:
@@ -140,6 +143,14 @@ class TraceAcceptance(AcceptanceModel):
                 f"K = {self.max_width} recorded candidates"
             )
         return replay_tree_sampled(self.trace, start, w, rng)
+
+    def kernel_tables(self, row: np.ndarray) -> tuple | None:
+        """Greedy chains as ``AcceptanceModel.kernel_tables``: the run of rank-0 positions
+        from each trace position (``replay_chain``, no draws); None for trees and the
+        sampling mode."""
+        if self.mode != "greedy" or (len(row) and int(row.max()) > 1):
+            return None
+        return self.trace.run0, _NO_RING, self.size, _NO_TABLE
 
     @property
     def mean_alpha(self) -> float:

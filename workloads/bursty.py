@@ -36,6 +36,7 @@ EASY, HARD = 0, 1
 TABLE_WIDTH = 16
 TABLE_DEPTH = 64
 _OFFSETS = np.arange(TABLE_DEPTH)
+_NO_RUNS = np.zeros(0, dtype=np.int64)
 
 
 def _mean_tokens(field: str, value: float) -> float:
@@ -152,6 +153,13 @@ class BurstyAcceptance(AcceptanceModel):
                 return draw_leading_run(p, rng)
         beta = self.beta[self.regimes(start, np.zeros_like(start), m)]  # [B, m]
         return draw_leading_run(self.width_model.coverage(beta, widths), rng)
+
+    def kernel_tables(self, row: np.ndarray) -> tuple | None:
+        """:meth:`draw`'s table path as ``AcceptanceModel.kernel_tables`` (None for a shape
+        it does not cover: deeper than ``TABLE_DEPTH`` or wider than ``TABLE_WIDTH``)."""
+        if len(row) > TABLE_DEPTH or (len(row) and int(row.max()) > TABLE_WIDTH):
+            return None
+        return _NO_RUNS, self._ring, int(self.tape.size), self._level_table
 
     @property
     def mean_alpha(self) -> float:

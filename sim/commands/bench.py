@@ -41,10 +41,10 @@ def add_parser(subparsers) -> None:
 
 
 # Rough simulated requests per second on one core (this machine class, 2 cores, measured
-# with `specsim bench --requests 1000000` and `--workload decode-heavy --requests 100000`:
-# about 9,000 and 5,000, about half that on a busy machine): for the estimate a long
-# benchmark prints before it starts, not a promise.
-RATES = {"speculative": 4_500, "decode-heavy": 2_500}
+# with `specsim bench --requests 1000000` and `--workload decode-heavy --requests 100000`
+# with the compiled walk: about 60,000 and 12,000, about half that on a busy machine): for
+# the estimate a long benchmark prints before it starts, not a promise.
+RATES = {"speculative": 30_000, "decode-heavy": 6_000}
 LONG_S = 60.0  # benchmarks expected to take longer say so first
 
 

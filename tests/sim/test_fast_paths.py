@@ -62,12 +62,13 @@ def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatc
     state after it; None leaves the replica as it was."""
     import copy
 
-    from sim import decode_step, spec_stretch, steady
+    from sim import decode_step, spec_stretch, steady, steady_walk
     from sim.runner import simulate_variants
     from sim.scheduling.vllm_v1 import plan_vllm_v1
 
     monkeypatch.setattr(steady, "ENABLED", False)  # every decode iteration comes here
     monkeypatch.setattr(spec_stretch, "ENABLED", False)
+    monkeypatch.setattr(steady_walk, "ENABLED", False)
 
     fast, seen = decode_step.plan, {"batch": 0, "none": 0, "admitted": 0}
     # what forming a batch may change: slots, KV, the queue, admissions' bookkeeping
@@ -229,23 +230,30 @@ class _Numba:
 
 @pytest.mark.parametrize("fails_without_cache", [False, True])
 def test_a_kernel_numba_cannot_build_falls_back(fails_without_cache, monkeypatch):
-    """Where numba cannot cache the kernel it is compiled without a cache (and run once on a
-    one-row stretch); where it cannot compile it at all, ``compiled()`` is None and numpy
-    plans the stretches. ``SPECSIM_NUMBA=0`` asks for numpy without trying numba."""
+    """Where numba cannot cache a kernel it is compiled without a cache (and run once on a
+    one-row stretch or a one-request walk); where it cannot compile it at all,
+    ``compiled()`` is None and numpy plans the stretches (the walks, the reference path).
+    ``SPECSIM_NUMBA=0`` asks for numpy without trying numba."""
     import sys
 
     from sim import steady_kernel
 
-    for name in (*steady_kernel._PYTHON, "_COMPILED", "_WALK"):
+    for name in steady_kernel._PYTHON:
         monkeypatch.setattr(steady_kernel, name, getattr(steady_kernel, name))
     fake = _Numba(fails_without_cache)
     monkeypatch.setitem(sys.modules, "numba", fake)
     monkeypatch.setenv("SPECSIM_NUMBA", "1")
-    monkeypatch.setattr(steady_kernel, "_COMPILED", False)
+    monkeypatch.setattr(steady_kernel, "_BUILT", {})
     got = steady_kernel.compiled()
     assert fake.asked == [True, False]
     assert got is (None if fails_without_cache else steady_kernel.stretch)
     assert steady_kernel.compiled() is got and fake.asked == [True, False]  # looked for once
+    for spec in (False, True):  # each kind of walk on its first use, once
+        walk = steady_kernel.compiled_walk(spec)
+        assert walk is (None if fails_without_cache else steady_kernel.walk)
+        assert steady_kernel.compiled_walk(spec) is walk
+    assert fake.asked == [True, False] * 3
     monkeypatch.setenv("SPECSIM_NUMBA", "0")
-    monkeypatch.setattr(steady_kernel, "_COMPILED", False)
-    assert steady_kernel.compiled() is None and fake.asked == [True, False]
+    monkeypatch.setattr(steady_kernel, "_BUILT", {})
+    assert steady_kernel.compiled() is None and steady_kernel.compiled_walk(True) is None
+    assert fake.asked == [True, False] * 3

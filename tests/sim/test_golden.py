@@ -177,6 +177,7 @@ def _use_steady_kernel(monkeypatch, on: bool) -> None:
     from sim import steady, steady_kernel
 
     monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
+    monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
     if on and steady_kernel.compiled() is None:
         monkeypatch.setattr(steady_kernel, "compiled", lambda: steady_kernel.stretch)
 
@@ -234,6 +235,7 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
         if mode.startswith("midway"):
             monkeypatch.setattr(steady, "_planned", 0)
             monkeypatch.setattr(steady, "KERNEL_AFTER", 6)
+            monkeypatch.setattr(steady, "KERNEL_REQUESTS", float("inf"))
         if mode.endswith("without feed"):
             _without_feed(monkeypatch)
 

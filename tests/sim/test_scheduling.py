@@ -81,9 +81,10 @@ def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, he
     (63 blocks) and the tail blocks go back to the pool. (It watches the scheduler's grants:
     a speculating stretch keeps its batch's blocks itself, and the fast-vs-reference test in
     test_golden.py holds it to the same records.)"""
-    from sim import spec_stretch
+    from sim import spec_stretch, steady_walk
 
     monkeypatch.setattr(spec_stretch, "ENABLED", False)
+    monkeypatch.setattr(steady_walk, "ENABLED", False)
     grants = []
     grant = sim.replica.BlockManager.grant
 

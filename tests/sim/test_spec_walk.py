@@ -1,0 +1,132 @@
+"""The compiled walk of a speculating replica (``sim.steady_walk``, ``steady_kernel.walk``
+with a draft) gives the records of the reference path.
+
+Each case runs the default scenario's speculating variant (a 1B draft for Llama-3-8B on
+an H100, measured timing) once iteration by iteration and once with the compiled kernels
+from the first iteration, and compares every record: request timestamps and counters,
+iteration rows, the ITL histogram and the end time. The cases cover what the walk does
+(admissions, prefill chunks beside verifies, drafts drawn from the generator or replayed
+from a trace, chains and trees, slots reused, the split where an event comes) and what it
+hands back to the reference path (a draft the budget cuts, a preemption).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.loading import load_scenario, repo_root
+from tests.sim.test_golden import _assert_same_runs
+
+BURSTY = "acceptance={kind: bursty, easy_alpha: 0.9, hard_alpha: 0.3}"
+FIXED = "variants=[{name: fixed-g4, policy: {kind: fixed, gamma: 4}}]"
+CASES = {
+    # the shipped default: greedy replay of a recorded trace (no draws)
+    "trace-chain": ["run.requests=120", FIXED],
+    # a two-state bursty model: four uniforms per verify from the replica's generator
+    "bursty-chain": ["run.requests=120", BURSTY, FIXED],
+    # a token tree: coverage by width, the tree mask in the target and draft passes
+    "bursty-tree": ["run.requests=80", BURSTY,
+                    "variants=[{name: tree, policy: {kind: tree, expansion: [2, 2, 1]}}]"],
+    # catch_up drafting (the draft ingests nothing extra while every request speculates)
+    "catch-up": ["run.requests=80", BURSTY, FIXED, "scheduler.draft_sync=catch_up"],
+    # a 96-token budget of 32-token chunks: prefills continued, drafts cut (the reference's)
+    "cut": ["run.requests=40", BURSTY, FIXED, "scheduler.max_batched_tokens=96",
+            "scheduler.chunk_tokens=32", "workload.prompt={kind: uniform, low: 20, high: 200}"],
+    # a pool of a few prompts: preemptions (the reference's), resumed requests queued
+    "preempting": ["run.requests=40", BURSTY, FIXED, "workload.rate_per_s=200",
+                   "scheduler.num_gpu_blocks_override=300",
+                   "workload.output={kind: uniform, low: 4, high: 80}"],
+    # more requests than slots: a queue admitted into the slots of finished requests
+    "queued": ["run.requests=80", BURSTY, FIXED, "workload.rate_per_s=400",
+               "scheduler.max_num_seqs=8", "workload.output={kind: uniform, low: 1, high: 30}"],
+    # a horizon: the walk stops there, the requests still running are written back
+    "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypatch):
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import decode_step, spec_stretch, steady, steady_kernel, steady_walk
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    if steady_kernel.compiled_walk() is None:
+        pytest.skip("the walk is compiled only with numba")
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", CASES[case])
+    real = steady_walk.plan
+    seen = {"walks": 0, "iterations": 0, "admitted": 0, "mixed": 0, "split": 0,
+            "reused": 0}
+
+    def counted(r, fn):
+        got = real(r, fn)
+        if got is not None:
+            seen["walks"] += 1
+            seen["iterations"] += got.k
+            seen["admitted"] += got.admitted
+            seen["mixed"] += bool(((got.ints[2] > 0) & (got.ints[3] > 0)).any())
+            seen["split"] += got.split[0] > 0
+            if got.admitted and len(got.finished):  # admitted after a finish
+                seen["reused"] += bool(got.floats[0, got.adm_iter.max()]
+                                       >= got.finished_at.min())
+        return got
+
+    monkeypatch.setattr(steady_walk, "plan", counted)
+    runs = []
+    for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
+        for module in (steady, decode_step, spec_stretch, steady_walk):
+            monkeypatch.setattr(module, "ENABLED", on)
+        monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
+        monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
+        runs.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
+        if not on:
+            assert seen["walks"] == 0
+    _assert_same_runs(runs[0], runs[1])
+    _assert_same_runs(runs[0], runs[2])  # progress slices are events too
+    iterations = len(runs[0][0].iterations)
+    assert seen["walks"] > 0 and seen["admitted"] > 0 and seen["mixed"] > 0, seen
+    if case in ("cut", "preempting"):  # the reference path took some iterations
+        assert seen["iterations"] < 2 * iterations, (seen, iterations)
+    else:
+        assert seen["iterations"] > 1.5 * iterations, (seen, iterations)
+    if case == "preempting":
+        assert runs[0][0].requests.columns["preemptions"].sum() > 0
+    if case == "queued":
+        assert seen["reused"] > 0, seen
+    if case == "horizon":
+        assert seen["split"] > 0, seen
+        assert not runs[0][0].requests.columns["finished"].all()
+
+
+def test_a_walk_draws_what_the_reference_draws(monkeypatch):
+    """After a walk, the replica's generator is where the reference path leaves it (the
+    walk draws each verify's uniforms from it, in order): the acceptance draws of a run
+    that walks and of one that does not are the same, and so are its later draws."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import cluster, decode_step, spec_stretch, steady, steady_kernel, steady_walk
+    from sim.build import setups
+    from sim.runner import simulate
+
+    if steady_kernel.compiled_walk(True) is None:
+        pytest.skip("the walk is compiled only with numba")
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
+                       ["run.requests=60", BURSTY, FIXED])
+    states = []
+    real_wire = cluster.wire
+
+    def wire(env, setup):
+        got = real_wire(env, setup)
+        states.append(got.replicas[0].rng)
+        return got
+
+    monkeypatch.setattr(cluster, "wire", wire)
+    from sim import runner
+
+    monkeypatch.setattr(runner, "wire", wire)
+    for on in (False, True):
+        for module in (steady, decode_step, spec_stretch, steady_walk):
+            monkeypatch.setattr(module, "ENABLED", on)
+        monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
+        simulate(setups(sc)[0][1])
+    reference, walked = (s.bit_generator.state for s in states)
+    assert reference == walked and states[0].random() == states[1].random()
