@@ -354,6 +354,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive = np.zeros(rows, dtype=np.bool_)
     alive[:n] = True
     order = np.arange(rows)  # the rows alive, in running order: the first n_alive
+    prefilling = np.empty(rows, dtype=np.int64)  # an iteration's prefill rows, in order
     n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
     t = now
     k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
@@ -389,6 +390,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 n_dec += 1
                 s_ctx += st[i, KV]
             else:
+                prefilling[n_pre] = i
                 n_pre += 1
                 p_new += got
                 p_ctx += st[i, KV]
@@ -481,15 +483,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             alive_split = alive.copy()
             free_split, nfs_split = free, n_free
             stack_split = stack.copy()
-        # the iteration runs: grants, admissions, then sim.step.advance
-        for o in range(n_alive):
-            i = order[o]
-            if take[i] > 0:
-                need = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
-                if need > st[i, BLOCKS]:
-                    st[i, BLOCKS] = need
+        # the iteration runs: admissions, grants (below), then sim.step.advance
+        pre_running = n_pre - a  # the running rows' prefills; then the admitted rows'
         for j in range(a):
             i = n + adm + j
+            prefilling[pre_running + j] = i
             order[n_alive + j] = i
             alive[i] = True
             decoding[i] = False
@@ -508,7 +506,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             i = order[o]
             if take[i] == 0 or not decoding[i]:
                 continue
-            held = st[i, BLOCKS]
+            held = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
+            if held < st[i, BLOCKS]:
+                held = st[i, BLOCKS]  # the grant: blocks for the verify and the lookahead
             if nodes == 0:
                 keep = _decode_one(st, i, held, block_size)
                 out += 1
@@ -544,10 +544,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 free += keep
                 fin[nf], fin_at[nf] = i, end
                 nf += 1
-        for o in range(running):  # prefill chunks: running ones in order, then admitted
-            i = order[o]
-            if take[i] == 0 or decoding[i]:
-                continue
+        for o in range(n_pre):  # prefill chunks: running ones in order, then admitted
+            i = prefilling[o]
+            if o < pre_running:  # the grant (an admitted row took its blocks above)
+                need = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
+                if need > st[i, BLOCKS]:
+                    st[i, BLOCKS] = need
             st[i, FILLED] += take[i]
             st[i, KV] += take[i]
             take[i] = 0

@@ -235,8 +235,10 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
     n, a = w.n, w.admitted
     slots = w.slots
     if a and not i0:
-        for _ in range(a):
-            r.waiting.popleft()
+        queue = r.waiting  # its first a are admitted (those that arrived during the walk too)
+        rest = list(islice(queue, a, None))
+        queue.clear()
+        queue.extend(rest)
         r._admitted += a
         log.first_scheduled_at[w.st[n:n + a, RID]] = w.floats[0, w.adm_iter]  # their start
     if f1 > f0:
