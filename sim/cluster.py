@@ -108,3 +108,14 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
         if len(replicas) == 1:  # every request comes to it: its arrivals are known ahead
             replicas[0].feed = ArrivalFeed(env, table.arrival_at, arrived, process)
     return Cluster(env, setup, table, replicas, router, log, arrived)
+
+
+def walks(setup: Setup) -> bool:
+    """Whether a run of ``setup`` computes its iterations with the compiled walk, many at a
+    time (``Replica.walks``, numba installed): a throwaway wiring answers it. A run that
+    walks goes about 40 times faster than one iteration at a time."""
+    from sim import steady_kernel
+
+    if not steady_kernel.available():
+        return False
+    return all(r.walks for r in wire(simpy.Environment(), setup).replicas)

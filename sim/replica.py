@@ -140,6 +140,12 @@ class Replica:
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self.process = env.process(self.run())
 
+    @property
+    def walks(self) -> bool:
+        """Whether the compiled walk can compute this replica's iterations, several at a
+        time past its arrivals (``sim.steady_walk``, with an arrival feed)."""
+        return self._walk is not None and self.feed is not None
+
     # -- the router's side ------------------------------------------------------------
     def submit(self, rid: int) -> None:
         """Queue request ``rid`` here and wake the loop if it is idle."""

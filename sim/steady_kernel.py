@@ -16,6 +16,7 @@ The timing's parameters come from ``MeasuredTiming.kernel_params`` (``params``):
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -616,6 +617,13 @@ def compiled_walk(draws: bool = False):
     if key not in _BUILT:
         _BUILT[key] = _build(lambda numba, cache: _jit_walk(numba, cache, draws))
     return _BUILT[key]
+
+
+def available() -> bool:
+    """Whether numba is installed and not turned off (``SPECSIM_NUMBA=0``): the kernels can
+    be had, unless numba fails to compile them (known when one is built)."""
+    return (os.environ.get("SPECSIM_NUMBA", "1") != "0"
+            and importlib.util.find_spec("numba") is not None)
 
 
 def _build(jit_one):

@@ -212,22 +212,31 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
 LONG_RUN_S = 60.0  # runs expected to take longer say how long first
 # The engine simulates about this many output tokens per second on one core, whatever the
 # request sizes (a 2-core machine: the default scenario 154,000 over both variants, the
-# speculative bench 274,000, the decode-heavy bench 124,000 before steady decoding); a
-# rough figure for an estimate, not a promise.
+# speculative bench 274,000, the decode-heavy bench 124,000 before steady decoding), and
+# about WALK_TOKENS_PER_S where the compiled walk computes the iterations (``sim.cluster.
+# walks``: the default scenario 6.5 million, the benches 7-11 million); rough figures for
+# an estimate, not a promise.
 TOKENS_PER_S = 150_000
+WALK_TOKENS_PER_S = 5_000_000
 
 
 def _estimate(scenario, built, workers: int) -> None:
     """Before a long run: how long it will take, roughly (stderr)."""
     if not built:
         return
-    tokens = int(built[0][1].table.output_tokens.sum()) * len(built)
+    tokens = int(built[0][1].table.output_tokens.sum())
     procs = max(1, min(workers, len(built)))
-    seconds = tokens / TOKENS_PER_S / procs
+    if tokens * len(built) / TOKENS_PER_S / procs <= LONG_RUN_S:
+        return
+    from sim.cluster import walks
+
+    seconds = sum(tokens / (WALK_TOKENS_PER_S if walks(setup) else TOKENS_PER_S)
+                  for _, setup in built) / procs
     if seconds > LONG_RUN_S:
-        print(f"specsim run: {len(built[0][1].table):,} requests, {tokens:,} output tokens "
-              f"over {len(built)} variants; about {seconds / 60:.0f} minutes at "
-              f"~{TOKENS_PER_S:,} tokens/s on {procs} process{'es' if procs > 1 else ''}",
+        rate = tokens * len(built) / seconds / procs
+        print(f"specsim run: {len(built[0][1].table):,} requests, {tokens * len(built):,} "
+              f"output tokens over {len(built)} variants; about {seconds / 60:.0f} minutes "
+              f"at ~{rate:,.0f} tokens/s on {procs} process{'es' if procs > 1 else ''}",
               file=sys.stderr)
 
 

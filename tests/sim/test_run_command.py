@@ -241,11 +241,14 @@ def test_a_trace_report_says_its_load_cannot_be_scaled(tmp_path, capsys):
 
 
 def test_a_very_large_run_says_how_long_it_will_take_before_it_starts(capsys):
+    """Two replicas (no arrival feed): one iteration at a time, at ``TOKENS_PER_S``."""
     from sim.build import setups
+    from sim.cluster import walks
     from sim.commands.run import LONG_RUN_S, TOKENS_PER_S, _estimate
 
-    sc = load_scenario(None, ["run.requests=200000"])
+    sc = load_scenario(None, ["run.requests=200000", "deployment.replicas=2"])
     built = setups(sc)
+    assert not any(walks(s) for _, s in built)
     tokens = 2 * int(built[0][1].table.output_tokens.sum())
     assert tokens / TOKENS_PER_S / 2 > LONG_RUN_S
     _estimate(sc, built, 2)
@@ -256,6 +259,30 @@ def test_a_very_large_run_says_how_long_it_will_take_before_it_starts(capsys):
     small = load_scenario(None, ["run.requests=2000"])
     _estimate(small, setups(small), 1)
     assert capsys.readouterr().err == ""
+
+
+def test_a_run_that_walks_is_estimated_at_the_walk_s_rate(capsys):
+    """One replica: both variants walk (numba installed), at ``WALK_TOKENS_PER_S``: 200,000
+    requests are not a long run there, 200,000 of 4,000 output tokens are."""
+    pytest.importorskip("numba", reason="the walk is compiled with numba")
+    pytest.importorskip("aiconfigurator_core", reason="the walk prices measured timings")
+    from sim.build import setups
+    from sim.cluster import walks
+    from sim.commands.run import WALK_TOKENS_PER_S, _estimate
+
+    sc = load_scenario(None, ["run.requests=200000"])
+    built = setups(sc)
+    assert all(walks(s) for _, s in built)
+    _estimate(sc, built, 1)
+    assert capsys.readouterr().err == ""
+    big = load_scenario(None, ["run.requests=200000",
+                               "workload.output={kind: fixed, tokens: 4000}"])
+    built = setups(big)
+    _estimate(big, built, 1)
+    tokens = 2 * 200_000 * 4000
+    assert capsys.readouterr().err.startswith(
+        f"specsim run: 200,000 requests, {tokens:,} output tokens over 2 variants; about "
+        f"{tokens / WALK_TOKENS_PER_S / 60:.0f} minutes at ~5,000,000 tokens/s on 1 process")
 
 
 def test_a_long_benchmark_says_how_long_it_will_take_first():
