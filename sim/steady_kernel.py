@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from sim import slots
+from workloads import acceptance
 
 # The state columns the kernel reads, written out here: numba bakes them into the compiled
 # code, and its disk cache is keyed on this file's text alone, so a column moved in
@@ -32,6 +33,11 @@ if (TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS) != (
         slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.STREAM,
         slots.BLOCKS, slots.COUNTS):
     raise ImportError("sim/steady_kernel.py: its state columns differ from sim/slots.py's")
+# the acceptance kind drawn as one geometric run (workloads.acceptance, likewise written out)
+GEOMETRIC = 2
+if GEOMETRIC != acceptance.KERNEL_GEOMETRIC:
+    raise ImportError("sim/steady_kernel.py: its acceptance kinds differ from "
+                      "workloads/acceptance.py's")
 
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
 PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_per_key",
@@ -285,8 +291,8 @@ def _accepted(rng, stream, position, row, ring, tape, table):
 
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
-         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, rng, runs, ring, tape,
-         table, tp, dp):
+         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, rng, kind, p_geo,
+         runs, ring, tape, table, tp, dp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
@@ -313,9 +319,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     draft's serial passes feed ``feeds`` tokens per sequence each (the first also the
     prefill chunks), a tree's verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for
     a chain: causal); each decoder's accepted depth comes from the acceptance model's
-    ``kernel_tables``: drawn from ``rng`` (a ``numpy.random.Generator``, the replica's) in
-    running order with ``ring``, ``tape`` and ``table`` (``_accepted``), or with ``rng``
-    None the run ``runs[(stream + position) % tape]`` capped at the depth (no draws);
+    ``kernel_tables`` (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
+    drawn from ``rng`` (a ``numpy.random.Generator``, the replica's) in running order --
+    one uniform per level against ``table`` (``_accepted``), or one geometric draw with
+    success probability ``p_geo`` (``kind`` 2) -- or, with ``rng`` None, the replayed run
+    ``runs[(stream + position) % tape]``, each capped at the depth;
     ``tp`` and ``dp`` are the target's and the draft's timing parameters
     (``MeasuredTiming.kernel_params``). Without speculation ``rng`` is None and ``runs``,
     ``dp`` unused.
@@ -516,11 +524,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             else:  # the verify: counters, the accepted depth, emit, roll the KV back
                 if rng is None:  # a replayed run (no draws)
                     acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
-                    if acc > depth:
-                        acc = depth
+                elif kind == GEOMETRIC:  # the run before the first rejection, at once
+                    acc = rng.geometric(p_geo) - 1
                 else:
                     acc = _accepted(rng, st[i, STREAM], st[i, EMITTED], row, ring, tape,
                                     table)
+                if acc > depth:
+                    acc = depth
                 st[i, COUNTS] += 1
                 st[i, COUNTS + 1] += 1
                 st[i, COUNTS + 2] += nodes
@@ -687,16 +697,17 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     ``AcceptanceModel.kernel_tables``, whose ``runs`` decide whether ``rng`` is used)."""
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, None, _NO_ROW, np.zeros(1, dtype=np.uint8), 1,
-                np.zeros((1, 1)))
+        return (_NO_ROW, 0, _NO_ROW, -1.0, None, 0, 0.0, _NO_ROW, np.zeros(1, dtype=np.uint8),
+                1, np.zeros((1, 1)))
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
             np.random.default_rng(0)
-        tables = (_NO_ROW, np.zeros(2, dtype=np.uint8), 1, np.ones((1, 2)))
+        tables = (acceptance.KERNEL_LEVELS, 0.0, _NO_ROW, np.zeros(2, dtype=np.uint8), 1,
+                  np.ones((1, 2)))
     nodes = int(np.cumprod(row).sum())
-    runs = tables[0]
-    return (row, nodes, feeds, -1.0 if tri is None else float(tri),
-            rng if not len(runs) else None, *tables)
+    draws = tables[0] != acceptance.KERNEL_RUNS
+    return (row, nodes, feeds, -1.0 if tri is None else float(tri), rng if draws else None,
+            *tables)
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)

@@ -24,6 +24,13 @@ import numpy as np
 from specdec.errors import UserError
 from workloads.coverage import PowerCoverage, WidthModel, check_probability
 
+# AcceptanceModel.kernel_tables' kinds: level draws against a table, replayed runs, a
+# geometric run; and the widest level and deepest shape its tables cover
+KERNEL_LEVELS, KERNEL_RUNS, KERNEL_GEOMETRIC = 0, 1, 2
+TABLE_WIDTH = 16
+TABLE_DEPTH = 64
+NO_RUNS = np.zeros(0, dtype=np.int64)
+
 
 class AcceptanceModel(abc.ABC):
     """Draws accepted depths for a whole batch of verifications at once."""
@@ -64,12 +71,17 @@ class AcceptanceModel(abc.ABC):
     def kernel_tables(self, row: np.ndarray) -> tuple | None:
         """What a compiled engine needs to give this model's depths for shape ``row`` one
         sequence at a time, as :meth:`draw` gives them (the same draws from the same
-        generator) -- (runs int64, ring uint8, tape L, level table float [R, K + 1]) -- or
-        None: only :meth:`draw`. With ``runs`` empty, guess j of a verify at stream s,
-        position p is accepted when a fresh uniform is below
-        ``table[ring[(s + p) % L + j], row[j]]``, one uniform per level, the depth being
-        the leading run (``sim.steady_kernel._accepted``); otherwise nothing is drawn and
-        the depth is ``min(depth of row, runs[(s + p) % L])``."""
+        generator, in batch order) -- (kind, p, runs int64, ring uint8, tape L, level table
+        float [R, K + 1]) -- or None: only :meth:`draw`. For a verify at stream s,
+        position t:
+
+        - ``KERNEL_LEVELS``: guess j is accepted when a fresh uniform is below
+          ``table[ring[(s + t) % L + j], row[j]]``, one uniform per level of the row, the
+          depth being the leading run (``sim.steady_kernel._accepted``);
+        - ``KERNEL_RUNS``: nothing is drawn; the depth is ``min(depth, runs[(s + t) % L])``;
+        - ``KERNEL_GEOMETRIC``: one geometric draw with success probability ``p``, less
+          one, capped at the depth.
+        """
         return None
 
     @property
@@ -178,6 +190,7 @@ class IIDAcceptance(AcceptanceModel):
     def __init__(self, alpha: float, width_model: WidthModel | None = None) -> None:
         self.alpha = check_probability("alpha", alpha)
         self.width_model = width_model if width_model is not None else PowerCoverage(1.0)
+        self._table = level_table(self.width_model, np.array([self.alpha]))  # [1, K + 1]
 
     def new_streams(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """int64 [n] zeros: i.i.d. acceptance needs no per-request state."""
@@ -188,7 +201,19 @@ class IIDAcceptance(AcceptanceModel):
         return self._level_probs(check_widths(widths))
 
     def _level_probs(self, w: np.ndarray) -> np.ndarray:
+        if w.size and w.max() <= TABLE_WIDTH:  # coverage(α, k) looked up: the same numbers
+            return self._table[0, w]
         return self.width_model.coverage(np.full(w.shape, self.alpha), w)
+
+    def kernel_tables(self, row: np.ndarray) -> tuple | None:
+        """``AcceptanceModel.kernel_tables``: a chain is one geometric draw (``draw``'s),
+        another shape one uniform per level against coverage(α, k)."""
+        if not _tabled(row):
+            return None
+        ring = np.zeros(len(row), dtype=np.uint8)  # one level probability for all levels
+        if int(row.max()) <= 1 and self.alpha < 1.0:
+            return KERNEL_GEOMETRIC, 1.0 - self.alpha, NO_RUNS, ring, 1, self._table
+        return KERNEL_LEVELS, 0.0, NO_RUNS, ring, 1, self._table
 
     def draw(self, streams, positions, widths, rng):
         """Accepted depth per sequence: the leading run of independent level successes.
@@ -229,6 +254,7 @@ class PositionalAcceptance(AcceptanceModel):
         self.rates = r
         self.width_model = width_model if width_model is not None else PowerCoverage(1.0)
         self._mean_alpha: float | None = None  # solved on first use, then cached
+        self._table = level_table(self.width_model, r)  # [rates, K + 1]
 
     @classmethod
     def from_marginals(
@@ -266,8 +292,18 @@ class PositionalAcceptance(AcceptanceModel):
 
     def _level_probs(self, w: np.ndarray) -> np.ndarray:
         idx = np.minimum(np.arange(w.shape[1]), self.rates.size - 1)  # [m]
+        if w.size and w.max() <= TABLE_WIDTH:  # coverage(α_i, k) looked up: the same numbers
+            return self._table[idx, w]
         alpha = np.broadcast_to(self.rates[idx], w.shape)  # [B, m]
         return self.width_model.coverage(alpha, w)
+
+    def kernel_tables(self, row: np.ndarray) -> tuple | None:
+        """``AcceptanceModel.kernel_tables``: one uniform per level against coverage(α_i,
+        k), level i's rate the table's i-th (its last past its end)."""
+        if not _tabled(row) or self.rates.size > 256:
+            return None
+        ring = np.minimum(np.arange(len(row)), self.rates.size - 1).astype(np.uint8)
+        return KERNEL_LEVELS, 0.0, NO_RUNS, ring, 1, self._table
 
     def draw(self, streams, positions, widths, rng):
         """Accepted depth per sequence, one fresh Bernoulli draw per level."""
@@ -284,6 +320,20 @@ class PositionalAcceptance(AcceptanceModel):
     def expected_tokens(self, widths) -> float:
         """1 + Σ_d Π_{i<=d} coverage(α_i, k_i)."""
         return float(expected_from_levels(self.level_probs(one_shape(widths)))[0])
+
+
+def level_table(width_model: WidthModel, alphas: np.ndarray) -> np.ndarray:
+    """float [len(alphas), TABLE_WIDTH + 1]: ``width_model``'s coverage of each α with 0..K
+    candidates (what ``draw`` looks up instead of computing per call: the same numbers)."""
+    k = np.arange(TABLE_WIDTH + 1)  # [K + 1]
+    return width_model.coverage(np.repeat(alphas, k.size).reshape(len(alphas), -1),
+                                np.tile(k, (len(alphas), 1)))
+
+
+def _tabled(row: np.ndarray) -> bool:
+    """Whether a shape is within the level tables: at most TABLE_DEPTH levels, none wider
+    than TABLE_WIDTH."""
+    return len(row) <= TABLE_DEPTH and (not len(row) or int(row.max()) <= TABLE_WIDTH)
 
 
 def _count(n: int) -> int:

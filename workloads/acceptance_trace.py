@@ -26,6 +26,7 @@ import numpy as np
 from specdec.errors import UserError
 from specdec.traces import AcceptanceTrace, replay_chain, replay_tree, replay_tree_sampled
 from workloads.acceptance import (
+    KERNEL_RUNS,
     AcceptanceModel,
     check_widths,
     depths,
@@ -150,7 +151,7 @@ class TraceAcceptance(AcceptanceModel):
         sampling mode."""
         if self.mode != "greedy" or (len(row) and int(row.max()) > 1):
             return None
-        return self.trace.run0, _NO_RING, self.size, _NO_TABLE
+        return KERNEL_RUNS, 0.0, self.trace.run0, _NO_RING, self.size, _NO_TABLE
 
     @property
     def mean_alpha(self) -> float:

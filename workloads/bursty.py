@@ -27,16 +27,21 @@ import math
 import numpy as np
 
 from specdec.errors import UserError
-from workloads.acceptance import AcceptanceModel, draw_leading_run, one_shape
+from workloads.acceptance import (
+    KERNEL_LEVELS,
+    NO_RUNS,
+    TABLE_DEPTH,
+    TABLE_WIDTH,
+    AcceptanceModel,
+    draw_leading_run,
+    level_table,
+    one_shape,
+)
 from workloads.coverage import PowerCoverage, WidthModel, check_probability
 
 EASY, HARD = 0, 1
 
-# BurstyAcceptance.draw's table covers levels up to this wide and shapes up to this deep
-TABLE_WIDTH = 16
-TABLE_DEPTH = 64
 _OFFSETS = np.arange(TABLE_DEPTH)
-_NO_RUNS = np.zeros(0, dtype=np.int64)
 
 
 def _mean_tokens(field: str, value: float) -> float:
@@ -111,9 +116,7 @@ class BurstyAcceptance(AcceptanceModel):
         self.tape = regime_tape(self.mean_tokens[0], self.mean_tokens[1], int(tape_tokens), rng)
         # draw's lookups: coverage per (regime, width), and the tape extended so that a
         # verify's guesses never wrap around its end
-        k = np.arange(TABLE_WIDTH + 1)  # [K + 1]
-        self._level_table = self.width_model.coverage(
-            np.repeat(self.beta, k.size).reshape(2, -1), np.tile(k, (2, 1)))  # [2, K + 1]
+        self._level_table = level_table(self.width_model, self.beta)  # [2, K + 1]
         self._ring = np.concatenate(
             (self.tape, self.tape[np.arange(TABLE_DEPTH) % self.tape.size]))  # [tape + depth]
 
@@ -159,7 +162,7 @@ class BurstyAcceptance(AcceptanceModel):
         it does not cover: deeper than ``TABLE_DEPTH`` or wider than ``TABLE_WIDTH``)."""
         if len(row) > TABLE_DEPTH or (len(row) and int(row.max()) > TABLE_WIDTH):
             return None
-        return _NO_RUNS, self._ring, int(self.tape.size), self._level_table
+        return KERNEL_LEVELS, 0.0, NO_RUNS, self._ring, int(self.tape.size), self._level_table
 
     @property
     def mean_alpha(self) -> float:

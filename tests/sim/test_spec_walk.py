@@ -5,9 +5,11 @@ Each case runs the default scenario's speculating variant (a 1B draft for Llama-
 an H100, measured timing) once iteration by iteration and once with the compiled kernels
 from the first iteration, and compares every record: request timestamps and counters,
 iteration rows, the ITL histogram and the end time. The cases cover what the walk does
-(admissions, prefill chunks beside verifies, drafts drawn from the generator or replayed
-from a trace, chains and trees, slots reused, the split where an event comes) and what it
-hands back to the reference path (a draft the budget cuts, a preemption).
+(admissions, prefill chunks beside verifies, depths drawn from the generator -- bursty,
+i.i.d. and positional models, level by level or as one geometric run -- or replayed from a
+trace, chains and trees, a draft model and an EAGLE-3 head, slots reused, the split where
+an event comes) and what it hands back to the reference path (a draft the budget cuts, a
+preemption).
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ CASES = {
     # more requests than slots: a queue admitted into the slots of finished requests
     "queued": ["run.requests=80", BURSTY, FIXED, "workload.rate_per_s=400",
                "scheduler.max_num_seqs=8", "workload.output={kind: uniform, low: 1, high: 30}"],
+    # i.i.d. α: a chain's run is one geometric draw from the replica's generator
+    "iid-chain": ["run.requests=120", "acceptance={kind: iid, alpha: 0.7}", FIXED],
+    # ... and a tree's levels one uniform each (coverage 1 - (1 - α)^(k^θ))
+    "iid-tree": ["run.requests=80", "acceptance={kind: iid, alpha: 0.6, theta: 0.8}",
+                 "variants=[{name: tree, policy: {kind: tree, expansion: [3, 1, 2]}}]"],
+    # per-position conditional rates, deeper than the table (its last rate repeats)
+    "positional": ["run.requests=120", "acceptance={kind: positional, rates: [0.8, 0.6]}",
+                   FIXED],
+    # an EAGLE-3 head drafting (a one-layer draft of the target's width)
+    "eagle3": ["run.requests=120", "acceptance={kind: positional, rates: [0.8, 0.7, 0.6]}",
+               "variants=[{name: e, policy: {kind: fixed, gamma: 3}, "
+               "drafter: {method: eagle3}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
 }
