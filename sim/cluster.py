@@ -104,9 +104,11 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
         closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
                           router, arrived, finished)
     else:
-        process = env.process(arrivals(env, table.arrival_at, router, arrived))
-        if len(replicas) == 1:  # every request comes to it: its arrivals are known ahead
-            replicas[0].feed = ArrivalFeed(env, table.arrival_at, arrived, process)
+        # one replica: every request goes to it (no router to ask), at a time known ahead
+        one = replicas[0] if len(replicas) == 1 else None
+        process = env.process(arrivals(env, table.arrival_at, one or router, arrived))
+        if one is not None:
+            one.feed = ArrivalFeed(env, table.arrival_at, arrived, process)
     return Cluster(env, setup, table, replicas, router, log, arrived)
 
 

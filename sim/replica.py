@@ -153,7 +153,7 @@ class Replica:
         self.log.replica[rid] = self.index
         self.outstanding_requests += 1
         tab = self.table
-        self.outstanding_tokens += int(tab.prompt_tokens[rid] + tab.output_tokens[rid])
+        self.outstanding_tokens += tab.prompt_tokens.item(rid) + tab.output_tokens.item(rid)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 

@@ -45,8 +45,9 @@ class Router:
         self.replicas[self.choose()].submit(rid)
 
 
-def arrivals(env: simpy.Environment, arrival_at, router: Router, counter: list[int]):
-    """The arrival process: submit each request at its arrival time (sorted ascending).
+def arrivals(env: simpy.Environment, arrival_at, router, counter: list[int]):
+    """The arrival process: submit each request at its arrival time (sorted ascending) to
+    ``router`` (a ``Router``, or the one replica: anything with ``submit(rid)``).
 
     ``counter[0]`` counts arrived requests so the runner knows which ones to record.
     Requests arriving at the same instant are submitted without an extra event.
