@@ -100,8 +100,9 @@ class ArrivalFeed:
         return t
 
     def upcoming(self, before: float, most: int) -> tuple[int, int, float]:
-        """(first, stop, next_at): the requests ``first:stop`` (at most ``most``) arrive
-        after now and before ``before``; the next beyond them arrives at ``next_at`` (inf:
+        """(first, stop, next_at): the requests ``first:stop`` (at most ``most``) have not
+        been submitted yet (one may come at this very instant, its event still pending)
+        and arrive before ``before``; the next beyond them arrives at ``next_at`` (inf:
         none before ``before``)."""
         first = self.counter[0]
         stop = int(np.searchsorted(self.arrival_at, before, side="left"))

@@ -1,16 +1,22 @@
-"""``sim.steady``'s stretch compiled: one call plans a whole steady stretch.
+"""The compiled kernels: many iterations of a replica in one call, the same records.
 
 ``stretch`` does, one iteration at a time, what ``sim.steady.plan_numpy`` does with arrays
--- price the iteration as ``hardware.timing.measured`` prices a one-stage pass (the same
-operations in the same order: ``_stage_fixed``, ``_interp``, ``aic.decode_row``,
+-- price the iteration as ``hardware.timing.measured`` prices a one-stage pass (``_pass``:
+the same operations in the same order as ``_stage_fixed``, ``_interp``, ``aic.decode_row``,
 ``_stage_rest``, ``base.largest``), stop at the next event of anyone else, grant each
 sequence's block for its next token if the pool has them all, roll back, emit, and
 release the blocks of the sequences that emit their last token -- on the batch's own copy
-of its state rows. It is compiled with numba when numba is installed (``SPECSIM_NUMBA=0``
-turns that off); without numba ``sim.steady`` plans with numpy instead, and a test checks
-that both give the same stretches, record for record.
+of its state rows. ``walk`` does what the reference path does for any iteration it can
+form as vLLM v1's scheduler would (``sim.steady_walk``): the budget walk, admissions, the
+target's and the draft's passes, the verifies' accepted depths, the advance.
 
-The timing's parameters come from ``MeasuredTiming.kernel_params`` (``params``): scalars in
+They are compiled with numba when numba is installed (``SPECSIM_NUMBA=0`` turns that
+off), each kind on its first use; without numba ``sim.steady`` plans its stretches with
+numpy and everything else takes the reference path, and tests check that all give the
+same records. They live in one file because numba's disk cache is keyed on a function's
+own file: a kernel in another file would keep a stale copy of a helper changed here.
+
+The timings' parameters come from ``MeasuredTiming.kernel_params``: scalars in
 ``PARAM_NAMES`` order, then the tables.
 """
 

@@ -13,12 +13,14 @@ after another finished takes the slot ``Replica.admit`` would give it (the walk 
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 A speculating replica walks too where ``params`` says so (a static policy, a draft model
-drafting serially on the target's GPUs, measured one-stage timings, an acceptance model
-with ``kernel_tables``): each decoder verifies the policy's shape, the walk prices the
-draft's passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
+or EAGLE head of one replica drafting serially, measured one-stage timings, an acceptance
+model with ``kernel_tables``): each decoder verifies the policy's shape, the walk prices
+the draft's passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
 accepted depth is drawn from the replica's own generator in running order (so the
 generator ends where the reference path leaves it) or replayed from a trace. A draft the
-token budget would cut ends the walk: the reference path forms that batch.
+token budget would cut ends the walk, and a batch with a draft behind its sequence
+(``draft_sync: catch_up`` after a cut) does not start one: the reference path forms
+those batches.
 
 Each iteration still lets its own time pass with one ``env.timeout`` (one event per
 iteration). The walk runs up to the next event of anyone else: the iteration that ends at
@@ -52,7 +54,7 @@ import numpy as np
 
 from sim import steady, steady_kernel
 from sim.shapes import draft_feeds, tree_key_term
-from sim.slots import ADMIT, BLOCKS, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
+from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
 
 ENABLED = os.environ.get("SPECSIM_WALK", "1") != "0"
 
@@ -85,12 +87,12 @@ def params(r) -> tuple | None:
     run (the lookahead, then ``row`` to ``dp``), or None: ``r`` never walks.
 
     Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
-    policy (the same shape for every batch, nothing learned), a draft model on the
-    target's GPUs drafting serially (one replica of it, autoregressive; no drafting ahead,
-    no CPU drafting, no lookup drafter, never switched off for a request), one pipeline
-    stage, no prefix cache, the vLLM v1 order, and an acceptance model with
-    ``kernel_tables`` for the shape. Either way both the target's timing and the draft's
-    must be one-stage measured ones (``MeasuredTiming.kernel_params``)."""
+    policy (the same shape for every batch, nothing learned), a draft drafting serially
+    (one replica of a draft model or EAGLE head, autoregressive, on the target's GPUs or
+    its own; no drafting ahead, no CPU drafting, no lookup drafter, never switched off for
+    a request), one pipeline stage, no prefix cache, the vLLM v1 order, and an acceptance
+    model with ``kernel_tables`` for the shape. Either way the target's timing and the
+    draft's must be one-stage measured ones (``MeasuredTiming.kernel_params``)."""
     target = steady.kernel_params(r)
     if target is None or not ENABLED:
         return None
@@ -130,8 +132,10 @@ def plan(r, fn) -> Walk | None:
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]
-    if _any(st[:, RESUMED]):
-        return None  # a recompute: its prefill tokens are counted apart
+    if _any(st[:, RESUMED]) or _any(st[:, DLAG]):
+        # a recompute (its prefill tokens are counted apart), or a draft behind its sequence
+        # (catch_up: the reference's draft pass ingests the tokens it missed)
+        return None
     lim = r.limits
     queued = len(r.waiting)
     w = min(queued, MAX_ROWS)
@@ -235,10 +239,8 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
     n, a = w.n, w.admitted
     slots = w.slots
     if a and not i0:
-        queue = r.waiting  # its first a are admitted (those that arrived during the walk too)
-        rest = list(islice(queue, a, None))
-        queue.clear()
-        queue.extend(rest)
+        for _ in range(a):  # the queue's first a (arrivals during the walk only append)
+            r.waiting.popleft()
         r._admitted += a
         log.first_scheduled_at[w.st[n:n + a, RID]] = w.floats[0, w.adm_iter]  # their start
     if f1 > f0:
