@@ -91,12 +91,16 @@ class ArrivalFeed:
         """When the next event other than the arrival process's own comes (inf: none).
 
         Reads SimPy's event queue (``Environment._queue``: (time, priority, id, event)
-        entries), a handful of entries in a run with one replica."""
+        entries, a handful in a run with one replica); a SimPy that keeps it otherwise gets
+        the next event of anyone (``env.peek()``): walks then stop at every arrival."""
         mine = self.process.target
         t = math.inf
-        for item in self.env._queue:
-            if item[0] < t and item[3] is not mine:
-                t = item[0]
+        try:
+            for item in self.env._queue:
+                if item[0] < t and item[3] is not mine:
+                    t = item[0]
+        except (AttributeError, IndexError, TypeError):
+            return self.env.peek()
         return t
 
     def upcoming(self, before: float, most: int) -> tuple[int, int, float]:

@@ -114,3 +114,16 @@ def test_arrivals_across_the_chunks_they_are_read_in():
     env.run()
     assert [rid for rid, _ in seen] == list(range(n)) and counter[0] == n
     assert [t for _, t in seen] == times.tolist()
+
+
+def test_a_simpy_without_the_queue_it_reads_gives_no_look_ahead(monkeypatch):
+    """Where SimPy keeps its events otherwise, the feed's horizon is the next event of
+    anyone (its own arrival included): walks stop at each arrival, as without a feed."""
+    env = simpy.Environment()
+    times = np.array([1.0, 2.0])
+    counter = [0]
+    process = env.process(arrivals(env, times, Router([_Stub()]), counter))
+    feed = ArrivalFeed(env, times, counter, process)
+    env.run(until=0.5)
+    monkeypatch.setattr(env, "_queue", [(1.0, 1)])  # entries of another shape
+    assert feed.horizon() == env.peek() == 1.0
