@@ -109,15 +109,8 @@ def request_columns(
     horizon_s: float | None = None,
     tasks: Mapping[str, float] | None = None,
 ) -> RequestColumns:
-    """``build_requests`` without a shared prefix, as columns (the same draws)."""
-    cols, _ = _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks)
-    return cols
-
-
-def _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks
-          ) -> tuple[RequestColumns, np.random.Generator]:
-    """The columns ``build_requests`` draws first (four generators spawned from ``rng``:
-    arrivals, prompt lengths, output lengths, tasks), and ``rng`` after the spawning."""
+    """``build_requests`` without a shared prefix, as columns (the same draws: four
+    generators spawned from ``rng`` -- arrivals, prompt lengths, output lengths, tasks)."""
     arr_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
     times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
     count = times_at.size
@@ -131,7 +124,7 @@ def _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks
     return RequestColumns(np.asarray(times_at, dtype=np.float64),
                           np.asarray(prompt, dtype=np.int64),
                           np.asarray(output, dtype=np.int64),
-                          np.asarray(task_idx, dtype=np.int64), names), rng
+                          np.asarray(task_idx, dtype=np.int64), names)
 
 
 def build_requests(
@@ -159,7 +152,7 @@ def build_requests(
     """
     if shared_prefix_tokens < 0 or shared_prefix_groups < 1:
         raise ValueError("shared_prefix_tokens must be >= 0 and shared_prefix_groups >= 1")
-    cols, rng = _draw(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks)
+    cols = request_columns(arrivals, prompt_lengths, output_lengths, rng, n, horizon_s, tasks)
     if not shared_prefix_tokens:
         return cols.specs()
     count, names = len(cols), cols.task_names
