@@ -138,6 +138,7 @@ class Replica:
         self._stretch = None  # the live spec_stretch.Stretch, written back when it ends
         self._walk = steady_walk.params(self)  # the compiled walk's arguments, if it walks
         self._walk_kernel = None  # and the compiled walk, once it uses it
+        self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
         self.process = env.process(self.run())
 
     @property

@@ -190,7 +190,7 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 def _gaps(r) -> np.ndarray:
     """Replica ``r``'s buffer for a walk's gaps (read by ``_write`` before the next walk)."""
-    buf = getattr(r, "_walk_gaps", None)
+    buf = r._walk_gaps
     if buf is None:
         buf = r._walk_gaps = np.empty(GAPS)
     return buf
