@@ -24,6 +24,10 @@ from sim.loading import repo_root
 LAUNCHER = ("import sys; from sim.cli import main; print('ready', flush=True); "
             "sys.exit(main(sys.argv[1:]))")
 SHORT = ["--set", "run.requests=40", "--set", "run.horizon_s=null", "--no-progress"]
+# The commands interrupted below run one iteration at a time (no compiled kernels): how
+# long they take then does not depend on numba's cache, and they are still running when
+# the signal comes (with the kernels, 100,000 requests simulate in a few seconds).
+ITERATION_AT_A_TIME = {**os.environ, "SPECSIM_NUMBA": "0"}
 
 
 def _finished_folders(root):
@@ -46,12 +50,13 @@ def _one_line(err: str) -> str:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_simulation_exits_130_and_leaves_nothing(sig, tmp_path):
     out = tmp_path / "run"
-    # 100k requests per variant simulate for most of a minute (side by side on --workers
-    # processes by default): the signal lands while the engines run.
+    # 100k requests per variant simulate for most of a minute one iteration at a time
+    # (side by side on --workers processes by default): the signal lands while they run.
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, "run", "--set", "run.requests=100000",
          "--set", "run.horizon_s=null", "--no-progress", "--no-report", "--out", str(out)],
-        cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=ITERATION_AT_A_TIME)
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(3.0)  # past parsing and building, into the simulation
     proc.send_signal(sig)
@@ -131,9 +136,9 @@ def test_an_interrupted_plan_says_which_candidates_finished(tmp_path, capsys, mo
 @pytest.mark.timeout(180)
 def test_ctrl_c_stops_a_plan_on_worker_processes_at_once(tmp_path):
     """Ctrl-C signals the whole process group: the workers stop with the plan instead of
-    working through the candidates still queued (the plan runs about 40 s on
-    two workers at 3,000 requests a run -- the example's 300 finish in seconds; after the
-    signal it must be gone within seconds)."""
+    working through the candidates still queued (the plan runs about 40 s on two workers
+    at 3,000 requests a run, one iteration at a time -- the example's 300 finish in
+    seconds; after the signal it must be gone within seconds)."""
     out = tmp_path / "plan"
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, "plan", "scenarios/plan-llama70b.yaml",
@@ -141,7 +146,7 @@ def test_ctrl_c_stops_a_plan_on_worker_processes_at_once(tmp_path):
          "ttft_p99=2s,tpot_p99=50ms", "--set", "run.requests=3000", "--workers", "2",
          "--no-progress", "--out", str(out)],
         cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        start_new_session=True, env=ITERATION_AT_A_TIME)
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(6.0)  # the candidates are being searched on both workers
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
