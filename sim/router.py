@@ -58,9 +58,9 @@ def arrivals(env: simpy.Environment, arrival_at, router, counter: list[int]):
     while i < n:
         if i - lo == len(times):  # (a list of them all took 32 MB per million requests)
             lo, times = i, arrival_at[i:i + _CHUNK].tolist()
-        t = times[i - lo]
-        if t > env.now:
-            yield env.timeout(t - env.now)
+        if times[i - lo] > env.now:  # (a timeout may end a hair short of it: wait again)
+            yield env.timeout(times[i - lo] - env.now)
+            continue
         router.submit(i)  # and the next ones arriving by now, without an event
         i += 1
         counter[0] = i
@@ -76,8 +76,8 @@ class ArrivalFeed:
     A fast path that computes several iterations at once (``sim.steady_walk``) may run
     past these arrivals -- the arrival process still submits each at its time, between the
     replica's iterations, and the queue it joins is only read when an iteration starts --
-    so it needs the next event of *anyone else* (``horizon``) and what comes before it
-    (``upcoming``).
+    so it needs the next event of *anyone else* and when each request before it is
+    submitted (``look``).
     """
 
     def __init__(self, env: simpy.Environment, arrival_at: np.ndarray, counter: list[int],
@@ -87,32 +87,44 @@ class ArrivalFeed:
         self.counter = counter
         self.process = process
 
-    def horizon(self) -> float:
-        """When the next event other than the arrival process's own comes (inf: none).
+    def look(self, most: int) -> tuple[float, int, list[float], float]:
+        """(horizon, first, times, next_at): when the next event other than the arrival
+        process's own comes (inf: none); the requests ``first``, ``first + 1``, ... not
+        submitted yet that are submitted before it, at most ``most`` of them, with the
+        times they are (``times``); when the next one beyond those is (inf: none before the
+        horizon).
 
-        Reads SimPy's event queue (``Environment._queue``: (time, priority, id, event)
-        entries, a handful in a run with one replica); a SimPy that keeps it otherwise gets
-        the next event of anyone (``env.peek()``): walks then stop at every arrival."""
+        A request is submitted at its arrival time as the arrival process's timeouts reach
+        it: ``now + (arrival - now)`` from the time the process last woke, which the float
+        sum can leave a hair off the arrival time (the process then waits again), so the
+        times are worked out as SimPy will add them. Reads SimPy's event queue
+        (``Environment._queue``: (time, priority, id, event) entries, a handful in a run
+        with one replica); a SimPy that keeps it otherwise gets the next event of anyone
+        (``env.peek()``) and no look past it: walks then stop at every arrival."""
         mine = self.process.target
-        t = math.inf
+        horizon, wake = math.inf, None
         try:
             for item in self.env._queue:
-                if item[0] < t and item[3] is not mine:
-                    t = item[0]
+                if item[3] is mine:
+                    wake = item[0]  # when the arrival process wakes next
+                elif item[0] < horizon:
+                    horizon = item[0]
         except (AttributeError, IndexError, TypeError):
-            return self.env.peek()
-        return t
-
-    def upcoming(self, before: float, most: int) -> tuple[int, int, float]:
-        """(first, stop, next_at): the requests ``first:stop`` (at most ``most``) have not
-        been submitted yet (one may come at this very instant, its event still pending)
-        and arrive before ``before``; the next beyond them arrives at ``next_at`` (inf:
-        none before ``before``)."""
+            return self.env.peek(), self.counter[0], [], math.inf
         first = self.counter[0]
-        stop = int(np.searchsorted(self.arrival_at, before, side="left"))
-        if stop - first > most:
-            return first, first + most, float(self.arrival_at[first + most])
-        return first, max(stop, first), math.inf
+        times: list[float] = []
+        if wake is None or first >= len(self.arrival_at):
+            return horizon, first, times, math.inf
+        now = wake
+        for at in self.arrival_at[first:first + most + 1].tolist():
+            while at > now:  # the process's timeouts, as SimPy adds them
+                now = now + (at - now)
+            if not now < horizon:
+                break
+            if len(times) == most:
+                return horizon, first, times, now
+            times.append(now)
+        return horizon, first, times, math.inf
 
 
 def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,

@@ -148,18 +148,15 @@ def plan(r, fn) -> Walk | None:
                 break
     w = len(ids)
     feed = r.feed
+    arr_at = np.full(w, -np.inf)
     if feed is None:
         horizon = r.env.peek()
-        arr_at = np.full(w, -np.inf)
     else:
-        horizon = feed.horizon()
+        horizon, first, times, beyond = feed.look(MAX_ROWS - w)
         if next_at == np.inf:  # the queue is all here: then the arrivals, in order
-            first, stop, next_at = feed.upcoming(horizon, MAX_ROWS - w)
-            ids = np.concatenate((ids, np.arange(first, stop, dtype=np.int64)))
-            arr_at = np.concatenate((np.full(w, -np.inf), feed.arrival_at[first:stop]))
-            w = len(ids)
-        else:
-            arr_at = np.full(w, -np.inf)
+            ids = np.concatenate((ids, np.arange(first, first + len(times), dtype=np.int64)))
+            arr_at = np.concatenate((arr_at, times))
+            w, next_at = len(ids), beyond
     rows = np.zeros((n + w, N_COLS), dtype=np.int64)
     rows[:n] = st
     slots = np.empty(n + w, dtype=np.int64)

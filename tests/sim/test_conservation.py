@@ -70,6 +70,9 @@ POLICIES = {
 # the pipeline livelock: the oldest sequence preempted itself while younger ones were in flight
 @example(n=5, seed=907, policy="g4", chunked=True, max_num_seqs=4, spare_blocks=0, alpha=0.84,
          stages=3)
+# an arrival whose timeout ended a hair short of its time was submitted there, before it
+@example(n=5, seed=1073, policy="g1", chunked=False, max_num_seqs=2, spare_blocks=0,
+         alpha=0.0, stages=2)
 @given(
     n=st.integers(1, 12),
     seed=st.integers(0, 10_000),

@@ -66,8 +66,8 @@ def test_a_colocated_draft_takes_kv_room_and_a_separate_one_does_not():
 
 def test_an_arrival_feed_sees_past_its_own_arrivals_to_the_next_other_event():
     """The feed's horizon is the next event that is not the arrival process's own timeout;
-    ``upcoming`` lists the requests that arrive before it (at most ``most``) and when the
-    first one beyond comes."""
+    it lists the requests submitted before it (at most ``most``) with their times, and
+    when the first one beyond comes."""
     env = simpy.Environment()
     times = np.array([0.0, 1.0, 2.0, 2.0, 3.5, 7.0])
     stub, counter = _Stub(), [0]
@@ -78,20 +78,65 @@ def test_an_arrival_feed_sees_past_its_own_arrivals_to_the_next_other_event():
     def replica():  # what a replica planning a walk at t = 1.5 and t = 8 finds
         yield env.timeout(1.5)
         other = env.timeout(3.5)  # someone else's event at t = 5
-        seen.append((list(stub.got), env.peek(), feed.horizon(), feed.upcoming(5.0, 10),
-                     feed.upcoming(5.0, 2), feed.upcoming(2.0, 10)))
+        seen.append((list(stub.got), env.peek(), feed.look(10), feed.look(2)))
         yield other
         yield env.timeout(3.0)
-        seen.append((list(stub.got), feed.horizon(), feed.upcoming(float("inf"), 10)))
+        seen.append((list(stub.got), feed.look(10)))
 
     env.process(replica())
     env.run()
     inf = float("inf")
-    assert seen[0] == ([0, 1], 2.0, 5.0,
-                       (2, 5, inf),  # 2, 2 and 3.5 come before t = 5
-                       (2, 4, 3.5),  # two of them; the next at 3.5
-                       (2, 2, inf))  # none strictly before t = 2
-    assert seen[1] == ([0, 1, 2, 3, 4, 5], inf, (6, 6, inf))  # all in, nothing to come
+    assert seen[0] == ([0, 1], 2.0,
+                       (5.0, 2, [2.0, 2.0, 3.5], inf),  # 2, 2 and 3.5 come before t = 5
+                       (5.0, 2, [2.0, 2.0], 3.5))  # two of them; the next at 3.5
+    assert seen[1] == ([0, 1, 2, 3, 4, 5], (inf, 6, [], inf))  # all in, nothing to come
+
+
+def test_an_arrival_feed_gives_the_times_requests_are_really_submitted():
+    """The arrival process reaches a time t from the time it last woke, now + (t - now),
+    which the float sum can leave a hair off t (it then waits again): the feed's times are
+    the ones the submissions happen at, exactly, and none is before its arrival time."""
+    rng = np.random.default_rng(2)
+    # each arrival 2-5 times the last: now + (t - now) is then often a hair off t
+    times = np.cumprod(rng.uniform(2.0, 5.0, 300)) * 1e-9
+    env = simpy.Environment()
+    at = []
+
+    class _Clock(_Stub):
+        def submit(self, rid):
+            at.append(env.now)
+
+    counter = [0]
+    process = env.process(arrivals(env, times, Router([_Clock()]), counter))
+    feed = ArrivalFeed(env, times, counter, process)
+    looked = []
+
+    def probe():  # looks ahead at a few instants, as a replica planning a walk does
+        for pause in (0.0, 1e-7, 1e-3, 7.0, 1e30):
+            yield env.timeout(pause)
+            looked.append(feed.look(len(times)))
+
+    env.process(probe())
+    env.run()
+    assert all(a >= t for a, t in zip(at, times, strict=True))
+    off = sum(a != t for a, t in zip(at, times, strict=True))
+    for _, first, ahead, _ in looked:
+        assert ahead == at[first:first + len(ahead)] and first + len(ahead) == len(times)
+    assert off > 0  # the case arises (early arrivals, reached from far below)
+
+
+def test_a_simpy_without_the_queue_it_reads_gives_no_look_ahead(monkeypatch):
+    """Where SimPy keeps its events otherwise, the feed's horizon is the next event of
+    anyone (its own arrival included), with no arrival listed before it: walks stop at
+    each arrival, as without a feed."""
+    env = simpy.Environment()
+    times = np.array([1.0, 2.0])
+    counter = [0]
+    process = env.process(arrivals(env, times, Router([_Stub()]), counter))
+    feed = ArrivalFeed(env, times, counter, process)
+    env.run(until=0.5)
+    monkeypatch.setattr(env, "_queue", [(1.0, 1)])  # entries of another shape
+    assert feed.look(10) == (1.0, 0, [], float("inf")) and env.peek() == 1.0
 
 
 def test_arrivals_across_the_chunks_they_are_read_in():
@@ -114,16 +159,3 @@ def test_arrivals_across_the_chunks_they_are_read_in():
     env.run()
     assert [rid for rid, _ in seen] == list(range(n)) and counter[0] == n
     assert [t for _, t in seen] == times.tolist()
-
-
-def test_a_simpy_without_the_queue_it_reads_gives_no_look_ahead(monkeypatch):
-    """Where SimPy keeps its events otherwise, the feed's horizon is the next event of
-    anyone (its own arrival included): walks stop at each arrival, as without a feed."""
-    env = simpy.Environment()
-    times = np.array([1.0, 2.0])
-    counter = [0]
-    process = env.process(arrivals(env, times, Router([_Stub()]), counter))
-    feed = ArrivalFeed(env, times, counter, process)
-    env.run(until=0.5)
-    monkeypatch.setattr(env, "_queue", [(1.0, 1)])  # entries of another shape
-    assert feed.horizon() == env.peek() == 1.0
