@@ -295,10 +295,80 @@ def _accepted(rng, stream, position, row, ring, tape, table):
     return acc
 
 
+def _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri, reps,
+                   one_pass, group_n, group_ctx, dp):
+    """``sim.draft_pricing.shared_shape_seconds`` of one iteration: every decoding sequence
+    drafts the shape whose serial passes feed ``feeds`` tokens each (``tri`` >= 0: a tree),
+    ``n_pre`` prefill chunks with their sums. One draft replica: the chunks ride in the
+    first pass. ``reps`` > 1 (``hardware.draft.tree_draft_seconds``): sequences split round
+    robin, group g holding ``group_n[g]`` of them with ``group_ctx[g]`` context, the
+    slowest group's passes, then the chunks in a pass of their own. ``one_pass`` (Medusa's
+    heads): one pass over every row, split over the replicas (``one_pass_seconds``)."""
+    if one_pass:
+        if n_dec == 0:
+            return 0.0
+        rows = -(-(n_dec + n_pre) // reps)
+        d, _ = _pass(float(rows), 0.0 + rows, 0.0, float(rows), dp[0], dp[1], dp[2], dp[3],
+                     dp[4], dp[5], dp[6], dp[7], False)
+        return d
+    causal_pre = float(p_new_ctx) + 0.5 * float(p_sq + p_new)  # the chunks' causal keys
+    if n_dec == 0:
+        if not p_new:
+            return 0.0
+        d, _ = _pass(float(p_new), float(p_ctx + p_new), causal_pre, float(n_pre), dp[0],
+                     dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
+        return d
+    d = 0.0
+    if reps > 1:
+        for g in range(reps):
+            b = group_n[g]
+            if b == 0:
+                break
+            total = 0.0
+            before = 0
+            for j in range(len(feeds)):
+                fj = feeds[j]
+                dj, _ = _pass(float(b * fj), float(group_ctx[g] + b * before + b * fj),
+                              float(fj * (group_ctx[g] + b * (j + 1))), float(b), dp[0],
+                              dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
+                total += dj
+                before += fj
+            if total > d:
+                d = total
+        if p_new:
+            dj, _ = _pass(float(p_new), float(p_ctx + p_new), causal_pre, float(n_pre),
+                          dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
+            d += dj
+        return d
+    before = 0
+    for j in range(len(feeds)):
+        fj = feeds[j]
+        ctx = s_ctx + n_dec * before
+        s_new, s_c, s_nc, s_sq = n_dec * fj, ctx, fj * ctx, n_dec * fj * fj
+        m = n_dec
+        if j == 0:
+            m += n_pre
+            s_new += p_new
+            s_c += p_ctx
+            s_nc += p_new_ctx
+            s_sq += p_sq
+        if tri < 0.0:
+            dk = float(s_nc) + 0.5 * float(s_sq + s_new)
+        else:
+            dk = float(fj * (s_ctx + n_dec * (j + 1)))
+            if j == 0:
+                dk += causal_pre
+        dj, _ = _pass(float(s_new), float(s_c + s_new), dk, float(m), dp[0], dp[1], dp[2],
+                      dp[3], dp[4], dp[5], dp[6], dp[7], False)
+        d += dj
+        before += fj
+    return d
+
+
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
-         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, rng, kind, p_geo,
-         runs, ring, tape, table, tp, dp):
+         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass, rng,
+         kind, p_geo, runs, ring, tape, table, tp, dp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
@@ -322,10 +392,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     iteration whose gaps would not fit).
 
     Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
-    draft's serial passes feed ``feeds`` tokens per sequence each (the first also the
-    prefill chunks), a tree's verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for
-    a chain: causal); each decoder's accepted depth comes from the acceptance model's
-    ``kernel_tables`` (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
+    draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
+    the draft, or its heads run in one pass (``one_pass``: ``_draft_seconds``), a tree's
+    verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for a chain: causal); each
+    decoder's accepted depth comes from the acceptance model's ``kernel_tables``
+    (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
     drawn from ``rng`` (a ``numpy.random.Generator``, the replica's) in running order --
     one uniform per level against ``table`` (``_accepted``), or one geometric draw with
     success probability ``p_geo`` (``kind`` 2) -- or, with ``rng`` None, the replayed run
@@ -370,6 +441,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive[:n] = True
     order = np.arange(rows)  # the rows alive, in running order: the first n_alive
     prefilling = np.empty(rows, dtype=np.int64)  # an iteration's prefill rows, in order
+    group_n = np.zeros(max(reps, 1), dtype=np.int64)  # decoders per draft replica
+    group_ctx = np.zeros(max(reps, 1), dtype=np.int64)  # and their context
     n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
     t = now
     k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
@@ -384,6 +457,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         extra = 0
         cut = False
         n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
+        group_n[:] = 0
+        group_ctx[:] = 0
         for o in range(n_alive):
             i = order[o]
             take[i] = 0
@@ -402,6 +477,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 extra += e
             decoding[i] = left == 0
             if left == 0:
+                if reps > 1:  # the draft replica this decoder's drafts go to
+                    group_n[n_dec % reps] += 1
+                    group_ctx[n_dec % reps] += st[i, KV]
                 n_dec += 1
                 s_ctx += st[i, KV]
             else:
@@ -454,38 +532,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     + 0.5 * float(p_sq + p_new))
         v, code = _pass(float(new), float(s_ctx + p_ctx + new), keys, float(n_dec + n_pre),
                         tp[0], tp[1], tp[2], tp[3], tp[4], tp[5], tp[6], tp[7], bound)
-        # ... and the draft's serial passes (draft_pricing.shared_shape_seconds)
+        # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
         if nodes > 0:
-            if n_dec == 0:
-                if p_new:
-                    d, _ = _pass(float(p_new), float(p_ctx + p_new),
-                                 float(p_new_ctx) + 0.5 * float(p_sq + p_new), float(n_pre),
-                                 dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7],
-                                 False)
-            else:
-                before = 0
-                for j in range(len(feeds)):
-                    fj = feeds[j]
-                    ctx = s_ctx + n_dec * before
-                    s_new, s_c, s_nc, s_sq = n_dec * fj, ctx, fj * ctx, n_dec * fj * fj
-                    m = n_dec
-                    if j == 0:
-                        m += n_pre
-                        s_new += p_new
-                        s_c += p_ctx
-                        s_nc += p_new_ctx
-                        s_sq += p_sq
-                    if tri < 0.0:
-                        dk = float(s_nc) + 0.5 * float(s_sq + s_new)
-                    else:
-                        dk = float(fj * (s_ctx + n_dec * (j + 1)))
-                        if j == 0:
-                            dk += float(p_new_ctx) + 0.5 * float(p_sq + p_new)
-                    dj, _ = _pass(float(s_new), float(s_c + s_new), dk, float(m), dp[0],
-                                  dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
-                    d += dj
-                    before += fj
+            d = _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
+                               reps, one_pass, group_n, group_ctx, dp)
         end = t + (d + v)
         last = not end < horizon
         if last and a:
@@ -698,13 +749,14 @@ def _jit_walk(numba, cache: bool, draws: bool):
     return kernel
 
 
-def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None) -> tuple:
+def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,
+               reps: int = 1, one_pass: bool = False) -> tuple:
     """``walk``'s arguments from ``row`` to ``table``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
-    ``AcceptanceModel.kernel_tables``, whose ``runs`` decide whether ``rng`` is used)."""
+    ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used)."""
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, None, 0, 0.0, _NO_ROW, np.zeros(1, dtype=np.uint8),
-                1, np.zeros((1, 1)))
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, None, 0, 0.0, _NO_ROW,
+                np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)))
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
             np.random.default_rng(0)
@@ -712,13 +764,13 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
                   np.ones((1, 2)))
     nodes = int(np.cumprod(row).sum())
     draws = tables[0] != acceptance.KERNEL_RUNS
-    return (row, nodes, feeds, -1.0 if tri is None else float(tri), rng if draws else None,
-            *tables)
+    return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
+            bool(one_pass), rng if draws else None, *tables)
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)
 
 
 _PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass",
-                                              "_decode_one", "_accepted")}
+                                              "_decode_one", "_accepted", "_draft_seconds")}
 _BUILT: dict = {}  # "stretch", "walk", "walk+rng": the compiled kernels (None: not to be had)

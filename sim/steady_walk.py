@@ -13,9 +13,10 @@ after another finished takes the slot ``Replica.admit`` would give it (the walk 
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 A speculating replica walks too where ``params`` says so (a static policy, a draft model
-or EAGLE head of one replica drafting serially, measured one-stage timings, an acceptance
-model with ``kernel_tables``): each decoder verifies the policy's shape, the walk prices
-the draft's passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
+or EAGLE head drafting serially -- one, or one per GPU of a TP target -- or Medusa's
+heads, measured one-stage timings, an acceptance model with ``kernel_tables``): each
+decoder verifies the policy's shape, the walk prices the draft's passes as
+``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
 accepted depth is drawn from the replica's own generator in running order (so the
 generator ends where the reference path leaves it) or replayed from a trace. A draft the
 token budget would cut ends the walk, and a batch with a draft behind its sequence
@@ -87,12 +88,12 @@ def params(r) -> tuple | None:
     run (the lookahead, then ``row`` to ``dp``), or None: ``r`` never walks.
 
     Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
-    policy (the same shape for every batch, nothing learned), a draft drafting serially
-    (one replica of a draft model or EAGLE head, autoregressive, on the target's GPUs or
-    its own; no drafting ahead, no CPU drafting, no lookup drafter, never switched off for
-    a request), one pipeline stage, no prefix cache, the vLLM v1 order, and an acceptance
-    model with ``kernel_tables`` for the shape. Either way the target's timing and the
-    draft's must be one-stage measured ones (``MeasuredTiming.kernel_params``)."""
+    policy (the same shape for every batch, nothing learned), a draft drafting serially (a
+    draft model or EAGLE head, one replica or one per GPU, on the target's GPUs or its own,
+    or Medusa's heads; no drafting ahead, no CPU drafting, no lookup drafter, never switched
+    off for a request), one pipeline stage, no prefix cache, the vLLM v1 order, and an
+    acceptance model with ``kernel_tables`` for the shape. Either way the target's timing
+    and the draft's must be one-stage measured ones (``MeasuredTiming.kernel_params``)."""
     target = steady.kernel_params(r)
     if target is None or not ENABLED:
         return None
@@ -100,9 +101,9 @@ def params(r) -> tuple | None:
         return (0, *steady_kernel.walk_shape(False), target, target)
     policy, draft = r.policy, r.pricer.draft
     if not (getattr(policy, "static", False) and policy.uses_draft and draft is not None
-            and draft.replicas == 1 and not draft.one_pass and r.stages == 1
-            and r.prefix is None and r.limits.order == "vllm_v1" and not r.overlap
-            and not r.cpu_s_per_seq and r.proposal_rate is None and not r.sticky_off):
+            and r.stages == 1 and r.prefix is None and r.limits.order == "vllm_v1"
+            and not r.overlap and not r.cpu_s_per_seq and r.proposal_rate is None
+            and not r.sticky_off):
         return None
     row = policy.shape(1)
     kernel_params = getattr(draft.cost.timing, "kernel_params", None)
@@ -112,7 +113,8 @@ def params(r) -> tuple | None:
         return None
     feeds = np.array(draft_feeds(row), dtype=np.int64)
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
-                                                   r.rng, tables), target, dp)
+                                                   r.rng, tables, draft.replicas,
+                                                   draft.one_pass), target, dp)
 
 
 def compiled(r):
@@ -120,7 +122,7 @@ def compiled(r):
     kernels (``steady.use_kernels``), else None (for good without numba)."""
     fn = r._walk_kernel
     if fn is None and r._walk is not None and steady.use_kernels(r):
-        fn = r._walk_kernel = steady_kernel.compiled_walk(draws=r._walk[5] is not None)
+        fn = r._walk_kernel = steady_kernel.compiled_walk(draws=r._walk[7] is not None)
     return fn
 
 

@@ -1,14 +1,15 @@
 """The compiled walk of a speculating replica (``sim.steady_walk``, ``steady_kernel.walk``
 with a draft) gives the records of the reference path.
 
-Each case runs the default scenario's speculating variant (a 1B draft for Llama-3-8B on
-an H100, measured timing) once iteration by iteration and once with the compiled kernels
-from the first iteration, and compares every record: request timestamps and counters,
-iteration rows, the ITL histogram and the end time. The cases cover what the walk does
-(admissions, prefill chunks beside verifies, depths drawn from the generator -- bursty,
-i.i.d. and positional models, level by level or as one geometric run -- or replayed from a
-trace, chains and trees, a draft model and an EAGLE-3 head, slots reused, the split where
-an event comes) and what it hands back to the reference path (a draft the budget cuts, a
+Each case runs a scenario's speculating variants (the default's unless it names another: a
+1B draft for Llama-3-8B on an H100, measured timing) once iteration by iteration and once
+with the compiled kernels from the first iteration, and compares every record: request
+timestamps and counters, iteration rows, the ITL histogram and the end time. The cases cover
+what the walk does (admissions, prefill chunks beside verifies, depths drawn from the
+generator -- bursty, i.i.d. and positional models, level by level or as one geometric run --
+or replayed from a trace, chains and trees, a draft model (one, or one per GPU of a TP
+target), an EAGLE-3 head and Medusa's heads, slots reused, the split where an event comes)
+and what it hands back to the reference path (a draft the budget cuts or that lags, a
 preemption).
 """
 
@@ -59,6 +60,17 @@ CASES = {
     "eagle3": ["run.requests=120", "acceptance={kind: positional, rates: [0.8, 0.7, 0.6]}",
                "variants=[{name: e, policy: {kind: fixed, gamma: 3}, "
                "drafter: {method: eagle3}}]"],
+    # a draft on each of a TP-4 target's GPUs: sequences split round robin over them
+    "draft-replicas": ["scenario=plan-llama70b", "run.requests=80",
+                       "variants=[{name: c, policy: {kind: fixed, gamma: 4}}, "
+                       "{name: t, policy: {kind: tree, expansion: [3, 1, 1]}}]"],
+    # Medusa's heads: every row in one pass, chains and trees
+    "medusa": ["run.requests=80", 'models.target="vicuna-7b"', "models.draft=null",
+               "workload.prompt.max_tokens=1024", "workload.output.max_tokens=512",
+               "acceptance={kind: positional, rates: [0.8, 0.6, 0.5, 0.4]}",
+               "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
+               "policy: {kind: fixed, gamma: 4}}, {name: mt, drafter: {method: medusa, "
+               "heads: 3}, policy: {kind: tree, expansion: [2, 2, 1]}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
 }
@@ -73,7 +85,10 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
 
     if steady_kernel.compiled_walk() is None:
         pytest.skip("the walk is compiled only with numba")
-    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", CASES[case])
+    sets = CASES[case]
+    name = next((x.split("=")[1] for x in sets if x.startswith("scenario=")), "default")
+    sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml",
+                       [x for x in sets if not x.startswith("scenario=")])
     real = steady_walk.plan
     seen = {"walks": 0, "iterations": 0, "admitted": 0, "mixed": 0, "split": 0,
             "reused": 0}
