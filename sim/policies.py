@@ -249,6 +249,17 @@ class AdaptiveGamma:
         self.last_row = best
         return best
 
+    @property
+    def walk_smoothing(self) -> float | None:
+        """α̂'s EMA weight where ``sim.steady_walk`` can compute this policy's shapes
+        itself (chains, one γ for the batch), else None."""
+        return self.smoothing if self.max_width == 1 and not self.per_sequence else None
+
+    @property
+    def deepest_row(self) -> np.ndarray:
+        """int64 [max_gamma]: the deepest chain this policy drafts."""
+        return self._rows[-1]
+
     def _chain_seconds(self, context) -> list[float]:
         """Seconds of the decoding part with each chain γ = 0..max_gamma."""
         if self.price_chains is not None:  # all at once, the same floats

@@ -305,7 +305,7 @@ def _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tr
     slowest group's passes, then the chunks in a pass of their own. ``one_pass`` (Medusa's
     heads): one pass over every row, split over the replicas (``one_pass_seconds``)."""
     if one_pass:
-        if n_dec == 0:
+        if n_dec == 0 or len(feeds) == 0:
             return 0.0
         rows = -(-(n_dec + n_pre) // reps)
         d, _ = _pass(float(rows), 0.0 + rows, 0.0, float(rows), dp[0], dp[1], dp[2], dp[3],
@@ -319,6 +319,22 @@ def _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tr
                      dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
         return d
     d = 0.0
+    if len(feeds) == 0:  # no guesses: each draft ingests its sequence's new token
+        if reps > 1:  # (vLLM v1 drafts every step; draft_sync every_step) in one pass
+            d, _ = _pass(float(n_dec), float(s_ctx + n_dec), float(s_ctx) + 0.5 * (2 * n_dec),
+                         float(n_dec), dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7],
+                         False)
+            if p_new:
+                dj, _ = _pass(float(p_new), float(p_ctx + p_new), causal_pre, float(n_pre),
+                              dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
+                d += dj
+            return d
+        new = n_dec + p_new  # with the prefill chunks
+        d, _ = _pass(float(new), float(s_ctx + p_ctx + new),
+                     float(s_ctx + p_new_ctx) + 0.5 * float(n_dec + p_sq + new),
+                     float(n_dec + n_pre), dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6],
+                     dp[7], False)
+        return d
     if reps > 1:
         for g in range(reps):
             b = group_n[g]
@@ -365,10 +381,73 @@ def _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tr
     return d
 
 
+def _adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, group_ctx,
+                    tp, dp):
+    """``sim.policies.AdaptiveGamma.shape`` for chains (its ``price_chains``:
+    ``IterationPricer.decode_chain_seconds``): over every decoding row (the scheduler asks
+    the policy before its budget walk), the chain γ in 0..``max_g`` with the most expected
+    tokens per second, D·E(α̂, γ) / seconds, the first on a tie."""
+    nd, sc = 0, 0
+    group_n[:] = 0
+    group_ctx[:] = 0
+    for o in range(n_alive):
+        i = order[o]
+        if st[i, TARGET] == st[i, FILLED]:
+            if reps > 1:
+                group_n[nd % reps] += 1
+                group_ctx[nd % reps] += st[i, KV]
+            nd += 1
+            sc += st[i, KV]
+    if nd == 0:
+        return 0
+    draft = np.zeros(max_g + 1)  # draft_pricing.chain_prefix_seconds
+    if one_pass:
+        rows = -(-nd // reps)
+        one, _ = _pass(float(rows), 0.0 + rows, 0.0, float(rows), dp[0], dp[1], dp[2], dp[3],
+                       dp[4], dp[5], dp[6], dp[7], False)
+        draft[1:] = one
+    elif reps > 1:  # hardware.draft.tree_draft_prefix_seconds of a chain
+        for g in range(reps):
+            b = group_n[g]
+            if b == 0:
+                break
+            total = 0.0
+            for j in range(max_g):
+                dj, _ = _pass(float(b), float(group_ctx[g] + b * j + b),
+                              float(group_ctx[g] + b * (j + 1)), float(b), dp[0], dp[1],
+                              dp[2], dp[3], dp[4], dp[5], dp[6], dp[7], False)
+                total += dj
+                if total > draft[j + 1]:
+                    draft[j + 1] = total
+    else:
+        total = 0.0
+        for j in range(max_g):
+            ctx = sc + nd * j
+            dj, _ = _pass(float(nd), float(ctx + nd), float(ctx) + 0.5 * float(nd + nd),
+                          float(nd), dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7],
+                          False)
+            total += dj
+            draft[j + 1] = total
+    best, best_rate, expected = 0, -1.0, 1.0  # policies.chain_expectations, term by term
+    for g in range(max_g + 1):
+        if g:
+            expected = 1.0 + alpha * expected
+        v = 1 + g
+        new = nd * v
+        seconds, _ = _pass(float(new), float(sc + new), float(v * sc) + 0.5 * float(nd * v * v
+                                                                                     + new),
+                           float(nd), tp[0], tp[1], tp[2], tp[3], tp[4], tp[5], tp[6], tp[7],
+                           False)
+        rate = nd * expected / (draft[g] + seconds)
+        if rate > best_rate:
+            best, best_rate = g, rate
+    return best
+
+
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
-         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass, rng,
-         kind, p_geo, runs, ring, tape, table, tp, dp):
+         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
+         adaptive, alpha, smoothing, rng, kind, p_geo, runs, ring, tape, table, tp, dp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
@@ -393,7 +472,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
 
     Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
     draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
-    the draft, or its heads run in one pass (``one_pass``: ``_draft_seconds``), a tree's
+    the draft, or its heads run in one pass (``one_pass``: ``_draft_seconds``); with
+    ``adaptive`` each iteration's chain is ``AdaptiveGamma``'s (``_adaptive_gamma``, ``row``
+    the deepest: its γ ones), its α̂ folded in after each verify as ``observe`` folds it
+    (EMA weight ``smoothing``, from ``alpha``; γ = 0 feeds each draft its new token); a tree's
     verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for a chain: causal); each
     decoder's accepted depth comes from the acceptance model's ``kernel_tables``
     (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
@@ -411,7 +493,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     ends there (the event comes while it runs), after ``max_steps``, with
     ``first_finish`` after the first that finishes a request, or when nobody is left.
 
-    Returns (k; the iteration rows, float64 [4, k] and int64 [10, k]: the fields of
+    Returns (k; the policy's α̂ after it (``alpha`` without ``adaptive``); the iteration
+    rows, float64 [4, k] and int64 [10, k]: the fields of
     ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
     memory, 2 comm, 3 host, -1 none), the replica left 0; the number of gaps; [n + n_wait]
     each row's last emission and its first token's time (NaN: none in the walk); the rows
@@ -427,6 +510,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     for j in range(len(row)):
         if row[j] > 0:
             depth += 1
+    max_g = depth
+    row = row.copy()  # this iteration's shape (adaptive: a chain of the policy's γ)
+    all_feeds = feeds
     floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
     ints = np.zeros((10, max_steps), dtype=np.int64)
     last_end = np.zeros(rows)
@@ -452,6 +538,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
+        if adaptive:  # the policy's shape for this iteration (asked first, as it is)
+            g = _adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n,
+                                group_ctx, tp, dp)
+            nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
+            for j in range(max_g):
+                row[j] = 1 if j < g else 0
         # 1. the budget walk in running order, and the blocks for each scheduled row
         budget = max_tokens
         extra = 0
@@ -534,7 +626,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         tp[0], tp[1], tp[2], tp[3], tp[4], tp[5], tp[6], tp[7], bound)
         # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
-        if nodes > 0:
+        if nodes > 0 or adaptive:
             d = _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
                                reps, one_pass, group_n, group_ctx, dp)
         end = t + (d + v)
@@ -566,6 +658,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         n_alive += a
         out = 0
         accepted = 0
+        short = 0  # verifies that rejected a guess (AdaptiveGamma.observe's "checked")
         fin_before = nf
         running = n_alive  # the rows of this iteration: order[:running]
         for o in range(running):  # decoders, in running order
@@ -575,9 +668,19 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             held = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
             if held < st[i, BLOCKS]:
                 held = st[i, BLOCKS]  # the grant: blocks for the verify and the lookahead
-            if nodes == 0:
+            if nodes == 0 and not adaptive:
                 keep = _decode_one(st, i, held, block_size)
                 out += 1
+            elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
+                st[i, COUNTS] += 1
+                left = st[i, OUTPUT] - st[i, EMITTED]
+                out += 1 if 1 < left else left
+                st[i, EMITTED] += 1 if 1 < left else left
+                st[i, KV] += 1
+                keep = (st[i, KV] + block_size - 1) // block_size
+                if keep > held:
+                    keep = held
+                st[i, BLOCKS] = keep
             else:  # the verify: counters, the accepted depth, emit, roll the KV back
                 if rng is None:  # a replayed run (no draws)
                     acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
@@ -594,6 +697,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 st[i, COUNTS + 3] += acc
                 st[i, COUNTS + 4] += acc + (1 if acc < depth else 0)
                 accepted += acc
+                short += 1 if acc < depth else 0
                 left = st[i, OUTPUT] - st[i, EMITTED]
                 out += acc + 1 if acc + 1 < left else left
                 st[i, EMITTED] += acc + 1 if acc + 1 < left else left
@@ -632,6 +736,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     free += st[i, BLOCKS]
                     fin[nf], fin_at[nf] = i, end
                     nf += 1
+        if adaptive and nodes > 0 and n_dec > 0 and accepted + short > 0:  # observe
+            alpha += smoothing * (accepted / (accepted + short) - alpha)
         if nf > fin_before:
             for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order
                 stack[n_free] = slots[fin[j]]
@@ -658,8 +764,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         k += 1
         if last or (first_finish and nf > fin_before):
             break
-    return (k, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm, adm_iter[:adm],
-            fin[:nf], fin_at[:nf], free, n_free,
+    return (k, alpha, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm,
+            adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
              free_split, stack_split, nfs_split))
 
@@ -750,12 +856,14 @@ def _jit_walk(numba, cache: bool, draws: bool):
 
 
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,
-               reps: int = 1, one_pass: bool = False) -> tuple:
+               reps: int = 1, one_pass: bool = False, smoothing: float | None = None
+               ) -> tuple:
     """``walk``'s arguments from ``row`` to ``table``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
-    ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used)."""
+    ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used;
+    ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here)."""
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, None, 0, 0.0, _NO_ROW,
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, False, 0.0, 0.0, None, 0, 0.0, _NO_ROW,
                 np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)))
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
@@ -765,12 +873,14 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     nodes = int(np.cumprod(row).sum())
     draws = tables[0] != acceptance.KERNEL_RUNS
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
-            bool(one_pass), rng if draws else None, *tables)
+            bool(one_pass), smoothing is not None, 0.0,
+            0.0 if smoothing is None else float(smoothing), rng if draws else None, *tables)
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)
 
 
 _PYTHON = {name: globals()[name] for name in ("_bisect_left", "_interp", "_pass",
-                                              "_decode_one", "_accepted", "_draft_seconds")}
+                                              "_decode_one", "_accepted", "_draft_seconds",
+                                              "_adaptive_gamma")}
 _BUILT: dict = {}  # "stretch", "walk", "walk+rng": the compiled kernels (None: not to be had)

@@ -12,16 +12,15 @@ roll-backs, first tokens, inter-token gaps, finishes and iteration rows. A reque
 after another finished takes the slot ``Replica.admit`` would give it (the walk keeps the
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
-A speculating replica walks too where ``params`` says so (a static policy, a draft model
-or EAGLE head drafting serially -- one, or one per GPU of a TP target -- or Medusa's
-heads, measured one-stage timings, an acceptance model with ``kernel_tables``): each
-decoder verifies the policy's shape, the walk prices the draft's passes as
-``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
-accepted depth is drawn from the replica's own generator in running order (so the
-generator ends where the reference path leaves it) or replayed from a trace. A draft the
-token budget would cut ends the walk, and a batch with a draft behind its sequence
-(``draft_sync: catch_up`` after a cut) does not start one: the reference path forms
-those batches.
+A speculating replica walks too where ``params`` says so (a static policy or an adaptive one
+over chains, a draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
+target -- or Medusa's heads, measured one-stage timings, an acceptance model with
+``kernel_tables``): each decoder verifies the policy's shape, the walk prices the draft's
+passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's accepted depth
+is drawn from the replica's own generator in running order (so the generator ends where the
+reference path leaves it) or replayed from a trace. A draft the token budget would cut ends
+the walk, and a batch with a draft behind its sequence (``draft_sync: catch_up`` after a
+cut) does not start one: the reference path forms those batches.
 
 Each iteration still lets its own time pass with one ``env.timeout`` (one event per
 iteration). The walk runs up to the next event of anyone else: the iteration that ends at
@@ -71,15 +70,16 @@ class Walk:
     the requests it was given (waiting, or arriving during the walk), ``admitted`` of which
     it admits (all before the split, if there is one), each into ``slots``."""
 
-    __slots__ = ("n", "start", "k", "floats", "ints", "ng", "st", "last_end", "first_at",
-                 "admitted", "adm_iter", "finished", "finished_at", "free", "n_free",
-                 "slots", "stack", "split")
+    __slots__ = ("n", "start", "k", "alpha", "floats", "ints", "ng", "st", "last_end",
+                 "first_at", "admitted", "adm_iter", "finished", "finished_at", "free",
+                 "n_free", "slots", "stack", "split")
 
     def __init__(self, n: int, rows: np.ndarray, slots: np.ndarray, stack: np.ndarray,
                  start: float, got: tuple):
         self.n, self.st, self.slots, self.stack, self.start = n, rows, slots, stack, start
-        (self.k, self.floats, self.ints, self.ng, self.last_end, self.first_at, admitted,
-         self.adm_iter, self.finished, self.finished_at, free, n_free, self.split) = got
+        (self.k, self.alpha, self.floats, self.ints, self.ng, self.last_end, self.first_at,
+         admitted, self.adm_iter, self.finished, self.finished_at, free, n_free,
+         self.split) = got
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
 
 
@@ -88,24 +88,28 @@ def params(r) -> tuple | None:
     run (the lookahead, then ``row`` to ``dp``), or None: ``r`` never walks.
 
     Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
-    policy (the same shape for every batch, nothing learned), a draft drafting serially (a
-    draft model or EAGLE head, one replica or one per GPU, on the target's GPUs or its own,
-    or Medusa's heads; no drafting ahead, no CPU drafting, no lookup drafter, never switched
-    off for a request), one pipeline stage, no prefix cache, the vLLM v1 order, and an
-    acceptance model with ``kernel_tables`` for the shape. Either way the target's timing
-    and the draft's must be one-stage measured ones (``MeasuredTiming.kernel_params``)."""
+    policy (the same shape for every batch, nothing learned) or an adaptive one over chains
+    (``AdaptiveGamma.walk_smoothing``; drafts kept in step every step), a draft drafting
+    serially (a draft model or EAGLE head, one replica or one per GPU, on the target's GPUs
+    or its own, or Medusa's heads; no drafting ahead, no CPU drafting, no lookup drafter,
+    never switched off for a request), one pipeline stage, no prefix cache, the vLLM v1
+    order, and an acceptance model with ``kernel_tables`` for the shape. Either way the
+    target's timing and the draft's must be one-stage measured ones
+    (``MeasuredTiming.kernel_params``)."""
     target = steady.kernel_params(r)
     if target is None or not ENABLED:
         return None
     if steady.applies(r):
         return (0, *steady_kernel.walk_shape(False), target, target)
     policy, draft = r.policy, r.pricer.draft
-    if not (getattr(policy, "static", False) and policy.uses_draft and draft is not None
-            and r.stages == 1 and r.prefix is None and r.limits.order == "vllm_v1"
-            and not r.overlap and not r.cpu_s_per_seq and r.proposal_rate is None
-            and not r.sticky_off):
+    adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy of chains
+    if not ((getattr(policy, "static", False) or adaptive is not None) and policy.uses_draft
+            and draft is not None and r.stages == 1 and r.prefix is None
+            and r.limits.order == "vllm_v1" and not r.overlap and not r.cpu_s_per_seq
+            and r.proposal_rate is None and not r.sticky_off
+            and (adaptive is None or r.draft_sync == "every_step")):
         return None
-    row = policy.shape(1)
+    row = policy.shape(1) if adaptive is None else policy.deepest_row
     kernel_params = getattr(draft.cost.timing, "kernel_params", None)
     dp = kernel_params() if kernel_params is not None else None
     tables = r.acceptance.kernel_tables(row)
@@ -114,7 +118,7 @@ def params(r) -> tuple | None:
     feeds = np.array(draft_feeds(row), dtype=np.int64)
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
                                                    r.rng, tables, draft.replicas,
-                                                   draft.one_pass), target, dp)
+                                                   draft.one_pass, adaptive), target, dp)
 
 
 def compiled(r):
@@ -122,7 +126,7 @@ def compiled(r):
     kernels (``steady.use_kernels``), else None (for good without numba)."""
     fn = r._walk_kernel
     if fn is None and r._walk is not None and steady.use_kernels(r):
-        fn = r._walk_kernel = steady_kernel.compiled_walk(draws=r._walk[7] is not None)
+        fn = r._walk_kernel = steady_kernel.compiled_walk(draws=r._walk[_RNG] is not None)
     return fn
 
 
@@ -173,14 +177,19 @@ def plan(r, fn) -> Walk | None:
         rows[n:, OUTPUT] = tab.output_tokens[ids]
         rows[n:, STREAM] = tab.stream[ids]
     start = r.env.now
+    shape = r._walk
+    if shape[_ADAPTIVE]:  # the policy's α̂ now
+        shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, lim.max_batched_tokens,
-             lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, r._walk[0], start,
+             lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
              horizon, MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r),
-             *r._walk[1:])
+             *shape[1:])
     return Walk(n, rows, slots, stack, start, got) if got[0] else None
 
 
+# where params' tuple holds the adaptive flag, the policy's α̂ and the generator
+_ADAPTIVE, _ALPHA, _RNG = 7, 8, 10
 MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
@@ -223,6 +232,8 @@ def run(r, w: Walk):
     alive[w.finished[nf:]] = False
     _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,
            gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
+    if r._walk[_ADAPTIVE]:  # what observe learned over the walk
+        r.policy.alpha = w.alpha
 
 
 def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,

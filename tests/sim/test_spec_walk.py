@@ -8,9 +8,9 @@ timestamps and counters, iteration rows, the ITL histogram and the end time. The
 what the walk does (admissions, prefill chunks beside verifies, depths drawn from the
 generator -- bursty, i.i.d. and positional models, level by level or as one geometric run --
 or replayed from a trace, chains and trees, a draft model (one, or one per GPU of a TP
-target), an EAGLE-3 head and Medusa's heads, slots reused, the split where an event comes)
-and what it hands back to the reference path (a draft the budget cuts or that lags, a
-preemption).
+target), an EAGLE-3 head and Medusa's heads, static and adaptive policies, slots reused, the
+split where an event comes) and what it hands back to the reference path (a draft the budget
+cuts or that lags, a preemption).
 """
 
 from __future__ import annotations
@@ -71,6 +71,19 @@ CASES = {
                "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
                "policy: {kind: fixed, gamma: 4}}, {name: mt, drafter: {method: medusa, "
                "heads: 3}, policy: {kind: tree, expansion: [2, 2, 1]}}]"],
+    # an adaptive policy (SmartSpec's goodput): each iteration's γ priced and chosen in the
+    # walk, α̂ learned from each verify, γ = 0 feeding each draft its token
+    "adaptive": ["run.requests=120", BURSTY,
+                 "variants=[{name: a, policy: {kind: adaptive, max_gamma: 6}}]"],
+    # ... on a TP-4 target with a draft per GPU, i.i.d. acceptance (geometric runs)
+    "adaptive-replicas": ["scenario=plan-llama70b", "run.requests=80",
+                          "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5}}]"],
+    # ... with Medusa's heads, whose one pass prices every γ alike
+    "adaptive-medusa": ["run.requests=80", 'models.target="vicuna-7b"', "models.draft=null",
+                        "workload.prompt.max_tokens=1024", "workload.output.max_tokens=512",
+                        "acceptance={kind: positional, rates: [0.7, 0.5, 0.4]}",
+                        "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
+                        "policy: {kind: adaptive, max_gamma: 4}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
 }
