@@ -166,6 +166,18 @@ class BatchLadder:
     def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
         """Nothing to learn."""
 
+    @property
+    def walk_ladder(self) -> tuple[np.ndarray, bool] | None:
+        """(γ by batch size, whether the size counts the running requests) where
+        ``sim.steady_walk`` can compute this policy's shapes itself (not sticky), else
+        None."""
+        return None if self.sticky else (self.gamma_by_batch, self.key == "running")
+
+    @property
+    def deepest_row(self) -> np.ndarray:
+        """int64 [max_depth]: the deepest chain this policy drafts."""
+        return self._rows[-1]
+
 
 class AdaptiveGamma:
     """Goodput-maximising draft shape per iteration (SmartSpec's idea).

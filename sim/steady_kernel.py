@@ -41,6 +41,8 @@ if (TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS) != (
     raise ImportError("sim/steady_kernel.py: its state columns differ from sim/slots.py's")
 # the acceptance kind drawn as one geometric run (workloads.acceptance, likewise written out)
 GEOMETRIC = 2
+# walk's shape modes besides a static policy's (0)
+ADAPTIVE, LADDER = 1, 2
 if GEOMETRIC != acceptance.KERNEL_GEOMETRIC:
     raise ImportError("sim/steady_kernel.py: its acceptance kinds differ from "
                       "workloads/acceptance.py's")
@@ -447,7 +449,8 @@ def _adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, g
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
          max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
-         adaptive, alpha, smoothing, rng, kind, p_geo, runs, ring, tape, table, tp, dp):
+         mode, alpha, smoothing, ladder, by_running, rng, kind, p_geo, runs, ring, tape,
+         table, tp, dp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
@@ -472,10 +475,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
 
     Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
     draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
-    the draft, or its heads run in one pass (``one_pass``: ``_draft_seconds``); with
-    ``adaptive`` each iteration's chain is ``AdaptiveGamma``'s (``_adaptive_gamma``, ``row``
-    the deepest: its γ ones), its α̂ folded in after each verify as ``observe`` folds it
-    (EMA weight ``smoothing``, from ``alpha``; γ = 0 feeds each draft its new token); a tree's
+    the draft, or its heads run in one pass (``one_pass``: ``_draft_seconds``). ``mode`` 1
+    (``ADAPTIVE``): each iteration's chain is ``AdaptiveGamma``'s (``_adaptive_gamma``,
+    ``row`` the deepest: its γ ones), its α̂ folded in after each verify as ``observe``
+    folds it (EMA weight ``smoothing``, from ``alpha``); ``mode`` 2 (``LADDER``): the chain
+    of ``ladder[batch size]`` (``BatchLadder``: the running requests with ``by_running``,
+    else the decoding ones; its last γ past its end); with either, γ = 0 feeds each draft
+    its new token (``draft_sync: every_step``). A tree's
     verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for a chain: causal); each
     decoder's accepted depth comes from the acceptance model's ``kernel_tables``
     (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
@@ -493,7 +499,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     ends there (the event comes while it runs), after ``max_steps``, with
     ``first_finish`` after the first that finishes a request, or when nobody is left.
 
-    Returns (k; the policy's α̂ after it (``alpha`` without ``adaptive``); the iteration
+    Returns (k; the policy's α̂ after it (``alpha`` but with ``ADAPTIVE``); the iteration
     rows, float64 [4, k] and int64 [10, k]: the fields of
     ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
     memory, 2 comm, 3 host, -1 none), the replica left 0; the number of gaps; [n + n_wait]
@@ -538,9 +544,18 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
-        if adaptive:  # the policy's shape for this iteration (asked first, as it is)
-            g = _adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n,
-                                group_ctx, tp, dp)
+        if mode:  # the policy's shape for this iteration (asked first, as it is)
+            if mode == ADAPTIVE:
+                g = _adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
+                                    group_n, group_ctx, tp, dp)
+            else:
+                size = n_alive
+                if not by_running:  # the decoding rows
+                    size = 0
+                    for o in range(n_alive):
+                        if st[order[o], TARGET] == st[order[o], FILLED]:
+                            size += 1
+                g = ladder[size if size < len(ladder) else len(ladder) - 1]
             nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
             for j in range(max_g):
                 row[j] = 1 if j < g else 0
@@ -626,7 +641,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         tp[0], tp[1], tp[2], tp[3], tp[4], tp[5], tp[6], tp[7], bound)
         # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
-        if nodes > 0 or adaptive:
+        if nodes > 0 or mode:
             d = _draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
                                reps, one_pass, group_n, group_ctx, dp)
         end = t + (d + v)
@@ -668,7 +683,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             held = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
             if held < st[i, BLOCKS]:
                 held = st[i, BLOCKS]  # the grant: blocks for the verify and the lookahead
-            if nodes == 0 and not adaptive:
+            if nodes == 0 and not mode:
                 keep = _decode_one(st, i, held, block_size)
                 out += 1
             elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
@@ -736,7 +751,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     free += st[i, BLOCKS]
                     fin[nf], fin_at[nf] = i, end
                     nf += 1
-        if adaptive and nodes > 0 and n_dec > 0 and accepted + short > 0:  # observe
+        if mode == ADAPTIVE and nodes > 0 and n_dec > 0 and accepted + short > 0:  # observe
             alpha += smoothing * (accepted / (accepted + short) - alpha)
         if nf > fin_before:
             for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order
@@ -856,15 +871,16 @@ def _jit_walk(numba, cache: bool, draws: bool):
 
 
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,
-               reps: int = 1, one_pass: bool = False, smoothing: float | None = None
-               ) -> tuple:
+               reps: int = 1, one_pass: bool = False, smoothing: float | None = None,
+               ladder: tuple | None = None) -> tuple:
     """``walk``'s arguments from ``row`` to ``table``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used;
-    ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here)."""
+    ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here; ``ladder``:
+    a batch ladder's γ by batch size and whether the size counts the running requests)."""
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, False, 0.0, 0.0, None, 0, 0.0, _NO_ROW,
-                np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)))
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, False, None, 0,
+                0.0, _NO_ROW, np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)))
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
             np.random.default_rng(0)
@@ -872,9 +888,12 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
                   np.ones((1, 2)))
     nodes = int(np.cumprod(row).sum())
     draws = tables[0] != acceptance.KERNEL_RUNS
+    mode = ADAPTIVE if smoothing is not None else LADDER if ladder is not None else 0
+    steps, by_running = ladder if ladder is not None else (_NO_ROW, False)
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
-            bool(one_pass), smoothing is not None, 0.0,
-            0.0 if smoothing is None else float(smoothing), rng if draws else None, *tables)
+            bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),
+            np.asarray(steps, dtype=np.int64), bool(by_running), rng if draws else None,
+            *tables)
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)

@@ -12,15 +12,15 @@ roll-backs, first tokens, inter-token gaps, finishes and iteration rows. A reque
 after another finished takes the slot ``Replica.admit`` would give it (the walk keeps the
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
-A speculating replica walks too where ``params`` says so (a static policy or an adaptive one
-over chains, a draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
-target -- or Medusa's heads, measured one-stage timings, an acceptance model with
-``kernel_tables``): each decoder verifies the policy's shape, the walk prices the draft's
-passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's accepted depth
-is drawn from the replica's own generator in running order (so the generator ends where the
-reference path leaves it) or replayed from a trace. A draft the token budget would cut ends
-the walk, and a batch with a draft behind its sequence (``draft_sync: catch_up`` after a
-cut) does not start one: the reference path forms those batches.
+A speculating replica walks too where ``params`` says so (a static policy, an adaptive one
+over chains or a batch ladder, a draft model or EAGLE head drafting serially -- one, or one
+per GPU of a TP target -- or Medusa's heads, measured one-stage timings, an acceptance model
+with ``kernel_tables``): each decoder verifies the policy's shape, the walk prices the
+draft's passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
+accepted depth is drawn from the replica's own generator in running order (so the generator
+ends where the reference path leaves it) or replayed from a trace. A draft the token budget
+would cut ends the walk, and a batch with a draft behind its sequence (``draft_sync:
+catch_up`` after a cut) does not start one: the reference path forms those batches.
 
 Each iteration still lets its own time pass with one ``env.timeout`` (one event per
 iteration). The walk runs up to the next event of anyone else: the iteration that ends at
@@ -88,14 +88,14 @@ def params(r) -> tuple | None:
     run (the lookahead, then ``row`` to ``dp``), or None: ``r`` never walks.
 
     Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
-    policy (the same shape for every batch, nothing learned) or an adaptive one over chains
-    (``AdaptiveGamma.walk_smoothing``; drafts kept in step every step), a draft drafting
-    serially (a draft model or EAGLE head, one replica or one per GPU, on the target's GPUs
-    or its own, or Medusa's heads; no drafting ahead, no CPU drafting, no lookup drafter,
-    never switched off for a request), one pipeline stage, no prefix cache, the vLLM v1
-    order, and an acceptance model with ``kernel_tables`` for the shape. Either way the
-    target's timing and the draft's must be one-stage measured ones
-    (``MeasuredTiming.kernel_params``)."""
+    policy (the same shape for every batch, nothing learned), an adaptive one over chains
+    (``AdaptiveGamma.walk_smoothing``) or a batch ladder (``BatchLadder.walk_ladder``; both
+    with drafts kept in step every step), a draft drafting serially (a draft model or EAGLE
+    head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
+    drafting ahead, no CPU drafting, no lookup drafter, never switched off for a request),
+    one pipeline stage, no prefix cache, the vLLM v1 order, and an acceptance model with
+    ``kernel_tables`` for the shape. Either way the target's timing and the draft's must be
+    one-stage measured ones (``MeasuredTiming.kernel_params``)."""
     target = steady.kernel_params(r)
     if target is None or not ENABLED:
         return None
@@ -103,13 +103,15 @@ def params(r) -> tuple | None:
         return (0, *steady_kernel.walk_shape(False), target, target)
     policy, draft = r.policy, r.pricer.draft
     adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy of chains
-    if not ((getattr(policy, "static", False) or adaptive is not None) and policy.uses_draft
+    ladder = getattr(policy, "walk_ladder", None)  # a batch ladder (not sticky)
+    varies = adaptive is not None or ladder is not None  # a shape per iteration
+    if not ((getattr(policy, "static", False) or varies) and policy.uses_draft
             and draft is not None and r.stages == 1 and r.prefix is None
             and r.limits.order == "vllm_v1" and not r.overlap and not r.cpu_s_per_seq
             and r.proposal_rate is None and not r.sticky_off
-            and (adaptive is None or r.draft_sync == "every_step")):
+            and (not varies or r.draft_sync == "every_step")):
         return None
-    row = policy.shape(1) if adaptive is None else policy.deepest_row
+    row = policy.deepest_row if varies else policy.shape(1)
     kernel_params = getattr(draft.cost.timing, "kernel_params", None)
     dp = kernel_params() if kernel_params is not None else None
     tables = r.acceptance.kernel_tables(row)
@@ -118,7 +120,8 @@ def params(r) -> tuple | None:
     feeds = np.array(draft_feeds(row), dtype=np.int64)
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
                                                    r.rng, tables, draft.replicas,
-                                                   draft.one_pass, adaptive), target, dp)
+                                                   draft.one_pass, adaptive, ladder),
+            target, dp)
 
 
 def compiled(r):
@@ -178,7 +181,7 @@ def plan(r, fn) -> Walk | None:
         rows[n:, STREAM] = tab.stream[ids]
     start = r.env.now
     shape = r._walk
-    if shape[_ADAPTIVE]:  # the policy's α̂ now
+    if shape[_MODE] == steady_kernel.ADAPTIVE:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, lim.max_batched_tokens,
@@ -188,8 +191,8 @@ def plan(r, fn) -> Walk | None:
     return Walk(n, rows, slots, stack, start, got) if got[0] else None
 
 
-# where params' tuple holds the adaptive flag, the policy's α̂ and the generator
-_ADAPTIVE, _ALPHA, _RNG = 7, 8, 10
+# where params' tuple holds the shape mode, the policy's α̂ and the generator
+_MODE, _ALPHA, _RNG = 7, 8, 12
 MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
@@ -232,7 +235,7 @@ def run(r, w: Walk):
     alive[w.finished[nf:]] = False
     _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,
            gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
-    if r._walk[_ADAPTIVE]:  # what observe learned over the walk
+    if r._walk[_MODE] == steady_kernel.ADAPTIVE:  # what observe learned over the walk
         r.policy.alpha = w.alpha
 
 

@@ -8,9 +8,9 @@ timestamps and counters, iteration rows, the ITL histogram and the end time. The
 what the walk does (admissions, prefill chunks beside verifies, depths drawn from the
 generator -- bursty, i.i.d. and positional models, level by level or as one geometric run --
 or replayed from a trace, chains and trees, a draft model (one, or one per GPU of a TP
-target), an EAGLE-3 head and Medusa's heads, static and adaptive policies, slots reused, the
-split where an event comes) and what it hands back to the reference path (a draft the budget
-cuts or that lags, a preemption).
+target), an EAGLE-3 head and Medusa's heads, static, adaptive and ladder policies, slots
+reused, the split where an event comes) and what it hands back to the reference path (a
+draft the budget cuts or that lags, a preemption).
 """
 
 from __future__ import annotations
@@ -84,6 +84,15 @@ CASES = {
                         "acceptance={kind: positional, rates: [0.7, 0.5, 0.4]}",
                         "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
                         "policy: {kind: adaptive, max_gamma: 4}}]"],
+    # vLLM's batch ladder by running requests, speculation off (γ = 0) past 12 of them
+    "ladder": ["run.requests=150", BURSTY, "workload.rate_per_s=30",
+               "variants=[{name: l, policy: {kind: batch_ladder, "
+               "ladder: [[1, 4, 5], [5, 12, 2], [13, 256, 0]]}}]"],
+    # ... by decoding sequences, γ = 0 between two speculating rungs
+    "ladder-decoding": ["run.requests=150", "acceptance={kind: iid, alpha: 0.7}",
+                        "workload.rate_per_s=30",
+                        "variants=[{name: l, policy: {kind: batch_ladder, ladder: [[1, 4, 5], "
+                        "[5, 8, 2], [9, 12, 0], [13, 256, 1]], key: decoding}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
 }
