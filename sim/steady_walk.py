@@ -112,10 +112,12 @@ def params(r) -> tuple | None:
             and (not varies or r.draft_sync == "every_step")):
         return None
     row = policy.deepest_row if varies else policy.shape(1)
+    if not (row > 0).any():  # it never drafts (a ladder of γ 0 only)
+        return None
     kernel_params = getattr(draft.cost.timing, "kernel_params", None)
     dp = kernel_params() if kernel_params is not None else None
     tables = r.acceptance.kernel_tables(row)
-    if dp is None or tables is None or not (row > 0).any():
+    if dp is None or tables is None:
         return None
     feeds = np.array(draft_feeds(row), dtype=np.int64)
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),

@@ -208,7 +208,7 @@ class IIDAcceptance(AcceptanceModel):
     def kernel_tables(self, row: np.ndarray) -> tuple | None:
         """``AcceptanceModel.kernel_tables``: a chain is one geometric draw (``draw``'s),
         another shape one uniform per level against coverage(α, k)."""
-        if not _tabled(row):
+        if not within_tables(row):
             return None
         ring = np.zeros(len(row), dtype=np.uint8)  # one level probability for all levels
         if int(row.max()) <= 1 and self.alpha < 1.0:
@@ -300,7 +300,7 @@ class PositionalAcceptance(AcceptanceModel):
     def kernel_tables(self, row: np.ndarray) -> tuple | None:
         """``AcceptanceModel.kernel_tables``: one uniform per level against coverage(α_i,
         k), level i's rate the table's i-th (its last past its end)."""
-        if not _tabled(row) or self.rates.size > 256:
+        if not within_tables(row) or self.rates.size > 256:
             return None
         ring = np.minimum(np.arange(len(row)), self.rates.size - 1).astype(np.uint8)
         return KERNEL_LEVELS, 0.0, NO_RUNS, ring, 1, self._table
@@ -330,10 +330,10 @@ def level_table(width_model: WidthModel, alphas: np.ndarray) -> np.ndarray:
                                 np.tile(k, (len(alphas), 1)))
 
 
-def _tabled(row: np.ndarray) -> bool:
-    """Whether a shape is within the level tables: at most TABLE_DEPTH levels, none wider
-    than TABLE_WIDTH."""
-    return len(row) <= TABLE_DEPTH and (not len(row) or int(row.max()) <= TABLE_WIDTH)
+def within_tables(row: np.ndarray) -> bool:
+    """Whether a shape is within the level tables: 1 to TABLE_DEPTH levels, none wider than
+    TABLE_WIDTH."""
+    return 0 < len(row) <= TABLE_DEPTH and int(row.max()) <= TABLE_WIDTH
 
 
 def _count(n: int) -> int:

@@ -149,7 +149,7 @@ class TraceAcceptance(AcceptanceModel):
         """Greedy chains as ``AcceptanceModel.kernel_tables``: the run of rank-0 positions
         from each trace position (``replay_chain``, no draws); None for trees and the
         sampling mode."""
-        if self.mode != "greedy" or (len(row) and int(row.max()) > 1):
+        if self.mode != "greedy" or not len(row) or int(row.max()) > 1:
             return None
         return KERNEL_RUNS, 0.0, self.trace.run0, _NO_RING, self.size, _NO_TABLE
 

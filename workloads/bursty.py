@@ -31,11 +31,11 @@ from workloads.acceptance import (
     KERNEL_LEVELS,
     NO_RUNS,
     TABLE_DEPTH,
-    TABLE_WIDTH,
     AcceptanceModel,
     draw_leading_run,
     level_table,
     one_shape,
+    within_tables,
 )
 from workloads.coverage import PowerCoverage, WidthModel, check_probability
 
@@ -160,7 +160,7 @@ class BurstyAcceptance(AcceptanceModel):
     def kernel_tables(self, row: np.ndarray) -> tuple | None:
         """:meth:`draw`'s table path as ``AcceptanceModel.kernel_tables`` (None for a shape
         it does not cover: deeper than ``TABLE_DEPTH`` or wider than ``TABLE_WIDTH``)."""
-        if len(row) > TABLE_DEPTH or (len(row) and int(row.max()) > TABLE_WIDTH):
+        if not within_tables(row):
             return None
         return KERNEL_LEVELS, 0.0, NO_RUNS, self._ring, int(self.tape.size), self._level_table
 

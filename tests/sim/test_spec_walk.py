@@ -93,6 +93,10 @@ CASES = {
                         "workload.rate_per_s=30",
                         "variants=[{name: l, policy: {kind: batch_ladder, ladder: [[1, 4, 5], "
                         "[5, 8, 2], [9, 12, 0], [13, 256, 1]], key: decoding}}]"],
+    # a ladder that never drafts: no walk (nothing to draw), the reference path's records
+    "ladder-off": ["run.requests=40", "acceptance={kind: iid, alpha: 0.7}",
+                   "variants=[{name: l, policy: {kind: batch_ladder, "
+                   "ladder: [[1, 100000, 0]]}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
 }
@@ -141,6 +145,9 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
     _assert_same_runs(runs[0], runs[1])
     _assert_same_runs(runs[0], runs[2])  # progress slices are events too
     iterations = len(runs[0][0].iterations)
+    if case == "ladder-off":
+        assert seen["walks"] == 0, seen
+        return
     assert seen["walks"] > 0 and seen["admitted"] > 0 and seen["mixed"] > 0, seen
     if case in ("cut", "preempting", "catch-up-cut"):  # the reference path took some
         assert seen["iterations"] < 2 * iterations, (seen, iterations)

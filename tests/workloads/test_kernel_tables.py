@@ -88,9 +88,14 @@ def test_the_contract_gives_the_batch_draw(model, shape):
     assert 0 < got.mean() < (row > 0).sum() or model in ("iid-one",)
 
 
-def test_no_tables_past_their_width_or_depth():
+def test_no_tables_past_their_width_or_depth_or_for_no_guess():
     wide, deep = np.array([17], dtype=np.int64), np.ones(65, dtype=np.int64)
+    none = np.zeros(0, dtype=np.int64)  # a policy that never drafts (a ladder of γ 0)
     for m in (IIDAcceptance(0.5), PositionalAcceptance([0.5]),
               BurstyAcceptance(0.9, 0.3, 40.0, 20.0, np.random.default_rng(0), 1 << 14)):
-        assert m.kernel_tables(wide) is None and m.kernel_tables(deep) is None
+        assert m.kernel_tables(deep) is None and m.kernel_tables(none) is None
+        assert m.kernel_tables(wide) is None
+    trace = TraceAcceptance(_trace(), "greedy")  # replayed runs: chains of any depth
+    assert trace.kernel_tables(none) is None and trace.kernel_tables(wide) is None
+    assert trace.kernel_tables(deep) is not None
     assert TraceAcceptance(_trace(), "sampling").kernel_tables(np.ones(3, np.int64)) is None
