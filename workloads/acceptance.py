@@ -77,7 +77,7 @@ class AcceptanceModel(abc.ABC):
 
         - ``KERNEL_LEVELS``: guess j is accepted when a fresh uniform is below
           ``table[ring[(s + t) % L + j], row[j]]``, one uniform per level of the row, the
-          depth being the leading run (``sim.steady_kernel._accepted``);
+          depth being the leading run (``sim.kernels.base.accepted_depth``);
         - ``KERNEL_RUNS``: nothing is drawn; the depth is ``min(depth, runs[(s + t) % L])``;
         - ``KERNEL_GEOMETRIC``: one geometric draw with success probability ``p``, less
           one, capped at the depth.

@@ -1,0 +1,361 @@
+"""``sim.steady_walk``'s walk compiled: many iterations of a replica in one call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.kernels.base import (
+    ADAPTIVE,
+    BLOCKS,
+    COUNTS,
+    EMITTED,
+    FILLED,
+    GEOMETRIC,
+    KV,
+    OUTPUT,
+    STREAM,
+    TARGET,
+    accepted_depth,
+    decode_one,
+    pass_seconds,
+)
+from sim.kernels.drafting import adaptive_gamma, draft_seconds
+
+
+def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
+         block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
+         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
+         mode, alpha, smoothing, ladder, by_running, rng, kind, p_geo, runs, ring, tape,
+         table, tp, dp):
+    """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
+    (each running row in order gets min(what it wants, the budget left): a decoder its
+    verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
+    ``chunk_tokens``; the blocks for its tokens plus ``lookahead`` slots), then
+    ``admit_waiting`` with what is left (first come first served, while a slot, the budget
+    and the blocks for the first chunk last), priced as ``IterationPricer.price`` prices
+    the batch (the target pass, and with a draft its ``shared_shape_seconds``), then
+    ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
+
+    ``st`` int64 [n + n_wait, N_COLS]: the running rows in running order, then ``n_wait``
+    requests in queue order (RID, TARGET, OUTPUT, STREAM set), updated in place; each of
+    these is in the queue from ``arr_at`` (float64 [n_wait]; -inf: it waits now), and the
+    first request beyond them from ``next_at`` (-inf: one waits now; inf: none before
+    ``horizon``). An arrival is seen by the iterations that start after it; one at the very
+    end of an iteration (after the first) may come before or after the replica moves on,
+    as SimPy orders the two events, so the walk stops there. ``slots`` int64 [n + n_wait]:
+    the running rows' slots; an admitted row takes the slot ``Replica.admit`` would give
+    it, the last of the free-slot stack ``stack`` (int64, ``n_free`` entries), and a
+    finished row's slot goes back on it as ``Replica.finish`` puts it back (both updated in
+    place). ``gaps`` float64: room for the inter-token gaps (the walk stops before an
+    iteration whose gaps would not fit).
+
+    Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
+    draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
+    the draft, or its heads run in one pass (``one_pass``: ``draft_seconds``). ``mode`` 1
+    (``ADAPTIVE``): each iteration's chain is ``AdaptiveGamma``'s (``adaptive_gamma``,
+    ``row`` the deepest: its γ ones), its α̂ folded in after each verify as ``observe``
+    folds it (EMA weight ``smoothing``, from ``alpha``); ``mode`` 2 (``LADDER``): the chain
+    of ``ladder[batch size]`` (``BatchLadder``: the running requests with ``by_running``,
+    else the decoding ones; its last γ past its end); with either, γ = 0 feeds each draft
+    its new token (``draft_sync: every_step``). A tree's
+    verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for a chain: causal); each
+    decoder's accepted depth comes from the acceptance model's ``kernel_tables``
+    (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
+    drawn from ``rng`` (a ``numpy.random.Generator``, the replica's) in running order --
+    one uniform per level against ``table`` (``accepted_depth``), or one geometric draw with
+    success probability ``p_geo`` (``kind`` 2) -- or, with ``rng`` None, the replayed run
+    ``runs[(stream + position) % tape]``, each capped at the depth;
+    ``tp`` and ``dp`` are the target's and the draft's timing parameters
+    (``MeasuredTiming.kernel_params``). Without speculation ``rng`` is None and ``runs``,
+    ``dp`` unused.
+
+    It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
+    draft cut by the budget, a request beyond those it holds to admit, nothing to
+    schedule) or that admits and ends at or after ``horizon``; after an iteration that
+    ends there (the event comes while it runs), after ``max_steps``, with
+    ``first_finish`` after the first that finishes a request, or when nobody is left.
+
+    Returns (k; the policy's α̂ after it (``alpha`` but with ``ADAPTIVE``); the iteration
+    rows, float64 [4, k] and int64 [10, k]: the fields of
+    ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
+    memory, 2 comm, 3 host, -1 none), the replica left 0; the number of gaps; [n + n_wait]
+    each row's last emission and its first token's time (NaN: none in the walk); the rows
+    admitted and the iteration of each; the finished rows in the order they finish and
+    when; the pool's free blocks and the stack's free slots after it; and where the replica
+    stops for the event before the last iteration, if it comes after others: k_split > 0
+    iterations before it, the rows, last emissions, first tokens and rows alive then, the
+    gaps and finished rows so far, the free blocks, the stack and its free slots then).
+    """
+    rows = st.shape[0]
+    verify = 1 + nodes
+    depth = 0
+    for j in range(len(row)):
+        if row[j] > 0:
+            depth += 1
+    max_g = depth
+    row = row.copy()  # this iteration's shape (adaptive: a chain of the policy's γ)
+    all_feeds = feeds
+    floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
+    ints = np.zeros((10, max_steps), dtype=np.int64)
+    last_end = np.zeros(rows)
+    last_end[:n] = last_chunk
+    first_at = np.full(rows, np.nan)
+    adm_iter = np.empty(max(n_wait, 1), dtype=np.int64)
+    fin = np.empty(rows, dtype=np.int64)
+    fin_at = np.empty(rows)
+    take = np.zeros(rows, dtype=np.int64)
+    decoding = np.zeros(rows, dtype=np.bool_)
+    alive = np.zeros(rows, dtype=np.bool_)
+    alive[:n] = True
+    order = np.arange(rows)  # the rows alive, in running order: the first n_alive
+    prefilling = np.empty(rows, dtype=np.int64)  # an iteration's prefill rows, in order
+    group_n = np.zeros(max(reps, 1), dtype=np.int64)  # decoders per draft replica
+    group_ctx = np.zeros(max(reps, 1), dtype=np.int64)  # and their context
+    n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
+    t = now
+    k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
+    st_split = st[:0].copy()
+    last_split = last_end[:0].copy()
+    first_split = first_at[:0].copy()
+    alive_split = alive[:0].copy()
+    stack_split = stack[:0].copy()
+    while k < max_steps and n_alive + (n_wait - adm) > 0:
+        if mode:  # the policy's shape for this iteration (asked first, as it is)
+            if mode == ADAPTIVE:
+                g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
+                                    group_n, group_ctx, tp, dp)
+            else:
+                size = n_alive
+                if not by_running:  # the decoding rows
+                    size = 0
+                    for o in range(n_alive):
+                        if st[order[o], TARGET] == st[order[o], FILLED]:
+                            size += 1
+                g = ladder[size if size < len(ladder) else len(ladder) - 1]
+            nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
+            for j in range(max_g):
+                row[j] = 1 if j < g else 0
+        # 1. the budget walk in running order, and the blocks for each scheduled row
+        budget = max_tokens
+        extra = 0
+        cut = False
+        n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
+        group_n[:] = 0
+        group_ctx[:] = 0
+        for o in range(n_alive):
+            i = order[o]
+            take[i] = 0
+            left = st[i, TARGET] - st[i, FILLED]
+            want = verify if left == 0 else (left if left < chunk_tokens else chunk_tokens)
+            got = want if want < budget else budget
+            if got <= 0:
+                continue
+            if left == 0 and got < want:
+                cut = True  # its draft is cut to fit: a shape of its own
+                break
+            take[i] = got
+            budget -= got
+            e = (st[i, KV] + got + lookahead + block_size - 1) // block_size - st[i, BLOCKS]
+            if e > 0:
+                extra += e
+            decoding[i] = left == 0
+            if left == 0:
+                if reps > 1:  # the draft replica this decoder's drafts go to
+                    group_n[n_dec % reps] += 1
+                    group_ctx[n_dec % reps] += st[i, KV]
+                n_dec += 1
+                s_ctx += st[i, KV]
+            else:
+                prefilling[n_pre] = i
+                n_pre += 1
+                p_new += got
+                p_ctx += st[i, KV]
+                p_new_ctx += got * st[i, KV]
+                p_sq += got * got
+        if cut or extra > free or ng + n_dec > len(gaps):
+            break  # someone must be preempted (the full scheduler), or no room for gaps
+        # 3. admissions (nobody was preempted), counted before anything changes
+        f = free - extra
+        a = 0
+        beyond = False
+        while n_alive + a < max_seqs and budget > 0:
+            w = adm + a
+            came = next_at if w == n_wait else arr_at[w]
+            if not came < t:  # not in the queue yet: at the iteration's start, unsure
+                beyond = came == t and k > 0
+                break
+            if w == n_wait:
+                beyond = True  # a request the walk does not hold
+                break
+            chunk = st[n + w, TARGET]
+            if chunked:
+                if chunk_tokens < chunk:
+                    chunk = chunk_tokens
+                if budget < chunk:
+                    chunk = budget
+            need = (chunk + block_size - 1) // block_size
+            if chunk > budget or need > f:
+                break
+            take[n + w] = chunk
+            a += 1
+            budget -= chunk
+            f -= need
+            n_pre += 1
+            p_new += chunk
+            p_sq += chunk * chunk
+        if beyond or n_dec + n_pre == 0:
+            break  # a request the walk does not hold or may not see, or nothing to run
+        # IterationPricer.price: the target pass of the verifies and the prefill chunks
+        new = n_dec * verify + p_new
+        if tri < 0.0:  # CostModel's causal count
+            keys = float(verify * s_ctx + p_new_ctx) + 0.5 * float(n_dec * verify * verify
+                                                                    + p_sq + new)
+        else:  # the tree mask
+            keys = (float(verify * s_ctx) + n_dec * tri + float(p_new_ctx)
+                    + 0.5 * float(p_sq + p_new))
+        v, code = pass_seconds(float(new), float(s_ctx + p_ctx + new), keys,
+                               float(n_dec + n_pre), tp, bound)
+        # ... and the draft's passes (draft_pricing.shared_shape_seconds)
+        d = 0.0
+        if nodes > 0 or mode:
+            d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
+                               reps, one_pass, group_n, group_ctx, dp)
+        end = t + (d + v)
+        last = not end < horizon
+        if last and a:
+            break  # an admission when the event comes: the scheduler's
+        if last and k:  # the state when it starts: where the replica stops for the event
+            k_split, ng_split, nf_split = k, ng, nf
+            st_split = st.copy()
+            last_split = last_end.copy()
+            first_split = first_at.copy()
+            alive_split = alive.copy()
+            free_split, nfs_split = free, n_free
+            stack_split = stack.copy()
+        # the iteration runs: admissions, grants (below), then sim.step.advance
+        pre_running = n_pre - a  # the running rows' prefills; then the admitted rows'
+        for j in range(a):
+            i = n + adm + j
+            prefilling[pre_running + j] = i
+            order[n_alive + j] = i
+            alive[i] = True
+            decoding[i] = False
+            st[i, BLOCKS] = (take[i] + block_size - 1) // block_size
+            adm_iter[adm + j] = k
+            n_free -= 1
+            slots[i] = stack[n_free]
+        free = f
+        adm += a
+        n_alive += a
+        out = 0
+        accepted = 0
+        short = 0  # verifies that rejected a guess (AdaptiveGamma.observe's "checked")
+        fin_before = nf
+        running = n_alive  # the rows of this iteration: order[:running]
+        for o in range(running):  # decoders, in running order
+            i = order[o]
+            if take[i] == 0 or not decoding[i]:
+                continue
+            held = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
+            if held < st[i, BLOCKS]:
+                held = st[i, BLOCKS]  # the grant: blocks for the verify and the lookahead
+            if nodes == 0 and not mode:
+                keep = decode_one(st, i, held, block_size)
+                out += 1
+            elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
+                st[i, COUNTS] += 1
+                left = st[i, OUTPUT] - st[i, EMITTED]
+                out += 1 if 1 < left else left
+                st[i, EMITTED] += 1 if 1 < left else left
+                st[i, KV] += 1
+                keep = (st[i, KV] + block_size - 1) // block_size
+                if keep > held:
+                    keep = held
+                st[i, BLOCKS] = keep
+            else:  # the verify: counters, the accepted depth, emit, roll the KV back
+                if rng is None:  # a replayed run (no draws)
+                    acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
+                elif kind == GEOMETRIC:  # the run before the first rejection, at once
+                    acc = rng.geometric(p_geo) - 1
+                else:
+                    acc = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], row, ring, tape,
+                                    table)
+                if acc > depth:
+                    acc = depth
+                st[i, COUNTS] += 1
+                st[i, COUNTS + 1] += 1
+                st[i, COUNTS + 2] += nodes
+                st[i, COUNTS + 3] += acc
+                st[i, COUNTS + 4] += acc + (1 if acc < depth else 0)
+                accepted += acc
+                short += 1 if acc < depth else 0
+                left = st[i, OUTPUT] - st[i, EMITTED]
+                out += acc + 1 if acc + 1 < left else left
+                st[i, EMITTED] += acc + 1 if acc + 1 < left else left
+                st[i, KV] += acc + 1
+                keep = (st[i, KV] + block_size - 1) // block_size
+                if keep > held:
+                    keep = held
+                st[i, BLOCKS] = keep
+            free += held - keep
+            gaps[ng] = end - last_end[i]
+            ng += 1
+            last_end[i] = end
+            if st[i, EMITTED] >= st[i, OUTPUT]:
+                alive[i] = False
+                n_alive -= 1
+                free += keep
+                fin[nf], fin_at[nf] = i, end
+                nf += 1
+        for o in range(n_pre):  # prefill chunks: running ones in order, then admitted
+            i = prefilling[o]
+            if o < pre_running:  # the grant (an admitted row took its blocks above)
+                need = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
+                if need > st[i, BLOCKS]:
+                    st[i, BLOCKS] = need
+            st[i, FILLED] += take[i]
+            st[i, KV] += take[i]
+            take[i] = 0
+            if st[i, FILLED] >= st[i, TARGET]:  # the pass that completes it samples a token
+                st[i, EMITTED] += 1
+                out += 1
+                first_at[i] = end
+                last_end[i] = end
+                if st[i, EMITTED] >= st[i, OUTPUT]:
+                    alive[i] = False
+                    n_alive -= 1
+                    free += st[i, BLOCKS]
+                    fin[nf], fin_at[nf] = i, end
+                    nf += 1
+        if mode == ADAPTIVE and nodes > 0 and n_dec > 0 and accepted + short > 0:  # observe
+            alpha += smoothing * (accepted / (accepted + short) - alpha)
+        if nf > fin_before:
+            for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order
+                stack[n_free] = slots[fin[j]]
+                n_free += 1
+            kept = 0
+            for o in range(running):  # the finished leave the running order
+                if alive[order[o]]:
+                    order[kept] = order[o]
+                    kept += 1
+        floats[0, k] = t  # start_at, duration_s, draft_s, verify_s
+        floats[1, k] = end - t
+        floats[2, k] = d
+        floats[3, k] = v
+        ints[1, k] = n_dec + n_pre  # batch_size, decode_seqs, prefill_tokens,
+        ints[2, k] = n_dec  # verify_tokens, drafted_tokens, accepted_tokens,
+        ints[3, k] = p_new  # emitted_tokens, the bound's code, KV blocks used
+        ints[4, k] = n_dec * verify
+        ints[5, k] = n_dec * nodes
+        ints[6, k] = accepted
+        ints[7, k] = out
+        ints[8, k] = code
+        ints[9, k] = cap - free
+        t = end
+        k += 1
+        if last or (first_finish and nf > fin_before):
+            break
+    return (k, alpha, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm,
+            adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free,
+            (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
+             free_split, stack_split, nfs_split))
