@@ -21,7 +21,10 @@ workloads:
                 Sarathi-style chunked prefill (512-token budget), prompts around 256 and
                 outputs around 512 tokens, ~32 sequences running: the cost of an iteration
 
-Peak memory is the whole process's: compare it across runs of one workload each.
+Peak memory is the whole process's: compare it across runs of one workload each. A run
+of 4,000 requests or more computes its iterations with the compiled kernels (numba) from
+the start; the first such run after an install also compiles them (a few seconds, then
+cached), so time the second.
 """
 
 
