@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,8 +110,9 @@ def _jitted(numba, cache: bool, fn):
 @contextlib.contextmanager
 def _cache_dir(numba, cache: bool):
     """While the kernels are jitted with a cache: numba's cache folder set to one for this
-    version of ``sim.kernels`` (the hash of its files' text), next to them or, where that
-    is not writable, under ``$XDG_CACHE_HOME/specsim`` (``~/.cache/specsim``)."""
+    version of ``sim.kernels`` (the hash of its files' text), next to them (where the
+    folders of earlier versions are removed) or, where that is not writable, under
+    ``$XDG_CACHE_HOME/specsim`` (``~/.cache/specsim``)."""
     config = getattr(numba, "config", None)
     if not cache or config is None:
         yield
@@ -130,6 +132,10 @@ def _cache_dir(numba, cache: bool):
         if os.access(candidate, os.W_OK):
             folder = candidate
             break
+    if folder is not None and folder.parent == here / "__pycache__":
+        for old in folder.parent.glob("numba-*"):  # earlier versions' kernels: never read
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
     before = config.CACHE_DIR
     config.CACHE_DIR = str(folder) if folder is not None else before
     try:

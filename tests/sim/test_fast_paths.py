@@ -261,3 +261,35 @@ def test_a_kernel_numba_cannot_build_falls_back(fails_without_cache, monkeypatch
     monkeypatch.setattr(steady_kernel, "_BUILT", {})
     assert steady_kernel.compiled() is None and steady_kernel.compiled_walk(True) is None
     assert fake.asked == [True, False] * 3
+
+
+def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path,
+                                                                        monkeypatch):
+    """numba keys its cache on a function's own file: the kernels get a cache folder named
+    after the hash of every ``sim.kernels`` file, set while they are jitted and put back
+    after (an earlier version's folder beside it is removed); without a writable folder
+    next to them, one under the user's cache."""
+    import hashlib
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from sim import kernels, steady_kernel
+
+    here = Path(kernels.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(here.glob("*.py")):
+        digest.update(path.read_bytes())
+    name = f"numba-{digest.hexdigest()[:16]}"
+    stale = here / "__pycache__" / "numba-0000000000000000"
+    stale.mkdir(parents=True, exist_ok=True)
+    fake = SimpleNamespace(config=SimpleNamespace(CACHE_DIR="before"))
+    with steady_kernel._cache_dir(fake, True):
+        assert fake.config.CACHE_DIR == str(here / "__pycache__" / name)
+    assert fake.config.CACHE_DIR == "before" and not stale.exists()
+    with steady_kernel._cache_dir(fake, False):  # compiled without a cache: nothing set
+        assert fake.config.CACHE_DIR == "before"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(steady_kernel.os, "access", lambda path, mode: "specsim" in str(path))
+    with steady_kernel._cache_dir(fake, True):
+        assert fake.config.CACHE_DIR == str(tmp_path / "specsim" / name)
+    assert fake.config.CACHE_DIR == "before"
