@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     ValidationError,
@@ -39,13 +40,13 @@ from hardware.models import (
 )
 from specdec.errors import UserError
 
-__all__ = ["Catalog", "CollectiveParams", "FrameworkSpec", "GpuSpec", "LinkSpec", "ModelSpec",
-           "RooflineParams", "load_catalog", "DATA_DIR"]
+__all__ = ["Catalog", "CollectiveParams", "EngineMemory", "FrameworkSpec", "GpuSpec",
+           "LinkSpec", "ModelSpec", "RooflineParams", "load_catalog", "DATA_DIR"]
 
 DATA_DIR = Path(__file__).parent / "data"
 _SECTIONS = ("gpus", "links", "models", "frameworks")
 # Mappings inside an entry that a user file overrides field by field (not replaced whole).
-_NESTED = ("roofline", "collective")
+_NESTED = ("roofline", "collective", "memory")
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
@@ -112,6 +113,38 @@ class CollectiveParams(_Frozen):
     source: str
 
 
+class EngineMemory(_Frozen):
+    """What a serving engine keeps on each GPU besides the weights and the KV cache, as an
+    engine that sizes its KV cache from the memory left after a profiling pass sees it
+    (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is a share of what is left after
+    these): the activations of a pass of the whole step token budget at their peak,
+    ``activation_vectors`` hidden-wide 16-bit vectors per budget token (by TP degree: the
+    entry of the largest listed degree <= tp), at least ``min_activation_bytes``; the
+    collective library's buffers (``collective_bytes``, by TP degree the same way, none at
+    TP 1); and ``runtime_bytes`` for the rest (CUDA context, library workspaces, CUDA
+    graphs). Per GPU, bytes."""
+
+    activation_vectors: dict[PositiveInt, NonNegativeFloat] = Field(min_length=1)
+    min_activation_bytes: NonNegativeFloat = 0.0
+    collective_bytes: dict[PositiveInt, NonNegativeFloat] = Field(default_factory=dict)
+    runtime_bytes: NonNegativeFloat = 0.0
+    source: str
+
+    def bytes_per_gpu(self, tp: int, hidden: int, budget_tokens: int) -> float:
+        """The engine's non-KV, non-weight bytes on one GPU of a TP-``tp`` deployment of a
+        model ``hidden`` wide whose steps hold at most ``budget_tokens`` tokens."""
+        vectors = _by_degree(self.activation_vectors, tp)
+        activations = max(vectors * budget_tokens * hidden * 2, self.min_activation_bytes)
+        collective = _by_degree(self.collective_bytes, tp) if tp > 1 else 0.0
+        return activations + collective + self.runtime_bytes
+
+
+def _by_degree(table: dict[int, float], tp: int) -> float:
+    """``table``'s entry at the largest degree <= ``tp`` (0 when there is none)."""
+    keys = [k for k in table if k <= tp]
+    return table[max(keys)] if keys else 0.0
+
+
 class FrameworkSpec(_Frozen):
     """A serving engine: its pinned version, kernel tables and CPU-side overheads.
 
@@ -138,7 +171,9 @@ class FrameworkSpec(_Frozen):
     ``mixed_prefill`` (prompts share the step with the running decodes, as in vLLM v1 and
     TensorRT-LLM's in-flight batching; otherwise a prefill batch runs alone, as SGLang's
     default does). ``scheduler_source`` says where those three come from (unset: SpecSim's
-    defaults, claimed for no engine).
+    defaults, claimed for no engine). ``memory`` is what the engine keeps besides weights
+    and KV (:class:`EngineMemory`; unset: nothing), which a KV cache sized as a share of the
+    memory left (a ``kv_fraction`` measurement row) does not get.
     """
 
     id: str
@@ -156,6 +191,7 @@ class FrameworkSpec(_Frozen):
     chunked_prefill: bool = True
     mixed_prefill: bool = True
     scheduler_source: str | None = None
+    memory: EngineMemory | None = None
     source: str
 
 

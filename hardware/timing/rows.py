@@ -24,6 +24,10 @@ the first block is required, the second optional):
   ``kv_fraction``: the share of the memory the weights leave that the run gave the KV cache
   (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``; default: the deployment's workspace
   margin) -- these two for ``tpot_s`` and ``max_load_tokens_per_s`` rows only;
+  ``cuda_graph_batch_sizes`` (``max_load_tokens_per_s`` only): the decode batch sizes the
+  run captured as CUDA graphs with padding on, space-separated and ascending
+  (TensorRT-LLM's ``cuda_graph_config.batch_sizes`` with ``enable_padding``): a step of
+  decodes only runs at the next captured size up (:mod:`hardware.timing.serving`);
   ``split``: ``fit`` or ``test`` (rows left empty count as ``fit``); ``category``: a label
   results are grouped by; ``notes``: free text.
 
@@ -44,7 +48,8 @@ __all__ = ["MeasuredRow", "read_rows", "REQUIRED", "OPTIONAL", "METRICS"]
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
 OPTIONAL = ("framework", "pin_memory", "streaming", "metric", "output_tokens", "requests",
-            "max_num_tokens", "kv_fraction", "split", "category", "notes")
+            "max_num_tokens", "kv_fraction", "cuda_graph_batch_sizes", "split", "category",
+            "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
@@ -74,6 +79,7 @@ class MeasuredRow:
     requests: int = 0
     max_num_tokens: int | None = None
     kv_fraction: float | None = None
+    cuda_graph_batch_sizes: tuple[int, ...] = ()
     split: str = "fit"
     category: str = ""
     notes: str = ""
@@ -111,6 +117,22 @@ def _fraction(path, line, name, text):
     if not 0.0 < value <= 1.0:
         raise UserError(f"{path}: line {line}: {name}: must be in (0, 1], got {value:g}")
     return value
+
+
+def _sizes(path, line, name, text) -> tuple[int, ...]:
+    """An optional ascending list of positive integers, space-separated; () when empty."""
+    sizes = []
+    for word in text.split():
+        try:
+            size = int(word)
+        except ValueError:
+            raise UserError(f"{path}: line {line}: {name}: must be positive integers "
+                            f"separated by spaces, got {word!r}") from None
+        if size < 1 or (sizes and size <= sizes[-1]):
+            raise UserError(f"{path}: line {line}: {name}: must be positive and ascending, "
+                            f"got {text!r}")
+        sizes.append(size)
+    return tuple(sizes)
 
 
 def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
@@ -151,7 +173,8 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     max_load = metric == "max_load_tokens_per_s"
     for name, users in (("requests", ("max_load_tokens_per_s",)),
                         ("max_num_tokens", ("max_load_tokens_per_s", "tpot_s")),
-                        ("kv_fraction", ("max_load_tokens_per_s", "tpot_s"))):
+                        ("kv_fraction", ("max_load_tokens_per_s", "tpot_s")),
+                        ("cuda_graph_batch_sizes", ("max_load_tokens_per_s",))):
         if get.get(name) and metric not in users:
             raise UserError(f"{path}: line {line}: {name}: only {' and '.join(users)} rows "
                             f"use it; this row's metric is {metric}")
@@ -166,6 +189,8 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     budget = get.get("max_num_tokens") or ""
     max_num_tokens = _int(path, line, "max_num_tokens", budget, 1) if budget else None
     kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
+    graphs = _sizes(path, line, "cuda_graph_batch_sizes",
+                    get.get("cuda_graph_batch_sizes") or "")
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
         tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),
@@ -179,7 +204,8 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         framework=get.get("framework") or "vllm", pin_memory=pin, streaming=streaming,
         metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,
-        kv_fraction=kv_fraction, split=split, category=get.get("category", ""),
+        kv_fraction=kv_fraction, cuda_graph_batch_sizes=graphs, split=split,
+        category=get.get("category", ""),
         notes=get.get("notes", ""), path=str(path),
     )
 

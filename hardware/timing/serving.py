@@ -30,26 +30,38 @@ with (and fitted to) pass times:
   schedule. The engine runs at most ``batch`` requests (its max batch size) and as many
   whole requests as its KV cache holds with each one's prompt + output reserved, as
   TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler does (``kv_fraction``: the cache is
-  that share of the memory the weights leave; KV blocks are not modelled). Each step admits
+  that share of the memory the weights and the engine's own memory leave,
+  ``FrameworkSpec.memory``, as TensorRT-LLM sizes it after a profiling pass; KV blocks are
+  not modelled). Each step admits
   waiting prompts beside its decodes while the step's tokens stay within
   ``max_num_tokens`` (whole prompts, or a fluid of prompt tokens where the framework
   chunks them); a request admitted at step s decodes at steps s + 1 .. s +
   ``output_tokens`` - 1 and frees its slot after, and a stretch where nothing can be
-  admitted until the oldest ones finish is priced once, at its middle context. Ramp-up and
+  admitted until the oldest ones finish is priced once, at its middle context; with
+  ``cuda_graph_batch_sizes`` (CUDA graphs with padding) such a step of decodes only runs
+  at the next captured batch size up, the engine adding dummy requests (the sizes above
+  its largest decode batch, min(``batch``, ``max_num_tokens``), dropped and that batch
+  added: TensorRT-LLM's ``tensorrt_llm/_torch/pyexecutor/model_engine.py`` @001e6700,
+  ``_filter_cuda_graph_batch_sizes``; ``cuda_graph_runner.py`` @7b437aaa,
+  ``_round_up_batch_size`` and ``_get_padded_batch``; ``scheduler.py`` @034fffb0,
+  ``can_run_cuda_graph``: no context requests), every dummy priced as a sequence of the step
+  (its GEMMs, all-reduces and per-sequence cost; its KV, a token or so, is not added);
+  steps that admit prompts run without a graph, as the engine's do. Ramp-up and
   drain are in the total. The capacity rule is TensorRT-LLM's: for vLLM, which admits on
   the current length and preempts, it is an approximation. Engines that run prefills alone
   (``mixed_prefill`` false) and pipelines (``pp`` > 1: micro-batches in flight) are
   refused for this metric.
 
 What is not modelled: queueing (the requests' arrival pattern), preemption, the client's
-own latency, sampling-parameter costs, prefix caching, CUDA-graph padding of decode-only
-steps, and the memory an engine keeps besides weights and KV (activations, CUDA context and
-graphs), which a ``kv_fraction`` row's KV cache therefore overstates.
+own latency, sampling-parameter costs, prefix caching, CUDA-graph padding outside the
+max-load rows that state their graphs, and the engine's own memory where a row states no
+``kv_fraction`` (those rows keep the deployment's workspace margin).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 
 from hardware.catalog import Catalog
@@ -84,12 +96,15 @@ def _decode(cost: CostModel, b: float, ctx: float) -> float:
 
 def _kv_tokens(row: MeasuredRow, cost: CostModel) -> float:
     """Tokens the row's KV cache holds: the deployment's rule, or with ``kv_fraction`` the
-    engine's, TensorRT-LLM's: that fraction of the memory the weights leave (the engine's
-    other memory -- CUDA context, activations, CUDA graphs -- is not modelled). The
-    tightest pipeline stage decides."""
+    engine's, TensorRT-LLM's: that fraction of the memory the weights and the engine's own
+    memory leave (``FrameworkSpec.memory``: a profiling pass's activations at the step
+    budget, collective buffers, the runtime's). The tightest pipeline stage decides."""
     if row.kv_fraction is None:
         return float(cost.kv_capacity_tokens())
     hbm = cost.dep.gpu.hbm_capacity_bytes
+    memory = cost.framework.memory
+    if memory is not None:
+        hbm -= memory.bytes_per_gpu(row.tp, cost.dep.model.shape.hidden, _budget(row, cost))
     return max(min(row.kv_fraction * (hbm - w) / per_token for w, per_token in
                    zip(cost.resident_weight_bytes(), cost.stage_kv_bytes_per_token,
                        strict=True)), 0.0)
@@ -135,6 +150,24 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
     return (busy + idle * step(0.0)) / out
 
 
+def _graph_batches(sizes: tuple[int, ...], largest: int) -> tuple[int, ...]:
+    """The decode batch sizes an engine runs as padded CUDA graphs, from the ones its run
+    asked for: those up to its largest decode batch (``min(max batch size,
+    max_num_tokens)``), and that largest batch itself when a size above it was asked for
+    (TensorRT-LLM's ``_filter_cuda_graph_batch_sizes``, see the module notes)."""
+    kept = tuple(s for s in sizes if s <= largest)
+    if len(kept) < len(sizes) and (not kept or kept[-1] < largest):
+        kept += (largest,)
+    return kept
+
+
+def _padded(graphs: tuple[int, ...], running: float) -> float:
+    """The batch a step of ``running`` decodes runs at: the next captured size up (none
+    captured, or more decodes than the largest: as it is)."""
+    i = bisect_left(graphs, running - _CRUMB)
+    return float(graphs[i]) if i < len(graphs) else running
+
+
 def _max_load(row: MeasuredRow, cost: CostModel) -> float:
     """Total output tokens/s of an offline max-load run (``max_load_tokens_per_s``),
     stepped through the run's schedule.
@@ -159,6 +192,7 @@ def _max_load(row: MeasuredRow, cost: CostModel) -> float:
                         f"of {isl} + {osl} tokens does not fit (the KV cache holds "
                         f"{fits} such requests, the step budget is {budget} tokens)")
     cap = float(min(row.batch, fits))
+    graphs = _graph_batches(row.cuda_graph_batch_sizes, min(row.batch, budget))
     pass_s = cost.pass_seconds_sums
     cohorts: deque[tuple[int, float]] = deque()  # (admission step, requests), oldest first
     running = admitted_steps = 0.0  # requests decoding; sum of requests x admission step
@@ -193,7 +227,8 @@ def _max_load(row: MeasuredRow, cost: CostModel) -> float:
         # nothing can be admitted until the oldest cohort has finished: equal decode steps
         steps = cohorts[0][0] + osl - t
         ctx = running * (isl - 1 + t + (steps - 1) / 2) - admitted_steps
-        total += steps * pass_s(running, ctx, ctx, running, n_seqs=running)
+        b = _padded(graphs, running)  # decodes only: a CUDA graph's batch, dummies added
+        total += steps * pass_s(b, ctx, ctx, b, n_seqs=b)
         t += steps
     return n * osl / total
 

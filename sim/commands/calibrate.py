@@ -24,8 +24,10 @@ metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu, max_load_tokens_pe
 total output tokens/s of an offline max-load run, batch = its max batch size),
 output_tokens, requests (max_load_tokens_per_s only: how many the run served),
 max_num_tokens (the run's step token budget) and kv_fraction (the share of the memory left
-after weights that the run gave the KV cache; both for tpot_s and max_load_tokens_per_s
-rows), split (fit / test: test rows are held out and only reported), category, notes.
+after weights and the engine's own memory that the run gave the KV cache; both for tpot_s
+and max_load_tokens_per_s rows), cuda_graph_batch_sizes (max_load_tokens_per_s only: the
+CUDA-graph batch sizes the run padded its decode-only steps to, space-separated), split
+(fit / test: test rows are held out and only reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
 per-layer and per-sequence overheads, its elementwise kernels' bandwidth (act_passes:
 hidden-wide activation vectors per token per block, where at least six of its fit rows

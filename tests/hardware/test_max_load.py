@@ -68,13 +68,21 @@ def test_whole_prompts_are_admitted_as_the_step_budget_and_the_cap_allow():
     assert got == pytest.approx(6 * 10 / want, rel=1e-12)
 
 
+def _left(cost, row) -> float:
+    """What a fractional KV cache is a share of: the memory the weights and the engine's
+    own memory leave on a GPU."""
+    memory = cost.framework.memory.bytes_per_gpu(row.tp, cost.dep.model.shape.hidden,
+                                                 row.max_num_tokens)
+    return cost.dep.gpu.hbm_capacity_bytes - cost.resident_weight_bytes()[0] - memory
+
+
 def test_the_kv_cache_caps_the_running_batch():
     """kv_fraction sizes the KV cache as TensorRT-LLM does (a share of what the weights
-    leave), so a smaller fraction runs fewer requests at once: lower throughput."""
+    and the engine's own memory leave), so a smaller fraction runs fewer requests at
+    once: lower throughput."""
     _, cost = _priced(_row())
     per_request = cost.stage_kv_bytes_per_token[0] * 110
-    hbm, weights = cost.dep.gpu.hbm_capacity_bytes, cost.resident_weight_bytes()[0]
-    fraction = 2.5 * per_request / (hbm - weights)  # room for 2 whole requests
+    fraction = 2.5 * per_request / _left(cost, _row())  # room for 2 whole requests
     small, _ = _priced(_row(kv_fraction=fraction, batch=64, requests=40))
     large, _ = _priced(_row(kv_fraction=0.9, batch=64, requests=40))
     assert small < large / 4
@@ -290,3 +298,129 @@ def test_the_trtllm_bench_rows_state_the_settings_its_heuristic_picks():
     for r in rows:
         assert (r.batch, r.max_num_tokens) == _heuristic(r), r.line
         assert not r.streaming and r.kv_fraction == 0.95 and r.framework == "trtllm"
+        # the doc's llm_options.yml for dense models (cuda_graph_config, enable_padding)
+        assert r.cuda_graph_batch_sizes == (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512,
+                                            1024, 2048, 4096, 8192), r.line
+
+
+def test_a_fractional_kv_cache_is_a_share_of_what_weights_and_engine_leave():
+    """TensorRT-LLM takes its fraction of the memory left after a profiling pass: the
+    weights, the pass's activations at the step budget, NCCL's buffers and the runtime's
+    own (frameworks.yaml, trtllm.memory); a deployment-rule row (no kv_fraction) keeps the
+    deployment's workspace margin instead."""
+    from hardware.timing.serving import _kv_tokens
+
+    for tp, budget in ((1, 1000), (2, 8192), (8, 2048)):
+        row = _row(model="llama-3.1-70b", gpu="h200", tp=tp, max_num_tokens=budget,
+                   kv_fraction=0.95)
+        _, cost = _priced(row)
+        want = 0.95 * _left(cost, row) / cost.stage_kv_bytes_per_token[0]
+        assert _kv_tokens(row, cost) == pytest.approx(want, rel=1e-12)
+    row = _row(kv_fraction=None)
+    _, cost = _priced(row)
+    assert _kv_tokens(row, cost) == cost.kv_capacity_tokens()
+
+
+def test_the_engine_memory_by_tp_degree():
+    """Activations: 2 bytes x budget tokens x hidden x the vectors of the largest listed
+    degree <= tp (at least the floor); collective buffers only under TP; plus the
+    runtime's bytes."""
+    from hardware.catalog import EngineMemory
+
+    m = EngineMemory(activation_vectors={1: 11, 2: 6.5, 4: 5}, min_activation_bytes=1e6,
+                     collective_bytes={2: 300.0, 4: 400.0}, runtime_bytes=7.0, source="t")
+    assert m.bytes_per_gpu(1, 100, 1000) == 2 * 1000 * 100 * 11 + 7.0
+    assert m.bytes_per_gpu(3, 100, 1000) == 2 * 1000 * 100 * 6.5 + 300.0 + 7.0
+    assert m.bytes_per_gpu(8, 100, 1000) == 2 * 1000 * 100 * 5 + 400.0 + 7.0
+    assert m.bytes_per_gpu(1, 10, 10) == 1e6 + 7.0  # the floor
+    trt = CAT.framework("trtllm").memory
+    # Llama-3.1-70B (hidden 8192) at TP 1 with an 8192-token budget: 1.375 GiB of
+    # activations, no NCCL buffers, 3.5 GiB for the runtime
+    assert trt.bytes_per_gpu(1, 8192, 8192) == pytest.approx((1.375 + 3.5) * 2**30)
+    assert CAT.framework("vllm").memory is None
+
+
+def test_graph_batches_follow_the_engine_filter():
+    """The sizes a run asked for up to the engine's largest decode batch, plus that batch
+    when a larger size was asked for; decodes run at the next size up."""
+    from hardware.timing.serving import _graph_batches, _padded
+
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+    assert _graph_batches(sizes, 640) == (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640)
+    assert _graph_batches(sizes, 8192) == sizes
+    assert _graph_batches(sizes, 10000) == sizes  # nothing above it asked for
+    assert _graph_batches((), 640) == ()
+    assert _graph_batches((1024,), 640) == (640,)
+    graphs = _graph_batches(sizes, 640)
+    assert [_padded(graphs, b) for b in (1, 3, 384, 385, 556, 640)] == \
+        [1, 4, 384, 512, 640, 640]
+    assert _padded((), 556) == 556
+    assert _padded((1, 2, 4), 5.0) == 5.0  # more decodes than any graph: run as is
+
+
+def test_decode_only_steps_run_at_the_padded_batch():
+    """Three requests of a max batch of 4 with graphs 1, 2, 4, 8: the decode-only steps
+    run a graph of 4 (one dummy request added), the admission step runs as it is."""
+    row = _row(batch=4, requests=3, cuda_graph_batch_sizes=(1, 2, 4, 8))
+    got, cost = _priced(row)
+    isl = 100
+
+    def padded(b, ctx_sum):
+        return cost.pass_seconds_sums(b, ctx_sum, ctx_sum, b, n_seqs=b)
+
+    want = _step(cost, 0, 0.0, 3, isl) + 9 * padded(4, 3 * 104.0)
+    assert got == pytest.approx(3 * 10 / want, rel=1e-12)
+    plain, _ = _priced(_row(batch=4, requests=3))
+    assert got < plain
+    exact, _ = _priced(_row(batch=4, requests=4, cuda_graph_batch_sizes=(1, 2, 4, 8)))
+    assert exact == _priced(_row(batch=4, requests=4))[0]  # 4 decodes: a graph of 4
+
+
+def test_the_graph_sizes_are_read(tmp_path):
+    (r,) = read_rows(_write(tmp_path / "m.csv", {"requests": "10",
+                                                 "cuda_graph_batch_sizes": "1 2 4 384"}))
+    assert r.cuda_graph_batch_sizes == (1, 2, 4, 384)
+    (r,) = read_rows(_write(tmp_path / "n.csv", {"requests": "10"}))
+    assert r.cuda_graph_batch_sizes == ()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("1 2 x", "must be positive integers separated by spaces, got 'x'"),
+    ("4 2", "must be positive and ascending, got '4 2'"),
+    ("0 1", "must be positive and ascending, got '0 1'"),
+    ("2 2", "must be positive and ascending, got '2 2'"),
+])
+def test_bad_graph_sizes_are_one_line(tmp_path, text, message):
+    path = _write(tmp_path / "m.csv", {"requests": "10", "cuda_graph_batch_sizes": text})
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == f"{path}: line 2: cuda_graph_batch_sizes: {message}"
+
+
+def test_graph_sizes_on_a_row_that_does_not_use_them_are_refused(tmp_path):
+    header = [*REQUIRED, "cuda_graph_batch_sizes"]
+    values = ["llama-3.1-8b", "h100", "1", "1", "16", "16", "", "8", "128", "1", "0",
+              "0.01", "test", "1 2 4"]
+    path = tmp_path / "m.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, values])
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == (f"{path}: line 2: cuda_graph_batch_sizes: only "
+                              "max_load_tokens_per_s rows use it; this row's metric is step_s")
+
+
+def test_a_user_catalog_changes_one_engine_memory_field(tmp_path):
+    """The engine's memory merges field by field, like a GPU's roofline block; a bad value
+    is one line naming the file and field."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("frameworks:\n  trtllm:\n    memory:\n      runtime_bytes: 1.0e9\n")
+    mine = load_catalog(path).framework("trtllm").memory
+    shipped = CAT.framework("trtllm").memory
+    assert mine.runtime_bytes == 1e9
+    assert mine.model_dump(exclude={"runtime_bytes"}) == \
+        shipped.model_dump(exclude={"runtime_bytes"})
+    path.write_text("frameworks:\n  trtllm:\n    memory:\n      runtime_bytes: -1\n")
+    with pytest.raises(UserError, match=r"mine\.yaml: frameworks\.trtllm\.memory\."
+                                        r"runtime_bytes: Input should be greater than"):
+        load_catalog(path)
