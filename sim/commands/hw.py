@@ -230,6 +230,17 @@ def run_step(args: argparse.Namespace) -> int:
     return 0
 
 
+
+def _engine_memory(m) -> str:
+    """A framework's own memory per GPU, as ``hw list`` shows it."""
+    vectors = "/".join(f"{v:g}" for v in m.activation_vectors.values())
+    degrees = "/".join(str(k) for k in m.activation_vectors)
+    return (f"; own memory per GPU: {m.runtime_bytes / 2**30:.2f} GiB + activations "
+            f"{vectors} hidden-wide vectors per budget token (TP {degrees})"
+            + (f" + collective buffers {min(m.collective_bytes.values()) / 2**20:.0f}-"
+               f"{max(m.collective_bytes.values()) / 2**20:.0f} MiB under TP"
+               if m.collective_bytes else ""))
+
 def run_list(args: argparse.Namespace) -> int:
     """Handler of ``specsim hw list``."""
     catalog = load_catalog(args.catalog)
@@ -282,6 +293,7 @@ def run_list(args: argparse.Namespace) -> int:
                  if f.act_passes else "")
               + (f"; offload copies at {f.host_efficiency:.2f} of the host link's efficiency"
                  if f.host_efficiency != 1.0 else "")
+              + (_engine_memory(f.memory) if f.memory is not None else "")
               + f"; scheduler: {f.max_num_batched_tokens} tokens/step, "
               + ("chunked" if f.chunked_prefill else "whole") + " prompts, "
               + ("with the decodes" if f.mixed_prefill else "prefill batches alone")

@@ -209,3 +209,7 @@ def test_list_says_what_stands_behind_each_gpus_timing(capsys):
     assert "timing: measured tables h100_sxm; roofline calibrated:" in out
     assert "timing: no measured tables; roofline borrowed:" in out
     assert "Frameworks" in out and "nvlink4" in out and "call" in out
+    assert "own memory per GPU: 3.50 GiB + activations 11/6.5/5/5 hidden-wide vectors per " \
+           "budget token (TP 1/2/4/8) + collective buffers 342-392 MiB under TP" in out
+    assert data["frameworks"]["trtllm"]["memory"]["runtime_bytes"] == 3.5 * 2**30
+    assert data["frameworks"]["vllm"]["memory"] is None
