@@ -118,8 +118,10 @@ class EngineMemory(_Frozen):
     engine that sizes its KV cache from the memory left after a profiling pass sees it
     (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is a share of what is left after
     these): the activations of a pass of the whole step token budget at their peak,
-    ``activation_vectors`` hidden-wide 16-bit vectors per budget token (by TP degree: the
-    entry of the largest listed degree <= tp), at least ``min_activation_bytes``; the
+    ``activation_vectors`` 16-bit vectors as wide as the attention's heads (heads x head
+    dim, the hidden size of a Llama) per budget token (by TP degree: the entry of the
+    largest listed degree <= tp, SpecSim's extension to degrees the source does not list),
+    at least ``min_activation_bytes``; the
     collective library's buffers (``collective_bytes``, by TP degree the same way, none at
     TP 1); and ``runtime_bytes`` for the rest (CUDA context, library workspaces, CUDA
     graphs). Per GPU, bytes."""
@@ -130,11 +132,12 @@ class EngineMemory(_Frozen):
     runtime_bytes: NonNegativeFloat = 0.0
     source: str
 
-    def bytes_per_gpu(self, tp: int, hidden: int, budget_tokens: int) -> float:
+    def bytes_per_gpu(self, tp: int, width: int, budget_tokens: int) -> float:
         """The engine's non-KV, non-weight bytes on one GPU of a TP-``tp`` deployment of a
-        model ``hidden`` wide whose steps hold at most ``budget_tokens`` tokens."""
+        dense model whose attention is ``width`` wide (heads x head dim) and whose steps
+        hold at most ``budget_tokens`` tokens."""
         vectors = _by_degree(self.activation_vectors, tp)
-        activations = max(vectors * budget_tokens * hidden * 2, self.min_activation_bytes)
+        activations = max(vectors * budget_tokens * width * 2, self.min_activation_bytes)
         collective = _by_degree(self.collective_bytes, tp) if tp > 1 else 0.0
         return activations + collective + self.runtime_bytes
 

@@ -45,7 +45,7 @@ with (and fitted to) pass times:
   ``_filter_cuda_graph_batch_sizes``; ``cuda_graph_runner.py`` @7b437aaa,
   ``_round_up_batch_size`` and ``_get_padded_batch``; ``scheduler.py`` @034fffb0,
   ``can_run_cuda_graph``: no context requests), every dummy priced as a sequence of the step
-  (its GEMMs, all-reduces and per-sequence cost; its KV, a token or so, is not added);
+  (its GEMMs, all-reduces and per-sequence cost; its own KV, a token each, is left out);
   steps that admit prompts run without a graph, as the engine's do. Ramp-up and
   drain are in the total. The capacity rule is TensorRT-LLM's: for vLLM, which admits on
   the current length and preempts, it is an approximation. Engines that run prefills alone
@@ -102,9 +102,14 @@ def _kv_tokens(row: MeasuredRow, cost: CostModel) -> float:
     if row.kv_fraction is None:
         return float(cost.kv_capacity_tokens())
     hbm = cost.dep.gpu.hbm_capacity_bytes
-    memory = cost.framework.memory
+    memory, shape = cost.framework.memory, cost.dep.model.shape
     if memory is not None:
-        hbm -= memory.bytes_per_gpu(row.tp, cost.dep.model.shape.hidden, _budget(row, cost))
+        if shape.n_experts or not shape.n_heads:
+            raise UserError(f"kv_fraction: {row.model} under {row.framework}: the engine's "
+                            f"memory (frameworks.yaml {row.framework}.memory) is a dense "
+                            f"transformer's; MoE and attention-free models are not priced")
+        # activations as wide as the attention's heads (aiconfigurator's h)
+        hbm -= memory.bytes_per_gpu(row.tp, shape.n_heads * shape.d_head, _budget(row, cost))
     return max(min(row.kv_fraction * (hbm - w) / per_token for w, per_token in
                    zip(cost.resident_weight_bytes(), cost.stage_kv_bytes_per_token,
                        strict=True)), 0.0)

@@ -71,7 +71,8 @@ def test_whole_prompts_are_admitted_as_the_step_budget_and_the_cap_allow():
 def _left(cost, row) -> float:
     """What a fractional KV cache is a share of: the memory the weights and the engine's
     own memory leave on a GPU."""
-    memory = cost.framework.memory.bytes_per_gpu(row.tp, cost.dep.model.shape.hidden,
+    shape = cost.dep.model.shape
+    memory = cost.framework.memory.bytes_per_gpu(row.tp, shape.n_heads * shape.d_head,
                                                  row.max_num_tokens)
     return cost.dep.gpu.hbm_capacity_bytes - cost.resident_weight_bytes()[0] - memory
 
@@ -413,3 +414,93 @@ def test_a_user_catalog_changes_one_engine_memory_field(tmp_path):
     with pytest.raises(UserError, match=r"mine\.yaml: frameworks\.trtllm\.memory\."
                                         r"runtime_bytes: Input should be greater than"):
         load_catalog(path)
+
+
+def test_the_engine_memory_is_aiconfigurators_trtllm_model():
+    """frameworks.yaml's trtllm.memory holds aiconfigurator-core's TensorRT-LLM memory
+    model as shipped: its Llama activation coefficients and floor, and the H100's and
+    H200's NCCL and runtime reserves."""
+    pytest.importorskip("aiconfigurator_core", reason="the source of the values")
+    import importlib.resources
+
+    import yaml
+    from aiconfigurator_core.sdk.backends.base_backend import BaseBackend
+    from aiconfigurator_core.sdk.backends.trtllm_backend import TRTLLMBackend
+
+    m = CAT.framework("trtllm").memory
+    assert m.activation_vectors == TRTLLMBackend.ACTIVATION_COEFFICIENTS["LLAMA"]
+    assert m.min_activation_bytes == BaseBackend.MIN_ACTIVATION_BYTES
+    for system in ("h100_sxm", "h200_sxm"):
+        path = importlib.resources.files("aiconfigurator_core") / "systems" / f"{system}.yaml"
+        misc = yaml.safe_load(path.read_text())["misc"]
+        assert m.runtime_bytes == misc["other_mem"]
+        assert m.collective_bytes == {k: v for k, v in misc["nccl_mem"].items() if k > 1}
+
+
+def test_a_dense_width_is_its_heads_and_moe_rows_are_refused():
+    """Activations are as wide as the attention's heads (Llama: the hidden size); an MoE
+    model's kv_fraction row under an engine memory meant for dense models is refused."""
+    from hardware.timing.serving import _kv_tokens
+
+    shape = CAT.model("llama-3.1-70b").shape
+    assert shape.n_heads * shape.d_head == shape.hidden
+    with pytest.raises(UserError, match="kv_fraction: qwen3-30b-a3b under trtllm: the "
+                                        "engine's memory .* is a dense transformer's"):
+        _priced(_row(model="qwen3-30b-a3b", kv_fraction=0.9))
+    row = _row(model="qwen3-30b-a3b", kv_fraction=None)  # the deployment's rule: priced
+    assert _kv_tokens(row, _priced(row)[1]) > 0
+
+
+def test_without_a_budget_the_framework_budget_sizes_the_activations():
+    from hardware.timing.serving import _kv_tokens
+
+    row = _row(model="llama-3.1-70b", gpu="h200", max_num_tokens=None)
+    _, cost = _priced(row)
+    explicit = _row(model="llama-3.1-70b", gpu="h200",
+                    max_num_tokens=CAT.framework("trtllm").max_num_batched_tokens)
+    assert _kv_tokens(row, cost) == _kv_tokens(explicit, _priced(explicit)[1])
+    smaller = _row(model="llama-3.1-70b", gpu="h200", max_num_tokens=2048)
+    assert _kv_tokens(smaller, _priced(smaller)[1]) > _kv_tokens(row, cost)
+
+
+def test_an_engine_memory_larger_than_the_gpu_does_not_fit(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("frameworks:\n  trtllm:\n    memory:\n      runtime_bytes: 1.0e12\n")
+    with pytest.raises(UserError, match="a request of 100 \\+ 10 tokens does not fit \\(the "
+                                        "KV cache holds 0 such requests"):
+        _priced(_row(), load_catalog(path))
+
+
+def test_the_budget_can_be_the_largest_graph():
+    """max_num_tokens below the max batch: the largest decode batch is the budget, and
+    the decodes pad up to it; a float residue above a size does not pad further."""
+    from hardware.timing.serving import _graph_batches, _padded
+
+    graphs = _graph_batches((1, 2, 4, 8, 16), min(16, 6))
+    assert graphs == (1, 2, 4, 6)
+    assert [_padded(graphs, b) for b in (2.5, 4 + 1e-12, 5)] == [4, 4, 6]
+    # a max batch of 1000 and a budget of 600 tokens: graphs 1, 2, 4 and 600
+    row = _row(batch=1000, requests=5, max_num_tokens=600,
+               cuda_graph_batch_sizes=(1, 2, 4, 1024))
+    got, cost = _priced(row)
+    isl = 100
+    want = (_step(cost, 0, 0.0, 5, isl)  # five 100-token prompts in a 600-token step
+            + 9 * cost.pass_seconds_sums(600, 5 * 104.0, 5 * 104.0, 600, n_seqs=600))
+    assert got == pytest.approx(5 * 10 / want, rel=1e-12)
+
+
+def test_a_kv_bound_run_pads_to_its_max_batch():
+    """When the KV cache, not the max batch, caps the running requests, the decodes still
+    pad to the max batch (the largest graph) when no captured size lies between."""
+    from hardware.timing.serving import _kv_tokens
+
+    base = _row(batch=8, requests=40, max_num_tokens=1000)
+    _, cost = _priced(base)
+    fraction = 5.5 * cost.stage_kv_bytes_per_token[0] * 110 / _left(cost, base)
+    row = dataclasses.replace(base, kv_fraction=fraction, cuda_graph_batch_sizes=(1, 2, 4, 16))
+    assert math.floor(_kv_tokens(row, _priced(row)[1]) / 110) == 5  # 5 run, max batch 8
+    padded, cost = _priced(row)
+    plain, _ = _priced(dataclasses.replace(row, cuda_graph_batch_sizes=()))
+    assert padded < plain
+    to8, _ = _priced(dataclasses.replace(row, cuda_graph_batch_sizes=(1, 2, 4, 8)))
+    assert to8 == padded  # 16 is above the max batch: the graphs are 1, 2, 4, 8
