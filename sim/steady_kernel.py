@@ -14,6 +14,9 @@ numba's disk cache is keyed on a function's own file, so a kernel would keep a s
 of a helper changed in another file; the kernels are therefore cached in a folder of their
 own per version of ``sim.kernels``'s source (``_cache_dir``), next to it where that is
 writable (else under the user's cache), and a change to any of them compiles them afresh.
+The version is the one this process imported: a process whose ``sim.kernels`` files
+changed on disk after it imported them compiles its kernels without a cache, so that it
+never files the code it holds under the new source's name.
 """
 
 from __future__ import annotations
@@ -42,6 +45,18 @@ walk = _walk_module.walk
 # the helpers the kernels call, and the modules whose globals hold them (swapped for their
 # compiled versions when the kernels are compiled)
 _MODULES = (base, drafting, _stretch_module, _walk_module)
+
+
+def _source_version() -> str:
+    """The hash of ``sim.kernels``'s files as they are on disk now."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+# the version of the kernels' source this process imported (just above)
+_IMPORTED = _source_version()
 _PYTHON = {name: getattr(module, name) for module, names in (
     (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
     (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
@@ -96,8 +111,8 @@ def _build(jit_one):
 def _jitted(numba, cache: bool, fn):
     """``fn`` jitted, the helpers it calls first (it finds them as globals of its module:
     each module's are swapped for their jitted versions once)."""
-    with _cache_dir(numba, cache):
-        jit = numba.njit(cache=cache, nogil=True)
+    with _cache_dir(numba, cache) as folder:
+        jit = numba.njit(cache=folder is not None, nogil=True)
         for name, helper in _PYTHON.items():
             compiled_helper = None
             for module in _MODULES:
@@ -109,19 +124,18 @@ def _jitted(numba, cache: bool, fn):
 
 @contextlib.contextmanager
 def _cache_dir(numba, cache: bool):
-    """While the kernels are jitted with a cache: numba's cache folder set to one for this
-    version of ``sim.kernels`` (the hash of its files' text), next to them (where the
-    folders of earlier versions are removed) or, where that is not writable, under
-    ``$XDG_CACHE_HOME/specsim`` (``~/.cache/specsim``)."""
+    """While the kernels are jitted: the folder numba caches them in, set as its cache
+    folder and yielded -- one for the version of ``sim.kernels`` this process imported
+    (the hash of its files), next to them (where the folders of earlier versions are
+    removed) or, where that is not writable, under ``$XDG_CACHE_HOME/specsim``
+    (``~/.cache/specsim``) -- or None, to compile without a cache: ``cache`` false, no
+    writable folder, or the files changed on disk since this process imported them."""
     config = getattr(numba, "config", None)
-    if not cache or config is None:
-        yield
+    if not cache or config is None or _source_version() != _IMPORTED:
+        yield None
         return
     here = Path(kernels.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(here.glob("*.py")):
-        digest.update(path.read_bytes())
-    name = f"numba-{digest.hexdigest()[:16]}"
+    name = f"numba-{_IMPORTED}"
     user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsim"
     folder = None
     for candidate in (here / "__pycache__" / name, user / name):
@@ -132,14 +146,17 @@ def _cache_dir(numba, cache: bool):
         if os.access(candidate, os.W_OK):
             folder = candidate
             break
-    if folder is not None and folder.parent == here / "__pycache__":
+    if folder is None:  # numba's own default folder is keyed per file: no cache
+        yield None
+        return
+    if folder.parent == here / "__pycache__":
         for old in folder.parent.glob("numba-*"):  # earlier versions' kernels: never read
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
     before = config.CACHE_DIR
-    config.CACHE_DIR = str(folder) if folder is not None else before
+    config.CACHE_DIR = str(folder)
     try:
-        yield
+        yield folder
     finally:
         config.CACHE_DIR = before
 

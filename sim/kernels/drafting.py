@@ -13,7 +13,7 @@ def draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri
     """``sim.draft_pricing.shared_shape_seconds`` of one iteration: every decoding sequence
     drafts the shape whose serial passes feed ``feeds`` tokens each (``tri`` >= 0: a tree),
     ``n_pre`` prefill chunks with their sums. One draft replica: the chunks ride in the
-    first pass. ``reps`` > 1 (``hardware.draft.treedraft_seconds``): sequences split round
+    first pass. ``reps`` > 1 (``hardware.draft.tree_draft_seconds``): sequences split round
     robin, group g holding ``group_n[g]`` of them with ``group_ctx[g]`` context, the
     slowest group's passes, then the chunks in a pass of their own. ``one_pass`` (Medusa's
     heads): one pass over every row, split over the replicas (``one_pass_seconds``)."""

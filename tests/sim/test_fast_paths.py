@@ -218,8 +218,11 @@ class _Numba:
     cache folder is writable) or always; otherwise it leaves the functions as Python."""
 
     def __init__(self, fails_without_cache: bool):
+        from types import SimpleNamespace
+
         self.asked: list[bool] = []
         self.fails_without_cache = fails_without_cache
+        self.config = SimpleNamespace(CACHE_DIR="")  # numba.config, where the cache goes
 
     def njit(self, cache: bool, nogil: bool):
         self.asked.append(cache)
@@ -268,7 +271,8 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     """numba keys its cache on a function's own file: the kernels get a cache folder named
     after the hash of every ``sim.kernels`` file, set while they are jitted and put back
     after (an earlier version's folder beside it is removed); without a writable folder
-    next to them, one under the user's cache."""
+    next to them, one under the user's cache; with none writable, or once the files on
+    disk are no longer the ones this process imported, no cache at all."""
     import hashlib
     from pathlib import Path
     from types import SimpleNamespace
@@ -283,13 +287,21 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     stale = here / "__pycache__" / "numba-0000000000000000"
     stale.mkdir(parents=True, exist_ok=True)
     fake = SimpleNamespace(config=SimpleNamespace(CACHE_DIR="before"))
-    with steady_kernel._cache_dir(fake, True):
-        assert fake.config.CACHE_DIR == str(here / "__pycache__" / name)
+    with steady_kernel._cache_dir(fake, True) as folder:
+        assert fake.config.CACHE_DIR == str(here / "__pycache__" / name) == str(folder)
     assert fake.config.CACHE_DIR == "before" and not stale.exists()
-    with steady_kernel._cache_dir(fake, False):  # compiled without a cache: nothing set
-        assert fake.config.CACHE_DIR == "before"
+    with steady_kernel._cache_dir(fake, False) as folder:  # without a cache: nothing set
+        assert fake.config.CACHE_DIR == "before" and folder is None
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(steady_kernel.os, "access", lambda path, mode: "specsim" in str(path))
-    with steady_kernel._cache_dir(fake, True):
-        assert fake.config.CACHE_DIR == str(tmp_path / "specsim" / name)
+    with steady_kernel._cache_dir(fake, True) as folder:
+        assert fake.config.CACHE_DIR == str(tmp_path / "specsim" / name) == str(folder)
     assert fake.config.CACHE_DIR == "before"
+    monkeypatch.setattr(steady_kernel.os, "access", lambda path, mode: False)
+    with steady_kernel._cache_dir(fake, True) as folder:  # numba's default: not versioned
+        assert fake.config.CACHE_DIR == "before" and folder is None
+    monkeypatch.undo()
+    # the files changed under a process that imported older ones: its code is not theirs
+    monkeypatch.setattr(steady_kernel, "_IMPORTED", "0" * 16)
+    with steady_kernel._cache_dir(fake, True) as folder:
+        assert fake.config.CACHE_DIR == "before" and folder is None
