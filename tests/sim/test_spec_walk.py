@@ -99,7 +99,23 @@ CASES = {
                    "ladder: [[1, 100000, 0]]}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
+    # policies the walk leaves to the reference path (NO_WALK): a sticky ladder, adaptive
+    # trees, per-sequence γ, an adaptive policy drafting under catch_up
+    "ladder-sticky": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
+                      "variants=[{name: l, policy: {kind: batch_ladder, "
+                      "ladder: [[1, 3, 3], [4, 100000, 0]], sticky: true}}]"],
+    "adaptive-width": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
+                       "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
+                       "max_width: 2}}]"],
+    "adaptive-per-seq": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
+                         "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
+                         "per_sequence: true}}]"],
+    "adaptive-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
+                          "scheduler.draft_sync=catch_up",
+                          "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4}}]"],
 }
+NO_WALK = {"ladder-off", "ladder-sticky", "adaptive-width", "adaptive-per-seq",
+           "adaptive-catch-up"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -145,7 +161,7 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
     _assert_same_runs(runs[0], runs[1])
     _assert_same_runs(runs[0], runs[2])  # progress slices are events too
     iterations = len(runs[0][0].iterations)
-    if case == "ladder-off":
+    if case in NO_WALK:
         assert seen["walks"] == 0, seen
         return
     assert seen["walks"] > 0 and seen["admitted"] > 0 and seen["mixed"] > 0, seen
