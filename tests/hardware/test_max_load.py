@@ -504,3 +504,19 @@ def test_a_kv_bound_run_pads_to_its_max_batch():
     assert padded < plain
     to8, _ = _priced(dataclasses.replace(row, cuda_graph_batch_sizes=(1, 2, 4, 8)))
     assert to8 == padded  # 16 is above the max batch: the graphs are 1, 2, 4, 8
+
+
+def test_the_tightest_stage_sizes_a_pipelines_fractional_kv_cache():
+    """Every stage's GPU keeps the engine's memory; the stage with the least left decides."""
+    from hardware.timing.serving import _kv_tokens
+
+    row = _row(model="llama-3.1-70b", gpu="h100", tp=2, pp=2, metric="tpot_s",
+               requests=0, kv_fraction=0.9)
+    _, cost = _priced(row)
+    shape = cost.dep.model.shape
+    left = cost.dep.gpu.hbm_capacity_bytes - cost.framework.memory.bytes_per_gpu(
+        2, shape.n_heads * shape.d_head, row.max_num_tokens)
+    want = min(0.9 * (left - w) / per_token for w, per_token in
+               zip(cost.resident_weight_bytes(), cost.stage_kv_bytes_per_token, strict=True))
+    assert len(cost.resident_weight_bytes()) == 2
+    assert _kv_tokens(row, cost) == pytest.approx(want, rel=1e-12)
