@@ -153,6 +153,10 @@ def _cache_dir(numba, cache: bool):
         for old in folder.parent.glob("numba-*"):  # earlier versions' kernels: never read
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
+        # the kernels' files from before they moved to sim/kernels (cached per file here)
+        for old in (Path(__file__).parent / "__pycache__").glob("steady_kernel.*.nb[ci]"):
+            with contextlib.suppress(OSError):
+                old.unlink()
     before = config.CACHE_DIR
     config.CACHE_DIR = str(folder)
     try:

@@ -286,10 +286,13 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     name = f"numba-{digest.hexdigest()[:16]}"
     stale = here / "__pycache__" / "numba-0000000000000000"
     stale.mkdir(parents=True, exist_ok=True)
+    legacy = Path(steady_kernel.__file__).parent / "__pycache__" / "steady_kernel.walk-1.nbi"
+    legacy.parent.mkdir(exist_ok=True)
+    legacy.write_bytes(b"")  # cached per file before the kernels moved to sim/kernels
     fake = SimpleNamespace(config=SimpleNamespace(CACHE_DIR="before"))
     with steady_kernel._cache_dir(fake, True) as folder:
         assert fake.config.CACHE_DIR == str(here / "__pycache__" / name) == str(folder)
-    assert fake.config.CACHE_DIR == "before" and not stale.exists()
+    assert fake.config.CACHE_DIR == "before" and not stale.exists() and not legacy.exists()
     with steady_kernel._cache_dir(fake, False) as folder:  # without a cache: nothing set
         assert fake.config.CACHE_DIR == "before" and folder is None
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
