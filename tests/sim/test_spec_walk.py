@@ -210,3 +210,56 @@ def test_a_walk_draws_what_the_reference_draws(monkeypatch):
         simulate(setups(sc)[0][1])
     reference, walked = (s.bit_generator.state for s in states)
     assert reference == walked and states[0].random() == states[1].random()
+
+
+def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
+    """A request that arrives at exactly the instant an iteration ends (SimPy orders the
+    arrival's timeout and the replica's by when they were scheduled) gives the reference
+    path's records. The arrival times are a replay whose one request is moved onto an
+    iteration end of a first run (three such runs; in them the walk meets the tie after
+    its first iteration three times, counted once with the kernel run as Python)."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    import numpy as np
+
+    from sim import decode_step, spec_stretch, steady, steady_kernel, steady_walk
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    if steady_kernel.compiled_walk(True) is None:
+        pytest.skip("the walk is compiled only with numba")
+    rng = np.random.default_rng(7)
+    n = 40
+    arrivals = np.cumsum(rng.exponential(1 / 6.0, n))
+    prompts, outputs = rng.integers(5, 300, n), rng.integers(2, 120, n)
+    path = tmp_path / "arrivals.csv"
+
+    def scenario(times):
+        path.write_text("arrival_at,prompt_tokens,output_tokens\n" + "".join(
+            f"{float(a)!r},{p},{o}\n" for a, p, o in zip(times, prompts, outputs,
+                                                         strict=True)))
+        return load_scenario(repo_root() / "scenarios" / "default.yaml", [
+            f"workload={{arrivals: replay, file: {path}}}", f"run.requests={n}", BURSTY,
+            "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5}}]"])
+
+    def run(sc, on):
+        for module in (steady, decode_step, spec_stretch, steady_walk):
+            monkeypatch.setattr(module, "ENABLED", on)
+        monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
+        monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
+        return simulate_variants(setups(sc), sc.run.horizon_s, None)
+
+    first = run(scenario(arrivals), False)[0].iterations.columns
+    starts, durations = np.asarray(first["start_at"]), np.asarray(first["duration_s"])
+    ends = starts[1:][starts[:-1] + durations[:-1] == starts[1:]]  # busy: end = next start
+    moved = 0
+    for j in range(2, n):
+        between = ends[(ends > arrivals[j - 1]) & (ends < arrivals[j])]
+        if len(between):
+            times = arrivals.copy()
+            times[j] = between[0]  # on an end of the first run, before its own arrival
+            sc = scenario(times)
+            _assert_same_runs(run(sc, False), run(sc, True))
+            moved += 1
+            if moved == 3:
+                break
+    assert moved == 3
