@@ -405,8 +405,9 @@ def _table_file(system: str, backend: str, family: str, name: str):
 
 
 @cache
-def _moe_rows(system: str, backend: str) -> frozenset:
-    """(quant, hidden, inter, topk, experts, moe_tp, moe_ep) of the balanced-routing rows."""
+def _moe_rows(system: str, backend: str, distribution: str) -> frozenset:
+    """(quant, hidden, inter, topk, experts, moe_tp, moe_ep) of the rows measured under the
+    token distribution ``distribution`` (balanced, power_law_1.01, power_law_1.2)."""
     import pandas as pd
 
     path = _table_file(system, backend, "moe", "moe_perf.parquet")
@@ -417,31 +418,34 @@ def _moe_rows(system: str, backend: str) -> frozenset:
     except (OSError, ImportError, ValueError) as err:
         raise TablesUnavailable(f"no {backend} MoE tables for {system}: {_first_line(err)}") \
             from None
-    df = df[df["distribution"] == "balanced"].drop(columns="distribution")
+    df = df[df["distribution"] == distribution].drop(columns="distribution")
     return frozenset(tuple(r) for r in df.itertuples(index=False, name=None))
 
 
 @lru_cache(maxsize=64)
 def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, experts: int,
-              moe_tp: int, moe_ep: int, quant: str) -> tuple[float, ...]:
-    """Seconds of one MoE layer's routed experts (the fused-MoE kernel, balanced routing) at
-    every total token count of ``GRID``: each GPU holds ``experts / moe_ep`` experts split
-    ``moe_tp`` ways. ``quant``: bfloat16, or fp8 (W8A8: the faster of the per-tensor and the
-    block-scaled kernels per size, as for the GEMMs), made non-decreasing in the token count
-    (:func:`_envelope`). TablesUnavailable unless the shape has measured rows."""
-    rows = _moe_rows(system, backend)
+              moe_tp: int, moe_ep: int, quant: str,
+              distribution: str = "power_law_1.2") -> tuple[float, ...]:
+    """Seconds of one MoE layer's routed experts (the fused-MoE kernel) at every total token
+    count of ``GRID``, measured with the tokens routed as ``distribution`` spreads them
+    (``hardware.timing.measured.moe_distribution``): each GPU holds ``experts / moe_ep``
+    experts split ``moe_tp`` ways. ``quant``: bfloat16, or fp8 (W8A8: the faster of the
+    per-tensor and the block-scaled kernels per size, as for the GEMMs), made non-decreasing
+    in the token count (:func:`_envelope`). TablesUnavailable unless the shape has measured
+    rows."""
+    rows = _moe_rows(system, backend, distribution)
     quants = ("fp8", "fp8_block") if quant == "fp8" else (quant,)
     have = [q for q in quants if (q, hidden, inter, topk, experts, moe_tp, moe_ep) in rows]
     if not have:
         raise TablesUnavailable(
             f"the {backend} MoE tables on {system} have no {quant} rows for hidden {hidden}, "
             f"expert width {inter}, top-{topk} of {experts} experts at moe_tp {moe_tp} / "
-            f"moe_ep {moe_ep}")
+            f"moe_ep {moe_ep} ({distribution} routing)")
     ops, common = _package()[3:5]
     tables = []
     for q in have:
         op = ops.MoE("moe", 1, hidden, inter, topk, experts, moe_tp, moe_ep,
-                     getattr(common.MoEQuantMode, q), "balanced", 1)
+                     getattr(common.MoEQuantMode, q), distribution, 1)
         tables.append([_evaluate(system, backend, [op], is_context=False, batch_size=1, s=1,
                                  x=m)[0] for m in GRID])
     return _envelope(min(vals) for vals in zip(*tables, strict=True))

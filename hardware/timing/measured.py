@@ -7,7 +7,8 @@ costs a few interpolations):
 - gemm_s      = layers x (the block's GEMMs at m = new tokens: q/k/v, o, gate/up, down, or
                 OPT's fc1/fc2, per GPU under TP; an MoE block: its attention and shared-
                 expert GEMMs, the 16-bit router GEMM and the fused-MoE kernel's measured
-                time at the pass's tokens, the experts sharded as vLLM shards them; MLA's
+                time at the pass's tokens under aiconfigurator's power-law routing
+                (``moe_distribution``), the experts sharded as vLLM shards them; MLA's
                 projections are in its attention term; Medusa heads: one hidden x hidden
                 GEMM per residual block) + the lm_head GEMM (16-bit; Medusa: one per
                 head) at m = head tokens (min(new, 32 per sequence)), interpolated
@@ -407,6 +408,16 @@ def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float,
 _MOE_QUANT = {"w16": "bfloat16", "fp8": "fp8"}  # int8/int4 weight-only: no such MoE rows
 
 
+def moe_distribution(cfg) -> str:
+    """How the fused-MoE kernel's tokens are spread over the experts in the table rows that
+    price it: aiconfigurator-core's own modelling choice (0.12.0, ``sdk/config.py``
+    ``workload_distribution = "power_law"``, with the exponent its model classes set:
+    ``sdk/models/deepseek.py`` 1.01 for DeepSeek-V3, ``sdk/models/moe.py`` 1.2 for the
+    other MoE models), not the balanced rows, where every expert gets exactly its share --
+    at a decode's few tokens that touches every expert, more than routing does."""
+    return "power_law_1.01" if cfg.model_type == "deepseek_v3" else "power_law_1.2"
+
+
 def _moe_tables(dep, system: str, backend: str, fmt: str):
     """(a dense block's, an MoE block's seconds over the grid) of an MoE model: an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
@@ -426,5 +437,5 @@ def _moe_tables(dep, system: str, backend: str, fmt: str):
     width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
     moe_tp, moe_ep = (dep.tp, 1) if dep.ep == 1 else (1, dep.ep)
     routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
-                           moe_tp, moe_ep, _MOE_QUANT[fmt])
+                           moe_tp, moe_ep, _MOE_QUANT[fmt], moe_distribution(cfg))
     return dense, tuple(a + b + c for a, b, c in zip(fixed, router, routed, strict=True))

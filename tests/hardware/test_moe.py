@@ -246,3 +246,24 @@ def test_dense_hw_step_json_has_no_moe_keys(capsys):
                  "--context", "1024", "--tokens", "1", "--json", "--timing", "paper"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "experts_touched" not in out and "ep" not in out and out["weight_bits"] == 16
+
+
+def test_the_measured_moe_kernel_is_read_under_aiconfigurators_routing():
+    """The fused-MoE kernel's table rows are those measured with the tokens spread as
+    aiconfigurator-core models routing (a power law; exponent 1.01 for DeepSeek-V3, 1.2
+    for the other MoE models), not the balanced rows, which at a decode's few tokens touch
+    every expert: DeepSeek-V3 at TP 8 on an H200 under TensorRT-LLM, 32 tokens, reads
+    fewer experts and takes less time."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
+    from hardware import load_catalog
+    from hardware.timing import aic
+    from hardware.timing.measured import moe_distribution
+
+    cat = load_catalog()
+    assert moe_distribution(cat.model("deepseek-v3").config) == "power_law_1.01"
+    assert moe_distribution(cat.model("mixtral-8x7b").config) == "power_law_1.2"
+    assert moe_distribution(cat.model("qwen3-30b-a3b").config) == "power_law_1.2"
+    args = ("h200_sxm", "trtllm", 7168, 2048, 8, 256, 8, 1, "fp8")
+    i = aic.GRID.index(32)
+    power, balanced = (aic.moe_table(*args, d)[i] for d in ("power_law_1.01", "balanced"))
+    assert power < 0.7 * balanced
