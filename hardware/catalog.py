@@ -177,6 +177,10 @@ class FrameworkSpec(_Frozen):
     defaults, claimed for no engine). ``memory`` is what the engine keeps besides weights
     and KV (:class:`EngineMemory`; unset: nothing), which a KV cache sized as a share of the
     memory left (a ``kv_fraction`` measurement row) does not get.
+    ``shared_expert_stream_tokens``: passes of at most that many tokens run an MoE layer's
+    shared experts on a second CUDA stream beside its routed experts, so the layer's
+    experts cost the longer of the two rather than their sum (0: never;
+    ``shared_expert_source`` says where the engine does it).
     """
 
     id: str
@@ -195,6 +199,8 @@ class FrameworkSpec(_Frozen):
     mixed_prefill: bool = True
     scheduler_source: str | None = None
     memory: EngineMemory | None = None
+    shared_expert_stream_tokens: int = Field(default=0, ge=0)
+    shared_expert_source: str | None = None
     source: str
 
 

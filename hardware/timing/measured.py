@@ -8,7 +8,10 @@ costs a few interpolations):
                 OPT's fc1/fc2, per GPU under TP; an MoE block: its attention and shared-
                 expert GEMMs, the 16-bit router GEMM and the fused-MoE kernel's measured
                 time at the pass's tokens under aiconfigurator's power-law routing
-                (``moe_distribution``), the experts sharded as vLLM shards them; MLA's
+                (``moe_distribution``), the experts sharded as vLLM shards them -- the
+                shared experts and the routed ones the longer of the two, not their sum,
+                in passes the framework runs them on two streams
+                (``shared_expert_stream_tokens``); MLA's
                 projections are in its attention term; Medusa heads: one hidden x hidden
                 GEMM per residual block) + the lm_head GEMM (16-bit; Medusa: one per
                 head) at m = head tokens (min(new, 32 per sequence)), interpolated
@@ -102,8 +105,10 @@ def block_gemms(dep) -> tuple[tuple[int, int], ...]:
 
 def moe_block_gemms(dep) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
     """(n, k) of the GEMMs of a dense and of an MoE block of an MoE model on one GPU,
-    routed experts and router excluded (the MoE table and a 16-bit GEMM price those).
-    MLA's projections are in its module tables (``aic.mla_fit``), so not here."""
+    routed experts and router excluded (the MoE table and a 16-bit GEMM price those); an
+    MoE block's shared experts, if any, are its last two (``_moe_tables`` may run them
+    beside the routed ones). MLA's projections are in its module tables
+    (``aic.mla_fit``), so not here."""
     cfg, shape, tp = dep.model.config, dep.model.shape, dep.tp
     h = shape.hidden
     attn = () if cfg.mla else block_gemms(dep)[:2]
@@ -160,7 +165,7 @@ class MeasuredTiming:
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
         if shape.n_experts:
-            dense, moe = _moe_tables(dep, system, backend, fmt)
+            dense, moe = _moe_tables(dep, system, backend, fmt, framework)
         else:
             dense = aic.layer_table(system, backend, block_gemms(dep), _QUANT[fmt])
             moe = None
@@ -418,7 +423,7 @@ def moe_distribution(cfg) -> str:
     return "power_law_1.01" if cfg.model_type == "deepseek_v3" else "power_law_1.2"
 
 
-def _moe_tables(dep, system: str, backend: str, fmt: str):
+def _moe_tables(dep, system: str, backend: str, fmt: str, framework):
     """(a dense block's, an MoE block's seconds over the grid) of an MoE model: an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
     experts' fused-MoE kernel at moe_tp / moe_ep as vLLM shards them (``ep`` 1: every
@@ -430,12 +435,18 @@ def _moe_tables(dep, system: str, backend: str, fmt: str):
     if fmt not in _MOE_QUANT:
         raise aic.TablesUnavailable(f"no {_QUANT[fmt]} MoE kernel tables")
     dense_g, moe_g = moe_block_gemms(dep)
+    n_shared = 2 if cfg.n_shared_experts and cfg.moe_intermediate_size else 0
     zero = tuple(0.0 for _ in aic.GRID)
     dense = aic.layer_table(system, backend, dense_g, _QUANT[fmt]) if dense_g else zero
-    fixed = aic.layer_table(system, backend, moe_g, _QUANT[fmt]) if moe_g else zero
+    own_g, shared_g = moe_g[:len(moe_g) - n_shared], moe_g[len(moe_g) - n_shared:]
+    fixed = aic.layer_table(system, backend, own_g, _QUANT[fmt]) if own_g else zero
+    shared = aic.layer_table(system, backend, shared_g, _QUANT[fmt]) if shared_g else zero
     router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")
     width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
     moe_tp, moe_ep = (dep.tp, 1) if dep.ep == 1 else (1, dep.ep)
     routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
                            moe_tp, moe_ep, _MOE_QUANT[fmt], moe_distribution(cfg))
-    return dense, tuple(a + b + c for a, b, c in zip(fixed, router, routed, strict=True))
+    beside = framework.shared_expert_stream_tokens  # shared experts on a second stream
+    experts = tuple(max(x, y) if m <= beside else x + y
+                    for m, x, y in zip(aic.GRID, shared, routed, strict=True))
+    return dense, tuple(a + b + c for a, b, c in zip(fixed, router, experts, strict=True))

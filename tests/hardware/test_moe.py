@@ -267,3 +267,31 @@ def test_the_measured_moe_kernel_is_read_under_aiconfigurators_routing():
     i = aic.GRID.index(32)
     power, balanced = (aic.moe_table(*args, d)[i] for d in ("power_law_1.01", "balanced"))
     assert power < 0.7 * balanced
+
+
+def test_shared_experts_beside_the_routed_ones_cost_the_longer_of_the_two():
+    """A framework that runs an MoE layer's shared experts on a second stream in passes of
+    at most ``shared_expert_stream_tokens`` tokens (TensorRT-LLM's CUDA-graph decode
+    batches, vLLM's auxiliary stream) prices those passes' experts as the longer of the
+    two; longer passes, and a framework that does not, as their sum."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
+    from hardware import load_catalog
+    from hardware.catalog import Catalog
+
+    cat = load_catalog()
+    assert cat.framework("trtllm").shared_expert_stream_tokens == 128
+    assert cat.framework("vllm").shared_expert_stream_tokens == 256
+    assert cat.framework("sglang").shared_expert_stream_tokens == 0
+    fws = {**cat.frameworks, "trtllm": cat.framework("trtllm").model_copy(
+        update={"shared_expert_stream_tokens": 0})}
+    serial = Catalog(gpus=cat.gpus, links=cat.links, models=cat.models, frameworks=fws)
+
+    def pass_s(catalog, tokens):
+        dep = Deployment(model=catalog.model("deepseek-v3"), gpu=catalog.gpu("h200"), tp=8,
+                         weight_bits=8, kv_bits=16, compute_dtype="fp8",
+                         framework="trtllm", timing="measured")
+        return CostModel(dep, catalog).uniform_pass_seconds(tokens, 1, 1024)
+
+    for batch in (1, 32, 128):
+        assert pass_s(cat, batch) < pass_s(serial, batch)
+    assert pass_s(cat, 256) == pass_s(serial, 256)  # 256 decodes: past the threshold
