@@ -144,6 +144,11 @@ class _Stage:
     sol_routed: float = 0.0  # MoE: every local routed expert's bytes over the bandwidth
     miss: float = 1.0  # MoE: 1 - k/E
     decode: tuple[tuple[float, ...], ...] | None = None  # layers x the decode kernel table
+    # passes of at most ``beside`` tokens (0: none) price ``lin_beside`` / ``gemm_beside``:
+    # the shared experts beside the routed ones (FrameworkSpec.shared_expert_stream_tokens)
+    beside: float = 0.0
+    lin_beside: tuple[float, ...] | None = None
+    gemm_beside: tuple[float, ...] | None = None
 
 
 class MeasuredTiming:
@@ -164,8 +169,9 @@ class MeasuredTiming:
                                         f"server of {gpu.gpus_per_node} GPUs")
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
+        moe_beside = None
         if shape.n_experts:
-            dense, moe = _moe_tables(dep, system, backend, fmt, framework)
+            dense, moe, moe_beside = _moe_tables(dep, system, backend, fmt, framework)
         else:
             dense = aic.layer_table(system, backend, block_gemms(dep), _QUANT[fmt])
             moe = None
@@ -205,11 +211,16 @@ class MeasuredTiming:
             else:  # dense blocks, then MoE blocks (GEMMs + router + routed experts)
                 g = tuple((L - c.moe_layers) * x + c.moe_layers * y
                           for x, y in zip(dense, moe, strict=True))
+            g_beside = None if moe_beside is None else tuple(
+                (L - c.moe_layers) * x + c.moe_layers * y
+                for x, y in zip(dense, moe_beside, strict=True))
             a = tuple(2 * L * x for x in ar) if ar is not None else None
             elem = elementwise_s_per_token(framework, dep, c)
             # what runs at every new token: GEMMs, all-reduces, the elementwise kernels
             comm = a if a is not None else (0.0,) * len(g)
             lin = tuple(x + y + elem * m for x, y, m in zip(g, comm, _GRID, strict=True))
+            lin_beside = None if g_beside is None else tuple(
+                x + y + elem * m for x, y, m in zip(g_beside, comm, _GRID, strict=True))
             offloaded = offload_fraction * (c.weight_bytes + c.routed_bytes)
             stages.append(_Stage(
                 lin=lin, gemm=g, allreduce=a, elem=elem, head=head if c.head_params else None,
@@ -225,6 +236,8 @@ class MeasuredTiming:
                 sol_routed=c.routed_bytes / bw, miss=c.expert_miss,
                 decode=None if decode is None else tuple(tuple(L * x for x in row)
                                                          for row in decode),
+                beside=float(framework.shared_expert_stream_tokens) if g_beside else 0.0,
+                lin_beside=lin_beside, gemm_beside=g_beside,
             ))
         self._stages = tuple(stages)
         self._single = stages[0] if len(stages) == 1 else None
@@ -286,7 +299,8 @@ class MeasuredTiming:
     def kernel_params(self) -> tuple[np.ndarray, ...] | None:
         """The one stage's parameters as arrays for a compiled pricer (``sim.steady_kernel``):
         the scalars in ``steady_kernel.PARAM_NAMES`` order, the token grid, the per-token
-        table (GEMMs, all-reduces, elementwise kernels), the lm_head's and the
+        table (GEMMs, all-reduces, elementwise kernels; with ``beside`` > 0 followed by its
+        version for passes of at most ``beside`` tokens), the lm_head's and the
         all-reduce's (empty without one), the decode kernel's table [batches, lengths] (no
         rows without one) and its batches and lengths. None for a pipeline."""
         st = self._single
@@ -296,10 +310,11 @@ class MeasuredTiming:
         p = np.array([st.a0, st.a_seq, st.a_new, st.a_kv, st.a_key, st.sol_per_token,
                       st.sol_per_key, st.sol_weight, st.sol_per_kv, st.host_s, st.fixed_s,
                       st.per_seq_s, float(st.overlap), st.sol_routed, st.miss,
-                      float(HEAD_TOKENS_PER_SEQ), st.elem])
+                      float(HEAD_TOKENS_PER_SEQ), st.elem, st.beside])
         empty = np.zeros(0)
         dec = np.array(st.decode) if st.decode is not None else np.zeros((0, len(lengths)))
-        return (p, np.array(_GRID), np.array(st.lin),
+        lin = st.lin if st.lin_beside is None else st.lin + st.lin_beside  # two halves
+        return (p, np.array(_GRID), np.array(lin),
                 empty if st.head is None else np.array(st.head),
                 empty if st.allreduce is None else np.array(st.allreduce), dec,
                 np.array(aic.DECODE_BATCHES, dtype=np.float64), lengths)
@@ -320,7 +335,7 @@ class MeasuredTiming:
         stage_s = []
         cap = HEAD_TOKENS_PER_SEQ * n
         for st in self._stages:
-            gemm = _interp(st.gemm, new)
+            gemm = _interp(st.gemm_beside if st.beside and new <= st.beside else st.gemm, new)
             if st.head is not None:
                 gemm += _interp(st.head, new if new < cap else cap)
             ar = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
@@ -363,13 +378,14 @@ def _stage_fixed(st: _Stage, new: float, n: float) -> tuple:
     lm_head at its head tokens, or None without one; the decode kernel's table at n
     sequences over the KV lengths, or None without one)."""
     g = _GRID
+    tab = st.lin_beside if st.beside and new <= st.beside else st.lin
     i = bisect_left(g, new)
     if i == 0:
-        lin = st.lin[0] * new / g[0]
+        lin = tab[0] * new / g[0]
     else:
         if i == len(g):
             i -= 1
-        lin = st.lin[i - 1] + (st.lin[i] - st.lin[i - 1]) * (new - g[i - 1]) / (g[i] - g[i - 1])
+        lin = tab[i - 1] + (tab[i] - tab[i - 1]) * (new - g[i - 1]) / (g[i] - g[i - 1])
     head = None
     if st.head is not None:
         cap = HEAD_TOKENS_PER_SEQ * n
@@ -417,14 +433,17 @@ def moe_distribution(cfg) -> str:
     """How the fused-MoE kernel's tokens are spread over the experts in the table rows that
     price it: aiconfigurator-core's own modelling choice (0.12.0, ``sdk/config.py``
     ``workload_distribution = "power_law"``, with the exponent its model classes set:
-    ``sdk/models/deepseek.py`` 1.01 for DeepSeek-V3, ``sdk/models/moe.py`` 1.2 for the
-    other MoE models), not the balanced rows, where every expert gets exactly its share --
+    ``sdk/models/deepseek.py`` 1.01 for the DeepSeek family, ``sdk/models/moe.py`` 1.2
+    for the other MoE models), not the balanced rows, where every expert gets exactly its share --
     at a decode's few tokens that touches every expert, more than routing does."""
-    return "power_law_1.01" if cfg.model_type == "deepseek_v3" else "power_law_1.2"
+    return "power_law_1.01" if cfg.model_type in ("deepseek_v2", "deepseek_v3") \
+        else "power_law_1.2"
 
 
 def _moe_tables(dep, system: str, backend: str, fmt: str, framework):
-    """(a dense block's, an MoE block's seconds over the grid) of an MoE model: an MoE
+    """(a dense block's, an MoE block's seconds over the grid, and an MoE block's with its
+    shared experts on a second stream beside the routed ones -- the longer of the two --
+    or None where the framework does not do that) of an MoE model: an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
     experts' fused-MoE kernel at moe_tp / moe_ep as vLLM shards them (``ep`` 1: every
     expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU)."""
@@ -446,7 +465,11 @@ def _moe_tables(dep, system: str, backend: str, fmt: str, framework):
     moe_tp, moe_ep = (dep.tp, 1) if dep.ep == 1 else (1, dep.ep)
     routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
                            moe_tp, moe_ep, _MOE_QUANT[fmt], moe_distribution(cfg))
-    beside = framework.shared_expert_stream_tokens  # shared experts on a second stream
-    experts = tuple(max(x, y) if m <= beside else x + y
-                    for m, x, y in zip(aic.GRID, shared, routed, strict=True))
-    return dense, tuple(a + b + c for a, b, c in zip(fixed, router, experts, strict=True))
+    summed = tuple(a + b + c + d for a, b, c, d in zip(fixed, router, shared, routed,
+                                                        strict=True))
+    if not (framework.shared_expert_stream_tokens and shared_g):
+        return dense, summed, None
+    # the shared experts on a second stream: the longer of them and the routed ones
+    beside = tuple(a + b + max(c, d) for a, b, c, d in zip(fixed, router, shared, routed,
+                                                            strict=True))
+    return dense, summed, beside

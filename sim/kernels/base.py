@@ -29,7 +29,7 @@ if GEOMETRIC != acceptance.KERNEL_GEOMETRIC:
 # the scalars of a one-stage measured timing, in the order ``params[0]`` holds them
 PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_per_key",
                "sol_weight", "sol_per_kv", "host_s", "fixed_s", "per_seq_s", "overlap",
-               "sol_routed", "miss", "head_tokens_per_seq", "elem")
+               "sol_routed", "miss", "head_tokens_per_seq", "elem", "beside")
 
 
 def bisect_left(g, x):
@@ -61,14 +61,16 @@ def pass_seconds(new, kv, keys, n, params, bound):
     ``kernel_params`` are ``params`` (the scalars, the token grid, the per-token, lm_head
     and all-reduce tables, the decode kernel's table, batches and lengths)."""
     p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths = params
-    # _stage_fixed
+    # _stage_fixed: a pass of at most ``beside`` tokens reads lin's second half
+    o = len(grid) if p[17] > 0.0 and new <= p[17] else 0
     i = bisect_left(grid, new)
     if i == 0:
-        fixed = lin[0] * new / grid[0]
+        fixed = lin[o] * new / grid[0]
     else:
         if i == len(grid):
             i -= 1
-        fixed = lin[i - 1] + (lin[i] - lin[i - 1]) * (new - grid[i - 1]) / (grid[i] - grid[i - 1])
+        fixed = lin[o + i - 1] + (lin[o + i] - lin[o + i - 1]) * (new - grid[i - 1]) \
+            / (grid[i] - grid[i - 1])
     fixed = fixed + p[0] + p[1] * n + p[2] * new
     # _stage_rest
     busy = fixed + p[3] * kv + p[4] * keys

@@ -200,7 +200,8 @@ def test_the_compiled_stretch_prices_a_pass_as_the_measured_timing(case):
         kinds.append(base.pass_seconds)  # the jitted one (compiled() swapped it in)
     rng = np.random.default_rng(11)
     names = ("compute", "memory", "comm", "host")
-    ns = [1.0, 2.0, 3.0, 7.0, 64.0, 255.0, 256.0, 600.0, *rng.integers(1, 700, 40).tolist()]
+    ns = [1.0, 2.0, 3.0, 7.0, 64.0, 128.0, 129.0, 255.0, 256.0, 257.0, 600.0,
+          *rng.integers(1, 700, 40).tolist()]
     for n in ns:
         n = float(n)
         for ctx in (0.0, 15.0 * n, float(rng.integers(1, 2_000_000)), 200_000.0 * n):
