@@ -103,11 +103,14 @@ def block_gemms(dep) -> tuple[tuple[int, int], ...]:
     return ((q + 2 * kv, h), (h, q), (ffn, h), (h, ffn))
 
 
-def moe_block_gemms(dep) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
-    """(n, k) of the GEMMs of a dense and of an MoE block of an MoE model on one GPU,
-    routed experts and router excluded (the MoE table and a 16-bit GEMM price those); an
-    MoE block's shared experts, if any, are its last two (``_moe_tables`` may run them
-    beside the routed ones). MLA's projections are in its module tables
+_Gemms = tuple[tuple[int, int], ...]
+
+
+def moe_block_gemms(dep) -> tuple[_Gemms, _Gemms, _Gemms]:
+    """(n, k) of the GEMMs of an MoE model on one GPU: a dense block's, an MoE block's
+    own (attention) and its shared experts' (empty without any; ``_moe_tables`` may run
+    them beside the routed ones), routed experts and router excluded (the MoE table and a
+    16-bit GEMM price those). MLA's projections are in its module tables
     (``aic.mla_fit``), so not here."""
     cfg, shape, tp = dep.model.config, dep.model.shape, dep.tp
     h = shape.hidden
@@ -117,8 +120,7 @@ def moe_block_gemms(dep) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, 
         inter = cfg.intermediate_size // tp
         dense = ((2 * inter, h), (h, inter))
     shared = (cfg.n_shared_experts or 0) * (cfg.moe_intermediate_size or 0) // tp
-    moe = ((2 * shared, h), (h, shared)) if shared else ()
-    return attn + dense, attn + moe
+    return attn + dense, attn, ((2 * shared, h), (h, shared)) if shared else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,21 +208,24 @@ class MeasuredTiming:
         stages = []
         for i, c in enumerate(counts):
             L = c.layers
-            if moe is None:
-                g = tuple(L * x for x in dense)
-            else:  # dense blocks, then MoE blocks (GEMMs + router + routed experts)
-                g = tuple((L - c.moe_layers) * x + c.moe_layers * y
-                          for x, y in zip(dense, moe, strict=True))
-            g_beside = None if moe_beside is None else tuple(
-                (L - c.moe_layers) * x + c.moe_layers * y
-                for x, y in zip(dense, moe_beside, strict=True))
             a = tuple(2 * L * x for x in ar) if ar is not None else None
             elem = elementwise_s_per_token(framework, dep, c)
-            # what runs at every new token: GEMMs, all-reduces, the elementwise kernels
-            comm = a if a is not None else (0.0,) * len(g)
-            lin = tuple(x + y + elem * m for x, y, m in zip(g, comm, _GRID, strict=True))
-            lin_beside = None if g_beside is None else tuple(
-                x + y + elem * m for x, y, m in zip(g_beside, comm, _GRID, strict=True))
+            comm = a if a is not None else (0.0,) * len(_GRID)
+
+            def stage_tables(moe_block, L=L, c=c, comm=comm, elem=elem):
+                """(the stage's GEMMs, what runs at every new token: GEMMs, all-reduces,
+                the elementwise kernels) over the grid, its MoE blocks ``moe_block``."""
+                if moe_block is None:
+                    g = tuple(L * x for x in dense)
+                else:  # dense blocks, then MoE blocks (GEMMs + router + routed experts)
+                    g = tuple((L - c.moe_layers) * x + c.moe_layers * y
+                              for x, y in zip(dense, moe_block, strict=True))
+                return g, tuple(x + y + elem * m for x, y, m in zip(g, comm, _GRID,
+                                                                    strict=True))
+
+            g, lin = stage_tables(moe)
+            g_beside, lin_beside = (None, None) if moe_beside is None else \
+                stage_tables(moe_beside)
             offloaded = offload_fraction * (c.weight_bytes + c.routed_bytes)
             stages.append(_Stage(
                 lin=lin, gemm=g, allreduce=a, elem=elem, head=head if c.head_params else None,
@@ -453,11 +458,9 @@ def _moe_tables(dep, system: str, backend: str, fmt: str, framework):
                                     "with all-to-all) is not priced from the tables")
     if fmt not in _MOE_QUANT:
         raise aic.TablesUnavailable(f"no {_QUANT[fmt]} MoE kernel tables")
-    dense_g, moe_g = moe_block_gemms(dep)
-    n_shared = 2 if cfg.n_shared_experts and cfg.moe_intermediate_size else 0
+    dense_g, own_g, shared_g = moe_block_gemms(dep)
     zero = tuple(0.0 for _ in aic.GRID)
     dense = aic.layer_table(system, backend, dense_g, _QUANT[fmt]) if dense_g else zero
-    own_g, shared_g = moe_g[:len(moe_g) - n_shared], moe_g[len(moe_g) - n_shared:]
     fixed = aic.layer_table(system, backend, own_g, _QUANT[fmt]) if own_g else zero
     shared = aic.layer_table(system, backend, shared_g, _QUANT[fmt]) if shared_g else zero
     router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")

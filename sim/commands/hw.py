@@ -230,7 +230,6 @@ def run_step(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _engine_memory(m) -> str:
     """A framework's own memory per GPU, as ``hw list`` shows it."""
     vectors = "/".join(f"{v:g}" for v in m.activation_vectors.values())
@@ -240,6 +239,7 @@ def _engine_memory(m) -> str:
             + (f" + collective buffers {min(m.collective_bytes.values()) / 2**20:.0f}-"
                f"{max(m.collective_bytes.values()) / 2**20:.0f} MiB under TP"
                if m.collective_bytes else ""))
+
 
 def run_list(args: argparse.Namespace) -> int:
     """Handler of ``specsim hw list``."""
