@@ -151,8 +151,9 @@ def _by_degree(table: dict[int, float], tp: int) -> float:
 class FrameworkSpec(_Frozen):
     """A serving engine: its pinned version, kernel tables and CPU-side overheads.
 
-    Every pass costs ``step_s + layer_s·layers + seq_s·sequences`` on top of its GPU time
-    (scheduling, input preparation, launches, sampling, per-request bookkeeping), and a
+    Every pass costs ``step_s + tp_step_s·(tp - 1) + layer_s·layers + seq_s·sequences`` on
+    top of its GPU time (scheduling, input preparation, launches, sampling, per-request
+    bookkeeping; ``tp_step_s`` what each more GPU of a tensor-parallel group adds), and a
     server that streams its tokens (``Deployment.streaming``) ``stream_seq_s`` more per
     sequence (detokenising and sending each step's token; offline runs such as
     ``trtllm-bench throughput`` skip it). ``act_passes`` is the GPU work the kernel tables
@@ -188,6 +189,7 @@ class FrameworkSpec(_Frozen):
     version: str
     tables: str | None = None
     step_s: float = Field(ge=0)
+    tp_step_s: float = Field(default=0.0, ge=0)
     layer_s: float = Field(ge=0)
     seq_s: float = Field(ge=0)
     stream_seq_s: float = Field(default=0.0, ge=0)
@@ -278,6 +280,13 @@ class ModelSpec(_Frozen):
     # block-scaled FP8 weights (a scenario states its deployment.weight_bits itself)
     weight_bits: Literal[4, 8, 16] | None = None
     compute_dtype: Literal["bf16", "fp8"] | None = None
+    # how an FP8 W8A8 deployment of the model scales its values, which picks the measured
+    # GEMM kernel: tensor = one scale per weight matrix and a static one per activation,
+    # calibrated offline (NVIDIA's ModelOpt FP8 checkpoints such as
+    # nvidia/Llama-3.1-8B-Instruct-FP8, which TensorRT-LLM runs and vLLM loads as is);
+    # block = 128x128 weight blocks with per-token-group activation scales (DeepSeek-V3's
+    # quantization_config weight_block_size)
+    fp8_scales: Literal["tensor", "block"] = "tensor"
 
     @model_validator(mode="after")
     def _precision(self) -> ModelSpec:

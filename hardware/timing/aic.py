@@ -222,22 +222,19 @@ def allreduce_seconds(system: str, backend: str, hidden: int, tp: int, tokens: i
 def layer_table(system: str, backend: str, gemms: tuple[tuple[int, int], ...],
                 quant: str) -> tuple[float, ...]:
     """Seconds of one transformer block's linear layers at every token count of ``GRID``;
-    ``gemms`` are the block's (n, k) per GPU, ``quant`` a GEMM mode (bfloat16, fp8,
-    int8_wo, int4_wo).
+    ``gemms`` are the block's (n, k) per GPU, ``quant`` a GEMM mode: bfloat16, int8_wo,
+    int4_wo (weight-only), fp8_block (block-scaled FP8 W8A8), fp8 (per-tensor FP8 W8A8
+    whose activation scale is computed every pass, as measured) or fp8_static (per-tensor
+    FP8 W8A8 with static activation scales).
 
-    For ``fp8`` the block costs, at each token count, the faster of the framework's
-    per-tensor (``fp8``) and block-scaled (``fp8_block``) kernels: TensorRT-LLM's
-    per-tensor FP8 GEMMs are slower than its 16-bit ones at small token counts in these
-    tables, which its measured FP8 decode TPOTs (hardware/data/validation.csv) do not
-    show; an engine that picks the fastest kernel per shape is what is assumed."""
-    table = _gemm_table(system, backend, gemms, quant)
-    if quant != "fp8":
-        return table
-    try:  # FP8 W8A8: the faster of the per-tensor and the block-scaled kernels, per size
-        block = _gemm_table(system, backend, gemms, "fp8_block")
-    except TablesUnavailable:
-        return table
-    return tuple(min(a, b) for a, b in zip(table, block, strict=True))
+    The tables measure per-tensor FP8 only with dynamic activation scales (the collector
+    loads no input scale, so the engine computes one per call); fp8_static is the package's
+    own derivation of the static kernel: the measured GEMM less the measured compute-scale
+    kernel at the same (m, k), floored at the GEMM's roofline (aiconfigurator-core's
+    ``operators/gemm.rs``). It is what aiconfigurator assumes for a per-tensor FP8
+    checkpoint that does not mark its activations dynamic. Where the tables hold no
+    compute-scale rows, fp8_static is TablesUnavailable."""
+    return _gemm_table(system, backend, gemms, quant)
 
 
 def _envelope(vals) -> tuple[float, ...]:
@@ -300,7 +297,7 @@ _PREFILL = [(b, s, p) for b in (1, 4, 16, 64, 256)
 
 # what a cached answer depends on besides its arguments: bump the format when the tabulation
 # changes in a way the grids do not show
-_CACHE_KEY = (5, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
+_CACHE_KEY = (6, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
               tuple(_PREFILL))
 
 
@@ -429,10 +426,12 @@ def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, exp
     """Seconds of one MoE layer's routed experts (the fused-MoE kernel) at every total token
     count of ``GRID``, measured with the tokens routed as ``distribution`` spreads them
     (``hardware.timing.measured.moe_distribution``): each GPU holds ``experts / moe_ep``
-    experts split ``moe_tp`` ways. ``quant``: bfloat16, or fp8 (W8A8: the faster of the
-    per-tensor and the block-scaled kernels per size, as for the GEMMs), made non-decreasing
-    in the token count (:func:`_envelope`). TablesUnavailable unless the shape has measured
-    rows."""
+    experts split ``moe_tp`` ways. ``quant``: bfloat16, fp8_block (block-scaled W8A8), or
+    fp8 (a per-tensor W8A8 checkpoint: the faster of the per-tensor and the block-scaled
+    kernels per size, of those the tables have for the shape -- an approximation: which
+    MoE kernel an engine runs for per-tensor FP8 experts is not modelled), made
+    non-decreasing in the token count (:func:`_envelope`). TablesUnavailable unless the
+    shape has measured rows."""
     rows = _moe_rows(system, backend, distribution)
     quants = ("fp8", "fp8_block") if quant == "fp8" else (quant,)
     have = [q for q in quants if (q, hidden, inter, topk, experts, moe_tp, moe_ep) in rows]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hardware.deployment import TIMINGS, Deployment, StageLayout
 
 __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_counts",
-           "framework_seq_s", "elementwise_s_per_token", "ACT_BYTES",
+           "framework_seq_s", "framework_step_s", "elementwise_s_per_token", "ACT_BYTES",
            "largest", "head_tokens"]
 
 # Logits are computed only where a token is sampled: every token of a decode or a verify
@@ -108,6 +108,15 @@ def elementwise_s_per_token(framework, dep: Deployment, c: StageCounts) -> float
         return 0.0
     return (c.layers * framework.act_passes * dep.model.shape.hidden * ACT_BYTES
             / dep.gpu.hbm_bytes_per_s / c.dp)
+
+
+def framework_step_s(framework, dep: Deployment) -> float:
+    """A pass's fixed CPU-side cost: the framework's ``step_s``, plus ``tp_step_s`` for
+    each GPU of the tensor-parallel group beyond the first; none for a draft's passes,
+    which run inside the target's engine step."""
+    if not dep.step_overhead:
+        return 0.0
+    return framework.step_s + framework.tp_step_s * (dep.tp - 1)
 
 
 def framework_seq_s(framework, dep: Deployment, last_stage: bool) -> float:

@@ -37,7 +37,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "weights_half_bytes": (0.0, 1e9, 1e6),
     "corner": (1.0, 63.0, 1.0),
     "call_s": (0.0, 1e-3, 1e-5), "step_s": (0.0, 1.0, 1e-4), "eta": (0.05, 1.0, 1.0),
-    "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5),
+    "layer_s": (0.0, 1e-2, 1e-5), "seq_s": (0.0, 1e-2, 1e-5), "tp_step_s": (0.0, 1e-2, 1e-5),
     "stream_seq_s": (0.0, 1e-2, 1e-5), "act_passes": (0.0, 200.0, 10.0),
     "host_efficiency": (0.05, 1.0, 1.0),
 }
@@ -128,9 +128,12 @@ def _bulk(row: MeasuredRow) -> bool:
 
 def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto"
                    ) -> list[str]:
-    """The fields the rows can pin down: every framework's per-pass overhead (per layer
-    and per sequence where its fit rows -- at least ``MIN_ROWS_PER_TERM`` -- vary the
-    model and the batch, its elementwise kernels' ``act_passes`` where that many carry
+    """The fields the rows can pin down: every framework's per-pass overhead (per layer,
+    per sequence and per more tensor-parallel GPU where its fit rows -- at least
+    ``MIN_ROWS_PER_TERM`` -- vary the model, the batch and the TP size; the last only for
+    a framework with kernel tables, since the rows the roofline prices fit the TP link's
+    call latency, which it would trade off with), its elementwise kernels' ``act_passes``
+    where that many carry
     prompts in bulk over more than one model, and its streaming cost where that many rows
     stream and that many do not), and, for GPUs the roofline prices, the efficiencies of
     the formats, KV reads and host links they use, and the TP links' call latency."""
@@ -147,6 +150,8 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
             fields.append(f"frameworks.{fw}.layer_s")
         if len({r.batch for r in mine}) > 1:
             fields.append(f"frameworks.{fw}.seq_s")
+        if len({r.tp for r in mine}) > 1 and catalog.framework(fw).tables:
+            fields.append(f"frameworks.{fw}.tp_step_s")
         bulk = [r for r in mine if _bulk(r)]
         shapes = {(m.config.num_hidden_layers, m.shape.hidden)
                   for m in (catalog.model(r.model) for r in bulk)}

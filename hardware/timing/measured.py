@@ -31,7 +31,8 @@ costs a few interpolations):
                 the package's module tables, the whole attention block with its
                 projections;
 - host_s, overhead_s as in the roofline (offloading is not in the tables; the framework's
-  CPU-side ``step_s + layer_s·layers + seq_s·sequences`` is not either);
+  CPU-side ``step_s + tp_step_s·(tp - 1) + layer_s·layers + seq_s·sequences`` is not
+  either);
 - stage_s = max(gemm_s + attention_s + allreduce_s + elementwise_s, host_s) + overhead_s
   (the sum for a framework without ``offload_overlap``).
 
@@ -57,6 +58,7 @@ from hardware.timing.base import (
     Breakdown,
     elementwise_s_per_token,
     framework_seq_s,
+    framework_step_s,
     largest,
 )
 from hardware.timing.roofline import (
@@ -72,6 +74,27 @@ _GRID = tuple(float(m) for m in aic.GRID)
 _LENGTHS = tuple(float(s) for s in aic.DECODE_LENGTHS)
 _LAST = len(_LENGTHS) - 1
 _QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
+
+
+def gemm_quant(model, fmt: str) -> str:
+    """The tables' GEMM mode for a weight format (``roofline.weight_format``) of ``model``:
+    FP8 W8A8 is block-scaled (``fp8_block``) or per-tensor with static activation scales
+    (``fp8_static``) as the model's ``fp8_scales`` says (``hardware.catalog.ModelSpec``)."""
+    if fmt == "fp8":
+        return "fp8_block" if model.fp8_scales == "block" else "fp8_static"
+    return _QUANT[fmt]
+
+
+def _linear_table(system: str, backend: str, gemms, quant: str) -> tuple[tuple, str]:
+    """(:func:`aic.layer_table` of ``gemms`` in ``quant``, the mode that priced it): where
+    the tables hold no compute-scale rows to derive static per-tensor FP8 from, its
+    measured dynamic-scale kernel (``fp8``), which costs a little more."""
+    try:
+        return aic.layer_table(system, backend, gemms, quant), quant
+    except aic.TablesUnavailable:
+        if quant != "fp8_static":
+            raise
+        return aic.layer_table(system, backend, gemms, "fp8"), "fp8"
 _FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 
 
@@ -172,10 +195,11 @@ class MeasuredTiming:
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
         moe_beside = None
+        quant = gemm_quant(dep.model, fmt)
         if shape.n_experts:
-            dense, moe, moe_beside = _moe_tables(dep, system, backend, fmt, framework)
+            dense, moe, moe_beside, quant = _moe_tables(dep, system, backend, quant, framework)
         else:
-            dense = aic.layer_table(system, backend, block_gemms(dep), _QUANT[fmt])
+            dense, quant = _linear_table(system, backend, block_gemms(dep), quant)
             moe = None
         ar = aic.allreduce_table(system, backend, shape.hidden, tp) if tp > 1 else None
         proj = dep.model.config.word_embed_proj_dim or shape.hidden
@@ -189,8 +213,7 @@ class MeasuredTiming:
             att, att_median, att_worst = (0.0,) * 5, 0.0, 0.0
         elif dep.model.config.mla:
             if fmt not in ("w16", "fp8"):
-                raise aic.TablesUnavailable(f"the MLA module tables have no {_QUANT[fmt]} "
-                                            f"GEMMs")
+                raise aic.TablesUnavailable(f"the MLA module tables have no {quant} GEMMs")
             *att, att_median, att_worst = aic.mla_fit(
                 system, backend, shape.n_heads // tp, dep.kv_bits,
                 "bfloat16" if fmt == "w16" else "fp8_block")
@@ -204,7 +227,7 @@ class MeasuredTiming:
             att = (0.0, -p_new, p_new, -p_key, p_key)
         rp = roofline_params(gpu)
         peak, bw = gpu.peak(dep.dtype), gpu.hbm_bytes_per_s
-        step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
+        step_s = framework_step_s(framework, dep)
         stages = []
         for i, c in enumerate(counts):
             L = c.layers
@@ -250,7 +273,7 @@ class MeasuredTiming:
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
         self._hop_per_token_s = shape.hidden * ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
-        kinds = f"{_QUANT[fmt]} GEMMs" + ("; MoE kernel tables" if moe else "") \
+        kinds = f"{quant} GEMMs" + ("; MoE kernel tables" if moe else "") \
             + ("; MLA module tables" if dep.model.config.mla else "")
         if decode is not None:
             fit = (f"; decode attention tabulated, prefill fit median {att_median:.0%}, "
@@ -431,7 +454,10 @@ def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float,
     return t + st.fixed_s + st.per_seq_s * n
 
 
-_MOE_QUANT = {"w16": "bfloat16", "fp8": "fp8"}  # int8/int4 weight-only: no such MoE rows
+# the routed experts' kernel for a GEMM mode (int8/int4 weight-only: no such MoE rows); the
+# MoE tables do not split per-tensor FP8 into static and dynamic activation scales
+_MOE_QUANT = {"bfloat16": "bfloat16", "fp8_static": "fp8", "fp8": "fp8",
+              "fp8_block": "fp8_block"}
 
 
 def moe_distribution(cfg) -> str:
@@ -445,10 +471,11 @@ def moe_distribution(cfg) -> str:
         else "power_law_1.2"
 
 
-def _moe_tables(dep, system: str, backend: str, fmt: str, framework):
-    """(a dense block's, an MoE block's seconds over the grid, and an MoE block's with its
+def _moe_tables(dep, system: str, backend: str, quant: str, framework):
+    """(a dense block's, an MoE block's seconds over the grid, an MoE block's with its
     shared experts on a second stream beside the routed ones -- the longer of the two --
-    or None where the framework does not do that) of an MoE model: an MoE
+    or None where the framework does not do that, and the GEMM mode that priced the GEMMs,
+    ``quant`` or what :func:`_linear_table` fell back to) of an MoE model: an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
     experts' fused-MoE kernel at moe_tp / moe_ep as vLLM shards them (``ep`` 1: every
     expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU)."""
@@ -456,23 +483,28 @@ def _moe_tables(dep, system: str, backend: str, fmt: str, framework):
     if dep.attention_dp > 1:
         raise aic.TablesUnavailable(f"ep {dep.ep} > tp {dep.tp} (data-parallel attention "
                                     "with all-to-all) is not priced from the tables")
-    if fmt not in _MOE_QUANT:
-        raise aic.TablesUnavailable(f"no {_QUANT[fmt]} MoE kernel tables")
+    if quant not in _MOE_QUANT:
+        raise aic.TablesUnavailable(f"no {quant} MoE kernel tables")
     dense_g, own_g, shared_g = moe_block_gemms(dep)
     zero = tuple(0.0 for _ in aic.GRID)
-    dense = aic.layer_table(system, backend, dense_g, _QUANT[fmt]) if dense_g else zero
-    fixed = aic.layer_table(system, backend, own_g, _QUANT[fmt]) if own_g else zero
-    shared = aic.layer_table(system, backend, shared_g, _QUANT[fmt]) if shared_g else zero
+    moe_quant = _MOE_QUANT[quant]
+    dense = fixed = shared = zero
+    if dense_g:
+        dense, quant = _linear_table(system, backend, dense_g, quant)
+    if own_g:
+        fixed, quant = _linear_table(system, backend, own_g, quant)
+    if shared_g:
+        shared, quant = _linear_table(system, backend, shared_g, quant)
     router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")
     width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
     moe_tp, moe_ep = (dep.tp, 1) if dep.ep == 1 else (1, dep.ep)
     routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
-                           moe_tp, moe_ep, _MOE_QUANT[fmt], moe_distribution(cfg))
+                           moe_tp, moe_ep, moe_quant, moe_distribution(cfg))
     summed = tuple(a + b + c + d for a, b, c, d in zip(fixed, router, shared, routed,
                                                         strict=True))
     if not (framework.shared_expert_stream_tokens and shared_g):
-        return dense, summed, None
+        return dense, summed, None, quant
     # the shared experts on a second stream: the longer of them and the routed ones
     beside = tuple(a + b + max(c, d) for a, b, c, d in zip(fixed, router, shared, routed,
                                                             strict=True))
-    return dense, summed, beside
+    return dense, summed, beside, quant

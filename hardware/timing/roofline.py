@@ -24,7 +24,8 @@ links, ``FrameworkSpec`` of the serving engine):
               framework's host_efficiency) + a latency per block; the GPU computes while
               they stream (max) or, for a framework without ``offload_overlap``, before
               each layer runs (sum);
-- overhead  = step_s + layer_s·layers + seq_s·sequences (the framework's CPU-side work);
+- overhead  = step_s + tp_step_s·(tp - 1) + layer_s·layers + seq_s·sequences (the
+              framework's CPU-side work; ``base.framework_step_s``);
 - stage_s   = max(gpu_s + elem_s + comm_s, host_s) + overhead (the sum of the first two
               for a framework without ``offload_overlap``).
 
@@ -56,6 +57,7 @@ from hardware.timing.base import (
     Breakdown,
     elementwise_s_per_token,
     framework_seq_s,
+    framework_step_s,
     largest,
 )
 
@@ -177,7 +179,7 @@ class RooflineTiming:
         w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
         kv_bw = gpu.hbm_bytes_per_s * rp.eta_kv
         half = rp.weights_half_bytes
-        step_s = framework.step_s if dep.step_overhead else 0.0  # a draft: in the step
+        step_s = framework_step_s(framework, dep)
         moe = bool(shape.n_experts)
         self._parts = _moe_parts if moe else _parts
         stages = []

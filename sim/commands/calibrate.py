@@ -29,17 +29,18 @@ and max_load_tokens_per_s rows), cuda_graph_batch_sizes (max_load_tokens_per_s o
 CUDA-graph batch sizes the run padded its decode-only steps to, space-separated), split
 (fit / test: test rows are held out and only reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
-per-layer and per-sequence overheads, its elementwise kernels' bandwidth (act_passes:
-hidden-wide activation vectors per token per block, where at least six of its fit rows
-carry prompts in bulk -- static-batch, max-load, TTFT or multi-token step rows -- over more
-than one model), its streaming cost where at least six of its fit rows stream and six do not,
-and for rows the roofline prices, the weight
+per-layer and per-sequence overheads and, where it has kernel tables and its fit rows vary
+the TP size, what each more tensor-parallel GPU adds per pass (tp_step_s), its elementwise
+kernels' bandwidth (act_passes: hidden-wide activation vectors per token per block, where
+at least six of its fit rows carry prompts in bulk -- static-batch, max-load, TTFT or
+multi-token step rows -- over more than one model), its streaming cost where at least six
+of its fit rows stream and six do not, and for rows the roofline prices, the weight
 format's streaming efficiency, the host-link efficiency (pinned or pageable, as the rows
 say) and the TP link's call latency.
 FIELD paths: gpus.<id>.roofline.<eta_weights|eta_fp8|eta_int8|eta_int4|weights_half_bytes|
 eta_kv|kv_half_seqs|eta_compute|corner|eta_host|eta_host_pageable>,
 links.<id>.collective.<call_s|step_s|eta>,
-frameworks.<id>.<step_s|layer_s|seq_s|stream_seq_s|act_passes|host_efficiency>.
+frameworks.<id>.<step_s|tp_step_s|layer_s|seq_s|stream_seq_s|act_passes|host_efficiency>.
 
 From a GPU's measured kernel tables (the shipped roofline calibration):
   specsim calibrate --tables h100 --tables h200

@@ -283,11 +283,13 @@ def run_list(args: argparse.Namespace) -> int:
             f"  call {co.call_s * 1e6:.1f} us + step {co.step_s * 1e6:.1f} us, eta {co.eta:.2f}"
         print(f"  {lk.id:12s} {lk.bytes_per_s / 1e9:7.2f} GB/s {lk.latency_s * 1e6:6.1f} us  "
               f"{lk.name}{alpha}")
-    print("Frameworks (version, kernel tables, overhead per pass + per layer + per sequence):")
+    print("Frameworks (version, kernel tables, overhead per pass (+ per more TP GPU) + per "
+          "layer + per sequence):")
     for f in catalog.frameworks.values():
         print(f"  {f.id:12s} {f.name} {f.version}  tables {f.tables or 'none'}  "
-              f"{f.step_s * 1e3:.3f} ms + {f.layer_s * 1e6:.1f} us/layer + "
-              f"{f.seq_s * 1e6:.1f} us/seq"
+              f"{f.step_s * 1e3:.3f} ms"
+              + (f" (+ {f.tp_step_s * 1e6:.1f} us per more TP GPU)" if f.tp_step_s else "")
+              + f" + {f.layer_s * 1e6:.1f} us/layer + {f.seq_s * 1e6:.1f} us/seq"
               + (f" (+ {f.stream_seq_s * 1e6:.1f} us/seq streaming)" if f.stream_seq_s else "")
               + (f"; elementwise kernels {f.act_passes:.1f} hidden-wide vectors/token/layer"
                  if f.act_passes else "")

@@ -126,6 +126,34 @@ def _synthetic(truth, shapes, timing="roofline"):
             for r, s in zip(rows, seconds, strict=True)]
 
 
+def test_the_fit_recovers_what_each_more_tensor_parallel_gpu_adds():
+    """Rows over TP 1-8 made by a catalog with a known per-pass cost per more GPU of the TP
+    group: a framework with kernel tables gets the term among its default fields and the fit
+    recovers it; rows the roofline prices fit the TP link's call latency instead."""
+    pytest.importorskip("aiconfigurator_core", reason="the vLLM rows are table-priced")
+    names = ["frameworks.vllm.step_s", "frameworks.vllm.tp_step_s", "frameworks.vllm.seq_s"]
+    truth = apply_fields(CAT, names, [4e-4, 1.5e-4, 2e-5])
+    rows = [MeasuredRow(line=i, model="llama-3.1-70b", gpu="h100", tp=tp, pp=1,
+                        weight_bits=8, kv_bits=16, compute_dtype="fp8", batch=b, context=c,
+                        tokens=1, offload=0.0, measured=1.0, source="synthetic",
+                        split="fit" if i % 2 == 0 else "test")
+            for i, (tp, b, c) in enumerate((tp, b, c) for tp in (2, 4, 8)
+                                           for b in (1, 16, 64) for c in (512, 2048))]
+    seconds, backends = predictions(rows, truth)
+    assert set(backends) == {"measured"}
+    rows = [MeasuredRow(**{**r.__dict__, "measured": float(x)})
+            for r, x in zip(rows, seconds, strict=True)]
+    assert "frameworks.vllm.tp_step_s" in default_fields(rows, CAT)
+    res = fit(rows, names, CAT)
+    assert res.values == pytest.approx([4e-4, 1.5e-4, 2e-5], rel=1e-3)
+    one_tp = [MeasuredRow(**{**r.__dict__, "tp": 2}) for r in rows]
+    assert "frameworks.vllm.tp_step_s" not in default_fields(one_tp, CAT)
+    roofline = [MeasuredRow(**{**r.__dict__, "framework": "gpt-fast"}) for r in rows]
+    fields = default_fields(roofline, CAT)
+    assert "frameworks.gpt-fast.tp_step_s" not in fields
+    assert "links.nvlink4.collective.call_s" in fields
+
+
 def test_the_fit_tells_the_elementwise_kernels_from_the_per_sequence_cost():
     """Decode rows alone cannot separate a per-token cost from a per-sequence one;
     prefill steps over two models can, and the fit recovers both (from zero)."""
@@ -311,16 +339,16 @@ def test_the_validation_split_is_the_documented_crc():
 def test_the_validation_table_medians():
     """What `specsim validate` reports (docs/timing.md quotes it): held-out median
     |error| per category and the row counts. The target is 5% per category, no
-    category worse than 10%: A, C and D meet it (D on 7 held-out rows only), B misses
-    it by 0.07 points (5.07%) since the DeepSeek-V3 rows came in; every category is inside
-    the 10% bound (see docs/timing.md)."""
+    category worse than 10%: every category meets it (D on 7 held-out rows only; B at
+    4.87%, since per-tensor FP8 runs its static kernel and each more tensor-parallel GPU
+    adds a fitted cost per pass; see docs/timing.md)."""
     pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
     v = validate(CAT)
     counts = {c: (s["rows"], s["fit_rows"], s["test_rows"]) for c, s in v.summary.items()}
     assert counts == {"A": (47, 26, 21), "B": (383, 206, 177), "C": (79, 41, 38),
                       "D": (16, 9, 7)}
     held_out = {c: round(100 * s["median_test"], 1) for c, s in v.summary.items()}
-    assert held_out == {"A": 3.1, "B": 5.1, "C": 4.4, "D": 3.5}
-    assert all(s["median_test"] <= 0.10 for s in v.summary.values())
+    assert held_out == {"A": 3.1, "B": 4.9, "C": 4.3, "D": 2.5}
+    assert all(s["median_test"] <= 0.05 for s in v.summary.values())
     assert len(v.rows) == 525 and np.isfinite(v.error).all()
     assert set(v.backends) == {"measured", "roofline"}

@@ -139,6 +139,32 @@ def test_the_roofline_overhead_is_step_plus_layer_plus_sequence(tmp_path):
     assert c.pass_seconds_sums(*sums, n_seqs=64) - d == pytest.approx(fw.step_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("timing", ["measured", "roofline"])
+def test_each_more_tensor_parallel_gpu_adds_its_cost_to_every_engine_pass(tmp_path, timing):
+    """An engine pass costs tp_step_s more per GPU of its TP group beyond the first (the
+    engine drives one worker per GPU); one GPU pays none, nor does a draft's pass, which runs
+    inside the target's step. vLLM and TensorRT-LLM have it fitted."""
+    if timing == "measured":
+        tables()
+    path = tmp_path / "tp.yaml"
+    path.write_text("frameworks:\n  vllm: {tp_step_s: 2.0e-4}\n")
+    mine, zero = load_catalog(path), tmp_path / "zero.yaml"
+    zero.write_text("frameworks:\n  vllm: {tp_step_s: 0.0}\n")
+    none = load_catalog(zero)
+    for tp, extra in ((1, 0.0), (4, 6e-4), (8, 1.4e-3)):
+        for step_overhead in (True, False):
+            kw = {"model": "llama-3.1-70b", "weight_bits": 8, "compute_dtype": "fp8",
+                  "timing": timing, "tp": tp, "step_overhead": step_overhead}
+            a = cost(cat=mine, **kw).pass_cost([1] * 8, [1024] * 8)
+            b = cost(cat=none, **kw).pass_cost([1] * 8, [1024] * 8)
+            want = extra if step_overhead else 0.0
+            assert a.overhead_s - b.overhead_s == pytest.approx(want, abs=1e-12)
+            assert a.seconds - b.seconds == pytest.approx(want, abs=1e-12)
+    for fw in ("vllm", "trtllm"):
+        spec = CAT.framework(fw)
+        assert spec.tp_step_s > 1e-6 and "tp_step_s" in spec.source
+
+
 def test_vllm_has_a_fitted_per_sequence_overhead():
     fw = CAT.framework("vllm")
     assert fw.seq_s > 1e-6 and "seq_s" in fw.source and "validation.csv" in fw.source
@@ -146,13 +172,14 @@ def test_vllm_has_a_fitted_per_sequence_overhead():
 
 def test_roofline_kv_reads_lose_efficiency_with_few_sequences(tmp_path):
     """eta_kv(n) = eta_kv * n / (n + kv_half_seqs): the KV time of n sequences grows by
-    kv_half_seqs / n; a catalog without the field reads at eta_kv (0)."""
+    kv_half_seqs / n; at 0 they read at eta_kv."""
     path = tmp_path / "kv.yaml"
     path.write_text("gpus:\n  a10: {roofline: {eta_weights: 0.8, eta_fp8: 0.8, eta_int8: 0.8,"
-                    " eta_int4: 0.8, weights_half_bytes: 0, eta_kv: 0.8, eta_compute: 0.7,"
-                    " corner: 64, eta_host: 1, calibrated: true, source: test}}\n")
+                    " eta_int4: 0.8, weights_half_bytes: 0, eta_kv: 0.8, kv_half_seqs: 0,"
+                    " eta_compute: 0.7, corner: 64, eta_host: 1, calibrated: true,"
+                    " source: test}}\n")
     plain = cost(gpu="a10", cat=load_catalog(path), timing="roofline")
-    path.write_text(path.read_text().replace("eta_kv: 0.8,", "eta_kv: 0.8, kv_half_seqs: 2,"))
+    path.write_text(path.read_text().replace("kv_half_seqs: 0,", "kv_half_seqs: 2,"))
     slow = cost(gpu="a10", cat=load_catalog(path), timing="roofline")
     for n in (1, 4, 64):
         base = plain.pass_cost([1] * n, [4096] * n).memory_s
@@ -256,7 +283,7 @@ def test_the_measured_kernel_curves_never_fall_with_the_token_count():
                      compute_dtype="fp8")
     gemms = block_gemms(dep)
     for backend in ("trtllm", "vllm"):
-        table = aic.layer_table("h200_sxm", backend, gemms, "fp8")
+        table = aic.layer_table("h200_sxm", backend, gemms, "fp8_static")
         assert all(a <= b for a, b in zip(table, table[1:], strict=False))
         raw = [sum(aic._evaluate("h200_sxm", backend, aic._gemm_ops(gemms, q),
                                  is_context=False, batch_size=1, s=1, x=m))
@@ -270,6 +297,65 @@ def test_the_measured_kernel_curves_never_fall_with_the_token_count():
                                                                "bfloat16"),
                             is_context=False, batch_size=1, s=1, x=aic.GRID[-1])[0]
     assert head[-1] == raw_big and head[big] <= head[-1]
+
+
+def test_fp8_w8a8_runs_the_kernel_of_the_checkpoints_scales():
+    """A per-tensor FP8 checkpoint (the catalog's default: NVIDIA's ModelOpt FP8, with
+    static activation scales) is priced with aiconfigurator's fp8_static GEMMs -- the
+    measured per-tensor kernel, which computes its activation scale on every call, less the
+    measured compute-scale kernel -- and a block-scaled one (DeepSeek-V3) with the
+    block-scaled kernel; 16-bit and weight-only formats keep their own tables."""
+    tables()
+    from hardware.timing import aic
+    from hardware.timing.measured import block_gemms, gemm_quant
+
+    llama, ds = CAT.model("llama-3.1-70b"), CAT.model("deepseek-v3")
+    assert (llama.fp8_scales, ds.fp8_scales) == ("tensor", "block")
+    assert [gemm_quant(llama, f) for f in ("fp8", "w16", "int8", "int4")] == [
+        "fp8_static", "bfloat16", "int8_wo", "int4_wo"]
+    assert gemm_quant(ds, "fp8") == "fp8_block"
+    dep = Deployment(model=llama, gpu=CAT.gpu("h200"), weight_bits=8, compute_dtype="fp8")
+    gemms = block_gemms(dep)
+
+    def raw(backend, quant, m):
+        return sum(aic._evaluate("h200_sxm", backend, aic._gemm_ops(gemms, quant),
+                                 is_context=False, batch_size=1, s=1, x=m))
+
+    # TensorRT-LLM's static kernel saves the scale computation at every size
+    assert all(raw("trtllm", "fp8_static", m) < raw("trtllm", "fp8", m)
+               for m in (1, 64, 8192))
+    table = aic.layer_table("h200_sxm", "trtllm", gemms, "fp8_static")
+    assert table[-1] == pytest.approx(raw("trtllm", "fp8_static", aic.GRID[-1]), rel=1e-12)
+    c = cost("llama-3.1-70b", "h200", weight_bits=8, compute_dtype="fp8",
+             framework="trtllm")
+    assert "(fp8_static GEMMs;" in c.timing.note
+    c = cost("deepseek-v3", "h200", tp=8, weight_bits=8, compute_dtype="fp8",
+             framework="trtllm")
+    assert "(fp8_block GEMMs;" in c.timing.note
+
+
+def test_static_fp8_falls_back_to_the_measured_dynamic_kernel(monkeypatch):
+    """Tables with no compute-scale rows to derive the static kernel from price per-tensor
+    FP8 with the dynamic-scale kernel they measured, and the note says so."""
+    tables()
+    from hardware.timing import aic
+
+    real = aic.layer_table
+
+    def no_static(system, backend, gemms, quant):
+        if quant == "fp8_static":
+            raise aic.TablesUnavailable("no compute-scale rows")
+        return real(system, backend, gemms, quant)
+
+    monkeypatch.setattr(aic, "layer_table", no_static)
+    c = cost("llama-3.1-70b", "h200", weight_bits=8, compute_dtype="fp8",
+             framework="trtllm")
+    assert c.backend == "measured" and "(fp8 GEMMs;" in c.timing.note
+    monkeypatch.setattr(aic, "layer_table", real)
+    static = cost("llama-3.1-70b", "h200", weight_bits=8, compute_dtype="fp8",
+                  framework="trtllm")
+    assert static.pass_cost([1] * 4, [1024] * 4).parts["gemm_s"] < \
+        c.pass_cost([1] * 4, [1024] * 4).parts["gemm_s"]
 
 
 def test_a_decode_pass_pays_the_measured_decode_kernel_at_its_batch_and_length():
