@@ -25,6 +25,16 @@ def tables() -> None:
     pytest.importorskip("aiconfigurator_core", reason="measured tables need aiconfigurator-core")
 
 
+def _with_and_without(tmp_path, framework: str, field: str, value: float):
+    """The catalog with ``frameworks.<framework>.<field>`` set to ``value``, and with it 0."""
+    cats = []
+    for v in (value, 0.0):
+        path = tmp_path / f"{field}-{v}.yaml"
+        path.write_text(f"frameworks:\n  {framework}: {{{field}: {v}}}\n")
+        cats.append(load_catalog(path))
+    return cats[0], cats[1]
+
+
 def test_auto_prices_with_the_measured_tables_where_they_cover_the_deployment():
     tables()
     c = cost()
@@ -51,13 +61,10 @@ def test_the_elementwise_kernels_add_their_bandwidth_per_token(tmp_path, timing,
     in the memory traffic that names the bound); 0 leaves the pass as it was."""
     if timing == "measured":
         tables()
-    path = tmp_path / "act.yaml"
-    path.write_text("frameworks:\n  trtllm: {act_passes: 10.0}\n")
-    mine, zero = load_catalog(path), tmp_path / "zero.yaml"
-    zero.write_text("frameworks:\n  trtllm: {act_passes: 0.0}\n")
+    mine, zero = _with_and_without(tmp_path, "trtllm", "act_passes", 10.0)
     kw = {"model": model, "gpu": "h100", "weight_bits": 8, "compute_dtype": "fp8",
           "framework": "trtllm", "timing": timing, **kw}
-    with_act, without = cost(cat=mine, **kw), cost(cat=load_catalog(zero), **kw)
+    with_act, without = cost(cat=mine, **kw), cost(cat=zero, **kw)
     assert with_act.backend == timing
     gpu, spec = CAT.gpu("h100"), CAT.model(model)
     per_token = (spec.config.num_hidden_layers * 10.0 * spec.shape.hidden * 2
@@ -146,11 +153,7 @@ def test_each_more_tensor_parallel_gpu_adds_its_cost_to_every_engine_pass(tmp_pa
     inside the target's step. vLLM and TensorRT-LLM have it fitted."""
     if timing == "measured":
         tables()
-    path = tmp_path / "tp.yaml"
-    path.write_text("frameworks:\n  vllm: {tp_step_s: 2.0e-4}\n")
-    mine, zero = load_catalog(path), tmp_path / "zero.yaml"
-    zero.write_text("frameworks:\n  vllm: {tp_step_s: 0.0}\n")
-    none = load_catalog(zero)
+    mine, none = _with_and_without(tmp_path, "vllm", "tp_step_s", 2.0e-4)
     for tp, extra in ((1, 0.0), (4, 6e-4), (8, 1.4e-3)):
         for step_overhead in (True, False):
             kw = {"model": "llama-3.1-70b", "weight_bits": 8, "compute_dtype": "fp8",
