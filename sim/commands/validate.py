@@ -56,11 +56,12 @@ def main(args: argparse.Namespace) -> int:
                   f"{r.measured:10.4g}  {p:10.4g}  {e:+6.1%}  {b}")
         print()
     print(f"timing {args.timing}; median |predicted / measured - 1| per category")
-    print("category                                                   rows  held out  "
-          "fit half  all    worst held out")
+    print("category                                                   rows (fit / held out)"
+          "  held out  fit half  all    worst held out")
     for cat, s in v.summary.items():
         name = f"{cat} {CATEGORIES.get(cat, '')}"
-        print(f"{name:58s} {s['rows']:4d}  {s['median_test']:7.1%}  {s['median_fit']:7.1%}"
+        count = f"{s['rows']} ({s['fit_rows']} / {s['test_rows']})"
+        print(f"{name:58s} {count:>21s}  {s['median_test']:7.1%}  {s['median_fit']:7.1%}"
               f"  {s['median_all']:6.1%}  {s['worst_test']:7.1%}")
     print(f"{len(v.rows)} rows; sources in hardware/data/validation.csv (--rows lists them)")
     return 0

@@ -140,3 +140,4 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert len(doc["rows"]) == 525 and all(r["source"] for r in doc["rows"])
     code, out, _ = run(capsys, "validate")
     assert "A batch-1 decode" in out and "525 rows" in out
+    assert "rows (fit / held out)" in out and "383 (206 / 177)" in out
