@@ -34,6 +34,7 @@ from hardware.models import (
     ModelConfig,
     ModelShape,
     format_validation,
+    hf_fp8_scales,
     load_hf_config,
     model_shape,
     read_utf8,
@@ -349,11 +350,13 @@ class Catalog:
         """The model ``model_id``, or one loaded from a HF ``config.json`` path.
 
         A value ending in ``.json`` is read as a Hugging Face config file (Llama, OPT,
-        Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits: its quantization_config is
-        not read); anything else must be a catalog id.
+        Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits unless the deployment says
+        otherwise: of its quantization_config only a ``weight_block_size`` is read, which
+        makes an FP8 deployment of it block-scaled); anything else must be a catalog id.
         """
         if model_id.endswith(".json"):
-            return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id))
+            return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id),
+                             fp8_scales=hf_fp8_scales(model_id))
         if model_id in self.models:
             return self.models[model_id]
         by_alias = {a.lower(): m for m in self.models.values() for a in m.aliases}

@@ -48,7 +48,8 @@ from pydantic import (
 from hardware.blocks import block_counts
 from specdec.errors import UserError
 
-__all__ = ["ModelConfig", "ModelShape", "load_hf_config", "model_shape", "format_validation"]
+__all__ = ["ModelConfig", "ModelShape", "hf_fp8_scales", "load_hf_config", "model_shape",
+           "format_validation"]
 
 
 class ModelConfig(BaseModel):
@@ -388,13 +389,7 @@ def read_utf8(path: Path, what: str, rule: str) -> str:
         ) from None
 
 
-def load_hf_config(path: str | Path) -> ModelConfig:
-    """Read a Hugging Face ``config.json`` and keep the fields the cost model uses.
-
-    Unknown fields (rope settings, dtypes, token ids ...) are ignored; a missing or bad
-    cost-relevant field raises :class:`UserError` naming the file and the field.
-    """
-    path = Path(path)
+def _hf_json(path: Path) -> dict:
     text = read_utf8(path, "model config", "a config.json must be UTF-8 JSON")
     try:
         raw = json.loads(text)
@@ -402,6 +397,26 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a config.json must hold a JSON object")
+    return raw
+
+
+def hf_fp8_scales(path: str | Path) -> str:
+    """How an FP8 deployment of the checkpoint a Hugging Face ``config.json`` describes
+    scales its values (``hardware.catalog.ModelSpec.fp8_scales``): ``block`` where its
+    ``quantization_config`` names a ``weight_block_size`` (DeepSeek-V3's 128x128 blocks),
+    else ``tensor``."""
+    quant = _hf_json(Path(path)).get("quantization_config")
+    return "block" if isinstance(quant, dict) and quant.get("weight_block_size") else "tensor"
+
+
+def load_hf_config(path: str | Path) -> ModelConfig:
+    """Read a Hugging Face ``config.json`` and keep the fields the cost model uses.
+
+    Unknown fields (rope settings, dtypes, token ids ...) are ignored; a missing or bad
+    cost-relevant field raises :class:`UserError` naming the file and the field.
+    """
+    path = Path(path)
+    raw = _hf_json(path)
     # mtp_module is SpecSim's own flag (a drafter's config), never read from a file
     known = {k: v for k, v in raw.items() if k in ModelConfig.model_fields
              and k != "mtp_module"}

@@ -130,15 +130,17 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
                    ) -> list[str]:
     """The fields the rows can pin down: every framework's per-pass overhead (per layer,
     per sequence and per more tensor-parallel GPU where its fit rows -- at least
-    ``MIN_ROWS_PER_TERM`` -- vary the model, the batch and the TP size; the last only for
-    a framework with kernel tables, since the rows the roofline prices fit the TP link's
-    call latency, which it would trade off with), its elementwise kernels' ``act_passes``
+    ``MIN_ROWS_PER_TERM`` -- vary the model, the batch and the TP size; the last over the
+    rows the kernel tables price only, since the TP link's call latency, which it would
+    trade off with, is fitted on the rows the roofline prices), its elementwise kernels'
+    ``act_passes``
     where that many carry
     prompts in bulk over more than one model, and its streaming cost where that many rows
     stream and that many do not), and, for GPUs the roofline prices, the efficiencies of
     the formats, KV reads and host links they use, and the TP links' call latency."""
     fields: list[str] = []
     _, backends = predictions(rows, catalog, timing)
+    by_tables = {id(r) for r, b in zip(rows, backends, strict=True) if b == "measured"}
     for fw in sorted({r.framework for r in rows}):
         mine = [r for r in rows if r.framework == fw and r.split == "fit"]
         if not mine:
@@ -150,7 +152,7 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
             fields.append(f"frameworks.{fw}.layer_s")
         if len({r.batch for r in mine}) > 1:
             fields.append(f"frameworks.{fw}.seq_s")
-        if len({r.tp for r in mine}) > 1 and catalog.framework(fw).tables:
+        if len({r.tp for r in mine if id(r) in by_tables}) > 1:
             fields.append(f"frameworks.{fw}.tp_step_s")
         bulk = [r for r in mine if _bulk(r)]
         shapes = {(m.config.num_hidden_layers, m.shape.hidden)

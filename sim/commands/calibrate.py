@@ -29,7 +29,7 @@ and max_load_tokens_per_s rows), cuda_graph_batch_sizes (max_load_tokens_per_s o
 CUDA-graph batch sizes the run padded its decode-only steps to, space-separated), split
 (fit / test: test rows are held out and only reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,
-per-layer and per-sequence overheads and, where it has kernel tables and its fit rows vary
+per-layer and per-sequence overheads and, where its fit rows the kernel tables price vary
 the TP size, what each more tensor-parallel GPU adds per pass (tp_step_s), its elementwise
 kernels' bandwidth (act_passes: hidden-wide activation vectors per token per block, where
 at least six of its fit rows carry prompts in bulk -- static-batch, max-load, TTFT or

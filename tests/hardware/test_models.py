@@ -116,6 +116,18 @@ def test_catalog_model_accepts_a_config_path(tmp_path):
     assert spec.shape.total_params == PUBLISHED["llama-3-8b"]
 
 
+def test_a_config_with_weight_blocks_is_block_scaled_fp8(tmp_path):
+    """Of a config.json's quantization_config only weight_block_size is read: it makes an
+    FP8 deployment of the checkpoint block-scaled (DeepSeek-V3's); without it, per-tensor."""
+    cat = load_catalog()
+    assert cat.model(str(_write(tmp_path, LLAMA3_8B_CONFIG))).fp8_scales == "tensor"
+    quant = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}
+    body = {**LLAMA3_8B_CONFIG, "quantization_config": quant}
+    assert cat.model(str(_write(tmp_path, body))).fp8_scales == "tensor"
+    body["quantization_config"] = {**quant, "weight_block_size": [128, 128]}
+    assert cat.model(str(_write(tmp_path, body))).fp8_scales == "block"
+
+
 def test_opt_config_defaults_to_tied_embeddings(tmp_path):
     body = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
             "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048,

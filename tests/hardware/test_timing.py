@@ -329,12 +329,25 @@ def test_fp8_w8a8_runs_the_kernel_of_the_checkpoints_scales():
                for m in (1, 64, 8192))
     table = aic.layer_table("h200_sxm", "trtllm", gemms, "fp8_static")
     assert table[-1] == pytest.approx(raw("trtllm", "fp8_static", aic.GRID[-1]), rel=1e-12)
+    # the static kernel alone, not the faster of it and the block-scaled one per size
+    block = aic.layer_table("h200_sxm", "trtllm", gemms, "fp8_block")
+    assert any(s > b for s, b in zip(table, block, strict=True))
     c = cost("llama-3.1-70b", "h200", weight_bits=8, compute_dtype="fp8",
              framework="trtllm")
     assert "(fp8_static GEMMs;" in c.timing.note
-    c = cost("deepseek-v3", "h200", tp=8, weight_bits=8, compute_dtype="fp8",
-             framework="trtllm")
+    asked = []
+
+    def recording(system, backend, gemms, quant, real=aic.layer_table):
+        asked.append(quant)
+        return real(system, backend, gemms, quant)
+
+    with pytest.MonkeyPatch.context() as mp:  # every GEMM of DeepSeek-V3's blocks
+        mp.setattr(aic, "layer_table", recording)
+        c = cost("deepseek-v3", "h200", tp=8, weight_bits=8, compute_dtype="fp8",
+                 framework="trtllm")
     assert "(fp8_block GEMMs;" in c.timing.note
+    # dense, attention and shared-expert GEMMs block-scaled, the router in 16 bits
+    assert sorted(set(asked)) == ["bfloat16", "fp8_block"] and asked.count("bfloat16") == 1
 
 
 def test_static_fp8_falls_back_to_the_measured_dynamic_kernel(monkeypatch):
