@@ -47,6 +47,7 @@ LOSS = "cauchy"  # scipy's rho(z) = ln(1 + z): a row 50% off weighs a tenth of a
 RESTARTS = 5  # least-squares runs per group at most, each from where the last stopped
 MAX_NFEV = 200  # evaluations per run
 SETTLED = 1e-4  # a run that moves no field by more than this (relative) ends the restarts
+INSIDE = 0.01  # a field starting on a bound starts this far inside (in typical sizes)
 MIN_ROWS_PER_TERM = 6  # a framework's per-layer / per-sequence terms need this many fit rows
 
 
@@ -261,10 +262,15 @@ def _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo, hi, 
     # Where two terms trade off (a per-token and a per-sequence cost over decode rows) the
     # solver can stop on a flat stretch short of the minimum; it is restarted from where
     # it stopped until that no longer moves it, so a fit run again returns its result.
-    z = x[block]
+    # a start on a bound would stay there: the trust-region solver scales each step by the
+    # distance to the bound, so a field shipped at its bound (a term fitted to 0) could
+    # never leave it, whatever the rows. Start such a field a little inside (1% of its
+    # typical size); where the rows want the bound, the fit returns to it.
+    lo_z, hi_z = lo[block] / scale[block], hi[block] / scale[block]
+    z = np.clip(x[block], lo_z + INSIDE * np.minimum(1.0, hi_z - lo_z),
+                hi_z - INSIDE * np.minimum(1.0, hi_z - lo_z))
     for _ in range(RESTARTS):
-        res = least_squares(residuals, z, bounds=(lo[block] / scale[block],
-                                                  hi[block] / scale[block]),
+        res = least_squares(residuals, z, bounds=(lo_z, hi_z),
                             method="trf", loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4,
                             xtol=1e-10, ftol=1e-10, max_nfev=MAX_NFEV)
         moved = np.max(np.abs(res.x - z) / np.maximum(np.abs(z), 1e-3))

@@ -11,7 +11,9 @@ the first block is required, the second optional):
   ``offload``: fraction of the weights in host memory, or ``auto``; ``measured_s``: the
   measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
   comes from (repository + path + commit, paper + table, vendor page).
-- ``framework`` (default ``vllm``): a catalog framework id; ``pin_memory`` (``true``
+- ``framework`` (default ``vllm``): a catalog framework id; ``ep`` (default 1): the
+  expert-parallel GPUs of an MoE model (``specsim hw step --ep``: 1 splits every expert over
+  the ``tp`` GPUs, ``tp`` gives each GPU whole experts); ``pin_memory`` (``true``
   default, or ``false``): whether offloaded weights sit in pinned host memory;
   ``streaming`` (``true`` default, or ``false``): whether the run streamed its tokens to a
   client (a server benchmark) or ran offline (``trtllm-bench throughput``, a generate
@@ -47,7 +49,7 @@ __all__ = ["MeasuredRow", "read_rows", "REQUIRED", "OPTIONAL", "METRICS"]
 
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
-OPTIONAL = ("framework", "pin_memory", "streaming", "metric", "output_tokens", "requests",
+OPTIONAL = ("framework", "ep", "pin_memory", "streaming", "metric", "output_tokens", "requests",
             "max_num_tokens", "kv_fraction", "cuda_graph_batch_sizes", "split", "category",
             "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
@@ -72,6 +74,7 @@ class MeasuredRow:
     measured: float
     source: str
     framework: str = "vllm"
+    ep: int = 1
     pin_memory: bool = True
     streaming: bool = True
     metric: str = "step_s"
@@ -201,7 +204,9 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         context=context,
         tokens=_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
-        framework=get.get("framework") or "vllm", pin_memory=pin, streaming=streaming,
+        framework=get.get("framework") or "vllm",
+        ep=_int(path, line, "ep", get.get("ep") or "1", 1), pin_memory=pin,
+        streaming=streaming,
         metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,
         kv_fraction=kv_fraction, cuda_graph_batch_sizes=graphs, split=split,

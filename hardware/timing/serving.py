@@ -83,6 +83,7 @@ def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostMo
     total = row.context + max(row.output_tokens, row.tokens)
     dep = Deployment(
         model=catalog.model(row.model), gpu=catalog.gpu(row.gpu), tp=row.tp, pp=row.pp,
+        ep=row.ep,
         weight_bits=row.weight_bits, kv_bits=row.kv_bits, compute_dtype=row.compute_dtype,
         offload_fraction=row.offload, offload_pin_memory=row.pin_memory,
         kv_tokens=row.batch * total if row.offload == "auto" else 0, timing=timing,

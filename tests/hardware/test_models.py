@@ -41,9 +41,10 @@ NOMINAL = {
     "llama-3.1-405b": (405e9, 0.01),
     "opt-13b": (13e9, 0.012), "vicuna-7b": (6.7e9, 0.01), "vicuna-13b": (13.0e9, 0.01),
     "vicuna-33b": (32.5e9, 0.01),
-    # mixture of experts: the model cards' totals (Mixtral "46.7B", Qwen3 "30.5B",
+    # mixture of experts: the model cards' totals (Mixtral "46.7B", Qwen3 "30.5B" and "235B",
     # DeepSeek-V3 "671B" without its MTP module)
     "mixtral-8x7b": (46.7e9, 0.01), "qwen3-30b-a3b": (30.5e9, 0.01),
+    "qwen3-235b-a22b": (235e9, 0.01),
     "deepseek-v3": (671e9, 0.01),
 }
 
