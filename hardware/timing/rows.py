@@ -12,8 +12,10 @@ the first block is required, the second optional):
   measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
   comes from (repository + path + commit, paper + table, vendor page).
 - ``framework`` (default ``vllm``): a catalog framework id; ``ep`` (default 1): the
-  expert-parallel GPUs of an MoE model (``specsim hw step --ep``: 1 splits every expert over
-  the ``tp`` GPUs, ``tp`` gives each GPU whole experts); ``pin_memory`` (``true``
+  expert-parallel GPUs of an MoE model, as ``specsim hw step --ep`` takes them (1 splits
+  every expert over the ``tp`` GPUs, ``tp`` gives each GPU whole experts, a larger multiple
+  of ``tp`` adds data-parallel attention groups; other values are refused when the row is
+  priced); ``pin_memory`` (``true``
   default, or ``false``): whether offloaded weights sit in pinned host memory;
   ``streaming`` (``true`` default, or ``false``): whether the run streamed its tokens to a
   client (a server benchmark) or ran offline (``trtllm-bench throughput``, a generate

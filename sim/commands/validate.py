@@ -41,17 +41,18 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps({
             "summary": v.summary,
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
-                      "framework": r.framework, "batch": r.batch, "context": r.context,
+                      "framework": r.framework, "ep": r.ep, "batch": r.batch,
+                      "context": r.context,
                       "metric": r.metric, "measured": r.measured, "predicted": float(p),
                       "error": float(e), "split": r.split, "backend": b, "source": r.source}
                      for r, p, e, b in zip(v.rows, v.predicted, v.error, v.backends,
                                            strict=True)]}, indent=2))
         return 0
     if args.rows:
-        print("cat split  model          gpu        tp framework       batch context "
+        print("cat split  model           gpu        tp ep framework       batch context "
               "metric                 measured   predicted   error  backend")
         for r, p, e, b in zip(v.rows, v.predicted, v.error, v.backends, strict=True):
-            print(f"{r.category:3s} {r.split:5s}  {r.model:14s} {r.gpu:10s} {r.tp:2d} "
+            print(f"{r.category:3s} {r.split:5s}  {r.model:15s} {r.gpu:10s} {r.tp:2d} {r.ep:2d} "
                   f"{r.framework:15s} {r.batch:5d} {r.context:7d} {r.metric:20s} "
                   f"{r.measured:10.4g}  {p:10.4g}  {e:+6.1%}  {b}")
         print()
