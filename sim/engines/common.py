@@ -104,6 +104,11 @@ def precision_flag(out: Parsed, name: str, value: str, what: str) -> bool:
         out.set("deployment.weight_bits", bits)
         if dtype == "fp8":
             out.set("deployment.compute_dtype", "fp8")
+            out.notes.append(
+                "--quantization fp8: priced as the checkpoint's FP8 kernels (per-tensor with "
+                "static activation scales, or block-scaled where the model's fp8_scales says "
+                "so); quantizing a 16-bit checkpoint on the fly computes its activation "
+                "scales every pass, a kernel SpecSim does not price (docs/timing.md)")
         return True
     return False
 

@@ -105,8 +105,10 @@ def test_precision_flags_mean_the_same_in_both_engines(launch):
     """--quantization fp8 is FP8 W8A8 in vLLM and SGLang alike (SGLang's parser used to keep
     16-bit compute); --kv-cache-dtype fp8 is 8-bit KV."""
     parse = parse_vllm_serve if launch.startswith("vllm") else parse_sglang
-    s = _sets(parse(f"{launch} --quantization fp8 --kv-cache-dtype fp8", _ids))
+    parsed = parse(f"{launch} --quantization fp8 --kv-cache-dtype fp8", _ids)
+    s = _sets(parsed)
     assert (s["deployment.weight_bits"], s["deployment.compute_dtype"]) == (8, "fp8")
+    assert any("activation scales every pass" in n for n in parsed.notes)
     assert s["deployment.kv_bits"] == 8
     s = _sets(parse(f"{launch} --quantization awq", _ids))
     assert s["deployment.weight_bits"] == 4 and "deployment.compute_dtype" not in s
