@@ -134,11 +134,10 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
     ``MIN_ROWS_PER_TERM`` -- vary the model, the batch and the TP size; the last over the
     rows the kernel tables price only, since the TP link's call latency, which it would
     trade off with, is fitted on the rows the roofline prices), its elementwise kernels'
-    ``act_passes``
-    where that many carry
-    prompts in bulk over more than one model, and its streaming cost where that many rows
-    stream and that many do not), and, for GPUs the roofline prices, the efficiencies of
-    the formats, KV reads and host links they use, and the TP links' call latency."""
+    ``act_passes`` where that many carry prompts in bulk over more than one model, and its
+    streaming cost where that many rows stream and that many do not), and, for GPUs the
+    roofline prices, the efficiencies of the formats, KV reads and host links they use,
+    and the TP links' call latency."""
     fields: list[str] = []
     _, backends = predictions(rows, catalog, timing)
     by_tables = {id(r) for r, b in zip(rows, backends, strict=True) if b == "measured"}
@@ -267,8 +266,8 @@ def _fit_block(train, fields, catalog, timing, x, block, rows_of, meas, lo, hi, 
     # never leave it, whatever the rows. Start such a field a little inside (1% of its
     # typical size); where the rows want the bound, the fit returns to it.
     lo_z, hi_z = lo[block] / scale[block], hi[block] / scale[block]
-    z = np.clip(x[block], lo_z + INSIDE * np.minimum(1.0, hi_z - lo_z),
-                hi_z - INSIDE * np.minimum(1.0, hi_z - lo_z))
+    inside = INSIDE * np.minimum(1.0, hi_z - lo_z)
+    z = np.clip(x[block], lo_z + inside, hi_z - inside)
     for _ in range(RESTARTS):
         res = least_squares(residuals, z, bounds=(lo_z, hi_z),
                             method="trf", loss=LOSS, f_scale=ROBUST_SCALE, diff_step=1e-4,

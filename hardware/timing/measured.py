@@ -73,7 +73,9 @@ __all__ = ["MeasuredTiming", "block_gemms", "moe_block_gemms"]
 _GRID = tuple(float(m) for m in aic.GRID)
 _LENGTHS = tuple(float(s) for s in aic.DECODE_LENGTHS)
 _LAST = len(_LENGTHS) - 1
-_QUANT = {"w16": "bfloat16", "fp8": "fp8", "int8": "int8_wo", "int4": "int4_wo"}
+# the tables' GEMM mode of a 16-bit or weight-only format (FP8: :func:`gemm_quant`)
+_QUANT = {"w16": "bfloat16", "int8": "int8_wo", "int4": "int4_wo"}
+_FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 
 
 def gemm_quant(model, fmt: str) -> str:
@@ -95,7 +97,6 @@ def _linear_table(system: str, backend: str, gemms, quant: str) -> tuple[tuple, 
         if quant != "fp8_static":
             raise
         return aic.layer_table(system, backend, gemms, "fp8"), "fp8"
-_FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 
 
 def _interp(vals: tuple[float, ...], x: float) -> float:
