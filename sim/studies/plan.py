@@ -297,11 +297,11 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
     if workers < 1:
         raise UserError(f"--workers: must be >= 1, got {workers}")
     rate0 = float(base["workload"]["rate_per_s"])
-    built = [build_for(base, cand, rate0, source, doc, sets)[0] for cand in candidates]
-    args = [(base, cand, sc, slo, source, rel_tol, doc, sets, target_rate)
-            for cand, sc in zip(candidates, built, strict=True)]
-    rows: list = [None] * len(args)
-    try:
+    rows: list = [None] * len(candidates)
+    try:  # an interrupt while the candidates are built says so too: none had finished
+        built = [build_for(base, cand, rate0, source, doc, sets)[0] for cand in candidates]
+        args = [(base, cand, sc, slo, source, rel_tol, doc, sets, target_rate)
+                for cand, sc in zip(candidates, built, strict=True)]
         if workers == 1 or len(args) == 1:
             for i, a in enumerate(args):
                 rows[i] = _candidate_row(*a)

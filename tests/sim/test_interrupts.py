@@ -133,6 +133,24 @@ def test_an_interrupted_plan_says_which_candidates_finished(tmp_path, capsys, mo
     assert not out.exists()
 
 
+def test_a_plan_interrupted_while_its_candidates_are_built_says_none_had_finished(
+        tmp_path, capsys, monkeypatch):
+    """Building the candidates (their cost models: the first tabulates the kernel tables,
+    seconds on a cold cache) is part of the plan: Ctrl-C there says how many had finished."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan_study, "build_for", interrupted)
+    out = tmp_path / "plan"
+    scenarios = repo_root() / "scenarios"
+    assert main(["plan", str(scenarios / "plan-llama70b.yaml"), "--candidates",
+                 str(scenarios / "plan-candidates.yaml"), "--slo", "ttft_p99=2s,tpot_p99=50ms",
+                 "--no-progress", "--out", str(out)]) == 130
+    assert _one_line(capsys.readouterr().err) == (
+        "specsim plan: interrupted: 0 of 8 plan candidates had finished; nothing was written")
+    assert not out.exists()
+
+
 @pytest.mark.timeout(180)
 def test_ctrl_c_stops_a_plan_on_worker_processes_at_once(tmp_path):
     """Ctrl-C signals the whole process group: the workers stop with the plan instead of
