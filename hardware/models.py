@@ -6,6 +6,10 @@ Two families cover every model the lecture and the papers use:
   without biases (k and v have ``num_key_value_heads`` heads: GQA), a SwiGLU MLP with three
   ``hidden × intermediate`` matrices (gate, up, down), two RMSNorm weight vectors; rotary
   positions (no parameters); a final RMSNorm; an lm_head that may be tied to the embedding.
+  ``qwen3`` (the dense Qwen3 models) is the same block with a per-head RMSNorm on q and on k
+  (``q_norm``, ``k_norm``: ``head_dim`` weights each; transformers
+  ``models/qwen3/modeling_qwen3.py``, ``Qwen3Attention``); its sliding-window option
+  (``use_sliding_window``, off in every released checkpoint) is not modelled and refused.
 - ``opt``: per block q/k/v/o with biases, an MLP of fc1 (``hidden × ffn_dim`` + bias), ReLU,
   fc2 (``ffn_dim × hidden`` + bias), two LayerNorms (weight + bias); learned absolute
   positions (``max_position_embeddings + 2`` rows: OPT offsets positions by 2); a final
@@ -48,8 +52,14 @@ from pydantic import (
 from hardware.blocks import block_counts
 from specdec.errors import UserError
 
-__all__ = ["ModelConfig", "ModelShape", "hf_fp8_scales", "load_hf_config", "model_shape",
-           "format_validation"]
+__all__ = ["DENSE_TYPES", "LLAMA_TYPES", "ModelConfig", "ModelShape", "hf_fp8_scales",
+           "load_hf_config", "model_shape", "format_validation"]
+
+
+# the dense families (no experts, no latent attention), and those of them with llama's
+# block (GQA attention without biases and a SwiGLU MLP)
+LLAMA_TYPES = ("llama", "qwen3")
+DENSE_TYPES = (*LLAMA_TYPES, "opt")
 
 
 class ModelConfig(BaseModel):
@@ -57,8 +67,8 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_type: Literal["llama", "opt", "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2",
-                        "medusa"]
+    model_type: Literal["llama", "qwen3", "opt", "mixtral", "qwen3_moe", "deepseek_v3",
+                        "deepseek_v2", "medusa"]
     hidden_size: PositiveInt
     num_hidden_layers: PositiveInt  # medusa: residual blocks per head
     num_attention_heads: PositiveInt | None = None  # every family but medusa
@@ -108,7 +118,7 @@ class ModelConfig(BaseModel):
             raise ValueError(f"{self.model_type} models need num_attention_heads")
         if self.num_heads is not None:
             raise ValueError(f"num_heads: only medusa heads have it, not {self.model_type}")
-        if self.model_type in ("llama", "mixtral") and self.intermediate_size is None:
+        if self.model_type in ("llama", "qwen3", "mixtral") and self.intermediate_size is None:
             raise ValueError(f"{self.model_type} models need intermediate_size")
         _check_moe(self)
         if self.model_type == "opt" and self.ffn_dim is None:
@@ -235,13 +245,15 @@ def model_shape(cfg: ModelConfig) -> ModelShape:
     """Count the parameters of ``cfg`` (exact for the supported families)."""
     if cfg.model_type == "medusa":
         return _medusa_shape(cfg)
-    if cfg.model_type not in ("llama", "opt"):
+    if cfg.model_type not in DENSE_TYPES:
         return _moe_shape(cfg)
     h, q_width = cfg.hidden_size, cfg.num_attention_heads * cfg.d_head
     kv_width = cfg.kv_heads * cfg.d_head
-    if cfg.model_type == "llama":
+    if cfg.model_type != "opt":
         kv_proj = 2 * h * kv_width
         attn = h * q_width + kv_proj + q_width * h
+        if cfg.model_type == "qwen3":
+            attn += 2 * cfg.d_head  # q_norm, k_norm
         mlp = 3 * h * cfg.intermediate_size
         layer = attn + mlp + 2 * h  # two RMSNorm weight vectors
         proj = h
@@ -325,7 +337,7 @@ def _check_moe(cfg: ModelConfig) -> None:
     t = cfg.model_type
     experts = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts",
                "deepseek_v3": "n_routed_experts", "deepseek_v2": "n_routed_experts"}
-    if t in ("llama", "opt"):
+    if t in DENSE_TYPES:
         for f in ("num_local_experts", "num_experts", "n_routed_experts", "kv_lora_rank"):
             if getattr(cfg, f) is not None:
                 raise ValueError(f"{f}: {t} models have no experts or latent attention; "
@@ -418,6 +430,10 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     raw = _hf_json(path)
     # mtp_module is SpecSim's own flag (a drafter's config), never read from a file
+    if raw.get("use_sliding_window") is True:
+        raise UserError(f"{path}: use_sliding_window: sliding-window attention is not "
+                        f"modelled (every layer is priced attending to the whole context), "
+                        f"got True")
     known = {k: v for k, v in raw.items() if k in ModelConfig.model_fields
              and k != "mtp_module"}
     try:

@@ -61,7 +61,7 @@ class Drafter:
 def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | None = None):
     """The ``hardware.ModelConfig`` that prices an EAGLE/EAGLE-3/MTP head of ``target_config``
     (llama-family configs; ``mtp`` also DeepSeek's MLA + MoE configs)."""
-    from hardware.models import ModelConfig
+    from hardware.models import LLAMA_TYPES, ModelConfig
 
     c = target_config
     if method == "mtp" and c.model_type in ("deepseek_v3", "deepseek_v2"):
@@ -71,7 +71,7 @@ def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | 
         fields.update(num_hidden_layers=layers, first_k_dense_replace=0,
                       num_nextn_predict_layers=0, mtp_module=True)
         return ModelConfig(**fields)
-    if c.model_type != "llama":
+    if c.model_type not in LLAMA_TYPES:
         also = " or, for mtp, a DeepSeek one" if method == "mtp" else ""
         raise UserError(f"drafter.method {method}: needs a llama-family target{also} (its "
                         f"decoder layer is the head's), got model_type {c.model_type!r}")

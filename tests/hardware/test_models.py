@@ -7,6 +7,7 @@ import json
 import pytest
 
 from hardware import load_catalog, load_hf_config, model_shape
+from hardware.models import ModelConfig
 from specdec.errors import UserError
 
 # Published parameter totals (model cards / HF `num_parameters()`), exact.
@@ -45,6 +46,7 @@ NOMINAL = {
     # DeepSeek-V3 "671B" without its MTP module)
     "mixtral-8x7b": (46.7e9, 0.01), "qwen3-30b-a3b": (30.5e9, 0.01),
     "qwen3-235b-a22b": (235e9, 0.01),
+    "qwen3-32b": (32.8e9, 0.01),  # dense; 31.2B without embedding and lm_head (below)
     "deepseek-v3": (671e9, 0.01),
 }
 
@@ -180,3 +182,21 @@ def test_hugging_face_ids_are_aliases_and_an_unknown_one_says_how_to_add_it():
     assert cat.model("META-LLAMA/llama-3.1-8b-instruct").id == "llama-3.1-8b"
     with pytest.raises(UserError, match="unknown model 'org/x'.*config.json path.*catalog"):
         cat.model("org/x")
+
+
+def test_qwen3_dense_is_llamas_block_with_q_and_k_norms(tmp_path):
+    cat = load_catalog()
+    qwen = cat.model("qwen3-32b")
+    shape = qwen.shape
+    # the model card's 31.2B non-embedding parameters leave out the lm_head too
+    assert shape.total_params - shape.embedding_params - 151936 * 5120 == pytest.approx(
+        31.2e9, rel=0.002)
+    as_llama = ModelConfig(**{**qwen.config.model_dump(exclude_unset=True),
+                              "model_type": "llama"})
+    # q_norm and k_norm: head_dim weights each, per layer
+    assert shape.layer_params - model_shape(as_llama).layer_params == 2 * 128
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**qwen.config.model_dump(exclude_unset=True),
+                               "use_sliding_window": True, "sliding_window": 4096}))
+    with pytest.raises(UserError, match="use_sliding_window"):
+        load_hf_config(cfg)

@@ -12,6 +12,7 @@ from hardware.models import model_shape
 from sim.drafters import head_config
 from sim.loading import load_scenario
 from sim.runner import run_scenario
+from specdec.errors import UserError
 
 CAT = load_catalog()
 
@@ -112,3 +113,13 @@ def test_cpu_drafting_time_is_charged_per_decoding_sequence(pp):
                                    rtol=1e-12)
     else:  # a micro-batch's first stage starts after the CPU drafting
         assert (it["duration_s"] >= it["draft_s"] + it["verify_s"] - 1e-12).all()
+
+
+def test_a_dense_qwen3_target_gets_a_llama_style_head_and_an_moe_one_does_not():
+    # EAGLE heads are llama decoder layers whatever the target; a dense Qwen3 has llama's
+    # block (plus q/k norms), so its head has the target's width and attention
+    h = head_config(CAT.model("qwen3-32b").config, "eagle3", draft_vocab=32000)
+    assert (h.model_type, h.hidden_size, h.num_attention_heads, h.kv_heads) == (
+        "llama", 5120, 64, 8)
+    with pytest.raises(UserError, match="llama-family target"):
+        head_config(CAT.model("qwen3-30b-a3b").config, "eagle3")
