@@ -135,9 +135,9 @@ def test_validate_prints_the_counts_and_medians(capsys):
     code, out, _ = run(capsys, "validate", "--json")
     assert code == 0
     doc = json.loads(out)
-    assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 567, "C": 79,
+    assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 825, "C": 79,
                                                                  "D": 16}
-    assert len(doc["rows"]) == 709 and all(r["source"] for r in doc["rows"])
+    assert len(doc["rows"]) == 967 and all(r["source"] for r in doc["rows"])
     code, out, _ = run(capsys, "validate")
-    assert "A batch-1 decode" in out and "709 rows" in out
-    assert "rows (fit / held out)" in out and "567 (297 / 270)" in out
+    assert "A batch-1 decode" in out and "967 rows" in out
+    assert "rows (fit / held out)" in out and "825 (414 / 411)" in out
