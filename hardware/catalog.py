@@ -349,10 +349,11 @@ class Catalog:
     def model(self, model_id: str) -> ModelSpec:
         """The model ``model_id``, or one loaded from a HF ``config.json`` path.
 
-        A value ending in ``.json`` is read as a Hugging Face config file (Llama, OPT,
-        Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits unless the deployment says
-        otherwise: of its quantization_config only a ``weight_block_size`` is read, which
-        makes an FP8 deployment of it block-scaled); anything else must be a catalog id.
+        A value ending in ``.json`` is read as a Hugging Face config file (Llama, dense
+        Qwen3, OPT, Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits unless the
+        deployment says otherwise: of its quantization_config only a ``weight_block_size``
+        is read, which makes an FP8 deployment of it block-scaled); anything else must be
+        a catalog id.
         """
         if model_id.endswith(".json"):
             return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id),

@@ -1,6 +1,7 @@
 """Model architectures from Hugging Face ``config.json`` fields, and their parameter counts.
 
-Two families cover every model the lecture and the papers use:
+Two families cover every model the lecture and the papers use (and dense Qwen3 is the
+first one's block with q/k norms):
 
 - ``llama`` (LLaMA, Llama-2, Llama-3, Vicuna, TinyLlama): per block q/k/v/o projections
   without biases (k and v have ``num_key_value_heads`` heads: GQA), a SwiGLU MLP with three
@@ -8,8 +9,11 @@ Two families cover every model the lecture and the papers use:
   positions (no parameters); a final RMSNorm; an lm_head that may be tied to the embedding.
   ``qwen3`` (the dense Qwen3 models) is the same block with a per-head RMSNorm on q and on k
   (``q_norm``, ``k_norm``: ``head_dim`` weights each; transformers
-  ``models/qwen3/modeling_qwen3.py``, ``Qwen3Attention``); its sliding-window option
-  (``use_sliding_window``, off in every released checkpoint) is not modelled and refused.
+  ``models/qwen3/modeling_qwen3.py``, ``Qwen3Attention``); its config must state
+  ``head_dim`` (every released one does). Its sliding-window option (``use_sliding_window``,
+  off in every released checkpoint; the layers from ``max_window_layers`` on attend to the
+  last ``sliding_window`` tokens) is not modelled, so a config that turns it on for any
+  layer is refused.
 - ``opt``: per block q/k/v/o with biases, an MLP of fc1 (``hidden × ffn_dim`` + bias), ReLU,
   fc2 (``ffn_dim × hidden`` + bias), two LayerNorms (weight + bias); learned absolute
   positions (``max_position_embeddings + 2`` rows: OPT offsets positions by 2); a final
@@ -120,6 +124,9 @@ class ModelConfig(BaseModel):
             raise ValueError(f"num_heads: only medusa heads have it, not {self.model_type}")
         if self.model_type in ("llama", "qwen3", "mixtral") and self.intermediate_size is None:
             raise ValueError(f"{self.model_type} models need intermediate_size")
+        if self.model_type == "qwen3" and self.head_dim is None:
+            raise ValueError("qwen3 models need head_dim (its default is not hidden_size / "
+                             "num_attention_heads)")
         _check_moe(self)
         if self.model_type == "opt" and self.ffn_dim is None:
             raise ValueError("opt models need ffn_dim")
@@ -421,6 +428,20 @@ def hf_fp8_scales(path: str | Path) -> str:
     return "block" if isinstance(quant, dict) and quant.get("weight_block_size") else "tensor"
 
 
+def _refuse_sliding_window(path: Path, raw: dict) -> None:
+    """A Qwen-style config whose ``use_sliding_window`` makes any layer attend to only its
+    last ``sliding_window`` tokens (those from ``max_window_layers`` on; absent: every one
+    is taken to) is refused: every layer is priced attending to the whole context."""
+    if raw.get("use_sliding_window") is not True or raw.get("sliding_window") is None:
+        return
+    layers, first = raw.get("num_hidden_layers"), raw.get("max_window_layers")
+    if isinstance(layers, int) and isinstance(first, int) and first >= layers:
+        return  # no layer reaches max_window_layers: none slides
+    raise UserError(f"{path}: use_sliding_window: sliding-window attention (layers from "
+                    f"max_window_layers {first} of {layers}) is not modelled: every layer "
+                    f"is priced attending to the whole context, got True")
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     """Read a Hugging Face ``config.json`` and keep the fields the cost model uses.
 
@@ -429,11 +450,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     """
     path = Path(path)
     raw = _hf_json(path)
+    _refuse_sliding_window(path, raw)
     # mtp_module is SpecSim's own flag (a drafter's config), never read from a file
-    if raw.get("use_sliding_window") is True:
-        raise UserError(f"{path}: use_sliding_window: sliding-window attention is not "
-                        f"modelled (every layer is priced attending to the whole context), "
-                        f"got True")
     known = {k: v for k, v in raw.items() if k in ModelConfig.model_fields
              and k != "mtp_module"}
     try:

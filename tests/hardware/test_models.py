@@ -195,8 +195,18 @@ def test_qwen3_dense_is_llamas_block_with_q_and_k_norms(tmp_path):
                               "model_type": "llama"})
     # q_norm and k_norm: head_dim weights each, per layer
     assert shape.layer_params - model_shape(as_llama).layer_params == 2 * 128
+    fields = qwen.config.model_dump(exclude_unset=True)
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({**qwen.config.model_dump(exclude_unset=True),
-                               "use_sliding_window": True, "sliding_window": 4096}))
-    with pytest.raises(UserError, match="use_sliding_window"):
+    # sliding windows from layer 32 on: not modelled, refused
+    cfg.write_text(json.dumps({**fields, "use_sliding_window": True, "sliding_window": 4096,
+                               "max_window_layers": 32}))
+    with pytest.raises(UserError, match="use_sliding_window.*max_window_layers 32 of 64"):
+        load_hf_config(cfg)
+    # switched on, but no layer reaches max_window_layers (the released configs' 64 of 64)
+    cfg.write_text(json.dumps({**fields, "use_sliding_window": True, "sliding_window": 4096,
+                               "max_window_layers": 64}))
+    assert load_hf_config(cfg) == qwen.config
+    # head_dim is required: Qwen3's is not hidden / heads (5120 / 64 = 80, not 128)
+    cfg.write_text(json.dumps({k: v for k, v in fields.items() if k != "head_dim"}))
+    with pytest.raises(UserError, match="qwen3 models need head_dim"):
         load_hf_config(cfg)

@@ -119,7 +119,7 @@ def test_a_dense_qwen3_target_gets_a_llama_style_head_and_an_moe_one_does_not():
     # EAGLE heads are llama decoder layers whatever the target; a dense Qwen3 has llama's
     # block (plus q/k norms), so its head has the target's width and attention
     h = head_config(CAT.model("qwen3-32b").config, "eagle3", draft_vocab=32000)
-    assert (h.model_type, h.hidden_size, h.num_attention_heads, h.kv_heads) == (
-        "llama", 5120, 64, 8)
+    assert (h.model_type, h.hidden_size, h.num_attention_heads, h.kv_heads, h.d_head) == (
+        "llama", 5120, 64, 8, 128)  # head_dim 128, not 5120 / 64
     with pytest.raises(UserError, match="llama-family target"):
         head_config(CAT.model("qwen3-30b-a3b").config, "eagle3")
