@@ -286,8 +286,11 @@ class ModelSpec(_Frozen):
     # calibrated offline (NVIDIA's ModelOpt FP8 checkpoints such as
     # nvidia/Llama-3.1-8B-Instruct-FP8, which TensorRT-LLM runs and vLLM loads as is);
     # block = 128x128 weight blocks with per-token-group activation scales (DeepSeek-V3's
-    # quantization_config weight_block_size)
-    fp8_scales: Literal["tensor", "block"] = "tensor"
+    # quantization_config weight_block_size); dynamic = one scale per weight matrix and the
+    # activations' scales computed on every pass (a config.json whose quantization_config
+    # says activation_scheme dynamic without weight blocks; vLLM's and SGLang's
+    # --quantization fp8 on a 16-bit checkpoint, deployment.fp8_scales)
+    fp8_scales: Literal["tensor", "block", "dynamic"] = "tensor"
 
     @model_validator(mode="after")
     def _precision(self) -> ModelSpec:
@@ -351,9 +354,10 @@ class Catalog:
 
         A value ending in ``.json`` is read as a Hugging Face config file (Llama, dense
         Qwen3, OPT, Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits unless the
-        deployment says otherwise: of its quantization_config only a ``weight_block_size``
-        is read, which makes an FP8 deployment of it block-scaled); anything else must be
-        a catalog id.
+        deployment says otherwise: of its quantization_config only ``weight_block_size`` and
+        ``activation_scheme`` are read, which make an FP8 deployment of it block-scaled or
+        per-tensor with dynamic activation scales, :func:`hardware.models.hf_fp8_scales`);
+        anything else must be a catalog id.
         """
         if model_id.endswith(".json"):
             return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id),

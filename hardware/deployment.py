@@ -61,6 +61,7 @@ __all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB
 GIB = 2**30
 TIMINGS = ("auto", "measured", "roofline", "paper")
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
+FP8_SCALES = ("tensor", "block", "dynamic")
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,9 @@ class Deployment:
     per-layer and per-sequence terms but not its per-step one again (the paper GPU's 0.5 ms
     per pass is paid whatever). ``streaming`` (default True: a server streaming tokens to
     its clients) adds the framework's per-sequence streaming cost to the target's passes
-    (a draft's passes never pay it); False is an offline run.
+    (a draft's passes never pay it); False is an offline run. ``fp8_scales`` (``tensor``,
+    ``block``, ``dynamic``; ``None``: the model's ``fp8_scales``) picks the FP8 W8A8 kernel
+    the measured timing prices (:attr:`fp8_scaling`).
     """
 
     model: ModelSpec
@@ -101,6 +104,7 @@ class Deployment:
     step_overhead: bool = True
     ep: int = 1
     streaming: bool = True
+    fp8_scales: str | None = None
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -130,6 +134,9 @@ class Deployment:
         _check(_is_int(self.ep) and self.ep >= 1, "ep", "must be an integer >= 1", self.ep)
         _check(isinstance(self.streaming, bool), "streaming", "must be true or false",
                self.streaming)
+        _check(self.fp8_scales is None or self.fp8_scales in FP8_SCALES, "fp8_scales",
+               f"must be one of {', '.join(FP8_SCALES)} (or null: the model's)",
+               self.fp8_scales)
         self._check_ep()
         if self.pp > cfg.num_hidden_layers:
             raise UserError(
@@ -182,6 +189,13 @@ class Deployment:
     def n_gpus(self) -> int:
         """GPUs the deployment occupies: tp x pp (x the attention DP groups when ep > tp)."""
         return self.tp * self.pp * self.attention_dp
+
+    @property
+    def fp8_scaling(self) -> str:
+        """How FP8 W8A8 scales its values here (``hardware.catalog.ModelSpec.fp8_scales``):
+        ``fp8_scales`` where the deployment says (``dynamic``: a 16-bit checkpoint quantized
+        when loaded, vLLM's and SGLang's ``--quantization fp8``), else the model's."""
+        return self.fp8_scales or self.model.fp8_scales
 
     @property
     def dtype(self) -> str:

@@ -423,9 +423,15 @@ def hf_fp8_scales(path: str | Path) -> str:
     """How an FP8 deployment of the checkpoint a Hugging Face ``config.json`` describes
     scales its values (``hardware.catalog.ModelSpec.fp8_scales``): ``block`` where its
     ``quantization_config`` names a ``weight_block_size`` (DeepSeek-V3's 128x128 blocks),
-    else ``tensor``."""
+    ``dynamic`` where it says ``activation_scheme: dynamic`` without one (per-tensor
+    weights, activation scales computed every pass: vLLM's ``Fp8Config``), else
+    ``tensor`` (static activation scales)."""
     quant = _hf_json(Path(path)).get("quantization_config")
-    return "block" if isinstance(quant, dict) and quant.get("weight_block_size") else "tensor"
+    if not isinstance(quant, dict):
+        return "tensor"
+    if quant.get("weight_block_size"):
+        return "block"
+    return "dynamic" if quant.get("activation_scheme") == "dynamic" else "tensor"
 
 
 def _refuse_sliding_window(path: Path, raw: dict) -> None:

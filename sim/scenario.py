@@ -100,6 +100,13 @@ class Deployment(Strict):
     # fp8 = FP8 W8A8 (needs weight_bits 8; the draft computes in fp8 only at 8 bits too);
     # null = the GPU's 16-bit dtype (bf16, fp16 on a T4)
     compute_dtype: Literal["bf16", "fp8"] | None = None
+    # how FP8 W8A8 scales its values, which picks the measured FP8 kernel of the target's
+    # passes: null = the model's (the catalog's fp8_scales: ModelOpt-style per-tensor with
+    # static activation scales, or DeepSeek-V3's 128x128 blocks); dynamic = per-tensor
+    # weights with activation scales computed every pass, a 16-bit checkpoint quantized
+    # when loaded (vLLM's and SGLang's --quantization fp8, which --from-vllm / --from-sglang
+    # set); tensor, block. Drafts keep their model's. The roofline prices all three alike
+    fp8_scales: Literal["tensor", "block", "dynamic"] | None = None  # null = the model's
     # weights kept in host memory and streamed every pass: a fraction, or "auto" (the
     # fewest whole layers that make the rest fit next to a KV cache of >= 20% of memory)
     offload_fraction: Prob | Literal["auto"] = 0.0

@@ -78,12 +78,20 @@ _QUANT = {"w16": "bfloat16", "int8": "int8_wo", "int4": "int4_wo"}
 _FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 
 
-def gemm_quant(model, fmt: str) -> str:
-    """The tables' GEMM mode for a weight format (``roofline.weight_format``) of ``model``:
-    FP8 W8A8 is block-scaled (``fp8_block``) or per-tensor with static activation scales
-    (``fp8_static``) as the model's ``fp8_scales`` says (``hardware.catalog.ModelSpec``)."""
+# the tables' FP8 W8A8 GEMM mode by how the deployment scales its values: per-tensor with
+# static activation scales (aiconfigurator's derivation), with activation scales computed
+# every pass (the measured per-tensor kernel: TensorRT-LLM's collector loads no input scale;
+# vLLM 0.24.0's builds Fp8Config(activation_scheme="dynamic"), per-token scales on Hopper),
+# or 128x128 weight blocks
+_FP8_QUANT = {"tensor": "fp8_static", "dynamic": "fp8", "block": "fp8_block"}
+
+
+def gemm_quant(fp8_scales: str, fmt: str) -> str:
+    """The tables' GEMM mode for a weight format (``roofline.weight_format``): FP8 W8A8 as
+    the deployment's ``fp8_scales`` says (``Deployment.fp8_scaling``: ``tensor`` ->
+    ``fp8_static``, ``dynamic`` -> ``fp8``, ``block`` -> ``fp8_block``)."""
     if fmt == "fp8":
-        return "fp8_block" if model.fp8_scales == "block" else "fp8_static"
+        return _FP8_QUANT[fp8_scales]
     return _QUANT[fmt]
 
 
@@ -196,7 +204,7 @@ class MeasuredTiming:
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
         moe_beside = None
-        quant = gemm_quant(dep.model, fmt)
+        quant = gemm_quant(dep.fp8_scaling, fmt)
         if shape.n_experts:
             dense, moe, moe_beside, quant = _moe_tables(dep, system, backend, quant, framework)
         else:

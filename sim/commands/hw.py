@@ -118,6 +118,13 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", action="append", metavar="FILE",
                    help="extra catalog YAML file adding or overriding ids (repeatable)")
     add_timing_flags(p)
+    p.add_argument("--fp8-scales", choices=("tensor", "block", "dynamic"),
+                   help="how FP8 W8A8 scales its values, which picks the measured FP8 "
+                        "kernel (default the model's: per-tensor with static activation "
+                        "scales, or block-scaled for DeepSeek-V3 and Qwen3-235B-A22B's "
+                        "checkpoints; dynamic = activation scales computed every pass, a "
+                        "16-bit checkpoint quantized when loaded, vLLM's --quantization "
+                        "fp8) (deployment.fp8_scales)")
 
 
 def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> CostModel:
@@ -143,6 +150,7 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
         pp_link=catalog.link(args.pp_link) if args.pp_link is not None else None,
         kv_tokens=kv_tokens,
         compute_dtype=dtype,
+        fp8_scales=args.fp8_scales,
         timing=args.timing,
         framework=args.framework,
     )
@@ -167,7 +175,8 @@ def run_step(args: argparse.Namespace) -> int:
     result = {
         "model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "pp": dep.pp,
         "weight_bits": dep.weight_bits, "kv_bits": dep.kv_bits,
-        "compute_dtype": dep.dtype, "timing": dep.timing, "framework": dep.framework,
+        "compute_dtype": dep.dtype, "fp8_scales": dep.fp8_scaling, "timing": dep.timing,
+        "framework": dep.framework,
         "offload_fraction": cost.offload_fraction,
         "offload_pin_memory": dep.offload_pin_memory, "batch": args.batch,
         "context": args.context, "tokens": tokens, "tree": args.tree,

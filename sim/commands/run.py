@@ -182,6 +182,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     """The (override, label) pairs and notes the engines' command lines give."""
     from hardware.catalog import load_catalog
     from sim.engines import bench, sglang, vllm
+    from sim.engines.common import online_fp8_sets
     from specdec.errors import UserError
 
     if args.from_vllm and args.from_sglang:
@@ -199,6 +200,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
                               ("--from-sglang", args.from_sglang, sglang.parse_sglang)):
         if text:
             parsed = parse(text, resolve)
+            online_fp8_sets(parsed, catalog)
             sets += [(t, f"{flag} ({t})") for t in parsed.sets]
             notes += [f"{flag}: {n}" for n in parsed.notes]
             sets += vllm.preset_sets(parsed, flag, notes)

@@ -33,10 +33,39 @@ class Parsed:
         self.what = what
         self.sets: list[str] = []
         self.notes: list[str] = []
+        # --quantization fp8: FP8 W8A8; what its scales are depends on the checkpoint
+        # (online_fp8_sets, which knows the catalog)
+        self.online_fp8 = False
+        self.target: str | None = None
 
     def set(self, key: str, value) -> None:
         """Override ``key`` with ``value`` (written as JSON, which is YAML)."""
+        if key == "models.target":
+            self.target = value
         self.sets.append(f"{key}={json.dumps(value)}")
+
+
+def online_fp8_sets(parsed: Parsed, catalog) -> None:
+    """``--quantization fp8`` on a 16-bit checkpoint quantizes it when loaded: one scale
+    per weight matrix and the activations' scales computed every pass (vLLM's ``Fp8Config``
+    defaults to ``activation_scheme="dynamic"``, per token where CUTLASS FP8 runs:
+    vllm-project/vllm vllm/model_executor/layers/quantization/fp8.py @1436674b,
+    ``Fp8Config.__init__`` and ``Fp8LinearMethod.__init__``), which
+    ``deployment.fp8_scales: dynamic`` prices; a checkpoint that ships FP8 keeps its own
+    scales (vLLM reads them from its quantization_config)."""
+    if not parsed.online_fp8 or parsed.target is None:
+        return
+    spec = catalog.model(parsed.target)
+    if spec.weight_bits == 8:
+        parsed.notes.append(
+            f"--quantization fp8: {spec.id} ships FP8 weights; priced with its own scales "
+            f"({spec.fp8_scales})")
+        return
+    parsed.set("deployment.fp8_scales", "dynamic")
+    parsed.notes.append(
+        "--quantization fp8: the 16-bit checkpoint is quantized when loaded, so its "
+        "activation scales are computed every pass; priced with the measured per-tensor "
+        "FP8 kernel that does so (deployment.fp8_scales: dynamic)")
 
 
 def split(text: str, what: str, head: tuple[str, ...]) -> list[str]:
@@ -104,11 +133,7 @@ def precision_flag(out: Parsed, name: str, value: str, what: str) -> bool:
         out.set("deployment.weight_bits", bits)
         if dtype == "fp8":
             out.set("deployment.compute_dtype", "fp8")
-            out.notes.append(
-                "--quantization fp8: priced as the checkpoint's FP8 kernels (per-tensor with "
-                "static activation scales, or block-scaled where the model's fp8_scales says "
-                "so); quantizing a 16-bit checkpoint on the fly computes its activation "
-                "scales every pass, a kernel SpecSim does not price (docs/timing.md)")
+            out.online_fp8 = True
         return True
     return False
 

@@ -120,12 +120,17 @@ def test_catalog_model_accepts_a_config_path(tmp_path):
 
 
 def test_a_config_with_weight_blocks_is_block_scaled_fp8(tmp_path):
-    """Of a config.json's quantization_config only weight_block_size is read: it makes an
-    FP8 deployment of the checkpoint block-scaled (DeepSeek-V3's); without it, per-tensor."""
+    """Of a config.json's quantization_config only weight_block_size and activation_scheme
+    are read: blocks make an FP8 deployment of the checkpoint block-scaled (DeepSeek-V3's);
+    without them, per-tensor, with its activation scales computed every pass where the
+    scheme is dynamic."""
     cat = load_catalog()
     assert cat.model(str(_write(tmp_path, LLAMA3_8B_CONFIG))).fp8_scales == "tensor"
     quant = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}
     body = {**LLAMA3_8B_CONFIG, "quantization_config": quant}
+    # per-tensor weights with activation scales computed every pass (vLLM's Fp8Config)
+    assert cat.model(str(_write(tmp_path, body))).fp8_scales == "dynamic"
+    body["quantization_config"] = {**quant, "activation_scheme": "static"}
     assert cat.model(str(_write(tmp_path, body))).fp8_scales == "tensor"
     body["quantization_config"] = {**quant, "weight_block_size": [128, 128]}
     assert cat.model(str(_write(tmp_path, body))).fp8_scales == "block"

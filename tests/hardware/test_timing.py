@@ -314,9 +314,12 @@ def test_fp8_w8a8_runs_the_kernel_of_the_checkpoints_scales():
 
     llama, ds = CAT.model("llama-3.1-70b"), CAT.model("deepseek-v3")
     assert (llama.fp8_scales, ds.fp8_scales) == ("tensor", "block")
-    assert [gemm_quant(llama, f) for f in ("fp8", "w16", "int8", "int4")] == [
+    assert [gemm_quant(llama.fp8_scales, f) for f in ("fp8", "w16", "int8", "int4")] == [
         "fp8_static", "bfloat16", "int8_wo", "int4_wo"]
-    assert gemm_quant(ds, "fp8") == "fp8_block"
+    assert gemm_quant(ds.fp8_scales, "fp8") == "fp8_block"
+    # a 16-bit checkpoint quantized when loaded computes its activation scales every pass:
+    # the measured per-tensor kernel as it is
+    assert gemm_quant("dynamic", "fp8") == "fp8"
     dep = Deployment(model=llama, gpu=CAT.gpu("h200"), weight_bits=8, compute_dtype="fp8")
     gemms = block_gemms(dep)
 
@@ -371,6 +374,25 @@ def test_static_fp8_falls_back_to_the_measured_dynamic_kernel(monkeypatch):
                   framework="trtllm")
     assert static.pass_cost([1] * 4, [1024] * 4).parts["gemm_s"] < \
         c.pass_cost([1] * 4, [1024] * 4).parts["gemm_s"]
+
+
+@pytest.mark.parametrize("framework", ["vllm", "trtllm"])
+def test_a_checkpoint_quantized_when_loaded_pays_its_activation_scales(framework):
+    """deployment.fp8_scales dynamic (vLLM's --quantization fp8 on a 16-bit checkpoint)
+    prices the per-tensor kernel as measured, which computes the activation scales every
+    pass: more than the static kernel a ModelOpt checkpoint runs, at decode and prompt
+    sizes alike; the model's own scaling is the default."""
+    tables()
+    kw = dict(tp=2, weight_bits=8, compute_dtype="fp8", framework=framework)
+    static, dynamic = (cost("llama-3.1-70b", "h100", fp8_scales=f, **kw)
+                       for f in (None, "dynamic"))
+    assert (static.dep.fp8_scaling, dynamic.dep.fp8_scaling) == ("tensor", "dynamic")
+    assert "(fp8 GEMMs;" in dynamic.timing.note and "(fp8_static GEMMs;" in static.timing.note
+    for new in (1, 2048):
+        gemm = [c.pass_cost([new] * 8, [1024] * 8).parts["gemm_s"] for c in (static, dynamic)]
+        assert gemm[0] < gemm[1]
+    with pytest.raises(UserError, match="fp8_scales: must be one of tensor, block, dynamic"):
+        cost("llama-3.1-70b", "h100", fp8_scales="per-token", **kw)
 
 
 def test_a_decode_pass_pays_the_measured_decode_kernel_at_its_batch_and_length():

@@ -6,11 +6,15 @@ import json
 
 import pytest
 
+from hardware.catalog import load_catalog
 from sim.cli import main
 from sim.engines.bench import parse_vllm_bench
+from sim.engines.common import online_fp8_sets
 from sim.engines.sglang import parse_sglang
 from sim.engines.vllm import parse_vllm_serve
 from specdec.errors import UserError
+
+CAT = load_catalog()
 
 
 def _ids(model: str) -> str:
@@ -108,13 +112,26 @@ def test_precision_flags_mean_the_same_in_both_engines(launch):
     parsed = parse(f"{launch} --quantization fp8 --kv-cache-dtype fp8", _ids)
     s = _sets(parsed)
     assert (s["deployment.weight_bits"], s["deployment.compute_dtype"]) == (8, "fp8")
-    assert any("activation scales every pass" in n for n in parsed.notes)
-    assert s["deployment.kv_bits"] == 8
+    assert s["deployment.kv_bits"] == 8 and parsed.online_fp8
+    # a 16-bit checkpoint is quantized when loaded: activation scales every pass
+    online_fp8_sets(parsed, CAT)
+    assert _sets(parsed)["deployment.fp8_scales"] == "dynamic"
+    assert any("activation scales are computed every pass" in n for n in parsed.notes)
     s = _sets(parse(f"{launch} --quantization awq", _ids))
     assert s["deployment.weight_bits"] == 4 and "deployment.compute_dtype" not in s
     with pytest.raises(UserError, match="--quantization bitsandbytes: not modelled; SpecSim "
                                         "knows fp8, awq"):
         parse(f"{launch} --quantization bitsandbytes", _ids)
+
+
+def test_quantization_fp8_of_a_checkpoint_that_ships_fp8_keeps_its_scales():
+    """vLLM reads an FP8 checkpoint's own quantization_config: DeepSeek-V3's blocks."""
+    parsed = parse_vllm_serve("vllm serve deepseek-ai/DeepSeek-V3 -tp 8 --quantization fp8",
+                              lambda m: CAT.model(m).id)
+    online_fp8_sets(parsed, CAT)
+    assert "deployment.fp8_scales" not in _sets(parsed)
+    assert any("ships FP8 weights; priced with its own scales (block)" in n
+               for n in parsed.notes)
 
 
 def test_the_issue_command_runs_and_compares_with_the_same_deployment_without(
