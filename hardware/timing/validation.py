@@ -29,9 +29,12 @@ from hardware.catalog import DATA_DIR, Catalog
 from hardware.timing.calibrate import predictions
 from hardware.timing.rows import MeasuredRow, read_rows
 
-__all__ = ["VALIDATION_CSV", "CATEGORIES", "Validation", "validate"]
+__all__ = ["VALIDATION_CSV", "CATEGORIES", "GROUP_FIELDS", "Validation", "validate",
+           "group_summary"]
 
 VALIDATION_CSV = DATA_DIR / "validation.csv"
+# row fields ``specsim validate --by`` groups on
+GROUP_FIELDS = ("category", "model", "gpu", "framework", "tp", "ep", "metric", "weight_bits")
 CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)",
               "C": "max-load throughput (static batch or trtllm-bench)",
               "D": "offloaded decode"}
@@ -75,3 +78,23 @@ def _median(e: np.ndarray) -> float:
 
 def _worst(e: np.ndarray) -> float:
     return float(np.max(np.abs(e))) if e.size else float("nan")
+
+
+def group_summary(v: Validation, fields: tuple[str, ...]) -> list[dict]:
+    """Per group of rows sharing ``fields`` (of :data:`GROUP_FIELDS`), sorted by them: the
+    field values, rows and held-out rows, the median signed error (the group's bias), the
+    median |error| over all its rows and over its held-out ones (NaN without any), and its
+    worst |error|."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(v.rows):
+        groups.setdefault(tuple(getattr(r, f) for f in fields), []).append(i)
+    out = []
+    for key in sorted(groups):
+        idx = np.array(groups[key])
+        err = v.error[idx]
+        test = np.array([v.rows[i].split == "test" for i in idx])
+        out.append({**dict(zip(fields, key, strict=True)), "rows": int(idx.size),
+                    "test_rows": int(test.sum()), "median_signed": float(np.median(err)),
+                    "median_all": _median(err), "median_test": _median(err[test]),
+                    "worst": _worst(err)})
+    return out

@@ -11,8 +11,11 @@ measurements, each with its source) with the default timing (auto: measured kern
 where they cover the deployment, else the calibrated roofline) and print the prediction,
 the error, and per category the median absolute error on the held-out half (the rows the
 shipped parameters were not fitted on), on the fit half and over all rows.
-  specsim validate [--json] [--rows]
+  specsim validate [--json] [--rows] [--by FIELD,...]
 --catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
+--by model,framework (any of category, model, gpu, framework, tp, ep, metric, weight_bits)
+adds a line per group of rows: its rows, median signed error (its bias), median |error|
+over all and over the held-out rows, and its worst row.
 """
 
 
@@ -28,18 +31,41 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rows", action="store_true",
                    help="also print every row (measured, predicted, error, source)")
     p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
+    p.add_argument("--by", metavar="FIELD,...",
+                   help="also summarise each group of rows sharing these fields (comma-"
+                        "separated: category, model, gpu, framework, tp, ep, metric, "
+                        "weight_bits), e.g. --by model,gpu,framework")
     p.set_defaults(func=main)
+
+
+def _by_fields(text: str | None) -> tuple[str, ...]:
+    """The --by fields; a one-line UserError names an unknown or repeated one."""
+    from hardware.timing.validation import GROUP_FIELDS
+    from specdec.errors import UserError
+
+    if text is None:
+        return ()
+    fields = tuple(f.strip() for f in text.split(","))
+    for f in fields:
+        if f not in GROUP_FIELDS:
+            raise UserError(f"--by: {f!r} is not a row field to group on; one of "
+                            f"{', '.join(GROUP_FIELDS)}")
+    if len(set(fields)) < len(fields):
+        raise UserError(f"--by: a field is given twice, got {text!r}")
+    return fields
 
 
 def main(args: argparse.Namespace) -> int:
     """Validate and print."""
     from hardware import load_catalog
-    from hardware.timing.validation import CATEGORIES, validate
+    from hardware.timing.validation import CATEGORIES, group_summary, validate
 
+    by = _by_fields(args.by)
     v = validate(load_catalog(args.catalog), timing=args.timing)
+    groups = group_summary(v, by) if by else None
     if args.json:
         print(json.dumps({
-            "summary": v.summary,
+            "summary": v.summary, **({"groups": groups} if by else {}),
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
                       "framework": r.framework, "ep": r.ep, "batch": r.batch,
                       "context": r.context,
@@ -65,4 +91,20 @@ def main(args: argparse.Namespace) -> int:
         print(f"{name:58s} {count:>21s}  {s['median_test']:7.1%}  {s['median_fit']:7.1%}"
               f"  {s['median_all']:6.1%}  {s['worst_test']:7.1%}")
     print(f"{len(v.rows)} rows; sources in hardware/data/validation.csv (--rows lists them)")
+    if groups:
+        _print_groups(groups, by)
     return 0
+
+
+def _print_groups(groups: list[dict], by: tuple[str, ...]) -> None:
+    widths = [max(len(f), *(len(str(g[f])) for g in groups)) for f in by]
+    head = "  ".join(f"{f:{w}s}" for f, w in zip(by, widths, strict=True))
+    print(f"\nby {', '.join(by)}: rows (held out), median signed error, median |error| "
+          f"over all and held-out rows, worst |error|")
+    print(f"{head}  {'rows':>11s}  {'signed':>7s}  {'all':>6s}  {'held out':>8s}  "
+          f"{'worst':>7s}")
+    for g in groups:
+        key = "  ".join(f"{str(g[f]):{w}s}" for f, w in zip(by, widths, strict=True))
+        test = "-" if g["test_rows"] == 0 else f"{g['median_test']:.1%}"
+        print(f"{key}  {g['rows']:5d} ({g['test_rows']:3d})  {g['median_signed']:+7.1%}  "
+              f"{g['median_all']:6.1%}  {test:>8s}  {g['worst']:7.1%}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -132,12 +133,26 @@ def test_calibrate_refuses_an_unknown_field(capsys, tmp_path):
 
 def test_validate_prints_the_counts_and_medians(capsys):
     pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
-    code, out, _ = run(capsys, "validate", "--json")
+    code, out, _ = run(capsys, "validate", "--json", "--by", "model,gpu,framework")
     assert code == 0
     doc = json.loads(out)
     assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 825, "C": 79,
                                                                  "D": 16}
     assert len(doc["rows"]) == 967 and all(r["source"] for r in doc["rows"])
-    code, out, _ = run(capsys, "validate")
+    # --by: one entry per (model, gpu, framework), every row in exactly one, its numbers
+    # those of its rows
+    groups = {(g["model"], g["gpu"], g["framework"]): g for g in doc["groups"]}
+    assert sum(g["rows"] for g in groups.values()) == 967
+    g = groups[("qwen3-32b", "h100", "vllm")]
+    mine = [r for r in doc["rows"] if (r["model"], r["gpu"], r["framework"]) ==
+            ("qwen3-32b", "h100", "vllm")]
+    assert (g["rows"], g["test_rows"]) == (len(mine), sum(r["split"] == "test" for r in mine))
+    assert g["median_signed"] == pytest.approx(float(np.median([r["error"] for r in mine])))
+    assert g["worst"] == pytest.approx(max(abs(r["error"]) for r in mine))
+    code, out, _ = run(capsys, "validate", "--by", "framework")
     assert "A batch-1 decode" in out and "967 rows" in out
     assert "rows (fit / held out)" in out and "825 (414 / 411)" in out
+    assert "by framework: rows (held out), median signed error" in out
+    assert any(line.startswith("sglang ") for line in out.splitlines())
+    code, _, err = run(capsys, "validate", "--by", "model,size")
+    assert code == 2 and "--by: 'size' is not a row field to group on" in err
