@@ -165,6 +165,9 @@ class Deployment:
                 f"deployment: compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
                 f"{self.weight_bits}"
             )
+        if self.fp8_scales is not None and self.dtype != "fp8":
+            raise UserError(f"deployment: fp8_scales: only FP8 W8A8 has them (compute_dtype "
+                            f"fp8), got {self.fp8_scales!r} with compute_dtype {self.dtype}")
 
     def _check_ep(self) -> None:
         experts, ep, tp = self.model.shape.n_experts, self.ep, self.tp

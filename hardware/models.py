@@ -57,7 +57,7 @@ from hardware.blocks import block_counts
 from specdec.errors import UserError
 
 __all__ = ["DENSE_TYPES", "LLAMA_TYPES", "ModelConfig", "ModelShape", "hf_fp8_scales",
-           "load_hf_config", "model_shape", "format_validation"]
+           "hf_ships_fp8", "load_hf_config", "model_shape", "format_validation"]
 
 
 # the dense families (no experts, no latent attention), and those of them with llama's
@@ -417,6 +417,13 @@ def _hf_json(path: Path) -> dict:
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a config.json must hold a JSON object")
     return raw
+
+
+def hf_ships_fp8(path: str | Path) -> bool:
+    """Whether the checkpoint a Hugging Face ``config.json`` describes ships FP8 weights
+    (its ``quantization_config`` names ``quant_method: fp8``)."""
+    quant = _hf_json(Path(path)).get("quantization_config")
+    return isinstance(quant, dict) and quant.get("quant_method") == "fp8"
 
 
 def hf_fp8_scales(path: str | Path) -> str:

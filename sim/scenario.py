@@ -100,12 +100,14 @@ class Deployment(Strict):
     # fp8 = FP8 W8A8 (needs weight_bits 8; the draft computes in fp8 only at 8 bits too);
     # null = the GPU's 16-bit dtype (bf16, fp16 on a T4)
     compute_dtype: Literal["bf16", "fp8"] | None = None
-    # how FP8 W8A8 scales its values, which picks the measured FP8 kernel of the target's
-    # passes: null = the model's (the catalog's fp8_scales: ModelOpt-style per-tensor with
-    # static activation scales, or DeepSeek-V3's 128x128 blocks); dynamic = per-tensor
-    # weights with activation scales computed every pass, a 16-bit checkpoint quantized
-    # when loaded (vLLM's and SGLang's --quantization fp8, which --from-vllm / --from-sglang
-    # set); tensor, block. Drafts keep their model's. The roofline prices all three alike
+    # how FP8 W8A8 (compute_dtype fp8) scales its values, which picks the measured FP8 GEMM
+    # kernel of the target's linear layers (attention, dense MLP, shared experts; the
+    # routed experts and DeepSeek's MLA block keep their own FP8 tables): null = the
+    # model's (the catalog's fp8_scales: ModelOpt-style per-tensor with static activation
+    # scales, or DeepSeek-V3's 128x128 blocks); dynamic = per-tensor weights with
+    # activation scales computed every pass, a 16-bit checkpoint quantized when loaded
+    # (vLLM's and SGLang's --quantization fp8, which --from-vllm / --from-sglang set);
+    # tensor, block. Drafts keep their model's. The roofline prices all three alike
     fp8_scales: Literal["tensor", "block", "dynamic"] | None = None  # null = the model's
     # weights kept in host memory and streamed every pass: a fraction, or "auto" (the
     # fewest whole layers that make the rest fit next to a KV cache of >= 20% of memory)
@@ -141,6 +143,9 @@ class Deployment(Strict):
         if self.compute_dtype == "fp8" and self.weight_bits != 8:
             raise ValueError(f"compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
                              f"{self.weight_bits}")
+        if self.fp8_scales is not None and self.compute_dtype != "fp8":
+            raise ValueError(f"fp8_scales: only FP8 W8A8 has them (compute_dtype fp8), got "
+                             f"{self.fp8_scales!r} with compute_dtype {self.compute_dtype}")
         return self
 
 

@@ -53,10 +53,13 @@ def online_fp8_sets(parsed: Parsed, catalog) -> None:
     ``Fp8Config.__init__`` and ``Fp8LinearMethod.__init__``), which
     ``deployment.fp8_scales: dynamic`` prices; a checkpoint that ships FP8 keeps its own
     scales (vLLM reads them from its quantization_config)."""
+    from hardware.models import hf_ships_fp8
+
     if not parsed.online_fp8 or parsed.target is None:
         return
     spec = catalog.model(parsed.target)
-    if spec.weight_bits == 8:
+    ships = spec.weight_bits == 8 or (spec.id.endswith(".json") and hf_ships_fp8(spec.id))
+    if ships:
         parsed.notes.append(
             f"--quantization fp8: {spec.id} ships FP8 weights; priced with its own scales "
             f"({spec.fp8_scales})")
@@ -65,7 +68,8 @@ def online_fp8_sets(parsed: Parsed, catalog) -> None:
     parsed.notes.append(
         "--quantization fp8: the 16-bit checkpoint is quantized when loaded, so its "
         "activation scales are computed every pass; priced with the measured per-tensor "
-        "FP8 kernel that does so (deployment.fp8_scales: dynamic)")
+        "FP8 kernel that does so (deployment.fp8_scales: dynamic, unless a --set says "
+        "otherwise)")
 
 
 def split(text: str, what: str, head: tuple[str, ...]) -> list[str]:

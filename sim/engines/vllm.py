@@ -227,7 +227,16 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     if d.kv_bits == 8:
         words += ["--kv-cache-dtype", "fp8"]
     if d.weight_bits == 8 and getattr(d, "compute_dtype", "bf16") == "fp8":
-        words += ["--quantization", "fp8"]
+        scales = d.fp8_scales or target.fp8_scales
+        if target.weight_bits == 8 or scales == "dynamic":
+            # an FP8 checkpoint brings its own scales; a 16-bit one is quantized when
+            # loaded, activation scales computed every pass (fp8_scales dynamic)
+            words += ["--quantization", "fp8"]
+        else:
+            notes.append(f"FP8 W8A8 with {scales} scales: serve a checkpoint quantized that "
+                         "way (NVIDIA ModelOpt FP8 for per-tensor static scales; "
+                         "--quantization fp8 on the 16-bit one computes its activation "
+                         "scales every pass, deployment.fp8_scales: dynamic)")
     elif d.weight_bits != 16:
         notes.append(f"{d.weight_bits}-bit weights: serve a checkpoint quantized that way "
                      "(AWQ/GPTQ for 4 bits)")

@@ -393,6 +393,8 @@ def test_a_checkpoint_quantized_when_loaded_pays_its_activation_scales(framework
         assert gemm[0] < gemm[1]
     with pytest.raises(UserError, match="fp8_scales: must be one of tensor, block, dynamic"):
         cost("llama-3.1-70b", "h100", fp8_scales="per-token", **kw)
+    with pytest.raises(UserError, match="fp8_scales: only FP8 W8A8 has them"):
+        cost("llama-3.1-70b", "h100", tp=2, fp8_scales="dynamic", framework=framework)
 
 
 def test_a_decode_pass_pays_the_measured_decode_kernel_at_its_batch_and_length():

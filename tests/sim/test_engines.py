@@ -134,6 +134,43 @@ def test_quantization_fp8_of_a_checkpoint_that_ships_fp8_keeps_its_scales():
                for n in parsed.notes)
 
 
+def test_quantization_fp8_of_a_config_json_that_ships_fp8_keeps_its_scales(tmp_path):
+    """A config.json target whose quantization_config is FP8 ships FP8 weights: its own
+    scales (here static per-tensor) are kept, not replaced by on-the-fly dynamic ones."""
+    cfg = CAT.model("llama-3.1-8b").config.model_dump(exclude_unset=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "quantization_config": {
+        "quant_method": "fp8", "activation_scheme": "static"}}))
+    parsed = parse_vllm_serve(f"vllm serve {path} --quantization fp8",
+                              lambda m: CAT.model(m).id)
+    online_fp8_sets(parsed, CAT)
+    assert "deployment.fp8_scales" not in _sets(parsed)
+    assert any("ships FP8 weights; priced with its own scales (tensor)" in n
+               for n in parsed.notes)
+
+
+def test_fp8_scales_need_fp8_compute_and_the_serve_line_says_how_to_get_them():
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    with pytest.raises(UserError, match="deployment.fp8_scales: only FP8 W8A8 has them"):
+        load_scenario(None, ["deployment.fp8_scales=dynamic"])
+    fp8 = ["deployment.weight_bits=8", "deployment.compute_dtype=fp8"]
+    # dynamic: vLLM's --quantization fp8 of the 16-bit checkpoint, and back again
+    sc = load_scenario(None, [*fp8, "deployment.fp8_scales=dynamic"])
+    command, _ = serve_command(sc, sc.variants[0], CAT)
+    assert "--quantization fp8" in command
+    back = parse_vllm_serve(command, lambda m: CAT.model(m).id)
+    online_fp8_sets(back, CAT)
+    assert _sets(back)["deployment.fp8_scales"] == "dynamic"
+    # the model's static per-tensor scales: a ModelOpt checkpoint, which the line cannot be
+    sc = load_scenario(None, fp8)
+    command, notes = serve_command(sc, sc.variants[0], CAT)
+    assert "--quantization" not in command
+    assert any(n.startswith("FP8 W8A8 with tensor scales: serve a checkpoint quantized that "
+                            "way") for n in notes)
+
+
 def test_the_issue_command_runs_and_compares_with_the_same_deployment_without(
         tmp_path, capsys):
     spec = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
