@@ -35,6 +35,7 @@ from hardware.models import (
     ModelShape,
     format_validation,
     hf_fp8_scales,
+    hf_ships_fp8,
     load_hf_config,
     model_shape,
     read_utf8,
@@ -308,6 +309,12 @@ class ModelSpec(_Frozen):
             return weight_bits, compute_dtype
         bits = self.weight_bits or 16
         return bits, (compute_dtype or self.compute_dtype) if bits == 8 else compute_dtype
+
+    def ships_fp8(self) -> bool:
+        """Whether the checkpoint ships FP8 weights: the catalog says 8 bits, or a
+        ``config.json``'s quantization_config is FP8 (then ``--quantization fp8`` in vLLM
+        and SGLang keeps its own scales rather than quantizing when loaded)."""
+        return self.weight_bits == 8 or (self.id.endswith(".json") and hf_ships_fp8(self.id))
 
     @property
     def shape(self) -> ModelShape:

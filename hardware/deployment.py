@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # annotations only: importing the catalog (pydantic, YAML) is
     from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 
 __all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB", "TIMINGS",
-           "COMPUTE_DTYPES"]
+           "COMPUTE_DTYPES", "FP8_SCALES"]
 
 GIB = 2**30
 TIMINGS = ("auto", "measured", "roofline", "paper")

@@ -122,7 +122,7 @@ class ModelConfig(BaseModel):
             raise ValueError(f"{self.model_type} models need num_attention_heads")
         if self.num_heads is not None:
             raise ValueError(f"num_heads: only medusa heads have it, not {self.model_type}")
-        if self.model_type in ("llama", "qwen3", "mixtral") and self.intermediate_size is None:
+        if self.model_type in (*LLAMA_TYPES, "mixtral") and self.intermediate_size is None:
             raise ValueError(f"{self.model_type} models need intermediate_size")
         if self.model_type == "qwen3" and self.head_dim is None:
             raise ValueError("qwen3 models need head_dim (its default is not hidden_size / "
@@ -419,11 +419,16 @@ def _hf_json(path: Path) -> dict:
     return raw
 
 
+def _quant_config(path: str | Path) -> dict:
+    """A ``config.json``'s ``quantization_config`` ({} without one)."""
+    quant = _hf_json(Path(path)).get("quantization_config")
+    return quant if isinstance(quant, dict) else {}
+
+
 def hf_ships_fp8(path: str | Path) -> bool:
     """Whether the checkpoint a Hugging Face ``config.json`` describes ships FP8 weights
     (its ``quantization_config`` names ``quant_method: fp8``)."""
-    quant = _hf_json(Path(path)).get("quantization_config")
-    return isinstance(quant, dict) and quant.get("quant_method") == "fp8"
+    return _quant_config(path).get("quant_method") == "fp8"
 
 
 def hf_fp8_scales(path: str | Path) -> str:
@@ -433,9 +438,7 @@ def hf_fp8_scales(path: str | Path) -> str:
     ``dynamic`` where it says ``activation_scheme: dynamic`` without one (per-tensor
     weights, activation scales computed every pass: vLLM's ``Fp8Config``), else
     ``tensor`` (static activation scales)."""
-    quant = _hf_json(Path(path)).get("quantization_config")
-    if not isinstance(quant, dict):
-        return "tensor"
+    quant = _quant_config(path)
     if quant.get("weight_block_size"):
         return "block"
     return "dynamic" if quant.get("activation_scheme") == "dynamic" else "tensor"

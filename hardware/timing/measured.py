@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hardware.models import LLAMA_TYPES
 from hardware.timing import aic
 from hardware.timing.base import (
     ACT_BYTES,
@@ -128,7 +129,7 @@ def block_gemms(dep) -> tuple[tuple[int, int], ...]:
         return ((h, h),)
     q = shape.n_heads // tp * d
     kv = dep.kv_heads_per_gpu * d
-    if cfg.model_type in ("llama", "qwen3", "mixtral", "qwen3_moe"):
+    if cfg.model_type in (*LLAMA_TYPES, "mixtral", "qwen3_moe"):
         inter = cfg.intermediate_size // tp
         return ((q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter))
     ffn = cfg.ffn_dim // tp

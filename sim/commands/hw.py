@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
-from hardware.deployment import check_positions
+from hardware.deployment import FP8_SCALES, check_positions
 from hardware.draft import tree_attended_keys, tree_nodes
 from hardware.timing import gpu_timing_data
 from sim.commands import speedup
@@ -118,7 +118,7 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", action="append", metavar="FILE",
                    help="extra catalog YAML file adding or overriding ids (repeatable)")
     add_timing_flags(p)
-    p.add_argument("--fp8-scales", choices=("tensor", "block", "dynamic"),
+    p.add_argument("--fp8-scales", choices=FP8_SCALES,
                    help="how FP8 W8A8 scales its values, which picks the measured FP8 "
                         "kernel (default the model's: per-tensor with static activation "
                         "scales, or block-scaled for DeepSeek-V3 and Qwen3-235B-A22B's "

@@ -53,13 +53,10 @@ def online_fp8_sets(parsed: Parsed, catalog) -> None:
     ``Fp8Config.__init__`` and ``Fp8LinearMethod.__init__``), which
     ``deployment.fp8_scales: dynamic`` prices; a checkpoint that ships FP8 keeps its own
     scales (vLLM reads them from its quantization_config)."""
-    from hardware.models import hf_ships_fp8
-
     if not parsed.online_fp8 or parsed.target is None:
         return
     spec = catalog.model(parsed.target)
-    ships = spec.weight_bits == 8 or (spec.id.endswith(".json") and hf_ships_fp8(spec.id))
-    if ships:
+    if spec.ships_fp8():
         parsed.notes.append(
             f"--quantization fp8: {spec.id} ships FP8 weights; priced with its own scales "
             f"({spec.fp8_scales})")

@@ -228,7 +228,7 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
         words += ["--kv-cache-dtype", "fp8"]
     if d.weight_bits == 8 and getattr(d, "compute_dtype", "bf16") == "fp8":
         scales = d.fp8_scales or target.fp8_scales
-        if target.weight_bits == 8 or scales == "dynamic":
+        if target.ships_fp8() or scales == "dynamic":
             # an FP8 checkpoint brings its own scales; a 16-bit one is quantized when
             # loaded, activation scales computed every pass (fp8_scales dynamic)
             words += ["--quantization", "fp8"]

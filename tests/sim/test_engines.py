@@ -147,6 +147,15 @@ def test_quantization_fp8_of_a_config_json_that_ships_fp8_keeps_its_scales(tmp_p
     assert "deployment.fp8_scales" not in _sets(parsed)
     assert any("ships FP8 weights; priced with its own scales (tensor)" in n
                for n in parsed.notes)
+    # and the serve line of a scenario on it says --quantization fp8, which serves it so
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    sc = load_scenario(None, [f"models.target={path}", "deployment.weight_bits=8",
+                              "deployment.compute_dtype=fp8"])
+    command, notes = serve_command(sc, sc.variants[0], CAT)
+    assert "--quantization fp8" in command
+    assert not any(n.startswith("FP8 W8A8 with") for n in notes)
 
 
 def test_fp8_scales_need_fp8_compute_and_the_serve_line_says_how_to_get_them():
