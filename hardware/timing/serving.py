@@ -9,14 +9,23 @@ with (and fitted to) pass times:
 - ``tpot_s``: steady-state continuous batching at ``batch`` concurrent requests (a
   benchmark client's concurrency) with prompts of ``context`` and ``output_tokens``
   generated tokens. Every step decodes ``batch`` sequences at the mean context ``context +
-  output_tokens / 2``; over ``output_tokens`` steps the other ``batch - 1`` requests'
-  prompts are prefilled, as the framework's scheduler takes them in
-  (``FrameworkSpec.max_num_batched_tokens``, ``chunked_prefill``, ``mixed_prefill``):
-  packed into as few steps as its token budget allows (whole prompts only without chunked
-  prefill), either inside the decode step (vLLM, TensorRT-LLM) or as prefill passes of
-  their own that the decodes wait for (SGLang). Packing is what a closed-loop client with
-  fixed prompt and output lengths keeps up: requests admitted together finish together and
-  are replaced together. A request's own prefill is not in its TPOT. Requests beyond what
+  output_tokens / 2``. The prompts are taken in as the framework's scheduler does
+  (``FrameworkSpec.max_num_batched_tokens``, ``chunked_prefill``, ``mixed_prefill``),
+  packed into as few passes as its token budget allows (whole prompts only without
+  chunked prefill); a request's own prefill is not in its TPOT.
+
+  Where prompts share the step with the decodes (vLLM v1, TensorRT-LLM), the decodes go
+  first and prompts fill what the budget leaves, so a cohort's prompts spread over steps
+  in which the first admitted already decode, and the requests fall out of step: over
+  ``output_tokens`` steps the other ``batch - 1`` requests' prompts ride in the decode
+  steps. Where a ready prefill batch runs instead of the decode batch (SGLang,
+  ``mixed_prefill`` false: ``Scheduler.get_next_batch_to_run``, see frameworks.yaml), a
+  closed-loop client with fixed lengths keeps its requests in step: the cohort's prompts
+  all run, as passes of their own, before any of them decodes; the cohort then decodes
+  together, finishes together and is replaced together, its next prompts landing in TTFT.
+  A request's TPOT holds its decode steps and the prefill passes after its own (a request
+  in the first pass waits for all the others; the mean over the cohort is priced), over
+  ``output_tokens - 1`` tokens (its first comes from its prefill). Requests beyond what
   the KV cache holds at full length wait for a slot (their wait is TTFT), so the running
   batch is at most capacity / (context + output_tokens).
 - ``tokens_per_s_per_gpu``: a static batch (TensorRT-LLM's gptSessionBenchmark, FlexGen,
@@ -63,6 +72,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
+
+import numpy as np
 
 from hardware.catalog import Catalog
 from hardware.cost import CostModel
@@ -143,17 +154,32 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
     if not fw.chunked_prefill and ctx <= room:  # whole prompts only (one longer than the
         room = ctx * math.floor(room / ctx)  # budget has to be split: priced as chunks)
     room = max(room, 1.0)
+    if not fw.mixed_prefill:
+        return step(0.0) + _cohort_wait(b, ctx, room, alone) / max(out - 1.0, 1.0)
     steps = prefill / room  # steps that carry prompt tokens
     full = math.floor(steps)
     rest = prefill - full * room
-    if not fw.mixed_prefill:
-        return step(0.0) + ((full * alone(room) if full else 0.0)
-                            + (alone(rest) if rest > 0 else 0.0)) / out
     if steps >= out:  # more prompt tokens than the steps hold: every step is full (the
         return step(room)  # scheduler cannot keep up; queued requests wait in TTFT)
     busy = (full * step(room) if full else 0.0) + (step(rest) if rest > 0 else 0.0)
     idle = out - full - (1 if rest > 0 else 0)
     return (busy + idle * step(0.0)) / out
+
+
+def _cohort_wait(b: float, ctx: float, room: float, alone) -> float:
+    """Mean seconds a request of a prefill-first engine's cohort waits between its first
+    token and its first decode step: the cohort's ``b`` prompts of ``ctx`` tokens run as
+    passes of ``room`` tokens (``alone(x)`` prices one), in order, before any of them
+    decodes, and a request whose prompt ends in pass j waits for the passes after j."""
+    tokens = b * ctx
+    full = math.floor(tokens / room + _CRUMB)
+    rest = tokens - full * room
+    # prompts finished before pass j (j = 1 .. full - 1), every later pass a full one
+    done = np.minimum(np.floor(np.arange(1, full) * room / ctx + _CRUMB), b).sum()
+    wait = float(done) * alone(room) if full > 1 else 0.0
+    if rest > _CRUMB * room and full:  # the last, partial pass
+        wait += min(math.floor(full * room / ctx + _CRUMB), b) * alone(rest)
+    return wait / b
 
 
 def _graph_batches(sizes: tuple[int, ...], largest: int) -> tuple[int, ...]:

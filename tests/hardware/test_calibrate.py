@@ -258,11 +258,13 @@ def _tpot_row(framework, batch, context, out):
                        framework=framework, metric="tpot_s", output_tokens=out)
 
 
-@pytest.mark.parametrize(("chunked", "mixed"), [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize(("chunked", "mixed"),
+                         [(True, True), (False, True), (True, False), (False, False)])
 def test_tpot_packs_the_other_prompts_into_steps_as_the_scheduler_takes_them(chunked, mixed):
-    """Over `out` steps, b - 1 prompts of `context` tokens are prefilled in steps of the
-    framework's token budget (whole prompts only without chunking), inside the decode step
-    or as passes of their own."""
+    """Mixed engines: over `out` steps, b - 1 prompts of `context` tokens ride in decode
+    steps of the framework's token budget (whole prompts only without chunking).
+    Prefill-first engines: the cohort's b prompts run as passes of their own before any
+    decode, and a request waits for the passes after the one its prompt ends in."""
     from hardware.timing.serving import predict, row_cost
 
     fws = {**CAT.frameworks, "vllm": CAT.framework("vllm").model_copy(update={
@@ -281,8 +283,12 @@ def test_tpot_packs_the_other_prompts_into_steps_as_the_scheduler_takes_them(chu
         return cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=x / ctx)
 
     prefill = (b - 1) * ctx  # 21000 prompt tokens per 100 steps
-    if not mixed:  # SGLang: 8192-token prefill passes the decodes wait for
-        want = step(0) + (2 * alone(8192) + alone(prefill - 2 * 8192)) / out
+    if not mixed and chunked:  # SGLang: the cohort's 24000 tokens as passes of 8192,
+        # 8192 and 7616; 2 prompts end in the first, 5 by the second; their first token
+        # comes from the prefill, so the waits spread over out - 1 tokens
+        want = step(0) + (2 * alone(8192) + 5 * alone(7616)) / b / (out - 1)
+    elif not mixed:  # whole prompts: four passes of two; 2, 4 and 6 wait for the 2nd-4th
+        want = step(0) + (2 + 4 + 6) * alone(6000) / b / (out - 1)
     elif chunked:  # vLLM: 8184 prompt tokens beside the 8 decodes, three steps
         want = (2 * step(8184) + step(prefill - 2 * 8184) + 97 * step(0)) / out
     else:  # TensorRT-LLM: two whole 3000-token prompts per step
@@ -379,7 +385,26 @@ def test_the_validation_table_medians():
     assert counts == {"A": (47, 26, 21), "B": (825, 414, 411), "C": (79, 41, 38),
                       "D": (16, 9, 7)}
     held_out = {c: round(100 * s["median_test"], 1) for c, s in v.summary.items()}
-    assert held_out == {"A": 2.9, "B": 6.7, "C": 4.9, "D": 2.5}
+    assert held_out == {"A": 2.8, "B": 6.2, "C": 4.9, "D": 2.5}
     assert all(s["median_test"] <= 0.10 for s in v.summary.values())
     assert len(v.rows) == 967 and np.isfinite(v.error).all()
     assert set(v.backends) == {"measured", "roofline"}
+
+
+@pytest.mark.parametrize(("b", "ctx", "room"), [(1, 1000, 8192), (8, 3000, 8192),
+                                                (16, 1024, 8192), (128, 1000, 8192),
+                                                (5, 9000, 8192), (7, 100, 250)])
+def test_a_prefill_first_cohort_waits_for_the_passes_after_its_own(b, ctx, room):
+    """The mean wait equals the per-request count: request i's prompt ends in pass
+    ceil((i + 1) ctx / room) and it waits for every later pass (the last one partial)."""
+    from hardware.timing.serving import _cohort_wait
+
+    def alone(x):  # any price: a pass of x tokens
+        return 1.0 + x / 1000 + (x / 1000) ** 2
+
+    tokens = b * ctx
+    n = -(-tokens // room)
+    times = [alone(min(room, tokens - j * room)) for j in range(n)]
+    want = sum(sum(times[-(-(i + 1) * ctx // room):]) for i in range(b)) / b
+    assert _cohort_wait(float(b), float(ctx), float(room), alone) == pytest.approx(want,
+                                                                                    rel=1e-12)
