@@ -166,8 +166,8 @@ class Replica:
     def running_order(self, schedulable: np.ndarray | None = None) -> np.ndarray:
         """int64 [R]: every running slot in priority order, the front first (the preemption
         order): by admission for ``vllm_v1`` (its ``running`` list), by arrival for
-        ``decode_first``. ``schedulable`` (the schedulable slots oldest request first) is
-        returned as is when it is every running slot."""
+        ``decode_first`` and ``prefill_first``. ``schedulable`` (the schedulable slots
+        oldest request first) is returned as is when it is every running slot."""
         run = self._order
         if run is None:  # re-sorted only after an admission, preemption or finish
             run = self.active.nonzero()[0]

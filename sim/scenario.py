@@ -153,8 +153,10 @@ class Scheduler(Strict):
     """Continuous batching limits, as vLLM names them, and the scheduling order."""
 
     # "vllm_v1": one token budget in running order, draft tokens cut to fit, no admissions
-    # in an iteration that preempted; "decode_first": vLLM v0's chunked-prefill policy
-    order: Literal["vllm_v1", "decode_first"] = "vllm_v1"
+    # in an iteration that preempted; "decode_first": vLLM v0's chunked-prefill policy;
+    # "prefill_first": SGLang's (a prefill batch of at most max_batched_tokens whenever one
+    # can be formed, else every running request decodes; --from-sglang sets it)
+    order: Literal["vllm_v1", "decode_first", "prefill_first"] = "vllm_v1"
     # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
     # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
     draft_sync: Literal["every_step", "catch_up"] = "every_step"

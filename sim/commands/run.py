@@ -26,10 +26,13 @@ processes, with the same records as one after the other.
 
 A real deployment can be given as its command lines instead of scenario fields:
 --from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")
-takes the model, parallelism, batching limits, prefix caching (vLLM v1's default: on),
+takes the model, parallelism, batching limits, prefix caching (on by default in both),
 --gpu-memory-utilization (SGLang: --mem-fraction-static), KV dtype, quantization and the
 --speculative-config drafter (a speculative_token_tree that is an expansion tree becomes
-a tree policy), simulated beside the same deployment without speculation;
+a tree policy), simulated beside the same deployment without speculation; an SGLang
+launch also runs SGLang's scheduler (scheduler.order prefill_first: a prefill batch of at
+most --chunked-prefill-size tokens whenever one can be formed, else the decode batch) and
+its timing (deployment.framework sglang);
 --bench "vllm bench serve ..." takes the workload (random dataset lengths, request rate,
 burstiness, prompt count). Unknown or unsupported flags are errors naming the flag;
 flags without effect on performance are listed. With --bench the results are also printed

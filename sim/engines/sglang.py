@@ -20,6 +20,43 @@ SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
                   "STANDALONE": "draft_model", "NGRAM": "ngram"}
 
 
+# SGLang's chunked_prefill_size when unset, for GPUs of 60-160 GiB (H100, H200, A100-80GB;
+# 2048-4096 below, 16384 above): github sgl-project/sglang
+# python/sglang/srt/arg_groups/memory_hook.py @031ed82d8b5ec8db9cf88cffb057c2e91c964262,
+# handle_gpu_memory_settings; max_prefill_tokens 16384: python/sglang/srt/server_args.py
+DEFAULT_CHUNK = 8192
+DEFAULT_MAX_PREFILL = 16384
+
+
+def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
+    """``--chunked-prefill-size`` (the tokens of a prefill batch; -1: no chunking, whole
+    prompts up to ``--max-prefill-tokens``) as the scheduler's budget and chunk."""
+    name = "--chunked-prefill-size"
+    if name in flags and flags[name].strip() == "-1":
+        flags.pop(name)
+        budget = (int_flag(flags, "--max-prefill-tokens", what)
+                  if "--max-prefill-tokens" in flags else DEFAULT_MAX_PREFILL)
+        flags.pop("--max-prefill-tokens", None)
+        out.set("scheduler.chunked_prefill", False)
+        out.set("scheduler.max_batched_tokens", budget)
+        return
+    if name in flags:
+        budget = int_flag(flags, name, what)
+        flags.pop(name)
+    else:
+        budget = DEFAULT_CHUNK
+        out.notes.append(f"{name} unset: {DEFAULT_CHUNK} tokens per prefill batch, SGLang's "
+                         "default on GPUs of 60-160 GiB (H100, H200, A100-80GB; it picks "
+                         "2048-4096 below and 16384 above): give it for other GPUs")
+    if "--max-prefill-tokens" in flags:
+        cap = int_flag(flags, "--max-prefill-tokens", what)
+        flags.pop("--max-prefill-tokens")
+        budget = min(budget, cap)
+    out.set("scheduler.chunked_prefill", True)
+    out.set("scheduler.max_batched_tokens", budget)
+    out.set("scheduler.chunk_tokens", budget)
+
+
 def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     """``python -m sglang.launch_server --model-path M [flags]`` as overrides."""
     what = "--from-sglang"
@@ -27,7 +64,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     head = ("python", "-m", "sglang.launch_server") if text.split()[:1] == ["python"] \
         else ("python3", "-m", "sglang.launch_server")
     pos, flags = flags_of(split(text, what, head), what, {"--trust-remote-code",
-                                                           "--enable-metrics"})
+                                                           "--enable-metrics",
+                                                           "--disable-radix-cache"})
     if pos:
         raise UserError(f"{what}: unexpected words {pos}")
     model = flags.pop("--model-path", None) or flags.pop("--model", None)
@@ -35,9 +73,20 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         raise UserError(f"{what}: --model-path: required")
     out.set("models.target", resolve_model(model))
     out.set("name", "sglang-" + model.rstrip("/").split("/")[-1].lower())
+    # SGLang's timing and its scheduler: a prefill batch of at most chunked_prefill_size
+    # tokens whenever one can be formed, else the decode batch (sim.scheduling.prefill_first)
+    out.set("deployment.framework", "sglang")
+    out.set("scheduler.order", "prefill_first")
+    _prefill_budget(out, flags, what)
+    # SGLang reuses cached prompt prefixes (its radix cache) unless told not to
+    caching = flags.pop("--disable-radix-cache", None) is None
+    if caching:
+        out.notes.append("prefix caching: on, SGLang's default radix cache, simulated as "
+                         "vLLM's block prefix cache: hits in whole blocks of "
+                         "scheduler.block_size tokens (--disable-radix-cache turns it off)")
+    out.set("scheduler.prefix_caching", caching)
     mapping = {"--tp-size": "deployment.tp", "--tp": "deployment.tp",
-               "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs",
-               "--chunked-prefill-size": "scheduler.chunk_tokens"}
+               "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
     algo = steps = topk = ndraft = draft_path = None
     for name, value in flags.items():
         if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization

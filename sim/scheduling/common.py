@@ -1,4 +1,4 @@
-"""What both scheduling orders share: the limits, the batch they form, admission from the
+"""What the scheduling orders share: the limits, the batch they form, admission from the
 waiting queue and the preemption loop."""
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ class SchedulerLimits:
     """A replica's batching limits, as vLLM names them (``max_num_seqs``,
     ``max_num_batched_tokens``, chunked prefill with ``chunk_tokens`` per request per step,
     vLLM's ``long_prefill_token_threshold``), the KV block size, the scheduling order
-    (``vllm_v1`` or ``decode_first``, see ``sim.scheduling``) and whether the KV pool caches
-    prompt blocks by content (vLLM's ``enable_prefix_caching``, ``sim.prefix_cache``)."""
+    (``vllm_v1``, ``decode_first`` or ``prefill_first``, see ``sim.scheduling``) and
+    whether the KV pool caches prompt blocks by content (vLLM's ``enable_prefix_caching``,
+    ``sim.prefix_cache``)."""
 
     max_num_seqs: int
     max_batched_tokens: int
@@ -67,11 +68,13 @@ class Batch:
         return len(self.dec_slots) == 0 and len(self.pre_slots) == 0
 
 
-def admit_waiting(r, lim: SchedulerLimits, budget: int
+def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
     token budget and free blocks for the first chunk last; returns (slots, chunks, cached
-    tokens) int64.
+    tokens) int64. With ``reserved`` (blocks the prompts under way still need) a request
+    is admitted only while the free blocks hold its whole prompt beside those, as SGLang's
+    ``PrefillAdder`` admits (its rem_total_tokens), so a prompt once started can finish.
 
     A new request reserves no lookahead slots (vLLM v1 gives lookahead only to requests
     that have computed tokens); without chunked prefill its whole prompt must fit. With
@@ -94,6 +97,11 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int
         need = int(blocks_for(cached + chunk, bs)) - hit
         if chunk > budget or need + idle > r.kv.free_blocks:
             break
+        if reserved is not None:
+            whole = int(blocks_for(target, bs)) - hit
+            if whole + idle + reserved > r.kv.free_blocks:
+                break
+            reserved += whole - need
         r.waiting.popleft()
         slot = r.admit(rid, target, cached)
         if hit:
@@ -109,6 +117,15 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int
         return NONE, NONE, NONE
     return (np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64),
             np.array(new_cached, dtype=np.int64))
+
+
+def budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int) -> np.ndarray:
+    """int64 [P]: each prefilling sequence's chunk under the token budget, in priority order."""
+    want = np.minimum(remaining, limits.chunk_tokens) if limits.chunked_prefill else remaining
+    before = want.cumsum() - want  # tokens taken by higher-priority chunks
+    if limits.chunked_prefill:  # a partial chunk fills the budget
+        return np.minimum(np.maximum(budget - before, 0), want)
+    return np.where(before + want <= budget, want, 0)
 
 
 def cache_prefills(r, pre: np.ndarray, context: np.ndarray, chunks: np.ndarray) -> None:

@@ -26,6 +26,7 @@ from sim.scheduling.common import (
     Batch,
     SchedulerLimits,
     admit_waiting,
+    budgeted_chunks,
     cache_prefills,
     preempt_until_fits,
 )
@@ -35,15 +36,6 @@ from sim.slots import BLOCKS, FILLED, KV, TARGET
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
 _any = np.logical_or.reduce
-
-
-def _budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int) -> np.ndarray:
-    """int64 [P]: each prefilling sequence's chunk under the token budget, in priority order."""
-    want = np.minimum(remaining, limits.chunk_tokens) if limits.chunked_prefill else remaining
-    before = want.cumsum() - want  # tokens taken by higher-priority chunks
-    if limits.chunked_prefill:  # a partial chunk fills the budget
-        return np.minimum(np.maximum(budget - before, 0), want)
-    return np.where(before + want <= budget, want, 0)
 
 
 def plan_decode_first(r) -> Batch:
@@ -81,7 +73,7 @@ def plan_decode_first(r) -> Batch:
     # 2. prefill chunks of running sequences.
     chunks = NONE
     if len(pre):
-        chunks = _budgeted_chunks(left, lim, budget)
+        chunks = budgeted_chunks(left, lim, budget)
         go = chunks > 0
         pre, pctx, chunks = pre[go], pctx[go], chunks[go]
         budget -= int(_sum(chunks))

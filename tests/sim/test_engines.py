@@ -251,3 +251,37 @@ def test_gpu_memory_utilization_sets_the_kv_room():
     sg = _sets(parse_sglang("python -m sglang.launch_server --model-path "
                             "meta-llama/Llama-3.1-8B-Instruct --mem-fraction-static 0.85", _ids))
     assert sg["deployment.gpu_memory_utilization"] == 0.85
+
+
+def test_an_sglang_launch_runs_sglangs_scheduler_and_timing():
+    """SGLang's scheduler runs a ready prefill batch instead of the decode batch, of at most
+    --chunked-prefill-size tokens (-1: whole prompts up to --max-prefill-tokens); its
+    timing is SGLang's; its radix cache is on unless --disable-radix-cache."""
+    launch = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"
+    parsed = parse_sglang(launch, _ids)
+    s = _sets(parsed)
+    assert (s["deployment.framework"], s["scheduler.order"]) == ("sglang", "prefill_first")
+    assert (s["scheduler.chunked_prefill"], s["scheduler.max_batched_tokens"],
+            s["scheduler.chunk_tokens"]) == (True, 8192, 8192)
+    assert any(n.startswith("--chunked-prefill-size unset: 8192") for n in parsed.notes)
+    assert s["scheduler.prefix_caching"] is True  # its radix cache, on by default
+    assert _sets(parse_sglang(f"{launch} --disable-radix-cache",
+                              _ids))["scheduler.prefix_caching"] is False
+    s = _sets(parse_sglang(f"{launch} --chunked-prefill-size 4096", _ids))
+    assert (s["scheduler.max_batched_tokens"], s["scheduler.chunk_tokens"]) == (4096, 4096)
+    s = _sets(parse_sglang(f"{launch} --chunked-prefill-size -1 --max-prefill-tokens 12000",
+                           _ids))
+    assert (s["scheduler.chunked_prefill"], s["scheduler.max_batched_tokens"]) == (False, 12000)
+    assert "scheduler.chunk_tokens" not in s
+    with pytest.raises(UserError, match="--chunked-prefill-size: must be >= 1, got 0"):
+        parse_sglang(f"{launch} --chunked-prefill-size 0", _ids)
+
+    from sim.loading import load_scenario
+    from sim.runner import run_scenario
+
+    res = run_scenario(load_scenario(None, [*parsed.sets, "run.requests=40",
+                                            "workload.rate_per_s=20"]))
+    it = res.variants[0].iterations.columns
+    assert ((it["prefill_tokens"] > 0) & (it["decode_seqs"] > 0)).sum() == 0  # never mixed
+    assert (it["prefill_tokens"] > 0).any() and (it["decode_seqs"] > 0).any()
+    assert res.summaries[0]["requests"] == 40

@@ -349,7 +349,7 @@ def test_preemption_drops_references_and_the_cached_blocks_survive(checked):
     chunked=st.booleans(),
     spare_blocks=st.integers(0, 10),
     hash_tokens=st.sampled_from([4, 16, 20, 512]),
-    order=st.sampled_from(["vllm_v1", "decode_first"]),
+    order=st.sampled_from(["vllm_v1", "decode_first", "prefill_first"]),
     stages=st.sampled_from([1, 1, 3]),
 )
 def test_the_pool_accounting_holds_under_random_admission_completion_and_preemption(

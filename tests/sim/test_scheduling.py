@@ -183,3 +183,59 @@ def test_drafting_ahead_beats_a_colocated_draft_at_batch_1_on_the_default_pair()
 
     # drafting that overlapped a verify is off the critical path
     assert draft_per_decode(ahead) < 0.8 * draft_per_decode(colocated)
+
+
+# -- prefill_first: SGLang's order ---------------------------------------------------------
+
+def test_prefill_first_runs_a_late_prompt_alone_and_the_decodes_wait():
+    # A decodes from t=0; B arrives at 0.05 s: its prompt runs in a pass of its own (no
+    # decode in it), then both decode together. vLLM v1 puts B's prompt in A's decode step.
+    for order, alone in (("prefill_first", True), ("vllm_v1", False)):
+        s = setup(table([0.0, 0.05], [8, 8], [30, 30]), max_batched_tokens=64, chunked=True,
+                  chunk=64, order=order)
+        res = simulate(s)
+        b_prefill = [it for it in res.iterations if it.prefill_tokens and it.start_at > 0]
+        assert len(b_prefill) == 1
+        assert (b_prefill[0].decode_seqs == 0) is alone
+        assert all(r.finished and r.emitted_tokens == 30 for r in res.requests)
+        if alone:
+            assert all(not (it.prefill_tokens and it.decode_seqs) for it in res.iterations)
+
+
+def test_prefill_first_prefills_a_whole_cohort_before_any_decode():
+    # Six prompts of 40 tokens at t=0 with a 64-token budget: 240 tokens in four prefill
+    # passes (64, 64, 64, 48; a prompt cut to fill each pass), then six decoders together,
+    # who stay in step: every decode pass has all six until they finish together.
+    s = setup(table([0.0] * 6, [40] * 6, [10] * 6), max_batched_tokens=64, chunked=True,
+              chunk=64, order="prefill_first")
+    res = simulate(s)
+    its = res.iterations
+    assert [it.prefill_tokens for it in its[:4]] == [64, 64, 64, 48]
+    assert all(it.decode_seqs == 0 for it in its[:4])
+    dec = its[4:]
+    assert all(it.decode_seqs == 6 and it.prefill_tokens == 0 for it in dec)
+    assert len(dec) == 9  # the first token of each came out of its prefill
+    assert all(r.finished and r.emitted_tokens == 10 for r in res.requests)
+
+
+def test_prefill_first_decodes_without_a_token_budget():
+    # 20 decoders each verifying 1 + γ=4 tokens (100) pass a 64-token prefill budget: SGLang
+    # bounds prefill batches by chunked_prefill_size, not its decode batch.
+    s = setup(table([0.0] * 20, [2] * 20, [12] * 20), policy=lambda: FixedGamma(4),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=64,
+              chunked=True, chunk=64, max_num_seqs=20, order="prefill_first")
+    res = simulate(s)
+    first = _decode_iterations(res)[0]
+    assert (first.decode_seqs, first.verify_tokens) == (20, 100)
+    assert all(r.finished and r.emitted_tokens == 12 for r in res.requests)
+
+
+def test_prefill_first_preempts_and_still_finishes_everything(monkeypatch):
+    # Three requests of 31 + 40 tokens in 9 KV blocks: decodes run the pool dry, the
+    # youngest is preempted and recomputed; everything finishes.
+    ev = _Events(monkeypatch)
+    s = setup(table([0.0] * 3, [31] * 3, [40] * 3), blocks=9, max_num_seqs=3,
+              max_batched_tokens=512, chunked=True, chunk=64, order="prefill_first")
+    res = simulate(s)
+    assert any(what == "preempt" for _, what, _ in ev.log)
+    assert all(r.finished and r.emitted_tokens == 40 for r in res.requests)
