@@ -239,3 +239,31 @@ def test_prefill_first_preempts_and_still_finishes_everything(monkeypatch):
     res = simulate(s)
     assert any(what == "preempt" for _, what, _ in ev.log)
     assert all(r.finished and r.emitted_tokens == 40 for r in res.requests)
+
+
+def test_prefill_first_under_a_closed_loop_is_what_validate_prices_for_sglang():
+    """The engine's SGLang order under a closed loop of fixed lengths keeps the cohort in
+    step, and its mean TPOT is the tpot_s row model's (hardware/timing/serving.py: decode
+    steps plus the prefill passes after a request's own), priced by the same cost model."""
+    from hardware.catalog import load_catalog
+    from hardware.timing.rows import MeasuredRow
+    from hardware.timing.serving import predict, row_cost
+    from sim.loading import load_scenario
+    from sim.runner import run_scenario
+
+    b, isl, osl, budget = 16, 1024, 64, 4096
+    sets = ["models.target=llama-3.1-8b", "deployment.gpu=h100", "deployment.framework=sglang",
+            "deployment.timing=roofline", "scheduler.order=prefill_first",
+            f"scheduler.max_batched_tokens={budget}", f"scheduler.chunk_tokens={budget}",
+            f"workload={{arrivals: closed_loop, users: {b}, think_mean_s: 0.0, prompt: "
+            f"{{kind: fixed, tokens: {isl}}}, output: {{kind: fixed, tokens: {osl}}}}}",
+            f"run.requests={4 * b}", "variants=[{name: none, policy: {kind: none}}]"]
+    r = run_scenario(load_scenario(None, sets)).variants[0].requests.columns
+    tpot = (r["finished_at"] - r["first_token_at"]) / (r["output_tokens"] - 1)
+    row = MeasuredRow(line=1, model="llama-3.1-8b", gpu="h100", tp=1, pp=1, weight_bits=16,
+                      kv_bits=16, compute_dtype=None, batch=b, context=isl, tokens=1,
+                      offload=0.0, measured=0.01, source="synthetic", framework="sglang",
+                      metric="tpot_s", output_tokens=osl, max_num_tokens=budget)
+    want = predict(row, row_cost(row, load_catalog(), "roofline"))
+    assert tpot[b:].mean() == pytest.approx(want, rel=0.005)  # after the first wave
+    assert tpot[b:].min() < 0.9 * want < tpot[b:].max()  # the first pass waits longest
