@@ -22,6 +22,7 @@ from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
 from sim.pricing import IterationPricer
 from sim.scheduling import ORDERS, SchedulerLimits
+from sim.scheduling.prefill_first import INIT_NEW_TOKEN_RATIO
 from sim.slots import (
     ADMIT,
     BLOCKS,
@@ -82,6 +83,9 @@ class Replica:
         self.draft_sync = draft_sync
         self.overlap = overlap
         self.plan = ORDERS[limits.order]
+        # SGLang's share of its running requests' remaining output it reserves KV for when
+        # it admits (prefill_first only; sim.scheduling.prefill_first)
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.drafter = drafter  # ``sim.drafters.Drafter`` or None (a plain draft model)
         # KV slots reserved for the next verify (vLLM's num_lookahead_tokens/slots): only
         # model-based drafters reserve them

@@ -29,16 +29,19 @@ DEFAULT_MAX_PREFILL = 16384
 
 
 def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
-    """``--chunked-prefill-size`` (the tokens of a prefill batch; -1: no chunking, whole
-    prompts up to ``--max-prefill-tokens``) as the scheduler's budget and chunk."""
+    """``--chunked-prefill-size`` (the tokens of a prefill batch; 0 or less: no chunking,
+    whole prompts up to ``--max-prefill-tokens``) as the scheduler's budget and chunk."""
     name = "--chunked-prefill-size"
-    if name in flags and flags[name].strip() == "-1":
+    if name in flags and int_flag(flags, name, what, low=-(2 ** 31)) <= 0:
         flags.pop(name)
         budget = (int_flag(flags, "--max-prefill-tokens", what)
                   if "--max-prefill-tokens" in flags else DEFAULT_MAX_PREFILL)
         flags.pop("--max-prefill-tokens", None)
         out.set("scheduler.chunked_prefill", False)
         out.set("scheduler.max_batched_tokens", budget)
+        out.notes.append(f"{name} off: prefill batches of whole prompts up to {budget} "
+                         "tokens; SpecSim refuses a prompt longer than that, which SGLang "
+                         "runs alone in its batch")
         return
     if name in flags:
         budget = int_flag(flags, name, what)
@@ -51,7 +54,11 @@ def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
     if "--max-prefill-tokens" in flags:
         cap = int_flag(flags, "--max-prefill-tokens", what)
         flags.pop("--max-prefill-tokens")
-        budget = min(budget, cap)
+        if cap < budget:
+            out.notes.append(f"--max-prefill-tokens {cap} below {name} {budget}: prefill "
+                             f"batches of {cap} tokens (SGLang lets a prompt being chunked "
+                             f"fill up to {budget})")
+            budget = cap
     out.set("scheduler.chunked_prefill", True)
     out.set("scheduler.max_batched_tokens", budget)
     out.set("scheduler.chunk_tokens", budget)

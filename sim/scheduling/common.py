@@ -68,13 +68,14 @@ class Batch:
         return len(self.dec_slots) == 0 and len(self.pre_slots) == 0
 
 
-def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = None,
+                  output_clip: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
     token budget and free blocks for the first chunk last; returns (slots, chunks, cached
-    tokens) int64. With ``reserved`` (blocks the prompts under way still need) a request
-    is admitted only while the free blocks hold its whole prompt beside those, as SGLang's
-    ``PrefillAdder`` admits (its rem_total_tokens), so a prompt once started can finish.
+    tokens) int64. With ``reserved`` (blocks already spoken for) a request is admitted only
+    while the free blocks hold, beside those, its whole prompt and up to ``output_clip`` of
+    the output it has left, as SGLang's ``PrefillAdder`` admits (``rem_total_tokens``), so
+    a prompt once started can finish.
 
     A new request reserves no lookahead slots (vLLM v1 gives lookahead only to requests
     that have computed tokens); without chunked prefill its whole prompt must fit. With
@@ -98,7 +99,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         if chunk > budget or need + idle > r.kv.free_blocks:
             break
         if reserved is not None:
-            whole = int(blocks_for(target, bs)) - hit
+            left = int(r.table.output_tokens[rid]) - (target - int(r.table.prompt_tokens[rid]))
+            whole = int(blocks_for(target + min(max(left, 0), output_clip), bs)) - hit
             if whole + idle + reserved > r.kv.free_blocks:
                 break
             reserved += whole - need

@@ -15,10 +15,13 @@ iteration:
    ``chunked_prefill_size``, which bounds the tokens of a prefill batch, the last prompt
    in it cut to fill what is left (``PrefillAdder``'s ``rem_chunk_tokens``) -- and each
    prompt's chunk is at most ``chunk_tokens`` (set it to the budget for SGLang's rule).
-   A waiting request is admitted only while the free blocks hold its whole prompt beside
-   what the prompts under way still need (``PrefillAdder`` admits a request only when its
-   whole input fits, ``rem_total_tokens``), so a prompt once started finishes without
-   preempting; the blocks of its first chunk are taken. KV blocks for the chunks of
+   A waiting request is admitted only while the free blocks hold its whole prompt and its
+   output (up to 4096 tokens) beside what the prompts under way still need and
+   ``new_token_ratio`` of the output the running requests may still write (SGLang's
+   ``PrefillAdder``, ``rem_total_tokens``; the ratio starts at 0.7, falls by 0.001 per
+   decode step to 0.098, and after a preemption is re-estimated from the batch kept, as
+   ``ScheduleBatch.retract_decode`` does), so a prompt once started finishes; the blocks
+   of its first chunk are taken. KV blocks for the chunks of
    running requests are granted as in the other orders, preempting by recompute from the
    back of the running order when the pool runs dry.
 2. If the prefill batch is empty (nothing waiting that fits, nothing mid-prompt): every
@@ -29,8 +32,8 @@ iteration:
 
 Departures from SGLang: its decode batch retracts requests chosen by their remaining
 output and prompt lengths (``ScheduleBatch.retract_decode``) where this one preempts the
-latest arrival; its admission also reserves KV for the running requests' remaining
-output (``new_token_ratio``), where this one reserves only the prompts';
+latest arrival, and a decode batch that cannot get its blocks takes them from the
+back of the running order where SGLang first lets the batch run with what fits;
 ``max_prefill_tokens`` (16384 by default, above the chunk budget on every GPU) is not
 modelled; CUDA graphs (captured for decode batches up to ``cuda_graph_max_bs``) are not.
 """
@@ -51,10 +54,22 @@ from sim.scheduling.common import (
     preempt_until_fits,
 )
 from sim.shapes import tree_nodes
-from sim.slots import FILLED, KV, TARGET
+from sim.slots import EMITTED, FILLED, KV, OUTPUT, TARGET
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
+
+# SGLang's estimate of the output its running requests have still to write, as a share of
+# what they may (github sgl-project/sglang python/sglang/srt/environ.py:
+# SGLANG_INIT_NEW_TOKEN_RATIO 0.7, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14,
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600, SGLANG_RETRACT_DECODE_STEPS 20; each output
+# estimate clipped to CLIP_MAX_NEW_TOKENS 4096, python/sglang/srt/managers/
+# schedule_policy.py @00550cd11b35def9d584bf761a1e32729c20a21d)
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
 
 
 def _grant(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray,
@@ -105,13 +120,8 @@ def plan_prefill_first(r) -> Batch:
         cache_prefills(r, pre, pctx, chunks)
         budget -= int(_sum(chunks))
     if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
-        # blocks the prompts under way need after this pass: an admission leaves them free
-        under = act[prefilling]
-        if preempted:
-            under = under[r.active[under]]
-        rest = int(_sum(blocks_for(r.state[under, TARGET], lim.block_size)
-                        - r.kv.blocks[under])) if len(under) else 0
-        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget, rest)
+        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget, _reserved(r),
+                                                     CLIP_MAX_NEW_TOKENS)
         if len(new_pre):
             pre = np.concatenate((pre, new_pre))
             pctx = np.concatenate((pctx, new_ctx))
@@ -136,4 +146,27 @@ def plan_prefill_first(r) -> Batch:
         dec, dctx = dec[keep], dctx[keep]
         if row.ndim == 2:
             row = row[keep]
+        # SGLang re-estimates from the batch it kept (ScheduleBatch.retract_decode)
+        st = r.state[r.active]
+        r.new_token_ratio = min(1.0, (float(_sum(st[:, EMITTED])) + RETRACT_DECODE_STEPS
+                                      * len(st)) / (float(_sum(st[:, OUTPUT])) + 1.0))
+    else:  # a decode step without retraction lowers the estimate
+        r.new_token_ratio = max(r.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
     return Batch(row, dec, dctx, NONE, NONE, NONE, preempted)
+
+
+def _reserved(r) -> int:
+    """Blocks an admission must leave free: the rest of every running prompt (those in
+    flight in a pipeline too) and ``new_token_ratio`` of the output the running requests
+    may still write, each clipped to CLIP_MAX_NEW_TOKENS (SGLang's ``PrefillAdder``:
+    ``rem_total_token_offset``)."""
+    run = r.active.nonzero()[0]
+    if not len(run):
+        return 0
+    st = r.state[run]
+    bs = r.limits.block_size
+    prompts = st[:, TARGET] > st[:, FILLED]
+    rest = (int(_sum(np.maximum(blocks_for(st[prompts, TARGET], bs) - r.kv.blocks[run[prompts]],
+                                0))) if prompts.any() else 0)
+    out = np.minimum(np.maximum(st[:, OUTPUT] - st[:, EMITTED], 0), CLIP_MAX_NEW_TOKENS)
+    return rest + int(np.ceil(r.new_token_ratio * float(_sum(out)) / bs))

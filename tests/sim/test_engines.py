@@ -273,8 +273,10 @@ def test_an_sglang_launch_runs_sglangs_scheduler_and_timing():
                            _ids))
     assert (s["scheduler.chunked_prefill"], s["scheduler.max_batched_tokens"]) == (False, 12000)
     assert "scheduler.chunk_tokens" not in s
-    with pytest.raises(UserError, match="--chunked-prefill-size: must be >= 1, got 0"):
-        parse_sglang(f"{launch} --chunked-prefill-size 0", _ids)
+    s = _sets(parse_sglang(f"{launch} --chunked-prefill-size 0", _ids))  # also off
+    assert (s["scheduler.chunked_prefill"], s["scheduler.max_batched_tokens"]) == (False, 16384)
+    with pytest.raises(UserError, match="--chunked-prefill-size: must be an integer"):
+        parse_sglang(f"{launch} --chunked-prefill-size lots", _ids)
 
     from sim.loading import load_scenario
     from sim.runner import run_scenario
