@@ -170,7 +170,10 @@ def _cohort_wait(b: float, ctx: float, room: float, alone) -> float:
     """Mean seconds a request of a prefill-first engine's cohort waits between its first
     token and its first decode step: the cohort's ``b`` prompts of ``ctx`` tokens run as
     passes of ``room`` tokens (``alone(x)`` prices one), in order, before any of them
-    decodes, and a request whose prompt ends in pass j waits for the passes after j."""
+    decodes, and a request whose prompt ends in pass j waits for the passes after j. A
+    fractional ``b`` (the KV cache's cap) is a fluid: its last part-request waits for no
+    pass but counts in the mean, so the price is continuous in ``b`` only between the
+    multiples of ``room / ctx`` requests."""
     tokens = b * ctx
     full = math.floor(tokens / room + _CRUMB)
     rest = tokens - full * room
