@@ -11,7 +11,9 @@ the first block is required, the second optional):
   ``offload``: fraction of the weights in host memory, or ``auto``; ``measured_s``: the
   measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
   comes from (repository + path + commit, paper + table, vendor page).
-- ``framework`` (default ``vllm``): a catalog framework id; ``ep`` (default 1): the
+- ``framework`` (default ``vllm``): a catalog framework id; ``framework_version``: the
+  engine version the run used as its source states it (empty: not stated; informational:
+  every row of a framework is priced with its catalog entry); ``ep`` (default 1): the
   expert-parallel GPUs of an MoE model, as ``specsim hw step --ep`` takes them (1 splits
   every expert over the ``tp`` GPUs, ``tp`` gives each GPU whole experts, a larger multiple
   of ``tp`` adds data-parallel attention groups; other values are refused when the row is
@@ -51,9 +53,9 @@ __all__ = ["MeasuredRow", "read_rows", "REQUIRED", "OPTIONAL", "METRICS"]
 
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
-OPTIONAL = ("framework", "ep", "pin_memory", "streaming", "metric", "output_tokens", "requests",
-            "max_num_tokens", "kv_fraction", "cuda_graph_batch_sizes", "split", "category",
-            "notes")
+OPTIONAL = ("framework", "framework_version", "ep", "pin_memory", "streaming", "metric",
+            "output_tokens", "requests", "max_num_tokens", "kv_fraction",
+            "cuda_graph_batch_sizes", "split", "category", "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
@@ -76,6 +78,7 @@ class MeasuredRow:
     measured: float
     source: str
     framework: str = "vllm"
+    framework_version: str = ""
     ep: int = 1
     pin_memory: bool = True
     streaming: bool = True
@@ -207,6 +210,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         tokens=_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
         framework=get.get("framework") or "vllm",
+        framework_version=get.get("framework_version", ""),
         ep=_int(path, line, "ep", get.get("ep") or "1", 1), pin_memory=pin,
         streaming=streaming,
         metric=metric,

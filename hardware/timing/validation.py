@@ -34,7 +34,8 @@ __all__ = ["VALIDATION_CSV", "CATEGORIES", "GROUP_FIELDS", "Validation", "valida
 
 VALIDATION_CSV = DATA_DIR / "validation.csv"
 # row fields ``specsim validate --by`` groups on
-GROUP_FIELDS = ("category", "model", "gpu", "framework", "tp", "ep", "metric", "weight_bits")
+GROUP_FIELDS = ("category", "model", "gpu", "framework", "framework_version", "tp", "ep",
+                "metric", "weight_bits")
 CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)",
               "C": "max-load throughput (static batch or trtllm-bench)",
               "D": "offloaded decode"}

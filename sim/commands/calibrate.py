@@ -17,8 +17,9 @@ From a CSV of measured step times (one measurement per row):
   specsim calibrate my_steps.csv [--fit FIELD ...] [--out my.yaml]
 Columns (header names): model, gpu, tp, pp, weight_bits, kv_bits, compute_dtype, batch,
 context (cached tokens per sequence), tokens (new tokens per sequence: 1 = decode),
-offload (fraction or auto), measured_s, source; optional: framework (default vllm), ep
-(an MoE model's expert-parallel GPUs, as hw step --ep; default 1), pin_memory (true
+offload (fraction or auto), measured_s, source; optional: framework (default vllm),
+framework_version (informational: the engine version the source states), ep (an MoE
+model's expert-parallel GPUs, as hw step --ep; default 1), pin_memory (true
 default, false: offloaded weights in pageable host memory), streaming (true default: a
 server streaming its tokens; false: an offline run),
 metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu, max_load_tokens_per_s:

@@ -13,9 +13,10 @@ the error, and per category the median absolute error on the held-out half (the 
 shipped parameters were not fitted on), on the fit half and over all rows.
   specsim validate [--json] [--rows] [--by FIELD,...]
 --catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
---by model,framework (any of category, model, gpu, framework, tp, ep, metric, weight_bits)
-adds a line per group of rows: its rows, median signed error (its bias), median |error|
-over all and over the held-out rows, and its worst row.
+--by model,framework (any of category, model, gpu, framework, framework_version, tp, ep,
+metric, weight_bits) adds a line per group of rows: its rows, median signed error (its
+bias), median |error| over all and over the held-out rows, and its worst row
+(framework_version: the engine version the source states, "-" where it states none).
 """
 
 
@@ -33,8 +34,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
     p.add_argument("--by", metavar="FIELD,...",
                    help="also summarise each group of rows sharing these fields (comma-"
-                        "separated: category, model, gpu, framework, tp, ep, metric, "
-                        "weight_bits), e.g. --by model,gpu,framework")
+                        "separated: category, model, gpu, framework, framework_version, "
+                        "tp, ep, metric, weight_bits), e.g. --by model,gpu,framework")
     p.set_defaults(func=main)
 
 
@@ -67,7 +68,8 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps({
             "summary": v.summary, **({"groups": groups} if by else {}),
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
-                      "framework": r.framework, "ep": r.ep, "batch": r.batch,
+                      "framework": r.framework,
+                      "framework_version": r.framework_version, "ep": r.ep, "batch": r.batch,
                       "context": r.context,
                       "metric": r.metric, "measured": r.measured, "predicted": float(p),
                       "error": float(e), "split": r.split, "backend": b, "source": r.source}
@@ -97,14 +99,17 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _print_groups(groups: list[dict], by: tuple[str, ...]) -> None:
-    widths = [max(len(f), *(len(str(g[f])) for g in groups)) for f in by]
+    def text(v) -> str:  # an empty framework_version: the source states none
+        return str(v) or "-"
+
+    widths = [max(len(f), *(len(text(g[f])) for g in groups)) for f in by]
     head = "  ".join(f"{f:{w}s}" for f, w in zip(by, widths, strict=True))
     print(f"\nby {', '.join(by)}: rows (held out), median signed error, median |error| "
           f"over all and held-out rows, worst |error|")
     print(f"{head}  {'rows':>11s}  {'signed':>7s}  {'all':>6s}  {'held out':>8s}  "
           f"{'worst':>7s}")
     for g in groups:
-        key = "  ".join(f"{str(g[f]):{w}s}" for f, w in zip(by, widths, strict=True))
+        key = "  ".join(f"{text(g[f]):{w}s}" for f, w in zip(by, widths, strict=True))
         test = "-" if g["test_rows"] == 0 else f"{g['median_test']:.1%}"
         print(f"{key}  {g['rows']:5d} ({g['test_rows']:3d})  {g['median_signed']:+7.1%}  "
               f"{g['median_all']:6.1%}  {test:>8s}  {g['worst']:7.1%}")

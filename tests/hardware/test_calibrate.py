@@ -360,6 +360,19 @@ def test_unknown_fields_are_refused():
         fit([], ["gpus.h100.eta"], CAT)
 
 
+def test_a_rows_framework_version_is_the_one_its_source_or_notes_state():
+    """framework_version is read off the row's own text, never guessed: where given it
+    appears in the notes or the source (NIM rows name the NIM release)."""
+    rows = read_rows(VALIDATION_CSV)
+    stated = [r for r in rows if r.framework_version]
+    assert len(stated) == 660
+    for r in stated:
+        v = r.framework_version.removeprefix("NIM ")
+        assert v in r.notes or v in r.source, (r.line, r.framework_version)
+    assert {r.framework_version for r in rows if r.framework == "trtllm-cpp"} == \
+        {"0.6.1", "0.9.0", "NIM 1.8.0"}
+
+
 def test_the_validation_split_is_the_documented_crc():
     with open(VALIDATION_CSV) as f:
         rows = list(csv.DictReader(f))

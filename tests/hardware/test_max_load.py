@@ -197,7 +197,7 @@ def test_a_misspelt_column_is_refused_not_ignored(tmp_path):
     with pytest.raises(UserError) as err:
         read_rows(path)
     assert str(err.value).startswith(f"{path}: unknown column 'kv_fracton' (optional "
-                                     "columns: framework, ep, pin_memory, streaming, ")
+                                     "columns: framework, framework_version, ep, pin_memory, ")
 
 
 def test_the_max_load_columns_are_read(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -149,10 +150,13 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert (g["rows"], g["test_rows"]) == (len(mine), sum(r["split"] == "test" for r in mine))
     assert g["median_signed"] == pytest.approx(float(np.median([r["error"] for r in mine])))
     assert g["worst"] == pytest.approx(max(abs(r["error"]) for r in mine))
-    code, out, _ = run(capsys, "validate", "--by", "framework")
+    assert sum(r["framework_version"] == "1.0.0rc3" for r in doc["rows"]) == 361
+    code, out, _ = run(capsys, "validate", "--by", "framework,framework_version")
     assert "A batch-1 decode" in out and "967 rows" in out
     assert "rows (fit / held out)" in out and "825 (414 / 411)" in out
-    assert "by framework: rows (held out), median signed error" in out
-    assert any(line.startswith("sglang ") for line in out.splitlines())
+    assert "by framework, framework_version: rows (held out), median signed error" in out
+    lines = out.splitlines()
+    assert any(re.match(r"trtllm +1\.0\.0rc3 +361 \(179\)", line) for line in lines)
+    assert any(re.match(r"vllm +- +110 \( 56\)", line) for line in lines)  # not stated
     code, _, err = run(capsys, "validate", "--by", "model,size")
     assert code == 2 and "--by: 'size' is not a row field to group on" in err
