@@ -26,6 +26,11 @@ SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
 # handle_gpu_memory_settings; max_prefill_tokens 16384: python/sglang/srt/server_args.py
 DEFAULT_CHUNK = 8192
 DEFAULT_MAX_PREFILL = 16384
+# its max_running_requests when unset: int(KV pool tokens / context length x 512) clamped to
+# 2048-4096, at most half the pool's tokens (github sgl-project/sglang
+# python/sglang/srt/model_executor/model_runner.py, the max_num_reqs default; the copies read
+# in 2026-12, the commit not recorded)
+DEFAULT_MAX_RUNNING = 2048
 
 
 def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
@@ -92,6 +97,12 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                          "vLLM's block prefix cache: hits in whole blocks of "
                          "scheduler.block_size tokens (--disable-radix-cache turns it off)")
     out.set("scheduler.prefix_caching", caching)
+    if "--max-running-requests" not in flags:
+        out.set("scheduler.max_num_seqs", DEFAULT_MAX_RUNNING)
+        out.notes.append(f"--max-running-requests unset: {DEFAULT_MAX_RUNNING}, SGLang's "
+                         "default where the KV pool holds under four full contexts (it "
+                         "takes up to 4096 for larger pools, never more than half the pool's "
+                         "tokens); its admission by free KV binds first in most runs")
     mapping = {"--tp-size": "deployment.tp", "--tp": "deployment.tp",
                "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
     algo = steps = topk = ndraft = draft_path = None

@@ -73,8 +73,43 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         out.notes.append("prefix caching: on, vLLM v1's default (--no-enable-prefix-caching "
                          "turns it off)")
     out.set("scheduler.prefix_caching", caching)
+    _batch_defaults(out, flags)
     _speculation(out, spec, resolve_model)
     return out
+
+
+# vLLM's OpenAI server on GPUs of at least 70 GiB other than the A100 (H100, H200):
+# max_num_batched_tokens 8192 and max_num_seqs 1024 when unset (2048 and 256 on the others):
+# github vllm-project/vllm vllm/engine/arg_utils.py @99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b,
+# EngineArgs._set_default_args; no per-request prefill cap (long_prefill_token_threshold 0
+# with max_num_partial_prefills 1): vllm/config/scheduler.py
+# @01230b40128e570a58e54e75f7e55c4d5cd9246d, SchedulerConfig
+DEFAULT_BATCHED_TOKENS = 8192
+DEFAULT_MAX_NUM_SEQS = 1024
+
+
+def _batch_defaults(out: Parsed, flags: dict) -> None:
+    """vLLM's own defaults for the batching limits the command line leaves unset (the
+    scenario's defaults are SpecSim's, not vLLM's)."""
+    unset = [f for f in ("--max-num-batched-tokens", "--max-num-seqs") if f not in flags]
+    if "--max-num-batched-tokens" not in flags:
+        out.set("scheduler.max_batched_tokens", DEFAULT_BATCHED_TOKENS)
+        if "--no-enable-chunked-prefill" in flags:
+            out.notes.append("--no-enable-chunked-prefill without --max-num-batched-tokens: "
+                             "vLLM makes a step hold max_model_len tokens; SpecSim takes "
+                             f"{DEFAULT_BATCHED_TOKENS} (a longer prompt is refused): give "
+                             "--max-num-batched-tokens")
+    if "--max-num-seqs" not in flags:
+        out.set("scheduler.max_num_seqs", DEFAULT_MAX_NUM_SEQS)
+    if unset:
+        out.notes.append(f"{', '.join(unset)} unset: vLLM's defaults on GPUs of at least "
+                         f"70 GiB other than the A100 ({DEFAULT_BATCHED_TOKENS} tokens per "
+                         f"step, {DEFAULT_MAX_NUM_SEQS} sequences; 2048 and 256 on the "
+                         f"others): give them for other GPUs")
+    if "--long-prefill-token-threshold" not in flags:  # no per-request cap on a chunk
+        budget = flags.get("--max-num-batched-tokens")
+        out.set("scheduler.chunk_tokens",
+                int(budget) if budget is not None else DEFAULT_BATCHED_TOKENS)
 
 
 def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:

@@ -287,3 +287,30 @@ def test_an_sglang_launch_runs_sglangs_scheduler_and_timing():
     assert ((it["prefill_tokens"] > 0) & (it["decode_seqs"] > 0)).sum() == 0  # never mixed
     assert (it["prefill_tokens"] > 0).any() and (it["decode_seqs"] > 0).any()
     assert res.summaries[0]["requests"] == 40
+
+
+def test_unset_batching_limits_take_the_engines_defaults_not_the_scenarios():
+    """vLLM's OpenAI server on an H100/H200: 8192 tokens per step, 1024 sequences and no
+    per-request prefill cap when unset; SGLang: 2048 running requests. Each is noted."""
+    vllm = parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct", _ids)
+    s = _sets(vllm)
+    assert (s["scheduler.max_batched_tokens"], s["scheduler.max_num_seqs"],
+            s["scheduler.chunk_tokens"]) == (8192, 1024, 8192)
+    assert any(n.startswith("--max-num-batched-tokens, --max-num-seqs unset: vLLM's defaults")
+               for n in vllm.notes)
+    s = _sets(parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                               "--max-num-batched-tokens 4096 --max-num-seqs 64", _ids))
+    assert (s["scheduler.max_batched_tokens"], s["scheduler.max_num_seqs"],
+            s["scheduler.chunk_tokens"]) == (4096, 64, 4096)
+    s = _sets(parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                               "--long-prefill-token-threshold 512", _ids))
+    assert s["scheduler.chunk_tokens"] == 512
+    off = parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                           "--no-enable-chunked-prefill", _ids)
+    assert any("vLLM makes a step hold max_model_len tokens" in n for n in off.notes)
+    launch = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"
+    sg = parse_sglang(launch, _ids)
+    assert _sets(sg)["scheduler.max_num_seqs"] == 2048
+    assert any(n.startswith("--max-running-requests unset: 2048") for n in sg.notes)
+    assert _sets(parse_sglang(f"{launch} --max-running-requests 64",
+                              _ids))["scheduler.max_num_seqs"] == 64
