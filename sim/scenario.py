@@ -163,7 +163,7 @@ class Scheduler(Strict):
     max_num_seqs: Annotated[int, Field(ge=1, le=MAX_SEQS)] = 256
     max_batched_tokens: Tokens = 8192
     chunked_prefill: bool = True
-    chunk_tokens: Tokens = 512
+    chunk_tokens: Tokens = 512  # per prompt per step (vLLM's default: no cap, max_batched_tokens)
     block_size: Annotated[int, Field(ge=1, le=1024)] = 16
     # vLLM's --num-gpu-blocks-override: a smaller KV pool per replica than memory allows
     # (null = all the memory left after the weights); more than fits is refused.
