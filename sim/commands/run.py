@@ -151,6 +151,7 @@ def main(args: argparse.Namespace) -> int:
 
     # which timing backend priced the target's passes (the engine built the same one)
     timing = cost_models(result.scenario, False)[0].timing
+    notes = notes + _order_notes(result.scenario)
     if args.json:
         doc = {"variants": [_public(s) for s in result.summaries], "out": str(out),
                "timing": timing.name, "timing_note": timing.note}
@@ -173,6 +174,19 @@ def main(args: argparse.Namespace) -> int:
         if report is not None:
             print(f"report: {report}")
     return 0
+
+
+def _order_notes(scenario) -> list[str]:
+    """A note where the scenario prices one engine and schedules like another (SGLang runs
+    prefill batches alone, first; vLLM and TensorRT-LLM put prompts in the decode step)."""
+    fw, order = scenario.deployment.framework, scenario.scheduler.order
+    if fw == "sglang" and order != "prefill_first":
+        return [f"deployment.framework sglang with scheduler.order {order}: SGLang's own "
+                "scheduler is prefill_first (--from-sglang sets it)"]
+    if fw in ("vllm", "trtllm") and order == "prefill_first":
+        return [f"deployment.framework {fw} with scheduler.order prefill_first (SGLang's): "
+                f"{fw} puts prompts in the decode step (vllm_v1)"]
+    return []
 
 
 def _import_report() -> None:

@@ -314,3 +314,12 @@ def test_unset_batching_limits_take_the_engines_defaults_not_the_scenarios():
     assert any(n.startswith("--max-running-requests unset: 2048") for n in sg.notes)
     assert _sets(parse_sglang(f"{launch} --max-running-requests 64",
                               _ids))["scheduler.max_num_seqs"] == 64
+
+
+def test_a_run_says_when_it_schedules_unlike_the_engine_it_prices(tmp_path, capsys):
+    assert main(["run", "--set", "deployment.framework=sglang", "--set", "run.requests=20",
+                 "--set", "variants=[{name: none, policy: {kind: none}}]", "--no-report",
+                 "--json", "--out", str(tmp_path / "r")]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["deployment.framework sglang with scheduler.order vllm_v1: SGLang's own "
+                     "scheduler is prefill_first (--from-sglang sets it)"]
