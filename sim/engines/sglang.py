@@ -28,9 +28,12 @@ DEFAULT_CHUNK = 8192
 DEFAULT_MAX_PREFILL = 16384
 # its max_running_requests when unset: int(KV pool tokens / context length x 512) clamped to
 # 2048-4096, at most half the pool's tokens (github sgl-project/sglang
-# python/sglang/srt/model_executor/model_runner.py, the max_num_reqs default; the copies read
-# in 2026-12, the commit not recorded)
+# python/sglang/srt/model_executor/model_runner.py @01cc04e2b5b01ce379698a3fee1bd17706e1d0ec,
+# the max_num_reqs default); 48 with a speculative algorithm ("Max running requests is reset
+# to 48 for speculative decoding": python/sglang/srt/server_args.py, its speculative
+# decoding handling; the copies read in 2026-12, the commit not recorded)
 DEFAULT_MAX_RUNNING = 2048
+SPECULATIVE_MAX_RUNNING = 48
 
 
 def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
@@ -98,11 +101,20 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                          "scheduler.block_size tokens (--disable-radix-cache turns it off)")
     out.set("scheduler.prefix_caching", caching)
     if "--max-running-requests" not in flags:
-        out.set("scheduler.max_num_seqs", DEFAULT_MAX_RUNNING)
-        out.notes.append(f"--max-running-requests unset: {DEFAULT_MAX_RUNNING}, SGLang's "
-                         "default where the KV pool holds under four full contexts (it "
-                         "takes up to 4096 for larger pools, never more than half the pool's "
-                         "tokens); its admission by free KV binds first in most runs")
+        if "--speculative-algorithm" in flags:
+            out.set("scheduler.max_num_seqs", SPECULATIVE_MAX_RUNNING)
+            out.notes.append(f"--max-running-requests unset: {SPECULATIVE_MAX_RUNNING}, what "
+                             "SGLang resets it to for speculative decoding; the variant "
+                             "without speculation runs under it too (SGLang without "
+                             f"--speculative-algorithm would take {DEFAULT_MAX_RUNNING} or "
+                             "more)")
+        else:
+            out.set("scheduler.max_num_seqs", DEFAULT_MAX_RUNNING)
+            out.notes.append(f"--max-running-requests unset: {DEFAULT_MAX_RUNNING}, SGLang's "
+                             "default where the KV pool holds at most four full contexts "
+                             "(it takes up to 4096 for larger pools, never more than half "
+                             "the pool's tokens); its admission by free KV binds first in "
+                             "most runs")
     mapping = {"--tp-size": "deployment.tp", "--tp": "deployment.tp",
                "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
     algo = steps = topk = ndraft = draft_path = None

@@ -45,7 +45,6 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                "--pipeline-parallel-size": "deployment.pp", "-pp": "deployment.pp",
                "--max-num-seqs": "scheduler.max_num_seqs",
                "--max-num-batched-tokens": "scheduler.max_batched_tokens",
-               "--long-prefill-token-threshold": "scheduler.chunk_tokens",
                "--block-size": "scheduler.block_size",
                "--num-gpu-blocks-override": "scheduler.num_gpu_blocks_override"}
     spec, caching = None, None
@@ -58,6 +57,8 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             out.set("scheduler.chunked_prefill", name == "--enable-chunked-prefill")
         elif name == "--speculative-config":
             spec = value
+        elif name == "--long-prefill-token-threshold":
+            continue  # with the step budget, in _batch_defaults
         elif name == "--gpu-memory-utilization":
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
         elif name in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
@@ -90,26 +91,32 @@ DEFAULT_MAX_NUM_SEQS = 1024
 
 def _batch_defaults(out: Parsed, flags: dict) -> None:
     """vLLM's own defaults for the batching limits the command line leaves unset (the
-    scenario's defaults are SpecSim's, not vLLM's)."""
+    scenario's defaults are SpecSim's, not vLLM's): its step budget, ``max_num_seqs`` (at
+    most the budget, as vLLM takes it) and no per-request prefill cap
+    (``--long-prefill-token-threshold`` 0; one above the budget is the budget)."""
+    what = out.what
+    given = "--max-num-batched-tokens" in flags
+    budget = int_flag(flags, "--max-num-batched-tokens", what) if given \
+        else DEFAULT_BATCHED_TOKENS
     unset = [f for f in ("--max-num-batched-tokens", "--max-num-seqs") if f not in flags]
-    if "--max-num-batched-tokens" not in flags:
-        out.set("scheduler.max_batched_tokens", DEFAULT_BATCHED_TOKENS)
+    if not given:
+        out.set("scheduler.max_batched_tokens", budget)
         if "--no-enable-chunked-prefill" in flags:
             out.notes.append("--no-enable-chunked-prefill without --max-num-batched-tokens: "
-                             "vLLM makes a step hold max_model_len tokens; SpecSim takes "
-                             f"{DEFAULT_BATCHED_TOKENS} (a longer prompt is refused): give "
-                             "--max-num-batched-tokens")
+                             "vLLM then steps max(max_model_len, 8192) tokens; SpecSim "
+                             f"takes {budget} and refuses a request whose prompt and output "
+                             "exceed it: give --max-num-batched-tokens")
     if "--max-num-seqs" not in flags:
-        out.set("scheduler.max_num_seqs", DEFAULT_MAX_NUM_SEQS)
+        out.set("scheduler.max_num_seqs", min(DEFAULT_MAX_NUM_SEQS, budget))
     if unset:
         out.notes.append(f"{', '.join(unset)} unset: vLLM's defaults on GPUs of at least "
                          f"70 GiB other than the A100 ({DEFAULT_BATCHED_TOKENS} tokens per "
-                         f"step, {DEFAULT_MAX_NUM_SEQS} sequences; 2048 and 256 on the "
-                         f"others): give them for other GPUs")
-    if "--long-prefill-token-threshold" not in flags:  # no per-request cap on a chunk
-        budget = flags.get("--max-num-batched-tokens")
-        out.set("scheduler.chunk_tokens",
-                int(budget) if budget is not None else DEFAULT_BATCHED_TOKENS)
+                         f"step, {DEFAULT_MAX_NUM_SEQS} sequences at most the step's tokens; "
+                         f"2048 and 256 on the others): give them for other GPUs")
+    cap = flags.get("--long-prefill-token-threshold")
+    cap = int_flag(flags, "--long-prefill-token-threshold", what, low=0) if cap is not None \
+        else 0
+    out.set("scheduler.chunk_tokens", budget if cap == 0 or cap > budget else cap)
 
 
 def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:

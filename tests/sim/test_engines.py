@@ -302,16 +302,25 @@ def test_unset_batching_limits_take_the_engines_defaults_not_the_scenarios():
                                "--max-num-batched-tokens 4096 --max-num-seqs 64", _ids))
     assert (s["scheduler.max_batched_tokens"], s["scheduler.max_num_seqs"],
             s["scheduler.chunk_tokens"]) == (4096, 64, 4096)
+    # vLLM takes max_num_seqs at most the step's tokens
     s = _sets(parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
-                               "--long-prefill-token-threshold 512", _ids))
-    assert s["scheduler.chunk_tokens"] == 512
+                               "--max-num-batched-tokens 512", _ids))
+    assert (s["scheduler.max_num_seqs"], s["scheduler.chunk_tokens"]) == (512, 512)
+    for cap, chunk in ((512, 512), (0, 8192), (16384, 8192)):  # 0: none; above: the budget
+        s = _sets(parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                                   f"--long-prefill-token-threshold {cap}", _ids))
+        assert s["scheduler.chunk_tokens"] == chunk
     off = parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
                            "--no-enable-chunked-prefill", _ids)
-    assert any("vLLM makes a step hold max_model_len tokens" in n for n in off.notes)
+    assert any("vLLM then steps max(max_model_len, 8192) tokens" in n for n in off.notes)
     launch = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct"
     sg = parse_sglang(launch, _ids)
     assert _sets(sg)["scheduler.max_num_seqs"] == 2048
     assert any(n.startswith("--max-running-requests unset: 2048") for n in sg.notes)
+    # SGLang resets it to 48 for speculative decoding
+    spec = parse_sglang(f"{launch} --speculative-algorithm EAGLE3", _ids)
+    assert _sets(spec)["scheduler.max_num_seqs"] == 48
+    assert any(n.startswith("--max-running-requests unset: 48") for n in spec.notes)
     assert _sets(parse_sglang(f"{launch} --max-running-requests 64",
                               _ids))["scheduler.max_num_seqs"] == 64
 
@@ -323,3 +332,23 @@ def test_a_run_says_when_it_schedules_unlike_the_engine_it_prices(tmp_path, caps
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert notes == ["deployment.framework sglang with scheduler.order vllm_v1: SGLang's own "
                      "scheduler is prefill_first (--from-sglang sets it)"]
+
+
+@pytest.mark.parametrize("flags", ["", "--max-num-batched-tokens 512",
+                                   "--long-prefill-token-threshold 512",
+                                   "--max-num-seqs 64 --max-num-batched-tokens 4096"])
+def test_vllm_batching_limits_round_trip(flags):
+    """A serve line parsed into a scenario and written back holds the same limits (and one
+    vLLM accepts: max_num_seqs at most the step's tokens)."""
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    parsed = parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flags}", _ids)
+    sc = load_scenario(None, parsed.sets)
+    command, _ = serve_command(sc, sc.variants[0], CAT)
+    again = _sets(parse_vllm_serve(command, lambda m: CAT.model(m).id))
+    first = _sets(parsed)
+    for key in ("scheduler.max_batched_tokens", "scheduler.max_num_seqs",
+                "scheduler.chunk_tokens"):
+        assert again[key] == first[key], key
+    assert again["scheduler.max_num_seqs"] <= again["scheduler.max_batched_tokens"]
