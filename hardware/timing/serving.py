@@ -15,11 +15,14 @@ with (and fitted to) pass times:
   chunked prefill); a request's own prefill is not in its TPOT.
 
   Where prompts share the step with the decodes (vLLM v1, TensorRT-LLM), the decodes go
-  first and prompts fill what the budget leaves, so a cohort's prompts spread over steps
-  in which the first admitted already decode, and the requests fall out of step: over
-  ``output_tokens`` steps the other ``batch - 1`` requests' prompts ride in the decode
-  steps. Where a ready prefill batch runs instead of the decode batch (SGLang,
-  ``mixed_prefill`` false: ``Scheduler.get_next_batch_to_run``, see frameworks.yaml), a
+  first and prompts fill what the budget leaves, and the steady state priced is the spread
+  one: over ``output_tokens`` steps the other ``batch - 1`` requests' prompts ride in the
+  decode steps. (A perfectly regular closed loop would keep the requests admitted in one
+  step in step -- the engine's does -- and then a request would not wait for its own
+  step's prompts; the measured rows fit the spread state better, docs/timing.md.)
+
+  Where a ready prefill batch runs instead of the decode batch (SGLang, ``mixed_prefill``
+  false: ``Scheduler.get_next_batch_to_run``, see frameworks.yaml), a
   closed-loop client with fixed lengths keeps its requests in step: the cohort's prompts
   all run, as passes of their own, before any of them decodes; the cohort then decodes
   together, finishes together and is replaced together, its next prompts landing in TTFT.
