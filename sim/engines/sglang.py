@@ -39,34 +39,29 @@ SPECULATIVE_MAX_RUNNING = 48
 def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
     """``--chunked-prefill-size`` (the tokens of a prefill batch; 0 or less: no chunking,
     whole prompts up to ``--max-prefill-tokens``) as the scheduler's budget and chunk."""
-    name = "--chunked-prefill-size"
-    if name in flags and int_flag(flags, name, what, low=-(2 ** 31)) <= 0:
-        flags.pop(name)
-        budget = (int_flag(flags, "--max-prefill-tokens", what)
-                  if "--max-prefill-tokens" in flags else DEFAULT_MAX_PREFILL)
-        flags.pop("--max-prefill-tokens", None)
+    name, cap_name = "--chunked-prefill-size", "--max-prefill-tokens"
+    cap = int_flag(flags, cap_name, what) if cap_name in flags else None
+    size = int_flag(flags, name, what, low=-(2 ** 31)) if name in flags else None
+    flags.pop(cap_name, None)
+    flags.pop(name, None)
+    if size is not None and size <= 0:
+        budget = DEFAULT_MAX_PREFILL if cap is None else cap
         out.set("scheduler.chunked_prefill", False)
         out.set("scheduler.max_batched_tokens", budget)
         out.notes.append(f"{name} off: prefill batches of whole prompts up to {budget} "
                          "tokens; SpecSim refuses a prompt longer than that, which SGLang "
                          "runs alone in its batch")
         return
-    if name in flags:
-        budget = int_flag(flags, name, what)
-        flags.pop(name)
-    else:
-        budget = DEFAULT_CHUNK
+    budget = DEFAULT_CHUNK if size is None else size
+    if size is None:
         out.notes.append(f"{name} unset: {DEFAULT_CHUNK} tokens per prefill batch, SGLang's "
                          "default on GPUs of 60-160 GiB (H100, H200, A100-80GB; it picks "
                          "2048-4096 below and 16384 above): give it for other GPUs")
-    if "--max-prefill-tokens" in flags:
-        cap = int_flag(flags, "--max-prefill-tokens", what)
-        flags.pop("--max-prefill-tokens")
-        if cap < budget:
-            out.notes.append(f"--max-prefill-tokens {cap} below {name} {budget}: prefill "
-                             f"batches of {cap} tokens (SGLang lets a prompt being chunked "
-                             f"fill up to {budget})")
-            budget = cap
+    if cap is not None and cap < budget:
+        out.notes.append(f"{cap_name} {cap} below {name} {budget}: prefill batches of "
+                         f"{cap} tokens (SGLang lets a prompt being chunked fill up to "
+                         f"{budget})")
+        budget = cap
     out.set("scheduler.chunked_prefill", True)
     out.set("scheduler.max_batched_tokens", budget)
     out.set("scheduler.chunk_tokens", budget)

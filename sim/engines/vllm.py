@@ -113,9 +113,8 @@ def _batch_defaults(out: Parsed, flags: dict) -> None:
                          f"70 GiB other than the A100 ({DEFAULT_BATCHED_TOKENS} tokens per "
                          f"step, {DEFAULT_MAX_NUM_SEQS} sequences at most the step's tokens; "
                          f"2048 and 256 on the others): give them for other GPUs")
-    cap = flags.get("--long-prefill-token-threshold")
-    cap = int_flag(flags, "--long-prefill-token-threshold", what, low=0) if cap is not None \
-        else 0
+    cap = int_flag(flags, "--long-prefill-token-threshold", what, low=0) \
+        if "--long-prefill-token-threshold" in flags else 0
     out.set("scheduler.chunk_tokens", budget if cap == 0 or cap > budget else cap)
 
 
