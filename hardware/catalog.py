@@ -5,8 +5,8 @@ headers document every field and its unit). A user catalog file has the same lay
 mapping with any of the sections ``gpus``, ``links``, ``models``, ``frameworks`` -- and adds
 ids or overrides shipped ones (``specsim calibrate`` writes such a file). An entry for an id
 already known needs only the fields it changes (``gpus: {h100: {eta_memory: 0.7}}``); the
-nested timing parameters (a GPU's ``roofline``, a link's ``collective``) merge field by
-field too, while a model's ``config`` is replaced whole. Every problem is reported as one
+nested timing parameters (a GPU's ``roofline``, a link's ``collective``, a framework's
+``memory`` and each of its ``versions``) merge field by field too, while a model's ``config`` is replaced whole. Every problem is reported as one
 :class:`UserError` line naming the file and the field.
 """
 
@@ -42,8 +42,8 @@ from hardware.models import (
 )
 from specdec.errors import UserError
 
-__all__ = ["Catalog", "CollectiveParams", "EngineMemory", "FrameworkSpec", "GpuSpec",
-           "LinkSpec", "ModelSpec", "RooflineParams", "load_catalog", "DATA_DIR"]
+__all__ = ["Catalog", "CollectiveParams", "EngineMemory", "FrameworkSpec", "FrameworkVersion",
+           "GpuSpec", "LinkSpec", "ModelSpec", "RooflineParams", "load_catalog", "DATA_DIR"]
 
 DATA_DIR = Path(__file__).parent / "data"
 _SECTIONS = ("gpus", "links", "models", "frameworks")
@@ -150,6 +150,20 @@ def _by_degree(table: dict[int, float], tp: int) -> float:
     return table[max(keys)] if keys else 0.0
 
 
+class FrameworkVersion(_Frozen):
+    """One release of a serving engine whose CPU-side overheads were fitted on its own
+    measurements: the fields it gives replace the framework entry's, the rest (kernel
+    tables, scheduler, memory) are the entry's. ``source`` says which rows fitted them."""
+
+    step_s: float | None = Field(default=None, ge=0)
+    tp_step_s: float | None = Field(default=None, ge=0)
+    layer_s: float | None = Field(default=None, ge=0)
+    seq_s: float | None = Field(default=None, ge=0)
+    stream_seq_s: float | None = Field(default=None, ge=0)
+    act_passes: float | None = Field(default=None, ge=0)
+    source: str
+
+
 class FrameworkSpec(_Frozen):
     """A serving engine: its pinned version, kernel tables and CPU-side overheads.
 
@@ -184,11 +198,15 @@ class FrameworkSpec(_Frozen):
     shared experts on a second CUDA stream beside its routed experts, so the layer's
     experts cost the longer of the two rather than their sum (0: never;
     ``shared_expert_source`` says where the engine does it).
+    ``versions``: releases with overheads of their own (:class:`FrameworkVersion`), priced
+    as ``<id>@<version>`` (:meth:`Catalog.framework`); ``version`` is the release the entry
+    stands for (the kernel tables' for the shipped engines).
     """
 
     id: str
     name: str
     version: str
+    versions: dict[str, FrameworkVersion] = Field(default_factory=dict)
     tables: str | None = None
     step_s: float = Field(ge=0)
     tp_step_s: float = Field(default=0.0, ge=0)
@@ -206,6 +224,13 @@ class FrameworkSpec(_Frozen):
     shared_expert_stream_tokens: int = Field(default=0, ge=0)
     shared_expert_source: str | None = None
     source: str
+
+    @model_validator(mode="after")
+    def _release_names(self):
+        for release in self.versions:
+            if not release or release != release.strip() or "@" in release:
+                raise ValueError(f"versions: bad release name {release!r}")
+        return self
 
 
 class GpuSpec(_Frozen):
@@ -353,8 +378,40 @@ class Catalog:
         return _lookup("link", link_id, self.links)
 
     def framework(self, framework_id: str) -> FrameworkSpec:
-        """The serving framework ``framework_id``; unknown: a UserError listing the known."""
-        return _lookup("framework", framework_id, self.frameworks)
+        """The serving framework ``framework_id``; unknown: a UserError listing the known.
+
+        ``<id>@<version>`` is a release the entry lists under ``versions``: the entry with
+        that release's overheads (``version`` set to it); a release it does not list is a
+        UserError naming the ones it does (without ``@version``: the entry's own)."""
+        key, _, release = framework_id.partition("@")
+        spec = _lookup("framework", key, self.frameworks)
+        if not release:
+            return spec
+        if release not in spec.versions:
+            listed = ", ".join(sorted(spec.versions)) or "none"
+            raise UserError(f"framework {framework_id!r}: {key} lists no overheads for "
+                            f"version {release!r} (listed: {listed}); give {key!r} alone "
+                            f"for its default overheads, or fit the version's with specsim "
+                            f"calibrate --fit frameworks.{key}@{release}.step_s ...")
+        own = spec.versions[release]
+        fields = own.model_dump(exclude={"source"}, exclude_none=True)
+        return spec.model_copy(update={**fields, "version": release, "versions": {},
+                                       "source": f"{', '.join(fields)}: {own.source}; "
+                                                 f"otherwise: {spec.source}"})
+
+    def without_releases(self) -> Catalog:
+        """This catalog with no framework release's own overheads (every ``<id>@<version>``
+        priced as ``<id>`` would be, as a release the catalog does not list is)."""
+        return Catalog(gpus=self.gpus, links=self.links, models=self.models,
+                       frameworks={k: f.model_copy(update={"versions": {}})
+                                   for k, f in self.frameworks.items()})
+
+    def framework_id(self, framework: str, version: str) -> str:
+        """The id that prices a measurement of ``framework`` at ``version`` (a release its
+        entry may not list): ``<framework>@<version>`` where the entry lists the release,
+        else ``framework`` (its default overheads)."""
+        listed = _lookup("framework", framework, self.frameworks).versions
+        return f"{framework}@{version}" if version and version in listed else framework
 
     def model(self, model_id: str) -> ModelSpec:
         """The model ``model_id``, or one loaded from a HF ``config.json`` path.
@@ -425,6 +482,9 @@ def _parse(path: Path, raw: dict[str, Any], tables: dict[str, dict[str, Any]]) -
                 raise UserError(f"{path}: {where}: must be a mapping of fields, got {body!r}")
             if "id" in body:
                 raise UserError(f"{path}: {where}.id: the id is the entry's key; remove the field")
+            if section == "frameworks" and "@" in entry_id:
+                raise UserError(f"{path}: {where}: a framework id has no '@' (a release's "
+                                f"overheads go under the entry's versions)")
             base = tables[section].get(entry_id)
             if base is not None:  # overriding a known id: only the fields given change
                 body = _merge(base.model_dump(exclude={"id"}), body)
@@ -440,6 +500,10 @@ def _merge(base: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     for key in _NESTED:
         if isinstance(base.get(key), dict) and isinstance(body.get(key), dict):
             out[key] = {**base[key], **body[key]}
+    old, new = base.get("versions"), body.get("versions")
+    if isinstance(old, dict) and isinstance(new, dict):  # a release merges field by field
+        out["versions"] = {**old, **{v: {**old[v], **b} if isinstance(old.get(v), dict)
+                                     and isinstance(b, dict) else b for v, b in new.items()}}
     return out
 
 

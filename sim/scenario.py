@@ -135,7 +135,9 @@ class Deployment(Strict):
     # the lecture's paper GPU (its numbers exactly).
     timing: Literal["auto", "measured", "roofline", "paper"] = "auto"
     # The serving engine whose kernel tables and overheads price the passes (catalog id:
-    # vllm 0.24.0, sglang 0.5.14, trtllm 1.3.0rc20; see `specsim hw list`)
+    # vllm 0.24.0, sglang 0.5.14, trtllm 1.3.0rc20; see `specsim hw list`); <id>@<release>
+    # takes the overheads fitted on that release's runs where the catalog lists them
+    # (e.g. trtllm@1.0.0rc3, vllm@0.12.0)
     framework: str = "vllm"
 
     @model_validator(mode="after")

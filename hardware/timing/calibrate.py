@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware.catalog import Catalog
+from hardware.catalog import Catalog, FrameworkVersion
 from hardware.timing.roofline import collective_params, roofline_params, weight_format
 from hardware.timing.rows import MeasuredRow
 from hardware.timing.serving import predict, row_cost
@@ -60,19 +60,40 @@ def _bounds(path: str) -> tuple[float, float, float]:
 
 
 def _parse(path: str) -> tuple[str, str, str | None, str]:
-    """(section, id, nested block or None, field) of a field path; UserError if unknown."""
+    """(section, id, nested block or None, field) of a field path; UserError if unknown.
+    A framework release's field, ``frameworks.<id>@<release>.<name>``, has the id
+    ``<id>@<release>`` (a release's name may hold dots)."""
     parts = path.split(".")
+    if parts[0] == "frameworks" and "@" in path and len(parts) >= 3:
+        parts = [parts[0], ".".join(parts[1:-1]), parts[-1]]
+    key, _, release = parts[1].partition("@") if len(parts) > 1 else ("", "", "")
     ok = (len(parts) == 4 and (parts[0], parts[2]) in (("gpus", "roofline"),
                                                        ("links", "collective"))) \
-        or (len(parts) == 3 and parts[0] == "frameworks")
+        or (len(parts) == 3 and parts[0] == "frameworks" and bool(key)
+            and (not release or parts[2] in _RELEASE_FIELDS))
     if not ok or parts[-1] not in BOUNDS:
         raise UserError(
             f"--fit: {path!r} is not a fittable field (gpus.<id>.roofline.<name>, "
-            f"links.<id>.collective.<name>, frameworks.<id>.<name>; names: "
+            f"links.<id>.collective.<name>, frameworks.<id>.<name>, "
+            f"frameworks.<id>@<release>.<{'|'.join(_RELEASE_FIELDS)}>; names: "
             f"{', '.join(BOUNDS)})")
     if len(parts) == 4:
         return parts[0], parts[1], parts[2], parts[3]
     return parts[0], parts[1], None, parts[2]
+
+
+# what a framework release's own entry may override (hardware.catalog.FrameworkVersion)
+_RELEASE_FIELDS = tuple(f for f in FrameworkVersion.model_fields if f != "source")
+
+
+def _framework_value(catalog: Catalog, key: str, name: str) -> float:
+    """A framework field as ``key`` (``<id>`` or ``<id>@<release>``) prices it: a release
+    the entry does not list yet has the entry's own values."""
+    base, _, release = key.partition("@")
+    spec = catalog.framework(base)
+    if release in spec.versions:
+        spec = catalog.framework(key)
+    return float(getattr(spec, name))
 
 
 def current(catalog: Catalog, path: str) -> float:
@@ -82,7 +103,7 @@ def current(catalog: Catalog, path: str) -> float:
         return float(getattr(roofline_params(catalog.gpu(key)), name))
     if section == "links":
         return float(getattr(collective_params(catalog.link(key)), name))
-    return float(getattr(catalog.framework(key), name))
+    return _framework_value(catalog, key, name)
 
 
 def apply_fields(catalog: Catalog, paths: list[str], values) -> Catalog:
@@ -99,6 +120,12 @@ def apply_fields(catalog: Catalog, paths: list[str], values) -> Catalog:
             co = collective_params(lk).model_copy(update={name: float(value),
                                                           "calibrated": True})
             links[key] = lk.model_copy(update={"collective": co})
+        elif "@" in key:  # a release's own value (an entry for it made if it has none)
+            base, _, release = key.partition("@")
+            spec = fws[base]
+            own = spec.versions.get(release) or FrameworkVersion(source="specsim calibrate")
+            own = own.model_copy(update={name: float(value)})
+            fws[base] = spec.model_copy(update={"versions": {**spec.versions, release: own}})
         else:
             fws[key] = fws[key].model_copy(update={name: float(value)})
     return Catalog(gpus=gpus, links=links, models=catalog.models, frameworks=fws)
@@ -129,7 +156,8 @@ def _bulk(row: MeasuredRow) -> bool:
 
 def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "auto"
                    ) -> list[str]:
-    """The fields the rows can pin down: every framework's per-pass overhead (per layer,
+    """The fields the rows can pin down: every framework's (and, on the rows of a release
+    its entry lists under ``versions``, that release's) per-pass overhead (per layer,
     per sequence and per more tensor-parallel GPU where its fit rows -- at least
     ``MIN_ROWS_PER_TERM`` -- vary the model, the batch and the TP size; the last over the
     rows the kernel tables price only, since the TP link's call latency, which it would
@@ -141,8 +169,10 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
     fields: list[str] = []
     _, backends = predictions(rows, catalog, timing)
     by_tables = {id(r) for r, b in zip(rows, backends, strict=True) if b == "measured"}
-    for fw in sorted({r.framework for r in rows}):
-        mine = [r for r in rows if r.framework == fw and r.split == "fit"]
+    priced_by = [catalog.framework_id(r.framework, r.framework_version) for r in rows]
+    for fw in sorted(set(priced_by)):  # each framework, and each release it lists apart
+        mine = [r for r, key in zip(rows, priced_by, strict=True)
+                if key == fw and r.split == "fit"]
         if not mine:
             continue
         fields.append(f"frameworks.{fw}.step_s")
@@ -328,7 +358,10 @@ def overrides(result: Fit, source: str) -> dict:
         if path in result.unmoved:
             continue
         section, key, block, name = _parse(path)
-        entry = out.setdefault(section, {}).setdefault(key, {})
+        base, _, release = key.partition("@")
+        entry = out.setdefault(section, {}).setdefault(base, {})
+        if release:  # a framework release's own entry
+            entry = entry.setdefault("versions", {}).setdefault(release, {})
         fitted.setdefault((section, key), []).append(name)
         if block is None:
             entry[name] = float(value)
@@ -341,7 +374,8 @@ def overrides(result: Fit, source: str) -> dict:
         entry[block][name] = float(value)
         entry[block]["calibrated"] = True
     for (section, key), names in fitted.items():
-        entry = out[section][key]
+        base, _, release = key.partition("@")
+        entry = out[section][base]["versions"][release] if release else out[section][key]
         block = next((b for b in ("roofline", "collective") if b in entry), None)
         if block is not None:
             was = entry[block].pop("was")

@@ -12,8 +12,9 @@ the first block is required, the second optional):
   measurement, in seconds (or tokens/s for ``tokens_per_s_per_gpu``); ``source``: where it
   comes from (repository + path + commit, paper + table, vendor page).
 - ``framework`` (default ``vllm``): a catalog framework id; ``framework_version``: the
-  engine version the run used as its source states it (empty: not stated; informational:
-  every row of a framework is priced with its catalog entry); ``ep`` (default 1): the
+  engine version the run used as its source states it (empty: not stated): a release the
+  framework's catalog entry lists under ``versions`` prices the row with that release's
+  overheads, any other with the entry's own; ``ep`` (default 1): the
   expert-parallel GPUs of an MoE model, as ``specsim hw step --ep`` takes them (1 splits
   every expert over the ``tp`` GPUs, ``tp`` gives each GPU whole experts, a larger multiple
   of ``tp`` adds data-parallel attention groups; other values are refused when the row is

@@ -101,7 +101,8 @@ def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostMo
         weight_bits=row.weight_bits, kv_bits=row.kv_bits, compute_dtype=row.compute_dtype,
         offload_fraction=row.offload, offload_pin_memory=row.pin_memory,
         kv_tokens=row.batch * total if row.offload == "auto" else 0, timing=timing,
-        framework=row.framework, streaming=row.streaming)
+        framework=catalog.framework_id(row.framework, row.framework_version),
+        streaming=row.streaming)
     return CostModel(dep, catalog)
 
 

@@ -20,7 +20,9 @@ def add_timing_flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
                         "roofline), measured, roofline, or paper (the lecture's paper GPU)")
     p.add_argument("--framework", default="vllm" if defaults else None,
                    help="serving framework whose kernel tables and overheads price the "
-                        "pass (default vllm; see 'hw list')")
+                        "pass (default vllm; see 'hw list'); <id>@<release> takes a "
+                        "release's own overheads where the catalog lists it, e.g. "
+                        "trtllm@1.0.0rc3")
     p.add_argument("--compute-dtype", choices=("bf16", "fp8"),
                    help="dtype of the matrix multiplies (default the GPU's 16-bit dtype; "
                         "fp8 = FP8 W8A8, needs --weight-bits 8)")

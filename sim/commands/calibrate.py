@@ -18,7 +18,8 @@ From a CSV of measured step times (one measurement per row):
 Columns (header names): model, gpu, tp, pp, weight_bits, kv_bits, compute_dtype, batch,
 context (cached tokens per sequence), tokens (new tokens per sequence: 1 = decode),
 offload (fraction or auto), measured_s, source; optional: framework (default vllm),
-framework_version (informational: the engine version the source states), ep (an MoE
+framework_version (the engine release the run used: rows of a release the framework's
+catalog entry lists under versions are priced with that release's overheads), ep (an MoE
 model's expert-parallel GPUs, as hw step --ep; default 1), pin_memory (true
 default, false: offloaded weights in pageable host memory), streaming (true default: a
 server streaming its tokens; false: an offline run),
@@ -42,7 +43,10 @@ say) and the TP link's call latency.
 FIELD paths: gpus.<id>.roofline.<eta_weights|eta_fp8|eta_int8|eta_int4|weights_half_bytes|
 eta_kv|kv_half_seqs|eta_compute|corner|eta_host|eta_host_pageable>,
 links.<id>.collective.<call_s|step_s|eta>,
-frameworks.<id>.<step_s|tp_step_s|layer_s|seq_s|stream_seq_s|act_passes|host_efficiency>.
+frameworks.<id>.<step_s|tp_step_s|layer_s|seq_s|stream_seq_s|act_passes|host_efficiency>,
+frameworks.<id>@<release>.<step_s|tp_step_s|layer_s|seq_s|stream_seq_s|act_passes> (one
+release's own overheads, fitted on the rows whose framework_version is that release: e.g.
+--fit frameworks.vllm@0.12.0.seq_s; a release the catalog does not list yet gets an entry).
 
 From a GPU's measured kernel tables (the shipped roofline calibration):
   specsim calibrate --tables h100 --tables h200

@@ -239,6 +239,17 @@ def run_step(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release_term(name: str, value: float) -> str:
+    """One of a framework release's own overheads, as ``hw list`` shows it."""
+    if name == "act_passes":
+        return f"{value:.1f} vectors/token/layer"
+    if name == "step_s":
+        return f"{value * 1e3:.3f} ms/pass"
+    unit = {"tp_step_s": "per more TP GPU", "layer_s": "/layer", "seq_s": "/seq",
+            "stream_seq_s": "/seq streaming"}[name]
+    return f"{value * 1e6:.1f} us{'' if unit.startswith('/') else ' '}{unit}"
+
+
 def _engine_memory(m) -> str:
     """A framework's own memory per GPU, as ``hw list`` shows it."""
     vectors = "/".join(f"{v:g}" for v in m.activation_vectors.values())
@@ -309,6 +320,11 @@ def run_list(args: argparse.Namespace) -> int:
               + ("chunked" if f.chunked_prefill else "whole") + " prompts, "
               + ("with the decodes" if f.mixed_prefill else "prefill batches alone")
               + ("" if f.scheduler_source else " (SpecSim's defaults, not sourced)"))
+        for release, own in f.versions.items():
+            fields = own.model_dump(exclude={"source"}, exclude_none=True)
+            print(f"  {'':12s} {f.id}@{release}: its own "
+                  + ", ".join(_release_term(k, v) for k, v in fields.items())
+                  + " (the rest as above)")
     print("Models (params total / read per pass (MoE: active per token), layers, heads/KV "
           "heads, vocab, tied):")
     for m in catalog.models.values():

@@ -179,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
 def _order_notes(scenario) -> list[str]:
     """A note where the scenario prices one engine and schedules like another (SGLang runs
     prefill batches alone, first; vLLM and TensorRT-LLM put prompts in the decode step)."""
-    fw, order = scenario.deployment.framework, scenario.scheduler.order
+    fw, order = scenario.deployment.framework.partition("@")[0], scenario.scheduler.order
     if fw == "sglang" and order != "prefill_first":
         return [f"deployment.framework sglang with scheduler.order {order}: SGLang's own "
                 "scheduler is prefill_first (--from-sglang sets it)"]

@@ -388,20 +388,36 @@ def test_the_validation_split_is_the_documented_crc():
 def test_the_validation_table_medians():
     """What `specsim validate` reports (docs/timing.md quotes it): held-out median
     |error| per category and the row counts. The target is 5% per category, no
-    category worse than 10%: A, C and D meet it (D on 7 held-out rows only); B misses it
-    (6.7%): 5.33% before its 258 rows of Qwen3-32B came in, 4.83% on the 177 held-out rows
-    it had before Qwen3-235B-A22B and DeepSeek-R1 under expert parallelism; every category
-    is inside the 10% bound (see docs/timing.md)."""
+    category worse than 10%: every category meets it since the releases with 20 or more
+    fit rows got overheads of their own (B 6.2% before; D on 7 held-out rows only). The
+    held-out rows share their runs' releases with the fit rows: priced with the
+    frameworks' default overheads, as an unlisted release is, B is 8.9% (the next test)."""
     pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
     v = validate(CAT)
     counts = {c: (s["rows"], s["fit_rows"], s["test_rows"]) for c, s in v.summary.items()}
     assert counts == {"A": (47, 26, 21), "B": (825, 414, 411), "C": (79, 41, 38),
                       "D": (16, 9, 7)}
     held_out = {c: round(100 * s["median_test"], 1) for c, s in v.summary.items()}
-    assert held_out == {"A": 2.8, "B": 6.2, "C": 4.9, "D": 2.5}
-    assert all(s["median_test"] <= 0.10 for s in v.summary.values())
+    assert held_out == {"A": 2.9, "B": 4.9, "C": 4.6, "D": 2.5}
+    assert all(s["median_test"] <= 0.05 for s in v.summary.values())
     assert len(v.rows) == 967 and np.isfinite(v.error).all()
     assert set(v.backends) == {"measured", "roofline"}
+
+
+def test_the_validation_table_at_the_frameworks_default_overheads():
+    """`specsim validate --default-overheads`: every row priced with its framework's own
+    entry, as a release the catalog does not list is. Only the listed releases' rows
+    move (A, C and D have none), and B's held-out median is what docs/timing.md quotes
+    for a release the table does not hold."""
+    pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
+    listed = validate(CAT)
+    bare = validate(CAT.without_releases())
+    held_out = {c: round(100 * s["median_test"], 1) for c, s in bare.summary.items()}
+    assert held_out == {"A": 2.9, "B": 8.9, "C": 4.6, "D": 2.5}
+    moved = listed.error != bare.error
+    assert moved.any()
+    for r, m in zip(listed.rows, moved, strict=True):
+        assert m == (r.framework_version in CAT.framework(r.framework).versions)
 
 
 @pytest.mark.parametrize(("b", "ctx", "room"), [(1, 1000, 8192), (8, 3000, 8192),
@@ -421,3 +437,66 @@ def test_a_prefill_first_cohort_waits_for_the_passes_after_its_own(b, ctx, room)
     want = sum(sum(times[-(-(i + 1) * ctx // room):]) for i in range(b)) / b
     assert _cohort_wait(float(b), float(ctx), float(room), alone) == pytest.approx(want,
                                                                                     rel=1e-12)
+
+
+def test_a_release_of_its_own_is_fitted_on_its_rows_and_written_under_versions(tmp_path):
+    """Rows of a release the catalog does not list yet (framework_version 9.9.9) and rows
+    of no release, made with different vLLM overheads: fitting
+    ``frameworks.vllm@9.9.9.<field>`` makes the release's entry, fits it on its own rows
+    only, and the user catalog it writes puts it under vllm's versions; the release's rows
+    are then priced with it, the others with vLLM's own entry."""
+    truth = apply_fields(CAT, ["frameworks.vllm@9.9.9.step_s", "frameworks.vllm@9.9.9.seq_s"],
+                         [2e-3, 6e-5])
+    assert truth.framework("vllm@9.9.9").step_s == 2e-3
+    assert truth.framework("vllm").step_s == CAT.framework("vllm").step_s
+    shapes = [(b, c, v) for b in (1, 4, 16, 64) for c in (256, 2048) for v in ("9.9.9", "")]
+    rows = [MeasuredRow(line=i, model="llama-3.1-8b", gpu="h100", tp=1, pp=1, weight_bits=16,
+                        kv_bits=16, compute_dtype=None, batch=b, context=c, tokens=1,
+                        offload=0.0, measured=1.0, source="synthetic", framework_version=v,
+                        split="fit" if i % 4 < 2 else "test")
+            for i, (b, c, v) in enumerate(shapes)]
+    seconds, _ = predictions(rows, truth, "roofline")
+    rows = [MeasuredRow(**{**r.__dict__, "measured": float(s)})
+            for r, s in zip(rows, seconds, strict=True)]
+    fields = ["frameworks.vllm@9.9.9.step_s", "frameworks.vllm@9.9.9.seq_s"]
+    res = fit(rows, fields, CAT, "roofline")
+    assert res.values == pytest.approx([2e-3, 6e-5], rel=1e-4)
+    assert res.fit_error < 1e-5 and res.test_error < 1e-5  # vLLM's own rows: unchanged
+    out = overrides(res, "synthetic rows")
+    assert out == {"frameworks": {"vllm": {"versions": {"9.9.9": {
+        "step_s": pytest.approx(2e-3, rel=1e-4), "seq_s": pytest.approx(6e-5, rel=1e-4),
+        "source": "step_s, seq_s synthetic rows"}}}}}
+    path = tmp_path / "fitted.yaml"
+    path.write_text(yaml.safe_dump(out))
+    mine = load_catalog(path)
+    release = mine.framework("vllm@9.9.9")
+    assert (release.version, release.step_s, release.layer_s) == (
+        "9.9.9", pytest.approx(2e-3, rel=1e-4), CAT.framework("vllm").layer_s)
+    assert mine.framework("vllm") == CAT.framework("vllm").model_copy(
+        update={"versions": {**CAT.framework("vllm").versions,
+                             "9.9.9": mine.framework("vllm").versions["9.9.9"]}})
+    assert mine.framework_id("vllm", "9.9.9") == "vllm@9.9.9"
+    assert mine.framework_id("vllm", "1.2.3") == "vllm"  # unlisted: the entry's own
+    assert mine.framework_id("vllm", "") == "vllm"
+
+
+def test_default_fields_fit_each_listed_release_apart():
+    """The shipped table's rows of a listed release pin that release's overheads, not the
+    framework's: one model (SGLang 0.5.1.post1's Qwen3-32B), so no per-layer term."""
+    fields = default_fields(read_rows(VALIDATION_CSV), CAT)
+    mine = [f for f in fields if f.startswith("frameworks.sglang")]
+    assert mine == ["frameworks.sglang.step_s", "frameworks.sglang.layer_s",
+                    "frameworks.sglang.seq_s", "frameworks.sglang@0.5.1.post1.step_s",
+                    "frameworks.sglang@0.5.1.post1.seq_s",
+                    "frameworks.sglang@0.5.1.post1.tp_step_s",
+                    "frameworks.sglang@0.5.6.post2.step_s",
+                    "frameworks.sglang@0.5.6.post2.layer_s",
+                    "frameworks.sglang@0.5.6.post2.seq_s",
+                    "frameworks.sglang@0.5.6.post2.tp_step_s"]
+
+
+@pytest.mark.parametrize("path", ["frameworks.vllm@0.12.0.host_efficiency",
+                                  "frameworks.@0.12.0.step_s", "frameworks.vllm@.step"])
+def test_a_release_field_that_cannot_be_fitted_is_refused(path):
+    with pytest.raises(UserError, match="is not a fittable field"):
+        fit([], [path], CAT)

@@ -197,3 +197,33 @@ def test_non_utf8_catalog_file_is_one_line_naming_it(tmp_path):
         load_catalog(path)
     msg = str(err.value)
     assert msg.startswith(f"{path}: not a UTF-8 text file (byte 0xe9") and "\n" not in msg
+
+
+def test_a_framework_release_overrides_only_its_own_fields(tmp_path):
+    """``<id>@<release>`` is the entry with the release's overheads; a release the entry
+    does not list is one line naming the listed ones; a user file merges a release field
+    by field; an id with '@' and a bad release name are refused."""
+    cat = load_catalog()
+    base, release = cat.framework("trtllm"), cat.framework("trtllm@1.0.0rc3")
+    own = base.versions["1.0.0rc3"]
+    assert release.version == "1.0.0rc3" and release.versions == {}
+    assert (release.layer_s, release.tp_step_s) == (own.layer_s, own.tp_step_s)
+    assert own.act_passes is None and release.act_passes == base.act_passes
+    assert (release.tables, release.memory) == (base.tables, base.memory)
+    with pytest.raises(UserError) as err:
+        cat.framework("trtllm@0.1")
+    assert str(err.value).startswith("framework 'trtllm@0.1': trtllm lists no overheads for "
+                                     "version '0.1' (listed: 1.0.0rc3)")
+    with pytest.raises(UserError, match="unknown framework 'nope'"):
+        cat.framework("nope@1")
+    path = tmp_path / "mine.yaml"
+    path.write_text('frameworks: {trtllm: {versions: {"1.0.0rc3": {seq_s: 5.0e-6}}}}\n')
+    mine = load_catalog(path).framework("trtllm@1.0.0rc3")
+    assert (mine.seq_s, mine.layer_s) == (5e-6, own.layer_s)
+    assert mine.source.startswith("step_s, tp_step_s, layer_s, seq_s: ")
+    path.write_text('frameworks: {"vllm@1": {step_s: 0.0}}\n')
+    with pytest.raises(UserError, match=r"frameworks.vllm@1: a framework id has no '@'"):
+        load_catalog(path)
+    path.write_text('frameworks: {vllm: {versions: {" 1": {step_s: 0.0, source: x}}}}\n')
+    with pytest.raises(UserError, match="bad release name"):
+        load_catalog(path)

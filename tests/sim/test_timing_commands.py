@@ -160,3 +160,30 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert any(re.match(r"vllm +- +110 \( 56\)", line) for line in lines)  # not stated
     code, _, err = run(capsys, "validate", "--by", "model,size")
     assert code == 2 and "--by: 'size' is not a row field to group on" in err
+
+
+def test_a_framework_release_prices_the_pass_and_is_listed(capsys):
+    """`--framework <id>@<release>` prices the pass with the release's own overheads (its
+    note says which); `hw list` shows each listed release; an unlisted one is refused in
+    one line; `validate --default-overheads` says that it prices every row at the
+    frameworks' own overheads."""
+    pytest.importorskip("aiconfigurator_core", reason="the default timing reads its tables")
+    argv = ("hw", "step", "--model", "qwen3-32b", "--gpu", "h100", "--batch", "8",
+            "--context", "1024", "--json")
+    code, out, _ = run(capsys, *argv, "--framework", "vllm@0.12.0")
+    assert code == 0
+    release = json.loads(out)
+    assert "framework vLLM 0.12.0 overheads" in release["note"]
+    code, out, _ = run(capsys, *argv, "--framework", "vllm")
+    default = json.loads(out)
+    assert "framework vLLM 0.24.0 overheads" in default["note"]
+    assert release["parts"]["gemm_s"] == default["parts"]["gemm_s"]  # same kernel tables
+    assert release["overhead_s"] != default["overhead_s"]
+    code, out, _ = run(capsys, "hw", "list")
+    assert re.search(r"^ +vllm@0\.12\.0: its own 0\.000 ms/pass, .* us/seq \(the rest as "
+                     r"above\)$", out, flags=re.M)
+    code, _, err = run(capsys, *argv, "--framework", "vllm@0.1")
+    assert code == 2 and "vllm lists no overheads for version '0.1' (listed: 0.12.0)" in err
+    code, out, _ = run(capsys, "validate", "--default-overheads")
+    assert code == 0
+    assert out.startswith("timing auto; every framework at its default overheads;")
