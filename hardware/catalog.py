@@ -6,8 +6,9 @@ mapping with any of the sections ``gpus``, ``links``, ``models``, ``frameworks``
 ids or overrides shipped ones (``specsim calibrate`` writes such a file). An entry for an id
 already known needs only the fields it changes (``gpus: {h100: {eta_memory: 0.7}}``); the
 nested timing parameters (a GPU's ``roofline``, a link's ``collective``, a framework's
-``memory`` and each of its ``versions``) merge field by field too, while a model's ``config`` is replaced whole. Every problem is reported as one
-:class:`UserError` line naming the file and the field.
+``memory`` and each of its ``versions``) merge field by field too, while a model's
+``config`` is replaced whole. Every problem is reported as one :class:`UserError` line
+naming the file and the field.
 """
 
 from __future__ import annotations
