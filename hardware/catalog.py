@@ -384,9 +384,9 @@ class Catalog:
         ``<id>@<version>`` is a release the entry lists under ``versions``: the entry with
         that release's overheads (``version`` set to it); a release it does not list is a
         UserError naming the ones it does (without ``@version``: the entry's own)."""
-        key, _, release = framework_id.partition("@")
+        key, at, release = framework_id.partition("@")
         spec = _lookup("framework", key, self.frameworks)
-        if not release:
+        if not at:
             return spec
         if release not in spec.versions:
             listed = ", ".join(sorted(spec.versions)) or "none"

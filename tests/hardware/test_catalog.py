@@ -214,6 +214,8 @@ def test_a_framework_release_overrides_only_its_own_fields(tmp_path):
         cat.framework("trtllm@0.1")
     assert str(err.value).startswith("framework 'trtllm@0.1': trtllm lists no overheads for "
                                      "version '0.1' (listed: 1.0.0rc3)")
+    with pytest.raises(UserError, match="lists no overheads for version ''"):
+        cat.framework("trtllm@")
     with pytest.raises(UserError, match="unknown framework 'nope'"):
         cat.framework("nope@1")
     path = tmp_path / "mine.yaml"
