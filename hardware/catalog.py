@@ -28,6 +28,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -44,7 +45,8 @@ from hardware.models import (
 from specdec.errors import UserError
 
 __all__ = ["Catalog", "CollectiveParams", "EngineMemory", "FrameworkSpec", "FrameworkVersion",
-           "GpuSpec", "LinkSpec", "ModelSpec", "RooflineParams", "load_catalog", "DATA_DIR"]
+           "GpuSpec", "LinkSpec", "ModelSpec", "RooflineParams", "load_catalog", "DATA_DIR",
+           "release_name_ok"]
 
 DATA_DIR = Path(__file__).parent / "data"
 _SECTIONS = ("gpus", "links", "models", "frameworks")
@@ -151,6 +153,13 @@ def _by_degree(table: dict[int, float], tp: int) -> float:
     return table[max(keys)] if keys else 0.0
 
 
+def release_name_ok(release: object) -> bool:
+    """Whether ``release`` can name a framework release (``<id>@<release>``): a non-empty
+    string with no '@' and no space at either end."""
+    return isinstance(release, str) and bool(release) and release == release.strip() \
+        and "@" not in release
+
+
 class FrameworkVersion(_Frozen):
     """One release of a serving engine whose CPU-side overheads were fitted on its own
     measurements: the fields it gives replace the framework entry's, the rest (kernel
@@ -226,12 +235,17 @@ class FrameworkSpec(_Frozen):
     shared_expert_source: str | None = None
     source: str
 
-    @model_validator(mode="after")
-    def _release_names(self):
-        for release in self.versions:
-            if not release or release != release.strip() or "@" in release:
-                raise ValueError(f"versions: bad release name {release!r}")
-        return self
+    @field_validator("versions", mode="before")
+    @classmethod
+    def _release_names(cls, versions):
+        for release in versions if isinstance(versions, dict) else ():
+            if not isinstance(release, str):  # YAML read an unquoted 1.0 as a number
+                raise ValueError(f"release name {release!r} is not a string: quote it "
+                                 f"(\"{release}\")")
+            if not release_name_ok(release):
+                raise ValueError(f"bad release name {release!r} (no '@', no spaces at "
+                                 f"either end)")
+        return versions
 
 
 class GpuSpec(_Frozen):
@@ -390,15 +404,17 @@ class Catalog:
             return spec
         if release not in spec.versions:
             listed = ", ".join(sorted(spec.versions)) or "none"
+            fit = f", or fit the version's with specsim calibrate --fit " \
+                f"frameworks.{key}@{release}.step_s ..." if release_name_ok(release) else ""
             raise UserError(f"framework {framework_id!r}: {key} lists no overheads for "
                             f"version {release!r} (listed: {listed}); give {key!r} alone "
-                            f"for its default overheads, or fit the version's with specsim "
-                            f"calibrate --fit frameworks.{key}@{release}.step_s ...")
+                            f"for its default overheads{fit}")
         own = spec.versions[release]
         fields = own.model_dump(exclude={"source"}, exclude_none=True)
+        source = f"{', '.join(fields)}: {own.source}; otherwise: {spec.source}" if fields \
+            else f"{own.source}; the overheads: {spec.source}"
         return spec.model_copy(update={**fields, "version": release, "versions": {},
-                                       "source": f"{', '.join(fields)}: {own.source}; "
-                                                 f"otherwise: {spec.source}"})
+                                       "source": source})
 
     def without_releases(self) -> Catalog:
         """This catalog with no framework release's own overheads (every ``<id>@<version>``

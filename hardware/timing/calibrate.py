@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware.catalog import Catalog, FrameworkVersion
+from hardware.catalog import Catalog, FrameworkVersion, release_name_ok
 from hardware.timing.roofline import collective_params, roofline_params, weight_format
 from hardware.timing.rows import MeasuredRow
 from hardware.timing.serving import predict, row_cost
@@ -70,7 +70,8 @@ def _parse(path: str) -> tuple[str, str, str | None, str]:
     ok = (len(parts) == 4 and (parts[0], parts[2]) in (("gpus", "roofline"),
                                                        ("links", "collective"))) \
         or (len(parts) == 3 and parts[0] == "frameworks" and bool(key)
-            and (not release or parts[2] in _RELEASE_FIELDS))
+            and ("@" not in parts[1]
+                 or (release_name_ok(release) and parts[2] in _RELEASE_FIELDS)))
     if not ok or parts[-1] not in BOUNDS:
         raise UserError(
             f"--fit: {path!r} is not a fittable field (gpus.<id>.roofline.<name>, "
@@ -376,6 +377,11 @@ def overrides(result: Fit, source: str) -> dict:
     for (section, key), names in fitted.items():
         base, _, release = key.partition("@")
         entry = out[section][base]["versions"][release] if release else out[section][key]
+        was = result.catalog.framework(base).versions.get(release) if release else None
+        if was is not None and set(was.model_dump(exclude={"source"}, exclude_none=True)) \
+                - set(names):  # a listed release keeps its other fields' source
+            entry["source"] = f"{', '.join(names)} {source}; the other fields: {was.source}"
+            continue
         block = next((b for b in ("roofline", "collective") if b in entry), None)
         if block is not None:
             was = entry[block].pop("was")

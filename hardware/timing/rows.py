@@ -200,6 +200,10 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
     graphs = _sizes(path, line, "cuda_graph_batch_sizes",
                     get.get("cuda_graph_batch_sizes") or "")
+    framework = get.get("framework") or "vllm"
+    if "@" in framework:
+        raise UserError(f"{path}: line {line}: framework: {framework!r}: give the engine "
+                        f"alone here and its release in the framework_version column")
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
         tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),
@@ -210,7 +214,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         context=context,
         tokens=_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
-        framework=get.get("framework") or "vllm",
+        framework=framework,
         framework_version=get.get("framework_version", ""),
         ep=_int(path, line, "ep", get.get("ep") or "1", 1), pin_memory=pin,
         streaming=streaming,

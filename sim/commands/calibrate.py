@@ -153,6 +153,15 @@ def main(args: argparse.Namespace) -> int:
     if result.unmoved:
         print(f"not fitted (no fit row depends on them; left out of the catalog): "
               f"{', '.join(result.unmoved)}")
+        versions = {r.framework_version for r in rows if r.split == "fit"}
+        # frameworks.<id>@<release>.<field>: a release's name may hold dots
+        keys = {f.split(".", 1)[1].rsplit(".", 1)[0] for f in result.unmoved if "@" in f}
+        for key in sorted(keys):
+            release = key.partition("@")[2]
+            if release not in versions:
+                print(f"note: no fit row has framework_version {release!r} ({key}); the "
+                      f"fit rows' releases: "
+                      f"{', '.join(sorted(v for v in versions if v)) or 'none stated'}")
     print(f"median |error|: fit {result.fit_error:.1%}; " + test)
     print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
     return 0

@@ -322,9 +322,10 @@ def run_list(args: argparse.Namespace) -> int:
               + ("" if f.scheduler_source else " (SpecSim's defaults, not sourced)"))
         for release, own in f.versions.items():
             fields = own.model_dump(exclude={"source"}, exclude_none=True)
-            print(f"  {'':12s} {f.id}@{release}: its own "
-                  + ", ".join(_release_term(k, v) for k, v in fields.items())
-                  + " (the rest as above)")
+            own_terms = ", ".join(_release_term(k, v) for k, v in fields.items())
+            print(f"  {'':12s} {f.id}@{release}: "
+                  + (f"its own {own_terms} (the rest as above)" if fields
+                     else "no overheads of its own (as above)"))
     print("Models (params total / read per pass (MoE: active per token), layers, heads/KV "
           "heads, vocab, tied):")
     for m in catalog.models.values():

@@ -496,7 +496,31 @@ def test_default_fields_fit_each_listed_release_apart():
 
 
 @pytest.mark.parametrize("path", ["frameworks.vllm@0.12.0.host_efficiency",
-                                  "frameworks.@0.12.0.step_s", "frameworks.vllm@.step"])
+                                  "frameworks.@0.12.0.step_s", "frameworks.vllm@.step",
+                                  "frameworks.sglang@.step_s", "frameworks.sglang@x@y.step_s",
+                                  "frameworks.sglang@ x.step_s"])
 def test_a_release_field_that_cannot_be_fitted_is_refused(path):
     with pytest.raises(UserError, match="is not a fittable field"):
         fit([], [path], CAT)
+
+
+def test_refitting_part_of_a_listed_release_keeps_its_other_fields_source():
+    """A release the catalog lists, one field refitted: the written source names the
+    refitted field and keeps the release's own source for the others."""
+    rows = [r for r in read_rows(VALIDATION_CSV) if r.framework == "vllm"
+            and r.framework_version == "0.12.0"]
+    res = fit(rows, ["frameworks.vllm@0.12.0.seq_s"], CAT)
+    own = overrides(res, "by test")["frameworks"]["vllm"]["versions"]["0.12.0"]
+    assert set(own) == {"seq_s", "source"}
+    assert own["source"] == (f"seq_s by test; the other fields: "
+                             f"{CAT.framework('vllm').versions['0.12.0'].source}")
+
+
+def test_a_row_naming_its_release_in_the_framework_column_is_refused(tmp_path):
+    row = _row(8, 512, 0.01)
+    row[13] = "vllm@0.12.0"
+    path = _write(tmp_path / "m.csv", [row])
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == (f"{path}: line 2: framework: 'vllm@0.12.0': give the engine "
+                              f"alone here and its release in the framework_version column")

@@ -229,3 +229,13 @@ def test_a_framework_release_overrides_only_its_own_fields(tmp_path):
     path.write_text('frameworks: {vllm: {versions: {" 1": {step_s: 0.0, source: x}}}}\n')
     with pytest.raises(UserError, match="bad release name"):
         load_catalog(path)
+    path.write_text('frameworks: {vllm: {versions: {1.0: {step_s: 0.0, source: x}}}}\n')
+    with pytest.raises(UserError, match=r"release name 1\.0 is not a string: quote it"):
+        load_catalog(path)
+    with pytest.raises(UserError) as err:  # no calibrate hint for a name it cannot take
+        cat.framework("trtllm@1@2")
+    assert "calibrate" not in str(err.value)
+    path.write_text('frameworks: {vllm: {versions: {"9": {source: named only}}}}\n')
+    bare = load_catalog(path).framework("vllm@9")
+    assert bare.step_s == cat.framework("vllm").step_s
+    assert bare.source.startswith("named only; the overheads: ")
