@@ -187,3 +187,7 @@ def test_a_framework_release_prices_the_pass_and_is_listed(capsys):
     code, out, _ = run(capsys, "validate", "--default-overheads")
     assert code == 0
     assert out.startswith("timing auto; every framework at its default overheads;")
+    assert "release the catalog lists" not in out
+    code, out, _ = run(capsys, "validate")
+    assert "\n574 rows are of an engine release the catalog lists, priced with its own " \
+           "overheads; --default-overheads prices them" in out
