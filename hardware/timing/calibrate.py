@@ -24,8 +24,8 @@ from hardware.timing.rows import MeasuredRow
 from hardware.timing.serving import predict, row_cost
 from specdec.errors import UserError
 
-__all__ = ["BOUNDS", "Fit", "apply_fields", "default_fields", "fit", "overrides",
-           "predictions"]
+__all__ = ["BOUNDS", "Fit", "apply_fields", "default_fields", "field_entry", "fit",
+           "overrides", "predictions"]
 
 # field name -> (low, high, typical size): bounds and the scale the optimiser works in
 BOUNDS: dict[str, tuple[float, float, float]] = {
@@ -81,6 +81,12 @@ def _parse(path: str) -> tuple[str, str, str | None, str]:
     if len(parts) == 4:
         return parts[0], parts[1], parts[2], parts[3]
     return parts[0], parts[1], None, parts[2]
+
+
+def field_entry(path: str) -> str:
+    """The catalog entry a field path belongs to: a GPU's, link's or framework's id, or
+    ``<framework>@<release>`` (UserError if the path is not a fittable field)."""
+    return _parse(path)[1]
 
 
 # what a framework release's own entry may override (hardware.catalog.FrameworkVersion)

@@ -88,7 +88,13 @@ def main(args: argparse.Namespace) -> int:
     import yaml
 
     from hardware import load_catalog
-    from hardware.timing.calibrate import RESTARTS, default_fields, fit, overrides
+    from hardware.timing.calibrate import (
+        RESTARTS,
+        default_fields,
+        field_entry,
+        fit,
+        overrides,
+    )
     from hardware.timing.kernel_rows import kernel_catalog, kernel_rows, table_fields
     from hardware.timing.rows import read_rows
     from sim.output import default_run_dir
@@ -154,8 +160,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"not fitted (no fit row depends on them; left out of the catalog): "
               f"{', '.join(result.unmoved)}")
         versions = {r.framework_version for r in rows if r.split == "fit"}
-        # frameworks.<id>@<release>.<field>: a release's name may hold dots
-        keys = {f.split(".", 1)[1].rsplit(".", 1)[0] for f in result.unmoved if "@" in f}
+        keys = {field_entry(f) for f in result.unmoved if "@" in f}
         for key in sorted(keys):
             release = key.partition("@")[2]
             if release not in versions:

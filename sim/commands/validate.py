@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"{name:58s} {count:>21s}  {s['median_test']:7.1%}  {s['median_fit']:7.1%}"
               f"  {s['median_all']:6.1%}  {s['worst_test']:7.1%}")
     print(f"{len(v.rows)} rows; sources in hardware/data/validation.csv (--rows lists them)")
-    listed = sum(r.framework_version in catalog.framework(r.framework).versions
+    listed = sum("@" in catalog.framework_id(r.framework, r.framework_version)
                  for r in v.rows)
     if listed:  # held-out rows share their release with fit rows: say what that means
         print(f"{listed} rows are of an engine release the catalog lists, priced with its "
