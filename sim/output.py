@@ -1,10 +1,14 @@
 """Writing a run to disk: records as CSV, the resolved scenario, seed and version.
 
-Every output folder (a run, a sweep, a plan, the claims) is written atomically
+Every output folder (a run, a sweep, a plan, the claims, a grid) is written atomically
 (``staged_folder``): into a sibling temporary folder that replaces ``--out`` only once
 everything is written, so an interrupted or failed run leaves nothing, and two runs never
-mix their files. An ``--out`` that exists and is not empty is refused unless ``--force``
-(which replaces it whole).
+mix their files. An ``--out`` that exists and is not empty is refused unless ``--force``,
+and ``--force`` replaces only a folder SpecSim itself wrote: one whose marker file
+(:data:`MARKER`, the list of every file SpecSim put there) is there and lists everything the
+folder holds. A folder with anything else in it -- a file added by hand, a ``.git``, a
+checkout, a home folder -- is refused whatever the flag, with the first thing that is not
+SpecSim's named, and so is a folder that holds the working directory.
 
 Layout of a run folder::
 
@@ -65,16 +69,82 @@ def make_dir(path: str | Path, flag: str) -> Path:
     return out
 
 
+MARKER = ".specsim-output"  # in every folder SpecSim writes: what it wrote there
+
+
 def check_out(out: Path, flag: str = "--out", force: bool = False) -> Path:
     """Refuse an output folder before any work is done: a file there, or a folder that is
-    not empty (unless ``force``)."""
+    not empty (unless ``force``, and then only a folder SpecSim wrote, see the module
+    notes)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out}: exists and is not a folder")
-    if out.is_dir() and not force and any(out.iterdir()):
-        raise UserError(f"{flag} {out}: exists and is not empty; give --force to replace it, "
-                        "or another folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise UserError(f"{flag} {out}: exists and is not empty; give --force to replace "
+                            "it (a folder SpecSim wrote), or another folder")
+        _check_replaceable(out, flag)
     return out
+
+
+def _check_replaceable(out: Path, flag: str) -> None:
+    """Refuse (UserError) to replace ``out`` unless SpecSim wrote all of it: its marker
+    lists every file and folder in it, and it does not hold the working directory."""
+    if out.is_symlink():
+        raise UserError(f"{flag} {out}: is a link; --force replaces only a folder SpecSim "
+                        f"wrote, not what a link points to")
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # the working directory was removed: it is in no folder
+        here = None
+    where = out.resolve()
+    if here is not None and (here == where or where in here.parents):
+        raise UserError(f"{flag} {out}: holds the working directory; --force replaces only "
+                        f"a folder SpecSim wrote, never one you are in")
+    listed = _written(out)
+    if listed is None:
+        raise UserError(f"{flag} {out}: not a folder SpecSim wrote (no {MARKER} file in "
+                        f"it); --force replaces only those; give another folder or empty "
+                        f"this one yourself")
+    for path in sorted(_contents(out)):
+        if path not in listed:
+            raise UserError(f"{flag} {out}: holds {path!r}, which SpecSim did not write "
+                            f"there; --force replaces only a folder SpecSim wrote whole; "
+                            f"move it, or give another folder")
+
+
+def _contents(folder: Path) -> set[str]:
+    """Every file and folder under ``folder`` (links not followed), as relative POSIX
+    paths, the marker itself left out."""
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        rel = Path(root).relative_to(folder)
+        for name in dirs + files:
+            found.add((rel / name).as_posix())
+    found.discard(MARKER)
+    return found
+
+
+def _written(folder: Path) -> set[str] | None:
+    """The paths the marker of ``folder`` lists; None where it has no readable marker."""
+    marker = folder / MARKER
+    try:
+        if marker.is_symlink() or not marker.is_file():
+            return None
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != "specsim" \
+            or not isinstance(data.get("paths"), list):
+        return None
+    return {p for p in data["paths"] if isinstance(p, str)}
+
+
+def _mark(folder: Path) -> None:
+    """Write the marker: SpecSim wrote ``folder``, and these are its paths."""
+    paths = sorted(_contents(folder))
+    (folder / MARKER).write_text(json.dumps(
+        {"written_by": "specsim", "version": package_version(), "paths": paths}, indent=1))
 
 
 @contextmanager
@@ -92,6 +162,7 @@ def staged_folder(out: str | Path, flag: str = "--out", force: bool = False):
         raise UserError(f"{flag} {out}: cannot create the folder: {e.strerror}") from None
     try:
         yield tmp
+        _mark(tmp)
         _commit(tmp, out, flag, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -99,12 +170,15 @@ def staged_folder(out: str | Path, flag: str = "--out", force: bool = False):
 
 
 def _commit(tmp: Path, out: Path, flag: str, force: bool) -> None:
-    """Put ``tmp`` in ``out``'s place (an empty ``out``, or with ``force`` any, goes)."""
+    """Put ``tmp`` in ``out``'s place (an empty ``out`` goes, or with ``force`` one that
+    SpecSim wrote, checked again now: it may have changed while this run worked)."""
     old = None
     if out.exists():
-        if not force and any(out.iterdir()):
-            raise UserError(f"{flag} {out}: another run wrote it meanwhile; this run's "
-                            "files were discarded")
+        if any(out.iterdir()):
+            if not force:
+                raise UserError(f"{flag} {out}: another run wrote it meanwhile; this run's "
+                                "files were discarded")
+            _check_replaceable(out, flag)
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         out.rename(old)
     try:

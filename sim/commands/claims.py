@@ -45,7 +45,8 @@ def add_parser(subparsers) -> None:
                         "assumptions, ...}")
     p.add_argument("--out", default=None, help="output folder (default: runs/claims-<time>)")
     p.add_argument("--force", action="store_true",
-                   help="replace --out when it exists and is not empty")
+                   help="replace --out if SpecSim wrote it (its .specsim-output marker "
+                        "lists all it holds); any other folder is refused")
     p.set_defaults(func=main)
 
 

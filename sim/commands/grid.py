@@ -91,7 +91,8 @@ def add_parser(subparsers) -> None:
     add_timing_flags(p)
     p.add_argument("--out", default=None, help="output folder (default: runs/grid-<time>)")
     p.add_argument("--force", action="store_true",
-                   help="replace --out when it exists and is not empty")
+                   help="replace --out if SpecSim wrote it (its .specsim-output marker "
+                        "lists all it holds); any other folder is refused")
     p.add_argument("--json", action="store_true", help="print the grid as JSON")
     document_bounds(p, BOUNDS)
     p.set_defaults(func=main)

@@ -60,7 +60,8 @@ def add_parser(subparsers) -> None:
                    help="override a field of the base scenario (repeatable)")
     p.add_argument("--out", default=None, help="write plan.csv here (default: runs/plan-...)")
     p.add_argument("--force", action="store_true",
-                   help="replace --out when it exists and is not empty")
+                   help="replace --out if SpecSim wrote it (its .specsim-output marker "
+                        "lists all it holds); any other folder is refused")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--workers", type=int, default=None, metavar="N",

@@ -75,7 +75,8 @@ def add_parser(subparsers) -> None:
                    help="run folder (default: runs/<name>-<timestamp>); written whole or not "
                         "at all, and refused when it exists and is not empty")
     p.add_argument("--force", action="store_true",
-                   help="replace --out when it exists and is not empty")
+                   help="replace --out if SpecSim wrote it (its .specsim-output marker "
+                        "lists all it holds); any other folder is refused")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-report", action="store_true",

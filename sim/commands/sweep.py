@@ -57,7 +57,8 @@ def add_parser(subparsers) -> None:
                    help="every point uses the scenario's seed (common random numbers)")
     p.add_argument("--out", default=None, help="output folder (default: runs/sweep-<name>-<time>)")
     p.add_argument("--force", action="store_true",
-                   help="replace --out when it exists and is not empty")
+                   help="replace --out if SpecSim wrote it (its .specsim-output marker "
+                        "lists all it holds); any other folder is refused")
     p.add_argument("--json", action="store_true",
                    help="print {points, rows, files} as JSON: the point count, the rows as "
                         "JSON records, the files written")

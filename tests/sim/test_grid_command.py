@@ -92,7 +92,8 @@ def test_help_shows_the_list_defaults(capsys):
     assert "default 1,4,16,64,256,512" in text and "default 128,512,1024,2048,4096" in text
 
 
-def test_out_that_holds_files_is_refused_and_force_replaces_it(tmp_path, capsys):
+def test_out_that_holds_files_is_refused_and_force_replaces_only_a_grid_folder(tmp_path,
+                                                                              capsys):
     out = tmp_path / "g"
     out.mkdir()
     (out / "old.txt").write_text("someone's files")
@@ -100,10 +101,15 @@ def test_out_that_holds_files_is_refused_and_force_replaces_it(tmp_path, capsys)
     assert main(small) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exists and is not empty; give --force" in err[0]
+    assert main([*small, "--force"]) == 2  # not a folder SpecSim wrote: kept
+    assert "not a folder SpecSim wrote" in capsys.readouterr().err
     assert (out / "old.txt").exists() and not (out / "grid.csv").exists()
-    assert main([*small, "--force"]) == 0
+    (out / "old.txt").unlink()
+    assert main(small) == 0
+    assert main(small) == 2
+    assert main([*small, "--force"]) == 0  # a grid SpecSim wrote is replaced
     names = {p.name for p in out.iterdir()}
-    assert {"grid.csv", "grid.png"} <= names and "old.txt" not in names
+    assert {"grid.csv", "grid.png"} <= names
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
 
 

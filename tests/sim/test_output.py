@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from sim.cli import main
-from sim.output import make_dir
+from sim.output import MARKER, make_dir
 from specdec.errors import UserError
 
 
@@ -38,22 +38,112 @@ def test_make_dir_makes_parents(tmp_path):
         make_dir("/proc/y", "--x")
 
 
-def test_a_non_empty_out_is_refused_unless_forced_and_force_replaces_it_whole(tmp_path, capsys):
-    from sim.cli import main
-
+def test_a_non_empty_out_is_refused_unless_forced_and_force_replaces_an_earlier_run(
+        tmp_path, capsys):
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "old.txt").write_text("an earlier run")
     args = ["run", "--set", "run.requests=5", "--no-report", "--out", str(out)]
+    assert main(args) == 0
+    first = sorted(p.name for p in out.iterdir())
+    assert MARKER in first
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert err.endswith(f"--out {out}: exists and is not empty; give --force to replace it, "
-                        "or another folder")
-    assert (out / "old.txt").exists()
+    assert err.endswith(f"--out {out}: exists and is not empty; give --force to replace it "
+                        "(a folder SpecSim wrote), or another folder")
     assert main([*args, "--force"]) == 0
-    assert not (out / "old.txt").exists()  # replaced whole, not mixed
+    assert sorted(p.name for p in out.iterdir()) == first
     assert yaml.safe_load((out / "meta.yaml").read_text())["complete"] is True
     assert not list(tmp_path.glob(".run.*"))  # no temporary folder left behind
+
+
+def _tree(folder):
+    return sorted((str(p.relative_to(folder)), p.read_bytes() if p.is_file() else b"")
+                  for p in folder.rglob("*"))
+
+
+def _checkout(path):
+    """A folder that looks like a git checkout: a .git folder and a file of the user's."""
+    (path / ".git" / "objects").mkdir(parents=True)
+    (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (path / "thesis.tex").write_text("years of work")
+    return path
+
+
+def test_force_never_replaces_a_folder_specsim_did_not_write(tmp_path, capsys):
+    repo = _checkout(tmp_path / "repo")
+    before = _tree(repo)
+    code = main(["run", "--set", "run.requests=3", "--no-report", "--no-progress",
+                 "--out", str(repo), "--force"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"--out {repo}: not a folder SpecSim wrote (no {MARKER} file in it)" in err[0]
+    assert _tree(repo) == before  # untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["repo"]  # no staging left
+
+
+def test_force_refuses_a_run_folder_with_a_file_added_to_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--set", "run.requests=3", "--no-report", "--no-progress", "--out",
+            str(out)]
+    assert main(args) == 0
+    (out / "my-notes.txt").write_text("mine")
+    before = _tree(out)
+    assert main([*args, "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds 'my-notes.txt', which SpecSim did not write" in err[0]
+    assert _tree(out) == before
+
+
+def test_force_refuses_a_forged_or_broken_marker(tmp_path, capsys):
+    out = _checkout(tmp_path / "repo")
+    (out / MARKER).write_text('{"written_by": "specsim", "paths": ["thesis.tex"]}')
+    before = _tree(out)
+    assert main(["run", "--set", "run.requests=3", "--no-report", "--no-progress",
+                 "--out", str(out), "--force"]) == 2
+    assert "holds '.git', which SpecSim did not write" in capsys.readouterr().err
+    (out / MARKER).write_text("not json")
+    assert main(["run", "--set", "run.requests=3", "--no-report", "--no-progress",
+                 "--out", str(out), "--force"]) == 2
+    assert "not a folder SpecSim wrote" in capsys.readouterr().err
+    assert [t for t in _tree(out) if t[0] != MARKER] == \
+        [t for t in before if t[0] != MARKER]  # the marker aside, untouched
+
+
+def test_force_refuses_the_working_directory_and_its_parents(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    args = ["run", "--set", "run.requests=3", "--no-report", "--no-progress"]
+    assert main([*args, "--out", str(out)]) == 0
+    monkeypatch.chdir(out)
+    for target in (".", ".."):
+        assert main([*args, "--out", target, "--force"]) == 2
+        err = capsys.readouterr().err
+        assert "holds the working directory" in err or "not a folder SpecSim wrote" in err
+    assert (out / "meta.yaml").exists()
+
+
+def test_force_refuses_a_link(tmp_path, capsys):
+    real = tmp_path / "run"
+    args = ["run", "--set", "run.requests=3", "--no-report", "--no-progress"]
+    assert main([*args, "--out", str(real)]) == 0
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    assert main([*args, "--out", str(link), "--force"]) == 2
+    assert "is a link" in capsys.readouterr().err
+    assert link.is_symlink() and (real / "meta.yaml").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "scenarios/default.yaml", "--vary", "workload.rate_per_s=1,2", "--set",
+     "run.requests=3"],
+    ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100",
+     "--alpha", "0.8", "--batches", "1", "--contexts", "128"],
+    ["claims", "--only", "leviathan"],
+])
+def test_every_command_that_writes_a_folder_keeps_a_checkout(command, tmp_path, capsys):
+    repo = _checkout(tmp_path / "repo")
+    before = _tree(repo)
+    assert main([*command, "--out", str(repo), "--force"]) == 2
+    assert "not a folder SpecSim wrote" in capsys.readouterr().err
+    assert _tree(repo) == before
 
 
 def test_a_failing_report_leaves_no_folder(tmp_path, capsys):
