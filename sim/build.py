@@ -180,6 +180,25 @@ def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, sour
         raise UserError(f"{source}: workload: produced no requests (horizon too short?)")
     total = table.prompt_tokens + table.output_tokens  # [N]
     i = int(np.argmax(total))
+    lim = sc.scheduler
+    if lim.max_model_len is not None:
+        for role, model in models:
+            if lim.max_model_len > model.config.max_position_embeddings:
+                raise UserError(
+                    f"{source}: scheduler.max_model_len: {lim.max_model_len} is more than the "
+                    f"{role} {model.id}'s max_position_embeddings "
+                    f"{model.config.max_position_embeddings} (vLLM refuses it too)")
+        if int(total[i]) > lim.max_model_len:
+            raise UserError(
+                f"{source}: workload: request {i} ({int(table.prompt_tokens[i])} prompt + "
+                f"{int(table.output_tokens[i])} output tokens) is longer than "
+                f"scheduler.max_model_len {lim.max_model_len} (vLLM refuses such a request)")
+        need = int(blocks_for(lim.max_model_len, lim.block_size))
+        if need > blocks:
+            raise UserError(
+                f"{source}: scheduler.max_model_len: one request of {lim.max_model_len} "
+                f"tokens needs {need} KV blocks, but a replica holds {blocks} (vLLM will "
+                f"not start; give a smaller max_model_len)")
     for role, model in models:
         limit = model.config.max_position_embeddings
         if int(total[i]) > limit:
@@ -187,7 +206,6 @@ def check_fits(sc: Scenario, table: RequestTable, blocks: int, verify: int, sour
                 f"{source}: workload: request {i} ({int(table.prompt_tokens[i])} prompt + "
                 f"{int(table.output_tokens[i])} output tokens) needs {int(total[i])} positions, "
                 f"but the {role} {model.id} has max_position_embeddings {limit}")
-    lim = sc.scheduler
     if verify > lim.max_batched_tokens:
         raise UserError(f"{source}: scheduler.max_batched_tokens: must be >= a verify pass of "
                         f"{verify} tokens, got {lim.max_batched_tokens}")

@@ -174,6 +174,10 @@ class Scheduler(Strict):
     # kept by content (workload hash_ids / shared_prefix_tokens) and a request that finds
     # its prefix cached skips prefilling it; freed cached blocks stay until LRU-evicted
     prefix_caching: bool = False
+    # vLLM's --max-model-len: the longest request (prompt + output) the server takes; a
+    # longer one is refused, and the KV pool must hold one such request (vLLM will not
+    # start otherwise). null = the target's max_position_embeddings
+    max_model_len: PosInt | None = None
 
     @model_validator(mode="after")
     def _chunk_fits(self):

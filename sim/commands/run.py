@@ -200,7 +200,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     """The (override, label) pairs and notes the engines' command lines give."""
     from hardware.catalog import load_catalog
     from sim.engines import bench, sglang, vllm
-    from sim.engines.common import online_fp8_sets
+    from sim.engines.common import checkpoint_precision_sets, online_fp8_sets
     from specdec.errors import UserError
 
     if args.from_vllm and args.from_sglang:
@@ -213,15 +213,20 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
         except UserError as e:
             raise UserError(f"{flag}: {e}") from None
 
+    def has_mtp(model_id: str) -> bool:
+        return catalog.model(model_id).config.num_nextn_predict_layers > 0
+
     sets, notes = [], []
     for flag, text, parse in (("--from-vllm", args.from_vllm, vllm.parse_vllm_serve),
-                              ("--from-sglang", args.from_sglang, sglang.parse_sglang)):
+                              ("--from-sglang", args.from_sglang,
+                               lambda t, r: sglang.parse_sglang(t, r, has_mtp))):
         if text:
             parsed = parse(text, resolve)
             online_fp8_sets(parsed, catalog)
+            checkpoint_precision_sets(parsed, catalog, args.overrides)
             sets += [(t, f"{flag} ({t})") for t in parsed.sets]
             notes += [f"{flag}: {n}" for n in parsed.notes]
-            sets += vllm.preset_sets(parsed, flag, notes)
+            sets += vllm.preset_sets(parsed, flag, notes, args.overrides)
     if args.bench:
         parsed = bench.parse_vllm_bench(args.bench)
         sets += [(t, f"--bench ({t})") for t in parsed.sets]

@@ -45,6 +45,29 @@ class Parsed:
         self.sets.append(f"{key}={json.dumps(value)}")
 
 
+def checkpoint_precision_sets(parsed: Parsed, catalog, user_sets=()) -> None:
+    """With no ``--quantization``, an engine loads the checkpoint in the precision it ships
+    (DeepSeek-V3/R1: block-scaled FP8 weights, FP8 GEMMs), as ``specsim hw step`` prices it
+    when no ``--weight-bits`` is given; the scenario's own default (16 bits) would price
+    and size a checkpoint that is not the one served. The user's own ``--set
+    deployment.weight_bits`` or ``compute_dtype`` (``user_sets``) wins."""
+    keys = ("deployment.weight_bits=", "deployment.compute_dtype=")
+    if parsed.target is None or any(t.replace(" ", "").startswith(keys)
+                                    for t in [*parsed.sets, *user_sets]):
+        return
+    spec = catalog.model(parsed.target)
+    if not spec.weight_bits or spec.weight_bits == 16:
+        return
+    bits, dtype = spec.precision(None, None)
+    parsed.set("deployment.weight_bits", bits)
+    if dtype is not None:
+        parsed.set("deployment.compute_dtype", dtype)
+    parsed.notes.append(f"{spec.id}: the checkpoint's own precision, {bits}-bit weights"
+                        + (f" ({dtype} compute)" if dtype else "")
+                        + ", as the engine loads it (--set deployment.weight_bits=... to "
+                          "price another)")
+
+
 def online_fp8_sets(parsed: Parsed, catalog) -> None:
     """``--quantization fp8`` on a 16-bit checkpoint quantizes it when loaded: one scale
     per weight matrix and the activations' scales computed every pass (vLLM's ``Fp8Config``

@@ -67,8 +67,12 @@ def _prefill_budget(out: Parsed, flags: dict, what: str) -> None:
     out.set("scheduler.chunk_tokens", budget)
 
 
-def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
-    """``python -m sglang.launch_server --model-path M [flags]`` as overrides."""
+def parse_sglang(text: str, resolve_model: Callable[[str], str],
+                 has_mtp: Callable[[str], bool] = lambda model_id: False) -> Parsed:
+    """``python -m sglang.launch_server --model-path M [flags]`` as overrides.
+    ``has_mtp(id)``: whether the target's checkpoint carries multi-token-prediction layers
+    (DeepSeek-V3/R1's next-n layer): there SGLang's EAGLE runs that module, as its
+    DeepSeek docs launch it (NEXTN is EAGLE's alias in SGLang)."""
     what = "--from-sglang"
     out = Parsed(what)
     head = ("python", "-m", "sglang.launch_server") if text.split()[:1] == ["python"] \
@@ -81,7 +85,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     model = flags.pop("--model-path", None) or flags.pop("--model", None)
     if model is None:
         raise UserError(f"{what}: --model-path: required")
-    out.set("models.target", resolve_model(model))
+    target = resolve_model(model)
+    out.set("models.target", target)
     out.set("name", "sglang-" + model.rstrip("/").split("/")[-1].lower())
     # SGLang's timing and its scheduler: a prefill batch of at most chunked_prefill_size
     # tokens whenever one can be formed, else the decode batch (sim.scheduling.prefill_first)
@@ -142,6 +147,14 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         raise UserError(f"{what}: --speculative-algorithm: one of "
                         f"{', '.join(SGLANG_METHODS)}, got {algo!r}")
     ours = SGLANG_METHODS[algo]
+    if ours == "eagle" and has_mtp(target):
+        # SGLang treats NEXTN as EAGLE and, for a checkpoint with next-n layers and no
+        # --speculative-draft-model-path, drafts with the checkpoint's own MTP module
+        # (python/sglang/srt/server_args.py, its speculative-decoding handling)
+        ours = "mtp"
+        out.notes.append(f"--speculative-algorithm {algo} on {target}: its checkpoint's "
+                         "own MTP layer drafts (SGLang's DeepSeek launch; NEXTN is EAGLE's "
+                         "alias there)")
     steps = steps or 5  # SGLang's defaults for Llama when unset
     topk = topk or (4 if ours in ("eagle", "eagle3") else 1)
     policy = {"kind": "tree", "steps": steps, "topk": topk} if topk > 1 else \

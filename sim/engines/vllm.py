@@ -53,6 +53,13 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             continue
         if name in mapping:
             out.set(mapping[name], int_flag(flags, name, what))
+        elif name == "--max-model-len":
+            length = model_len(value, what)
+            if length is None:
+                out.notes.append(f"--max-model-len {value}: vLLM fits the length to the KV "
+                                 "cache; SpecSim takes the model's max_position_embeddings")
+            else:
+                out.set("scheduler.max_model_len", length)
         elif name in ("--enable-chunked-prefill", "--no-enable-chunked-prefill"):
             out.set("scheduler.chunked_prefill", name == "--enable-chunked-prefill")
         elif name == "--speculative-config":
@@ -77,6 +84,29 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     _batch_defaults(out, flags)
     _speculation(out, spec, resolve_model)
     return out
+
+
+_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def model_len(text: str, what: str) -> int | None:
+    """vLLM's ``--max-model-len``: an integer, with a decimal (k, m, g) or binary (K, M, G)
+    suffix as vLLM's ``human_readable_int`` reads it ('1k' 1000, '1K' 1024, '25.6k'
+    25600); None for ``auto`` / -1 (vLLM fits it to the KV cache)."""
+    import re
+
+    value = str(text).strip()
+    if value in ("auto", "-1"):
+        return None
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgKMG]?)", value)
+    if match is None or ("." in match[1] and match[2] not in "kmg") or \
+            ("." in match[1] and not match[2]):
+        raise UserError(f"{what}: --max-model-len: an integer such as 4096, 32k or 32K, or "
+                        f"auto, got {text!r}")
+    length = int(float(match[1]) * _SUFFIX[match[2]]) if match[2] else int(match[1])
+    if length < 1:
+        raise UserError(f"{what}: --max-model-len: must be >= 1, got {text!r}")
+    return length
 
 
 # vLLM's OpenAI server on GPUs of at least 70 GiB other than the A100 (H100, H200):
@@ -218,13 +248,22 @@ def expansion_of(text: str, what: str) -> list[int]:
     return widths
 
 
-def preset_sets(parsed: Parsed, flag: str, notes: list[str]) -> list[tuple[str, str]]:
+def preset_sets(parsed: Parsed, flag: str, notes: list[str],
+                user_sets: list[str] = ()) -> list[tuple[str, str]]:
     """The acceptance of the speculating variant: a preset measured for its method and
-    target (nearest to its tokens per step) when there is one; the note says which."""
+    target (nearest to its tokens per step) when there is one; the note says which. The
+    user's own ``--set acceptance=...`` (or ``variants.<i>.acceptance...``) wins over any
+    preset, and the note says so."""
     from workloads.presets import matching
 
     values = dict(t.split("=", 1) for t in parsed.sets)
     if "models.method" not in values:
+        return []
+    keys = [t.partition("=")[0].strip() for t in user_sets]
+    mine = [k for k in keys if k == "acceptance" or k.startswith("acceptance.")
+            or (k.startswith("variants.") and ".acceptance" in k)]
+    if mine:
+        notes.append(f"{flag}: acceptance: yours (--set {mine[-1]}), not a preset")
         return []
     target, method = json.loads(values["models.target"]), json.loads(values["models.method"])
     variant = json.loads(values["variants"])[1]
@@ -232,10 +271,11 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str]) -> list[tuple[str, 
     p = matching(method, target, k)
     if p is None:
         notes.append(f"{flag}: no acceptance preset measured for {method} on {target}: the "
-                     "scenario's acceptance model is used (set variants.1.acceptance)")
+                     "scenario's acceptance model is used (set acceptance)")
         return []
     text = f"variants.1.acceptance={json.dumps({'kind': 'preset', 'name': p.name})}"
-    notes.append(f"{flag}: acceptance: preset {p.name} ({p.dataset}, k {p.k}; {p.source})")
+    notes.append(f"{flag}: acceptance: preset {p.name} ({p.dataset}, k {p.k}; {p.source}); "
+                 "--set acceptance=... gives your own")
     return [(text, f"{flag} (acceptance preset {p.name})")]
 
 
@@ -256,6 +296,8 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
         words += ["--pipeline-parallel-size", str(d.pp)]
     words += ["--max-num-seqs", str(lim.max_num_seqs),
               "--max-num-batched-tokens", str(lim.max_batched_tokens)]
+    if lim.max_model_len is not None:
+        words += ["--max-model-len", str(lim.max_model_len)]
     if not lim.chunked_prefill:
         words.append("--no-enable-chunked-prefill")
     elif lim.chunk_tokens < lim.max_batched_tokens:

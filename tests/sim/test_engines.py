@@ -352,3 +352,113 @@ def test_vllm_batching_limits_round_trip(flags):
                 "scheduler.chunk_tokens"):
         assert again[key] == first[key], key
     assert again["scheduler.max_num_seqs"] <= again["scheduler.max_batched_tokens"]
+
+
+@pytest.mark.parametrize("key", ["acceptance", "variants.1.acceptance"])
+def test_a_users_acceptance_wins_over_the_preset_and_the_note_says_so(key, tmp_path, capsys):
+    spec = '{"method": "eagle3", "num_speculative_tokens": 3}'
+    assert main(["run", "--from-vllm",
+                 f"vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{spec}'",
+                 "--set", f'{key}={{"kind": "iid", "alpha": 0.5}}', "--set", "run.requests=30",
+                 "--no-report", "--json", "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    eagle = doc["variants"][1]
+    # i.i.d. 0.5 with 3 guesses: E = (1 - 0.5^4) / (1 - 0.5) = 1.875 (the preset gives ~2.6)
+    assert eagle["mean_acceptance_length"] == pytest.approx(1.875, abs=0.12)
+    assert not any("preset" in n and "acceptance: preset" in n for n in doc["notes"])
+    assert any(f"acceptance: yours (--set {key})" in n for n in doc["notes"])
+
+
+def test_from_vllm_prices_a_checkpoint_in_the_precision_it_ships(tmp_path, capsys):
+    assert main(["run", "--from-vllm",
+                 "vllm serve deepseek-ai/DeepSeek-R1 --tensor-parallel-size 8 "
+                 "--max-num-seqs 8", "--set", "deployment.gpu=h200",
+                 "--set", "run.requests=4", "--no-report", "--json",
+                 "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("the checkpoint's own precision, 8-bit weights (fp8 compute)" in n
+               for n in doc["notes"])
+    # the user's --set still wins: 16 bits do not fit 8 x H200, and the error says so
+    assert main(["run", "--from-vllm",
+                 "vllm serve deepseek-ai/DeepSeek-R1 --tensor-parallel-size 8",
+                 "--set", "deployment.gpu=h200", "--set", "deployment.weight_bits=16",
+                 "--set", "run.requests=4", "--no-report", "--out", str(tmp_path / "s")]) == 2
+    assert "weights 157.9 GiB at 16 bits" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("value", "length"), [("4096", 4096), ("32k", 32000),
+                                               ("32K", 32768), ("25.6k", 25600)])
+def test_vllm_max_model_len_is_taken_as_vllm_reads_it(value, length):
+    from sim.loading import load_scenario
+
+    p = parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len {value}",
+                         _ids)
+    assert _sets(p)["scheduler.max_model_len"] == length
+    sc = load_scenario(None, p.sets)
+    command, _ = serve_command_of(sc)
+    assert f"--max-model-len {length}" in command
+
+
+def serve_command_of(sc):
+    from sim.engines.vllm import serve_command
+
+    return serve_command(sc, sc.variants[0], CAT)
+
+
+@pytest.mark.parametrize(("value", "match"), [("1.5K", "an integer such as"),
+                                              ("0", "must be >= 1"), ("x", "an integer")])
+def test_a_bad_max_model_len_is_refused(value, match):
+    with pytest.raises(UserError, match=match):
+        parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len {value}",
+                         _ids)
+
+
+def test_max_model_len_refuses_longer_requests_and_a_pool_that_cannot_hold_one(tmp_path,
+                                                                               capsys):
+    base = ["run", "--set", "run.requests=5", "--no-report", "--no-progress"]
+    assert main([*base, "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                 "--max-model-len 100", "--out", str(tmp_path / "a")]) == 2
+    assert "is longer than scheduler.max_model_len 100 (vLLM refuses such a request)" in \
+        capsys.readouterr().err
+    assert main([*base, "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                 "--max-model-len 200000 --num-gpu-blocks-override 100",
+                 "--out", str(tmp_path / "b")]) == 2
+    assert "max_position_embeddings" in capsys.readouterr().err
+    assert main([*base, "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                 "--max-model-len 8192 --num-gpu-blocks-override 300",
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "one request of 8192 tokens needs 512 KV blocks, but a replica holds 300" in \
+        capsys.readouterr().err
+    assert main([*base, "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                 "--max-model-len 8192", "--out", str(tmp_path / "d")]) == 0
+
+
+def test_sglangs_deepseek_mtp_launch_runs_the_checkpoints_mtp_module():
+    def has_mtp(model_id):
+        return model_id == "deepseek-v3"
+
+    p = parse_sglang("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 "
+                     "--tp 8 --speculative-algorithm EAGLE --speculative-num-steps 3 "
+                     "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+                     lambda m: "deepseek-v3", has_mtp)
+    s = _sets(p)
+    assert s["models.method"] == "mtp"
+    assert s["variants"][1]["drafter"] == {"method": "mtp"}
+    assert s["variants"][1]["policy"] == {"kind": "fixed", "gamma": 3}
+    # an EAGLE head on a Llama target stays an EAGLE head
+    p = parse_sglang("python3 -m sglang.launch_server --model-path "
+                     "meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE",
+                     _ids, has_mtp)
+    assert _sets(p)["models.method"] == "eagle"
+
+
+def test_sglangs_deepseek_mtp_launch_runs_end_to_end(tmp_path, capsys):
+    assert main(["run", "--from-sglang",
+                 "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp 8 "
+                 "--speculative-algorithm EAGLE --speculative-num-steps 1 "
+                 "--speculative-eagle-topk 1 --speculative-num-draft-tokens 2",
+                 "--set", "deployment.gpu=h200", "--set", "run.requests=4", "--no-report",
+                 "--json", "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["variants"][1]["name"] == "eagle"
+    assert any("its checkpoint's own MTP layer drafts" in n for n in doc["notes"])
