@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.models import LLAMA_TYPES
+from hardware.moe import touched_share
 from hardware.timing import aic
 from hardware.timing.base import (
     ACT_BYTES,
@@ -481,6 +482,33 @@ def moe_distribution(cfg) -> str:
         else "power_law_1.2"
 
 
+def _expert_read_floor(block: tuple[float, ...], dep, width: int, moe_tp: int,
+                       moe_ep: int) -> tuple[float, ...]:
+    """An MoE block's seconds over the grid, never below its time at one token plus the
+    time to read, at the GPU's datasheet bandwidth, the routed experts' weights that more
+    tokens add.
+
+    The tables' rows spread a pass's tokens over the experts by a power law (aiconfigurator's
+    choice, :func:`moe_distribution`), so at a few tokens they touch about as many experts
+    as one token does, and where the shared experts run on a second stream
+    (``shared_expert_stream_tokens``) their latency-bound GEMMs hid the rest: a DeepSeek-V3
+    4-token verify on 8 H200s came out 1% dearer than a decode, though routing its tokens
+    uniformly touches 30.5 experts per layer instead of 8, about 1.5 ms more weights to read
+    per GPU. Here each token goes to top_k of the experts uniformly
+    (``hardware.moe.touched_share``, as the roofline prices them), and the weights of the
+    experts touched beyond one token's are read in full, after what one token costs: SpecSim
+    assumes that read is not hidden behind the block's latency-bound kernels (a choice,
+    docs/timing.md)."""
+    shape = dep.model.shape
+    expert_bytes = 3 * shape.hidden * width * dep.weight_bits / 8 / moe_tp  # one GPU's share
+    layer_bytes = expert_bytes * shape.n_experts / moe_ep  # every local expert, one layer
+    miss = 1.0 - shape.top_k / shape.n_experts
+    per_s = layer_bytes / dep.gpu.hbm_bytes_per_s
+    base = block[0]  # the grid starts at one token
+    return tuple(max(b, base + per_s * (touched_share(n, miss) - touched_share(1, miss)))
+                 for n, b in zip(aic.GRID, block, strict=True))
+
+
 def _moe_tables(dep, system: str, backend: str, quant: str, framework):
     """(a dense block's, an MoE block's seconds over the grid, an MoE block's with its
     shared experts on a second stream beside the routed ones -- the longer of the two --
@@ -512,9 +540,10 @@ def _moe_tables(dep, system: str, backend: str, quant: str, framework):
                            moe_tp, moe_ep, moe_quant, moe_distribution(cfg))
     summed = tuple(a + b + c + d for a, b, c, d in zip(fixed, router, shared, routed,
                                                         strict=True))
+    summed = _expert_read_floor(summed, dep, width, moe_tp, moe_ep)
     if not (framework.shared_expert_stream_tokens and shared_g):
         return dense, summed, None, quant
     # the shared experts on a second stream: the longer of them and the routed ones
     beside = tuple(a + b + max(c, d) for a, b, c, d in zip(fixed, router, shared, routed,
                                                             strict=True))
-    return dense, summed, beside, quant
+    return dense, summed, _expert_read_floor(beside, dep, width, moe_tp, moe_ep), quant

@@ -296,3 +296,31 @@ def test_shared_experts_beside_the_routed_ones_cost_the_longer_of_the_two():
         assert pass_s(cat, batch) < pass_s(serial, batch)
     for batch in (129, 144, 256):  # past the threshold, between grid points too (128, 160)
         assert pass_s(cat, batch) == pass_s(serial, batch)
+
+
+@pytest.mark.parametrize("timing", ["measured", "roofline", "paper"])
+def test_an_moe_verify_costs_at_least_reading_the_experts_it_adds(timing):
+    """DeepSeek-V3 on 8 H200s at batch 1: a 4-token verify touches 30.5 routed experts per
+    MoE layer where a decode touches 8 (tokens routed uniformly); whatever the backend, it
+    costs at least the time to read those extra experts' weights at the datasheet HBM
+    bandwidth more than the decode (the measured tables alone had it 1% dearer)."""
+    from hardware.catalog import load_catalog
+    from hardware.cost import CostModel
+    from hardware.deployment import Deployment
+    from hardware.moe import distinct_experts
+
+    cat = load_catalog()
+    model, gpu = cat.model("deepseek-v3"), cat.gpu("h200")
+    cost = CostModel(Deployment(model=model, gpu=gpu, tp=8, weight_bits=8,
+                                compute_dtype="fp8", timing=timing), cat)
+    assert cost.backend == timing
+    decode = cost.pass_seconds(np.array([1]), np.array([1024]))
+    verify = cost.pass_seconds(np.array([4]), np.array([1024]))
+    shape, cfg = model.shape, model.config
+    extra = distinct_experts(4, shape.top_k, shape.n_experts) \
+        - distinct_experts(1, shape.top_k, shape.n_experts)  # per MoE layer
+    assert extra == pytest.approx(22.53, abs=0.01)
+    per_gpu = extra * 3 * cfg.hidden_size * cfg.moe_intermediate_size * 1 / 8  # FP8, TP 8
+    read_s = sum(shape.moe_layers) * per_gpu / gpu.hbm_bytes_per_s
+    assert read_s == pytest.approx(1.5e-3, rel=0.01)
+    assert verify - decode >= read_s
