@@ -51,7 +51,7 @@ __all__ = ["Catalog", "CollectiveParams", "EngineMemory", "FrameworkSpec", "Fram
 DATA_DIR = Path(__file__).parent / "data"
 _SECTIONS = ("gpus", "links", "models", "frameworks")
 # Mappings inside an entry that a user file overrides field by field (not replaced whole).
-_NESTED = ("roofline", "collective", "memory")
+_NESTED = ("roofline", "collective", "memory", "speculation")
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
@@ -160,6 +160,35 @@ def release_name_ok(release: object) -> bool:
         and "@" not in release
 
 
+SPEC_METHODS = ("default", "draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram",
+                "suffix")
+
+
+class SpecOverheads(_Frozen):
+    """What a serving engine spends on a speculative iteration beyond its draft and verify
+    passes (``hardware.spec_cost``): ``step_s`` per iteration that verifies drafts
+    (rejection sampling, the proposer's input preparation, bookkeeping), ``seq_s`` per
+    sequence that speculates in it (sampler and proposer work per request),
+    ``draft_step_s`` per serial draft pass by drafting method (launches and host work the
+    pass's GPU time leaves out; ``default`` for a method not listed), ``tree_s`` per
+    iteration that verifies a token tree (building it, selecting the nodes, the tree
+    mask); seconds, with their ``source``."""
+
+    step_s: float = Field(default=0.0, ge=0)
+    seq_s: float = Field(default=0.0, ge=0)
+    draft_step_s: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    tree_s: float = Field(default=0.0, ge=0)
+    source: str
+
+    @field_validator("draft_step_s")
+    @classmethod
+    def _methods(cls, value: dict) -> dict:
+        for key in value:
+            if key not in SPEC_METHODS:
+                raise ValueError(f"{key!r}: must be one of {', '.join(SPEC_METHODS)}")
+        return value
+
+
 class FrameworkVersion(_Frozen):
     """One release of a serving engine whose CPU-side overheads were fitted on its own
     measurements: the fields it gives replace the framework entry's, the rest (kernel
@@ -171,6 +200,7 @@ class FrameworkVersion(_Frozen):
     seq_s: float | None = Field(default=None, ge=0)
     stream_seq_s: float | None = Field(default=None, ge=0)
     act_passes: float | None = Field(default=None, ge=0)
+    speculation: SpecOverheads | None = None
     source: str
 
 
@@ -233,6 +263,7 @@ class FrameworkSpec(_Frozen):
     memory: EngineMemory | None = None
     shared_expert_stream_tokens: int = Field(default=0, ge=0)
     shared_expert_source: str | None = None
+    speculation: SpecOverheads | None = None
     source: str
 
     @field_validator("versions", mode="before")
@@ -410,7 +441,8 @@ class Catalog:
                             f"version {release!r} (listed: {listed}); give {key!r} alone "
                             f"for its default overheads{fit}")
         own = spec.versions[release]
-        fields = own.model_dump(exclude={"source"}, exclude_none=True)
+        fields = {k: getattr(own, k) for k in type(own).model_fields
+                  if k != "source" and getattr(own, k) is not None}
         source = f"{', '.join(fields)}: {own.source}; otherwise: {spec.source}" if fields \
             else f"{own.source}; the overheads: {spec.source}"
         return spec.model_copy(update={**fields, "version": release, "versions": {},

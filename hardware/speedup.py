@@ -56,6 +56,7 @@ from hardware.draft import (
     tree_draft_seconds,
     tree_nodes,
 )
+from hardware.spec_cost import SpecRound
 from specdec.errors import UserError
 
 __all__ = [
@@ -131,10 +132,12 @@ def best_analytic(alpha: float, c: float, rows: list[AnalyticRow]) -> AnalyticRo
 
 def chain_table(
     target: CostModel, draft: DraftSetup | None, batch: int, context: int, alpha: float,
-    gamma_max: int,
+    gamma_max: int, spec: SpecRound | None = None,
 ) -> list[ChainRow]:
     """γ = 1..gamma_max for a uniform batch (every sequence at ``context`` cached tokens);
-    ``draft`` None: the guesses cost no GPU time (n-gram / prompt lookup on the CPU)."""
+    ``draft`` None: the guesses cost no GPU time (n-gram / prompt lookup on the CPU);
+    ``spec``: what the engine spends around the passes (``hardware.spec_cost``), in
+    ``draft_s`` (None: nothing, as on the lecture's paper GPU)."""
     batch, context = _positive(batch, "batch"), _non_negative(context, "context")
     ctx = np.full(batch, float(context))  # [batch]
     decode_s = target.uniform_pass_seconds(batch, 1, context)
@@ -143,7 +146,8 @@ def chain_table(
         e = float(specdec.expected_tokens(alpha, gamma))
         timing = _timing(
             decode_s,
-            0.0 if draft is None else chain_draft_seconds(draft, gamma, ctx),
+            (0.0 if draft is None else chain_draft_seconds(draft, gamma, ctx))
+            + _round_s(spec, batch, draft, gamma, False),
             target.uniform_pass_seconds(batch, gamma + 1, context),
             e,
             gamma,
@@ -166,8 +170,10 @@ def tree_table(
     context: int,
     trees: Sequence[tuple[int, Sequence[int]]],
     tokens_per_verify: Sequence[float],
+    spec: SpecRound | None = None,
 ) -> list[TreeRow]:
-    """One row per ``(width, ⟨k1..km⟩)`` with its measured tokens per verify."""
+    """One row per ``(width, ⟨k1..km⟩)`` with its measured tokens per verify (``spec``: as
+    for :func:`chain_table`; a width above 1 is a tree)."""
     batch, context = _positive(batch, "batch"), _non_negative(context, "context")
     if len(trees) != len(tokens_per_verify):
         raise UserError(
@@ -188,6 +194,7 @@ def tree_table(
             batch, nodes, context, keys=tree_attended_keys(widths, context)
         )
         draft_s = 0.0 if draft is None else tree_draft_seconds(draft, widths, ctx)
+        draft_s += _round_s(spec, batch, draft, depth, max(widths) > 1)
         timing = _timing(decode_s, draft_s, verify_s, tokens, depth)
         rows.append(TreeRow(width, tuple(int(k) for k in widths), nodes, float(tokens), *timing))
     return rows
@@ -198,6 +205,16 @@ def best_tree(rows: list[TreeRow]) -> TreeRow:
     best = _best(rows, "width")
     d = rows[0].decode_s
     return best or TreeRow(0, (), 1, 1.0, *_timing(d, 0.0, d, 1.0, 0))
+
+
+def _round_s(spec: SpecRound | None, batch: int, draft: DraftSetup | None, depth: int,
+             tree: bool) -> float:
+    """The engine's speculative overheads of one round (``hardware.spec_cost``): the draft
+    model or head runs ``depth`` serial passes, a one-pass drafter one, a CPU one none."""
+    if spec is None:
+        return 0.0
+    passes = 0 if draft is None else 1 if draft.one_pass else depth
+    return spec.seconds(batch, passes, tree)
 
 
 def _timing(

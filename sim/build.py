@@ -292,6 +292,7 @@ def _measured_for(acceptance_cfg, drafter_cfg, models) -> list[str]:
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
     from hardware.draft import check_same_vocab
+    from hardware.spec_cost import for_cost
 
     ss = np.random.SeedSequence(sc.run.seed).spawn(4)
     workload_rng, stream_rng, model_rng = (np.random.default_rng(s) for s in ss[:3])
@@ -351,6 +352,8 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             draft_sync=lim.draft_sync,
             draft_overlap=sc.deployment.draft_overlap == "parallel" and draft is not None,
             drafter=drafter,
+            spec=for_cost(target, drafter.method) if probe.uses_draft
+            and drafter is not None else None,
             notes=tuple(_measured_for(v.acceptance or sc.acceptance, cfg, sc.models)
                         if probe.uses_draft else ()),
         )))

@@ -52,6 +52,8 @@ class Setup:
     draft_sync: str = "every_step"  # when the draft ingests tokens it did not draft for
     draft_overlap: bool = False  # a separate draft drafts ahead during the verify
     drafter: object | None = None  # ``sim.drafters.Drafter`` (None: ``draft`` a draft model)
+    # the framework's speculative overheads for the drafter (hardware.spec_cost.SpecRound)
+    spec: object | None = None
     notes: tuple[str, ...] = ()  # warnings found building it (added to the run's summary)
 
 
@@ -82,7 +84,7 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
     replicas = []
     for i in range(setup.replicas):
         pricer = IterationPricer(setup.target_cost, setup.draft, setup.record_bound,
-                                 setup.draft_overlap)
+                                 setup.draft_overlap, setup.spec)
         args = (env, i, setup.limits, setup.kv_capacity_blocks, pricer, setup.make_policy(),
                 setup.acceptance, rngs[i], table, log, setup.draft_sync, setup.draft_overlap,
                 setup.drafter)

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
+
+__all__ = ["METHODS", "CPU_METHODS", "Drafter", "head_config", "medusa_config"]
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
 CPU_METHODS = ("ngram", "suffix")
@@ -56,51 +59,3 @@ class Drafter:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise UserError(f"method: must be one of {', '.join(METHODS)}, got {self.method!r}")
-
-
-def head_config(target_config, method: str, layers: int = 1, draft_vocab: int | None = None):
-    """The ``hardware.ModelConfig`` that prices an EAGLE/EAGLE-3/MTP head of ``target_config``
-    (llama-family configs; ``mtp`` also DeepSeek's MLA + MoE configs)."""
-    from hardware.models import LLAMA_TYPES, ModelConfig
-
-    c = target_config
-    if method == "mtp" and c.model_type in ("deepseek_v3", "deepseek_v2"):
-        # DeepSeek-V3 §2.2: the module is one transformer block (MoE, like the layers after
-        # first_k_dense_replace) plus eh_proj and its norms (mtp_module, hardware.blocks)
-        fields = c.model_dump(exclude_unset=True)
-        fields.update(num_hidden_layers=layers, first_k_dense_replace=0,
-                      num_nextn_predict_layers=0, mtp_module=True)
-        return ModelConfig(**fields)
-    if c.model_type not in LLAMA_TYPES:
-        also = " or, for mtp, a DeepSeek one" if method == "mtp" else ""
-        raise UserError(f"drafter.method {method}: needs a llama-family target{also} (its "
-                        f"decoder layer is the head's), got model_type {c.model_type!r}")
-    h = c.hidden_size
-    q, kv = c.num_attention_heads * c.d_head, c.kv_heads * c.d_head
-    if method == "eagle":  # fc over [embedding, hidden]: 2h -> h
-        extra, vocab = 2 * h * h, c.vocab_size
-    elif method == "eagle3":  # fc over 3 layers' features: 3h -> h; q/k/v take 2h inputs
-        extra, vocab = 3 * h * h + h * (q + 2 * kv), draft_vocab or c.vocab_size
-    elif method == "mtp":  # eh_proj over [embedding, hidden]: 2h -> h
-        extra, vocab = 2 * h * h, c.vocab_size
-    else:
-        raise ValueError(method)
-    return ModelConfig(
-        model_type="llama", hidden_size=h, num_hidden_layers=layers,
-        num_attention_heads=c.num_attention_heads, num_key_value_heads=c.kv_heads,
-        head_dim=c.d_head, intermediate_size=c.intermediate_size + round(extra / (3 * h)),
-        vocab_size=vocab, max_position_embeddings=c.max_position_embeddings,
-        tie_word_embeddings=False)
-
-
-def medusa_config(target_config, heads: int, layers: int = 1, draft_vocab: int | None = None):
-    """The ``hardware.ModelConfig`` of ``heads`` Medusa heads for ``target_config``: its
-    hidden width, ``layers`` residual blocks per head, an lm_head over the target's
-    vocabulary (or ``draft_vocab``, vLLM's ``truncated_vocab_size``)."""
-    from hardware.models import ModelConfig
-
-    c = target_config
-    return ModelConfig(model_type="medusa", hidden_size=c.hidden_size,
-                       num_hidden_layers=layers, num_heads=heads,
-                       vocab_size=draft_vocab or c.vocab_size,
-                       max_position_embeddings=c.max_position_embeddings)

@@ -21,6 +21,14 @@ So an iteration costs draft(not ready) + verify, plus, when some sequence uses g
 drafted ahead, whatever of the last iteration's drafting ahead outlasted its verify. This
 is reported as ``draft_s``: the drafting on the critical path.
 
+Beyond its passes, an iteration in which some sequence verifies drafted tokens costs what
+the engine spends around them -- rejection sampling, the proposer's inputs, per draft pass
+and per sequence, tree building -- by ``hardware.spec_cost.round_seconds`` (the framework's
+overheads for the drafting method, ``spec``); it is reported in ``draft_s``, with the
+drafting, as the speculative part of the iteration. A draft model or an EAGLE-type head
+runs one serial pass per level of the shape, a ``one_pass`` drafter (Medusa) one, a CPU
+drafter (no ``draft``) none.
+
 A pass depends on the batch only through its sequence count and four sums (Σ new,
 Σ context, Σ new·context, Σ new²), so the engine computes those with a few numpy reductions
 and calls the cost model's ``pass_seconds_sums`` (``pass_seconds_bound_sums`` when it also
@@ -33,6 +41,7 @@ from typing import Protocol
 
 import numpy as np
 
+from hardware.spec_cost import round_seconds
 from sim.draft_pricing import (
     chain_prefix_seconds,
     one_level_deeper,
@@ -76,16 +85,34 @@ class IterationPricer:
     ``draft`` is a ``hardware.draft.DraftSetup`` (or anything with ``cost`` and ``replicas``);
     ``overlap``: the draft drafts ahead during the verify (see the module notes).
     ``record_bound`` asks the target model for its breakdown each iteration (to record which
-    roofline limit won); otherwise the bound is recorded as ``""``.
+    roofline limit won); otherwise the bound is recorded as ``""``. ``spec`` is the
+    framework's speculative overheads for the drafting method (a
+    ``hardware.spec_cost.SpecRound``; None: none).
     """
 
     def __init__(self, target: PassPricer, draft=None, record_bound: bool = True,
-                 overlap: bool = False):
+                 overlap: bool = False, spec=None):
         self.target = target
         self.draft = draft
         self.record_bound = record_bound
         self.overlap = overlap
+        self.spec = spec
+        # round_seconds' parameters, or None where they are all zero (nothing to add)
+        self.spec_params = spec.params if spec is not None and spec.params.any() else None
         self._ahead_excess = 0.0  # drafting ahead still running when the last verify ended
+
+    def _passes(self, depth: int) -> int:
+        """Serial draft passes of a shape ``depth`` levels deep (see the module notes)."""
+        if self.draft is None or not depth:
+            return 0
+        return 1 if getattr(self.draft, "one_pass", False) else depth
+
+    def round_s(self, n_spec: float, depth: int, tree: bool) -> float:
+        """What the engine spends beyond the passes on an iteration where ``n_spec``
+        sequences verify drafts of a shape ``depth`` levels deep (``round_seconds``)."""
+        if self.spec_params is None:
+            return 0.0
+        return round_seconds(self.spec_params, n_spec, self._passes(depth), tree)
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
               pre_chunks: np.ndarray, bound: bool | None = None, sync=None,
@@ -128,6 +155,8 @@ class IterationPricer:
                                           pre_chunks, bound, ready=ready)
             draft_s = shared_shape_seconds(self.draft, row, dec_context, pre, len(pre_chunks),
                                            sync, s_ctx)
+        if self.spec_params is not None and verify > 1:
+            draft_s += self.round_s(n_dec, shape_info(row)[0], tri is not None)
         return draft_s, verify_s, label
 
     def decode_chain_seconds(self, dec_context: np.ndarray, depth: int) -> list[float]:
@@ -146,7 +175,8 @@ class IterationPricer:
             verify_s = self.target.pass_seconds_sums(
                 n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
                 n_dec * verify * verify + p_sq, sum_keys=None, n_seqs=n_dec)
-            out.append(draft[g] + verify_s)
+            extra = self.round_s(n_dec, g, False) if g else 0.0
+            out.append(draft[g] + extra + verify_s)
         return out
 
     def price_stages(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
@@ -169,6 +199,8 @@ class IterationPricer:
             draft_s = shared_shape_seconds(self.draft, row, dec_context,
                                            prefill_sums(pre_context, pre_chunks),
                                            len(pre_chunks), sync)
+        if verify > 1:
+            draft_s += self.round_s(n_dec, shape_info(row)[0], tri is not None)
         return draft_s, cost
 
     def _per_sequence(self, widths, dec_context, pre_context, pre_chunks, bound, stages=False,
@@ -207,6 +239,11 @@ class IterationPricer:
             else:
                 draft_s = per_sequence_seconds(self.draft, widths, dec_context, pre_context,
                                                pre_chunks, sync)
+        if self.spec_params is not None and widths.size:
+            levels = (widths > 0).sum(axis=1)  # [D]
+            n_spec = int((levels > 0).sum())
+            if n_spec:
+                draft_s += self.round_s(n_spec, int(levels.max()), bool((widths > 1).any()))
         return (draft_s, cost) if stages else (draft_s, verify_s, label)
 
 

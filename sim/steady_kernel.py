@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hardware import spec_cost
 from sim import kernels
 from sim.kernels import base, drafting
 from sim.kernels import stretch as _stretch_module
@@ -48,9 +49,11 @@ _MODULES = (base, drafting, _stretch_module, _walk_module)
 
 
 def _source_version() -> str:
-    """The hash of ``sim.kernels``'s files as they are on disk now."""
+    """The hash of ``sim.kernels``'s files, and of ``hardware.spec_cost`` (whose formula
+    they call), as they are on disk now."""
     digest = hashlib.sha256()
-    for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
+    for path in [*sorted(Path(kernels.__file__).parent.glob("*.py")),
+                 Path(spec_cost.__file__)]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -59,6 +62,7 @@ def _source_version() -> str:
 _IMPORTED = _source_version()
 _PYTHON = {name: getattr(module, name) for module, names in (
     (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
+    (spec_cost, ("round_seconds",)),
     (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
 
 
@@ -190,7 +194,7 @@ def _jit_walk(numba, cache: bool, draws: bool):
     st[0, TARGET] = st[0, OUTPUT] = 2
     kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
            np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, 4, 4, True, 1, 1, 0.0, 1.0,
-           2, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS)
+           2, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS, _NO_SPEC)
     return kernel
 
 
@@ -221,4 +225,5 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)
+_NO_SPEC = np.zeros(len(spec_cost.SPEC_FIELDS))  # round_seconds' parameters: nothing more
 _BUILT: dict = {}  # "stretch", "walk", "walk+rng": the compiled kernels (None: not to be had)

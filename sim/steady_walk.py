@@ -52,6 +52,7 @@ from itertools import islice
 
 import numpy as np
 
+from hardware.spec_cost import SPEC_FIELDS
 from sim import steady, steady_kernel
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
@@ -100,7 +101,7 @@ def params(r) -> tuple | None:
     if target is None or not ENABLED:
         return None
     if steady.applies(r):
-        return (0, *steady_kernel.walk_shape(False), target, target)
+        return (0, *steady_kernel.walk_shape(False), target, target, _NO_SPEC)
     policy, draft = r.policy, r.pricer.draft
     adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy of chains
     ladder = getattr(policy, "walk_ladder", None)  # a batch ladder (not sticky)
@@ -123,7 +124,7 @@ def params(r) -> tuple | None:
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
                                                    r.rng, tables, draft.replicas,
                                                    draft.one_pass, adaptive, ladder),
-            target, dp)
+            target, dp, _spec_params(r))
 
 
 def compiled(r):
@@ -192,6 +193,14 @@ def plan(r, fn) -> Walk | None:
              *shape[1:])
     return Walk(n, rows, slots, stack, start, got) if got[0] else None
 
+
+def _spec_params(r) -> np.ndarray:
+    """The speculative overheads ``IterationPricer.round_s`` adds, as the walk takes them."""
+    p = r.pricer.spec_params
+    return _NO_SPEC if p is None else p
+
+
+_NO_SPEC = np.zeros(len(SPEC_FIELDS))
 
 # where params' tuple holds the shape mode, the policy's α̂ and the generator
 _MODE, _ALPHA, _RNG = 7, 8, 12

@@ -84,7 +84,7 @@ from hardware.deployment import Deployment
 from hardware.timing.rows import MeasuredRow
 from specdec.errors import UserError
 
-__all__ = ["row_cost", "predict"]
+__all__ = ["row_cost", "predict", "served_tpot"]
 
 _DECODE_POINTS = 9
 _MAX_EVENTS = 2_000_000  # a max-load row's schedule: admissions + stretches of decodes
@@ -136,38 +136,58 @@ def _budget(row: MeasuredRow, cost: CostModel) -> int:
 
 
 def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
-          kv_tokens: float) -> float:
-    """Mean seconds per generated token of ``b`` requests decoding at once (``tpot_s``)."""
+          kv_tokens: float, spec=None) -> float:
+    """Mean seconds per generated token of ``b`` requests decoding at once (``tpot_s``).
+
+    ``spec`` = (tokens each request feeds a step, tokens a step yields per request, the
+    seconds of a step carrying x prompt tokens) prices speculative rounds instead of
+    decode steps (``hardware.timing.spec_rows``): a request then takes ``out`` / yield
+    steps, over which the other requests' prompts ride as they do in decode steps."""
     fw = cost.framework
     mean = ctx + out / 2
     # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
     b = max(min(b, kv_tokens / (ctx + out)), 1.0)
+    per_step, al = 1, 1.0
 
     def step(x: float) -> float:  # b decodes + x prompt tokens (x / ctx prompts) in one pass
         prompts = x / ctx if x > 0 else 0.0
         return cost.pass_seconds_sums(b + x, b * mean, b * mean, b + x * ctx,
                                       n_seqs=b + prompts)
 
+    if spec is not None:
+        per_step, al, spec_step = spec
+        step = spec_step  # noqa: F811 -- the speculative round in the decode step's place
+
     def alone(x: float) -> float:  # x prompt tokens in a pass of their own
         return cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=x / ctx)
 
-    prefill = (b - 1) * ctx  # the other requests' prompt tokens per ``out`` steps
+    rounds = out / al  # steps a request takes
+    prefill = (b - 1) * ctx  # the other requests' prompt tokens per ``rounds`` steps
     if prefill <= 0:
-        return step(0.0)
-    room = float(budget) - (b if fw.mixed_prefill else 0.0)
+        return step(0.0) / al
+    room = float(budget) - (b * per_step if fw.mixed_prefill else 0.0)
     if not fw.chunked_prefill and ctx <= room:  # whole prompts only (one longer than the
         room = ctx * math.floor(room / ctx)  # budget has to be split: priced as chunks)
     room = max(room, 1.0)
     if not fw.mixed_prefill:
-        return step(0.0) + _cohort_wait(b, ctx, room, alone) / max(out - 1.0, 1.0)
+        return step(0.0) / al + _cohort_wait(b, ctx, room, alone) / max(out - 1.0, 1.0)
     steps = prefill / room  # steps that carry prompt tokens
     full = math.floor(steps)
     rest = prefill - full * room
-    if steps >= out:  # more prompt tokens than the steps hold: every step is full (the
-        return step(room)  # scheduler cannot keep up; queued requests wait in TTFT)
+    if steps >= rounds:  # more prompt tokens than the steps hold: every step is full (the
+        return step(room) / al  # scheduler cannot keep up; queued requests wait in TTFT)
     busy = (full * step(room) if full else 0.0) + (step(rest) if rest > 0 else 0.0)
-    idle = out - full - (1 if rest > 0 else 0)
+    idle = rounds - full - (1 if rest > 0 else 0)
     return (busy + idle * step(0.0)) / out
+
+
+def served_tpot(cost: CostModel, batch: float, context: float, output: float,
+                spec=None) -> float:
+    """:func:`_tpot` of ``batch`` concurrent requests at the framework's default step
+    budget and the deployment's KV capacity (``spec``: speculative rounds, see there)."""
+    return _tpot(cost, float(batch), float(context), float(output),
+                 cost.framework.max_num_batched_tokens, float(cost.kv_capacity_tokens()),
+                 spec)
 
 
 def _cohort_wait(b: float, ctx: float, room: float, alone) -> float:

@@ -11,7 +11,14 @@ categories:
 - ``C`` max-load throughput, prefill included: static batches at the stated
   (throughput-maximising) size (output tokens/s per GPU), and offline ``trtllm-bench``
   runs with every request queued at once (total output tokens/s),
-- ``D`` offloaded decode: weights streamed from host memory.
+- ``D`` offloaded decode: weights streamed from host memory,
+
+and, in ``hardware/data/validation_spec.csv`` (:mod:`hardware.timing.spec_rows`' columns),
+
+- ``E`` speculative decoding end to end: a run with speculation beside the same run
+  without, the published acceptance length given, so that only timing and engine
+  behaviour are tested; its error is that of the speedup and of the speculative TPOT
+  (:func:`validate_spec`).
 
 The split is fixed: a row is in the ``fit`` half the shipped parameters were fitted on
 (``specsim calibrate``) when the CRC-32 of its conditions is even, held out otherwise
@@ -29,16 +36,18 @@ from hardware.catalog import DATA_DIR, Catalog
 from hardware.timing.calibrate import predictions
 from hardware.timing.rows import MeasuredRow, read_rows
 
-__all__ = ["VALIDATION_CSV", "CATEGORIES", "GROUP_FIELDS", "Validation", "validate",
-           "group_summary"]
+__all__ = ["VALIDATION_CSV", "SPEC_VALIDATION_CSV", "CATEGORIES", "GROUP_FIELDS",
+           "Validation", "validate", "group_summary", "SpecValidation", "validate_spec"]
 
 VALIDATION_CSV = DATA_DIR / "validation.csv"
+SPEC_VALIDATION_CSV = DATA_DIR / "validation_spec.csv"
 # row fields ``specsim validate --by`` groups on
 GROUP_FIELDS = ("category", "model", "gpu", "framework", "framework_version", "tp", "ep",
                 "metric", "weight_bits")
 CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)",
               "C": "max-load throughput (static batch or trtllm-bench)",
-              "D": "offloaded decode"}
+              "D": "offloaded decode",
+              "E": "speculative decoding (speedup; speculative TPOT)"}
 
 
 @dataclass(frozen=True)
@@ -99,3 +108,54 @@ def group_summary(v: Validation, fields: tuple[str, ...]) -> list[dict]:
                     "median_all": _median(err), "median_test": _median(err[test]),
                     "worst": _worst(err)})
     return out
+
+
+@dataclass(frozen=True)
+class SpecValidation:
+    """Category E: every row's prediction and its errors (predicted / measured - 1) of the
+    speedup, of the speculative TPOT (NaN where only a speedup was published) and of the
+    plain run's TPOT; ``summary`` by group (``all``, ``method:<m>``, ``framework:<f>``):
+    rows, held-out rows, and the median |error| held out and on the fit half, the median
+    signed error held out, of the speedup and the speculative TPOT."""
+
+    rows: list
+    predicted: list
+    speedup_error: np.ndarray
+    tpot_error: np.ndarray
+    base_error: np.ndarray
+    summary: dict[str, dict[str, float | int | None]]
+
+
+def validate_spec(catalog: Catalog, rows=None, timing: str = "auto") -> SpecValidation:
+    """Predict every row of ``validation_spec.csv`` (or ``rows``) with ``timing``."""
+    from hardware.timing.spec_fit import errors, spec_predictions
+    from hardware.timing.spec_rows import read_spec_rows
+
+    rows = read_spec_rows(SPEC_VALIDATION_CSV) if rows is None else rows
+    preds = spec_predictions(rows, catalog, timing)
+    speed, tpot = errors(rows, preds)
+    base = np.array([np.nan if r.metric == "speedup" else
+                     p.metric(r)[0] / r.measured_base - 1.0 for r, p in zip(rows, preds,
+                                                                             strict=True)])
+    test = np.array([r.split == "test" for r in rows])
+    groups: dict[str, np.ndarray] = {"all": np.ones(len(rows), dtype=bool)}
+    for key in ("method", "framework"):
+        for value in sorted({getattr(r, key) for r in rows}):
+            groups[f"{key}:{value}"] = np.array([getattr(r, key) == value for r in rows])
+    summary = {}
+    for name, mine in groups.items():
+        summary[name] = {
+            "rows": int(mine.sum()), "test_rows": int((mine & test).sum()),
+            "speedup_test": _nan_median(np.abs(speed[mine & test])),
+            "speedup_fit": _nan_median(np.abs(speed[mine & ~test])),
+            "speedup_signed_test": _nan_median(speed[mine & test]),
+            "tpot_test": _nan_median(np.abs(tpot[mine & test])),
+            "tpot_fit": _nan_median(np.abs(tpot[mine & ~test])),
+            "base_test": _nan_median(np.abs(base[mine & test])),
+        }
+    return SpecValidation(rows, preds, speed, tpot, base, summary)
+
+
+def _nan_median(e: np.ndarray) -> float | None:
+    e = e[~np.isnan(e)]
+    return float(np.median(e)) if e.size else None

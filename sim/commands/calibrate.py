@@ -48,6 +48,16 @@ frameworks.<id>@<release>.<step_s|tp_step_s|layer_s|seq_s|stream_seq_s|act_passe
 release's own overheads, fitted on the rows whose framework_version is that release: e.g.
 --fit frameworks.vllm@0.12.0.seq_s; a release the catalog does not list yet gets an entry).
 
+From a CSV of speculative runs (category E's columns, hardware/data/validation_spec.csv;
+docs/timing.md, Speculation): runs with speculation beside the same runs without, each
+with its published acceptance length:
+  specsim calibrate my_spec_runs.csv [--fit FIELD ...] [--out my.yaml]
+fits each framework's speculative overheads on the speedups of the fit rows: per round
+(step_s), per draft pass by method (draft_step_s.<method>, where three fit rows of the
+method at two depths or more pin it), per token tree (tree_s) and per speculating sequence
+(seq_s), where six fit rows of each kind and six of the other pin them. FIELD paths:
+frameworks.<id>.speculation.<step_s|seq_s|tree_s|draft_step_s.<method>>.
+
 From a GPU's measured kernel tables (the shipped roofline calibration):
   specsim calibrate --tables h100 --tables h200
 fits each GPU's roofline and its server link's alpha-beta all-reduce to the kernel-only
@@ -103,6 +113,10 @@ def main(args: argparse.Namespace) -> int:
     if (args.measurements is None) == (args.tables is None):
         raise UserError("give a measurements CSV or --tables GPU (one of the two)")
     catalog = load_catalog(args.catalog)
+    from hardware.timing.spec_rows import is_spec_csv
+
+    if args.measurements and is_spec_csv(args.measurements):
+        return _speculative(args, catalog)
     # the flags that shaped the fit, for the source the written catalog records
     catalogs = "".join(f" --catalog {c}" for c in args.catalog or ())
     fits = "".join(f" --fit {f}" for f in args.fit or ())
@@ -168,5 +182,69 @@ def main(args: argparse.Namespace) -> int:
                       f"fit rows' releases: "
                       f"{', '.join(sorted(v for v in versions if v)) or 'none stated'}")
     print(f"median |error|: fit {result.fit_error:.1%}; " + test)
+    print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
+    return 0
+
+
+def _speculative(args: argparse.Namespace, catalog) -> int:
+    """Fit speculative overheads to a CSV of speculative runs; write and print the fit."""
+    import yaml
+
+    from hardware.timing.spec_fit import fit_spec, spec_default_fields
+    from hardware.timing.spec_rows import read_spec_rows
+    from sim.output import default_run_dir
+    from specdec.errors import UserError
+
+    rows = read_spec_rows(args.measurements)
+    timing = args.timing or "auto"
+    fields = args.fit or spec_default_fields(rows, catalog)
+    result = fit_spec(rows, catalog, fields, timing)
+    n_fit = sum(r.split == "fit" for r in rows)
+
+    def pct(x) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    catalogs = "".join(f" --catalog {c}" for c in args.catalog or ())
+    fits = "".join(f" --fit {f}" for f in args.fit or ())
+    source = (f"fitted on the speedups of {args.measurements}, `specsim calibrate "
+              f"{args.measurements}{catalogs}{fits}`: median |error| of the speedup fit "
+              f"{pct(result.speedup_fit)} ({n_fit} rows), held out "
+              f"{pct(result.speedup_test)} ({len(rows) - n_fit} rows)")
+    out_doc: dict = {}
+    for path in result.fields:
+        key = path.split(".speculation.")[0].removeprefix("frameworks.")
+        base, _, release = key.partition("@")
+        spec = result.catalog.framework(key).speculation
+        block = {**spec.model_dump(exclude={"source"}), "source": source}
+        entry = out_doc.setdefault("frameworks", {}).setdefault(base, {})
+        if release:
+            entry.setdefault("versions", {}).setdefault(release, {})["speculation"] = block
+        else:
+            entry["speculation"] = block
+    out = Path(args.out) if args.out else default_run_dir("calibrate") / "catalog.yaml"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("# Written by specsim calibrate: only the fitted speculative "
+                       "overheads.\n" + yaml.safe_dump(out_doc, sort_keys=False))
+    except OSError as err:
+        raise UserError(f"--out: {out}: cannot write the catalog: {err.strerror}") from None
+    if args.json:
+        print(json.dumps({
+            "rows": len(rows), "fit_rows": n_fit, "timing": timing,
+            "fields": [{"field": f, "before": b, "after": v} for f, b, v in
+                       zip(result.fields, result.before, result.values, strict=True)],
+            "speedup_fit_error": result.speedup_fit, "speedup_test_error": result.speedup_test,
+            "spec_tpot_fit_error": result.tpot_fit, "spec_tpot_test_error": result.tpot_test,
+            "catalog": str(out)}, indent=2))
+        return 0
+    print(f"{len(rows)} speculative rows ({n_fit} fit, {len(rows) - n_fit} held out), "
+          f"timing {timing}; fitted on the speedup")
+    width = max(len(f) for f in result.fields)
+    print(f"{'field':{width}s}  {'before':>11s}  {'after':>11s}")
+    for f, b, v in zip(result.fields, result.before, result.values, strict=True):
+        print(f"{f:{width}s}  {b:11.4g}  {v:11.4g}")
+    print(f"median |error| of the speedup: fit {pct(result.speedup_fit)}; held out "
+          f"{pct(result.speedup_test)}; of the speculative TPOT: fit {pct(result.tpot_fit)}; "
+          f"held out {pct(result.tpot_test)} (it includes the plain run's timing error)")
     print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
     return 0

@@ -191,11 +191,14 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         rows = json_records(grid)
         print(json.dumps({"rows": rows, "files": [str(p) for p in [*paths, png]],
-                          "timing": pair.target.backend, "timing_note": pair.target.timing.note},
+                          "timing": pair.target.backend, "timing_note": pair.target.timing.note,
+                          "speculative_overheads": None if pair.spec is None
+                          else pair.spec.note},
                          indent=2))
         return 0
     shown = grid.drop(columns=[c for c in grid.columns if c.startswith("speedup_g")])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"timing: {pair.target.timing.note}")
+    spec = f"; {pair.spec.note}" if pair.spec is not None and pair.spec.params.any() else ""
+    print(f"timing: {pair.target.timing.note}{spec}")
     print(f"table: {paths[0]}\nheatmap: {png}")
     return 0

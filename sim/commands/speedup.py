@@ -9,6 +9,7 @@ from dataclasses import asdict
 from hardware import CostModel, Deployment, DraftSetup, load_catalog
 from hardware.deployment import check_positions
 from hardware.draft import check_colocated_memory, check_same_vocab, tree_nodes
+from hardware.spec_cost import for_cost
 from hardware.speedup import (
     analytic_table,
     best_analytic,
@@ -42,7 +43,10 @@ batch size and context, so verifying gamma+1 tokens may cost more than a decode 
   specsim speedup --target llama-3-8b --draft llama-3.2-1b --gpu h100 \\
       --batch 256 --context 128 --alpha 0.8
 prints per gamma the verify/decode time ratio, the draft cost c (one draft pass over one
-decode pass) and the speedup E * decode / (gamma draft passes + verify).
+decode pass) and the speedup E * decode / (gamma draft passes + verify + the engine's
+speculative overheads). Those overheads (rejection sampling, the proposer's inputs, per
+draft pass, per sequence, tree building: the framework's, fitted on published speculative
+runs, docs/timing.md) count in the draft cost c; the paper GPU has none.
 Token trees: --tree gives the expansion widths <k1,...,km>; write k for the width to
 sweep and list the widths with --widths, e.g. --tree k,1,1,1 --widths 1,5. Trees need the
 tokens each verify yields per width (--tokens-per-verify, one value per width): these are
@@ -246,12 +250,15 @@ def _hardware(args: argparse.Namespace) -> int:
             "draft_timing": None if draft is None else draft_cost.backend,
             "framework": target_dep.framework}
     check_colocated_memory(target, draft, kv_tokens)
+    spec = for_cost(target, method)  # the engine's work around the passes (none on paper)
+    head["speculative_overheads"] = spec.note
     if args.tree is None:
-        rows = chain_table(target, draft, args.batch, args.context, args.alpha, gamma_max)
+        rows = chain_table(target, draft, args.batch, args.context, args.alpha, gamma_max,
+                           spec)
         best, key = best_chain(rows), "gamma"
         head["alpha"] = args.alpha
     else:
-        rows = tree_table(target, draft, args.batch, args.context, trees, tokens)
+        rows = tree_table(target, draft, args.batch, args.context, trees, tokens, spec)
         best, key = best_tree(rows), "width"
     if args.json:
         print(json.dumps({**head, "decode_s": rows[0].decode_s,
@@ -265,7 +272,8 @@ def _hardware(args: argparse.Namespace) -> int:
           + f": decode pass {rows[0].decode_s * 1e3:.3f} ms")
     print(f"timing: {target.timing.note}"
           + ("" if draft is None or draft_cost.backend == target.backend else
-             f"; draft: {draft_cost.timing.note}"))
+             f"; draft: {draft_cost.timing.note}")
+          + f"; draft ms include the {spec.note}")
     if key == "gamma":
         print("gamma  E(alpha,gamma)  verify ms  verify/decode  draft c  speedup")
         for r in rows:

@@ -11,6 +11,11 @@ measurements, each with its source) with the default timing (auto: measured kern
 where they cover the deployment, else the calibrated roofline) and print the prediction,
 the error, and per category the median absolute error on the held-out half (the rows the
 shipped parameters were not fitted on), on the fit half and over all rows.
+Category E (hardware/data/validation_spec.csv): published runs with speculation beside the
+same runs without, the published acceptance length given; for all its rows, per method and
+per engine: the median |error| of the speedup held out and on the fit half, its median
+signed error held out (a positive one is optimism), and the median |error| of the
+speculative TPOT held out (with the plain run's, which the TPOT error includes).
   specsim validate [--json] [--rows] [--by FIELD,...]
 --catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
 --by model,framework (any of category, model, gpu, framework, framework_version, tp, ep,
@@ -67,17 +72,30 @@ def _by_fields(text: str | None) -> tuple[str, ...]:
 def main(args: argparse.Namespace) -> int:
     """Validate and print."""
     from hardware import load_catalog
-    from hardware.timing.validation import CATEGORIES, group_summary, validate
+    from hardware.timing.validation import CATEGORIES, group_summary, validate, validate_spec
 
     by = _by_fields(args.by)
     catalog = load_catalog(args.catalog)
     if args.default_overheads:
         catalog = catalog.without_releases()
     v = validate(catalog, timing=args.timing)
+    ev = validate_spec(catalog, timing=args.timing)
     groups = group_summary(v, by) if by else None
     if args.json:
         print(json.dumps({
             "summary": v.summary, **({"groups": groups} if by else {}),
+            "spec_summary": ev.summary,
+            "spec_rows": [{"framework": r.framework, "framework_version": r.framework_version,
+                           "model": r.model, "gpu": r.gpu, "tp": r.tp, "method": r.method,
+                           "shape": r.shape, "batch": r.batch, "load": r.load,
+                           "acceptance_length": r.acceptance_length,
+                           "measured_speedup": r.measured_speedup,
+                           "predicted_speedup": p.speedup,
+                           "speedup_error": float(se),
+                           "spec_tpot_error": None if te != te else float(te),
+                           "split": r.split, "source": r.source}
+                          for r, p, se, te in zip(ev.rows, ev.predicted, ev.speedup_error,
+                                                  ev.tpot_error, strict=True)],
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
                       "framework": r.framework,
                       "framework_version": r.framework_version, "ep": r.ep, "batch": r.batch,
@@ -113,7 +131,37 @@ def main(args: argparse.Namespace) -> int:
               f"(docs/timing.md, Engine releases)")
     if groups:
         _print_groups(groups, by)
+    _print_spec(ev, args.rows)
     return 0
+
+
+def _print_spec(e, rows: bool) -> None:
+    """Category E's lines (and with ``rows`` every row)."""
+    def pct(x) -> str:
+        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
+
+    if rows:
+        print("\nE rows: split framework method shape                     batch    AL  "
+              "speedup meas/pred   error  spec TPOT error  plain error")
+        for r, p, se, te, be in zip(e.rows, e.predicted, e.speedup_error, e.tpot_error,
+                                    e.base_error, strict=True):
+            te_s = "-" if te != te else f"{te:+.1%}"
+            be_s = "-" if be != be else f"{be:+.1%}"
+            print(f"  {r.split:5s} {r.framework:9s} {r.method:6s} {r.shape:27s} {r.batch:5d} "
+                  f"{r.acceptance_length:5.2f}  {r.measured_speedup:5.2f} {p.speedup:5.2f}  "
+                  f"{se:+6.1%}  {te_s:>15s}  {be_s:>11s}")
+    print("\nE speculative decoding, against the same run without speculation; median over "
+          "held-out rows\n(fit half in brackets); signed: median signed speedup error held "
+          "out")
+    print(f"{'group':22s} {'rows (held out)':>15s}  {'speedup':>16s}  {'signed':>7s}  "
+          f"{'spec TPOT':>9s}  {'plain TPOT':>10s}")
+    for name, s in e.summary.items():
+        speed = f"{pct(s['speedup_test'])} ({pct(s['speedup_fit'])})"
+        print(f"{name:22s} {s['rows']:>7d} ({s['test_rows']:3d})  {speed:>16s}  "
+              f"{pct(s['speedup_signed_test']):>7s}  {pct(s['tpot_test']):>9s}  "
+              f"{pct(s['base_test']):>10s}")
+    print(f"{len(e.rows)} rows; sources in hardware/data/validation_spec.csv (--rows lists "
+          f"them); the TPOT errors include the plain run's (the timing of A-D)")
 
 
 def _print_groups(groups: list[dict], by: tuple[str, ...]) -> None:

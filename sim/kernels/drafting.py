@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware.spec_cost import round_seconds
 from sim.kernels.base import FILLED, KV, TARGET, pass_seconds
 
 
@@ -91,11 +92,12 @@ def draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri
 
 
 def adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, group_ctx,
-                    tp, dp):
+                    tp, dp, sp):
     """``sim.policies.AdaptiveGamma.shape`` for chains (its ``price_chains``:
-    ``IterationPricer.decode_chain_seconds``): over every decoding row (the scheduler asks
-    the policy before its budget walk), the chain γ in 0..``max_g`` with the most expected
-    tokens per second, D·E(α̂, γ) / seconds, the first on a tie."""
+    ``IterationPricer.decode_chain_seconds``, the engine's speculative overheads ``sp``
+    included): over every decoding row (the scheduler asks the policy before its budget
+    walk), the chain γ in 0..``max_g`` with the most expected tokens per second,
+    D·E(α̂, γ) / seconds, the first on a tie."""
     nd, sc = 0, 0
     group_n[:] = 0
     group_ctx[:] = 0
@@ -142,7 +144,8 @@ def adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, gr
         new = nd * v
         keys = float(v * sc) + 0.5 * float(nd * v * v + new)
         seconds, _ = pass_seconds(float(new), float(sc + new), keys, float(nd), tp, False)
-        rate = nd * expected / (draft[g] + seconds)
+        extra = round_seconds(sp, nd, 1 if one_pass else g, False) if g else 0.0
+        rate = nd * expected / (draft[g] + extra + seconds)
         if rate > best_rate:
             best, best_rate = g, rate
     return best

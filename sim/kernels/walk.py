@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware.spec_cost import round_seconds
 from sim.kernels.base import (
     ADAPTIVE,
     BLOCKS,
@@ -26,7 +27,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
          max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
          mode, alpha, smoothing, ladder, by_running, rng, kind, p_geo, runs, ring, tape,
-         table, tp, dp):
+         table, tp, dp, sp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
@@ -66,8 +67,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     success probability ``p_geo`` (``kind`` 2) -- or, with ``rng`` None, the replayed run
     ``runs[(stream + position) % tape]``, each capped at the depth;
     ``tp`` and ``dp`` are the target's and the draft's timing parameters
-    (``MeasuredTiming.kernel_params``). Without speculation ``rng`` is None and ``runs``,
-    ``dp`` unused.
+    (``MeasuredTiming.kernel_params``), ``sp`` the framework's speculative overheads
+    (``hardware.spec_cost.round_seconds``'s parameters, added to the drafting of every
+    iteration whose decoders verify drafts, as ``IterationPricer.price`` adds them).
+    Without speculation ``rng`` is None and ``runs``, ``dp`` unused.
 
     It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
     draft cut by the budget, a request beyond those it holds to admit, nothing to
@@ -123,7 +126,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if mode:  # the policy's shape for this iteration (asked first, as it is)
             if mode == ADAPTIVE:
                 g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
-                                    group_n, group_ctx, tp, dp)
+                                    group_n, group_ctx, tp, dp, sp)
             else:
                 size = n_alive
                 if not by_running:  # the decoding rows
@@ -220,6 +223,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if nodes > 0 or mode:
             d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
                                reps, one_pass, group_n, group_ctx, dp)
+            if nodes > 0:  # the engine's work around the passes (IterationPricer.round_s)
+                d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
         end = t + (d + v)
         last = not end < horizon
         if last and a:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from hardware import CostModel, Deployment, DraftSetup, load_catalog
 from hardware.draft import check_colocated_memory, tree_nodes
+from hardware.spec_cost import SpecRound, for_cost
 from hardware.speedup import best_chain, best_tree, chain_table, tree_table
 from sim.build import DraftCosts
 from sim.loading import validate
@@ -42,6 +43,7 @@ class Pair:
 
     target: CostModel
     draft: DraftSetup | None  # None: a CPU drafter (n-gram), no GPU time
+    spec: SpecRound | None = None  # the engine's speculative overheads (hardware.spec_cost)
 
 
 def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits: int = 16,
@@ -81,7 +83,8 @@ def make_pair(target: str, draft: str | None, gpu: str, tp: int = 1, weight_bits
     if method == "draft_model":
         spec = cat.model(draft).servable("--draft")
         check_same_vocab(t.dep.model, spec)
-    return Pair(t, drafter_setup(method, t, spec, make_cost, placement, heads))
+    return Pair(t, drafter_setup(method, t, spec, make_cost, placement, heads),
+                for_cost(t, method))
 
 
 def drafter_setup(method: str, target: CostModel, draft_spec, make_cost,
@@ -122,7 +125,7 @@ def chain_grid(pair: Pair, alpha: float, batches: Sequence[int], contexts: Seque
     rows = []
     for b in batches:
         for ctx in contexts:
-            table = chain_table(pair.target, pair.draft, b, ctx, alpha, gamma_max)
+            table = chain_table(pair.target, pair.draft, b, ctx, alpha, gamma_max, pair.spec)
             best = best_chain(table)
             row = {"batch": b, "context": ctx, "best_gamma": best.gamma,
                    "best_speedup": best.speedup, "decode_s": table[0].decode_s,
@@ -160,7 +163,7 @@ def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
         tokens = list(tokens_per_verify)
     rows = []
     for b in batches:
-        table = tree_table(pair.target, pair.draft, b, context, trees, tokens)
+        table = tree_table(pair.target, pair.draft, b, context, trees, tokens, pair.spec)
         best = best_tree(table)
         new_max = max(tree_nodes(w) for _, w in trees)
         fits = _fits(pair, b * (context + new_max))
