@@ -10,6 +10,7 @@ not model are one-line errors naming the flag.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from specdec.errors import UserError
@@ -92,11 +93,27 @@ def online_fp8_sets(parsed: Parsed, catalog) -> None:
         "otherwise)")
 
 
-def split(text: str, what: str, head: tuple[str, ...]) -> list[str]:
+_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def split(text: str, what: str, head: tuple[str, ...], env: dict | None = None) -> list[str]:
+    """The words of a command line after its ``head`` (UserError when it does not start
+    so). Leading ``NAME=value`` assignments (the shell's, optionally after ``env``) go to
+    ``env`` where it is given, else they are an error."""
     try:
         words = shlex.split(text)
     except ValueError as e:
         raise UserError(f"{what}: cannot split the command line: {e}") from None
+    if words[:1] == ["env"] and len(words) > 1 and _ENV_WORD.match(words[1]):
+        words = words[1:]
+    while words and _ENV_WORD.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        if env is None:
+            raise UserError(f"{what}: environment variable {name}: not modelled for this "
+                            "engine's command line")
+        if name in env:
+            raise UserError(f"{what}: environment variable {name}: given twice")
+        env[name] = value
     for i, h in enumerate(head):
         if len(words) <= i or words[i] != h:
             raise UserError(f"{what}: must start with '{' '.join(head)}', got {text[:60]!r}")

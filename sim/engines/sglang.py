@@ -75,11 +75,13 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
     DeepSeek docs launch it (NEXTN is EAGLE's alias in SGLang)."""
     what = "--from-sglang"
     out = Parsed(what)
-    head = ("python", "-m", "sglang.launch_server") if text.split()[:1] == ["python"] \
+    env: dict[str, str] = {}
+    first = next((w for w in text.split() if w != "env" and "=" not in w), "")
+    head = ("python", "-m", "sglang.launch_server") if first == "python" \
         else ("python3", "-m", "sglang.launch_server")
-    pos, flags = flags_of(split(text, what, head), what, {"--trust-remote-code",
-                                                           "--enable-metrics",
-                                                           "--disable-radix-cache"})
+    pos, flags = flags_of(split(text, what, head, env), what, {"--trust-remote-code",
+                                                                "--enable-metrics",
+                                                                "--disable-radix-cache"})
     if pos:
         raise UserError(f"{what}: unexpected words {pos}")
     model = flags.pop("--model-path", None) or flags.pop("--model", None)
@@ -167,7 +169,68 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
         if draft_path is None:
             raise UserError(f"{what}: --speculative-draft-model-path: required for {algo}")
         drafter["model"] = resolve_model(draft_path)
+    variant = {"name": algo.lower(), "policy": policy, "drafter": drafter}
+    forced = simulated_acceptance(env, steps, what)
+    if forced is not None:
+        variant["acceptance"] = {"kind": "marginal", "marginals": forced}
+        out.notes.append(f"forced acceptance: SGLang's simulated acceptance "
+                         f"(SGLANG_SIMULATE_ACC_LEN), acceptance length "
+                         f"{1 + sum(forced):.4g} (per-position rates "
+                         f"{', '.join(f'{r:.4g}' for r in forced)}); drawn per sequence, where "
+                         "SGLang draws one length for the whole batch each step")
     out.set("models.method", ours)
     out.set("models.draft", None)
-    out.set("variants", [none, {"name": algo.lower(), "policy": policy, "drafter": drafter}])
+    out.set("variants", [none, variant])
     return out
+
+
+SIMULATE_METHODS = ("match-expected", "multinomial")
+
+
+def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[float] | None:
+    """The per-position acceptance SGLang forces with ``SGLANG_SIMULATE_ACC_LEN`` (a mean
+    acceptance length, the bonus token included; below 0: off) for ``steps`` draft steps,
+    or None; ``env`` is popped of the variables it reads (any other is an error).
+
+    ``SGLANG_SIMULATE_ACC_METHOD`` ``match-expected`` (the default in SGLang's 2026
+    releases) accepts the length rounded down or up so that its mean is the one asked;
+    ``multinomial`` (the earlier default) draws it from a normal of that mean and standard
+    deviation 1, clamped to [1, steps + 1] and rounded: github sgl-project/sglang
+    python/sglang/srt/speculative/eagle_utils.py, ``_generate_simulated_accept_index``, and
+    python/sglang/srt/environ.py (the copies read in 2026-12, their commit not recorded).
+    SGLang draws one length per step for the whole batch; SpecSim draws each sequence's
+    from the same distribution (``marginal`` rates: P(length > i) for draft position i).
+    ``SGLANG_SIMULATE_ACC_TOKEN_MODE`` picks the token ids emitted, not their number."""
+    import math
+
+    text = env.pop("SGLANG_SIMULATE_ACC_LEN", None)
+    method = env.pop("SGLANG_SIMULATE_ACC_METHOD", "match-expected")
+    env.pop("SGLANG_SIMULATE_ACC_TOKEN_MODE", None)
+    if env:
+        raise UserError(f"{what}: environment variable {sorted(env)[0]}: not modelled (SpecSim "
+                        "reads SGLANG_SIMULATE_ACC_LEN, SGLANG_SIMULATE_ACC_METHOD, "
+                        "SGLANG_SIMULATE_ACC_TOKEN_MODE)")
+    if text is None:
+        return None
+    try:
+        length = float(text)
+    except ValueError:
+        raise UserError(f"{what}: SGLANG_SIMULATE_ACC_LEN: a number, got {text!r}") from None
+    if length < 0:
+        return None  # SGLang's "off"
+    if method not in SIMULATE_METHODS:
+        raise UserError(f"{what}: SGLANG_SIMULATE_ACC_METHOD: one of "
+                        f"{', '.join(SIMULATE_METHODS)}, got {method!r}")
+    if method == "match-expected":
+        if not 1.0 <= length <= steps + 1:
+            raise UserError(f"{what}: SGLANG_SIMULATE_ACC_LEN: in [1, {steps + 1}] "
+                            f"(--speculative-num-steps + 1), got {length:g}")
+        drafts = length - 1.0
+        full = int(drafts)
+        return ([1.0] * full + [drafts - full] + [0.0] * (steps - full - 1))[:steps]
+
+    def phi(x: float) -> float:
+        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+    # P(rounded clamped length >= j + 1) = P(N(length, 1) >= j + 0.5), j = 1..steps
+    return [1.0 - phi(j + 0.5 - length) for j in range(1, steps + 1)]

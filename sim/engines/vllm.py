@@ -204,14 +204,77 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
             out.notes.append(f"--speculative-config {key}: changes what n-gram drafting "
                              "accepts, which comes from the scenario's acceptance model")
             cfg.pop(key)
+    variant = {"name": method, "policy": policy, "drafter": drafter}
+    forced = _synthetic_acceptance(cfg, k, what)
+    if forced is not None:
+        variant["acceptance"] = {"kind": "marginal", "marginals": forced}
+        out.notes.append(f"forced acceptance: vLLM's synthetic rejection sampler, acceptance "
+                         f"length {1 + sum(forced):.4g} (per-position rates "
+                         f"{', '.join(f'{r:g}' for r in forced)}); the drafts' content is "
+                         "not compared, so only timing is simulated")
     if cfg:
         raise UserError(f"{what}: --speculative-config: {sorted(cfg)[0]}: not modelled")
     out.set("models.method", ours)
     out.set("models.draft", None)
-    out.set("variants", [none, {"name": method, "policy": policy, "drafter": drafter}])
+    out.set("variants", [none, variant])
     shape = f"tree <{','.join(map(str, policy['expansion']))}>" if tree is not None else ""
     out.notes.append(f"speculation: {method}, {k} tokens per step" + (f" ({shape})" if shape
                                                                        else ""))
+
+
+def _synthetic_acceptance(cfg: dict, k: int, what: str) -> list[float] | None:
+    """The per-position acceptance vLLM forces with ``rejection_sample_method:
+    "synthetic"`` (popping its keys from ``cfg``), or None for real rejection sampling.
+
+    vLLM takes exactly one of ``synthetic_acceptance_rates`` (``k`` unconditional,
+    non-increasing probabilities that draft position i is accepted) or
+    ``synthetic_acceptance_length`` (in [1, k + 1]: the minimum-variance schedule, the
+    whole part of length - 1 positions always accepted, the next with the fractional part,
+    the rest never): github vllm-project/vllm vllm/config/speculative.py,
+    ``SpeculativeConfig._resolve_synthetic_acceptance_rates`` and
+    ``_acceptance_length_to_rates`` (the copies read in 2026-12, their commit not recorded);
+    the sampler accepts position i given i - 1 with rates[i] / rates[i - 1]
+    (vllm/v1/sample/rejection_sampler.py), as SpecSim's ``marginal`` acceptance does.
+    ``draft_sample_method`` changes what is accepted, not the timing."""
+    method = cfg.pop("rejection_sample_method", "standard")
+    rates = cfg.pop("synthetic_acceptance_rates", None)
+    length = cfg.pop("synthetic_acceptance_length", None)
+    sample = cfg.pop("draft_sample_method", "greedy")
+    if sample not in ("greedy", "probabilistic"):
+        raise UserError(f"{what}: --speculative-config: draft_sample_method: greedy or "
+                        f"probabilistic, got {sample!r}")
+    if method == "standard":
+        if rates is not None or length is not None:
+            raise UserError(f"{what}: --speculative-config: synthetic_acceptance_rates / "
+                            "synthetic_acceptance_length are only valid with "
+                            "rejection_sample_method 'synthetic' (as vLLM says)")
+        return None
+    if method != "synthetic":
+        raise UserError(f"{what}: --speculative-config: rejection_sample_method: standard or "
+                        f"synthetic are modelled, got {method!r}")
+    if (rates is None) == (length is None):
+        raise UserError(f"{what}: --speculative-config: rejection_sample_method 'synthetic' "
+                        "needs exactly one of synthetic_acceptance_rates or "
+                        "synthetic_acceptance_length")
+    if rates is not None:
+        if not isinstance(rates, list) or len(rates) != k or not all(
+                isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r <= 1.0
+                for r in rates):
+            raise UserError(f"{what}: --speculative-config: synthetic_acceptance_rates: "
+                            f"{k} numbers in [0, 1] (one per speculative token), got "
+                            f"{rates!r}")
+        if any(rates[i] > rates[i - 1] for i in range(1, k)):
+            raise UserError(f"{what}: --speculative-config: synthetic_acceptance_rates: must "
+                            f"be non-increasing, got {rates!r}")
+        return [float(r) for r in rates]
+    if isinstance(length, bool) or not isinstance(length, (int, float)) \
+            or not 1.0 <= length <= k + 1:
+        raise UserError(f"{what}: --speculative-config: synthetic_acceptance_length: a "
+                        f"number in [1, {k + 1}] (num_speculative_tokens + 1), got "
+                        f"{length!r}")
+    drafts = float(length) - 1.0  # accepted draft tokens per step, in expectation
+    full = int(drafts)
+    return ([1.0] * full + [drafts - full] + [0.0] * (k - full - 1))[:k]
 
 
 def tree_paths(widths: list[int]) -> list[tuple[int, ...]]:
@@ -258,6 +321,8 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
 
     values = dict(t.split("=", 1) for t in parsed.sets)
     if "models.method" not in values:
+        return []
+    if "acceptance" in json.loads(values["variants"])[1]:  # forced by the command line
         return []
     keys = [t.partition("=")[0].strip() for t in user_sets]
     mine = [k for k in keys if k == "acceptance" or k.startswith("acceptance.")

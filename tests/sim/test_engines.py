@@ -462,3 +462,84 @@ def test_sglangs_deepseek_mtp_launch_runs_end_to_end(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["variants"][1]["name"] == "eagle"
     assert any("its checkpoint's own MTP layer drafts" in n for n in doc["notes"])
+
+
+def _spec_variant(parsed):
+    return _sets(parsed)["variants"][1]
+
+
+@pytest.mark.parametrize(("extra", "marginals"), [
+    ('"synthetic_acceptance_length": 3', [1.0, 1.0, 0.0]),
+    ('"synthetic_acceptance_length": 2.5', [1.0, 0.5, 0.0]),
+    ('"synthetic_acceptance_length": 1', [0.0, 0.0, 0.0]),
+    ('"synthetic_acceptance_length": 4', [1.0, 1.0, 1.0]),
+    ('"synthetic_acceptance_rates": [0.9, 0.6, 0.3]', [0.9, 0.6, 0.3]),
+])
+def test_vllms_synthetic_rejection_sampler_forces_its_acceptance(extra, marginals):
+    """vLLM's minimum-variance schedule (SpeculativeConfig._acceptance_length_to_rates):
+    the whole part of length - 1 always accepted, the next position with the fraction."""
+    p = parse_vllm_serve(
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{\"method\": "
+        "\"eagle3\", \"num_speculative_tokens\": 3, \"rejection_sample_method\": "
+        f"\"synthetic\", {extra}}}'", _ids)
+    assert _spec_variant(p)["acceptance"] == {"kind": "marginal", "marginals": marginals}
+    assert any(n.startswith("forced acceptance: vLLM's synthetic rejection sampler")
+               for n in p.notes)
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ('"rejection_sample_method": "synthetic"', "exactly one of"),
+    ('"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2, '
+     '"synthetic_acceptance_rates": [1, 1, 0]', "exactly one of"),
+    ('"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 4.5',
+     r"in \[1, 4\]"),
+    ('"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.9, 0]',
+     "non-increasing"),
+    ('"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1, 1]',
+     "3 numbers"),
+    ('"synthetic_acceptance_length": 2', "only valid with rejection_sample_method"),
+    ('"rejection_sample_method": "block"', "standard or synthetic"),
+])
+def test_a_bad_synthetic_acceptance_is_refused(extra, match):
+    with pytest.raises(UserError, match=match):
+        parse_vllm_serve(
+            "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{\"method\": "
+            f"\"eagle3\", \"num_speculative_tokens\": 3, {extra}}}'", _ids)
+
+
+def test_a_forced_vllm_run_gives_exactly_the_forced_acceptance_length(tmp_path, capsys):
+    spec = ('{"method": "eagle3", "num_speculative_tokens": 3, '
+            '"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 3}')
+    assert main(["run", "--from-vllm",
+                 f"vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{spec}'",
+                 "--set", "run.requests=30", "--no-report", "--json",
+                 "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["variants"][1]["mean_acceptance_length"] == 3.0
+    assert not any("acceptance: preset" in n for n in doc["notes"])
+
+
+def test_sglangs_simulated_acceptance_is_read_from_the_environment():
+    import math
+
+    cmd = ("python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+           "--speculative-algorithm EAGLE3 --speculative-num-steps 3 "
+           "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
+    p = parse_sglang(f"SGLANG_SIMULATE_ACC_LEN=2.5 {cmd}", _ids)
+    assert _spec_variant(p)["acceptance"] == {"kind": "marginal",
+                                              "marginals": [1.0, 0.5, 0.0]}
+    # multinomial: N(2.5, 1) clamped to [1, 4] and rounded; P(length >= j + 1)
+    p = parse_sglang("env SGLANG_SIMULATE_ACC_LEN=2.5 SGLANG_SIMULATE_ACC_METHOD=multinomial "
+                     f"SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token {cmd}", _ids)
+    got = _spec_variant(p)["acceptance"]["marginals"]
+    want = [0.5 * (1 - math.erf((j + 0.5 - 2.5) / math.sqrt(2))) for j in (1, 2, 3)]
+    assert got == pytest.approx(want, abs=1e-12)
+    assert 1 + sum(got) == pytest.approx(2.5, abs=0.02)  # close to, not exactly, the mean
+    assert "acceptance" not in _spec_variant(parse_sglang(
+        f"SGLANG_SIMULATE_ACC_LEN=-1 {cmd}", _ids))  # SGLang's "off"
+    with pytest.raises(UserError, match="environment variable CUDA_VISIBLE_DEVICES: not"):
+        parse_sglang(f"CUDA_VISIBLE_DEVICES=0 {cmd}", _ids)
+    with pytest.raises(UserError, match=r"SGLANG_SIMULATE_ACC_LEN: in \[1, 4\]"):
+        parse_sglang(f"SGLANG_SIMULATE_ACC_LEN=5 {cmd}", _ids)
+    with pytest.raises(UserError, match="environment variable SGLANG_X: not modelled"):
+        parse_vllm_serve("SGLANG_X=1 vllm serve meta-llama/Llama-3.1-8B-Instruct", _ids)
