@@ -65,8 +65,8 @@ class SpecRound:
                         dtype=np.float64)
 
     def seconds(self, n_spec: float, passes: int, tree: bool) -> float:
-        """:func:`round_seconds` with these parameters."""
-        return round_seconds(self.params, n_spec, passes, tree)
+        """:func:`round_seconds` with these parameters (a Python float)."""
+        return float(round_seconds(self.params, n_spec, passes, tree))
 
 
 NO_SPEC = SpecRound(note="no speculative overheads")

@@ -79,6 +79,9 @@ def check_out(out: Path, flag: str = "--out", force: bool = False) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out}: exists and is not a folder")
+    if out.is_dir() and _holds_cwd(out):
+        raise UserError(f"{flag} {out}: holds the working directory; SpecSim writes a "
+                        f"folder of its own: give another one")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise UserError(f"{flag} {out}: exists and is not empty; give --force to replace "
@@ -93,20 +96,30 @@ def _check_replaceable(out: Path, flag: str) -> None:
     if out.is_symlink():
         raise UserError(f"{flag} {out}: is a link; --force replaces only a folder SpecSim "
                         f"wrote, not what a link points to")
+    if _holds_cwd(out):
+        raise UserError(f"{flag} {out}: holds the working directory; --force replaces only "
+                        f"a folder SpecSim wrote, never one you are in")
+    _check_marked(out, out, flag)
+
+
+def _holds_cwd(out: Path) -> bool:
+    """Whether the folder ``out`` is the working directory or one of its parents."""
     try:
         here = Path.cwd().resolve()
     except OSError:  # the working directory was removed: it is in no folder
-        here = None
+        return False
     where = out.resolve()
-    if here is not None and (here == where or where in here.parents):
-        raise UserError(f"{flag} {out}: holds the working directory; --force replaces only "
-                        f"a folder SpecSim wrote, never one you are in")
-    listed = _written(out)
+    return here == where or where in here.parents
+
+
+def _check_marked(folder: Path, out: Path, flag: str) -> None:
+    """Refuse (UserError naming ``out``) unless ``folder``'s marker lists all it holds."""
+    listed = _written(folder)
     if listed is None:
         raise UserError(f"{flag} {out}: not a folder SpecSim wrote (no {MARKER} file in "
                         f"it); --force replaces only those; give another folder or empty "
                         f"this one yourself")
-    for path in sorted(_contents(out)):
+    for path in sorted(_contents(folder)):
         if path not in listed:
             raise UserError(f"{flag} {out}: holds {path!r}, which SpecSim did not write "
                             f"there; --force replaces only a folder SpecSim wrote whole; "
@@ -171,7 +184,9 @@ def staged_folder(out: str | Path, flag: str = "--out", force: bool = False):
 
 def _commit(tmp: Path, out: Path, flag: str, force: bool) -> None:
     """Put ``tmp`` in ``out``'s place (an empty ``out`` goes, or with ``force`` one that
-    SpecSim wrote, checked again now: it may have changed while this run worked)."""
+    SpecSim wrote). ``out`` is checked now, moved aside, and checked again where it was
+    moved to (it may change while this run worked, or between the two), and put back
+    untouched when it no longer passes."""
     old = None
     if out.exists():
         if any(out.iterdir()):
@@ -180,10 +195,25 @@ def _commit(tmp: Path, out: Path, flag: str, force: bool) -> None:
                                 "files were discarded")
             _check_replaceable(out, flag)
         old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
+        try:
+            out.rename(old)
+        except OSError as e:
+            raise UserError(f"{flag} {out}: cannot move it aside to replace it: "
+                            f"{e.strerror}") from None
+        try:
+            if any(old.iterdir()):
+                if not force:
+                    raise UserError(f"{flag} {out}: another run wrote it meanwhile; this "
+                                    "run's files were discarded")
+                _check_marked(old, out, flag)
+        except BaseException:
+            old.rename(out)  # as it was
+            raise
     try:
         tmp.rename(out)
     except OSError as e:
+        if old is not None:
+            old.rename(out)
         raise UserError(f"{flag} {out}: cannot put the finished folder there: "
                         f"{e.strerror}") from None
     if old is not None:

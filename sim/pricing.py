@@ -242,8 +242,11 @@ class IterationPricer:
         if self.spec_params is not None and widths.size:
             levels = (widths > 0).sum(axis=1)  # [D]
             n_spec = int((levels > 0).sum())
+            # serial draft passes on the critical path: drafted ahead ones ran in the verify
+            serial = levels if not (self.overlap and ready is not None) else levels[~ready]
             if n_spec:
-                draft_s += self.round_s(n_spec, int(levels.max()), bool((widths > 1).any()))
+                draft_s += self.round_s(n_spec, int(serial.max(initial=0)),
+                                        bool((widths > 1).any()))
         return (draft_s, cost) if stages else (draft_s, verify_s, label)
 
 

@@ -140,9 +140,10 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
     """Mean seconds per generated token of ``b`` requests decoding at once (``tpot_s``).
 
     ``spec`` = (tokens each request feeds a step, tokens a step yields per request, the
-    seconds of a step carrying x prompt tokens) prices speculative rounds instead of
-    decode steps (``hardware.timing.spec_rows``): a request then takes ``out`` / yield
-    steps, over which the other requests' prompts ride as they do in decode steps."""
+    seconds ``f(x, b)`` of a step of b requests carrying x prompt tokens) prices
+    speculative rounds instead of decode steps (``hardware.timing.spec_rows``): a request
+    then takes ``out`` / yield steps, over which the other requests' prompts ride as they
+    do in decode steps."""
     fw = cost.framework
     mean = ctx + out / 2
     # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
@@ -156,7 +157,9 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
 
     if spec is not None:
         per_step, al, spec_step = spec
-        step = spec_step  # noqa: F811 -- the speculative round in the decode step's place
+
+        def step(x: float) -> float:  # noqa: F811 -- a round of the b (KV-capped) requests
+            return spec_step(x, b)
 
     def alone(x: float) -> float:  # x prompt tokens in a pass of their own
         return cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=x / ctx)

@@ -130,7 +130,8 @@ def spec_default_fields(rows: list[SpecRow], catalog: Catalog) -> list[str]:
         fields.append(f"frameworks.{key}.speculation.step_s")
         for method in sorted({r.method for r in mine}):
             of = [r for r in mine if r.method == method]
-            if len(of) >= MIN_METHOD_ROWS and len({r.steps for r in of}) > 1 \
+            passes = {1 if method == "medusa" else r.steps for r in of}  # one_pass heads
+            if len(of) >= MIN_METHOD_ROWS and len(passes) > 1 \
                     and method not in ("ngram", "suffix"):
                 fields.append(f"frameworks.{key}.speculation.draft_step_s.{method}")
         trees = sum(r.tree for r in mine)
@@ -157,6 +158,7 @@ class SpecFit:
     speedup_test: float | None
     tpot_fit: float | None
     tpot_test: float | None
+    unmoved: tuple[str, ...] = ()  # fields no fit row depends on: left as they were
 
 
 def errors(rows: list[SpecRow], preds) -> tuple[np.ndarray, np.ndarray]:
@@ -207,15 +209,33 @@ def fit_spec(rows: list[SpecRow], catalog: Catalog, fields: list[str] | None = N
                          for r, c, k in zip(train, costs, keys, strict=True)])
         return np.log(pred / meas)
 
-    # a field on a bound starts a little inside it (least_squares' steps stall there)
-    x0 = np.clip(np.array(before) / SCALE_S, INSIDE, HIGH_S / SCALE_S - INSIDE)
-    res = least_squares(residual, x0, bounds=(0.0, HIGH_S / SCALE_S), loss=LOSS,
-                        f_scale=ROBUST_SCALE, max_nfev=400)
-    values = [float(v) for v in res.x * SCALE_S]
+    # a field no fit row depends on (a tree term without tree rows) keeps its value
+    x_before = np.array(before) / SCALE_S
+    base = residual(x_before)
+    moves = []
+    for i in range(len(fields)):
+        y = x_before.copy()
+        y[i] += INSIDE
+        moves.append(bool(np.any(residual(y) != base)))
+    free = [i for i, m in enumerate(moves) if m]
+    values = list(before)
+    if free:
+        def partial(z):
+            x = x_before.copy()
+            x[free] = z
+            return residual(x)
+
+        # a field on a bound starts a little inside it (least_squares' steps stall there)
+        z0 = np.clip(x_before[free], INSIDE, HIGH_S / SCALE_S - INSIDE)
+        res = least_squares(partial, z0, bounds=(0.0, HIGH_S / SCALE_S), loss=LOSS,
+                            f_scale=ROBUST_SCALE, max_nfev=400)
+        for i, z in zip(free, res.x, strict=True):
+            values[i] = float(z * SCALE_S)
     fitted = apply_spec_fields(catalog, fields, values)
     preds = spec_predictions(rows, fitted, timing)
     speed, tpot = errors(rows, preds)
     test = np.array([r.split == "test" for r in rows])
     return SpecFit(fields, before, values, fitted, rows, preds,
                    _median(speed[~test]) or 0.0, _median(speed[test]),
-                   _median(tpot[~test]), _median(tpot[test]))
+                   _median(tpot[~test]), _median(tpot[test]),
+                   tuple(f for f, m in zip(fields, moves, strict=True) if not m))

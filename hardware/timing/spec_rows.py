@@ -310,41 +310,47 @@ def predict_spec(row: SpecRow, catalog: Catalog, timing: str = "auto",
     from hardware.timing.serving import served_tpot
 
     target, draft, spec = costs or spec_costs(row, catalog, timing)
-    b, ctx, out = float(row.batch), float(row.context), float(row.output_tokens)
+    ctx, out = float(row.context), float(row.output_tokens)
     mean = ctx + out / 2
-    n = max(int(round(b)), 1)
     v = row.verify_tokens
-    if draft is None:
-        passes, draft_s = 0, 0.0
-    elif draft.one_pass:
-        passes, draft_s = 1, one_pass_seconds(draft, n)
-    elif row.tree:
-        passes = row.steps
-        draft_s = tree_draft_seconds(draft, [row.topk] + [1] * (row.steps - 1),
-                                     np.full(n, mean))
-    else:
-        passes = row.steps
-        draft_s = chain_draft_seconds(draft, row.steps, np.full(n, mean))
-    round_s = spec.seconds(b, passes, row.tree)
 
-    def iteration(x: float) -> float:
-        """A speculative round with ``x`` prompt tokens (x / ctx prompts) in its verify pass
-        and in the draft's first pass."""
+    def drafting(b: float) -> tuple[float, float]:
+        """(the draft's serial passes, the engine's overheads) of a round of b sequences."""
+        n = max(int(round(b)), 1)
+        if draft is None:
+            passes, draft_s = 0, 0.0
+        elif draft.one_pass:
+            passes, draft_s = 1, one_pass_seconds(draft, n)
+        elif row.tree:
+            passes = row.steps
+            draft_s = tree_draft_seconds(draft, [row.topk] + [1] * (row.steps - 1),
+                                         np.full(n, mean))
+        else:
+            passes = row.steps
+            draft_s = chain_draft_seconds(draft, row.steps, np.full(n, mean))
+        return draft_s, spec.seconds(b, passes, row.tree)
+
+    def iteration(x: float, b: float) -> float:
+        """A speculative round of b sequences with ``x`` prompt tokens (x / ctx prompts) in
+        its verify pass and in the draft's first pass."""
         prompts = x / ctx if x > 0 else 0.0
         verify = target.pass_seconds_sums(b * v + x, b * mean, v * b * mean,
                                           b * v * v + x * ctx, n_seqs=b + prompts)
         extra = 0.0
         if x > 0 and draft is not None and not draft.one_pass:
             extra = draft.cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=prompts)
+        draft_s, round_s = drafting(b)
         return draft_s + round_s + verify + extra
 
     al = row.acceptance_length
+    b = float(row.batch)
     if row.load == "concurrency":
         base = served_tpot(target, row.batch, row.context, row.output_tokens)
         spec_tpot = served_tpot(target, row.batch, row.context, row.output_tokens,
                                 spec=(v, al, iteration))
     else:
         base = target.pass_seconds_sums(b, b * mean, b * mean, b, n_seqs=b)
-        spec_tpot = iteration(0.0) / al
+        spec_tpot = iteration(0.0, b) / al
     verify_s = target.pass_seconds_sums(b * v, b * mean, v * b * mean, b * v * v, n_seqs=b)
+    draft_s, round_s = drafting(b)
     return SpecPrediction(base, spec_tpot, draft_s, verify_s, round_s)

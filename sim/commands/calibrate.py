@@ -211,7 +211,7 @@ def _speculative(args: argparse.Namespace, catalog) -> int:
               f"{pct(result.speedup_fit)} ({n_fit} rows), held out "
               f"{pct(result.speedup_test)} ({len(rows) - n_fit} rows)")
     out_doc: dict = {}
-    for path in result.fields:
+    for path in [f for f in result.fields if f not in result.unmoved]:
         key = path.split(".speculation.")[0].removeprefix("frameworks.")
         base, _, release = key.partition("@")
         spec = result.catalog.framework(key).speculation
@@ -235,7 +235,7 @@ def _speculative(args: argparse.Namespace, catalog) -> int:
                        zip(result.fields, result.before, result.values, strict=True)],
             "speedup_fit_error": result.speedup_fit, "speedup_test_error": result.speedup_test,
             "spec_tpot_fit_error": result.tpot_fit, "spec_tpot_test_error": result.tpot_test,
-            "catalog": str(out)}, indent=2))
+            "unmoved": list(result.unmoved), "catalog": str(out)}, indent=2))
         return 0
     print(f"{len(rows)} speculative rows ({n_fit} fit, {len(rows) - n_fit} held out), "
           f"timing {timing}; fitted on the speedup")
@@ -243,6 +243,9 @@ def _speculative(args: argparse.Namespace, catalog) -> int:
     print(f"{'field':{width}s}  {'before':>11s}  {'after':>11s}")
     for f, b, v in zip(result.fields, result.before, result.values, strict=True):
         print(f"{f:{width}s}  {b:11.4g}  {v:11.4g}")
+    if result.unmoved:
+        print(f"not fitted (no fit row depends on them; left out of the catalog): "
+              f"{', '.join(result.unmoved)}")
     print(f"median |error| of the speedup: fit {pct(result.speedup_fit)}; held out "
           f"{pct(result.speedup_test)}; of the speculative TPOT: fit {pct(result.tpot_fit)}; "
           f"held out {pct(result.tpot_test)} (it includes the plain run's timing error)")

@@ -184,3 +184,17 @@ def float_flag(flags: dict, name: str, what: str) -> float:
         return float(flags[name])
     except ValueError:
         raise UserError(f"{what}: {name}: must be a number, got {flags[name]!r}") from None
+
+
+def force_acceptance(out: Parsed, variant: dict, marginals: list[float] | None,
+                     how: str) -> None:
+    """Give the speculating ``variant`` the acceptance its engine forces (``marginals``:
+    P(draft position i accepted), None: not forced), and say so in a note (``how``: the
+    engine's mechanism and what SpecSim does differently)."""
+    if marginals is None:
+        return
+    # the engines force a depth whatever the tree's width: coverage independent of it
+    variant["acceptance"] = {"kind": "marginal", "marginals": marginals, "theta": 0.0}
+    out.notes.append(f"forced acceptance: {how}, acceptance length {1 + sum(marginals):.4g} "
+                     f"(per-position rates {', '.join(f'{r:.4g}' for r in marginals)}); the "
+                     "drafts' content is not compared, so only timing is simulated")

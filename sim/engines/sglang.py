@@ -10,6 +10,7 @@ from sim.engines.common import (
     Parsed,
     flags_of,
     float_flag,
+    force_acceptance,
     int_flag,
     precision_flag,
     split,
@@ -143,6 +144,7 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
             raise UserError(f"{what}: {name}: not a launch_server flag SpecSim models")
     none = {"name": "none", "policy": {"kind": "none"}}
     if algo is None:
+        simulated_acceptance(env, 1, what)  # its variables checked; nothing speculates
         out.set("variants", [none])
         return out
     if algo not in SGLANG_METHODS:
@@ -170,14 +172,9 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
             raise UserError(f"{what}: --speculative-draft-model-path: required for {algo}")
         drafter["model"] = resolve_model(draft_path)
     variant = {"name": algo.lower(), "policy": policy, "drafter": drafter}
-    forced = simulated_acceptance(env, steps, what)
-    if forced is not None:
-        variant["acceptance"] = {"kind": "marginal", "marginals": forced}
-        out.notes.append(f"forced acceptance: SGLang's simulated acceptance "
-                         f"(SGLANG_SIMULATE_ACC_LEN), acceptance length "
-                         f"{1 + sum(forced):.4g} (per-position rates "
-                         f"{', '.join(f'{r:.4g}' for r in forced)}); drawn per sequence, where "
-                         "SGLang draws one length for the whole batch each step")
+    force_acceptance(out, variant, simulated_acceptance(env, steps, what),
+                     "SGLang's simulated acceptance (SGLANG_SIMULATE_ACC_LEN; drawn per "
+                     "sequence, where SGLang draws one length for the whole batch each step)")
     out.set("models.method", ours)
     out.set("models.draft", None)
     out.set("variants", [none, variant])
@@ -189,11 +186,12 @@ SIMULATE_METHODS = ("match-expected", "multinomial")
 
 def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[float] | None:
     """The per-position acceptance SGLang forces with ``SGLANG_SIMULATE_ACC_LEN`` (a mean
-    acceptance length, the bonus token included; below 0: off) for ``steps`` draft steps,
+    acceptance length, the bonus token included; 0 or less: off) for ``steps`` draft steps,
     or None; ``env`` is popped of the variables it reads (any other is an error).
 
     ``SGLANG_SIMULATE_ACC_METHOD`` ``match-expected`` (the default in SGLang's 2026
-    releases) accepts the length rounded down or up so that its mean is the one asked;
+    releases) accepts the length, clamped to [1, steps + 1], rounded down or up so that its
+    mean is the one asked;
     ``multinomial`` (the earlier default) draws it from a normal of that mean and standard
     deviation 1, clamped to [1, steps + 1] and rounded: github sgl-project/sglang
     python/sglang/srt/speculative/eagle_utils.py, ``_generate_simulated_accept_index``, and
@@ -216,15 +214,13 @@ def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[flo
         length = float(text)
     except ValueError:
         raise UserError(f"{what}: SGLANG_SIMULATE_ACC_LEN: a number, got {text!r}") from None
-    if length < 0:
-        return None  # SGLang's "off"
     if method not in SIMULATE_METHODS:
         raise UserError(f"{what}: SGLANG_SIMULATE_ACC_METHOD: one of "
                         f"{', '.join(SIMULATE_METHODS)}, got {method!r}")
+    if not length > 0:
+        return None  # SGLang simulates only above 0
     if method == "match-expected":
-        if not 1.0 <= length <= steps + 1:
-            raise UserError(f"{what}: SGLANG_SIMULATE_ACC_LEN: in [1, {steps + 1}] "
-                            f"(--speculative-num-steps + 1), got {length:g}")
+        length = min(max(length, 1.0), steps + 1.0)  # SGLang clamps it so
         drafts = length - 1.0
         full = int(drafts)
         return ([1.0] * full + [drafts - full] + [0.0] * (steps - full - 1))[:steps]

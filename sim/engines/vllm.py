@@ -14,6 +14,7 @@ from sim.engines.common import (
     Parsed,
     flags_of,
     float_flag,
+    force_acceptance,
     int_flag,
     precision_flag,
     split,
@@ -205,13 +206,12 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
                              "accepts, which comes from the scenario's acceptance model")
             cfg.pop(key)
     variant = {"name": method, "policy": policy, "drafter": drafter}
-    forced = _synthetic_acceptance(cfg, k, what)
-    if forced is not None:
-        variant["acceptance"] = {"kind": "marginal", "marginals": forced}
-        out.notes.append(f"forced acceptance: vLLM's synthetic rejection sampler, acceptance "
-                         f"length {1 + sum(forced):.4g} (per-position rates "
-                         f"{', '.join(f'{r:g}' for r in forced)}); the drafts' content is "
-                         "not compared, so only timing is simulated")
+    if tree is not None and cfg.get("rejection_sample_method") == "synthetic":
+        raise UserError(f"{what}: --speculative-config: rejection_sample_method synthetic "
+                        "with a speculative_token_tree: its rates are per node there, which "
+                        "SpecSim does not model (force a chain, or give the acceptance)")
+    force_acceptance(out, variant, _synthetic_acceptance(cfg, k, what),
+                     "vLLM's synthetic rejection sampler")
     if cfg:
         raise UserError(f"{what}: --speculative-config: {sorted(cfg)[0]}: not modelled")
     out.set("models.method", ours)
@@ -322,11 +322,16 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
     values = dict(t.split("=", 1) for t in parsed.sets)
     if "models.method" not in values:
         return []
-    if "acceptance" in json.loads(values["variants"])[1]:  # forced by the command line
-        return []
     keys = [t.partition("=")[0].strip() for t in user_sets]
     mine = [k for k in keys if k == "acceptance" or k.startswith("acceptance.")
             or (k.startswith("variants.") and ".acceptance" in k)]
+    if "acceptance" in json.loads(values["variants"])[1]:  # forced by the command line
+        scenario = [k for k in mine if not k.startswith("variants.")]
+        if scenario:
+            notes.append(f"{flag}: --set {scenario[-1]}: not used by the speculating "
+                         "variant, whose acceptance the command line forces (--set "
+                         "variants.1.acceptance=... replaces that)")
+        return []
     if mine:
         notes.append(f"{flag}: acceptance: yours (--set {mine[-1]}), not a preset")
         return []

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from sim.kinds.base import MAX_TOKENS, Gamma, Pos, Prob, Rates, Shape, Strict, kind_union
+from sim.kinds.base import MAX_TOKENS, Gamma, NonNeg, Pos, Prob, Rates, Shape, Strict, kind_union
 from sim.paths import resolve_file
 
 
@@ -45,16 +45,20 @@ class PositionalAcc(Strict):
 
 
 class MarginalAcc(Strict):
-    """vLLM-style marginal rates P(guess i accepted), converted to conditionals."""
+    """vLLM-style marginal rates P(guess i accepted), converted to conditionals; on a tree
+    level of k candidates 1 - (1 - α)^(k^θ) (θ 0: the width does not matter, as for an
+    engine's forced acceptance, which accepts the same depth whatever the tree)."""
 
     kind: Literal["marginal"]
     marginals: Rates  # vLLM-style P(guess i accepted)
+    theta: NonNeg = 1.0  # top-k coverage exponent for tree levels
 
     def build(self, rng: np.random.Generator):
         """The ``workloads`` acceptance model."""
         from workloads.acceptance import PositionalAcceptance
+        from workloads.coverage import PowerCoverage
 
-        return PositionalAcceptance.from_marginals(self.marginals)
+        return PositionalAcceptance.from_marginals(self.marginals, PowerCoverage(self.theta))
 
 
 class BurstyAcc(Strict):

@@ -83,6 +83,7 @@ def chain_grid(batches, contexts, gammas, overrides=()) -> dict:
     With ``overrides`` (e.g. :data:`DEFAULT_TIMING`) only the analytic speedups are
     computed (``{(batch, context): analytic speedups by γ}``).
     """
+    from hardware.spec_cost import for_cost
     from hardware.speedup import chain_table
 
     path = claims_scenario(BATCHING)
@@ -90,11 +91,12 @@ def chain_grid(batches, contexts, gammas, overrides=()) -> dict:
     for context in contexts:
         for b in batches[context]:
             target, draft = cost_pair(path, [f"scheduler.max_num_seqs={b}", *overrides])
+            spec = for_cost(target, "draft_model")  # none on the paper GPU
             if overrides:
-                rows = chain_table(target, draft, b, context, ALPHA, max(gammas))
+                rows = chain_table(target, draft, b, context, ALPHA, max(gammas), spec)
                 out[b, context] = {r.gamma: r.speedup for r in rows if r.gamma in gammas}
                 continue
-            rows = chain_table(target, draft, b, context, ALPHA, max(gammas))
+            rows = chain_table(target, draft, b, context, ALPHA, max(gammas), spec)
             ana = {r.gamma: r.speedup for r in rows if r.gamma in gammas}
             sim = _sim_speedups(BATCHING, b, context, {
                 g: [f"variants={policy_yaml(None, gamma=g)}"] for g in gammas})
@@ -167,6 +169,7 @@ def _timing_note(file: str) -> str:
 
 def tree_load_claims(quick: bool = False) -> list[ClaimRow]:
     """§7.3: batch 1 widest tree best; batch 16 narrowest 1.30×, widest 0.64×; 64 none."""
+    from hardware.spec_cost import for_cost
     from hardware.speedup import tree_table
 
     path = claims_scenario(TREES)
@@ -178,7 +181,8 @@ def tree_load_claims(quick: bool = False) -> list[ClaimRow]:
         target, draft = cost_pair(path, [f"scheduler.max_num_seqs={b}"])
         ana[b] = {r.width: r for r in tree_table(target, draft, b, 1024, trees, tokens)}
         target, draft = cost_pair(path, [f"scheduler.max_num_seqs={b}", *DEFAULT_TIMING])
-        real[b] = {r.width: r for r in tree_table(target, draft, b, 1024, trees, tokens)}
+        real[b] = {r.width: r for r in tree_table(target, draft, b, 1024, trees, tokens,
+                                                  for_cost(target, "draft_model"))}
         sim[b] = _sim_speedups(TREES, b, 1024, {k: [
             f"acceptance.mean_tokens={TOY_TOKENS[k]}", f"acceptance.expansion={shape}",
             f"variants={policy_yaml(shape)}"] for k, shape in trees})

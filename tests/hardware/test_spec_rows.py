@@ -166,3 +166,12 @@ def test_calibrate_fits_a_users_speculative_runs_and_writes_a_catalog(tmp_path, 
         CAT.framework("sglang").speculation.tree_s, rel=1e-3)
     assert doc["speedup_test_error"] < 0.02
     assert np.isfinite(doc["spec_tpot_test_error"])
+
+
+def test_a_field_no_fit_row_depends_on_is_left_as_it_was(tmp_path):
+    rows = read_spec_rows(_write(tmp_path / "e.csv", [
+        {**ROW, "shape": f"chain:{k}"} for k in (2, 3, 4, 5, 6, 7)]))  # chains only
+    fit = fit_spec(rows, CAT, ["frameworks.vllm.speculation.step_s",
+                               "frameworks.vllm.speculation.tree_s"])
+    assert fit.unmoved == ("frameworks.vllm.speculation.tree_s",)
+    assert fit.values[1] == CAT.framework("vllm").speculation.tree_s == 0.0

@@ -482,7 +482,8 @@ def test_vllms_synthetic_rejection_sampler_forces_its_acceptance(extra, marginal
         "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{\"method\": "
         "\"eagle3\", \"num_speculative_tokens\": 3, \"rejection_sample_method\": "
         f"\"synthetic\", {extra}}}'", _ids)
-    assert _spec_variant(p)["acceptance"] == {"kind": "marginal", "marginals": marginals}
+    assert _spec_variant(p)["acceptance"] == {"kind": "marginal", "marginals": marginals,
+                                              "theta": 0.0}
     assert any(n.startswith("forced acceptance: vLLM's synthetic rejection sampler")
                for n in p.notes)
 
@@ -527,7 +528,7 @@ def test_sglangs_simulated_acceptance_is_read_from_the_environment():
            "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
     p = parse_sglang(f"SGLANG_SIMULATE_ACC_LEN=2.5 {cmd}", _ids)
     assert _spec_variant(p)["acceptance"] == {"kind": "marginal",
-                                              "marginals": [1.0, 0.5, 0.0]}
+                                              "marginals": [1.0, 0.5, 0.0], "theta": 0.0}
     # multinomial: N(2.5, 1) clamped to [1, 4] and rounded; P(length >= j + 1)
     p = parse_sglang("env SGLANG_SIMULATE_ACC_LEN=2.5 SGLANG_SIMULATE_ACC_METHOD=multinomial "
                      f"SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token {cmd}", _ids)
@@ -535,11 +536,34 @@ def test_sglangs_simulated_acceptance_is_read_from_the_environment():
     want = [0.5 * (1 - math.erf((j + 0.5 - 2.5) / math.sqrt(2))) for j in (1, 2, 3)]
     assert got == pytest.approx(want, abs=1e-12)
     assert 1 + sum(got) == pytest.approx(2.5, abs=0.02)  # close to, not exactly, the mean
-    assert "acceptance" not in _spec_variant(parse_sglang(
-        f"SGLANG_SIMULATE_ACC_LEN=-1 {cmd}", _ids))  # SGLang's "off"
+    for off in ("-1", "0"):  # SGLang simulates only above 0
+        assert "acceptance" not in _spec_variant(parse_sglang(
+            f"SGLANG_SIMULATE_ACC_LEN={off} {cmd}", _ids))
+    # match-expected clamps to [1, steps + 1], as SGLang does
+    assert _spec_variant(parse_sglang(f"SGLANG_SIMULATE_ACC_LEN=5 {cmd}", _ids))[
+        "acceptance"]["marginals"] == [1.0, 1.0, 1.0]
     with pytest.raises(UserError, match="environment variable CUDA_VISIBLE_DEVICES: not"):
         parse_sglang(f"CUDA_VISIBLE_DEVICES=0 {cmd}", _ids)
-    with pytest.raises(UserError, match=r"SGLANG_SIMULATE_ACC_LEN: in \[1, 4\]"):
-        parse_sglang(f"SGLANG_SIMULATE_ACC_LEN=5 {cmd}", _ids)
+    with pytest.raises(UserError, match="environment variable FOO: not"):  # no spec either
+        parse_sglang("FOO=1 python3 -m sglang.launch_server --model-path "
+                     "meta-llama/Llama-3.1-8B-Instruct", _ids)
     with pytest.raises(UserError, match="environment variable SGLANG_X: not modelled"):
         parse_vllm_serve("SGLANG_X=1 vllm serve meta-llama/Llama-3.1-8B-Instruct", _ids)
+
+
+def test_forced_acceptance_on_a_tree_forces_the_depth_whatever_the_width(tmp_path, capsys):
+    """SGLang's simulated acceptance takes the same length on a topk-4 tree as on a chain
+    (the forced model's coverage does not grow with the tree's width)."""
+    assert main(["run", "--from-sglang", "SGLANG_SIMULATE_ACC_LEN=1.8 python3 -m "
+                 "sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+                 "--speculative-algorithm EAGLE3 --speculative-num-steps 3 "
+                 "--speculative-eagle-topk 4", "--set", "run.requests=40", "--no-report",
+                 "--json", "--out", str(tmp_path / "r")]) == 0
+    got = json.loads(capsys.readouterr().out)["variants"][1]["mean_acceptance_length"]
+    assert got == pytest.approx(1.8, abs=0.05)
+    with pytest.raises(UserError, match="per node there"):
+        parse_vllm_serve(
+            "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{\"method\": "
+            "\"eagle3\", \"num_speculative_tokens\": 2, \"speculative_token_tree\": "
+            "\"[(0,), (1,)]\", \"rejection_sample_method\": \"synthetic\", "
+            "\"synthetic_acceptance_length\": 1.5}'", _ids)

@@ -153,3 +153,37 @@ def test_a_failing_report_leaves_no_folder(tmp_path, capsys):
     assert main(["run", "--set", "run.requests=5", "--warmup", "1e6", "--out", str(out)]) == 2
     assert "--warmup 1e+06: the run's last request arrived" in capsys.readouterr().err
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_an_empty_working_directory_as_out_is_refused_not_a_traceback(tmp_path, capsys,
+                                                                      monkeypatch):
+    here = tmp_path / "empty"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["run", "--set", "run.requests=3", "--no-report", "--no-progress",
+                 "--out", "."]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the working directory" in err[0]
+    assert list(tmp_path.iterdir()) == [here] and not list(here.iterdir())
+
+
+def test_a_folder_that_changes_after_the_check_is_put_back(tmp_path, monkeypatch):
+    """The folder is checked again once moved aside: a file added after the first check
+    (a race) makes it go back untouched, and the finished run is discarded."""
+    from sim import output
+
+    out = tmp_path / "run"
+    args = ["run", "--set", "run.requests=3", "--no-report", "--no-progress", "--out",
+            str(out)]
+    assert main(args) == 0
+    first = output._check_replaceable
+
+    def check_then_write(folder, flag):
+        first(folder, flag)
+        (folder / "late.txt").write_text("written between the check and the move")
+
+    monkeypatch.setattr(output, "_check_replaceable", check_then_write)
+    assert main([*args, "--force"]) == 2
+    assert (out / "late.txt").read_text().startswith("written between")
+    assert (out / "meta.yaml").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
