@@ -166,13 +166,8 @@ def main(args: argparse.Namespace) -> int:
             "catalog": str(out)}, indent=2))
         return 0
     print(f"{len(rows)} rows ({n_fit} fit, {len(rows) - n_fit} held out), timing {timing}")
-    width = max(len(f) for f in result.fields)
-    print(f"{'field':{width}s}  {'before':>11s}  {'after':>11s}")
-    for f, b, v in zip(result.fields, result.before, result.values, strict=True):
-        print(f"{f:{width}s}  {b:11.4g}  {v:11.4g}")
+    _print_fields(result)
     if result.unmoved:
-        print(f"not fitted (no fit row depends on them; left out of the catalog): "
-              f"{', '.join(result.unmoved)}")
         versions = {r.framework_version for r in rows if r.split == "fit"}
         keys = {field_entry(f) for f in result.unmoved if "@" in f}
         for key in sorted(keys):
@@ -239,6 +234,16 @@ def _speculative(args: argparse.Namespace, catalog) -> int:
         return 0
     print(f"{len(rows)} speculative rows ({n_fit} fit, {len(rows) - n_fit} held out), "
           f"timing {timing}; fitted on the speedup")
+    _print_fields(result)
+    print(f"median |error| of the speedup: fit {pct(result.speedup_fit)}; held out "
+          f"{pct(result.speedup_test)}; of the speculative TPOT: fit {pct(result.tpot_fit)}; "
+          f"held out {pct(result.tpot_test)} (it includes the plain run's timing error)")
+    print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
+    return 0
+
+
+def _print_fields(result) -> None:
+    """A fit's fields, before and after, and those no fit row depends on."""
     width = max(len(f) for f in result.fields)
     print(f"{'field':{width}s}  {'before':>11s}  {'after':>11s}")
     for f, b, v in zip(result.fields, result.before, result.values, strict=True):
@@ -246,8 +251,3 @@ def _speculative(args: argparse.Namespace, catalog) -> int:
     if result.unmoved:
         print(f"not fitted (no fit row depends on them; left out of the catalog): "
               f"{', '.join(result.unmoved)}")
-    print(f"median |error| of the speedup: fit {pct(result.speedup_fit)}; held out "
-          f"{pct(result.speedup_test)}; of the speculative TPOT: fit {pct(result.tpot_fit)}; "
-          f"held out {pct(result.tpot_test)} (it includes the plain run's timing error)")
-    print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
-    return 0
