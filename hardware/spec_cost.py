@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SPEC_FIELDS", "SpecRound", "round_seconds", "spec_round", "for_cost", "NO_SPEC"]
+__all__ = ["SPEC_FIELDS", "SpecRound", "round_seconds", "serial_passes", "spec_round",
+           "for_cost", "NO_SPEC"]
 
 # the order of round_seconds' parameters
 SPEC_FIELDS = ("step_s", "seq_s", "draft_step_s", "tree_s")
@@ -45,6 +46,15 @@ def round_seconds(p, n_spec, passes, tree):
     if tree:
         s += p[3]
     return s
+
+
+def serial_passes(draft, depth: int) -> int:
+    """Serial draft passes of a round whose shape is ``depth`` levels deep: a draft model
+    or an EAGLE/MTP head one per level, a ``one_pass`` drafter (Medusa's heads) one, a CPU
+    drafter (``draft`` None) none. (The compiled walk states it over its own scalars.)"""
+    if draft is None or not depth:
+        return 0
+    return 1 if getattr(draft, "one_pass", False) else depth
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ from hardware.draft import (
     tree_draft_seconds,
     tree_nodes,
 )
-from hardware.spec_cost import SpecRound
+from hardware.spec_cost import SpecRound, serial_passes
 from specdec.errors import UserError
 
 __all__ = [
@@ -213,8 +213,7 @@ def _round_s(spec: SpecRound | None, batch: int, draft: DraftSetup | None, depth
     model or head runs ``depth`` serial passes, a one-pass drafter one, a CPU one none."""
     if spec is None:
         return 0.0
-    passes = 0 if draft is None else 1 if draft.one_pass else depth
-    return spec.seconds(batch, passes, tree)
+    return spec.seconds(batch, serial_passes(draft, depth), tree)
 
 
 def _timing(

@@ -91,14 +91,12 @@ def check_out(out: Path, flag: str = "--out", force: bool = False) -> Path:
 
 
 def _check_replaceable(out: Path, flag: str) -> None:
-    """Refuse (UserError) to replace ``out`` unless SpecSim wrote all of it: its marker
-    lists every file and folder in it, and it does not hold the working directory."""
+    """Refuse (UserError) to replace ``out`` unless SpecSim wrote all of it: it is no link
+    and its marker lists every file and folder in it (``check_out`` has refused a folder
+    that holds the working directory before any work)."""
     if out.is_symlink():
         raise UserError(f"{flag} {out}: is a link; --force replaces only a folder SpecSim "
                         f"wrote, not what a link points to")
-    if _holds_cwd(out):
-        raise UserError(f"{flag} {out}: holds the working directory; --force replaces only "
-                        f"a folder SpecSim wrote, never one you are in")
     _check_marked(out, out, flag)
 
 

@@ -41,7 +41,7 @@ from typing import Protocol
 
 import numpy as np
 
-from hardware.spec_cost import round_seconds
+from hardware.spec_cost import round_seconds, serial_passes
 from sim.draft_pricing import (
     chain_prefix_seconds,
     one_level_deeper,
@@ -98,21 +98,16 @@ class IterationPricer:
         self.overlap = overlap
         self.spec = spec
         # round_seconds' parameters, or None where they are all zero (nothing to add)
-        self.spec_params = spec.params if spec is not None and spec.params.any() else None
+        params = None if spec is None else spec.params
+        self.spec_params = params if params is not None and params.any() else None
         self._ahead_excess = 0.0  # drafting ahead still running when the last verify ended
-
-    def _passes(self, depth: int) -> int:
-        """Serial draft passes of a shape ``depth`` levels deep (see the module notes)."""
-        if self.draft is None or not depth:
-            return 0
-        return 1 if getattr(self.draft, "one_pass", False) else depth
 
     def round_s(self, n_spec: float, depth: int, tree: bool) -> float:
         """What the engine spends beyond the passes on an iteration where ``n_spec``
         sequences verify drafts of a shape ``depth`` levels deep (``round_seconds``)."""
         if self.spec_params is None:
             return 0.0
-        return round_seconds(self.spec_params, n_spec, self._passes(depth), tree)
+        return round_seconds(self.spec_params, n_spec, serial_passes(self.draft, depth), tree)
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
               pre_chunks: np.ndarray, bound: bool | None = None, sync=None,

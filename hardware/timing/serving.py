@@ -148,18 +148,14 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
     mean = ctx + out / 2
     # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
     b = max(min(b, kv_tokens / (ctx + out)), 1.0)
-    per_step, al = 1, 1.0
+    per_step, al, spec_step = (1, 1.0, None) if spec is None else spec
 
     def step(x: float) -> float:  # b decodes + x prompt tokens (x / ctx prompts) in one pass
+        if spec_step is not None:  # a speculative round of the b (KV-capped) requests
+            return spec_step(x, b)
         prompts = x / ctx if x > 0 else 0.0
         return cost.pass_seconds_sums(b + x, b * mean, b * mean, b + x * ctx,
                                       n_seqs=b + prompts)
-
-    if spec is not None:
-        per_step, al, spec_step = spec
-
-        def step(x: float) -> float:  # noqa: F811 -- a round of the b (KV-capped) requests
-            return spec_step(x, b)
 
     def alone(x: float) -> float:  # x prompt tokens in a pass of their own
         return cost.pass_seconds_sums(x, 0.0, 0.0, x * ctx, n_seqs=x / ctx)

@@ -66,10 +66,9 @@ def _block(catalog: Catalog, key: str) -> SpecOverheads:
 def current_spec(catalog: Catalog, path: str) -> float:
     """The catalog's value of a speculative field (0 where the block has none)."""
     key, name, method = _parse(path)
-    block = _block(catalog, key)
-    if method is not None:
-        return float(block.draft_step_s.get(method, block.draft_step_s.get("default", 0.0)))
-    return float(getattr(block, name))
+    if method is not None:  # the method's own, else the block's default, as priced
+        return spec_round(catalog.framework(key), method).draft_step_s
+    return float(getattr(_block(catalog, key), name))
 
 
 def apply_spec_fields(catalog: Catalog, paths: list[str], values, source: str | None = None

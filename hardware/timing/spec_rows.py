@@ -55,7 +55,7 @@ from hardware.draft import (
 )
 from hardware.heads import head_config, medusa_config
 from hardware.models import read_utf8
-from hardware.spec_cost import SpecRound, for_cost
+from hardware.spec_cost import SpecRound, for_cost, serial_passes
 from specdec.errors import UserError
 
 __all__ = ["SPEC_COLUMNS", "SpecRow", "SpecPrediction", "read_spec_rows", "predict_spec",
@@ -314,21 +314,23 @@ def predict_spec(row: SpecRow, catalog: Catalog, timing: str = "auto",
     mean = ctx + out / 2
     v = row.verify_tokens
 
+    priced: dict[float, tuple[float, float]] = {}
+
     def drafting(b: float) -> tuple[float, float]:
         """(the draft's serial passes, the engine's overheads) of a round of b sequences."""
-        n = max(int(round(b)), 1)
-        if draft is None:
-            passes, draft_s = 0, 0.0
-        elif draft.one_pass:
-            passes, draft_s = 1, one_pass_seconds(draft, n)
-        elif row.tree:
-            passes = row.steps
-            draft_s = tree_draft_seconds(draft, [row.topk] + [1] * (row.steps - 1),
-                                         np.full(n, mean))
-        else:
-            passes = row.steps
-            draft_s = chain_draft_seconds(draft, row.steps, np.full(n, mean))
-        return draft_s, spec.seconds(b, passes, row.tree)
+        if b not in priced:
+            n = max(int(round(b)), 1)
+            if draft is None:
+                draft_s = 0.0
+            elif draft.one_pass:
+                draft_s = one_pass_seconds(draft, n)
+            elif row.tree:
+                draft_s = tree_draft_seconds(draft, [row.topk] + [1] * (row.steps - 1),
+                                             np.full(n, mean))
+            else:
+                draft_s = chain_draft_seconds(draft, row.steps, np.full(n, mean))
+            priced[b] = draft_s, spec.seconds(b, serial_passes(draft, row.steps), row.tree)
+        return priced[b]
 
     def iteration(x: float, b: float) -> float:
         """A speculative round of b sequences with ``x`` prompt tokens (x / ctx prompts) in

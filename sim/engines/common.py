@@ -198,3 +198,13 @@ def force_acceptance(out: Parsed, variant: dict, marginals: list[float] | None,
     out.notes.append(f"forced acceptance: {how}, acceptance length {1 + sum(marginals):.4g} "
                      f"(per-position rates {', '.join(f'{r:.4g}' for r in marginals)}); the "
                      "drafts' content is not compared, so only timing is simulated")
+
+
+def min_variance_marginals(length: float, k: int) -> list[float]:
+    """P(draft position i accepted), i = 1..k, of the minimum-variance schedule for a mean
+    acceptance length ``length`` (bonus token included, in [1, k + 1]): the whole part of
+    length - 1 positions always accepted, the next with its fraction, the rest never --
+    vLLM's ``_acceptance_length_to_rates`` and SGLang's ``match-expected`` alike."""
+    drafts = float(length) - 1.0  # accepted draft tokens per step, in expectation
+    full = int(drafts)
+    return ([1.0] * full + [drafts - full] + [0.0] * (k - full - 1))[:k]

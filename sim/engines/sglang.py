@@ -12,6 +12,7 @@ from sim.engines.common import (
     float_flag,
     force_acceptance,
     int_flag,
+    min_variance_marginals,
     precision_flag,
     split,
 )
@@ -221,9 +222,7 @@ def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[flo
         return None  # SGLang simulates only above 0
     if method == "match-expected":
         length = min(max(length, 1.0), steps + 1.0)  # SGLang clamps it so
-        drafts = length - 1.0
-        full = int(drafts)
-        return ([1.0] * full + [drafts - full] + [0.0] * (steps - full - 1))[:steps]
+        return min_variance_marginals(length, steps)
 
     def phi(x: float) -> float:
         return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))

@@ -16,6 +16,7 @@ from sim.engines.common import (
     float_flag,
     force_acceptance,
     int_flag,
+    min_variance_marginals,
     precision_flag,
     split,
 )
@@ -272,9 +273,7 @@ def _synthetic_acceptance(cfg: dict, k: int, what: str) -> list[float] | None:
         raise UserError(f"{what}: --speculative-config: synthetic_acceptance_length: a "
                         f"number in [1, {k + 1}] (num_speculative_tokens + 1), got "
                         f"{length!r}")
-    drafts = float(length) - 1.0  # accepted draft tokens per step, in expectation
-    full = int(drafts)
-    return ([1.0] * full + [drafts - full] + [0.0] * (k - full - 1))[:k]
+    return min_variance_marginals(length, k)
 
 
 def tree_paths(widths: list[int]) -> list[tuple[int, ...]]:
