@@ -100,6 +100,8 @@ def split(text: str, what: str, head: tuple[str, ...], env: dict | None = None) 
     """The words of a command line after its ``head`` (UserError when it does not start
     so). Leading ``NAME=value`` assignments (the shell's, optionally after ``env``) go to
     ``env`` where it is given, else they are an error."""
+    if not text.strip():  # e.g. an unset shell variable: never the default scenario
+        raise UserError(f"{what}: the command line is empty; give '{' '.join(head)} ...'")
     try:
         words = shlex.split(text)
     except ValueError as e:
@@ -122,7 +124,11 @@ def split(text: str, what: str, head: tuple[str, ...], env: dict | None = None) 
 
 def flags_of(words: list[str], what: str, booleans: set[str]) -> tuple[list[str], dict]:
     """(positional words, {flag: value}) of a command line (``--flag value``, ``--flag=v``,
-    boolean flags without a value); a repeated flag is an error."""
+    boolean flags without a value); a repeated flag is an error, and so is a value given to
+    a boolean flag (``--enable-chunked-prefill=false``): the engines declare those with
+    argparse's ``store_true`` or ``BooleanOptionalAction``, which take no value and refuse
+    ``--flag=value`` ("ignored explicit argument"), vLLM's ``FlexibleArgumentParser``
+    passing the word through unchanged (vllm/utils/argparse_utils.py @c836a6fe)."""
     pos, flags, i = [], {}, 0
     while i < len(words):
         w = words[i]
@@ -134,6 +140,11 @@ def flags_of(words: list[str], what: str, booleans: set[str]) -> tuple[list[str]
         name = "--" + name.lstrip("-").replace("_", "-") if name.startswith("--") else name
         if name in flags:
             raise UserError(f"{what}: {name}: given twice")
+        if eq and name in booleans:
+            negated = "--no-" + name.removeprefix("--")
+            hint = f"give {name} or {negated}" if negated in booleans else f"give {name}"
+            raise UserError(f"{what}: {name}: a switch, it takes no value, got {w!r} (the "
+                            f"engine refuses it; {hint})")
         if eq:
             flags[name] = value
         elif name in booleans:

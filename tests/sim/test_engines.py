@@ -76,6 +76,40 @@ def test_an_unsupported_vllm_flag_is_an_error_naming_it(flag, match):
         parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flag}", _ids)
 
 
+@pytest.mark.parametrize("flag, caching", [("--enable-chunked-prefill", True),
+                                           ("--no-enable-chunked-prefill", False),
+                                           ("--enable_chunked_prefill", True)])
+def test_vllm_chunked_prefill_switches_read_as_vllm_reads_them(flag, caching):
+    s = _sets(parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flag}", _ids))
+    assert s["scheduler.chunked_prefill"] is caching
+
+
+@pytest.mark.parametrize("word", ["--enable-chunked-prefill=false",
+                                  "--enable-chunked-prefill=true",
+                                  "--no-enable-chunked-prefill=1",
+                                  "--enable-prefix-caching=False", "--enforce-eager=0"])
+def test_a_value_given_to_a_vllm_switch_is_refused_as_vllm_refuses_it(word):
+    """vLLM declares its boolean flags with argparse's BooleanOptionalAction (``store_true``
+    before), which take no value: ``--flag=false`` is an argparse error there, not False."""
+    name = word.partition("=")[0]
+    with pytest.raises(UserError, match=f"--from-vllm: {name}: a switch, it takes no value"):
+        parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {word}", _ids)
+
+
+def test_a_value_given_to_an_sglang_switch_is_refused():
+    with pytest.raises(UserError, match="--disable-radix-cache: a switch, it takes no value"):
+        parse_sglang("python -m sglang.launch_server --model-path "
+                     "meta-llama/Llama-3.1-8B-Instruct --disable-radix-cache=false", _ids)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_an_empty_engine_command_line_is_refused(text):
+    with pytest.raises(UserError, match="--from-vllm: the command line is empty"):
+        parse_vllm_serve(text, _ids)
+    with pytest.raises(UserError, match="--from-sglang: the command line is empty"):
+        parse_sglang(text, _ids)
+
+
 def test_vllm_bench_serve_becomes_the_workload():
     s = _sets(parse_vllm_bench("vllm bench serve --request-rate 4 --num-prompts 200 "
                                "--random-input-len 512 --random-output-len 64 "
