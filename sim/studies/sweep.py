@@ -10,7 +10,8 @@ values, from ``--vary key=v1,v2,...`` flags and/or a ``sweep:`` block in the sce
 
 The scenario schema (``sim.scenario``) has no ``sweep`` section, so this module removes the
 block before validating the rest. A ``--vary`` flag for a key the block also names replaces
-the block's values.
+the block's values; two ``--vary`` flags for one key are an error. A point that changes a
+variant names it after the values in effect (:func:`variant_labels`).
 
 Every point runs with its own seed, derived from the scenario's seed and the point's values
 (never from the order points finish in), so the table is the same with 1 worker, N local
@@ -27,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +129,9 @@ def load_sweep(path: str | Path, vary: list[str] | None = None,
         flags[str(key)] = "sweep.vary"
     for text in vary or []:
         key, values = parse_vary(text)
+        if flags.get(key) == "--vary":  # it would replace the first one's values
+            raise UserError(f"--vary {key}: given twice; give all its values in one, "
+                            f"--vary {key}=v1,v2,...")
         axes[key] = values
         flags[key] = "--vary"
     if not axes:
@@ -155,6 +160,49 @@ def point_seed(base_seed: int, point: dict) -> int:
 def point_overrides(point: dict) -> list[str]:
     """The ``--set`` texts that realise ``point`` (values as JSON, which is YAML)."""
     return [f"{k}={json.dumps(v)}" for k, v in point.items()]
+
+
+def variant_labels(base: dict, point: dict) -> dict[str, str]:
+    """{variant name: the name the sweep table gives it at ``point``}: a variant whose
+    fields the point changes (``variants.<i>.<field>``, the name left as it is) is named
+    after the values in effect, so a name that says a value never contradicts the row.
+    The old value's text is replaced where the name holds it exactly once as a whole
+    number or word (``fixed-g4`` at ``policy.gamma`` 2: ``fixed-g2``); otherwise the
+    field and value are appended (``eagle-gamma=2``), and so where replacing would give
+    the name of another variant. ``base``: the resolved scenario (every field present)."""
+    variants = base.get("variants") or []
+    names = [v.get("name") for v in variants]
+    labels = {n: n for n in names}
+    for key, value in point.items():
+        parts = key.split(".")
+        if parts[0] != "variants" or len(parts) < 3 or not parts[1].isdigit() \
+                or int(parts[1]) >= len(variants) or parts[2] == "name" \
+                or f"variants.{parts[1]}.name" in point:
+            continue
+        name = names[int(parts[1])]
+        old = variants[int(parts[1])]
+        for k in parts[2:]:
+            old = old[int(k)] if isinstance(old, list) and k.isdigit() else \
+                old.get(k) if isinstance(old, dict) else None
+        before, after = _value_text(old), _value_text(value)
+        edge = r"[0-9.]" if isinstance(old, int | float) else r"[A-Za-z0-9]"
+        pattern = f"(?<!{edge}){re.escape(before)}(?!{edge})"
+        label = labels[name]
+        found = list(re.finditer(pattern, label)) if before else []
+        renamed = label[:found[0].start()] + after + label[found[0].end():] \
+            if len(found) == 1 else None
+        others = {labels[n] for n in names if n != name}
+        if renamed is None or renamed in others:
+            renamed = f"{label}-{parts[-1]}={after}"
+        labels[name] = renamed
+    return labels
+
+
+def _value_text(value) -> str:
+    """A value as a variant label writes it (YAML/JSON flow style, no spaces)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
 
 
 def run_point(base: dict, source: str, point: dict, same_seed: bool = False,
@@ -192,6 +240,8 @@ def run_point(base: dict, source: str, point: dict, same_seed: bool = False,
     table = add_speedups(pd.DataFrame(rows), base_name)
     table.insert(0, "variant", table.pop("name"))
     table.insert(1, "policy", [kinds[n] for n in table["variant"]])
+    shown = variant_labels(base, point)
+    table["variant"] = [shown.get(n, n) for n in table["variant"]]
     table.insert(0, "seed", scenario.run.seed)
     for i, (k, v) in enumerate(point.items()):
         table.insert(i, k, [v if not isinstance(v, list | dict) else json.dumps(v)] * len(table))

@@ -149,3 +149,40 @@ def test_sweep_out_that_is_a_file_is_one_line(tmp_path, capsys):
                  "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith(f"--out {out}: exists and is not a folder"), err
+
+
+def test_a_point_that_changes_a_variant_names_it_after_the_value_in_effect(tmp_path, capsys):
+    """The default variants' ``fixed-g4`` at γ = 2 and 5 is ``fixed-g2`` and ``fixed-g5``:
+    the name never contradicts the row; an unvaried variant keeps its name."""
+    rc = main(["sweep", str(_scenario(tmp_path)), "--vary", "variants.1.policy.gamma=2,5",
+               "--out", str(tmp_path / "o"), "--json", "--no-progress"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["variants.1.policy.gamma"], r["variant"]) for r in rows] == [
+        (2, "none"), (2, "fixed-g2"), (5, "none"), (5, "fixed-g5")]
+
+
+def test_variant_labels_append_the_value_where_the_name_does_not_hold_it_once():
+    from sim.studies.sweep import variant_labels
+
+    two = {"variants": [{"name": "g2", "policy": {"kind": "fixed", "gamma": 2}},
+                        {"name": "g4", "policy": {"kind": "fixed", "gamma": 4}}]}
+    assert variant_labels(two, {"variants.1.policy.gamma": 3})["g4"] == "g3"
+    # "g2" is the other variant's name: appended, never two variants under one name
+    assert variant_labels(two, {"variants.1.policy.gamma": 2})["g4"] == "g4-gamma=2"
+    tree = {"variants": [{"name": "eagle", "policy": {"kind": "tree", "expansion": [2, 1]}}]}
+    assert variant_labels(tree, {"variants.0.policy.expansion": [3, 1, 1]}) == {
+        "eagle": "eagle-expansion=[3,1,1]"}
+    # a point that names the variant itself, or changes no variant, renames nothing
+    assert variant_labels(two, {"variants.1.policy.gamma": 3, "variants.1.name": "x"}) == {
+        "g2": "g2", "g4": "g4"}
+    assert variant_labels(two, {"workload.rate_per_s": 3}) == {"g2": "g2", "g4": "g4"}
+
+
+def test_a_second_vary_on_one_key_is_refused(tmp_path, capsys):
+    rc = main(["sweep", str(_scenario(tmp_path)), "--vary", "workload.rate_per_s=2",
+               "--vary", "workload.rate_per_s=4,8", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--vary workload.rate_per_s: given twice" in err[0]
+    assert not (tmp_path / "o").exists()
