@@ -246,7 +246,8 @@ def _health(summaries: list[dict]) -> list[str]:
     if any(s.get("prefix_cached_tokens") is not None for s in summaries):
         spec = (*_HEALTH[:6], *_PREFIX, *_HEALTH[6:])
     out = ["", "## Serving health", "", markdown_table(table, spec), "",
-           "Throughput is what the run delivered from its first arrival to its end; "
+           "Throughput is what the run delivered from its first arrival to its last "
+           "completion (to its end, where requests were still unfinished); "
            "*overloaded* means completions fell behind arrivals (the queue grew) over the "
            "second half of the arrivals, so throughput there is the capacity and latency "
            "grows with the run's length. ITL is vLLM's: the gaps between consecutive output "

@@ -4,9 +4,10 @@ The engine emits flat records stored by column (``sim.records.Records``); this m
 where they become pandas tables. Definitions follow ``sim.summary`` (TTFT, TPOT, vLLM's
 acceptance counters) and add:
 
-- ``throughput_tokens_per_s``, ``requests_per_s``: over the run's span (first arrival to
-  the end of the run), exactly as ``sim.summary`` (so a sweep point, a load-curve point and
-  a run's summary agree).
+- ``throughput_tokens_per_s``, ``requests_per_s``: over the span the requests occupied
+  (first arrival to the last completion, or to the end of the run when some request had
+  not finished), exactly as ``sim.summary.span_s`` (so a sweep point, a load-curve point
+  and a run's summary agree).
 - ``goodput_requests_per_s``: requests per second (over the same span) whose *own* TTFT
   and TPOT meet the scenario's SLO thresholds
   (DistServe's goodput). A threshold the SLO leaves unset is
@@ -120,8 +121,11 @@ def summarize_frames(name: str, requests: pd.DataFrame, iterations: pd.DataFrame
             row[f"{metric}_p{q}_s"] = float(np.percentile(values, q)) if len(values) else np.nan
         row[f"{metric}_mean_s"] = float(values.mean()) if len(values) else np.nan
     good = meets_slo(requests, slo)
-    # over the run's span, first arrival to the end, as sim.summary
-    span = duration_s - (float(requests["arrival_at"].min()) if len(requests) else 0.0)
+    # over the span the requests occupied, as sim.summary.span_s: first arrival to the last
+    # completion, or to the end of the run (duration_s) when one had not finished
+    end = float(requests["finished_at"].max()) if len(fin) == len(requests) > 0 \
+        else duration_s
+    span = end - (float(requests["arrival_at"].min()) if len(requests) else 0.0)
     span = span if span > 0 else np.nan
     row["throughput_tokens_per_s"] = int(requests["emitted_tokens"].sum()) / span
     row["requests_per_s"] = len(fin) / span

@@ -5,8 +5,11 @@ Definitions:
 - TTFT = first_token_at − arrival_at; TPOT = (finished_at − first_token_at) / (output − 1)
   over finished requests with more than one output token; end-to-end = finished_at −
   arrival_at. Percentiles over finished requests (TTFT: over requests that got a token).
-- Throughput is what the run delivered over its span, from the first arrival to the end
-  of the run (the last completion, or the horizon): ``throughput_tokens_per_s`` = output
+- Throughput is what the run delivered over the span its requests occupied, from the first
+  arrival to the last completion, or to the end of the run (the horizon) when some request
+  was still queued or running then (:func:`span_s`; a horizon far past the last completion,
+  as in the whole-trace recipe ``run: {requests: null, horizon_s: H}``, adds nothing to the
+  span): ``throughput_tokens_per_s`` = output
   tokens emitted / span, ``requests_per_s`` (= ``served_rate_per_s``) = requests finished /
   span. As the offered load rises past what the deployment serves, the span shrinks to
   the time the work takes at capacity, so these numbers rise to the capacity and stay there:
@@ -105,13 +108,23 @@ def itl_percentile(counts: np.ndarray | None, q: float) -> float | None:
     return float(np.sqrt(edges[i] * edges[i + 1]))
 
 
-def delivery_rates(arrival_at, emitted: int, finished: int, end_at: float
-                   ) -> dict[str, float | None]:
-    """``throughput_tokens_per_s`` and ``requests_per_s`` over the run's span, from the first
-    arrival to ``end_at`` (the last completion, or the horizon): see the module docstring.
-    ``reports`` computes the same numbers from its frames with the same definition."""
+def span_s(arrival_at, finished_at, end_at: float) -> float:
+    """The seconds the requests occupied: from the first arrival to the last completion
+    when every request finished (``finished_at`` nan where one did not), else to
+    ``end_at``, the end of the run (the horizon), where some were still queued or running.
+    ``reports.tables`` computes the same span from its frames."""
     arrival = np.asarray(arrival_at, dtype=np.float64)
-    span = end_at - (float(arrival.min()) if arrival.size else 0.0)
+    done = np.asarray(finished_at, dtype=np.float64)
+    end = float(done.max()) if done.size and not np.isnan(done).any() else end_at
+    return end - (float(arrival.min()) if arrival.size else 0.0)
+
+
+def delivery_rates(arrival_at, finished_at, emitted: int, finished: int, end_at: float
+                   ) -> dict[str, float | None]:
+    """``throughput_tokens_per_s`` and ``requests_per_s`` over :func:`span_s` (the run
+    ends at ``end_at``): see the module docstring. ``reports`` computes the same numbers
+    from its frames with the same definition."""
+    span = span_s(arrival_at, finished_at, end_at)
     if not span > 0:
         return {"throughput_tokens_per_s": None, "requests_per_s": None}
     return {"throughput_tokens_per_s": emitted / span, "requests_per_s": finished / span}
@@ -151,8 +164,8 @@ def summarize(name: str, requests: Records[RequestRecord], iterations: Records[I
         "e2e_p99_s": _pct(lat["e2e"], 99),
         "itl_p50_s": itl_percentile(itl, 50),
         "itl_p99_s": itl_percentile(itl, 99),
-        **(rates := delivery_rates(_col(requests, "arrival_at"), emitted, finished,
-                                   duration_s)),
+        **(rates := delivery_rates(_col(requests, "arrival_at"), _col(requests, "finished_at"),
+                                   emitted, finished, duration_s)),
         "served_rate_per_s": rates["requests_per_s"],
         **overload(_col(requests, "arrival_at"), _col(requests, "finished_at")),
         "preemptions": int(_col(requests, "preemptions", np.int64).sum()),

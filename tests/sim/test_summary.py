@@ -37,6 +37,25 @@ def test_rates_are_what_the_run_delivered_from_the_first_arrival_to_its_end():
     assert s["overloaded"] is None  # too few arrivals to judge
 
 
+def test_a_horizon_past_the_last_completion_adds_nothing_to_the_span():
+    """The whole-trace recipe (requests: null, horizon_s: H): every request finished by 9 s
+    of a run that ends at the horizon, 1e6 s; the rates are over 1..9 s, not 1..1e6 s."""
+    reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, 4.0, out=3), _req(2, 5.0, 9.0, out=5)]
+    its = [_it(1.0, 0.5, 2), _it(3.0, 1.0, 3), _it(8.0, 1.0, 5)]
+    s = summarize("x", Records.from_rows(RequestRecord, reqs),
+                  Records.from_rows(IterationRecord, its), duration_s=1e6)
+    assert s["requests_per_s"] == 3 / 8
+    assert s["throughput_tokens_per_s"] == (2 + 3 + 5) / 8
+
+
+def test_a_request_unfinished_at_the_horizon_keeps_the_span_to_the_horizon():
+    reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, math.nan)]  # still running when the run ends
+    its = [_it(1.0, 0.5, 2)]
+    s = summarize("x", Records.from_rows(RequestRecord, reqs),
+                  Records.from_rows(IterationRecord, its), duration_s=11.0)
+    assert s["requests_per_s"] == 1 / 10 and s["throughput_tokens_per_s"] == 2 / 10
+
+
 def test_offline_batch_falls_back_to_the_makespan():
     reqs = [_req(0, 0.0, 2.0, out=3), _req(1, 0.0, 4.0, out=5), _req(2, 0.0, math.nan)]
     its = [_it(0.0, 2.0, 3), _it(2.0, 2.0, 5)]
