@@ -42,11 +42,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     NonNegativeInt,
     PositiveInt,
     ValidationError,
@@ -59,6 +60,11 @@ from specdec.errors import UserError
 __all__ = ["DENSE_TYPES", "LLAMA_TYPES", "ModelConfig", "ModelShape", "hf_fp8_scales",
            "hf_ships_fp8", "load_hf_config", "model_shape", "format_validation"]
 
+
+# Tokens in a vocabulary, at most: 16x the largest public tokenizer's (Gemma 3: 262,144).
+# A vocabulary is an lm_head GEMM dimension, which the measured kernel tables take as a
+# 32-bit integer: far larger values (vocab_size: 1e12) overflowed there in a traceback.
+MAX_VOCAB = 2**22
 
 # the dense families (no experts, no latent attention), and those of them with llama's
 # block (GQA attention without biases and a SwiGLU MLP)
@@ -76,7 +82,7 @@ class ModelConfig(BaseModel):
     hidden_size: PositiveInt
     num_hidden_layers: PositiveInt  # medusa: residual blocks per head
     num_attention_heads: PositiveInt | None = None  # every family but medusa
-    vocab_size: PositiveInt
+    vocab_size: Annotated[int, Field(ge=1, le=MAX_VOCAB)]
     max_position_embeddings: PositiveInt
     intermediate_size: PositiveInt | None = None
     ffn_dim: PositiveInt | None = None

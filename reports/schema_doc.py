@@ -43,7 +43,7 @@ def _type_name(tp) -> str:
     args = typing.get_args(tp)
     if origin is typing.Annotated:
         base, *meta = args
-        bounds = _bounds([a for m in meta for a in getattr(m, "metadata", [m])])
+        bounds = _bounds([a for m in meta for a in getattr(m, "metadata", [m])], base)
         text = _type_name(base)
         return f"{text} ({', '.join(bounds)})" if bounds else text
     if origin is typing.Literal:
@@ -80,11 +80,13 @@ def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
     return seen
 
 
-def _bounds(metadata) -> list[str]:
+def _bounds(metadata, base=None) -> list[str]:
+    """The bounds in a field's metadata; a length counts characters of a ``str`` ``base``."""
     out = []
+    unit = "characters" if base is str else "items"
     for attr in metadata:
         for op, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="),
-                        ("min_length", "min items"), ("max_length", "max items")):
+                        ("min_length", f"min {unit}"), ("max_length", f"max {unit}")):
             v = getattr(attr, op, None)
             if v is not None:
                 out.append(f"{sym} {v}")
@@ -130,7 +132,7 @@ def scenario_reference(root: type[BaseModel]) -> str:
         out.append("|---|---|---|---|")
         for name, f in model.model_fields.items():
             kind = _type_name(f.annotation)
-            bounds = _bounds(f.metadata)
+            bounds = _bounds(f.metadata, f.annotation)
             if bounds:
                 kind += f" ({', '.join(bounds)})"
             note = notes.get(name, "").replace("|", "\\|")

@@ -20,6 +20,9 @@ MAX_REQUESTS = 100_000_000
 MAX_COUNT = 1_000_000_000  # KV blocks, users, seeds' entropy is not bounded here
 MAX_WORKERS = 256  # local processes of a sweep, plan or load curve
 MAX_POINTS = 10_000  # sweep points, grid cells
+# characters of a scenario or variant name: names become folders (runs/<name>-<time>,
+# runs/sweep-<name>-<time>), and file systems allow 255 bytes in one folder name
+MAX_NAME = 200
 MAX_SIMULATED_CELLS = 1_000  # grid cells that each run the engine (--simulate)
 
 

@@ -35,6 +35,7 @@ _MESSAGES = {
     "too_short": "needs at least {min_length} item(s)",
     "too_long": "allows at most {max_length} item(s)",
     "string_pattern_mismatch": "must use only letters, digits and _ . = -",
+    "string_too_long": "allows at most {max_length} characters",
 }
 
 

@@ -77,6 +77,7 @@ def check_out(out: Path, flag: str = "--out", force: bool = False) -> Path:
     not empty (unless ``force``, and then only a folder SpecSim wrote, see the module
     notes)."""
     out = Path(out)
+    _check_name_lengths(out, flag)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out}: exists and is not a folder")
     if out.is_dir() and _holds_cwd(out):
@@ -88,6 +89,26 @@ def check_out(out: Path, flag: str = "--out", force: bool = False) -> Path:
                             "it (a folder SpecSim wrote), or another folder")
         _check_replaceable(out, flag)
     return out
+
+
+NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS, Windows' NTFS in UTF-16)
+# the folder is staged beside itself as .<name>.partial-<pid> (staged_folder): room for that
+STAGING_BYTES = len(".") + len(".partial-") + 7  # pids have at most 7 digits (Linux: 2**22)
+
+
+def _check_name_lengths(out: Path, flag: str) -> None:
+    """Refuse a path with a component the file system cannot name (over ``NAME_MAX`` bytes,
+    the last one with room for its staging name): checked before anything looks at it, as
+    the operating system's own refusal (ENAMETOOLONG) is an OSError from ``exists()``."""
+    parts = out.parts
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        most = NAME_MAX - (STAGING_BYTES if last else 0)
+        size = len(os.fsencode(part))
+        if size > most:
+            room = f" ({NAME_MAX} less room for the staging folder's name)" if last else ""
+            raise UserError(f"{flag} {out}: the name {part[:24]}... is {size} bytes; a folder "
+                            f"name may have at most {most}{room}")
 
 
 def _check_replaceable(out: Path, flag: str) -> None:

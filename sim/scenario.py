@@ -36,6 +36,10 @@ from sim.kinds.drafters import (
 )
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
+from sim.limits import MAX_NAME
+
+# a scenario's or variant's name: it names folders (runs/<name>-<time>, the variants')
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$", max_length=MAX_NAME)]
 
 
 class Models(Strict):
@@ -195,7 +199,7 @@ class Variant(Strict):
     accept by its own model (``acceptance``; default: the scenario's), so one run compares a
     draft model with EAGLE-3 and n-gram drafting."""
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$")]  # also a folder name
+    name: Name  # also a folder name
     policy: Policy
     drafter: DrafterCfg | None = None
     acceptance: SingleAcceptance | None = None
@@ -226,7 +230,7 @@ class Slo(Strict):
 class Scenario(Strict):
     """A whole simulation: everything ``specsim run`` needs."""
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$")] = "scenario"
+    name: Name = "scenario"
     models: Models = Models()
     deployment: Deployment = Deployment()
     scheduler: Scheduler = Scheduler()

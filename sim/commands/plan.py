@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.commands._lists import workers_flag
-from sim.limits import MAX_WORKERS
+from sim.limits import MAX_RATE, MAX_WORKERS
 from specdec.errors import UserError
 
 _HELP = """\
@@ -53,7 +53,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--slo", default=None, help="e.g. ttft_p99=2s,tpot_p50=50ms")
     p.add_argument("--candidates", default=None, help="candidates YAML file")
     p.add_argument("--target-rate", type=float, default=None,
-                   help="requests/s to serve: replicas needed and their hourly cost")
+                   help="requests/s to serve: replicas needed and their hourly cost "
+                        f"(> 0, at most {MAX_RATE:g})")
     p.add_argument("--rel-tol", type=float, default=0.05,
                    help="stop bisecting when fail rate <= pass rate x (1 + tol) (default 0.05)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -90,6 +91,9 @@ def main(args: argparse.Namespace) -> int:
     args.workers = workers_flag(args.workers)
     if not 0 < args.rel_tol < 1:
         raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")
+    if args.target_rate is not None and not 0 < args.target_rate <= MAX_RATE:
+        raise UserError(f"--target-rate: requests/s, must be > 0 and <= {MAX_RATE:g}, got "
+                        f"{args.target_rate:g}")
     path = Path(args.scenario)
     source = display_path(path)
     doc = read_yaml(path)

@@ -85,6 +85,11 @@ CASES = [
      ["run", "{tmp}/s.yaml"], "draft_overlap: 'parallel' needs draft_placement"),
     ("blocks-override-huge", {"s.yaml": "scheduler: {num_gpu_blocks_override: 999999999}\n"},
      ["run", "{tmp}/s.yaml"], "num_gpu_blocks_override: must be <="),
+    ("name-too-long", {"s.yaml": "name: " + "a" * 300 + "\n"}, ["run", "{tmp}/s.yaml"],
+     "s.yaml: name: allows at most 200 characters"),
+    ("variant-name-too-long", {"s.yaml": "variants: [{name: " + "v" * 201 + ", policy: "
+                                         "{kind: none}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.name: allows at most 200 characters"),
     # data files named by scenarios
     ("trace-missing", {"s.yaml": "acceptance: {kind: trace, file: {tmp}/none.npz}\n"},
      ["run", "{tmp}/s.yaml"], "none.npz"),
@@ -119,6 +124,23 @@ CASES = [
     ("catalog-unknown-section", {"c.yaml": "cpus: {}\n",
                                  "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"},
      ["run", "{tmp}/s.yaml"], "unknown section 'cpus'"),
+    ("catalog-vocab-huge", {"c.yaml": "models: {big: {source: x, config: {model_type: llama, "
+                                      "hidden_size: 4096, intermediate_size: 14336, "
+                                      "num_hidden_layers: 32, num_attention_heads: 32, "
+                                      "vocab_size: 1000000000000, "
+                                      "max_position_embeddings: 8192}}}\n",
+                            "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"
+                                      "models: {target: big, draft: null}\n"
+                                      "variants: [{name: none, policy: {kind: none}}]\n"},
+     ["run", "{tmp}/s.yaml"], "c.yaml: models.big.config.vocab_size: Input should be less"),
+    ("config-json-vocab-huge", {"config.json": '{"model_type": "llama", "hidden_size": 4096, '
+                                               '"intermediate_size": 14336, '
+                                               '"num_hidden_layers": 32, '
+                                               '"num_attention_heads": 32, '
+                                               '"vocab_size": 1e12, '
+                                               '"max_position_embeddings": 8192}'},
+     ["run", "--from-vllm", "vllm serve {tmp}/config.json"],
+     "config.json: vocab_size: Input should be less than or equal to 4194304"),
     ("model-json-missing", {}, ["hw", "step", "--model", "{tmp}/none.json", "--gpu", "h100",
                                 "--batch", "1", "--context", "1"], "none.json"),
     # flags
@@ -145,6 +167,12 @@ CASES = [
     ("plan-bad-slo", {}, ["plan", SCENARIO, "--slo", "ttft=1s"], "--slo"),
     ("plan-candidates-missing", {}, ["plan", SCENARIO, "--candidates", "{tmp}/c.yaml"],
      "c.yaml"),
+    ("plan-target-rate-inf", {}, ["plan", SCENARIO, "--target-rate", "inf"],
+     "--target-rate: requests/s, must be > 0"),
+    ("out-name-too-long", {}, ["run", "--out", "{tmp}/" + "o" * 300 + "/x"],
+     "is 300 bytes; a folder name may have at most 255"),
+    ("out-last-name-too-long", {}, ["run", "--out", "{tmp}/" + "o" * 250],
+     "is 250 bytes; a folder name may have at most 238"),
     ("claims-unknown-group", {}, ["claims", "--only", "nope"], "unknown claim group"),
     ("trace-bad-sigma", {}, ["trace", "--draft", "perturbed", "--sigma", "-1"], "--sigma"),
     # real command lines
