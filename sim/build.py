@@ -15,6 +15,7 @@ import numpy as np
 
 from sim.cluster import Setup
 from sim.kv import blocks_for
+from sim.limits import MAX_ARRIVAL_S
 from sim.log import RequestTable
 from sim.paths import resolve_file
 from sim.scenario import Scenario
@@ -44,6 +45,13 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
                               np.array([s.prompt_tokens for s in specs], dtype=np.int64),
                               np.array([s.output_tokens for s in specs], dtype=np.int64),
                               np.zeros(len(specs), dtype=np.int64), [])
+    late = np.flatnonzero(cols.arrival_at > MAX_ARRIVAL_S)  # nan (closed loop): not late
+    if late.size:
+        i = int(late[0])
+        raise UserError(f"request {i} arrives at {cols.arrival_at[i]:.4g} s, past "
+                        f"{MAX_ARRIVAL_S:.4g} s (2**52 us), beyond which float64 times "
+                        "resolve no better than a microsecond and latencies would read 0: "
+                        "raise the arrival rate or scale the trace's times down")
     if mix:
         names = [s.task for s in specs] if specs is not None else \
             [cols.task_names[k] for k in cols.task.tolist()]

@@ -9,6 +9,10 @@ read them from here; this module imports nothing, so a command's ``--help`` stay
 
 MAX_FLOAT = 1e12  # any rate, length of time or scale
 MAX_SECONDS = 1e7  # horizons, think times, CPU times (115 days)
+# the latest arrival, in simulated seconds (about 143 years): below it float64 times
+# resolve a microsecond or better (spacing x * 2**-52), so latencies, differences of
+# absolute times, keep their precision; far above it they read 0
+MAX_ARRIVAL_S = 2**52 * 1e-6
 MAX_RATE = 1e6  # requests per second
 MAX_GAMMA = 64  # draft tokens per step, tree depth and width
 MAX_TREE_NODES = 4096  # draft nodes of one tree verify

@@ -103,6 +103,13 @@ CASES = [
                            "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
                                      "run: {requests: 2}\n"},
      ["run", "{tmp}/s.yaml"], "r.csv: holds 1 requests, fewer than run.requests 2"),
+    ("replay-arrival-far", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,5\n"
+                                     "1e300,10,5\n",
+                            "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                      "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "s.yaml: workload: request 1 arrives at 1e+300 s, past 4.504e+09"),
+    ("rate-tiny", {"s.yaml": "workload: {rate_per_s: 1e-300}\nrun: {requests: 3}\n"},
+     ["run", "{tmp}/s.yaml"], "s.yaml: workload: request 0 arrives at"),
     ("replay-no-header", {"r.csv": "0,10,10\n",
                           "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"},
      ["run", "{tmp}/s.yaml"], "r.csv"),

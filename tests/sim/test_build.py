@@ -213,3 +213,18 @@ def test_requests_beyond_the_models_positions_are_refused():
     assert str(err.value) == (
         "s.yaml: workload: request 0 (2000 prompt + 100 output tokens) needs 2100 positions, "
         "but the draft llama-68m has max_position_embeddings 2048")
+
+
+@pytest.mark.parametrize("last, ok", [(4.5e9, True), (4.6e9, False)])
+def test_arrivals_are_refused_past_microsecond_resolution(tmp_path, last, ok):
+    """float64 times resolve a microsecond up to 2**52 us (4.504e9 s); past it latencies,
+    differences of absolute times, would read 0."""
+    csv = tmp_path / "r.csv"
+    csv.write_text(f"arrival_at,prompt_tokens,output_tokens\n0,10,5\n{last},10,5\n")
+    sc = load_scenario(None, [*SMALL, f"workload={{arrivals: replay, file: {csv}}}",
+                              "run.requests=2"])
+    if ok:
+        assert setups(sc)[0][1].table.arrival_at[-1] == last
+    else:
+        with pytest.raises(UserError, match=r"workload: request 1 arrives at 4.6e\+09 s"):
+            setups(sc)
