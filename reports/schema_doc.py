@@ -34,6 +34,12 @@ problem an override brought in names it after the file,
 `file (--set dotted.key=value): section.field: problem, got value` (likewise
 `(--vary key=value)` for a sweep point and the candidates file and entry for a plan
 candidate), also when it is found only as the scenario is built (unknown GPU, TP, memory).
+
+Data files (every `file`, and `deployment.catalog`): a relative path written in a scenario
+file is read from that file's folder, else from the repository root (so the shipped
+scenarios' `workloads/traces/...` work from anywhere); one given with `--set` from the
+working directory, else the repository root. The run folder's `scenario.yaml` holds the
+absolute path that was read.
 """
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sim.kinds.base import DISCRIMINATORS, union_members
+from sim.kinds.base import DATA_FILE, DISCRIMINATORS, union_members
 from sim.paths import repo_root
 from sim.scenario import Scenario
 from specdec.errors import UserError
@@ -103,7 +103,52 @@ def read_yaml(path: Path, what: str = "scenario") -> dict:
         raise UserError(f"{path}: the {what} file is empty (write {{}} for all defaults)")
     if not isinstance(doc, dict):
         raise UserError(f"{path}: a {what} must be a YAML mapping, got {type(doc).__name__}")
+    if what == "scenario":
+        anchor_files(doc, Scenario, path.resolve().parent)
     return doc
+
+
+def anchor_files(node, tp, folder: Path) -> None:
+    """Make each relative data-file path in the scenario document ``node`` (a field typed
+    ``sim.kinds.base.DataFile``, found by walking the schema ``tp`` along the document)
+    absolute, in place: under ``folder`` (the scenario file's) where it exists there, else
+    under the repository root where it exists there, else under ``folder`` (so an error
+    names where it was looked for). Paths given later with ``--set`` are not the file's
+    and keep ``sim.paths.resolve_file``'s working directory, then repository root. A
+    document that does not fit the schema is left for validation to refuse."""
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    members = union_members(tp)
+    if members is not None and isinstance(node, dict):
+        key = next((k for k in DISCRIMINATORS
+                    for m in members.values() if k in m.model_fields), None)
+        tp = members.get(node.get(key, "poisson" if key == "arrivals" else None))
+    if isinstance(tp, type) and issubclass(tp, BaseModel) and isinstance(node, dict):
+        for name, value in node.items():
+            field = tp.model_fields.get(name) if isinstance(name, str) else None
+            if field is None:
+                continue
+            if _is_data_file(field) and isinstance(value, str) and value:
+                node[name] = str(_anchored(Path(value), folder))
+            else:
+                anchor_files(value, field.annotation, folder)
+    elif isinstance(node, list):
+        item = _child(tp, 0)
+        for value in node:
+            anchor_files(value, item, folder)
+
+
+def _is_data_file(field) -> bool:
+    """Whether a model field is a ``DataFile`` (``DataFile | None`` included)."""
+    marks = [*field.metadata, *(m for a in typing.get_args(field.annotation)
+                                 for m in typing.get_args(a)[1:])]
+    return DATA_FILE in marks
+
+
+def _anchored(p: Path, folder: Path) -> Path:
+    if p.is_absolute() or (folder / p).exists() or not (repo_root() / p).exists():
+        return p if p.is_absolute() else folder / p
+    return repo_root() / p
 
 
 def find_file(path: str | Path, what: str = "scenario") -> Path:

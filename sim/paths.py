@@ -11,8 +11,9 @@ def repo_root() -> Path:
 
 
 def resolve_file(name: str) -> Path:
-    """A data file named in a scenario: absolute, relative to the working directory, or
-    relative to the repository root (so shipped scenarios run from anywhere)."""
+    """A data file named in a scenario. A scenario file's own paths arrive absolute
+    (``sim.loading.anchor_files``: from its folder, else the repository root); one given
+    with ``--set`` is relative to the working directory, else to the repository root."""
     p = Path(name)
     if p.is_absolute() or p.exists():
         return p

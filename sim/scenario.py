@@ -19,6 +19,7 @@ from sim.kinds.base import (
     MAX_REPLICAS,
     MAX_REQUESTS,
     MAX_SEQS,
+    DataFile,
     Gpus,
     PosInt,
     Prob,
@@ -133,7 +134,7 @@ class Deployment(Strict):
     # a separate draft: "serial" alternates with the verify (draft + verify per iteration);
     # "parallel" drafts ahead while the target verifies (PEARL), chains only, no pipeline
     draft_overlap: Literal["serial", "parallel"] = "serial"
-    catalog: str | None = None  # an extra catalog YAML file (GPUs, links, models, frameworks)
+    catalog: DataFile | None = None  # an extra catalog YAML (GPUs, links, models, frameworks)
     # How passes are priced (docs/timing.md): "auto" = measured kernel tables where they
     # cover the GPU, framework, dtypes and model, else the calibrated roofline; "paper" =
     # the lecture's paper GPU (its numbers exactly).

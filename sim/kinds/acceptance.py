@@ -12,7 +12,18 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from sim.kinds.base import MAX_TOKENS, Gamma, NonNeg, Pos, Prob, Rates, Shape, Strict, kind_union
+from sim.kinds.base import (
+    MAX_TOKENS,
+    DataFile,
+    Gamma,
+    NonNeg,
+    Pos,
+    Prob,
+    Rates,
+    Shape,
+    Strict,
+    kind_union,
+)
 from sim.paths import resolve_file
 
 
@@ -96,7 +107,7 @@ class TraceAcc(Strict):
     """Replay of a recorded acceptance trace (``specsim trace``): greedy ranks or sampling."""
 
     kind: Literal["trace"]
-    file: str  # an acceptance trace (.npz), relative to the repository root or absolute
+    file: DataFile  # an acceptance trace (.npz); a data file, see the top of the page
     mode: Literal["greedy", "sampling"] = "greedy"
 
     def build(self, rng: np.random.Generator):
@@ -132,7 +143,7 @@ class VllmMetricsAcc(Strict):
     ``workloads.engine_metrics``); ``model_name`` picks a model when the dump has several."""
 
     kind: Literal["vllm_metrics"]
-    file: str  # a /metrics text dump, relative to the repository root or absolute
+    file: DataFile  # a /metrics text dump; a data file, see the top of the page
     model_name: str | None = None
 
     def build(self, rng: np.random.Generator):
@@ -149,7 +160,7 @@ class SglangMetricsAcc(Strict):
     (``--speculative-num-steps`` with ``--speculative-eagle-topk 1``)."""
 
     kind: Literal["sglang_metrics"]
-    file: str  # a /metrics text dump with sglang:spec_accept_length
+    file: DataFile  # a /metrics text dump with sglang:spec_accept_length
     num_steps: Gamma
 
     def build(self, rng: np.random.Generator):

@@ -23,6 +23,16 @@ from sim.limits import (  # noqa: F401  (re-exported: the schema's bounds)
     MAX_TOKENS,
 )
 
+
+class DataFileMark:
+    """Marks a field that names a data file (a trace, a CSV, a catalog): a relative path
+    in a scenario file is read from that file's folder, else the repository root
+    (``sim.loading.anchor_files`` makes it absolute when the file is read)."""
+
+
+DATA_FILE = DataFileMark()
+DataFile = Annotated[str, DATA_FILE]
+
 Pos = Annotated[float, Field(gt=0, le=MAX_FLOAT)]
 NonNeg = Annotated[float, Field(ge=0, le=MAX_FLOAT)]
 PosInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from sim.kinds.base import (
     MAX_RATE,
     MAX_TOKENS,
+    DataFile,
     NonNeg,
     NonNegSeconds,
     Pos,
@@ -80,10 +81,11 @@ class LogNormalLen(Strict):
 
 
 class EmpiricalLen(Strict):
-    """Resampled from a column of a CSV file (path relative to the repository root)."""
+    """Resampled from a column of a CSV ``file`` (a data file: a relative path is read
+    from the scenario file's folder, else the repository root)."""
 
     kind: Literal["empirical"]
-    file: str
+    file: DataFile
     column: str
     max_tokens: Tokens | None = None
 
@@ -217,7 +219,7 @@ class ReplayWorkload(_Workload):
     ``workloads.read_request_csv``)."""
 
     arrivals: Literal["replay"]
-    file: str
+    file: DataFile  # the request CSV; a data file, see the top of the page
 
     def requests(self, n, horizon_s, rng, tasks):
         from workloads.requests import read_request_csv
@@ -276,7 +278,7 @@ class TraceWorkload(_Workload):
 
     arrivals: Literal["trace"]
     format: Literal["mooncake", "azure", "burstgpt", "sharegpt"]  # the file's format
-    file: str  # the trace file, relative to the working directory or the repository root
+    file: DataFile  # the trace file; a data file, see the top of the page
     zero_tokens: Literal["error", "skip"] = "error"  # a row with 0 prompt/output tokens (failed)
     time_scale: Pos | None = None  # timed formats: replay k× faster (every gap / k); default 1
     start_s: NonNeg | None = None  # timed: window start, s after the trace's first row; default 0

@@ -69,3 +69,51 @@ def test_types_are_strict_but_integers_are_numbers(tmp_path):
                          ("models.target=3", "models.target: input should be a valid string")]:
         with pytest.raises(UserError, match=message):
             load_scenario(f, [bad])
+
+
+def _replay(folder, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    text = "arrival_at,prompt_tokens,output_tokens\n" + "".join(f"{t},10,{n}\n" for t, n in rows)
+    (folder / "r.csv").write_text(text)
+
+
+def test_a_relative_data_file_is_read_from_the_scenarios_folder(tmp_path, monkeypatch):
+    """Not from the working directory, which holds another r.csv: the scenario's own (its
+    folder's) is replayed, as docs/reference/scenario.md says."""
+    from sim.build import setups
+
+    _replay(tmp_path / "exp", [(0, 5), (1, 7)])
+    _replay(tmp_path / "cwd", [(0, 99), (1, 99)])
+    scenario = tmp_path / "exp" / "s.yaml"
+    scenario.write_text("workload: {arrivals: replay, file: r.csv}\nrun: {requests: 2}\n"
+                        "variants: [{name: none, policy: {kind: none}}]\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    sc = load_scenario(scenario)
+    assert sc.workload.file == str(tmp_path / "exp" / "r.csv")
+    assert list(setups(sc)[0][1].table.output_tokens) == [5, 7]
+    # a --set path is the command line's: from the working directory
+    sc = load_scenario(scenario, ["workload.file=r.csv"])
+    assert list(setups(sc)[0][1].table.output_tokens) == [99, 99]
+
+
+def test_a_shipped_scenarios_repository_paths_work_from_anywhere(tmp_path, monkeypatch):
+    (tmp_path / "workloads" / "traces").mkdir(parents=True)  # a decoy under the cwd
+    (tmp_path / "workloads" / "traces" / "perturbed-0.1-greedy.npz").write_text("not a trace")
+    monkeypatch.chdir(tmp_path)
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml")
+    assert sc.acceptance.file == str(repo_root() / "workloads/traces/perturbed-0.1-greedy.npz")
+
+
+def test_every_data_file_field_is_anchored_and_a_missing_one_named_where_looked(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "deployment: {catalog: extra.yaml}\n"
+        "workload: {prompt: {kind: empirical, file: lengths.csv, column: n}}\n"
+        "acceptance: {kind: trace, file: t.npz}\n"
+        "variants: [{name: a, policy: {kind: none}, acceptance: {kind: vllm_metrics, "
+        "file: m.prom}}]\n")
+    doc = read_yaml(scenario)
+    assert doc["deployment"]["catalog"] == str(tmp_path / "extra.yaml")
+    assert doc["workload"]["prompt"]["file"] == str(tmp_path / "lengths.csv")
+    assert doc["acceptance"]["file"] == str(tmp_path / "t.npz")
+    assert doc["variants"][0]["acceptance"]["file"] == str(tmp_path / "m.prom")
