@@ -14,7 +14,8 @@ Layout of a run folder::
 
     scenario.yaml            the fully resolved scenario (every default filled in)
     meta.yaml                seed, package version, source file, overrides, wall time,
-                             complete: true (written last)
+                             complete: true (before the report, which names them; the
+                             staged folder is put in place whole, or not at all)
     summary.json             the summaries ``specsim run --json`` prints
     <variant>/requests.csv   one row per request record (``sim.records``)
     <variant>/iterations.csv one row per iteration record
@@ -290,7 +291,9 @@ def write_variant(tmp: Path, variant, out: Path) -> None:
 def finish_run(result, tmp: Path, out: Path, source: str, overrides: list[str],
                wall_s: float, then=None) -> None:
     """Everything of a run folder but its records (already in the staged ``tmp``): the
-    resolved scenario, the summaries, ``then(tmp)`` (the report), and meta.yaml last."""
+    resolved scenario, the summaries, meta.yaml, then ``then(tmp)`` (the report, whose
+    header names meta's source, version and overrides: written before it, they read
+    ``?``). The folder is staged, so none of it is in place before all of it is."""
     with writing(out):
         sc = result.scenario
         (tmp / "scenario.yaml").write_text(
@@ -298,13 +301,13 @@ def finish_run(result, tmp: Path, out: Path, source: str, overrides: list[str],
         )
         (tmp / "summary.json").write_text(json.dumps({"variants": result.summaries},
                                                      indent=2))
+        _write_meta(result, tmp, source, overrides, wall_s)
         if then is not None:
             then(tmp)
-        _write_meta(result, tmp, source, overrides, wall_s)
 
 
 def _write_meta(result, out: Path, source: str, overrides: list[str], wall_s: float) -> None:
-    """meta.yaml, the last file: a folder is only ever put in place with it."""
+    """meta.yaml: the run's seed, version, source, overrides and wall time."""
     meta = {"seed": result.scenario.run.seed, "version": package_version(), "source": source,
             "overrides": list(overrides), "wall_s": round(wall_s, 3), "complete": True}
     (out / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))

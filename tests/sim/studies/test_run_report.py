@@ -157,3 +157,13 @@ def test_figures_drawn_side_by_side_are_the_same_files(small_run, tmp_path):
         save_side_by_side({"a": (empty, tmp_path / "a.png"),
                            **todo(tmp_path / "three")}, workers=2)
     assert not (tmp_path / "three").exists()  # refused before anything was drawn
+
+
+def test_the_report_specsim_run_writes_names_its_source_and_version(small_run):
+    """meta.yaml is written before the report that reads it (its header said `?`)."""
+    import yaml
+
+    meta = yaml.safe_load((small_run / "meta.yaml").read_text())
+    text = (small_run / "report.md").read_text()
+    assert f"Source `{meta['source']}`" in text and f"specsim {meta['version']}" in text
+    assert "`?`" not in text
