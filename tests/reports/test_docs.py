@@ -113,3 +113,20 @@ def test_tutorial_grid_commands_run_and_print_the_whole_table(tmp_path, capsys):
 def test_docs_say_where_relative_scenario_paths_start():
     for page in ("tutorial.md", "how-to/plan-capacity.md", "how-to/sweep-on-a-cluster.md"):
         assert "from the repository root" in (DOCS / page).read_text(), page
+
+
+def test_the_tutorials_python_runs_on_a_run_folder(small_run, tmp_path):
+    """Its snippets that rebuild a run folder's report run as written (one raised a
+    TypeError: the signature it showed was not the function's)."""
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(small_run, folder)
+    (folder / "report.md").unlink()
+    text = (DOCS / "tutorial.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+              if "runs/default-<timestamp>" in b]
+    assert blocks
+    for block in blocks:
+        exec(block.replace("runs/default-<timestamp>", str(folder)), {})  # noqa: S102
+    assert (folder / "report.md").exists()
