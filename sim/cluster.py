@@ -9,12 +9,14 @@ those parts through ``hardware`` and ``workloads`` and then calls ``wire``. Test
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
+from sim.engine_path import AUTO, EnginePath
 from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
@@ -70,8 +72,9 @@ class Cluster:
     arrived: list[int]
 
 
-def wire(env: simpy.Environment, setup: Setup) -> Cluster:
-    """Create the replicas, the router and the arrival process in ``env``."""
+def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO) -> Cluster:
+    """Create the replicas, the router and the arrival process in ``env``; ``path``: the
+    fast paths the replicas may take (``sim.engine_path``: the same records on each)."""
     table = setup.table
     if setup.closed_loop_users:
         # the users write arrival times as they send: give this run its own copy
@@ -89,9 +92,9 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
                 setup.acceptance, rngs[i], table, log, setup.draft_sync, setup.draft_overlap,
                 setup.drafter)
         if setup.pipeline_stages > 1:
-            replicas.append(PipelinedReplica(*args, stages=setup.pipeline_stages))
+            replicas.append(PipelinedReplica(*args, path=path, stages=setup.pipeline_stages))
         else:
-            replicas.append(Replica(*args))
+            replicas.append(Replica(*args, path=path))
     router = Router(replicas, setup.router)
     arrived = [0]
     if setup.closed_loop_users:
@@ -114,12 +117,12 @@ def wire(env: simpy.Environment, setup: Setup) -> Cluster:
     return Cluster(env, setup, table, replicas, router, log, arrived)
 
 
-def walks(setup: Setup) -> bool:
-    """Whether a run of ``setup`` computes its iterations with the compiled walk, many at a
-    time (``Replica.walks``, numba installed): a throwaway wiring answers it. A run that
-    walks goes about 40 times faster than one iteration at a time."""
+def walks(setup: Setup, path: EnginePath = AUTO) -> bool:
+    """Whether a run of ``setup`` on ``path`` computes its iterations with the compiled
+    walk, many at a time (``Replica.walks``, numba installed): a throwaway wiring answers
+    it. A run that walks goes about 40 times faster than one iteration at a time."""
     from sim import steady_kernel
 
-    if not steady_kernel.available():
+    if not steady_kernel.available() or path.kernels_after == math.inf:
         return False
-    return all(r.walks for r in wire(simpy.Environment(), setup).replicas)
+    return all(r.walks for r in wire(simpy.Environment(), setup, path).replicas)

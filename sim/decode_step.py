@@ -11,8 +11,9 @@ exactly that and returns the same ``Batch`` with the same KV grants and admissio
 anything else could happen (a prefill under way, the budget cut, a preemption) it returns
 None *before changing anything* and the full scheduler runs. The
 iteration is then priced, timed and applied (``sim.step.advance``) as any other: one event
-per iteration, the same records. ``ENABLED = False`` (or ``SPECSIM_FAST_DECODE=0``) turns it
-off; a test runs every shipped scenario both ways and compares every record.
+per iteration, the same records. A run's path without ``decode_step``
+(``sim.engine_path``) turns it off; a test runs every shipped scenario both ways and
+compares every record.
 
 It covers a replica whose policy's shape depends only on the batch size (the policy says
 so with ``by_batch_size``: none, fixed γ, trees, a non-sticky batch ladder) on one pipeline
@@ -22,8 +23,6 @@ per-step matches or a draft running ahead; ``applies`` says so once per replica.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from sim.kv import BlockManager, blocks_for
@@ -31,16 +30,14 @@ from sim.scheduling.common import NONE, Batch, admit_waiting
 from sim.shapes import shape_info
 from sim.slots import BLOCKS, FILLED, KV, TARGET
 
-ENABLED = os.environ.get("SPECSIM_FAST_DECODE", "1") != "0"
-
 _sum = np.add.reduce
 _any = np.logical_or.reduce
 
 
 def applies(r) -> bool:
     """Whether replica ``r``'s decode-only iterations can be formed by ``plan``."""
-    return (ENABLED and getattr(r.policy, "by_batch_size", False) and r.stages == 1
-            and r.limits.order == "vllm_v1" and type(r.kv) is BlockManager
+    return (r.path.decode_step and getattr(r.policy, "by_batch_size", False)
+            and r.stages == 1 and r.limits.order == "vllm_v1" and type(r.kv) is BlockManager
             and r.prefix is None and not r.overlap and r.proposal_rate is None
             and not r.sticky_off)
 

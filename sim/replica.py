@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from sim import decode_step, spec_stretch, steady, steady_walk
+from sim.engine_path import AUTO, EnginePath
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -70,6 +71,7 @@ class Replica:
         draft_sync: str = "every_step",
         overlap: bool = False,
         drafter=None,
+        path: EnginePath = AUTO,
     ) -> None:
         self.env = env
         self.index = index
@@ -82,6 +84,8 @@ class Replica:
         self.log = log
         self.draft_sync = draft_sync
         self.overlap = overlap
+        self.path = path  # the fast paths it may take (sim.engine_path); never its records
+        self._looked = 0  # stretches and walks looked for with numpy (steady.use_kernels)
         self.plan = ORDERS[limits.order]
         # SGLang's share of its running requests' remaining output it reserves KV for when
         # it admits (prefill_first only; sim.scheduling.prefill_first)

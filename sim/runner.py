@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 
 from sim.cluster import Setup, wire
+from sim.engine_path import AUTO, EnginePath
 from sim.records import IterationRecord, Records, RequestRecord
 
 
@@ -31,16 +32,19 @@ class VariantResult:
 
 
 def simulate(
-    setup: Setup, horizon_s: float | None = None, name: str = "run", progress=None
+    setup: Setup, horizon_s: float | None = None, name: str = "run", progress=None,
+    path: EnginePath = AUTO,
 ) -> VariantResult:
     """Run ``setup`` until every request finished, or until ``horizon_s`` simulated seconds.
 
     Requests still queued or running at the horizon are recorded with ``finished=False``.
     ``progress(now_s, total_s)``, if given, is called now and then as simulated time passes
     (for a progress bar); without a horizon the total is the last arrival time, an estimate.
+    ``path`` says which fast paths the replicas may take (``sim.engine_path``); the records
+    are the same on each.
     """
     env = simpy.Environment()
-    cluster = wire(env, setup)
+    cluster = wire(env, setup, path)
     last = float(setup.table.arrival_at[-1]) if len(setup.table) else 0.0
     total = horizon_s if horizon_s is not None else last
     if progress is None or not total > 0:  # also skips a closed loop's unknown (nan) total
@@ -75,14 +79,15 @@ class ScenarioResult:
 
 
 def run_scenario(scenario, source: str = "scenario", progress=None,
-                 record_bound: bool = True) -> ScenarioResult:
+                 record_bound: bool = True, engine_path: EnginePath = AUTO) -> ScenarioResult:
     """Run every variant of ``scenario`` (a ``sim.scenario.Scenario``); the Python API.
 
     ``progress(variant_name, now_s, total_s)``, if given, is called as simulated time advances.
     """
     from sim.build import setups
 
-    return run_setups(scenario, setups(scenario, source, record_bound), progress)
+    return run_setups(scenario, setups(scenario, source, record_bound), progress,
+                      engine_path=engine_path)
 
 
 def build_overridden(doc: dict, overrides: list[str], source: str,
@@ -137,7 +142,8 @@ def _numbers_hidden(problem: str) -> str:
 
 
 def simulate_variants(built, horizon_s: float | None, progress=None,
-                      workers: int = 1, meanwhile=None, keep=None) -> list[VariantResult]:
+                      workers: int = 1, meanwhile=None, keep=None,
+                      path: EnginePath = AUTO) -> list[VariantResult]:
     """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
 
     The variants are independent simulations, so running them side by side gives the same
@@ -148,13 +154,14 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
     from the workers; ``meanwhile()`` runs here while they simulate. ``keep(result)``, if
     given, is called with each variant's result where it was simulated (in its worker:
     e.g. to write its records while the others still run); its error is the variant's.
+    ``path``: the fast paths each may take (``sim.engine_path``).
     """
     import multiprocessing as mp
 
     from sim.pool import can_fork, forked
 
     def simulated(setup, name, tick):
-        res = simulate(setup, horizon_s, name, tick)
+        res = simulate(setup, horizon_s, name, tick, path)
         if keep is not None:
             keep(res)
         return res
@@ -189,10 +196,10 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
 
 
 def run_setups(scenario, built, progress=None, workers: int = 1,
-               meanwhile=None, keep=None) -> ScenarioResult:
+               meanwhile=None, keep=None, engine_path: EnginePath = AUTO) -> ScenarioResult:
     """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals
     (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile`` and
-    ``keep``)."""
+    ``keep``; on ``engine_path``, ``sim.engine_path``)."""
     from sim.summary import add_speedups, slo_verdict, summarize
 
     summaries = []
@@ -200,7 +207,8 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     # The i.i.d. chain formula applies to policies that only ever draft chains.
     chains = {v.name: v.policy.chains_only for v in scenario.variants}
-    results = simulate_variants(built, horizon, progress, workers, meanwhile, keep)
+    results = simulate_variants(built, horizon, progress, workers, meanwhile, keep,
+                                engine_path)
     for (name, setup), res in zip(built, results, strict=True):
         summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
@@ -215,7 +223,8 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
 
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
         out=None, write: bool = True, progress=None, engine_sets=(), force: bool = False,
-        then=None, on_start=None, workers: int = 1, meanwhile=None):
+        then=None, on_start=None, workers: int = 1, meanwhile=None,
+        engine_path: EnginePath = AUTO):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
@@ -225,7 +234,8 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     process that simulated it (``force`` replaces a non-empty ``out``, ``then(folder)`` adds
     to it first, e.g. the report); ``on_start(scenario, built)`` is called
     once the scenario is built, before it runs; ``workers``: processes for the variants
-    (``simulate_variants``; ``meanwhile()`` runs while they do). Never prints.
+    (``simulate_variants``; ``meanwhile()`` runs while they do); ``engine_path``: the fast
+    paths they may take (``sim.engine_path``). Never prints.
     """
     import time
     from pathlib import Path
@@ -248,10 +258,12 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     if on_start is not None:
         on_start(scenario, built)
     if not write:
-        return run_setups(scenario, built, progress, workers, meanwhile), None
+        return run_setups(scenario, built, progress, workers, meanwhile,
+                          engine_path=engine_path), None
     # sim.output.write_run's folder, each variant's records written where it was simulated
     with staged_folder(folder, "--out", force) as tmp:
         result = run_setups(scenario, built, progress, workers, meanwhile,
-                            keep=lambda res: write_variant(tmp, res, folder))
+                            keep=lambda res: write_variant(tmp, res, folder),
+                            engine_path=engine_path)
         finish_run(result, tmp, folder, source, sets, time.perf_counter() - start, then)
     return result, folder

@@ -24,13 +24,11 @@ size (asked once per stretch, as its batch does not change), and an acceptance m
 accepts at most a row's depth (``AcceptanceModel.accept``'s contract), so kept tokens never
 outgrow the blocks granted.
 
-``ENABLED = False`` (or ``SPECSIM_SPEC_STRETCH=0``) turns it off; the fast-vs-reference
-test runs every shipped scenario both ways and compares every record.
+A run's path without ``spec_stretch`` (``sim.engine_path``) turns it off; the
+fast-vs-reference test runs every shipped scenario both ways and compares every record.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
@@ -38,8 +36,6 @@ from sim.decode_step import decoding_shape
 from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, KV, OUTPUT, STREAM
 from sim.step import rows_of
-
-ENABLED = os.environ.get("SPECSIM_SPEC_STRETCH", "1") != "0"
 
 _sum = np.add.reduce
 _any = np.logical_or.reduce
@@ -50,8 +46,8 @@ def applies(r, fast_decode: bool) -> bool:
     """Whether replica ``r`` (whose decode-only batches ``sim.decode_step`` forms when
     ``fast_decode``) can run speculating stretches: a draft, priced per iteration by its
     own cost model alone (no CPU drafting)."""
-    return (ENABLED and fast_decode and r.policy.uses_draft and r.pricer.draft is not None
-            and not r.cpu_s_per_seq)
+    return (r.path.spec_stretch and fast_decode and r.policy.uses_draft
+            and r.pricer.draft is not None and not r.cpu_s_per_seq)
 
 
 class Stretch:

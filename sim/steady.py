@@ -42,14 +42,13 @@ these stretches too; the stretches here serve the other replicas.
 
 Only the reference path's arithmetic is repeated here (no new model): the scheduler's
 budget walk and KV check for one token per sequence, and the pricing sums of
-``sim.pricing.IterationPricer.price`` for a batch of decodes. ``ENABLED = False`` (or
-``SPECSIM_STEADY=0``) turns it off; a test runs every shipped scenario both ways and
-compares every record.
+``sim.pricing.IterationPricer.price`` for a batch of decodes. A run's path without
+``steady`` (``sim.engine_path``) turns it off; a test runs every shipped scenario both
+ways and compares every record.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,11 +58,12 @@ from sim.decode_step import decoding_rows
 from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID, TARGET
 
-ENABLED = os.environ.get("SPECSIM_STEADY", "1") != "0"
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
-KERNEL_AFTER = 5_000  # times a process looks for a stretch with numpy before compiling
-KERNEL_REQUESTS = 4_000  # a run of this many requests takes the compiled kernels at once
-_planned = 0
+# the auto path (sim.engine_path): the compiled kernels once this process has looked for a
+# stretch or a walk this many times with numpy, or at once in a run of this many requests
+KERNEL_AFTER = 5_000
+KERNEL_REQUESTS = 4_000
+_planned = 0  # the auto path's looks in this process (a sweep's small runs share them)
 
 _sum = np.add.reduce
 _any = np.logical_or.reduce
@@ -115,7 +115,7 @@ class Stretch:
 def applies(r) -> bool:
     """Whether replica ``r`` can ever decode steadily: no speculation, the vLLM v1 order,
     one pipeline stage, no prefix cache (its LRU changes as blocks are granted)."""
-    return (ENABLED and not r.policy.uses_draft and r.pricer.draft is None
+    return (r.path.steady and not r.policy.uses_draft and r.pricer.draft is None
             and r.stages == 1 and r.prefix is None and r.limits.order == "vllm_v1"
             and not r.overlap and not r.cpu_s_per_seq and r.proposal_rate is None
             and not r.sticky_off)
@@ -130,10 +130,16 @@ def kernel_params(r):
 
 def use_kernels(r) -> bool:
     """Whether replica ``r`` takes the compiled kernels now (asked before each stretch or
-    walk it may take): once this process has asked ``KERNEL_AFTER`` times, or from the
-    start in a run of ``KERNEL_REQUESTS`` requests or more. numba's import and the load of
-    a cached kernel take about 0.6 s (its first compile of a kernel, 4-6 s), which pay for
-    themselves only in long runs: a few thousand requests, speculating or not."""
+    walk it may take), as its run's path says (``sim.engine_path``): after
+    ``kernels_after`` looks of its own; on the auto path, once this process has asked
+    ``KERNEL_AFTER`` times, or from the start in a run of ``KERNEL_REQUESTS`` requests or
+    more. numba's import and the load of a cached kernel take about 0.6 s (its first
+    compile of a kernel, 4-6 s), which pay for themselves only in long runs: a few
+    thousand requests, speculating or not. Which path is taken never changes a record."""
+    after = r.path.kernels_after
+    if after is not None:
+        r._looked += 1
+        return r._looked > after
     global _planned
     _planned += 1
     return _planned > KERNEL_AFTER or len(r.table) >= KERNEL_REQUESTS

@@ -47,7 +47,6 @@ walk's records are compared with the reference's for every shipped scenario
 
 from __future__ import annotations
 
-import os
 from itertools import islice
 
 import numpy as np
@@ -56,8 +55,6 @@ from hardware.spec_cost import SPEC_FIELDS
 from sim import steady, steady_kernel
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
-
-ENABLED = os.environ.get("SPECSIM_WALK", "1") != "0"
 
 _any = np.logical_or.reduce
 _sum = np.add.reduce
@@ -98,7 +95,7 @@ def params(r) -> tuple | None:
     ``kernel_tables`` for the shape. Either way the target's timing and the draft's must be
     one-stage measured ones (``MeasuredTiming.kernel_params``)."""
     target = steady.kernel_params(r)
-    if target is None or not ENABLED:
+    if target is None or not r.path.walk:
         return None
     if steady.applies(r):
         return (0, *steady_kernel.walk_shape(False), target, target, _NO_SPEC)

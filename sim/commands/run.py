@@ -7,6 +7,7 @@ import json
 import sys
 
 from sim.commands._lists import workers_flag
+from sim.engine_path import AUTO, HELP, PATHS, EnginePath
 from sim.limits import MAX_WORKERS
 
 _HELP = """\
@@ -94,6 +95,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables, from 0 up to the "
                         "last arrival (default: 0)")
+    p.add_argument("--engine-path", choices=list(PATHS), default="auto",
+                   help="how the engine computes its iterations, never what they are (the "
+                        "records are the same on each): "
+                        + "; ".join(f"{k}: {v}" for k, v in HELP.items()))
     p.set_defaults(func=main)
 
 
@@ -141,9 +146,11 @@ def main(args: argparse.Namespace) -> int:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
                           engine_sets=engine_sets, force=args.force,
                           then=None if args.no_report else report,
-                          on_start=lambda sc, built: _estimate(sc, built, args.workers),
+                          on_start=lambda sc, built: _estimate(sc, built, args.workers,
+                                                               PATHS[args.engine_path]),
                           workers=args.workers,
-                          meanwhile=None if args.no_report else _import_report)
+                          meanwhile=None if args.no_report else _import_report,
+                          engine_path=PATHS[args.engine_path])
     finally:
         for bar in bars.values():
             bar.close()
@@ -203,7 +210,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     from sim.engines.common import checkpoint_precision_sets, online_fp8_sets
     from specdec.errors import UserError
 
-    if args.from_vllm and args.from_sglang:
+    if args.from_vllm is not None and args.from_sglang is not None:
         raise UserError("--from-vllm, --from-sglang: give one deployment")
     catalog = load_catalog()
 
@@ -220,7 +227,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     for flag, text, parse in (("--from-vllm", args.from_vllm, vllm.parse_vllm_serve),
                               ("--from-sglang", args.from_sglang,
                                lambda t, r: sglang.parse_sglang(t, r, has_mtp))):
-        if text:
+        if text is not None:  # an empty one (an unset variable) is the parser's error
             parsed = parse(text, resolve)
             online_fp8_sets(parsed, catalog)
             checkpoint_precision_sets(parsed, catalog, args.overrides)
@@ -245,7 +252,7 @@ TOKENS_PER_S = 150_000
 WALK_TOKENS_PER_S = 5_000_000
 
 
-def _estimate(scenario, built, workers: int) -> None:
+def _estimate(scenario, built, workers: int, path: EnginePath = AUTO) -> None:
     """Before a long run: how long it will take, roughly (stderr)."""
     if not built:
         return
@@ -255,7 +262,7 @@ def _estimate(scenario, built, workers: int) -> None:
         return
     from sim.cluster import walks
 
-    seconds = sum(tokens / (WALK_TOKENS_PER_S if walks(setup) else TOKENS_PER_S)
+    seconds = sum(tokens / (WALK_TOKENS_PER_S if walks(setup, path) else TOKENS_PER_S)
                   for _, setup in built) / procs
     if seconds > LONG_RUN_S:
         rate = tokens * len(built) / seconds / procs

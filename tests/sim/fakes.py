@@ -8,9 +8,11 @@ import numpy as np
 
 from hardware.draft import DraftSetup
 from sim.cluster import Setup
+from sim.kernels.base import PARAM_NAMES
 from sim.log import RequestTable
 from sim.policies import NoSpeculation
 from sim.scheduling import SchedulerLimits
+from workloads.acceptance import KERNEL_LEVELS, KERNEL_RUNS, NO_RUNS
 from workloads.prefix_blocks import prompt_block_keys
 from workloads.requests import RequestSpec
 
@@ -47,6 +49,27 @@ class FakeCost:
         compute = total - (self.stages - 1) * self.hop_s
         return _Cost(total, "memory", (compute / self.stages,) * self.stages, self.hop_s)
 
+    @property
+    def timing(self):
+        """Itself: the compiled kernels price its passes from ``kernel_params``."""
+        return self
+
+    def kernel_params(self):
+        """``MeasuredTiming.kernel_params`` for the same seconds, so the compiled kernels
+        run the tests too: the pass's fixed cost (a0) and its per-token cost (a_new), the
+        tables zero, a weight read (sol_weight) so its bound is "memory". None with a
+        context term (the kernel's KV sum counts the new tokens, this one does not) or
+        pipeline stages: the fast paths then price with this object."""
+        if self.per_context_s or self.stages != 1:
+            return None
+        p = np.zeros(len(PARAM_NAMES))
+        p[PARAM_NAMES.index("a0")] = self.overhead_s
+        p[PARAM_NAMES.index("a_new")] = self.per_token_s
+        p[PARAM_NAMES.index("sol_weight")] = 1.0
+        empty = np.zeros(0)
+        return (p, np.array([1.0, 2.0]), np.zeros(2), empty, empty, np.zeros((0, 1)),
+                np.zeros(1), np.zeros(1))
+
 
 @dataclass(frozen=True)
 class _Cost:
@@ -67,6 +90,10 @@ class AcceptAll:
     def draw(self, streams, positions, widths, rng):
         return (widths > 0).sum(axis=1).astype(np.int64)
 
+    def kernel_tables(self, row):
+        """Nothing drawn: every row accepted to its depth (``AcceptanceModel.kernel_tables``)."""
+        return _runs(len(row))
+
 
 class AcceptN:
     """Exactly ``n`` guesses accepted (or all, when fewer were drafted)."""
@@ -82,6 +109,10 @@ class AcceptN:
     def draw(self, streams, positions, widths, rng):
         return np.minimum((widths > 0).sum(axis=1), self.n).astype(np.int64)
 
+    def kernel_tables(self, row):
+        """Nothing drawn: ``n`` accepted, or the row's depth."""
+        return _runs(self.n)
+
 
 class IidChain:
     """i.i.d. α per guess for chains: accepted = leading run of successes, capped at depth."""
@@ -95,6 +126,21 @@ class IidChain:
     def draw(self, streams, positions, widths, rng):
         ok = (rng.random(widths.shape) < self.mean_alpha) & (widths > 0)  # [B, m]
         return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)  # leading run
+
+    def kernel_tables(self, row):
+        """One uniform per level (as ``draw`` takes them, row by row) against α; chains
+        only (a tree's level of k guesses would be accepted at α too, as ``draw`` does)."""
+        if (row > 1).any():
+            return None
+        table = np.array([[0.0, self.mean_alpha]])
+        return KERNEL_LEVELS, 0.0, NO_RUNS, np.zeros(len(row), dtype=np.uint8), 1, table
+
+
+def _runs(n: int):
+    """``kernel_tables`` of a model that draws nothing and accepts ``n`` (at most the
+    depth): the run lengths of a one-position tape."""
+    return (KERNEL_RUNS, 0.0, np.array([n], dtype=np.int64), np.zeros(1, dtype=np.uint8), 1,
+            np.zeros((1, 1)))
 
 
 def table(arrival_at, prompt, output, hash_ids=None, hash_block_tokens=16,

@@ -198,12 +198,10 @@ CASES = [
                                  "--model-path meta-llama/Llama-3.1-8B "
                                  "--disable-radix-cache=true"],
      "--disable-radix-cache: a switch, it takes no value"),
-    # sim/commands/run.py skips an empty --from-vllm / --from-sglang ("if text:"), so the
-    # default scenario runs; the parsers refuse it once that line reads "is not None"
-    pytest.param("vllm-empty", {}, ["run", "--from-vllm", ""], "the command line is empty",
-                 marks=pytest.mark.xfail(strict=True, reason="run.py skips an empty CMD")),
-    pytest.param("sglang-empty", {}, ["run", "--from-sglang", ""], "the command line is empty",
-                 marks=pytest.mark.xfail(strict=True, reason="run.py skips an empty CMD")),
+    # an unset variable: --from-vllm "$CMD" must not quietly run the default scenario
+    ("vllm-empty", {}, ["run", "--from-vllm", ""], "--from-vllm: the command line is empty"),
+    ("sglang-empty", {}, ["run", "--from-sglang", ""],
+     "--from-sglang: the command line is empty"),
     ("vllm-blank", {}, ["run", "--from-vllm", " "], "--from-vllm: the command line is empty"),
     ("sglang-blank", {}, ["run", "--from-sglang", "\t"],
      "--from-sglang: the command line is empty"),

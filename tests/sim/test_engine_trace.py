@@ -14,12 +14,12 @@ def _times(result):
             for r in result.requests]
 
 
-def test_two_requests_without_speculation():
+def test_two_requests_without_speculation(engine_path):
     # pass = 10 ms + 1 ms per new token.
     # t=0     : prefill r0 (4)            -> 14 ms
     # t=0.014 : decode r0 (1) + prefill r1 (2; it arrived at 5 ms) -> 13 ms
     # t=0.027 : decode r0 (1) + decode r1 (1) -> 12 ms; both finish at 0.039
-    res = simulate(setup(table([0.0, 0.005], [4, 2], [3, 2])))
+    res = simulate(setup(table([0.0, 0.005], [4, 2], [3, 2])), path=engine_path)
     got = _times(res)
     want = [(0, 0.0, 0.014, 0.039, 3), (1, 0.014, 0.027, 0.039, 2)]
     for g, w in zip(got, want, strict=True):
@@ -31,7 +31,7 @@ def test_two_requests_without_speculation():
     assert all(r.finished for r in res.requests)
 
 
-def test_two_requests_with_gamma_2_all_accepted():
+def test_two_requests_with_gamma_2_all_accepted(engine_path):
     # draft pass = 2 ms flat; the draft prefills prompts in its first pass.
     # t=0     : draft 2 ms + target prefill r0 (4) 14 ms            -> 0.016, r0 emits 1
     # t=0.016 : draft 2 passes 4 ms + target (r0: 1+2, r1 prefill 2) 15 ms -> 0.035
@@ -39,7 +39,7 @@ def test_two_requests_with_gamma_2_all_accepted():
     # t=0.035 : draft 4 ms + target (3 + 3) 16 ms -> 0.055; both capped at their outputs
     draft = FakeCost(overhead_s=0.002, per_token_s=0.0)
     res = simulate(setup(table([0.0, 0.005], [4, 2], [5, 2]), policy=lambda: FixedGamma(2),
-                         draft=draft))
+                         draft=draft), path=engine_path)
     got = _times(res)
     assert got[0][2:] == pytest.approx((0.016, 0.055, 5))
     assert got[1][1:] == pytest.approx((0.016, 0.035, 0.055, 2))
@@ -50,25 +50,27 @@ def test_two_requests_with_gamma_2_all_accepted():
     assert [it.emitted_tokens for it in res.iterations] == [1, 4, 2]
 
 
-def test_horizon_records_unfinished_requests():
-    res = simulate(setup(table([0.0, 0.005, 1.0], [4, 2, 2], [3, 2, 2])), horizon_s=0.02)
+def test_horizon_records_unfinished_requests(engine_path):
+    res = simulate(setup(table([0.0, 0.005, 1.0], [4, 2, 2], [3, 2, 2])), horizon_s=0.02,
+                   path=engine_path)
     assert len(res.requests) == 2  # the third has not arrived
     r0, r1 = res.requests
     assert r0.finished is False and r0.emitted_tokens == 1 and math.isnan(r0.finished_at)
     assert r1.finished is False and math.isnan(r1.first_token_at)
 
 
-def test_progress_reports_simulated_time_and_does_not_change_results():
+def test_progress_reports_simulated_time_and_does_not_change_results(engine_path):
     ticks = []
     tab = table([0.0, 0.005, 0.5], [4, 2, 2], [3, 2, 2])
-    plain = simulate(setup(tab))
-    watched = simulate(setup(tab), progress=lambda now, total: ticks.append((now, total)))
+    plain = simulate(setup(tab), path=engine_path)
+    watched = simulate(setup(tab), progress=lambda now, total: ticks.append((now, total)),
+                       path=engine_path)
     assert watched.requests == plain.requests and watched.iterations == plain.iterations
     assert ticks[0][1] == 0.5 and ticks[-1][0] == pytest.approx(plain.end_at)
     assert [t for t, _ in ticks] == sorted(t for t, _ in ticks)
 
 
-def test_chunked_prefill_shares_iterations_with_decodes():
+def test_chunked_prefill_shares_iterations_with_decodes(engine_path):
     # chunk 16, budget 20. r0 (prompt 4, output 4) at 0; r1 (prompt 40, output 2) at 1 ms.
     # t=0     : prefill r0 4                         -> 10 + 4  = 14 ms; r0 token 1
     # t=0.014 : decode r0 1 + r1 chunk 16            -> 10 + 17 = 27 ms; r0 token 2
@@ -77,7 +79,7 @@ def test_chunked_prefill_shares_iterations_with_decodes():
     #           r1 token 1
     # t=0.087 : decode r1 1                          -> 11 ms -> 0.098; r1 done
     res = simulate(setup(table([0.0, 0.001], [4, 40], [4, 2]), chunked=True, chunk=16,
-                         max_batched_tokens=20))
+                         max_batched_tokens=20), path=engine_path)
     r0, r1 = res.requests
     assert (r0.first_token_at, r0.finished_at) == pytest.approx((0.014, 0.087))
     assert (r1.first_scheduled_at, r1.first_token_at, r1.finished_at) == pytest.approx(
@@ -85,8 +87,8 @@ def test_chunked_prefill_shares_iterations_with_decodes():
     assert [it.prefill_tokens for it in res.iterations] == [4, 16, 16, 8, 0]
 
 
-def test_a_prompt_that_does_not_fit_the_budget_gets_a_partial_chunk():
+def test_a_prompt_that_does_not_fit_the_budget_gets_a_partial_chunk(engine_path):
     # budget 10: the decode takes 1, so the new prompt's first chunk is 9, not 16.
     res = simulate(setup(table([0.0, 0.001], [4, 30], [3, 1]), chunked=True, chunk=16,
-                         max_batched_tokens=10))
+                         max_batched_tokens=10), path=engine_path)
     assert [it.prefill_tokens for it in res.iterations][:3] == [4, 9, 9]

@@ -62,13 +62,13 @@ def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatc
     state after it; None leaves the replica as it was."""
     import copy
 
-    from sim import decode_step, spec_stretch, steady, steady_walk
+    from sim import decode_step
+    from sim.engine_path import EnginePath
     from sim.runner import simulate_variants
     from sim.scheduling.vllm_v1 import plan_vllm_v1
 
-    monkeypatch.setattr(steady, "ENABLED", False)  # every decode iteration comes here
-    monkeypatch.setattr(spec_stretch, "ENABLED", False)
-    monkeypatch.setattr(steady_walk, "ENABLED", False)
+    # every decode iteration comes here
+    path = EnginePath(steady=False, spec_stretch=False, walk=False)
 
     fast, seen = decode_step.plan, {"batch": 0, "none": 0, "admitted": 0}
     # what forming a batch may change: slots, KV, the queue, admissions' bookkeeping
@@ -134,7 +134,7 @@ def test_a_decode_only_batch_is_what_the_full_scheduler_forms(policy, monkeypatc
                  ["run.requests=30"]):
         sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
                            [*sets, f"variants=[{{name: a, policy: {policy}}}]"])
-        res = simulate_variants(setups(sc), sc.run.horizon_s)
+        res = simulate_variants(setups(sc), sc.run.horizon_s, path=path)
         assert res[0].requests.columns["finished"].all()
     assert seen["batch"] > 100 and seen["none"] > 20 and seen["admitted"] > 10
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.engine_path import PATHS, EnginePath
 from sim.loading import load_scenario, repo_root
 from sim.output import write_records
 from sim.runner import run_scenario
@@ -139,7 +140,6 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
     decode-only batch without the full scheduler) and ``sim.spec_stretch`` (a speculating
     batch on its own rows): every shipped scenario, both bench workloads and preempting
     runs with the fast paths on and off, record for record."""
-    from sim import decode_step, spec_stretch, steady
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -158,27 +158,21 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
     else:
         sc = load_scenario(repo_root() / "scenarios" / f"{scenario}.yaml",
                            ["run.requests=40"] if sc_has_requests(scenario) else [])
-    runs = []
-    for on, kernel in ((False, False), (True, False), (True, True)):
-        monkeypatch.setattr(steady, "ENABLED", on)
-        monkeypatch.setattr(decode_step, "ENABLED", on)
-        monkeypatch.setattr(spec_stretch, "ENABLED", on)
-        _use_steady_kernel(monkeypatch, kernel)
-        runs.append(simulate_variants(setups(sc), sc.run.horizon_s))
+    _python_kernel_without_numba(monkeypatch)
+    runs = [simulate_variants(setups(sc), sc.run.horizon_s, path=PATHS[name])
+            for name in ("reference", "numpy", "compiled")]
     if scenario.endswith("-preempting"):  # the case the full scheduler must take over
         assert runs[0][-1].requests.columns["preemptions"].sum() > 0
     _assert_same_runs(runs[0], runs[1])
     _assert_same_runs(runs[0], runs[2])
 
 
-def _use_steady_kernel(monkeypatch, on: bool) -> None:
-    """Plan steady stretches with ``sim.steady_kernel`` from the first one (compiled, or as
-    Python where numba is not installed), or with numpy only."""
-    from sim import steady, steady_kernel
+def _python_kernel_without_numba(monkeypatch) -> None:
+    """Where numba is not installed, the compiled path's steady stretches are planned by
+    ``sim.steady_kernel.stretch`` run as Python (not by numpy)."""
+    from sim import steady_kernel
 
-    monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
-    monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
-    if on and steady_kernel.compiled() is None:
+    if steady_kernel.compiled() is None:
         monkeypatch.setattr(steady_kernel, "compiled", lambda: steady_kernel.stretch)
 
 
@@ -206,8 +200,11 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
 
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml", ["run.requests=150"])
     real_admitted, real_walk = steady.plan_admitted, steady_walk.plan
-    _use_steady_kernel(monkeypatch, True)
+    _python_kernel_without_numba(monkeypatch)
     kernel = steady_kernel.compiled()  # each mode counts its own calls of it
+    # midway: numpy for a replica's first 6 looks, then the kernels
+    paths = {"reference": PATHS["reference"], "kernel": PATHS["compiled"],
+             "midway": EnginePath(kernels_after=6)}
     runs, seen = [], {}
     for mode in ("reference", "kernel", "midway", "kernel without feed",
                  "midway without feed"):
@@ -230,12 +227,6 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
 
         monkeypatch.setattr(steady, "plan_admitted", counted_admitted)
         monkeypatch.setattr(steady_walk, "plan", counted_walk)
-        monkeypatch.setattr(steady, "ENABLED", mode != "reference")
-        _use_steady_kernel(monkeypatch, True)
-        if mode.startswith("midway"):
-            monkeypatch.setattr(steady, "_planned", 0)
-            monkeypatch.setattr(steady, "KERNEL_AFTER", 6)
-            monkeypatch.setattr(steady, "KERNEL_REQUESTS", float("inf"))
         if mode.endswith("without feed"):
             _without_feed(monkeypatch)
 
@@ -245,7 +236,8 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
 
         monkeypatch.setattr(steady_kernel, "compiled", lambda counted=counted: counted)
         built = [(n, s) for n, s in setups(sc, record_bound=record_bound) if n == "none"]
-        runs.append(simulate_variants(built, sc.run.horizon_s))
+        runs.append(simulate_variants(built, sc.run.horizon_s,
+                                      path=paths[mode.removesuffix(" without feed")]))
     for mode in ("kernel", "midway"):  # long walks past the arrivals, no stretch needed
         assert seen[mode]["walk admitting"] > 5 and seen[mode]["walk prefilling"] > 5, seen
     assert seen["kernel"]["stretch"] == 0, seen
@@ -267,20 +259,17 @@ def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch
     records with a horizon, with and without progress, match the iteration-at-a-time run
     (a speculating stretch the horizon stops is written back by ``flush_running``; a steady
     one the compiled stretch lets run across it is never written)."""
-    from sim import spec_stretch, steady
     from sim.build import setups
     from sim.runner import simulate_variants
 
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
                        ["run.requests=120", f"run.horizon_s={horizon}"])
+    _python_kernel_without_numba(monkeypatch)
     got = []
-    for on, progress, kernel in ((False, None, False), (True, None, False),
-                                 (True, lambda *a: None, False), (True, None, True),
-                                 (True, lambda *a: None, True)):
-        monkeypatch.setattr(steady, "ENABLED", on)
-        monkeypatch.setattr(spec_stretch, "ENABLED", on)
-        _use_steady_kernel(monkeypatch, kernel)
-        got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
+    for name, progress in (("reference", None), ("numpy", None), ("numpy", lambda *a: None),
+                           ("compiled", None), ("compiled", lambda *a: None)):
+        got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress,
+                                     path=PATHS[name]))
     for other in got[1:]:
         _assert_same_runs(got[0], other)
         assert [v.end_at for v in other] == [v.end_at for v in got[0]] == [horizon] * 2
@@ -318,7 +307,7 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
     without, split by arrivals -- with the reference path taking what it does not
     (preemptions where the pool is short)."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
-    from sim import steady, steady_kernel, steady_walk
+    from sim import steady_kernel, steady_walk
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -347,12 +336,12 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
             return got
 
         monkeypatch.setattr(steady_walk, "plan", counted)
-        monkeypatch.setattr(steady, "ENABLED", mode != "reference")
-        _use_steady_kernel(monkeypatch, True)
         if mode == "no feed":
             _without_feed(monkeypatch)
         built = [(n, s) for n, s in setups(sc) if n == "none"]
-        runs.append(simulate_variants(built, sc.run.horizon_s))
+        runs.append(simulate_variants(built, sc.run.horizon_s,
+                                      path=PATHS["reference" if mode == "reference"
+                                                 else "compiled"]))
     _assert_same_runs(runs[0], runs[1])
     _assert_same_runs(runs[0], runs[2])
     for mode in ("feed", "no feed"):
@@ -373,7 +362,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration_is_left_to_simpy(tmp_path, m
     times alone and stops there; its records are the reference path's, and the request is
     scheduled at that very instant."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
-    from sim import steady, steady_kernel
+    from sim import steady_kernel
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -390,9 +379,8 @@ def test_an_arrival_at_the_very_end_of_an_iteration_is_left_to_simpy(tmp_path, m
         sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
                            ["workload={arrivals: replay, file: " + str(trace) + "}",
                             f"run.requests={len(times)}"])
-        monkeypatch.setattr(steady, "ENABLED", fast)
-        _use_steady_kernel(monkeypatch, True)
-        return simulate_variants([(n, s) for n, s in setups(sc) if n == "none"], None)
+        return simulate_variants([(n, s) for n, s in setups(sc) if n == "none"], None,
+                                 path=PATHS["compiled" if fast else "reference"])
 
     first = run(arrivals[:6], False)[0].iterations.columns  # the first six requests alone
     ends = first["start_at"] + first["duration_s"]

@@ -35,7 +35,7 @@ class TwoStages:
         return _Cost(2 * stage + 0.002, "memory", (stage, stage), 0.002)
 
 
-def test_two_stage_pipeline_trace():
+def test_two_stage_pipeline_trace(engine_path):
     # r0 (prompt 4, output 3) at t=0; r1 (prompt 2, output 2) at t=1 ms.
     # mb1 r0 prefill: stage0 0-9, hop 9-11, stage1 11-20            -> r0 first token 20
     # mb2 r1 prefill (sent at 1): stage0 9-16, hop 16-18, stage1 20-27 -> r1 first token 27
@@ -43,7 +43,7 @@ def test_two_stage_pipeline_trace():
     # mb4 r1 decode (sent at 27): stage0 27-33, hop 33-35, stage1 35-41 -> r1 done 41
     # mb5 r0 decode (sent at 34): stage0 34-40, hop 40-42, stage1 42-48 -> r0 done 48
     s = replace(setup(table([0.0, 0.001], [4, 2], [3, 2]), cost=TwoStages()), pipeline_stages=2)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     r0, r1 = res.requests
     assert (r0.first_scheduled_at, r0.first_token_at, r0.finished_at) == pytest.approx(
         (0.0, 0.020, 0.048), abs=1e-12)
@@ -54,13 +54,13 @@ def test_two_stage_pipeline_trace():
         [0.0, 0.020, 0.001, 0.026, 0.020, 0.014, 0.027, 0.014, 0.034, 0.014], abs=1e-12)
 
 
-def test_pipeline_keeps_two_micro_batches_in_flight_and_finishes_everything():
+def test_pipeline_keeps_two_micro_batches_in_flight_and_finishes_everything(engine_path):
     rng = np.random.default_rng(0)
     n = 40
     tab = table(np.sort(rng.uniform(0, 0.05, n)), rng.integers(1, 50, n), rng.integers(1, 30, n))
     base = setup(tab, cost=TwoStages(), max_num_seqs=16, chunked=True, chunk=32)
-    one = simulate(replace(base, pipeline_stages=1))
-    two = simulate(replace(base, pipeline_stages=2))
+    one = simulate(replace(base, pipeline_stages=1), path=engine_path)
+    two = simulate(replace(base, pipeline_stages=2), path=engine_path)
     assert all(r.finished and r.emitted_tokens == r.output_tokens for r in two.requests)
     # overlapping iterations exist: some micro-batch starts before the previous one ends
     its = sorted(two.iterations, key=lambda it: it.start_at)
@@ -68,7 +68,7 @@ def test_pipeline_keeps_two_micro_batches_in_flight_and_finishes_everything():
     assert len(two.iterations) > len(one.iterations)
 
 
-def test_a_three_stage_replica_with_a_few_kv_blocks_finishes_every_request():
+def test_a_three_stage_replica_with_a_few_kv_blocks_finishes_every_request(engine_path):
     # The scenario form of the pipeline livelock: pp 3, γ = 4, chunked prefill and a KV pool
     # (vLLM's num_gpu_blocks_override) that holds one and a half requests.
     from sim.loading import load_scenario
@@ -79,7 +79,7 @@ def test_a_three_stage_replica_with_a_few_kv_blocks_finishes_every_request():
         "workload={arrivals: poisson, rate_per_s: 200, prompt: {kind: fixed, tokens: 200}, "
         "output: {kind: fixed, tokens: 100}}", "acceptance={kind: iid, alpha: 0.8}",
         "variants=[{name: g4, policy: {kind: fixed, gamma: 4}}]", "run.requests=40"])
-    reqs = run_scenario(sc).variants[0].requests
+    reqs = run_scenario(sc, engine_path=engine_path).variants[0].requests
     assert all(r.finished and r.emitted_tokens == 100 for r in reqs)
     assert sum(r.preemptions for r in reqs) > 0
 

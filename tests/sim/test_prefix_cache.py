@@ -76,7 +76,7 @@ def checked(monkeypatch):
 
 # -- a hit skips prefill ---------------------------------------------------------------------
 
-def _two_far_apart(caching: bool, prefix: int = 2000, own: int = 1000):
+def _two_far_apart(caching: bool, engine_path, prefix: int = 2000, own: int = 1000):
     """Two requests behind the same ``prefix``-token system prompt, the second arriving
     long after the first finished, each prefilled in one pass (no chunking)."""
     sets = [
@@ -89,11 +89,11 @@ def _two_far_apart(caching: bool, prefix: int = 2000, own: int = 1000):
     ]
     sc = load_scenario(DEFAULT, sets)
     (_, s), = setups(sc)
-    return s, simulate(s)
+    return s, simulate(s, path=engine_path)
 
 
-def test_a_cache_hit_skips_the_prefill_of_the_cached_tokens():
-    s, res = _two_far_apart(caching=True)
+def test_a_cache_hit_skips_the_prefill_of_the_cached_tokens(engine_path):
+    s, res = _two_far_apart(True, engine_path)
     first, second = res.requests
     assert second.arrival_at > first.finished_at  # each runs alone
     prompt = first.prompt_tokens
@@ -114,39 +114,40 @@ def test_a_cache_hit_skips_the_prefill_of_the_cached_tokens():
     assert prefill == [3000, 1000]
 
 
-def test_without_prefix_caching_the_second_request_prefills_everything():
-    _, res = _two_far_apart(caching=False)
+def test_without_prefix_caching_the_second_request_prefills_everything(engine_path):
+    _, res = _two_far_apart(False, engine_path)
     assert [r.cached_tokens for r in res.requests] == [0, 0]
     ttft = [r.first_token_at - r.arrival_at for r in res.requests]
     assert ttft[0] == pytest.approx(ttft[1], rel=1e-12)
 
 
-def test_the_last_prompt_token_is_always_recomputed():
+def test_the_last_prompt_token_is_always_recomputed(engine_path):
     # A prompt that is all system prompt, 2 x 16 tokens: vLLM caps a hit at prompt - 1
     # tokens, so the second request hits 1 block and recomputes the second one whole.
     s = setup(table([0.0, 1.0], [32, 32], [4, 4], hash_ids=[(7,), (7,)], hash_block_tokens=32),
               prefix_caching=True, max_batched_tokens=64)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     assert [r.cached_tokens for r in res.requests] == [0, 16]
     assert [it.prefill_tokens for it in res.iterations if it.prefill_tokens] == [32, 16]
 
 
-def test_a_request_admitted_in_the_same_step_hits_the_blocks_its_predecessor_schedules():
+def test_a_request_admitted_in_the_same_step_hits_the_blocks_its_predecessor_schedules(
+        engine_path):
     # vLLM caches a chunk's full blocks as it schedules them: two identical prompts arriving
     # together, the second admitted after the first in one step, share the first's blocks.
     s = setup(table([0.0, 0.0], [40, 40], [3, 3], hash_ids=[(1,), (1,)], hash_block_tokens=40),
               prefix_caching=True, max_batched_tokens=128)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     assert [r.cached_tokens for r in res.requests] == [0, 32]
     assert res.iterations[0].prefill_tokens == 40 + 8
 
 
-def test_a_hit_needs_free_blocks_for_the_unreferenced_blocks_it_revives(checked):
+def test_a_hit_needs_free_blocks_for_the_unreferenced_blocks_it_revives(checked, engine_path):
     # A 4-block pool: request 0 (2 prompt blocks + 1) finishes; its cached blocks stay in
     # the free queue and a hit on them takes them out of it.
     s = setup(table([0.0, 5.0], [33, 33], [2, 2], hash_ids=[(3,), (3,)], hash_block_tokens=64),
               prefix_caching=True, blocks=4, max_batched_tokens=64)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     assert [r.cached_tokens for r in res.requests] == [0, 32]
     pool, = checked
     assert pool.free_blocks == 4 and pool.evicted_blocks == 0
@@ -192,7 +193,8 @@ def _committed(r, rid: int) -> int:
     return int(r.table.prompt_tokens[rid]) + emitted - 1
 
 
-def test_speculation_and_preemption_cache_committed_blocks_only(checked, monkeypatch):
+def test_speculation_and_preemption_cache_committed_blocks_only(checked, monkeypatch,
+                                                                engine_path):
     # Three 40-token prompts decoding 120 tokens with γ = 4 at α = 0.6 in a 20-block pool
     # (they need 30): verifies write guesses into blocks they roll back, and requests are
     # preempted and resumed. After every iteration and every preemption, every cached
@@ -230,7 +232,7 @@ def test_speculation_and_preemption_cache_committed_blocks_only(checked, monkeyp
               policy=lambda: FixedGamma(4), draft=FakeCost(0.001, 0.0),
               acceptance=IidChain(0.6), prefix_caching=True, blocks=20, max_num_seqs=3,
               max_batched_tokens=128, chunked=True, chunk=32)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     assert all(r.finished for r in res.requests)
     assert sum(r.preemptions for r in res.requests) > 0
     # not vacuous: guesses were rejected and their blocks rolled back, output blocks were
@@ -319,14 +321,14 @@ def test_shared_blocks_are_counted_once_and_freed_with_their_last_reference():
     assert all(r == 0 for r in pool._ref.values())
 
 
-def test_preemption_drops_references_and_the_cached_blocks_survive(checked):
+def test_preemption_drops_references_and_the_cached_blocks_survive(checked, engine_path):
     # Two requests of 64 + 64 tokens in a 9-block pool: the younger is preempted; when it is
     # re-admitted, its own prompt blocks (cached, then freed) are hits, so it recomputes
     # less than its whole prompt + output.
     s = setup(table([0.0, 0.0], [64, 64], [64, 64], hash_ids=[None, None]),
               prefix_caching=True, blocks=9, max_num_seqs=2, max_batched_tokens=512,
               chunked=True, chunk=64)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     old, young = res.requests
     assert young.preemptions >= 1 and young.finished
     assert young.cached_tokens == 0  # a hit at re-admission is not vLLM's num_cached_tokens
@@ -335,7 +337,8 @@ def test_preemption_drops_references_and_the_cached_blocks_survive(checked):
     # 8 blocks, taking from the head of the free queue the young one's blocks last first
     # (3, 2, 1): block 0 survives, so it recomputes 64 + 1 - 16 tokens.
     assert young.preemptions == 1 and young.recomputed_tokens == 65 - 16
-    plain = simulate(replace(s, limits=replace(s.limits, prefix_caching=False))).requests[1]
+    plain = simulate(replace(s, limits=replace(s.limits, prefix_caching=False)),
+                     path=engine_path).requests[1]
     assert plain.recomputed_tokens > 65  # without the cache it thrashed (preempted 9 times)
 
 
@@ -353,7 +356,7 @@ def test_preemption_drops_references_and_the_cached_blocks_survive(checked):
     stages=st.sampled_from([1, 1, 3]),
 )
 def test_the_pool_accounting_holds_under_random_admission_completion_and_preemption(
-        n, seed, gamma, chunked, spare_blocks, hash_tokens, order, stages):
+        n, seed, gamma, chunked, spare_blocks, hash_tokens, order, stages, engine_path):
     rng = np.random.default_rng(seed)
     prompt = rng.integers(1, 80, n)
     output = rng.integers(1, 30, n)
@@ -378,7 +381,7 @@ def test_the_pool_accounting_holds_under_random_admission_completion_and_preempt
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sim.replica, "PrefixCachingBlockManager", Collected)
-        res = simulate(replace(s, pipeline_stages=stages))
+        res = simulate(replace(s, pipeline_stages=stages), path=engine_path)
     for r in res.requests:
         assert r.finished and r.emitted_tokens == r.output_tokens
         assert 0 <= r.cached_tokens <= max(r.prompt_tokens - 1, 0)
@@ -455,13 +458,13 @@ def _mooncake_hits(block: int = 16) -> list[int]:
     return hits
 
 
-def test_mooncake_hash_ids_give_the_hits_the_file_implies():
+def test_mooncake_hash_ids_give_the_hits_the_file_implies(engine_path):
     # Whole prompts in one chunk, so each prompt is cached as soon as it is scheduled; the
     # pool holds the trace's few thousand distinct blocks without evicting any.
     sc = load_scenario(repo_root() / "scenarios" / "mooncake-trace.yaml", [
         "scheduler.prefix_caching=true", "scheduler.chunk_tokens=8192",
         "variants=[{name: none, policy: {kind: none}}]"])
-    res = run_scenario(sc)
+    res = run_scenario(sc, engine_path=engine_path)
     got = res.variants[0].requests.column("cached_tokens").tolist()
     want = _mooncake_hits()
     assert got == want
@@ -471,7 +474,8 @@ def test_mooncake_hash_ids_give_the_hits_the_file_implies():
     assert summary["prefix_hit_rate"] == pytest.approx(531968 / 652371, rel=1e-12)
 
 
-def test_a_block_size_that_does_not_divide_512_shares_only_blocks_inside_shared_ids():
+def test_a_block_size_that_does_not_divide_512_shares_only_blocks_inside_shared_ids(
+        engine_path):
     # block 48: 512 = 10.67 blocks; a prompt sharing 2 trace blocks (1024 tokens) with an
     # earlier one shares the 21 whole 48-token blocks inside them (1008 tokens), not the
     # 22nd, which reaches into the third trace block.
@@ -479,33 +483,36 @@ def test_a_block_size_that_does_not_divide_512_shares_only_blocks_inside_shared_
         "scheduler.prefix_caching=true", "scheduler.chunk_tokens=8192",
         "scheduler.block_size=48", "run.requests=40",
         "variants=[{name: none, policy: {kind: none}}]"])
-    got = run_scenario(sc).variants[0].requests.column("cached_tokens").tolist()
+    got = run_scenario(sc, engine_path=engine_path).variants[0].requests.column(
+        "cached_tokens").tolist()
     assert got == _mooncake_hits(48)[:40]
     assert 1008 in got
 
 
 # -- off is today's engine -------------------------------------------------------------------
 
-def test_caching_off_ignores_hash_ids_and_shared_prefixes():
+def test_caching_off_ignores_hash_ids_and_shared_prefixes(engine_path):
     sets = ["run.requests=30", "workload.shared_prefix_tokens=600",
             "workload.shared_prefix_groups=3"]
     sc = load_scenario(DEFAULT, sets)
-    res = run_scenario(sc)
+    res = run_scenario(sc, engine_path=engine_path)
     for v in res.variants:
         assert not v.requests.column("cached_tokens").any()
     assert all(s["prefix_hit_rate"] is None for s in res.summaries)
     # and the same run with caching on saves prefill
-    on = run_scenario(load_scenario(DEFAULT, [*sets, "scheduler.prefix_caching=true"]))
+    on = run_scenario(load_scenario(DEFAULT, [*sets, "scheduler.prefix_caching=true"]),
+                      engine_path=engine_path)
     assert all(s["prefix_cached_tokens"] > 0 for s in on.summaries)
     assert on.summaries[0]["ttft_p50_s"] < res.summaries[0]["ttft_p50_s"]
 
 
-def test_caching_on_without_shared_prompts_or_preemption_changes_nothing():
+def test_caching_on_without_shared_prompts_or_preemption_changes_nothing(engine_path):
     # The default workload shares nothing and does not preempt: caching finds no hit, so
     # every record is as without it (the pool's free queue only reorders free blocks).
     sets = ["run.requests=60"]
-    off = run_scenario(load_scenario(DEFAULT, sets))
-    on = run_scenario(load_scenario(DEFAULT, [*sets, "scheduler.prefix_caching=true"]))
+    off = run_scenario(load_scenario(DEFAULT, sets), engine_path=engine_path)
+    on = run_scenario(load_scenario(DEFAULT, [*sets, "scheduler.prefix_caching=true"]),
+                      engine_path=engine_path)
     for a, b in zip(off.variants, on.variants, strict=True):
         assert not a.requests.column("preemptions").any()
         assert a.requests == b.requests and a.iterations == b.iterations

@@ -307,7 +307,7 @@ def test_variants_side_by_side_raise_the_error_one_after_the_other_would(monkeyp
 
     built = setups(load_scenario(None, ["run.requests=30"]))
 
-    def failing(setup, horizon, name, tick):
+    def failing(setup, horizon, name, tick, path):
         if name == built[0][0]:
             time.sleep(0.5)
         raise RuntimeError(f"{name} failed")
@@ -370,3 +370,18 @@ def test_trees_the_budget_cuts_are_priced_with_the_draft_on_every_target_gpu(tmp
     cut = (it["decode_seqs"] > 0) & (it["verify_tokens"] < it["decode_seqs"] * full)
     assert cut.any() and (it["draft_s"][cut] > 0).all()
     assert res.requests.columns["finished"].all()
+
+
+def test_every_engine_path_prints_the_same_summary(small_scenario, tmp_path, capsys):
+    """``--engine-path`` says how the engine computes its iterations, never what they are:
+    the reference, numpy and compiled paths print the same summaries."""
+    import json
+
+    from sim.cli import main
+
+    got = {}
+    for path in ("reference", "numpy", "compiled"):
+        assert main(["run", str(small_scenario), "--engine-path", path, "--json",
+                     "--no-report", "--no-progress", "--out", str(tmp_path / path)]) == 0
+        got[path] = json.loads(capsys.readouterr().out)["variants"]
+    assert got["reference"] == got["numpy"] == got["compiled"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import sim.replica
+from sim.engine_path import EnginePath
 from sim.policies import BatchLadder, FixedGamma
 from sim.runner import simulate
 from tests.sim.fakes import AcceptAll, AcceptN, FakeCost, setup, table
@@ -21,13 +22,13 @@ def _decode_iterations(res):
 
 @pytest.mark.parametrize("order, seqs, verify", [("vllm_v1", 3, 12), ("decode_first", 2, 10)])
 def test_a_binding_budget_cuts_the_last_verify_in_v1_and_drops_it_in_decode_first(
-        order, seqs, verify):
+        order, seqs, verify, engine_path):
     # Three 4-token prompts prefill together (12 tokens), then each wants 1 + γ=4 = 5 tokens
     # of a 12-token budget: v1 gives 5, 5 and 2 (one guess kept), v0 drops the third whole.
     s = setup(table([0.0] * 3, [4] * 3, [20] * 3), policy=lambda: FixedGamma(4),
               draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=12,
               chunked=True, chunk=12, order=order)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     first = _decode_iterations(res)[0]
     assert (first.decode_seqs, first.verify_tokens) == (seqs, verify)
     if order == "vllm_v1":
@@ -56,14 +57,14 @@ class _Events:
 
 
 @pytest.mark.parametrize("order", ["vllm_v1", "decode_first"])
-def test_a_request_preempted_at_t_is_not_readmitted_at_t_in_v1(monkeypatch, order):
+def test_a_request_preempted_at_t_is_not_readmitted_at_t_in_v1(monkeypatch, order, engine_path):
     # Three requests of 31 + 40 tokens, 9 KV blocks: the youngest is preempted as the
     # others grow; v0's order re-admits it in the same iteration when the freed blocks hold
     # its first chunk, v1 waits for the next one.
     ev = _Events(monkeypatch)
     s = setup(table([0.0] * 3, [31] * 3, [40] * 3), blocks=9, max_num_seqs=3,
               max_batched_tokens=512, chunked=True, chunk=64, order=order)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     assert all(r.finished for r in res.requests)
     preempted = [(t, rid) for t, what, rid in ev.log if what == "preempt"]
     assert preempted
@@ -74,6 +75,39 @@ def test_a_request_preempted_at_t_is_not_readmitted_at_t_in_v1(monkeypatch, orde
         assert again_at_once
 
 
+def test_lookahead_slots_decide_when_a_tight_pool_preempts(engine_path):
+    """Two 16-token prompts, 21 tokens each at γ = 3 all accepted, a 5-block pool (16-token
+    blocks): a verify takes 4 tokens and needs blocks for its KV + 4 + 3 lookahead slots.
+    Iteration 1 prefills both (KV 16 each, one token out). Iterations 2-4 decode both
+    (KV 16 -> 28, 13 tokens out each): ceil((KV + 7) / 16) = 2 blocks each, 4 in all.
+    Iteration 5 (KV 28): ceil(35 / 16) = 3 each, 6 > 5, so the last admitted (B) is
+    preempted and A decodes alone. Iteration 6: B recomputes its 16 + 13 tokens beside A's
+    last verify. Without the lookahead slots B would last until iteration 6
+    (ceil(32 / 16) = 2); with twice as many it would go at iteration 4 (ceil(34 / 16))."""
+    s = setup(table([0.0, 0.0], [16, 16], [21, 21]), policy=lambda: FixedGamma(3),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), blocks=5,
+              max_batched_tokens=64)
+    res = simulate(s, path=engine_path)
+    assert [(it.decode_seqs, it.prefill_tokens) for it in res.iterations][:6] == [
+        (0, 32), (2, 0), (2, 0), (2, 0), (1, 0), (1, 29)]
+    assert [r.preemptions for r in res.requests] == [0, 1]
+    assert all(r.emitted_tokens == 21 for r in res.requests)
+
+
+@pytest.mark.parametrize("prompt, admitted_at", [(19, 0.020), (20, 0.053)])
+def test_a_waiting_prompt_is_admitted_only_into_the_budget_left(engine_path, prompt,
+                                                                admitted_at):
+    """A 20-token budget, no chunking: A (10-token prompt, 4 out) prefills at t = 0 (10 ms +
+    1 ms per token: 20 ms); B arrives at 1 ms. Each of A's decodes takes 1 token of the
+    budget, leaving 19: a 19-token B joins A's first decode at 20 ms, a 20-token B waits
+    for A to finish (decodes at 20, 31, 42 ms, done at 53 ms)."""
+    s = setup(table([0.0, 0.001], [10, prompt], [4, 2]), max_batched_tokens=20)
+    res = simulate(s, path=engine_path)
+    assert res.requests[1].first_scheduled_at == pytest.approx(admitted_at, abs=1e-12)
+    assert sum(it.prefill_tokens for it in res.iterations) == 10 + prompt
+    assert max(it.prefill_tokens + it.decode_seqs for it in res.iterations) <= 20
+
+
 @pytest.mark.parametrize("gamma, held, returned", [(7, 64, 1), (15, 65, 2)])
 def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, held, returned):
     """Exercise 8 driven through the engine: 1000 cached tokens (63 blocks, the last holding
@@ -81,10 +115,6 @@ def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, he
     (63 blocks) and the tail blocks go back to the pool. (It watches the scheduler's grants:
     a speculating stretch keeps its batch's blocks itself, and the fast-vs-reference test in
     test_golden.py holds it to the same records.)"""
-    from sim import spec_stretch, steady_walk
-
-    monkeypatch.setattr(spec_stretch, "ENABLED", False)
-    monkeypatch.setattr(steady_walk, "ENABLED", False)
     grants = []
     grant = sim.replica.BlockManager.grant
 
@@ -96,7 +126,8 @@ def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, he
     s = setup(table([0.0], [1000], [10]), policy=lambda: FixedGamma(gamma),
               draft=FakeCost(0.001, 0.0), acceptance=AcceptN(2), blocks=100,
               max_batched_tokens=2048, chunked=False, max_num_seqs=1)
-    res = simulate(s)
+    # the scheduler's grants: a speculating stretch or walk keeps its batch's blocks itself
+    res = simulate(s, path=EnginePath(spec_stretch=False, walk=False))
     verify = _decode_iterations(res)[0]
     # 1000 + 1 + γ written, γ more reserved: ceil(1015 / 16) = 64, ceil(1031 / 16) = 65
     assert grants[-1] == held
@@ -106,14 +137,14 @@ def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, he
 
 
 @pytest.mark.parametrize("sync, draft_calls", [("every_step", 5), ("catch_up", 0)])
-def test_a_ladder_charges_the_draft_for_steps_without_speculation(sync, draft_calls):
+def test_a_ladder_charges_the_draft_for_steps_without_speculation(sync, draft_calls, engine_path):
     # Two requests running: the ladder (keyed on running requests) gives γ = 0. With
     # every_step the draft still ingests each new token: one draft pass per iteration.
     s = setup(table([0.0, 0.0], [4, 4], [6, 6]),
               policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]]),
               draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
               chunked=True, chunk=64, draft_sync=sync)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     dec = _decode_iterations(res)
     assert all(it.drafted_tokens == 0 for it in dec)
     charged = [it for it in dec if it.draft_s > 0]
@@ -122,14 +153,14 @@ def test_a_ladder_charges_the_draft_for_steps_without_speculation(sync, draft_ca
         assert it.draft_s == pytest.approx(0.002 + 0.0001 * 2)
 
 
-def test_catch_up_feeds_the_missed_tokens_when_speculation_resumes():
+def test_catch_up_feeds_the_missed_tokens_when_speculation_resumes(engine_path):
     # Request 0 alone: γ = 2; request 1 joins: γ = 0 while both run; request 1 ends first
     # (shorter), then request 0 speculates again and its draft ingests what it missed.
     s = setup(table([0.0, 0.0], [4, 4], [30, 3]),
               policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]]),
               draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
               chunked=True, chunk=64, draft_sync="catch_up")
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     dec = _decode_iterations(res)
     off = [it for it in dec if it.drafted_tokens == 0]
     resumed = next(it for it in dec[len(off):] if it.drafted_tokens > 0)
@@ -139,18 +170,18 @@ def test_catch_up_feeds_the_missed_tokens_when_speculation_resumes():
     assert resumed.draft_s == pytest.approx(2 * 0.002 + 0.0001 * (1 + missed + 1))
 
 
-def test_a_sticky_ladder_never_drafts_again_for_a_request_it_turned_off():
+def test_a_sticky_ladder_never_drafts_again_for_a_request_it_turned_off(engine_path):
     s = setup(table([0.0, 0.0], [4, 4], [30, 3]),
               policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]], sticky=True),
               draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
               chunked=True, chunk=64)
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     long, short = res.requests
     assert long.finished and long.draft_steps == 0  # off from its first decode on
     assert all(it.drafted_tokens == 0 for it in _decode_iterations(res))
 
 
-def test_a_draft_drafting_ahead_makes_an_iteration_cost_the_max_not_the_sum():
+def test_a_draft_drafting_ahead_makes_an_iteration_cost_the_max_not_the_sum(engine_path):
     # verify: 10 ms + 1 ms per token (γ = 2: 3 tokens, 13 ms); a draft pass: 2 ms + 0.1 ms
     # per token. Serial: 2 passes (4.2 ms) + 13 ms. Drafting ahead, every guess accepted:
     # after the first iteration the guesses are ready and the 3 passes ahead (6.3 ms) run
@@ -158,8 +189,8 @@ def test_a_draft_drafting_ahead_makes_an_iteration_cost_the_max_not_the_sum():
     base = setup(table([0.0], [1], [41]), policy=lambda: FixedGamma(2),
                  draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), placement="separate",
                  cost=FakeCost(0.010, 0.001))
-    serial = _decode_iterations(simulate(base))
-    ahead = _decode_iterations(simulate(replace(base, draft_overlap=True)))
+    serial = _decode_iterations(simulate(base, path=engine_path))
+    ahead = _decode_iterations(simulate(replace(base, draft_overlap=True), path=engine_path))
     assert [it.duration_s for it in serial] == pytest.approx([0.0172] * len(serial))
     assert ahead[0].duration_s == pytest.approx(0.0042 + 0.013)
     assert [it.duration_s for it in ahead[1:]] == pytest.approx([0.013] * (len(ahead) - 1))
@@ -187,13 +218,13 @@ def test_drafting_ahead_beats_a_colocated_draft_at_batch_1_on_the_default_pair()
 
 # -- prefill_first: SGLang's order ---------------------------------------------------------
 
-def test_prefill_first_runs_a_late_prompt_alone_and_the_decodes_wait():
+def test_prefill_first_runs_a_late_prompt_alone_and_the_decodes_wait(engine_path):
     # A decodes from t=0; B arrives at 0.05 s: its prompt runs in a pass of its own (no
     # decode in it), then both decode together. vLLM v1 puts B's prompt in A's decode step.
     for order, alone in (("prefill_first", True), ("vllm_v1", False)):
         s = setup(table([0.0, 0.05], [8, 8], [30, 30]), max_batched_tokens=64, chunked=True,
                   chunk=64, order=order)
-        res = simulate(s)
+        res = simulate(s, path=engine_path)
         b_prefill = [it for it in res.iterations if it.prefill_tokens and it.start_at > 0]
         assert len(b_prefill) == 1
         assert (b_prefill[0].decode_seqs == 0) is alone
@@ -202,13 +233,13 @@ def test_prefill_first_runs_a_late_prompt_alone_and_the_decodes_wait():
             assert all(not (it.prefill_tokens and it.decode_seqs) for it in res.iterations)
 
 
-def test_prefill_first_prefills_a_whole_cohort_before_any_decode():
+def test_prefill_first_prefills_a_whole_cohort_before_any_decode(engine_path):
     # Six prompts of 40 tokens at t=0 with a 64-token budget: 240 tokens in four prefill
     # passes (64, 64, 64, 48; a prompt cut to fill each pass), then six decoders together,
     # who stay in step: every decode pass has all six until they finish together.
     s = setup(table([0.0] * 6, [40] * 6, [10] * 6), max_batched_tokens=64, chunked=True,
               chunk=64, order="prefill_first")
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     its = res.iterations
     assert [it.prefill_tokens for it in its[:4]] == [64, 64, 64, 48]
     assert all(it.decode_seqs == 0 for it in its[:4])
@@ -218,30 +249,30 @@ def test_prefill_first_prefills_a_whole_cohort_before_any_decode():
     assert all(r.finished and r.emitted_tokens == 10 for r in res.requests)
 
 
-def test_prefill_first_decodes_without_a_token_budget():
+def test_prefill_first_decodes_without_a_token_budget(engine_path):
     # 20 decoders each verifying 1 + γ=4 tokens (100) pass a 64-token prefill budget: SGLang
     # bounds prefill batches by chunked_prefill_size, not its decode batch.
     s = setup(table([0.0] * 20, [2] * 20, [12] * 20), policy=lambda: FixedGamma(4),
               draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=64,
               chunked=True, chunk=64, max_num_seqs=20, order="prefill_first")
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     first = _decode_iterations(res)[0]
     assert (first.decode_seqs, first.verify_tokens) == (20, 100)
     assert all(r.finished and r.emitted_tokens == 12 for r in res.requests)
 
 
-def test_prefill_first_preempts_and_still_finishes_everything(monkeypatch):
+def test_prefill_first_preempts_and_still_finishes_everything(monkeypatch, engine_path):
     # Three requests of 31 + 40 tokens in 9 KV blocks: decodes run the pool dry, the
     # youngest is preempted and recomputed; everything finishes.
     ev = _Events(monkeypatch)
     s = setup(table([0.0] * 3, [31] * 3, [40] * 3), blocks=9, max_num_seqs=3,
               max_batched_tokens=512, chunked=True, chunk=64, order="prefill_first")
-    res = simulate(s)
+    res = simulate(s, path=engine_path)
     assert any(what == "preempt" for _, what, _ in ev.log)
     assert all(r.finished and r.emitted_tokens == 40 for r in res.requests)
 
 
-def test_prefill_first_under_a_closed_loop_is_what_validate_prices_for_sglang():
+def test_prefill_first_under_a_closed_loop_is_what_validate_prices_for_sglang(engine_path):
     """The engine's SGLang order under a closed loop of fixed lengths keeps the cohort in
     step, and its mean TPOT is the tpot_s row model's (hardware/timing/serving.py: decode
     steps plus the prefill passes after a request's own), priced by the same cost model."""
@@ -258,7 +289,8 @@ def test_prefill_first_under_a_closed_loop_is_what_validate_prices_for_sglang():
             f"workload={{arrivals: closed_loop, users: {b}, think_mean_s: 0.0, prompt: "
             f"{{kind: fixed, tokens: {isl}}}, output: {{kind: fixed, tokens: {osl}}}}}",
             f"run.requests={4 * b}", "variants=[{name: none, policy: {kind: none}}]"]
-    r = run_scenario(load_scenario(None, sets)).variants[0].requests.columns
+    r = run_scenario(load_scenario(None, sets),
+                     engine_path=engine_path).variants[0].requests.columns
     tpot = (r["finished_at"] - r["first_token_at"]) / (r["output_tokens"] - 1)
     row = MeasuredRow(line=1, model="llama-3.1-8b", gpu="h100", tp=1, pp=1, weight_bits=16,
                       kv_bits=16, compute_dtype=None, batch=b, context=isl, tokens=1,
@@ -269,7 +301,8 @@ def test_prefill_first_under_a_closed_loop_is_what_validate_prices_for_sglang():
     assert tpot[b:].min() < 0.9 * want < tpot[b:].max()  # the first pass waits longest
 
 
-def test_prefill_first_admits_only_what_can_finish_even_with_prompts_in_flight(monkeypatch):
+def test_prefill_first_admits_only_what_can_finish_even_with_prompts_in_flight(monkeypatch,
+                                                                               engine_path):
     """SGLang admits a request only when its whole prompt and output fit beside what the
     running prompts (those in flight in a pipeline too) and outputs still need: on tight
     pools no prompt is preempted half-way and preemptions stay rare (the order admitted on
@@ -296,7 +329,7 @@ def test_prefill_first_admits_only_what_can_finish_even_with_prompts_in_flight(m
         s = setup(table(np.sort(rng.uniform(0, 0.05, n)), prompt, output), policy=NoSpeculation,
                   blocks=blocks, max_num_seqs=8, max_batched_tokens=64, chunked=True, chunk=64,
                   seed=seed, cost=FakeCost(stages=stages), order="prefill_first")
-        res = simulate(replace(s, pipeline_stages=stages))
+        res = simulate(replace(s, pipeline_stages=stages), path=engine_path)
         assert all(r.finished and r.emitted_tokens == r.output_tokens for r in res.requests)
         requests += n
     assert not any(mid)  # no prompt preempted half-way

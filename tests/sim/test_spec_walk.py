@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from sim.engine_path import PATHS
 from sim.loading import load_scenario, repo_root
 from tests.sim.test_golden import _assert_same_runs
 
@@ -121,7 +122,7 @@ NO_WALK = {"ladder-off", "ladder-sticky", "adaptive-width", "adaptive-per-seq",
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypatch):
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
-    from sim import decode_step, spec_stretch, steady, steady_kernel, steady_walk
+    from sim import steady_kernel, steady_walk
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -151,11 +152,8 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
     monkeypatch.setattr(steady_walk, "plan", counted)
     runs = []
     for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
-        for module in (steady, decode_step, spec_stretch, steady_walk):
-            monkeypatch.setattr(module, "ENABLED", on)
-        monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
-        monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
-        runs.append(simulate_variants(setups(sc), sc.run.horizon_s, progress))
+        runs.append(simulate_variants(setups(sc), sc.run.horizon_s, progress,
+                                      path=PATHS["compiled" if on else "reference"]))
         if not on:
             assert seen["walks"] == 0
     _assert_same_runs(runs[0], runs[1])
@@ -183,7 +181,7 @@ def test_a_walk_draws_what_the_reference_draws(monkeypatch):
     walk draws each verify's uniforms from it, in order): the acceptance draws of a run
     that walks and of one that does not are the same, and so are its later draws."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
-    from sim import cluster, decode_step, spec_stretch, steady, steady_kernel, steady_walk
+    from sim import cluster, steady_kernel
     from sim.build import setups
     from sim.runner import simulate
 
@@ -194,8 +192,8 @@ def test_a_walk_draws_what_the_reference_draws(monkeypatch):
     states = []
     real_wire = cluster.wire
 
-    def wire(env, setup):
-        got = real_wire(env, setup)
+    def wire(env, setup, path):
+        got = real_wire(env, setup, path)
         states.append(got.replicas[0].rng)
         return got
 
@@ -203,11 +201,8 @@ def test_a_walk_draws_what_the_reference_draws(monkeypatch):
     from sim import runner
 
     monkeypatch.setattr(runner, "wire", wire)
-    for on in (False, True):
-        for module in (steady, decode_step, spec_stretch, steady_walk):
-            monkeypatch.setattr(module, "ENABLED", on)
-        monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
-        simulate(setups(sc)[0][1])
+    for name in ("reference", "compiled"):
+        simulate(setups(sc)[0][1], path=PATHS[name])
     reference, walked = (s.bit_generator.state for s in states)
     assert reference == walked and states[0].random() == states[1].random()
 
@@ -221,7 +216,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     import numpy as np
 
-    from sim import decode_step, spec_stretch, steady, steady_kernel, steady_walk
+    from sim import steady_kernel
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -242,11 +237,8 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
             "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5}}]"])
 
     def run(sc, on):
-        for module in (steady, decode_step, spec_stretch, steady_walk):
-            monkeypatch.setattr(module, "ENABLED", on)
-        monkeypatch.setattr(steady, "KERNEL_AFTER", 0 if on else float("inf"))
-        monkeypatch.setattr(steady, "KERNEL_REQUESTS", 0 if on else float("inf"))
-        return simulate_variants(setups(sc), sc.run.horizon_s, None)
+        return simulate_variants(setups(sc), sc.run.horizon_s, None,
+                                 path=PATHS["compiled" if on else "reference"])
 
     first = run(scenario(arrivals), False)[0].iterations.columns
     starts, durations = np.asarray(first["start_at"]), np.asarray(first["duration_s"])
