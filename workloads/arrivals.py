@@ -2,11 +2,13 @@
 
 Every process generates absolute arrival times (float64 seconds from t = 0, sorted) for
 either a request count ``n`` or a horizon ``horizon_s``, drawing only from the generator it
-is given. Processes: Poisson; gamma renewal with a coefficient of variation (burstiness;
-CV = 1 is Poisson); on/off (a Markov-modulated Poisson process with two rates); offline
-batch (everything at t = 0); replay of recorded times, e.g. the ``arrival_at`` column of a
-request CSV read by :func:`workloads.requests.read_request_csv`. The closed loop is driven
-by the engine: :class:`ClosedLoop` only supplies the user count and the think-time sampler.
+is given; ``sample_until`` takes both, the first ``n`` arrivals cut at the horizon, drawn
+only as far as the horizon (so a count far beyond it costs no memory). Processes: Poisson;
+gamma renewal with a coefficient of variation (burstiness; CV = 1 is Poisson); on/off (a
+Markov-modulated Poisson process with two rates); offline batch (everything at t = 0);
+replay of recorded times, e.g. the ``arrival_at`` column of a request CSV read by
+:func:`workloads.requests.read_request_csv`. The closed loop is driven by the engine:
+:class:`ClosedLoop` only supplies the user count and the think-time sampler.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def _n_or_horizon(n: int | None, horizon_s: float | None) -> tuple[int | None, f
     return None, check_positive("horizon_s", horizon_s)
 
 
+def _n_and_horizon(n: int, horizon_s: float) -> tuple[int, float]:
+    """Both a request count and a horizon, each checked as ``_n_or_horizon`` does."""
+    return _n_or_horizon(n, None)[0], _n_or_horizon(None, horizon_s)[1]
+
+
 class ArrivalProcess(abc.ABC):
     """An open-loop arrival process."""
 
@@ -54,6 +61,14 @@ class ArrivalProcess(abc.ABC):
         self, rng: np.random.Generator, n: int | None = None, horizon_s: float | None = None
     ) -> np.ndarray:
         """float64 [N]: sorted arrival times, N = n, or all arrivals in [0, horizon_s)."""
+
+    def sample_until(self, rng: np.random.Generator, n: int, horizon_s: float) -> np.ndarray:
+        """float64 [N]: those of the first ``n`` arrivals (``sample(rng, n=n)``) that come
+        before ``horizon_s``. Processes that draw in sequence stop drawing at the horizon,
+        with the same draws as ``sample(rng, n=n)`` up to there."""
+        n, horizon_s = _n_and_horizon(n, horizon_s)
+        times = self.sample(rng, n=n)
+        return times[times < horizon_s]
 
 
 class RenewalArrivals(ArrivalProcess):
@@ -73,6 +88,23 @@ class RenewalArrivals(ArrivalProcess):
         while times[-1] < horizon_s:  # top up: rare, only when the draw ran short
             more = np.cumsum(self._gaps(chunk, rng)) + times[-1]
             times = np.concatenate([times, more])
+        return times[times < horizon_s]
+
+    def sample_until(self, rng, n, horizon_s):
+        """float64 [N]: the first ``n`` cumulative gaps before ``horizon_s``, drawn in chunks
+        (about 10 % more than the arrivals the rate expects before the horizon) until one
+        passes it. Each chunk's sum starts from the last time, so the times are bit for bit
+        those of ``sample(rng, n=n)``: the gaps come from one stream in order, and a
+        cumulative sum adds in order too."""
+        n, horizon_s = _n_and_horizon(n, horizon_s)
+        chunk = int(min(n, max(1024, self.rate_per_s() * horizon_s * 1.1 + 16)))
+        parts, last, count = [], 0.0, 0
+        while count < n and last < horizon_s:
+            k = min(chunk, n - count)
+            times = np.cumsum(np.concatenate([[last], self._gaps(k, rng)]))[1:]  # [k]
+            parts.append(times)
+            count, last = count + k, float(times[-1])
+        times = np.concatenate(parts) if parts else np.zeros(0)
         return times[times < horizon_s]
 
 
@@ -135,6 +167,19 @@ class OnOffArrivals(ArrivalProcess):
     def sample(self, rng, n=None, horizon_s=None):
         """float64 [N]: sorted arrival times for n requests or within [0, horizon_s)."""
         n, horizon_s = _n_or_horizon(n, horizon_s)
+        return self._periods(rng, n, horizon_s)
+
+    def sample_until(self, rng, n, horizon_s):
+        """float64 [N]: the first ``n`` arrivals before ``horizon_s``; periods are drawn
+        until either is reached, the same draws as ``sample(rng, n=n)`` up to there."""
+        n, horizon_s = _n_and_horizon(n, horizon_s)
+        times = self._periods(rng, n, horizon_s)
+        return times[times < horizon_s]
+
+    def _periods(self, rng, n: int | None, horizon_s: float | None) -> np.ndarray:
+        """float64 [N]: the arrivals of whole on/off periods, drawn 256 at a time until
+        ``n`` arrivals (the first ``n`` kept) or ``horizon_s`` (those before it kept) is
+        reached, whichever comes first of those given."""
         if n == 0:
             return np.zeros(0)
         mean_s = np.array([self.on_mean_s, self.off_mean_s])  # [2]: 0 = on, 1 = off
@@ -155,7 +200,9 @@ class OnOffArrivals(ArrivalProcess):
             if (n is not None and count >= n) or (horizon_s is not None and t0 >= horizon_s):
                 break
         times = np.concatenate(out)
-        return times[:n] if n is not None else times[times < horizon_s]
+        if n is not None:
+            times = times[:n]
+        return times if horizon_s is None else times[times < horizon_s]
 
 
 class OfflineBatch(ArrivalProcess):

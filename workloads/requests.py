@@ -112,7 +112,10 @@ def request_columns(
     """``build_requests`` without a shared prefix, as columns (the same draws: four
     generators spawned from ``rng`` -- arrivals, prompt lengths, output lengths, tasks)."""
     arr_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
-    times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
+    if n is not None and horizon_s is not None:  # drawn only as far as the horizon
+        times_at = arrivals.sample_until(arr_rng, n, horizon_s)  # [N]
+    else:
+        times_at = arrivals.sample(arr_rng, n=n, horizon_s=horizon_s)  # [N]
     count = times_at.size
     prompt = prompt_lengths.sample(count, prompt_rng)  # [N]
     output = output_lengths.sample(count, output_rng)  # [N]
@@ -138,7 +141,9 @@ def build_requests(
     shared_prefix_tokens: int = 0,
     shared_prefix_groups: int = 1,
 ) -> list[RequestSpec]:
-    """Requests for a count ``n`` or a horizon ``horizon_s`` (exactly one).
+    """Requests for a count ``n`` or a horizon ``horizon_s``; with both, those of the first
+    ``n`` that arrive before the horizon (``ArrivalProcess.sample_until``), so a count far
+    past the horizon draws no more than the horizon holds.
 
     ``tasks`` maps task names to weights (default: every request is task 'default').
     ``shared_prefix_tokens`` > 0 puts a system prompt of that many tokens before every

@@ -26,6 +26,7 @@ from sim.kinds.base import (
     Tokens,
     kind_union,
 )
+from sim.limits import LAZY_REQUESTS
 from sim.paths import resolve_file
 from specdec.errors import UserError
 
@@ -150,7 +151,8 @@ class _Synthetic(_Workload):
         raise NotImplementedError
 
     def requests(self, n, horizon_s, rng, tasks):
-        horizon_s = None if n is not None else horizon_s
+        if n is not None and (horizon_s is None or n <= LAZY_REQUESTS):
+            horizon_s = None  # all n drawn, as always: the arrivals engine stops at the horizon
         if self.shared_prefix_tokens:
             return self._specs(self.arrival_process(), n, horizon_s, rng, tasks)
         from workloads.requests import request_columns
@@ -339,8 +341,9 @@ class TraceWorkload(_Workload):
         process = PoissonArrivals(self.rate_per_s) if b == 1.0 else \
             GammaArrivals(self.rate_per_s, cv=b ** -0.5)
         arrival_rng, pick_rng = rng.spawn(2)
-        times = process.sample(arrival_rng, n=n, horizon_s=None if n is not None else horizon_s)
-        if len(times) > len(rows):
+        times = None if n is not None and n > len(rows) else \
+            process.sample(arrival_rng, n=n, horizon_s=None if n is not None else horizon_s)
+        if times is None or len(times) > len(rows):  # n refused before it is drawn
             asked = f"run.requests {n}" if n is not None else \
                 f"the {len(times)} arriving before run.horizon_s {horizon_s:g}"
             raise UserError(f"{path}: holds {len(rows)} usable conversations "

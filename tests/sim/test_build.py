@@ -228,3 +228,54 @@ def test_arrivals_are_refused_past_microsecond_resolution(tmp_path, last, ok):
     else:
         with pytest.raises(UserError, match=r"workload: request 1 arrives at 4.6e\+09 s"):
             setups(sc)
+
+
+def test_a_request_count_far_past_the_horizon_builds_only_what_arrives(monkeypatch):
+    """run.requests 10**8 with a 2 s horizon took 9.4 GB for the ~16 requests that arrive:
+    the table is drawn only as far as the horizon (gaps drawn a chunk at a time)."""
+    from workloads.arrivals import PoissonArrivals
+
+    real = PoissonArrivals._gaps
+
+    def bounded(self, n, rng):
+        assert n <= 100_000, f"{n} gaps drawn for a 2 s horizon"
+        return real(self, n, rng)
+
+    monkeypatch.setattr(PoissonArrivals, "_gaps", bounded)
+    sc = load_scenario(None, [*SMALL, "run.requests=100000000", "run.horizon_s=2"])
+    ((_, setup),) = setups(sc)
+    t = setup.table.arrival_at
+    assert 5 < len(t) < 40 and t.max() < 2.0  # ~16 at 8/s
+
+
+@pytest.mark.parametrize("arrivals", [
+    "{arrivals: poisson, rate_per_s: 20}",
+    "{arrivals: gamma, rate_per_s: 20, cv: 2}",
+    "{arrivals: onoff, on_rate_per_s: 40, off_rate_per_s: 5, on_mean_s: 1, off_mean_s: 1}",
+])
+def test_a_table_cut_at_the_horizon_runs_as_the_whole_one(arrivals, monkeypatch):
+    """Past sim.limits.LAZY_REQUESTS (here lowered to 10) a horizon cuts the table where it
+    is drawn; fixed lengths and i.i.d. acceptance draw nothing per request, so the records
+    are those of the whole table, whose later requests never arrive."""
+    import sim.kinds.workload as workload
+
+    sets = [*SMALL, "variants=[{name: none, policy: {kind: none}}, {name: g3, policy: "
+            "{kind: fixed, gamma: 3}}]", f"workload={arrivals}",
+            "workload.prompt={kind: fixed, tokens: 64}",
+            "workload.output={kind: fixed, tokens: 32}", "acceptance={kind: iid, alpha: 0.7}",
+            "run.requests=400", "run.horizon_s=3"]
+    whole = run_scenario(load_scenario(None, sets))
+    monkeypatch.setattr(workload, "LAZY_REQUESTS", 10)
+    sc = load_scenario(None, sets)
+    assert len(setups(sc)[0][1].table) < 200  # cut: ~60 of the 400 arrive
+    cut = run_scenario(sc)
+    for a, b in zip(whole.variants, cut.variants, strict=True):
+        for records in ("requests", "iterations"):  # as text: nan == nan
+            assert repr(list(getattr(a, records).rows())) == \
+                repr(list(getattr(b, records).rows()))
+
+
+def test_a_short_table_with_a_horizon_is_drawn_whole_as_before():
+    sc = load_scenario(None, [*SMALL, "run.requests=300", "run.horizon_s=2"])
+    ((_, setup),) = setups(sc)
+    assert len(setup.table) == 300  # the same draws as without the horizon

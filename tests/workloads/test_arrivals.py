@@ -121,3 +121,44 @@ def test_validation_names_the_field(build, field):
     with pytest.raises(UserError, match=field) as info:
         build()
     assert "\n" not in str(info.value)
+
+
+class _Understated(PoissonArrivals):
+    """Poisson at 100/s that tells ``sample_until`` it expects none: drawn in the smallest
+    chunks, many of them before the horizon."""
+
+    def rate_per_s(self) -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("process", [PoissonArrivals(100.0), GammaArrivals(100.0, 3.0),
+                                     GammaArrivals(100.0, 0.5), _Understated(100.0),
+                                     OnOffArrivals(200.0, 10.0, 1.0, 2.0)],
+                         ids=["poisson", "gamma-cv3", "gamma-cv0.5", "chunked", "onoff"])
+def test_sample_until_is_the_full_draw_cut_at_the_horizon(process):
+    """A count far past the horizon is drawn only up to it, bit for bit the times of the
+    full draw that come before it."""
+    full = process.sample(np.random.default_rng(7), n=20_000)
+    cut = process.sample_until(np.random.default_rng(7), 20_000, 40.0)
+    assert 2_000 < cut.size < 20_000  # ~100/s for 40 s (on/off: ~70/s)
+    assert np.array_equal(cut, full[full < 40.0])
+
+
+def test_sample_until_stops_at_n_when_the_horizon_is_far():
+    full = PoissonArrivals(5.0).sample(np.random.default_rng(3), n=3000)
+    assert np.array_equal(_Understated(5.0).sample_until(np.random.default_rng(3), 3000, 1e7),
+                          full)
+
+
+def test_sample_until_draws_about_what_the_horizon_holds(monkeypatch):
+    """10**12 requests with a 2 s horizon: one chunk of 1024 gaps, not 10**12."""
+    drawn = []
+    real = PoissonArrivals._gaps
+
+    def counted(self, n, rng):
+        drawn.append(n)
+        return real(self, n, rng)
+
+    monkeypatch.setattr(PoissonArrivals, "_gaps", counted)
+    t = PoissonArrivals(4.0).sample_until(np.random.default_rng(0), 10**12, 2.0)
+    assert drawn == [1024] and t.size < 30 and t.max() < 2.0
