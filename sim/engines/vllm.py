@@ -20,7 +20,7 @@ from sim.engines.common import (
     precision_flag,
     split,
 )
-from sim.limits import draft_nodes
+from sim.limits import MAX_GAMMA, MAX_TREE_NODES, draft_nodes
 from specdec.errors import UserError
 
 # vLLM's speculative methods -> SpecSim's drafter methods
@@ -301,6 +301,7 @@ def expansion_of(text: str, what: str) -> list[int]:
                         f"required, got {text!r}")
     depth = max(len(p) for p in paths)
     widths = [1 + max(p[d] for p in paths if len(p) > d) for d in range(depth)]
+    _check_covering_size(widths, what)
     want = set(tree_paths(widths))
     if len(set(paths)) != len(paths) or set(paths) != want:
         raise UserError(f"{what}: not an expansion tree (every node of a level with the same "
@@ -308,6 +309,24 @@ def expansion_of(text: str, what: str) -> list[int]:
                         f"covering one is <{','.join(map(str, widths))}> with {len(want)} "
                         f"nodes, got {len(paths)}")
     return widths
+
+
+def _check_covering_size(widths: list[int], what: str) -> None:
+    """Refuse a tree whose covering expansion tree <k1..km> is past the bounds every tree
+    has (``sim.limits``: depth and widths at most MAX_GAMMA, at most MAX_TREE_NODES draft
+    nodes), before its nodes are listed: two paths 7 levels deep through child 20 cover
+    21^7 = 1.8e9 nodes, a MemoryError after 25 s."""
+    if len(widths) > MAX_GAMMA:
+        raise UserError(f"{what}: a path {len(widths)} levels deep; trees are at most "
+                        f"{MAX_GAMMA} deep")
+    shape = f"<{','.join(map(str, widths))}>"
+    if max(widths) > MAX_GAMMA:
+        raise UserError(f"{what}: child index {max(widths) - 1}: the covering expansion "
+                        f"tree {shape} is {max(widths)} wide; at most {MAX_GAMMA}")
+    nodes = draft_nodes(widths)
+    if nodes > MAX_TREE_NODES:
+        raise UserError(f"{what}: the covering expansion tree {shape} has {nodes} nodes; "
+                        f"at most {MAX_TREE_NODES}")
 
 
 def preset_sets(parsed: Parsed, flag: str, notes: list[str],

@@ -191,6 +191,14 @@ CASES = [
     ("vllm-not-vllm", {}, ["run", "--from-vllm", "python serve.py"], "must start with"),
     ("vllm-bad-json", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
                                                  "--speculative-config '{x'"], "not JSON"),
+    # the covering tree <21,...> of 21^7 nodes was listed before any check: MemoryError
+    ("vllm-tree-huge", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                            "--speculative-config '{\"method\": \"eagle\", "
+                            "\"num_speculative_tokens\": 14, \"speculative_token_tree\": \""
+                            + str([(0,) * d for d in range(1, 8)]
+                                  + [(20,) * d for d in range(1, 8)]) + "\"}'"],
+     "--speculative-config: speculative_token_tree: the covering expansion tree "
+     "<21,21,21,21,21,21,21> has 1891142967 nodes; at most 4096"),
     ("vllm-switch-value", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
                                                      "--enable-chunked-prefill=false"],
      "--enable-chunked-prefill: a switch, it takes no value"),

@@ -267,6 +267,12 @@ def test_vllm_memory_utilization_and_token_trees_round_trip():
     ("[(0,), (0, 0)]", 3, "num_speculative_tokens: 3, but speculative_token_tree has 2 nodes"),
     ("[0, 1]", 2, "a list of node paths"),
     ("[(0,), (0,)]", 2, "not an expansion tree"),
+    # checked before the covering tree is listed: 21^7 nodes were a MemoryError after 25 s
+    (str([(0,) * d for d in range(1, 8)] + [(20,) * d for d in range(1, 8)]), 14,
+     "speculative_token_tree: the covering expansion tree <21,21,21,21,21,21,21> has "
+     "1891142967 nodes; at most 4096"),
+    (str([(0,) * d for d in range(1, 101)]), 100, "a path 100 levels deep; trees are at most 64"),
+    ("[(0,), (99,)]", 2, "child index 99: the covering expansion tree <100> is 100 wide"),
 ])
 def test_a_vllm_token_tree_that_is_no_expansion_tree_is_refused(tree, k, match):
     with pytest.raises(UserError, match=match):
