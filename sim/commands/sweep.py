@@ -16,7 +16,9 @@ Run a scenario at every point of the cartesian product of --vary axes (dotted ke
 file's 'sweep: {vary: {key: [values]}}' block. Writes one combined table, one row per point
 x variant with the summary columns (latency percentiles, throughput, goodput under the
 scenario's SLO, acceptance, mean batch size, time split, speedups vs the 'none' variant), as
-sweep.csv (and sweep.parquet when pyarrow is installed) under --out.
+sweep.csv (and sweep.parquet when pyarrow is installed) under --out, with meta.yaml. Ctrl-C
+writes the points that had finished, marked partial (meta.yaml: complete: false), and exits
+with code 130.
 
 Each point's seed is derived from the scenario's seed and the point's values, so the table
 is identical whatever --workers or --scheduler ran it (--same-seed: every point uses the
@@ -76,27 +78,37 @@ def main(args: argparse.Namespace) -> int:
 
     from reports.tables import json_records, seeds_table, write_table
     from sim.output import default_run_dir, rebased, staged_folder
-    from sim.studies.sweep import load_sweep, run_sweep
+    from sim.studies.sweep import SweepInterrupted, load_sweep, run_sweep
+    from specdec.errors import Interrupted
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
     n = len(spec.points())
     out = Path(args.out or default_run_dir(f"sweep-{spec.base.get('name', 'scenario')}"))
     axes = [k for k, _ in spec.vary]
+    stopped = None
     with staged_folder(out, "--out", args.force) as tmp:
         bar = tqdm(total=n, desc="sweep", unit="point", file=sys.stderr,
                    disable=args.no_progress)
         try:
             table = run_sweep(spec, args.workers, args.scheduler, args.same_seed,
                               lambda: bar.update(1))
+        except SweepInterrupted as stop:  # keep what finished, marked partial
+            if not stop.finished:
+                raise Interrupted(f"{stop}; nothing was written") from None
+            stopped, table = stop, stop.table
         finally:
             bar.close()
         paths = write_table(table, tmp / "sweep")
-        if "run.seed" in axes:
+        if "run.seed" in axes and stopped is None:
             # Seeds as an axis: also the mean and 95% t-interval over seeds per other point.
             keys = [k for k in axes if k != "run.seed"] + ["variant"]
             paths += write_table(seeds_table(table.drop(columns=["run.seed"]), by=keys),
                                  tmp / "sweep_ci")
+        _write_meta(tmp, spec, args, n, stopped)
         paths = rebased(paths, tmp, out)
+    if stopped is not None:
+        raise Interrupted(f"{stopped}; they are written, marked partial (meta.yaml "
+                          f"complete: false), to {paths[0]}") from None
     if args.json:
         rows = json_records(table)
         print(json.dumps({"points": n, "rows": rows, "files": [str(p) for p in paths]},
@@ -107,6 +119,21 @@ def main(args: argparse.Namespace) -> int:
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"table: {paths[0]}")
     return 0
+
+
+def _write_meta(folder: Path, spec, args, points: int, stopped) -> None:
+    """meta.yaml: what was swept and whether every point finished (``complete``; an
+    interrupted sweep lists the points it holds)."""
+    import yaml
+
+    from sim.output import package_version
+
+    meta = {"version": package_version(), "source": spec.source,
+            "overrides": list(args.overrides), "vary": list(args.vary), "points": points,
+            "complete": stopped is None}
+    if stopped is not None:
+        meta["finished_points"] = stopped.finished
+    (folder / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
 
 
 def _pd_options():

@@ -15,6 +15,7 @@ import importlib
 # Public name -> the module that defines it (imported on first use, PEP 562).
 _EXPORTS = {
     "SweepSpec": "sim.studies.sweep",
+    "SweepInterrupted": "sim.studies.sweep",
     "load_sweep": "sim.studies.sweep",
     "run_sweep": "sim.studies.sweep",
     "point_seed": "sim.studies.sweep",

@@ -248,6 +248,17 @@ def run_point(base: dict, source: str, point: dict, same_seed: bool = False,
     return table.to_dict("records")
 
 
+class SweepInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM midway through a sweep; the message says which points had
+    finished, ``table`` holds their rows (in point order, as ``run_sweep`` returns them),
+    ``finished`` their indices and ``points`` how many the sweep has."""
+
+    def __init__(self, message: str, table: pd.DataFrame, finished: list[int],
+                 points: int) -> None:
+        super().__init__(message)
+        self.table, self.finished, self.points = table, finished, points
+
+
 def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
               same_seed: bool = False, progress: Callable[[], None] | None = None
               ) -> pd.DataFrame:
@@ -255,7 +266,8 @@ def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
 
     ``workers`` > 1 uses that many local processes; ``scheduler`` (a Dask scheduler address,
     or a ``dask.distributed.Client``) runs the points on that cluster. ``progress()`` is called
-    once per finished point.
+    once per finished point. An interrupt raises ``SweepInterrupted`` with the finished
+    points' rows, so that what finished can still be written.
     """
     if workers < 1:
         raise UserError(f"--workers: must be >= 1, got {workers}")
@@ -278,10 +290,12 @@ def run_sweep(spec: SweepSpec, workers: int = 1, scheduler: str | None = None,
             _on_processes(workers, args, progress, results)
     except KeyboardInterrupt:
         done = [i for i, r in enumerate(results) if r is not None]
-        raise Interrupted(f"{len(done)} of {len(args)} sweep points had finished"
-                          + (f" (points {', '.join(map(str, done[:20]))}"
-                             f"{' ...' if len(done) > 20 else ''})" if done else "")
-                          + "; nothing was written") from None
+        raise SweepInterrupted(
+            f"{len(done)} of {len(args)} sweep points had finished"
+            + (f" (points {', '.join(map(str, done[:20]))}{' ...' if len(done) > 20 else ''})"
+               if done else ""),
+            pd.DataFrame([row for rows in results if rows is not None for row in rows]),
+            done, len(args)) from None
     return pd.DataFrame([row for rows in results for row in rows])
 
 

@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM: exit 130 with one line, no traceback, and no folder that looks like a
 finished run (``meta.yaml: complete: true``) -- whether the signal arrives during the
-simulation, during the report, or midway through a sweep or plan (which say how many points
-had finished)."""
+simulation, during the report, or midway through a sweep, plan or grid (a sweep or plan
+says how many points had finished; a sweep writes them, marked partial)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 import yaml
 
+import sim.studies.grid as grid_study
 import sim.studies.plan as plan_study
 import sim.studies.run_report as run_report
 import sim.studies.sweep as sweep_study
@@ -83,8 +85,58 @@ def test_an_interrupt_during_the_report_leaves_no_folder(tmp_path, capsys, monke
     assert _finished_folders(tmp_path) == [out]
 
 
-def test_an_interrupted_sweep_says_which_points_finished(tmp_path, capsys, monkeypatch):
+def _sweep_interrupted_at(call: int, monkeypatch):
+    """Make the sweep's ``call``-th point (1-based) raise KeyboardInterrupt."""
     real, calls = sweep_study.run_point, []
+
+    def interrupted_there(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_study, "run_point", interrupted_there)
+
+
+SWEEP = ["sweep", "scenarios/default.yaml", "--vary", "workload.rate_per_s=4,8,16", *SHORT]
+
+
+def test_an_interrupted_sweep_writes_the_points_that_finished_marked_partial(
+        tmp_path, capsys, monkeypatch):
+    """Ctrl-C on an 800-point sweep threw away the 420 points that had finished."""
+    _sweep_interrupted_at(3, monkeypatch)
+    out = tmp_path / "sweep"
+    assert main([*SWEEP, "--out", str(out)]) == 130
+    line = _one_line(capsys.readouterr().err)
+    assert line == ("specsim sweep: interrupted: 2 of 3 sweep points had finished (points 0, "
+                    "1); they are written, marked partial (meta.yaml complete: false), to "
+                    f"{out / 'sweep.csv'}")
+    table = pd.read_csv(out / "sweep.csv")
+    assert table["workload.rate_per_s"].tolist() == [4, 4, 8, 8]  # none, fixed-g4 each
+    meta = yaml.safe_load((out / "meta.yaml").read_text())
+    assert meta["complete"] is False and meta["points"] == 3
+    assert meta["finished_points"] == [0, 1]
+    assert _finished_folders(tmp_path) == []
+    # the rows are those of the whole sweep's first two points
+    monkeypatch.undo()
+    whole = tmp_path / "whole"
+    assert main([*SWEEP, "--out", str(whole)]) == 0
+    assert yaml.safe_load((whole / "meta.yaml").read_text())["complete"] is True
+    pd.testing.assert_frame_equal(pd.read_csv(whole / "sweep.csv").head(4), table)
+
+
+def test_a_sweep_interrupted_before_any_point_finished_writes_nothing(
+        tmp_path, capsys, monkeypatch):
+    _sweep_interrupted_at(1, monkeypatch)
+    out = tmp_path / "sweep"
+    assert main([*SWEEP, "--out", str(out)]) == 130
+    assert _one_line(capsys.readouterr().err) == (
+        "specsim sweep: interrupted: 0 of 3 sweep points had finished; nothing was written")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_grid_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
+    real, calls = grid_study.chain_table, []
 
     def second_is_interrupted(*args, **kwargs):
         calls.append(1)
@@ -92,13 +144,12 @@ def test_an_interrupted_sweep_says_which_points_finished(tmp_path, capsys, monke
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sweep_study, "run_point", second_is_interrupted)
-    out = tmp_path / "sweep"
-    assert main(["sweep", "scenarios/default.yaml", "--vary", "workload.rate_per_s=4,8,16",
-                 *SHORT, "--out", str(out)]) == 130
-    line = _one_line(capsys.readouterr().err)
-    assert line == ("specsim sweep: interrupted: 1 of 3 sweep points had finished (points 0); "
-                    "nothing was written")
+    monkeypatch.setattr(grid_study, "chain_table", second_is_interrupted)
+    out = tmp_path / "grid"
+    assert main(["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100",
+                 "--alpha", "0.8", "--timing", "paper", "--batches", "1,4",
+                 "--contexts", "128", "--out", str(out)]) == 130
+    assert _one_line(capsys.readouterr().err) == "specsim grid: interrupted"
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
