@@ -72,21 +72,42 @@ def close(fig: Figure) -> None:
     plt.close(fig)
 
 
+# A large grid's heatmap stays a sane picture: past LABELLED_CELLS cells its cells carry
+# no text (unreadable, and a 10,000-cell grid made a 10 MB PNG), each side is at most
+# MAX_SIDE_IN inches and each axis names at most MAX_TICKS of its values; the caption says so.
+LABELLED_CELLS = 400
+MAX_SIDE_IN = 20.0
+MAX_TICKS = 20
+
+
+def _ticks(ax_set, ticks) -> None:
+    """Name at most MAX_TICKS of ``ticks`` (every k-th) with ``ax_set`` (set_xticks/yticks)."""
+    step = -(-len(ticks) // MAX_TICKS)
+    at = range(0, len(ticks), step)
+    ax_set(list(at), [str(ticks[i]) for i in at])
+
+
 def _heatmap(values: np.ndarray, labels: np.ndarray, xticks, yticks, *, xlabel: str,
              ylabel: str, cbar: str, title: str, text: str) -> Figure:
     """An annotated heatmap centred on 1.0 (speedup: red below, green above), rows =
-    ``yticks`` from the bottom, columns = ``xticks``; ``text`` is the caption."""
+    ``yticks`` from the bottom, columns = ``xticks``; ``text`` is the caption. Past
+    ``LABELLED_CELLS`` cells they are left unlabelled, and the caption says so."""
     finite = values[np.isfinite(values)]
     span = max(abs(finite.max() - 1.0), abs(1.0 - finite.min()), 0.05) if len(finite) else 1.0
-    width_in = max(6.5, 1.2 * len(xticks) + 2.5)  # room for the title on small grids
-    fig, ax = plt.subplots(figsize=(width_in, 0.6 * len(yticks) + 2.2))
+    width_in = min(MAX_SIDE_IN, max(6.5, 1.2 * len(xticks) + 2.5))  # room for the title
+    height_in = min(MAX_SIDE_IN, 0.6 * len(yticks) + 2.2)
+    fig, ax = plt.subplots(figsize=(width_in, height_in))
     im = ax.imshow(values, cmap="RdYlGn", vmin=1.0 - span, vmax=1.0 + span, aspect="auto",
                    origin="lower")
-    ax.set_xticks(range(len(xticks)), [str(x) for x in xticks])
-    ax.set_yticks(range(len(yticks)), [str(y) for y in yticks])
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            ax.text(j, i, labels[i, j], ha="center", va="center", fontsize=7)
+    _ticks(ax.set_xticks, xticks)
+    _ticks(ax.set_yticks, yticks)
+    if values.size <= LABELLED_CELLS:
+        for i in range(values.shape[0]):
+            for j in range(values.shape[1]):
+                ax.text(j, i, labels[i, j], ha="center", va="center", fontsize=7)
+    else:
+        text = (f"{values.size} cells, past {LABELLED_CELLS}: cells are not labelled (the "
+                f"table holds every value). ") + text
     fig.colorbar(im, ax=ax, label=cbar)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

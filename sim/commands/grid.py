@@ -25,7 +25,9 @@ grid over batch size x context (cached tokens per sequence) of the best gamma an
 speedup over plain decoding, every pass priced by the cost model and the acceptance from the
 i.i.d. formula E(alpha, gamma) (the lecture's section 7 tables, from hardware/speedup.py).
 Writes grid.csv (one row per cell: best_gamma, best_speedup, speedup_g1..gN, fits) and a
-heatmap grid.png under --out.
+heatmap grid.png under --out. A grid of more than 200 rows prints a summary (counts and the
+10 best rows) instead of every row; its heatmap leaves cells unlabelled past 400. Progress
+goes to stderr (--no-progress: none).
 
 --tree k,1,1,1 --contexts 1024 [--widths 1,2,3,4,5] instead makes a tree width x batch grid
 at the one context --contexts gives (required with --tree)
@@ -48,6 +50,8 @@ above 1.6x at batch 256):
 
 
 BATCHES = "1,4,16,64,256,512"
+PRINTED_ROWS = 200  # a grid with more rows prints a summary (its table is in grid.csv)
+BEST_ROWS = 10  # rows the summary shows
 CONTEXTS = "128,512,1024,2048,4096"
 WIDTHS = "1,2,3,4,5"
 BOUNDS = {"gamma_max": (1, MAX_GAMMA), "tp": (1, MAX_GPUS)}
@@ -94,18 +98,21 @@ def add_parser(subparsers) -> None:
                    help="replace --out if SpecSim wrote it (its .specsim-output marker "
                         "lists all it holds); any other folder is refused")
     p.add_argument("--json", action="store_true", help="print the grid as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     document_bounds(p, BOUNDS)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     """Build the grid, write CSV + heatmap, print it."""
+    from tqdm import tqdm
+
     from hardware.deployment import check_positions
     from reports import figures
     from reports.tables import json_records, write_table
     from sim.commands.bench import estimate
     from sim.output import check_out, default_run_dir, rebased, staged_folder
-    from sim.studies.grid import chain_grid, make_pair, simulate_grid, tree_grid
+    from sim.studies.grid import make_pair
 
     if args.tree is None:
         given = [f for f, v in (("--widths", args.widths), ("--theta", args.theta),
@@ -153,39 +160,25 @@ def main(args: argparse.Namespace) -> int:
     head = f"{args.target} + {drafter} on {args.gpu}" + (f" TP{args.tp}" if args.tp > 1
                                                              else "") \
         + f" ({pair.target.backend} timing)"
+    if args.simulate and args.tree is None:
+        # one wave of `batch` requests per cell and variant (none + each gamma)
+        runs = sum(batches) * len(contexts) * (args.gamma_max + 1)
+        line = estimate("speculative", runs, "specsim grid --simulate")
+        if line is not None:
+            print(line, file=sys.stderr)
     if args.tree is not None:
         if args.simulate:
             raise UserError("--simulate: only chain grids are simulated (drop --tree)")
         if len(contexts) != 1:
             raise UserError(f"--contexts: a tree grid takes one context, got {args.contexts!r}")
-        tokens = None
-        if args.tokens_per_verify is not None:
-            tokens = float_list(args.tokens_per_verify, "--tokens-per-verify")
-        theta = 1.0 if args.theta is None else args.theta
-        grid = tree_grid(pair, args.alpha, args.tree, widths, batches, contexts[0], theta,
-                         tokens)
-        stem = "tree_grid"
-        fig = figures.tree_heatmap(
-            grid, f"{head}, tree <{args.tree}>, context {contexts[0]}",
-            "tokens/verify: " + ("measured (given)" if tokens else
-                                 f"i.i.d. α={args.alpha:g}, θ={theta:g}")
-            + "; cost-model priced draft + verify.")
-    else:
-        if args.simulate:
-            # one wave of `batch` requests per cell and variant (none + each gamma)
-            runs = sum(batches) * len(contexts) * (args.gamma_max + 1)
-            line = estimate("speculative", runs, "specsim grid --simulate")
-            if line is not None:
-                print(line, file=sys.stderr)
-            grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
-                                 contexts, args.gamma_max, args.tp, **how, method=args.method)
-            note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."
-        else:
-            grid = chain_grid(pair, args.alpha, batches, contexts, args.gamma_max)
-            note = f"Analytic: E(α,γ) at α={args.alpha:g}, cost-model priced passes."
-        stem = "grid"
-        fig = figures.speedup_heatmap(grid, f"{head}, α = {args.alpha:g}: best speedup", note)
     with staged_folder(out, "--out", args.force) as tmp:  # all of it, or nothing
+        bar = tqdm(total=cells, desc="grid", unit="cell", file=sys.stderr,
+                   disable=args.no_progress)
+        try:
+            grid, stem, fig = _grid(args, pair, head, batches, contexts, widths, how,
+                                    bar.update)
+        finally:
+            bar.close()
         paths = rebased(write_table(grid, tmp / stem), tmp, out)
         png = rebased([figures.save(fig, tmp / f"{stem}.png")], tmp, out)[0]
     if args.json:
@@ -197,8 +190,56 @@ def main(args: argparse.Namespace) -> int:
                          indent=2))
         return 0
     shown = grid.drop(columns=[c for c in grid.columns if c.startswith("speedup_g")])
-    print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if len(shown) <= PRINTED_ROWS:
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    else:
+        print(_summary(shown, paths[0]))
     spec = f"; {pair.spec.note}" if pair.spec is not None and pair.spec.params.any() else ""
     print(f"timing: {pair.target.timing.note}{spec}")
     print(f"table: {paths[0]}\nheatmap: {png}")
     return 0
+
+
+def _summary(shown, table) -> str:
+    """A grid past ``PRINTED_ROWS`` rows, summarised: its counts and its best rows."""
+    key = "best_speedup" if "best_speedup" in shown.columns else "speedup"
+    best = shown.sort_values(key, ascending=False, kind="stable").head(BEST_ROWS)
+    fits = int(shown["fits"].sum())
+    pays = int((shown[key] > 1.0).sum())
+    return (f"{len(shown)} rows, past {PRINTED_ROWS}: the {len(best)} with the highest {key} "
+            f"below, all of them in {table}\n"
+            f"fit the GPU: {fits} of {len(shown)}; speculation pays ({key} > 1): {pays}\n"
+            + best.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+def _grid(args, pair, head, batches, contexts, widths, how, progress):
+    """(the grid's table, its file stem, its heatmap) as the flags ask; ``progress(k)`` is
+    told of each ``k`` cells finished."""
+    from reports import figures
+    from sim.studies.grid import chain_grid, simulate_grid, tree_grid
+
+    if args.tree is not None:
+        tokens = None
+        if args.tokens_per_verify is not None:
+            tokens = float_list(args.tokens_per_verify, "--tokens-per-verify")
+        theta = 1.0 if args.theta is None else args.theta
+        grid = tree_grid(pair, args.alpha, args.tree, widths, batches, contexts[0], theta,
+                         tokens, progress)
+        stem = "tree_grid"
+        fig = figures.tree_heatmap(
+            grid, f"{head}, tree <{args.tree}>, context {contexts[0]}",
+            "tokens/verify: " + ("measured (given)" if tokens else
+                                 f"i.i.d. α={args.alpha:g}, θ={theta:g}")
+            + "; cost-model priced draft + verify.")
+    else:
+        if args.simulate:
+            grid = simulate_grid(args.target, args.draft, args.gpu, args.alpha, batches,
+                                 contexts, args.gamma_max, args.tp, **how, method=args.method,
+                                 progress=progress)
+            note = "Simulated closed loop at concurrency = batch; speedup = TPOT ratio."
+        else:
+            grid = chain_grid(pair, args.alpha, batches, contexts, args.gamma_max, progress)
+            note = f"Analytic: E(α,γ) at α={args.alpha:g}, cost-model priced passes."
+        stem = "grid"
+        fig = figures.speedup_heatmap(grid, f"{head}, α = {args.alpha:g}: best speedup", note)
+    return grid, stem, fig

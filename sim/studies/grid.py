@@ -19,7 +19,7 @@ fit the GPU keeps its numbers but has ``fits = False``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,9 +117,11 @@ def _fits(pair: Pair, kv_tokens: int) -> bool:
 
 
 def chain_grid(pair: Pair, alpha: float, batches: Sequence[int], contexts: Sequence[int],
-               gamma_max: int = 8) -> pd.DataFrame:
+               gamma_max: int = 8, progress: Callable[[int], None] | None = None
+               ) -> pd.DataFrame:
     """One row per (batch, context): best γ (0 = do not speculate), its speedup, and the
-    speedup of every γ = 1..gamma_max (columns ``speedup_g1`` ...)."""
+    speedup of every γ = 1..gamma_max (columns ``speedup_g1`` ...). ``progress(k)``, if
+    given, is told of each ``k`` cells finished."""
     if not 0.0 <= alpha <= 1.0:
         raise UserError(f"--alpha: must be in [0, 1], got {alpha}")
     rows = []
@@ -132,6 +134,8 @@ def chain_grid(pair: Pair, alpha: float, batches: Sequence[int], contexts: Seque
                    "fits": _fits(pair, b * (ctx + gamma_max + 1))}
             row.update({f"speedup_g{r.gamma}": r.speedup for r in table})
             rows.append(row)
+            if progress:
+                progress(1)
     return pd.DataFrame(rows)
 
 
@@ -152,9 +156,11 @@ def parse_tree(template: str, widths: Sequence[int]) -> list[tuple[int, list[int
 
 def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
               batches: Sequence[int], context: int, theta: float = 1.0,
-              tokens_per_verify: Sequence[float] | None = None) -> pd.DataFrame:
+              tokens_per_verify: Sequence[float] | None = None,
+              progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One row per (width, batch): the tree's nodes, tokens per verify, speedup, and whether
-    it is the best width at that batch (``best``; none is best when nothing beats 1)."""
+    it is the best width at that batch (``best``; none is best when nothing beats 1).
+    ``progress(k)``, if given, is told of each ``k`` cells finished."""
     trees = parse_tree(template, widths)
     if tokens_per_verify is None:
         tokens = [expected_iid(alpha, np.asarray(w, dtype=np.int64), PowerCoverage(theta))
@@ -172,6 +178,8 @@ def tree_grid(pair: Pair, alpha: float, template: str, widths: Sequence[int],
                          "tree": ",".join(map(str, r.tree)), "nodes": r.nodes,
                          "tokens_per_verify": r.tokens_per_verify, "verify_ratio": r.verify_ratio,
                          "speedup": r.speedup, "best": r.width == best.width, "fits": fits})
+        if progress:
+            progress(len(table))
     return pd.DataFrame(rows)
 
 
@@ -179,8 +187,8 @@ def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
                   batches: Sequence[int], contexts: Sequence[int], gamma_max: int = 4,
                   tp: int = 1, output_tokens: int = 64, waves: int = 1, seed: int = 0,
                   timing: str = "auto", framework: str = "vllm",
-                  compute_dtype: str | None = None, method: str = "draft_model"
-                  ) -> pd.DataFrame:
+                  compute_dtype: str | None = None, method: str = "draft_model",
+                  progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """The engine's closed-loop version of ``chain_grid`` (same columns, plus
     ``throughput_speedup``); ``waves`` × batch requests per cell.
 
@@ -188,6 +196,7 @@ def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
     with the analytic grid. ``throughput_speedup`` is output tokens/s over the whole run,
     the wave's prefill included (the draft prefills the prompts too), so with long contexts
     and short outputs it can sit below 1× while the decode speedup is well above it.
+    ``progress(k)``, if given, is told of each ``k`` cells finished.
     """
     from sim.drafters import CPU_METHODS
 
@@ -227,6 +236,8 @@ def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
                 # Does not fit the GPU (the engine refuses it): an empty cell.
                 rows.append({"batch": b, "context": ctx, "best_gamma": np.nan,
                              "best_speedup": np.nan, "fits": False})
+                if progress:
+                    progress(1)
                 continue
             s = {x["name"]: x for x in result.summaries}
             speed = {g: s[f"g{g}"]["speedup_vs_none"] for g in range(1, gamma_max + 1)}
@@ -238,4 +249,6 @@ def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
                    "fits": _fits(pair, b * (ctx + output_tokens + gamma_max + 1))}
             row.update({f"speedup_g{g}": v for g, v in speed.items()})
             rows.append(row)
+            if progress:
+                progress(1)
     return pd.DataFrame(rows)

@@ -164,3 +164,44 @@ def test_method_mtp_grid_on_deepseek_v3(tmp_path, capsys):
                  "--json", "--out", str(tmp_path / "g")]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["batch"] for r in rows] == [1, 8] and all(r["best_speedup"] > 1.0 for r in rows)
+
+
+def test_a_large_grid_is_summarised_and_its_figure_stays_small(tmp_path, capsys):
+    """A 10,000-cell grid was silent, then printed 10,000 rows and wrote a 10 MB figure:
+    past 200 rows it prints counts and the best rows, and says where the table is; past
+    400 cells the heatmap's cells carry no text, its sides are bounded and it says so."""
+    batches = ",".join(str(b) for b in range(1, 22))  # 21 x 20 = 420 cells
+    contexts = ",".join(str(64 * c) for c in range(1, 21))
+    out = tmp_path / "g"
+    assert main([*BASE, "--batches", batches, "--contexts", contexts, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    lines = printed.out.splitlines()
+    assert lines[0] == (f"420 rows, past 200: the 10 with the highest best_speedup below, all "
+                        f"of them in {out / 'grid.csv'}")
+    assert lines[1].startswith("fit the GPU: ") and len(lines) == 2 + 11 + 3
+    assert "grid: 100%" in printed.err and "420/420" in printed.err  # the progress bar
+    assert len(pd.read_csv(out / "grid.csv")) == 420
+    assert (out / "grid.png").stat().st_size < 400_000
+
+
+def test_a_large_heatmap_is_unlabelled_and_bounded():
+    from reports import figures
+
+    grid = pd.DataFrame([{"batch": b, "context": c, "best_gamma": 2, "best_speedup": 1.2,
+                          "fits": True} for b in range(1, 101) for c in range(1, 11)])
+    fig = figures.speedup_heatmap(grid, "t")
+    ax = fig.axes[0]
+    assert len(ax.texts) == 0 and max(fig.get_size_inches()) <= figures.MAX_SIDE_IN
+    assert len(ax.get_yticks()) <= figures.MAX_TICKS
+    assert any("1000 cells, past 400: cells are not labelled" in t.get_text()
+               for t in fig.texts)
+    figures.close(fig)
+    small = figures.speedup_heatmap(grid[grid["batch"] <= 4], "t")  # 40 cells: labelled
+    assert len(small.axes[0].texts) == 40
+    figures.close(small)
+
+
+def test_no_progress_leaves_stderr_empty(tmp_path, capsys):
+    assert main([*BASE, "--batches", "1,4", "--contexts", "128", "--no-progress",
+                 "--out", str(tmp_path / "g")]) == 0
+    assert capsys.readouterr().err == ""

@@ -148,7 +148,7 @@ def test_an_interrupted_grid_exits_130_with_one_line(tmp_path, capsys, monkeypat
     out = tmp_path / "grid"
     assert main(["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b", "--gpu", "h100",
                  "--alpha", "0.8", "--timing", "paper", "--batches", "1,4",
-                 "--contexts", "128", "--out", str(out)]) == 130
+                 "--contexts", "128", "--no-progress", "--out", str(out)]) == 130
     assert _one_line(capsys.readouterr().err) == "specsim grid: interrupted"
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
