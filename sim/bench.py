@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.loading import validate
+from sim.engine_path import AUTO, EnginePath
+from sim.loading import validate_overridden
 
 WORKLOADS = ("speculative", "decode-heavy")
 
@@ -40,9 +41,10 @@ DECODE_HEAVY_RATE_PER_S = 2.4
 
 
 def bench_scenario(requests: int, seed: int = 0, workload: str = "speculative",
-                   trace_file: str | None = None):
+                   trace_file: str | None = None, sets: list[str] | tuple[str, ...] = ()):
     """The benchmark scenario of ``workload`` for ``requests`` requests (``decode-heavy``
-    replays ``trace_file``, see ``decode_heavy_rows``)."""
+    replays ``trace_file``, see ``decode_heavy_rows``), with the ``--set`` overrides
+    ``sets`` (e.g. ``scheduler.prefix_caching=true``: how fast a setting runs)."""
     if workload == "speculative":
         doc = {
             "name": "bench",
@@ -68,7 +70,7 @@ def bench_scenario(requests: int, seed: int = 0, workload: str = "speculative",
         }
     else:
         raise ValueError(f"unknown bench workload {workload!r}")
-    return validate(doc, "bench")
+    return validate_overridden(doc, list(sets), f"bench ({workload})")
 
 
 def decode_heavy_rows(requests: int, seed: int = 0) -> str:
@@ -93,18 +95,26 @@ def peak_rss_mb() -> float:
     return peak / 1e6 if sys.platform == "darwin" else peak / 1e3  # bytes vs KiB
 
 
-def run_bench(requests: int, seed: int = 0, workload: str = "speculative") -> dict:
-    """Run one benchmark; returns the figures ``specsim bench --json`` prints."""
-    from sim.runner import run_scenario
+def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
+              sets: list[str] | tuple[str, ...] = (), path: EnginePath = AUTO) -> dict:
+    """Run one benchmark (with the overrides ``sets``, on the engine path ``path``);
+    returns the figures ``specsim bench --json`` prints, with the fast paths its replicas
+    take and why they leave the others to the reference scheduler (``sim.gate``)."""
+    from sim.build import setups
+    from sim.cluster import fast_paths
+    from sim.runner import run_setups
 
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         trace = None
         if workload == "decode-heavy":
             trace = Path(tmp) / "decode-heavy.csv"
             trace.write_text(decode_heavy_rows(requests, seed))
-        sc = bench_scenario(requests, seed, workload, None if trace is None else str(trace))
+        sc = bench_scenario(requests, seed, workload, None if trace is None else str(trace),
+                            sets)
+        built = setups(sc, "bench")
+        paths = fast_paths(built[0][1], path)
         start = time.perf_counter()
-        result = run_scenario(sc, "bench")
+        result = run_setups(sc, built, engine_path=path)
         wall_s = time.perf_counter() - start
     v = result.variants[0]
     it = v.iterations.columns
@@ -121,4 +131,6 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative") -> di
         # sequences in the batch, weighted by iteration time (Little's law's "in service")
         "mean_batch": float(it["batch_size"] @ it["duration_s"]) / max(it["duration_s"].sum(),
                                                                       1e-12),
+        "sets": list(sets),
+        "fast_paths": paths,  # each fast path: None (taken) or why not
     }

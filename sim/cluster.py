@@ -9,7 +9,6 @@ those parts through ``hardware`` and ``workloads`` and then calls ``wire``. Test
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -117,12 +116,18 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO) -> Clust
     return Cluster(env, setup, table, replicas, router, log, arrived)
 
 
+def fast_paths(setup: Setup, path: EnginePath = AUTO) -> dict[str, str | None]:
+    """``Replica.fast_paths`` of a run of ``setup`` on ``path`` (its first replica; they are
+    alike): a throwaway wiring answers it."""
+    return wire(simpy.Environment(), setup, path).replicas[0].fast_paths()
+
+
 def walks(setup: Setup, path: EnginePath = AUTO) -> bool:
     """Whether a run of ``setup`` on ``path`` computes its iterations with the compiled
     walk, many at a time (``Replica.walks``, numba installed): a throwaway wiring answers
     it. A run that walks goes about 40 times faster than one iteration at a time."""
     from sim import steady_kernel
 
-    if not steady_kernel.available() or path.kernels_after == math.inf:
+    if not steady_kernel.available():
         return False
     return all(r.walks for r in wire(simpy.Environment(), setup, path).replicas)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.kv import BlockManager, blocks_for
+from sim import gate
+from sim.kv import blocks_for
 from sim.scheduling.common import NONE, Batch, admit_waiting
 from sim.shapes import shape_info
 from sim.slots import BLOCKS, FILLED, KV, TARGET
@@ -35,11 +36,9 @@ _any = np.logical_or.reduce
 
 
 def applies(r) -> bool:
-    """Whether replica ``r``'s decode-only iterations can be formed by ``plan``."""
-    return (r.path.decode_step and getattr(r.policy, "by_batch_size", False)
-            and r.stages == 1 and r.limits.order == "vllm_v1" and type(r.kv) is BlockManager
-            and r.prefix is None and not r.overlap and r.proposal_rate is None
-            and not r.sticky_off)
+    """Whether replica ``r``'s decode-only iterations can be formed by ``plan``
+    (``sim.gate.decode_step`` says why not)."""
+    return gate.decode_step(r) is None
 
 
 def decoding_rows(r, admitting: bool = False) -> tuple[np.ndarray, np.ndarray] | None:

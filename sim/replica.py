@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import decode_step, spec_stretch, steady, steady_walk
+from sim import decode_step, gate, spec_stretch, steady, steady_walk
 from sim.engine_path import AUTO, EnginePath
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
@@ -142,12 +142,21 @@ class Replica:
         self._steady_params = steady.kernel_params(self) if self._steady else None
         self._fast_decode = decode_step.applies(self)  # sim.decode_step: decode-only batches
         # sim.spec_stretch: a speculating decode-only batch's iterations on its own rows
-        self._spec_stretch = spec_stretch.applies(self, self._fast_decode)
+        self._spec_stretch = spec_stretch.applies(self)
         self._stretch = None  # the live spec_stretch.Stretch, written back when it ends
-        self._walk = steady_walk.params(self)  # the compiled walk's arguments, if it walks
+        walk = steady_walk.params(self)
+        self._walk = walk if isinstance(walk, tuple) else None  # the compiled walk's arguments
+        self._walk_off = walk if isinstance(walk, str) else None  # or why it never walks
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
         self.process = env.process(self.run())
+
+    def fast_paths(self) -> dict[str, str | None]:
+        """Each fast path (``sim.gate.PATHS``) and why this replica never takes it (None:
+        it takes it where an iteration allows; a walk without an arrival feed -- several
+        replicas, a closed loop -- stops at each arrival)."""
+        return {"decode_step": gate.decode_step(self), "steady": gate.steady(self),
+                "spec_stretch": gate.spec_stretch(self), "walk": self._walk_off}
 
     @property
     def walks(self) -> bool:

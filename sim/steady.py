@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim import steady_kernel
+from sim import gate, steady_kernel
 from sim.decode_step import decoding_rows
 from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID, TARGET
@@ -114,11 +114,9 @@ class Stretch:
 
 def applies(r) -> bool:
     """Whether replica ``r`` can ever decode steadily: no speculation, the vLLM v1 order,
-    one pipeline stage, no prefix cache (its LRU changes as blocks are granted)."""
-    return (r.path.steady and not r.policy.uses_draft and r.pricer.draft is None
-            and r.stages == 1 and r.prefix is None and r.limits.order == "vllm_v1"
-            and not r.overlap and not r.cpu_s_per_seq and r.proposal_rate is None
-            and not r.sticky_off)
+    one pipeline stage, no prefix cache (its LRU changes as blocks are granted);
+    ``sim.gate.steady`` says why not."""
+    return gate.steady(r) is None
 
 
 def kernel_params(r):

@@ -52,7 +52,7 @@ from itertools import islice
 import numpy as np
 
 from hardware.spec_cost import SPEC_FIELDS
-from sim import steady, steady_kernel
+from sim import gate, steady, steady_kernel
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
 
@@ -81,9 +81,10 @@ class Walk:
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
 
 
-def params(r) -> tuple | None:
+def params(r) -> tuple | str:
     """``steady_kernel.walk``'s arguments for replica ``r`` that do not change during the
-    run (the lookahead, then ``row`` to ``dp``), or None: ``r`` never walks.
+    run (the lookahead, then ``row`` to ``dp``), or the reason ``r`` never walks
+    (``sim.gate.walk``'s, or what its timings and acceptance model lack).
 
     Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
     policy (the same shape for every batch, nothing learned), an adaptive one over chains
@@ -94,29 +95,28 @@ def params(r) -> tuple | None:
     one pipeline stage, no prefix cache, the vLLM v1 order, and an acceptance model with
     ``kernel_tables`` for the shape. Either way the target's timing and the draft's must be
     one-stage measured ones (``MeasuredTiming.kernel_params``)."""
+    why = gate.walk(r)
+    if why is not None:
+        return why
     target = steady.kernel_params(r)
-    if target is None or not r.path.walk:
-        return None
-    if steady.applies(r):
+    if target is None:
+        return "a target timing the kernels do not price (measured, one stage)"
+    if not r.policy.uses_draft:
         return (0, *steady_kernel.walk_shape(False), target, target, _NO_SPEC)
     policy, draft = r.policy, r.pricer.draft
     adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy of chains
     ladder = getattr(policy, "walk_ladder", None)  # a batch ladder (not sticky)
     varies = adaptive is not None or ladder is not None  # a shape per iteration
-    if not ((getattr(policy, "static", False) or varies) and policy.uses_draft
-            and draft is not None and r.stages == 1 and r.prefix is None
-            and r.limits.order == "vllm_v1" and not r.overlap and not r.cpu_s_per_seq
-            and r.proposal_rate is None and not r.sticky_off
-            and (not varies or r.draft_sync == "every_step")):
-        return None
     row = policy.deepest_row if varies else policy.shape(1)
     if not (row > 0).any():  # it never drafts (a ladder of γ 0 only)
-        return None
+        return "a policy that never drafts"
     kernel_params = getattr(draft.cost.timing, "kernel_params", None)
     dp = kernel_params() if kernel_params is not None else None
+    if dp is None:
+        return "a draft timing the kernels do not price (measured, one stage)"
     tables = r.acceptance.kernel_tables(row)
-    if dp is None or tables is None:
-        return None
+    if tables is None:
+        return f"an acceptance model without kernel tables ({type(r.acceptance).__name__})"
     feeds = np.array(draft_feeds(row), dtype=np.int64)
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
                                                    r.rng, tables, draft.replicas,

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from sim.engine_path import HELP, PATHS
 from sim.limits import MAX_REQUESTS
 
 _HELP = """\
@@ -39,6 +40,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--requests", type=int, default=100_000,
                    help=f"requests to simulate (default 100000); 1..{MAX_REQUESTS}")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field of the benchmark scenario (repeatable), e.g. "
+                        "scheduler.prefix_caching=true: how fast the engine runs it, and "
+                        "which fast paths it leaves")
+    p.add_argument("--engine-path", choices=list(PATHS), default="auto",
+                   help="how the engine computes its iterations (as for specsim run): "
+                        + "; ".join(f"{k}: {v}" for k, v in HELP.items()))
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=main)
 
@@ -71,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
     line = estimate(args.workload, args.requests)
     if line is not None:
         print(line, file=sys.stderr)
-    r = run_bench(args.requests, args.seed, args.workload)
+    r = run_bench(args.requests, args.seed, args.workload, args.overrides,
+                  PATHS[args.engine_path])
     if args.json:
         print(json.dumps(r))
     else:
@@ -84,4 +93,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"per iteration     {r['us_per_iteration']:.1f} us")
         print(f"peak RSS          {r['peak_rss_mb']:.0f} MB")
         print(f"mean batch        {r['mean_batch']:.1f} sequences (time-weighted)")
+        for name, why in r["fast_paths"].items():
+            print(f"{name:<17s} {'taken' if why is None else 'not taken: ' + why}")
     return 0
