@@ -26,6 +26,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,8 @@ def _jitted(numba, cache: bool, fn):
     """``fn`` jitted, the helpers it calls first (it finds them as globals of its module:
     each module's are swapped for their jitted versions once)."""
     with _cache_dir(numba, cache) as folder:
+        if folder is None or not any(folder.rglob(f"*.{fn.__name__}-*.nbi")):
+            _say_compiling(fn.__name__)
         jit = numba.njit(cache=folder is not None, nogil=True)
         for name, helper in _PYTHON.items():
             compiled_helper = None
@@ -124,6 +127,15 @@ def _jitted(numba, cache: bool, fn):
                     compiled_helper = compiled_helper or jit(helper)
                     setattr(module, name, compiled_helper)
         return jit(fn)
+
+
+def _say_compiling(kind: str) -> None:
+    """One line on a terminal's stderr before a kernel is compiled rather than read from
+    the cache (the first run after an install or an upgrade, or without a writable cache):
+    several seconds of silence otherwise."""
+    if sys.stderr.isatty():
+        print(f"specsim: compiling the engine's {kind} kernel (first run only: then "
+              "cached; a few seconds)", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -311,3 +311,35 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     monkeypatch.setattr(steady_kernel, "_IMPORTED", "0" * 16)
     with steady_kernel._cache_dir(fake, True) as folder:
         assert fake.config.CACHE_DIR == "before" and folder is None
+
+
+def test_a_kernel_compiled_afresh_says_so_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """A kernel not in the cache (here: a cache folder of its own, empty) is announced in
+    one line on a terminal's stderr before numba compiles it; one read from the cache is
+    not, and nothing is printed where stderr is not a terminal."""
+    import sys
+
+    from sim import steady_kernel
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(steady_kernel, "_BUILT", {})
+    for module in steady_kernel._MODULES:  # the helpers _jitted swaps, put back after
+        for name in steady_kernel._PYTHON:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    # a cache folder of its own: the kernels' sources copied, their version taken from them
+    import shutil
+    from pathlib import Path
+
+    for source in Path(steady_kernel.kernels.__file__).parent.glob("*.py"):
+        shutil.copy(source, tmp_path / source.name)
+    monkeypatch.setattr(steady_kernel.kernels, "__file__", str(tmp_path / "__init__.py"))
+    monkeypatch.setattr(steady_kernel, "_IMPORTED", steady_kernel._source_version())
+    assert steady_kernel.compiled() is not None
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["specsim: compiling the engine's stretch kernel (first run only: then "
+                   "cached; a few seconds)"]
+    monkeypatch.setattr(steady_kernel, "_BUILT", {})
+    assert steady_kernel.compiled() is not None  # now read from tmp_path's cache
+    assert capsys.readouterr().err == ""
