@@ -227,3 +227,16 @@ def test_ctrl_c_stops_a_plan_on_worker_processes_at_once(tmp_path):
     assert line.startswith("specsim plan: interrupted: ") and "of 8 plan candidates" in line
     assert waited < 15.0, f"{waited:.1f} s from Ctrl-C to exit"
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_bench_exits_130_with_one_line(capsys, monkeypatch):
+    """Ctrl-C in the middle of ``specsim bench``'s simulation (the 225-line traceback the
+    issue saw): one line, exit 130."""
+    from sim import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "simulate", interrupted)
+    assert main(["bench", "--requests", "20"]) == 130
+    assert _one_line(capsys.readouterr().err) == "specsim bench: interrupted"
