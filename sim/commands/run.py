@@ -44,8 +44,8 @@ examples:
   specsim run scenarios/default.yaml --set run.requests=200 --set workload.rate_per_s=8
   specsim run --seed 3 --json
   specsim run --load-curve --workers 2
-  specsim run --from-vllm "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config \
-      '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'" \
+  specsim run --from-vllm "vllm serve meta-llama/Llama-3.1-8B-Instruct \\
+      --speculative-config '{\\"method\\": \\"eagle3\\", \\"num_speculative_tokens\\": 3}'" \\
       --bench "vllm bench serve --request-rate 4 --num-prompts 200"
 """
 

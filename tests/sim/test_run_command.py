@@ -385,3 +385,27 @@ def test_every_engine_path_prints_the_same_summary(small_scenario, tmp_path, cap
                      "--no-report", "--no-progress", "--out", str(tmp_path / path)]) == 0
         got[path] = json.loads(capsys.readouterr().out)["variants"]
     assert got["reference"] == got["numpy"] == got["compiled"]
+
+
+def test_the_help_s_engine_example_runs_as_pasted_into_a_shell(tmp_path):
+    """``specsim run --help``'s --from-vllm example, given to bash as printed (its quotes and
+    line continuations), yields arguments that run (with fewer requests)."""
+    import shutil
+    import subprocess
+
+    from sim.cli import build_parser, main
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    text = build_parser("run")._subparsers._group_actions[0].choices["run"].description
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if "specsim run --from-vllm" in line)
+    example = [lines[first]]
+    while example[-1].endswith("\\"):
+        example.append(lines[first + len(example)])
+    script = "\n".join(example).strip().replace("specsim run", "printf '%s\\0'", 1)
+    argv = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
+                          text=True).stdout.split("\0")[:-1]
+    assert argv[0] == "--from-vllm" and argv[2] == "--bench", argv
+    assert main(["run", *argv, "--set", "run.requests=10", "--no-report", "--no-progress",
+                 "--out", str(tmp_path / "out")]) == 0
