@@ -18,14 +18,13 @@ compares every record.
 It covers a replica whose policy's shape depends only on the batch size (the policy says
 so with ``by_batch_size``: none, fixed γ, trees, a non-sticky batch ladder) on one pipeline
 stage, without a prefix cache (whose LRU changes as blocks are granted), a lookup drafter's
-per-step matches or a draft running ahead; ``applies`` says so once per replica.
+per-step matches or a draft running ahead; ``sim.gate.decode_step`` says so once per replica.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim import gate
 from sim.kv import blocks_for
 from sim.scheduling.common import NONE, Batch, admit_waiting
 from sim.shapes import shape_info
@@ -34,11 +33,6 @@ from sim.slots import BLOCKS, FILLED, KV, TARGET
 _sum = np.add.reduce
 _any = np.logical_or.reduce
 
-
-def applies(r) -> bool:
-    """Whether replica ``r``'s decode-only iterations can be formed by ``plan``
-    (``sim.gate.decode_step`` says why not)."""
-    return gate.decode_step(r) is None
 
 
 def decoding_rows(r, admitting: bool = False) -> tuple[np.ndarray, np.ndarray] | None:

@@ -3,7 +3,7 @@ fast paths (numpy, then the compiled kernels). Never *what* they are: every path
 the same records, and tests run the hand-checked semantic tests on each.
 
 A path is an input of one run (``sim.runner.simulate(..., path=...)``, ``specsim run
---engine-path``), held by each replica; nothing about it is process-wide. Its switches:
+--engine-path``), held by each replica. Its switches:
 
 - ``decode_step``: a decode-only iteration formed with array operations
   (``sim.decode_step``) instead of the full scheduler;
@@ -14,9 +14,10 @@ A path is an input of one run (``sim.runner.simulate(..., path=...)``, ``specsim
 - ``walk``: the compiled walk of vLLM v1 iterations (``sim.steady_walk``);
 - ``kernels_after``: how many times a replica looks for a stretch or a walk with numpy
   before it takes the compiled kernels (``sim.steady.use_kernels``): 0 from the start,
-  ``inf`` never, None (``auto``) decided by the run: from the start in a run of
-  ``steady.KERNEL_REQUESTS`` requests or more or once this process has built a kernel
-  (then it costs nothing more), else after ``steady.KERNEL_AFTER`` looks.
+  ``inf`` never, None (``auto``): from the start in a run of ``steady.KERNEL_REQUESTS``
+  requests or more, else once this process has looked ``steady.KERNEL_AFTER`` times (the
+  one process-wide count: a sweep's small runs share the kernels' load; it decides how
+  fast a run goes, never its records).
 
 Without numba (or with ``SPECSIM_NUMBA=0``) there are no compiled kernels: ``compiled``
 then plans with numpy, as ``numpy`` does.
@@ -52,4 +53,3 @@ HELP = {
     "numpy": "the fast paths with numpy only",
     "compiled": "the fast paths with the compiled kernels from the first iteration",
 }
-

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from sim.kv import BlockManager
 
-PATHS = ("decode_step", "steady", "spec_stretch", "walk")
-
 
 def shared(r) -> str | None:
     """What keeps replica ``r`` off every fast path: they cover one pipeline stage of

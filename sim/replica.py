@@ -136,27 +136,30 @@ class Replica:
             policy.price = self._price_decode
         if hasattr(policy, "price_chains"):
             policy.price_chains = self._price_decode_chains
-        self._steady = steady.applies(self)  # sim.steady: several iterations at once
+        walk = steady_walk.params(self)  # the compiled walk's arguments, or why it never walks
+        # the fast paths it can take: None, else why not (sim.gate, asked once)
+        self._off = {"decode_step": gate.decode_step(self), "steady": gate.steady(self),
+                     "spec_stretch": gate.spec_stretch(self),
+                     "walk": walk if isinstance(walk, str) else None}
+        self._steady = self._off["steady"] is None  # sim.steady: several iterations at once
         # the compiled stretch (sim.steady_kernel) and its timing parameters, if any
         self._steady_kernel = None
         self._steady_params = steady.kernel_params(self) if self._steady else None
-        self._fast_decode = decode_step.applies(self)  # sim.decode_step: decode-only batches
+        # sim.decode_step: decode-only batches without the full scheduler
+        self._fast_decode = self._off["decode_step"] is None
         # sim.spec_stretch: a speculating decode-only batch's iterations on its own rows
-        self._spec_stretch = spec_stretch.applies(self)
+        self._spec_stretch = self._off["spec_stretch"] is None
         self._stretch = None  # the live spec_stretch.Stretch, written back when it ends
-        walk = steady_walk.params(self)
-        self._walk = walk if isinstance(walk, tuple) else None  # the compiled walk's arguments
-        self._walk_off = walk if isinstance(walk, str) else None  # or why it never walks
+        self._walk = walk if isinstance(walk, tuple) else None
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
         self.process = env.process(self.run())
 
     def fast_paths(self) -> dict[str, str | None]:
-        """Each fast path (``sim.gate.PATHS``) and why this replica never takes it (None:
-        it takes it where an iteration allows; a walk without an arrival feed -- several
-        replicas, a closed loop -- stops at each arrival)."""
-        return {"decode_step": gate.decode_step(self), "steady": gate.steady(self),
-                "spec_stretch": gate.spec_stretch(self), "walk": self._walk_off}
+        """Each fast path and why this replica never takes it (``sim.gate``; None: it takes
+        it where an iteration allows; a walk without an arrival feed -- several replicas, a
+        closed loop -- stops at each arrival)."""
+        return dict(self._off)
 
     @property
     def walks(self) -> bool:

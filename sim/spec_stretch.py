@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim import gate
 from sim.decode_step import decoding_shape
 from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, KV, OUTPUT, STREAM
@@ -42,12 +41,6 @@ _sum = np.add.reduce
 _any = np.logical_or.reduce
 _EMPTY = np.zeros(0, dtype=np.int64)
 
-
-def applies(r) -> bool:
-    """Whether replica ``r`` can run speculating stretches: its decode-only batches formed
-    by ``sim.decode_step``, a draft priced per iteration by its own cost model alone (no
-    CPU drafting); ``sim.gate.spec_stretch`` says why not."""
-    return gate.spec_stretch(r) is None
 
 
 class Stretch:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim import gate, steady_kernel
+from sim import steady_kernel
 from sim.decode_step import decoding_rows
 from sim.kv import blocks_for
 from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID, TARGET
@@ -111,12 +111,6 @@ class Stretch:
         """float64 [k]: each iteration's start time."""
         return np.concatenate(([self.start], self.ends[:-1]))
 
-
-def applies(r) -> bool:
-    """Whether replica ``r`` can ever decode steadily: no speculation, the vLLM v1 order,
-    one pipeline stage, no prefix cache (its LRU changes as blocks are granted);
-    ``sim.gate.steady`` says why not."""
-    return gate.steady(r) is None
 
 
 def kernel_params(r):

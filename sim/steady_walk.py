@@ -86,7 +86,7 @@ def params(r) -> tuple | str:
     run (the lookahead, then ``row`` to ``dp``), or the reason ``r`` never walks
     (``sim.gate.walk``'s, or what its timings and acceptance model lack).
 
-    Without speculation: a replica of ``sim.steady`` (``steady.applies``). With: a static
+    Without speculation: a replica of ``sim.steady`` (``sim.gate.steady``). With: a static
     policy (the same shape for every batch, nothing learned), an adaptive one over chains
     (``AdaptiveGamma.walk_smoothing``) or a batch ladder (``BatchLadder.walk_ladder``; both
     with drafts kept in step every step), a draft drafting serially (a draft model or EAGLE
