@@ -1,8 +1,9 @@
 """The one gate: which fast paths a replica can take, and the reason where it cannot.
 
-Each fast path (``sim.decode_step``, ``sim.steady``, ``sim.spec_stretch``,
-``sim.steady_walk``) asks here, once per replica, whether it can ever form that replica's
-iterations; what it cannot form goes to the reference scheduler, with the same records.
+Each fast path -- the compiled steady stretch (``sim.steady``) and walk
+(``sim.steady_walk``) -- asks here, once per replica, whether it can ever form that
+replica's iterations; what it cannot form goes to the reference scheduler, with the same
+records.
 A reason is a short phrase naming the setting that keeps the replica off the path (what
 ``specsim bench`` prints); None means the path is open. The conditions are the fast
 paths' own: each restates no rule of the scheduler, it only says which cases it leaves
@@ -11,13 +12,15 @@ to the reference path.
 
 from __future__ import annotations
 
-from sim.kv import BlockManager
+from sim import steady_kernel
 
 
 def shared(r) -> str | None:
-    """What keeps replica ``r`` off every fast path: they cover one pipeline stage of
-    vLLM v1's order without a prefix cache, drafting ahead, a lookup drafter or a sticky
-    ladder (each needs state the fast paths do not hold)."""
+    """What keeps replica ``r`` off every fast path: they are compiled kernels, and cover
+    one pipeline stage of vLLM v1's order without a prefix cache, drafting ahead, a lookup
+    drafter or a sticky ladder (each needs state the fast paths do not hold)."""
+    if not steady_kernel.available():
+        return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
     if r.stages != 1:
         return f"{r.stages} pipeline stages"
     if r.limits.order != "vllm_v1":
@@ -33,21 +36,9 @@ def shared(r) -> str | None:
     return None
 
 
-def decode_step(r) -> str | None:
-    """Why ``sim.decode_step`` cannot form ``r``'s decode-only batches, or None."""
-    if not r.path.decode_step:
-        return "off on this engine path"
-    if not getattr(r.policy, "by_batch_size", False):
-        return "the policy's shape depends on more than the batch size"
-    why = shared(r)
-    if why is None and type(r.kv) is not BlockManager:
-        return "a KV pool of another kind"
-    return why
-
-
 def steady(r) -> str | None:
     """Why ``sim.steady`` cannot run ``r``'s decode-only stretches, or None."""
-    if not r.path.steady:
+    if not r.path.fast:
         return "off on this engine path"
     if r.policy.uses_draft or r.pricer.draft is not None:
         return "speculation (steady stretches are for plain decoding)"
@@ -56,26 +47,12 @@ def steady(r) -> str | None:
     return shared(r)
 
 
-def spec_stretch(r) -> str | None:
-    """Why ``sim.spec_stretch`` cannot run ``r``'s speculating decode-only stretches."""
-    if not r.path.spec_stretch:
-        return "off on this engine path"
-    if not r.policy.uses_draft or r.pricer.draft is None:
-        return "no speculation"
-    if r.cpu_s_per_seq:
-        return "a drafter priced on the host per sequence"
-    why = decode_step(r)
-    return None if why is None else f"no decode-only batches: {why}"
-
-
 def walk(r) -> str | None:
     """Why the compiled walk (``sim.steady_walk``) can never take ``r``'s iterations, as
     far as the replica's settings say (``steady_walk.params`` then checks its timings and
     acceptance model have the kernels' tables)."""
-    if not r.path.walk:
+    if not r.path.fast:
         return "off on this engine path"
-    if r.path.kernels_after == float("inf"):
-        return "no compiled kernels on this engine path"
     if not r.policy.uses_draft:
         why = steady(r)
         return None if why is None else f"not steady: {why}"

@@ -58,9 +58,6 @@ class NoSpeculation:
     max_depth = 0
     max_nodes = 0  # the most draft nodes one sequence verifies (tree_nodes of its shapes)
     uses_draft = False
-    # the shape is a function of shape()'s batch sizes alone, with nothing learned or kept
-    # per request (what sim.decode_step needs to form a decode-only batch by itself)
-    by_batch_size = True
     # the same shape whatever the batch, and observe() learns nothing (what a compiled
     # walk of many iterations, sim.steady_walk, needs)
     static = True
@@ -80,7 +77,6 @@ class _Static:
     """A policy whose shape never changes."""
 
     uses_draft = True
-    by_batch_size = True
     static = True  # (see NoSpeculation)
 
     def __init__(self, row: Sequence[int]) -> None:
@@ -137,7 +133,6 @@ class BatchLadder:
             raise UserError(f"policy.key: must be 'running' or 'decoding', got {key!r}")
         self.key = key
         self.sticky = bool(sticky)
-        self.by_batch_size = not self.sticky  # a sticky ladder keeps a per-request switch
         rows = sorted((int(a), int(b), int(g)) for a, b, g in ladder)
         expect = 1
         for lo, hi, g in rows:

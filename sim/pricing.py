@@ -111,23 +111,20 @@ class IterationPricer:
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
               pre_chunks: np.ndarray, bound: bool | None = None, sync=None,
-              ready: np.ndarray | None = None,
-              s_ctx: float | None = None) -> tuple[float, float, str]:
+              ready: np.ndarray | None = None) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) for one iteration.
 
         row int64 [m]: every decoding sequence's shape, or int64 [D, m]: one per sequence;
         dec_context int64 [D]: their cached tokens; pre_context, pre_chunks int64 [P]: cached
         tokens and this iteration's chunk of the prefilling sequences; ``sync``: tokens the
         draft ingests per decoding sequence besides its root (a scalar or int64 [D]);
-        ``ready`` bool [D] (with overlap): whose guesses were drafted ahead; ``s_ctx``:
-        float(Σ dec_context) when the caller keeps it (``sim.spec_stretch``).
+        ``ready`` bool [D] (with overlap): whose guesses were drafted ahead.
         """
         if row.ndim == 2 or isinstance(sync, np.ndarray):
             return self._per_sequence(_rows(row, len(dec_context)), dec_context, pre_context,
                                       pre_chunks, bound, sync=sync, ready=ready)
         n_dec = len(dec_context)
-        if s_ctx is None:
-            s_ctx = float(_sum(dec_context))
+        s_ctx = float(_sum(dec_context))
         pre = prefill_sums(pre_context, pre_chunks)
         p_new, p_ctx, p_new_ctx, p_sq = pre
         verify = 1 + tree_nodes(row)

@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import decode_step, gate, spec_stretch, steady, steady_walk
+from sim import gate, steady, steady_walk
 from sim.engine_path import AUTO, EnginePath
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
@@ -85,7 +85,7 @@ class Replica:
         self.draft_sync = draft_sync
         self.overlap = overlap
         self.path = path  # the fast paths it may take (sim.engine_path); never its records
-        self._looked = 0  # stretches and walks looked for with numpy (steady.use_kernels)
+        self._looked = 0  # stretches and walks looked for before the kernels (steady.use_kernels)
         self.plan = ORDERS[limits.order]
         # SGLang's share of its running requests' remaining output it reserves KV for when
         # it admits (prefill_first only; sim.scheduling.prefill_first)
@@ -138,18 +138,16 @@ class Replica:
             policy.price_chains = self._price_decode_chains
         walk = steady_walk.params(self)  # the compiled walk's arguments, or why it never walks
         # the fast paths it can take: None, else why not (sim.gate, asked once)
-        self._off = {"decode_step": gate.decode_step(self), "steady": gate.steady(self),
-                     "spec_stretch": gate.spec_stretch(self),
+        self._off = {"steady": gate.steady(self),
                      "walk": walk if isinstance(walk, str) else None}
+        # the compiled stretch's timing parameters (sim.steady_kernel), or None: no stretch
+        self._steady_params = None
+        if self._off["steady"] is None:
+            self._steady_params = steady.kernel_params(self)
+            if self._steady_params is None:
+                self._off["steady"] = steady.NOT_PRICED
         self._steady = self._off["steady"] is None  # sim.steady: several iterations at once
-        # the compiled stretch (sim.steady_kernel) and its timing parameters, if any
-        self._steady_kernel = None
-        self._steady_params = steady.kernel_params(self) if self._steady else None
-        # sim.decode_step: decode-only batches without the full scheduler
-        self._fast_decode = self._off["decode_step"] is None
-        # sim.spec_stretch: a speculating decode-only batch's iterations on its own rows
-        self._spec_stretch = self._off["spec_stretch"] is None
-        self._stretch = None  # the live spec_stretch.Stretch, written back when it ends
+        self._steady_kernel = None  # the compiled stretch, once it uses it
         self._walk = walk if isinstance(walk, tuple) else None
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
@@ -299,20 +297,17 @@ class Replica:
                 if walk is not None:  # iterations that admit, prefill or speculate
                     yield from steady_walk.run(self, walk)
                     continue
-            if self._spec_stretch and (yield from spec_stretch.run(self)):
-                continue
             start_at = env.now
-            batch = decode_step.plan(self) if self._fast_decode else None
-            fast = batch is not None
-            if not fast:  # the full scheduler (sim.scheduling)
-                batch = self.plan(self)
+            # every running sequence decodes before this batch (steady.plan_admitted)
+            decoding = self._steady and steady.all_decoding(self)
+            batch = self.plan(self)  # the scheduler (sim.scheduling)
             if batch.empty:
                 if batch.preempted:  # vLLM v1 admits nobody in the step that preempted
                     self.check_progress(0)
                     continue
                 raise RuntimeError(f"replica {self.index}: nothing schedulable with work queued")
             draft_s, verify_s, bound = self.price(batch)
-            if fast and self._steady:  # admissions that leave the batch steady after them
+            if decoding:  # admissions that leave the batch steady after them
                 stretch = steady.plan_admitted(self, batch, start_at, draft_s, verify_s, bound)
                 if stretch is not None:
                     yield from self._pass_stretch(stretch)
@@ -394,8 +389,6 @@ class Replica:
 
     def flush_running(self) -> None:
         """At the horizon: write what running and preempted requests have done so far."""
-        if self._stretch is not None:  # stopped inside a speculating stretch
-            self._stretch.write_back()
         log = self.log
         slots = self.active.nonzero()[0]
         rids = self.rid[slots]

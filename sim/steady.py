@@ -6,7 +6,8 @@ event in the simulation before the iterations end -- each of the next iterations
 every running sequence one token: the batch, its order and its outcome are known in
 advance. A sequence with ``r`` tokens left is in the next ``r`` iterations and finishes at
 the end of the last of them; the batch shrinks as they leave, in the running order it had.
-``plan`` finds how many such iterations fit (at most ``MAX_STEPS``) and prices them; the
+``plan`` finds how many such iterations fit (at most ``MAX_STEPS``) and prices them, with
+the compiled stretch (``sim.steady_kernel``; without it the reference path runs them); the
 replica then lets each one's time pass with its own ``env.timeout`` (one event per
 iteration, the model's semantics, so ``env.now`` takes exactly the values it takes one
 iteration at a time) and ``apply`` writes what ``sim.step.advance`` and the scheduler would
@@ -19,7 +20,7 @@ reads the state as the last finished iteration left it. So a stretch runs up to 
 event of anyone else (``env.peek()``), and when even its first iteration ends at or after
 that event, the stretch is that one iteration: the event comes while it runs, as it
 would one iteration at a time, and ``apply`` writes it at its end (a run stopped there
-never writes it, as the reference never finishes it). The compiled stretch plans that
+never writes it, as the reference never finishes it). The stretch plans that
 iteration with the ones before it and hands it on (``Stretch.then``): the iterations
 before are written when the last of them ends, as the event finds them, and it is
 written at its own end.
@@ -28,23 +29,20 @@ A closed loop's users submit their next request when one finishes (``Replica.on_
 which changes the queue: there a stretch ends with the first iteration that finishes a
 sequence.
 
-An iteration that admits requests is formed and priced by the reference path
-(``sim.decode_step.plan``, ``Replica.price``); when each request it admits prefills its
-whole prompt in it and nobody is left waiting, the batch is steady from the next
-iteration on, and ``plan_admitted`` makes that iteration the first of a stretch: it fills
-the prompts and samples their first tokens as ``advance`` does, and runs whatever comes
-during it, as the loop runs any priced batch. Only the compiled stretch does this (with
-numpy only, such an iteration takes the reference path).
+An iteration that admits requests is formed and priced by the reference path (the
+scheduler, ``Replica.price``); when every running sequence decoded before it, each
+request it admits prefills its whole prompt in it and nobody is left waiting, the batch
+is steady from the next iteration on, and ``plan_admitted`` makes that iteration the
+first of a stretch: it fills the prompts and samples their first tokens as ``advance``
+does, and runs whatever comes during it, as the loop runs any priced batch.
 
 Where the compiled kernels are in use and the replica has an arrival feed (one replica,
 open loop: ``sim.router.ArrivalFeed``), ``sim.steady_walk`` runs past arrivals and covers
 these stretches too; the stretches here serve the other replicas.
 
-Only the reference path's arithmetic is repeated here (no new model): the scheduler's
-budget walk and KV check for one token per sequence, and the pricing sums of
-``sim.pricing.IterationPricer.price`` for a batch of decodes. A run's path without
-``steady`` (``sim.engine_path``) turns it off; a test runs every shipped scenario both
-ways and compares every record.
+The stretch's rules are the scheduler's and its price is the timing's; the reference path
+(``sim.engine_path``) turns it off, and a test runs every shipped scenario both ways and
+compares every record.
 """
 
 from __future__ import annotations
@@ -54,15 +52,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim import steady_kernel
-from sim.decode_step import decoding_rows
-from sim.kv import blocks_for
-from sim.slots import BLOCKS, COUNTS, EMITTED, FILLED, KV, OUTPUT, RESUMED, RID, TARGET
+from sim.slots import FILLED, RESUMED, RID, TARGET
 
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
 # the auto path (sim.engine_path): the compiled kernels once this process has looked for a
-# stretch or a walk this many times with numpy, or at once in a run of this many requests
+# stretch or a walk this many times, or at once in a run of this many requests (the
+# default scenario's 1,000 requests per variant: 1.41 s compiled from the start, 1.86 s on
+# the reference path; 300: 1.35 s and 1.24 s -- `specsim run --engine-path`, 2 cores)
 KERNEL_AFTER = 5_000
-KERNEL_REQUESTS = 4_000
+KERNEL_REQUESTS = 1_000
 _planned = 0  # the auto path's looks in this process (a sweep's small runs share them)
 
 _sum = np.add.reduce
@@ -112,10 +110,13 @@ class Stretch:
         return np.concatenate(([self.start], self.ends[:-1]))
 
 
+# why a replica whose target the kernels cannot price takes no stretch (sim.gate's phrase)
+NOT_PRICED = "a target timing the kernels do not price (measured, one stage)"
+
 
 def kernel_params(r):
     """The timing's parameters for ``sim.steady_kernel`` (a one-stage measured timing), or
-    None: the stretches of such a replica are planned with numpy only."""
+    None: such a replica takes no stretch (``NOT_PRICED``)."""
     params = getattr(getattr(r.pricer.target, "timing", None), "kernel_params", None)
     return None if params is None else params()
 
@@ -125,9 +126,9 @@ def use_kernels(r) -> bool:
     walk it may take), as its run's path says (``sim.engine_path``): after
     ``kernels_after`` looks of its own; on the auto path, once this process has asked
     ``KERNEL_AFTER`` times, or from the start in a run of ``KERNEL_REQUESTS`` requests or
-    more. numba's import and the load of a cached kernel take about 0.6 s (its first
-    compile of a kernel, 4-6 s), which pay for themselves only in long runs: a few
-    thousand requests, speculating or not. Which path is taken never changes a record."""
+    more. numba's import and the load of the cached kernels take about 0.5 s (their first
+    compile, 25-80 s), which pay for themselves only in runs of several hundred requests
+    or more, speculating or not. Which path is taken never changes a record."""
     after = r.path.kernels_after
     if after is not None:
         r._looked += 1
@@ -148,45 +149,51 @@ def kernel(r):
 
 def plan(r) -> Stretch | None:
     """The next steady stretch of replica ``r``, or None."""
-    if r.n_active > r.limits.max_batched_tokens:
+    if r.n_active > r.limits.max_batched_tokens or r.waiting or not r.n_active:
         return None
-    rows = decoding_rows(r)  # nobody waiting or prefilling
-    if rows is None:
-        return None
-    run, st = rows  # [n], [n, N_COLS]
+    run = r.running_order()
+    st = r.state[run]  # [n, N_COLS]: a copy
+    if _any(st[:, TARGET] != st[:, FILLED]):
+        return None  # someone prefills
     env = r.env
     horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
     start = env.now
     fn = kernel(r)
-    if fn is not None:
-        return _compiled(r, fn, run, st, start, horizon, MAX_STEPS)
-    got = plan_numpy(r, run, st, start, horizon)
-    if got is None:
+    if fn is None:
         return None
-    ends, verify, bounds, batch, used, gaps, last_end, fin, fin_at, free = got
-    return Stretch(dec=run, st=st, start=start, ends=ends, verify_s=verify, bounds=bounds,
-                   batch=batch, used=used, gaps=gaps, last_end=last_end, finished=fin,
-                   finished_at=fin_at, free=free)
+    return _compiled(r, fn, run, st, start, horizon, MAX_STEPS)
+
+
+def all_decoding(r) -> bool:
+    """Whether every running sequence of ``r`` decodes (none prefills): a batch the
+    scheduler forms now may then start a stretch (``plan_admitted``)."""
+    if not r.n_active:
+        return True
+    slots = r.active.nonzero()[0]
+    return not _any(r.target_prefill[slots] != r.prefilled[slots])
 
 
 def plan_admitted(r, batch, start: float, draft_s: float, verify_s: float,
                   bound: str) -> Stretch | None:
-    """The stretch that begins with ``batch`` -- formed by ``sim.decode_step.plan`` at
-    ``start`` (every running sequence decodes, their blocks granted, and the requests it
-    admitted) and priced (``draft_s``, ``verify_s``, ``bound``) -- when each admitted
-    request prefills its whole prompt in it and nobody is left waiting: after it the batch
-    is steady (every sequence decodes). Its first iteration runs whatever comes during it,
-    as the loop runs a priced batch. None (``r`` untouched) otherwise, or before the
-    compiled stretch is in use: the iteration is then run as any other."""
+    """The stretch that begins with ``batch`` -- formed by the scheduler at ``start`` when
+    every running sequence decoded (``all_decoding``): all of them, their blocks granted,
+    and the requests it admitted, in running order -- and priced (``draft_s``,
+    ``verify_s``, ``bound``), when each admitted request prefills its whole prompt in it and
+    nobody is left waiting: after it the batch is steady (every sequence decodes). Its
+    first iteration runs whatever comes during it, as the loop runs a priced batch. None
+    (``r`` untouched) otherwise, or before the compiled stretch is in use: the iteration
+    is then run as any other."""
     fn = r._steady_kernel
     pre = batch.pre_slots
-    if fn is None or not len(pre) or r.waiting or bound not in _NAMES:
+    if fn is None or not len(pre) or r.waiting or bound not in _NAMES or batch.preempted:
         return None
     sp = r.state[pre]
     if _any(sp[:, FILLED] + batch.chunks < sp[:, TARGET]) or _any(sp[:, RESUMED]):
         return None  # a prompt continues in the next iteration, or a recompute
     dec = batch.dec_slots
-    run = np.concatenate((dec, pre))  # the running order after the admissions
+    run = np.concatenate((dec, pre))  # the running order after the admissions ...
+    if not np.array_equal(run, r.running_order()):
+        return None  # ... unless the budget left a decoder out
     st = np.concatenate((r.state[dec], sp))
     steps = MAX_STEPS if len(run) <= r.limits.max_batched_tokens else 1
     return _compiled(r, fn, run, st, start, r.env.peek(), steps,
@@ -228,72 +235,6 @@ def _compiled(r, fn, run: np.ndarray, st: np.ndarray, start: float, horizon: flo
                    bounds=(codes[:ks], _NAMES), batch=b[:ks], used=used[:ks], gaps=gaps[:ng],
                    last_end=last_k, finished=fin[:nf], finished_at=fin_at[:nf], free=free_k,
                    then=last, **first)
-
-
-def plan_numpy(r, run: np.ndarray, st: np.ndarray, start: float, horizon: float):
-    """``plan``'s stretch computed with numpy (``steady_kernel.stretch``'s results, ``st``
-    updated the same way), or None. Its first iteration must end before ``horizon``."""
-    left = st[:, OUTPUT] - st[:, EMITTED]  # [n], each at least 1
-    # up to the iteration that finishes the last sequence (a closed loop: the first)
-    k = min(int(left.max() if r.on_finish is None else left.min()), MAX_STEPS)
-    # who is in iteration j: the sequences with more than j tokens left
-    kv0 = st[:, KV]
-    steps = np.minimum(left, k)
-    gone = np.cumsum(np.bincount(steps, minlength=k + 1))[:k]  # [k]: finished before j
-    batch = len(run) - gone  # [k]
-    # Σ context of iteration j (integers, exact in float64)
-    kv_gone = np.cumsum(np.bincount(steps, weights=kv0, minlength=k + 1))[:k]
-    ctx = float(_sum(kv0)) - kv_gone + np.arange(k) * batch  # [k]
-    target, record_bound = r.pricer.target, r.pricer.record_bound
-    ends, verify, labels = [], [], []
-    now = start
-    for n, c in zip(batch.tolist(), ctx.tolist(), strict=False):
-        n = float(n)
-        if record_bound:
-            v, label = target.pass_seconds_bound_sums(n, c, c, n, sum_keys=None, n_seqs=n)
-        else:
-            v, label = target.pass_seconds_sums(n, c, c, n, sum_keys=None, n_seqs=n), ""
-        end = now + (0.0 + v)  # the replica's timeout(draft_s + verify_s)
-        if not end < horizon:  # an event comes first (or with it)
-            break
-        ends.append(end)
-        verify.append(v)
-        labels.append(label)
-        now = end
-    k = len(ends)
-    if not k:
-        return None
-    # KV, iteration j (1-based): blocks for kv0 + j tokens granted, then rolled back to
-    # them; a sequence's blocks return to the pool at the end of its last iteration
-    bs = r.limits.block_size
-    inside = left[:, None] > np.arange(k)  # [n, k]: who is in iteration j
-    need = blocks_for(kv0[:, None] + np.arange(1, k + 1), bs)  # [n, k]
-    held = np.concatenate((st[:, BLOCKS][:, None], need[:, :-1]), axis=1)  # [n, k] before
-    extra = (np.maximum(need - held, 0) * inside).sum(axis=0)  # [k] granted per iteration
-    back = ((np.maximum(held, need) - need) * inside).sum(axis=0)  # [k] rolled back
-    freed = (need * (left[:, None] == np.arange(1, k + 1))).sum(axis=0)  # [k] finished
-    free = r.kv.free_blocks
-    frees = free - np.cumsum(extra - back - freed)  # [k] after each iteration
-    before = np.concatenate(([free], frees[:-1]))
-    ok = extra <= before  # no preemption: every grant fits what is free then
-    if not ok.all():
-        k = int(ok.argmin())
-        if not k:
-            return None
-    ends = np.array(ends[:k])
-    steps = np.minimum(left, k)  # [n]: the iterations each sequence is in
-    st[:, COUNTS] += steps  # verify steps (no draft steps, no drafted tokens)
-    st[:, EMITTED] += steps
-    st[:, KV] += steps
-    st[:, BLOCKS] = need[np.arange(len(run)), steps - 1]
-    batch = batch[:k]
-    gaps = np.concatenate((ends[0] - r.last_chunk_at[run],
-                           np.repeat(np.diff(ends), batch[1:])))  # each later iteration's
-    fin = (steps == left).nonzero()[0]  # who finished, in running order ...
-    fin = fin[left[fin].argsort(kind="stable")]  # ... iteration by iteration
-    return (ends, verify[:k], labels[:k], batch, r.kv.capacity_blocks - frees[:k], gaps,
-            ends[steps - 1], fin, ends[left[fin] - 1],
-            int(frees[k - 1]) - int(_sum(st[fin, BLOCKS])))
 
 
 def apply(r, s: Stretch) -> None:

@@ -1,14 +1,14 @@
 """The compiled kernels: many iterations of a replica in one call, the same records.
 
-``sim.kernels`` holds them as plain Python: ``stretch`` does, one iteration at a time, what
-``sim.steady.plan_numpy`` does with arrays (a steady stretch: price each iteration as
-``hardware.timing.measured`` prices a one-stage pass, grant, roll back, emit, release);
+``sim.kernels`` holds them as plain Python: ``stretch`` runs a steady stretch of plain
+decoding (``sim.steady``: price each iteration as ``hardware.timing.measured`` prices a
+one-stage pass, grant, roll back, emit, release);
 ``walk`` does what the reference path does for any iteration it can form as vLLM v1's
 scheduler would (``sim.steady_walk``): the budget walk, admissions, the target's and the
 draft's passes, the verifies' accepted depths, the advance. Here they are compiled with
 numba when numba is installed (``SPECSIM_NUMBA=0`` turns that off), each kind on its first
-use; without numba ``sim.steady`` plans its stretches with numpy and everything else takes
-the reference path, and tests check that all give the same records.
+use; without numba every iteration takes the reference path, and tests check that both
+give the same records (running the kernels as Python where numba is missing).
 
 numba's disk cache is keyed on a function's own file, so a kernel would keep a stale copy
 of a helper changed in another file; the kernels are therefore cached in a folder of their

@@ -1,8 +1,8 @@
 """Iterations of a replica that admit, prefill, decode or speculate, several at once.
 
 ``sim.steady`` runs a replica's decode-only iterations in stretches; an iteration in which
-someone waits or prefills goes through the reference path (``sim.decode_step.plan`` or the
-full scheduler, ``Replica.price``, ``sim.step.advance``): about a hundred numpy calls. Where
+someone waits or prefills goes through the reference path (the scheduler,
+``Replica.price``, ``sim.step.advance``): about a hundred numpy calls. Where
 the replica uses the compiled stretch, ``plan`` hands such iterations to
 ``steady_kernel.walk`` instead -- the vLLM v1 budget walk over the running rows, the
 admissions from the waiting queue, the pricing sums and the advance, one iteration after
@@ -100,7 +100,7 @@ def params(r) -> tuple | str:
         return why
     target = steady.kernel_params(r)
     if target is None:
-        return "a target timing the kernels do not price (measured, one stage)"
+        return steady.NOT_PRICED
     if not r.policy.uses_draft:
         return (0, *steady_kernel.walk_shape(False), target, target, _NO_SPEC)
     policy, draft = r.policy, r.pricer.draft

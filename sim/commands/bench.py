@@ -23,9 +23,9 @@ workloads:
                 outputs around 512 tokens, ~32 sequences running: the cost of an iteration
 
 Peak memory is the whole process's: compare it across runs of one workload each. A run
-of 4,000 requests or more computes its iterations with the compiled kernels (numba) from
-the start; the first such run after an install also compiles them (a few seconds, then
-cached), so time the second.
+of 1,000 requests or more computes its iterations with the compiled kernels (numba) from
+the start; the first such run after an install also compiles them (up to a minute or so,
+then cached), so time the second.
 """
 
 

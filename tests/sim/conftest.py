@@ -7,10 +7,9 @@ import pytest
 from sim.engine_path import PATHS
 
 
-@pytest.fixture(scope="session", params=["reference", "numpy", "compiled"])
+@pytest.fixture(scope="session", params=["reference", "compiled"])
 def engine_path(request):
     """Each engine path a run can take (``sim.engine_path``): the reference scheduler one
-    iteration at a time, the fast paths with numpy, and with the compiled kernels from the
-    first iteration (numba is a dependency wherever it has a wheel; without it, this is
-    the numpy path again)."""
+    iteration at a time, and the compiled kernels from the first iteration (numba is a
+    dependency wherever it has a wheel; without it, this is the reference path again)."""
     return PATHS[request.param]

@@ -136,10 +136,11 @@ DECODE_CUT = ["run.requests=24", "scheduler.max_batched_tokens=96", "scheduler.c
                                       "bench-speculative", "default-preempting",
                                       "decode-preempting", "decode-cut"])
 def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch, tmp_path):
-    """``sim.steady`` (several decode iterations at once), ``sim.decode_step`` (a
-    decode-only batch without the full scheduler) and ``sim.spec_stretch`` (a speculating
-    batch on its own rows): every shipped scenario, both bench workloads and preempting
-    runs with the fast paths on and off, record for record."""
+    """The compiled kernels -- ``sim.steady`` (several decode iterations at once) and
+    ``sim.steady_walk`` (any iteration vLLM v1 forms) -- from the first iteration
+    (``compiled``) and after the reference path took the first ones (``auto``): every
+    shipped scenario, both bench workloads and preempting runs with the kernels on and
+    off, record for record."""
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -160,7 +161,7 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
                            ["run.requests=40"] if sc_has_requests(scenario) else [])
     _python_kernel_without_numba(monkeypatch)
     runs = [simulate_variants(setups(sc), sc.run.horizon_s, path=PATHS[name])
-            for name in ("reference", "numpy", "compiled")]
+            for name in ("reference", "auto", "compiled")]
     if scenario.endswith("-preempting"):  # the case the full scheduler must take over
         assert runs[0][-1].requests.columns["preemptions"].sum() > 0
     _assert_same_runs(runs[0], runs[1])
@@ -168,12 +169,15 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
 
 
 def _python_kernel_without_numba(monkeypatch) -> None:
-    """Where numba is not installed, the compiled path's steady stretches are planned by
-    ``sim.steady_kernel.stretch`` run as Python (not by numpy)."""
+    """Where numba is not installed, the kernels run as Python (so that the comparisons
+    still compare the kernels with the reference, only slower)."""
     from sim import steady_kernel
 
     if steady_kernel.compiled() is None:
+        monkeypatch.setattr(steady_kernel, "available", lambda: True)
         monkeypatch.setattr(steady_kernel, "compiled", lambda: steady_kernel.stretch)
+        monkeypatch.setattr(steady_kernel, "compiled_walk",
+                            lambda draws=False: steady_kernel.walk)
 
 
 def _without_feed(monkeypatch) -> None:
@@ -257,8 +261,7 @@ def test_the_kernel_runs_and_switching_to_it_midway_keeps_the_records(record_bou
 def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch):
     """A horizon and the progress bar's slices (``env.run(until=...)``) are events too: the
     records with a horizon, with and without progress, match the iteration-at-a-time run
-    (a speculating stretch the horizon stops is written back by ``flush_running``; a steady
-    one the compiled stretch lets run across it is never written)."""
+    (a steady stretch the compiled kernel lets run across it is never written)."""
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -266,7 +269,7 @@ def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch
                        ["run.requests=120", f"run.horizon_s={horizon}"])
     _python_kernel_without_numba(monkeypatch)
     got = []
-    for name, progress in (("reference", None), ("numpy", None), ("numpy", lambda *a: None),
+    for name, progress in (("reference", None), ("auto", None), ("auto", lambda *a: None),
                            ("compiled", None), ("compiled", lambda *a: None)):
         got.append(simulate_variants(setups(sc), sc.run.horizon_s, progress,
                                      path=PATHS[name]))

@@ -374,17 +374,17 @@ def test_trees_the_budget_cuts_are_priced_with_the_draft_on_every_target_gpu(tmp
 
 def test_every_engine_path_prints_the_same_summary(small_scenario, tmp_path, capsys):
     """``--engine-path`` says how the engine computes its iterations, never what they are:
-    the reference, numpy and compiled paths print the same summaries."""
+    the reference, auto and compiled paths print the same summaries."""
     import json
 
     from sim.cli import main
 
     got = {}
-    for path in ("reference", "numpy", "compiled"):
+    for path in ("reference", "auto", "compiled"):
         assert main(["run", str(small_scenario), "--engine-path", path, "--json",
                      "--no-report", "--no-progress", "--out", str(tmp_path / path)]) == 0
         got[path] = json.loads(capsys.readouterr().out)["variants"]
-    assert got["reference"] == got["numpy"] == got["compiled"]
+    assert got["reference"] == got["auto"] == got["compiled"]
 
 
 def test_the_help_s_engine_example_runs_as_pasted_into_a_shell(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import sim.replica
-from sim.engine_path import EnginePath
+from sim.engine_path import PATHS
 from sim.policies import BatchLadder, FixedGamma
 from sim.runner import simulate
 from tests.sim.fakes import AcceptAll, AcceptN, FakeCost, setup, table
@@ -113,7 +113,7 @@ def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, he
     """Exercise 8 driven through the engine: 1000 cached tokens (63 blocks, the last holding
     8), a verify of γ + 1 tokens plus γ lookahead slots, 2 guesses accepted: 1003 tokens stay
     (63 blocks) and the tail blocks go back to the pool. (It watches the scheduler's grants:
-    a speculating stretch keeps its batch's blocks itself, and the fast-vs-reference test in
+    a compiled walk keeps its batch's blocks itself, and the fast-vs-reference test in
     test_golden.py holds it to the same records.)"""
     grants = []
     grant = sim.replica.BlockManager.grant
@@ -126,8 +126,8 @@ def test_lookahead_slots_and_rollback_through_the_replica(monkeypatch, gamma, he
     s = setup(table([0.0], [1000], [10]), policy=lambda: FixedGamma(gamma),
               draft=FakeCost(0.001, 0.0), acceptance=AcceptN(2), blocks=100,
               max_batched_tokens=2048, chunked=False, max_num_seqs=1)
-    # the scheduler's grants: a speculating stretch or walk keeps its batch's blocks itself
-    res = simulate(s, path=EnginePath(spec_stretch=False, walk=False))
+    # the scheduler's grants: a compiled walk keeps its batch's blocks itself
+    res = simulate(s, path=PATHS["reference"])
     verify = _decode_iterations(res)[0]
     # 1000 + 1 + γ written, γ more reserved: ceil(1015 / 16) = 64, ceil(1031 / 16) = 65
     assert grants[-1] == held
