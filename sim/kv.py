@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.kernels.rules import blocks_for, grant, kept_blocks
+
+__all__ = ["BlockManager", "blocks_for"]
+
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
 _sum = np.add.reduce
-
-
-def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
-    """Blocks needed to hold ``tokens`` tokens of KV: ceil(tokens / block_size)."""
-    return (tokens + (block_size - 1)) // block_size
 
 
 class BlockManager:
@@ -46,7 +45,7 @@ class BlockManager:
 
     def extra_needed(self, slots: np.ndarray, tokens: np.ndarray | int) -> np.ndarray:
         """int64 [n]: blocks each slot must add to hold ``tokens`` tokens (0 if it has them)."""
-        return np.maximum(blocks_for(tokens, self.block_size) - self.blocks[slots], 0)
+        return grant(tokens, 0, 0, self.blocks[slots], self.block_size)
 
     def grow(self, slots: np.ndarray, extra: np.ndarray) -> None:
         """Add ``extra[i]`` blocks to ``slots[i]`` (from :meth:`extra_needed`)."""
@@ -81,7 +80,7 @@ class BlockManager:
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Blocks to keep for ``tokens`` tokens, given ``held`` (gathered by the caller, who
         writes the result back): whole tail blocks return to the pool."""
-        keep = np.minimum(blocks_for(tokens, self.block_size), held)
+        keep = kept_blocks(tokens, held, self.block_size)
         self.free_blocks += int(_sum(held - keep))
         return keep
 

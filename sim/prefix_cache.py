@@ -52,6 +52,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from sim.kernels.rules import kept_blocks
 from sim.kv import BlockManager
 
 _sum = np.add.reduce
@@ -154,7 +155,7 @@ class PrefixCachingBlockManager(BlockManager):
         raise RuntimeError("prefix cache: blocks go back per slot (free_slots), not as a count")
 
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        keep = np.minimum((tokens + (self.block_size - 1)) // self.block_size, held)
+        keep = kept_blocks(tokens, held, self.block_size)
         n = int(_sum(held - keep))
         self._push_run(n)  # tail blocks that held only rejected draft tokens: never cached
         self.free_blocks += n

@@ -40,9 +40,9 @@ Where the compiled kernels are in use and the replica has an arrival feed (one r
 open loop: ``sim.router.ArrivalFeed``), ``sim.steady_walk`` runs past arrivals and covers
 these stretches too; the stretches here serve the other replicas.
 
-The stretch's rules are the scheduler's and its price is the timing's; the reference path
-(``sim.engine_path``) turns it off, and a test runs every shipped scenario both ways and
-compares every record.
+The stretch's rules are the scheduler's (``sim.kernels.rules``) and its price is the
+timing's; the reference path (``sim.engine_path``) turns it off, and a test runs every
+shipped scenario both ways and compares every record.
 """
 
 from __future__ import annotations

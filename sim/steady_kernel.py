@@ -33,7 +33,7 @@ import numpy as np
 
 from hardware import spec_cost
 from sim import kernels
-from sim.kernels import base, drafting
+from sim.kernels import base, drafting, rules
 from sim.kernels import stretch as _stretch_module
 from sim.kernels import walk as _walk_module
 from sim.kernels.base import ADAPTIVE, LADDER, OUTPUT, PARAM_NAMES, TARGET
@@ -64,6 +64,8 @@ _IMPORTED = _source_version()
 _PYTHON = {name: getattr(module, name) for module, names in (
     (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
     (spec_cost, ("round_seconds",)),
+    (rules, ("blocks_for", "wanted", "share", "grant", "first_chunk", "kept_blocks",
+                "emitted")),
     (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
 
 

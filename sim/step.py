@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.draft_pricing import one_level_deeper
+from sim.kernels import rules
 from sim.shapes import shape_info
 from sim.slots import (
     BLOCKS,
@@ -142,7 +143,7 @@ def advance(r, batch) -> tuple[int, int, int, int]:
         remaining = st[:, OUTPUT] - emitted  # [D]
         last = remaining <= acc1  # [D]: who emits its last token (capped there)
         if _any(last):
-            step = np.minimum(acc1, remaining)  # [D]
+            step = rules.emitted(acc, remaining)  # [D]
             out = int(_sum(step))
         else:
             step, out = acc1, accepted + n

@@ -9,6 +9,7 @@ serves them all).
 from __future__ import annotations
 
 from sim import slots
+from sim.kernels.rules import kept_blocks
 from workloads import acceptance
 
 # The state columns the kernel reads, written out here: numba bakes them into the compiled
@@ -129,9 +130,7 @@ def decode_one(st, i, held, block_size):
     verify step counted, the KV rolled back to the blocks its tokens need, at most the
     ``held`` it had after the grant (``BlockManager.rolled_back``); returns those kept."""
     st[i, KV] += 1
-    keep = (st[i, KV] + block_size - 1) // block_size
-    if keep > held:
-        keep = held
+    keep = kept_blocks(st[i, KV], held, block_size)
     st[i, BLOCKS] = keep
     st[i, EMITTED] += 1
     st[i, COUNTS] += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernels.base import BLOCKS, EMITTED, FILLED, KV, OUTPUT, decode_one, pass_seconds
+from sim.kernels.rules import grant
 
 
 def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, first_finish,
@@ -65,9 +66,7 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
             for i in range(n):
                 if alive[i]:
                     ctx += st[i, KV]
-                    e = (st[i, KV] + block_size) // block_size - st[i, BLOCKS]  # one more
-                    if e > 0:
-                        extra += e
+                    extra += grant(st[i, KV], 1, 0, st[i, BLOCKS], block_size)  # one more
             new = float(m)
             c = float(ctx)
             # CostModel.pass_seconds(_bound)_sums(n, c, c, n): kv = c + n, causal keys
@@ -102,8 +101,7 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
                     fin_at[nf] = end
                     nf += 1
                 continue
-            need = (st[i, KV] + block_size) // block_size
-            held = st[i, BLOCKS] if st[i, BLOCKS] > need else need
+            held = st[i, BLOCKS] + grant(st[i, KV], 1, 0, st[i, BLOCKS], block_size)
             keep = decode_one(st, i, held, block_size)
             free += held - keep
             gaps[ng] = end - (last_chunk[i] if k == 0 else ends[k - 1])

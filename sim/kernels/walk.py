@@ -21,6 +21,15 @@ from sim.kernels.base import (
     pass_seconds,
 )
 from sim.kernels.drafting import adaptive_gamma, draft_seconds
+from sim.kernels.rules import (
+    blocks_for,
+    emitted,
+    first_chunk,
+    grant,
+    kept_blocks,
+    share,
+    wanted,
+)
 
 
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
@@ -149,8 +158,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             i = order[o]
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
-            want = verify if left == 0 else (left if left < chunk_tokens else chunk_tokens)
-            got = want if want < budget else budget
+            want = wanted(left, verify, chunk_tokens)
+            got = share(want, budget)
             if got <= 0:
                 continue
             if left == 0 and got < want:
@@ -158,9 +167,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 break
             take[i] = got
             budget -= got
-            e = (st[i, KV] + got + lookahead + block_size - 1) // block_size - st[i, BLOCKS]
-            if e > 0:
-                extra += e
+            extra += grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
             decoding[i] = left == 0
             if left == 0:
                 if reps > 1:  # the draft replica this decoder's drafts go to
@@ -190,13 +197,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
                 break
-            chunk = st[n + w, TARGET]
-            if chunked:
-                if chunk_tokens < chunk:
-                    chunk = chunk_tokens
-                if budget < chunk:
-                    chunk = budget
-            need = (chunk + block_size - 1) // block_size
+            chunk = first_chunk(st[n + w, TARGET], chunk_tokens, budget, chunked)
+            need = blocks_for(chunk, block_size)
             if chunk > budget or need > f:
                 break
             take[n + w] = chunk
@@ -245,7 +247,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             order[n_alive + j] = i
             alive[i] = True
             decoding[i] = False
-            st[i, BLOCKS] = (take[i] + block_size - 1) // block_size
+            st[i, BLOCKS] = blocks_for(take[i], block_size)
             adm_iter[adm + j] = k
             n_free -= 1
             slots[i] = stack[n_free]
@@ -261,21 +263,19 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             i = order[o]
             if take[i] == 0 or not decoding[i]:
                 continue
-            held = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
-            if held < st[i, BLOCKS]:
-                held = st[i, BLOCKS]  # the grant: blocks for the verify and the lookahead
+            # the grant: blocks for the verify and the lookahead
+            held = st[i, BLOCKS] + grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
+                                         block_size)
             if nodes == 0 and not mode:
                 keep = decode_one(st, i, held, block_size)
                 out += 1
             elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
                 st[i, COUNTS] += 1
-                left = st[i, OUTPUT] - st[i, EMITTED]
-                out += 1 if 1 < left else left
-                st[i, EMITTED] += 1 if 1 < left else left
+                step = emitted(0, st[i, OUTPUT] - st[i, EMITTED])
+                out += step
+                st[i, EMITTED] += step
                 st[i, KV] += 1
-                keep = (st[i, KV] + block_size - 1) // block_size
-                if keep > held:
-                    keep = held
+                keep = kept_blocks(st[i, KV], held, block_size)
                 st[i, BLOCKS] = keep
             else:  # the verify: counters, the accepted depth, emit, roll the KV back
                 if rng is None:  # a replayed run (no draws)
@@ -294,13 +294,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 st[i, COUNTS + 4] += acc + (1 if acc < depth else 0)
                 accepted += acc
                 short += 1 if acc < depth else 0
-                left = st[i, OUTPUT] - st[i, EMITTED]
-                out += acc + 1 if acc + 1 < left else left
-                st[i, EMITTED] += acc + 1 if acc + 1 < left else left
+                step = emitted(acc, st[i, OUTPUT] - st[i, EMITTED])
+                out += step
+                st[i, EMITTED] += step
                 st[i, KV] += acc + 1
-                keep = (st[i, KV] + block_size - 1) // block_size
-                if keep > held:
-                    keep = held
+                keep = kept_blocks(st[i, KV], held, block_size)
                 st[i, BLOCKS] = keep
             free += held - keep
             gaps[ng] = end - last_end[i]
@@ -315,9 +313,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         for o in range(n_pre):  # prefill chunks: running ones in order, then admitted
             i = prefilling[o]
             if o < pre_running:  # the grant (an admitted row took its blocks above)
-                need = (st[i, KV] + take[i] + lookahead + block_size - 1) // block_size
-                if need > st[i, BLOCKS]:
-                    st[i, BLOCKS] = need
+                st[i, BLOCKS] += grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
+                                       block_size)
             st[i, FILLED] += take[i]
             st[i, KV] += take[i]
             take[i] = 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.kv import blocks_for
+from sim.kernels.rules import blocks_for, first_chunk
 from sim.shapes import tree_nodes
 from sim.slots import COUNTS
 
@@ -94,7 +94,7 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
             hit, idle = cache.lookup(rid, target)
         cached = hit * bs
         todo = target - cached
-        chunk = min(todo, lim.chunk_tokens, budget) if lim.chunked_prefill else todo
+        chunk = first_chunk(todo, lim.chunk_tokens, budget, lim.chunked_prefill)
         need = int(blocks_for(cached + chunk, bs)) - hit
         if chunk > budget or need + idle > r.kv.free_blocks:
             break
@@ -138,23 +138,23 @@ def cache_prefills(r, pre: np.ndarray, context: np.ndarray, chunks: np.ndarray) 
         r.prefix.cache(pre, r.rid[pre], context + chunks)
 
 
-def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray
+def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, extra: np.ndarray
                        ) -> np.ndarray:
     """vLLM's preemption loop over the running slots ``order`` (front = highest priority);
     returns the slots of ``slots`` that got their blocks, in ``order``.
 
-    Walk ``order``; while the current scheduled sequence cannot get the blocks for its
-    ``tokens``, preempt the last one still running (possibly itself). Running sequences
-    not being scheduled (unscheduled, or in flight in a pipeline) need no new blocks but
-    can be victims, as in vLLM, where in-flight requests stay in ``running``: so a sequence
-    never preempts one ahead of it, and the front one always makes progress. A sequence
-    preempts itself only when it is the last one left, so nothing behind it is scheduled.
+    Walk ``order``; while the current scheduled sequence cannot get the ``extra`` blocks it
+    must add (``rules.grant``), preempt the last one still running (possibly itself).
+    Running sequences not being scheduled (unscheduled, or in flight in a pipeline) need no
+    new blocks but can be victims, as in vLLM, where in-flight requests stay in
+    ``running``: so a sequence never preempts one ahead of it, and the front one always
+    makes progress. A sequence preempts itself only when it is the last one left, so
+    nothing behind it is scheduled.
     """
-    want = dict(zip(slots.tolist(), tokens.tolist(), strict=True))
+    want = dict(zip(slots.tolist(), extra.tolist(), strict=True))
     alive = order.tolist()
     kv = r.kv
     free = kv.free_blocks
-    bs = r.limits.block_size
     i = 0
     granted = []
     while i < len(alive):
@@ -162,7 +162,7 @@ def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarr
         if s not in want:
             i += 1
             continue
-        need = max(int(blocks_for(want[s], bs)) - int(kv.blocks[s]), 0)
+        need = want[s]  # (a victim's release leaves the others' blocks as they are)
         while need > free:
             victim = alive.pop()
             before = kv.free_blocks

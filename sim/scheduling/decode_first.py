@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.kv import blocks_for
+from sim.kernels.rules import grant
 from sim.scheduling.common import (
     HISTORY,
     NONE,
@@ -88,10 +88,10 @@ def plan_decode_first(r) -> Batch:
         slots, tokens = dec, dtok
     # blocks held: from the gathered rows when the batch is exactly the running set
     held = st[:, BLOCKS] if slots is act else r.kv.blocks[slots]
-    extra = np.maximum(blocks_for(tokens, lim.block_size) - held, 0)
+    extra = grant(tokens, 0, 0, held, lim.block_size)
     preempted = int(_sum(extra)) > r.kv.free_blocks
     if preempted:
-        keep = preempt_until_fits(r, r.running_order(act), slots, tokens)
+        keep = preempt_until_fits(r, r.running_order(act), slots, extra)
         kd, kp = np.isin(dec, keep), np.isin(pre, keep)
         dec, dctx, pre, pctx, chunks = dec[kd], dctx[kd], pre[kp], pctx[kp], chunks[kp]
         if row.ndim == 2:
@@ -101,7 +101,7 @@ def plan_decode_first(r) -> Batch:
         slots = np.concatenate((dec, pre))
         tokens = np.concatenate((dctx + (verify + r.lookahead), pctx + chunks))
         held = r.kv.blocks[slots]
-        extra = np.maximum(blocks_for(tokens, lim.block_size) - held, 0)
+        extra = grant(tokens, 0, 0, held, lim.block_size)
     r.kv.grant(slots, held, extra)
     cache_prefills(r, pre, pctx, chunks)
 

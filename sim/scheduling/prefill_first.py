@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.kv import blocks_for
+from sim.kernels.rules import grant
 from sim.scheduling.common import (
     HISTORY,
     NONE,
@@ -77,14 +77,14 @@ def _grant(r, order: np.ndarray, slots: np.ndarray, tokens: np.ndarray,
     """Blocks for ``slots`` to hold ``tokens``, preempting from the back of ``order`` when
     the pool runs dry. Returns None when nobody was preempted, else bool [len(slots)]: the
     slots that got their blocks."""
-    extra = np.maximum(blocks_for(tokens, r.limits.block_size) - held, 0)
+    extra = grant(tokens, 0, 0, held, r.limits.block_size)
     if int(_sum(extra)) <= r.kv.free_blocks:
         r.kv.grant(slots, held, extra)
         return None
-    keep = np.isin(slots, preempt_until_fits(r, order, slots, tokens))
+    keep = np.isin(slots, preempt_until_fits(r, order, slots, extra))
     slots, tokens = slots[keep], tokens[keep]
     held = r.kv.blocks[slots]
-    r.kv.grant(slots, held, np.maximum(blocks_for(tokens, r.limits.block_size) - held, 0))
+    r.kv.grant(slots, held, grant(tokens, 0, 0, held, r.limits.block_size))
     return keep
 
 
@@ -166,7 +166,7 @@ def _reserved(r) -> int:
     st = r.state[run]
     bs = r.limits.block_size
     prompts = st[:, TARGET] > st[:, FILLED]
-    rest = (int(_sum(np.maximum(blocks_for(st[prompts, TARGET], bs) - r.kv.blocks[run[prompts]],
-                                0))) if prompts.any() else 0)
+    rest = (int(_sum(grant(st[prompts, TARGET], 0, 0, r.kv.blocks[run[prompts]], bs)))
+            if prompts.any() else 0)
     out = np.minimum(np.maximum(st[:, OUTPUT] - st[:, EMITTED], 0), CLIP_MAX_NEW_TOKENS)
     return rest + int(np.ceil(r.new_token_ratio * float(_sum(out)) / bs))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.kv import blocks_for
+from sim.kernels import rules
 from sim.scheduling.common import (
     HISTORY,
     NONE,
@@ -65,24 +65,24 @@ def plan_vllm_v1(r) -> Batch:
         verify = 1 + np.cumprod(row, axis=1).sum(axis=1)  # [D]
 
     # 1. the budget walk: take[i] = what running request i gets, in order
-    want = np.zeros(len(run), dtype=np.int64)
-    want[d_idx] = verify
-    if _any(prefilling):
-        want[prefilling] = np.minimum(left[prefilling], lim.chunk_tokens)
+    if row.ndim == 1:
+        want = rules.wanted(left, verify, lim.chunk_tokens) * ready
+    else:  # a verify per decoder
+        per_row = np.zeros(len(run), dtype=np.int64)
+        per_row[d_idx] = verify
+        want = rules.wanted(left, per_row, lim.chunk_tokens) * ready
     cut = int(_sum(want)) > lim.max_batched_tokens
     if cut:  # the budget runs out part-way: what is left of it, in order
-        before = want.cumsum() - want
-        take = np.minimum(np.maximum(lim.max_batched_tokens - before, 0), want)  # [R]
+        take = rules.share(want, lim.max_batched_tokens - (want.cumsum() - want))  # [R]
     else:  # everyone gets what it wants
         take = want
 
     # 2. KV blocks: tokens + lookahead for every scheduled request
     go = take > 0
-    tokens = st[:, KV] + take + r.lookahead  # [R]
-    extra = np.maximum(blocks_for(tokens, lim.block_size) - st[:, BLOCKS], 0) * go
+    extra = rules.grant(st[:, KV], take, r.lookahead, st[:, BLOCKS], lim.block_size) * go
     preempted = int(_sum(extra)) > r.kv.free_blocks
     if preempted:
-        keep = preempt_until_fits(r, run, run[go], tokens[go])
+        keep = preempt_until_fits(r, run, run[go], extra[go])
         go &= np.isin(run, keep)
         extra = np.where(go, extra, 0)
     sched = go.nonzero()[0]

@@ -255,3 +255,16 @@ def test_a_kernel_compiled_afresh_says_so_on_a_terminal(tmp_path, monkeypatch, c
     monkeypatch.setattr(steady_kernel, "_BUILT", {})
     assert steady_kernel.compiled() is not None  # now read from tmp_path's cache
     assert capsys.readouterr().err == ""
+
+
+def test_every_kernel_compiles_where_numba_is_installed(monkeypatch):
+    """A kernel numba cannot compile falls back to the reference path with the same
+    records, silently; so where numba is installed, each must compile (a helper named like
+    one of the kernel's locals, or a rule numba cannot type, fails here)."""
+    pytest.importorskip("numba")
+    from sim import steady_kernel
+
+    monkeypatch.setenv("SPECSIM_NUMBA", "1")
+    assert steady_kernel.compiled() is not None
+    assert steady_kernel.compiled_walk(False) is not None
+    assert steady_kernel.compiled_walk(True) is not None

@@ -1,0 +1,78 @@
+"""vLLM v1's scheduling rules, each written once, for both drivers of an iteration.
+
+The reference scheduler (``sim.scheduling``, ``sim.kv``, ``sim.step``) applies them to a
+batch's arrays; the compiled kernels (``sim.kernels.walk``, ``sim.kernels.stretch``) to
+one row at a time, as scalars. Each is arithmetic that gives the same values on an int64
+array and on an int64 scalar, so that the one function serves both (``sim.steady_kernel``
+compiles it with the kernels; the reference calls it as it is). A rule calls no other rule:
+the compiled copies are swapped into the kernels' modules only, so a rule that called
+another would have the reference reach the compiled one.
+
+What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``;
+``vllm/v1/core/kv_cache_manager.py``, ``allocate_slots``):
+
+- ``blocks_for``: the blocks that hold a number of tokens (``cdiv(num_tokens,
+  block_size)``);
+- ``wanted``: what a running request asks of the token budget: a decoder its verify
+  (1 + its draft tokens), a prefilling request the rest of its prompt, at most
+  ``chunk_tokens`` (``long_prefill_token_threshold``);
+- ``share``: what it gets: what it asks, at most what the budget has left (its draft
+  tokens cut where the budget runs out);
+- ``grant``: the blocks a scheduled request must add so that it holds its computed tokens,
+  the ones scheduled now and ``lookahead`` slots for the next verify's drafts
+  (``num_lookahead_tokens``); none where it holds them already;
+- ``first_chunk``: an admitted request's first chunk: the rest of its prompt, with chunked
+  prefill at most ``chunk_tokens`` and what the budget has left;
+- ``kept_blocks``: after a verify, the blocks a request keeps for the tokens it kept, at
+  most the ones it held (the rejected drafts' whole tail blocks go back to the pool);
+- ``emitted``: the tokens a verify emits: the accepted drafts and the bonus token, at most
+  what the request has left to write.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def blocks_for(tokens, block_size):
+    """Blocks that hold ``tokens`` tokens of KV: ceil(tokens / block_size)."""
+    return (tokens + (block_size - 1)) // block_size
+
+
+def wanted(left, verify, chunk_tokens):
+    """Tokens a running request asks for: ``verify`` where its prompt is done (``left``,
+    the prompt tokens it has still to prefill, is 0), else ``min(left, chunk_tokens)``."""
+    return np.minimum(left, chunk_tokens) + (left == 0) * verify
+
+
+def share(want, budget):
+    """Tokens a request that asks ``want`` gets with ``budget`` left (0 when none is)."""
+    return np.minimum(want, np.maximum(budget, 0))
+
+
+def grant(computed, scheduled, lookahead, held, block_size):
+    """Blocks to add to the ``held`` ones of a request with ``computed`` tokens in its KV
+    and ``scheduled`` more now, so that they hold those and ``lookahead`` slots (0 where
+    they do)."""
+    return np.maximum((computed + scheduled + lookahead + (block_size - 1)) // block_size
+                      - held, 0)
+
+
+def first_chunk(todo, chunk_tokens, budget, chunked):
+    """An admitted request's first chunk of the ``todo`` prompt tokens it has to prefill
+    (scalars)."""
+    if not chunked:
+        return todo
+    chunk = todo if todo < chunk_tokens else chunk_tokens
+    return chunk if chunk < budget else budget
+
+
+def kept_blocks(tokens, held, block_size):
+    """Blocks a request keeps of the ``held`` ones once its KV is cut back to ``tokens``."""
+    return np.minimum((tokens + (block_size - 1)) // block_size, held)
+
+
+def emitted(accepted, left):
+    """Tokens a verify that accepted ``accepted`` drafts emits to a request with ``left``
+    output tokens still to write."""
+    return np.minimum(accepted + 1, left)
