@@ -111,11 +111,11 @@ class Stretch:
 
 
 # why a replica whose target the kernels cannot price takes no stretch (sim.gate's phrase)
-NOT_PRICED = "a target timing the kernels do not price (measured, one stage)"
+NOT_PRICED = "a target timing the kernels do not price (they price one stage)"
 
 
 def kernel_params(r):
-    """The timing's parameters for ``sim.steady_kernel`` (a one-stage measured timing), or
+    """The timing's parameters for ``sim.steady_kernel`` (a one-stage timing), or
     None: such a replica takes no stretch (``NOT_PRICED``)."""
     params = getattr(getattr(r.pricer.target, "timing", None), "kernel_params", None)
     return None if params is None else params()

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from hardware import spec_cost
+from hardware.timing import analytic
 from sim import kernels
 from sim.kernels import base, drafting, rules
 from sim.kernels import stretch as _stretch_module
@@ -49,24 +50,29 @@ walk = _walk_module.walk
 _MODULES = (base, drafting, _stretch_module, _walk_module)
 
 
+_PYTHON = {name: getattr(module, name) for module, names in (
+    (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
+    (spec_cost, ("round_seconds",)),
+    (analytic, ("stage_parts",)),
+    (rules, ("blocks_for", "wanted", "share", "grant", "first_chunk", "kept_blocks",
+                "emitted")),
+    (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
+
+
 def _source_version() -> str:
-    """The hash of ``sim.kernels``'s files, and of ``hardware.spec_cost`` (whose formula
-    they call), as they are on disk now."""
+    """The hash of ``sim.kernels``'s files, and of the other files whose functions they
+    call (``hardware.spec_cost``, ``hardware.timing.analytic``), as they are on disk now."""
+    here = Path(kernels.__file__).parent
+    called = {Path(sys.modules[fn.__module__].__file__) for fn in _PYTHON.values()}
     digest = hashlib.sha256()
-    for path in [*sorted(Path(kernels.__file__).parent.glob("*.py")),
-                 Path(spec_cost.__file__)]:
+    for path in [*sorted(here.glob("*.py")),
+                 *sorted(p for p in called if p.parent != here)]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 # the version of the kernels' source this process imported (just above)
 _IMPORTED = _source_version()
-_PYTHON = {name: getattr(module, name) for module, names in (
-    (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
-    (spec_cost, ("round_seconds",)),
-    (rules, ("blocks_for", "wanted", "share", "grant", "first_chunk", "kept_blocks",
-                "emitted")),
-    (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
 
 
 def compiled():

@@ -94,7 +94,7 @@ def params(r) -> tuple | str:
     drafting ahead, no CPU drafting, no lookup drafter, never switched off for a request),
     one pipeline stage, no prefix cache, the vLLM v1 order, and an acceptance model with
     ``kernel_tables`` for the shape. Either way the target's timing and the draft's must be
-    one-stage measured ones (``MeasuredTiming.kernel_params``)."""
+    one-stage ones the kernels price (``kernel_params``: measured, roofline or paper)."""
     why = gate.walk(r)
     if why is not None:
         return why
@@ -113,7 +113,7 @@ def params(r) -> tuple | str:
     kernel_params = getattr(draft.cost.timing, "kernel_params", None)
     dp = kernel_params() if kernel_params is not None else None
     if dp is None:
-        return "a draft timing the kernels do not price (measured, one stage)"
+        return "a draft timing the kernels do not price (they price one stage)"
     tables = r.acceptance.kernel_tables(row)
     if tables is None:
         return f"an acceptance model without kernel tables ({type(r.acceptance).__name__})"

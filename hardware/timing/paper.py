@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hardware.moe import a2a_bytes_per_token
+from hardware.timing.analytic import HOST_S, SHARP, analytic_params, stage_parts
 from hardware.timing.base import Breakdown, largest
 
 __all__ = ["PaperTiming", "ACTIVATION_BYTES"]
@@ -59,31 +60,13 @@ class _Stage:
     miss: float = 1.0  # MoE: 1 - k/E
 
 
-def _moe_stage_parts(
-    st: _Stage, new: float, kv_tokens: float, keys: float
-) -> tuple[float, float, float, float]:
-    """:func:`_stage_parts` of an MoE stage: the experts ``new`` tokens touch are read."""
-    compute = st.compute_s_per_token * new + st.compute_s_per_key * keys
-    memory = st.weight_s + st.routed_s * (1.0 - st.miss ** new) \
-        + st.memory_s_per_kv_token * kv_tokens
-    comm = st.comm_fixed_s + st.comm_per_token_s * new
-    gpu = (compute if compute > memory else memory) + comm
-    return compute, memory, comm, (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
-
-
-def _stage_parts(
-    st: _Stage, new: float, kv_tokens: float, keys: float
-) -> tuple[float, float, float, float]:
-    """(compute_s, memory_s, comm_s, seconds) of one stage: THE per-stage formula.
-
-    ``new`` tokens fed, ``kv_tokens`` KV entries read or written, ``keys`` attended
-    (query, key) pairs. Every pricing method goes through here.
-    """
-    compute = st.compute_s_per_token * new + st.compute_s_per_key * keys
-    memory = st.weight_s + st.memory_s_per_kv_token * kv_tokens
-    comm = st.comm_fixed_s + st.comm_per_token_s * new
-    gpu = (compute if compute > memory else memory) + comm
-    return compute, memory, comm, (gpu if gpu > st.host_s else st.host_s) + st.overhead_s
+def _vector(st: _Stage) -> tuple[float, ...]:
+    """The stage as ``hardware.timing.analytic``'s vector: the roofline's formula with a
+    sharp corner, the host beside the GPU, and no lm_head, per-sequence or elementwise
+    terms (zeros, which add exactly nothing: the lecture's numbers are unchanged)."""
+    return (st.compute_s_per_token, 0.0, st.compute_s_per_key, st.weight_s,
+            st.memory_s_per_kv_token, st.comm_fixed_s, st.comm_per_token_s, st.host_s,
+            st.overhead_s, 0.0, SHARP, 1.0 / SHARP, 1.0, st.routed_s, st.miss, 0.0, 0.0, 0.0)
 
 
 class PaperTiming:
@@ -98,7 +81,6 @@ class PaperTiming:
         inv_bytes_per_s = 1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory)
         ring_steps = 2 * (tp - 1)
         moe = bool(shape.n_experts)
-        self._parts = _moe_stage_parts if moe else _stage_parts
         ep_link = ep_link or tp_link
         stages = []
         for c in counts:
@@ -121,7 +103,8 @@ class PaperTiming:
                 overhead_s=gpu.overhead_s,
             ))
         self._stages = tuple(stages)
-        self._single = stages[0] if len(stages) == 1 else None
+        self._vectors = tuple(_vector(st) for st in stages)  # what the formula reads
+        self._single = self._vectors[0] if len(stages) == 1 else None
         self._hop_per_token_s = shape.hidden * ACTIVATION_BYTES / pp_link.bytes_per_s
         self._hop_fixed_s = pp_link.latency_s
         self.note = f"paper GPU: {gpu.id} at eta_compute {gpu.eta_compute:g}, eta_memory " \
@@ -129,19 +112,24 @@ class PaperTiming:
 
     def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
         """Seconds of one pass."""
-        st = self._single
-        if st is not None:
-            return self._parts(st, new, kv, keys)[3]
+        q = self._single
+        if q is not None:
+            return stage_parts(q, new, kv, keys, n)[3]
         return self._pipeline(new, kv, keys)[0]
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
         """(seconds, the largest of compute, memory, comm and host)."""
-        st = self._single
-        if st is not None:
-            compute, memory, comm, seconds = self._parts(st, new, kv, keys)
-            return seconds, largest(compute, memory, comm, st.host_s)
+        q = self._single
+        if q is not None:
+            compute, memory, comm, seconds = stage_parts(q, new, kv, keys, n)
+            return seconds, largest(compute, memory, comm, q[HOST_S])
         seconds, compute, memory, comm, host, _, _ = self._pipeline(new, kv, keys)
         return seconds, largest(compute, memory, comm, host)
+
+    def kernel_params(self) -> tuple | None:
+        """The one stage for a compiled pricer (``sim.steady_kernel``), as the roofline's
+        (``analytic.analytic_params``); None for a pipeline."""
+        return None if self._single is None else analytic_params(self._single)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""
@@ -167,9 +155,8 @@ class PaperTiming:
         """
         compute = memory = comm = host = 0.0
         stage_s = []
-        parts = self._parts
-        for st in self._stages:
-            c_s, m_s, x_s, s_s = parts(st, new, kv_tokens, keys)
+        for st, q in zip(self._stages, self._vectors, strict=True):
+            c_s, m_s, x_s, s_s = stage_parts(q, new, kv_tokens, keys, 0.0)
             compute += c_s
             memory += m_s
             comm += x_s

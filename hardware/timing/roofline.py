@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from hardware.catalog import CollectiveParams, GpuSpec, LinkSpec, RooflineParams
 from hardware.moe import a2a_bytes_per_token
+from hardware.timing.analytic import HOST_S, SHARP, analytic_params, stage_parts
 from hardware.timing.base import (
     ACT_BYTES,
     HEAD_TOKENS_PER_SEQ,
@@ -62,9 +63,7 @@ from hardware.timing.base import (
 )
 
 __all__ = ["RooflineTiming", "roofline_params", "collective_params", "host_bytes_per_s",
-           "weight_format", "SHARP", "smooth_max", "HEAD_BITS"]
-
-SHARP = 64.0  # a corner exponent this large is priced as a plain max
+           "weight_format", "SHARP", "HEAD_BITS"]
 HEAD_BITS = 16  # quantised deployments keep the lm_head in 16 bits (vLLM, TensorRT-LLM, AWQ)
 
 
@@ -104,14 +103,6 @@ def weight_format(weight_bits: int, dtype: str) -> str:
     return "int4"
 
 
-def smooth_max(a: float, b: float, inv_p: float, p: float) -> float:
-    """(a^p + b^p)^(1/p) for a, b >= 0 (max(a, b) when p >= SHARP)."""
-    hi, lo = (a, b) if a > b else (b, a)
-    if p >= SHARP or hi <= 0.0:
-        return hi
-    return hi * (1.0 + (lo / hi) ** p) ** inv_p
-
-
 @dataclass(frozen=True, slots=True)
 class _Stage:
     """Seconds per unit of work of one stage (see the module notes)."""
@@ -135,30 +126,12 @@ class _Stage:
     elem_per_token_s: float = 0.0  # the elementwise kernels (base.elementwise_s_per_token)
 
 
-def _moe_parts(st: _Stage, new: float, kv: float, keys: float, n: float):
-    """:func:`_parts` of an MoE stage: the routed experts ``new`` tokens touch are read."""
-    return _parts(st, new, kv, keys, n, st.routed_s * (1.0 - st.miss ** new))
-
-
-def _parts(st: _Stage, new: float, kv: float, keys: float, n: float, routed_s: float = 0.0):
-    """(compute_s, memory_s, comm_s, seconds) of one stage: the per-stage formula
-    (``routed_s``: an MoE stage's reads of the routed experts its tokens touch); memory_s
-    includes the elementwise kernels' traffic (it names the bound)."""
-    cap = HEAD_TOKENS_PER_SEQ * n
-    compute = st.per_token * new + st.per_head_token * (new if new < cap else cap) \
-        + st.per_key * keys
-    memory = st.weight_s + routed_s + st.per_kv * kv
-    if st.per_kv_len and n > 0:
-        memory += st.per_kv_len * kv / n
-    comm = st.comm_fixed_s + st.comm_per_token_s * new
-    elem = st.elem_per_token_s * new  # memory traffic of kernels of their own, after
-    busy = smooth_max(compute, memory, st.inv_p, st.p) + comm + elem
-    host = st.host_s
-    if st.overlap:
-        t = busy if busy > host else host
-    else:
-        t = busy + host
-    return compute, memory + elem, comm, t + st.fixed_s + st.per_seq_s * n
+def _vector(st: _Stage) -> tuple[float, ...]:
+    """The stage as ``hardware.timing.analytic``'s vector (its formula prices it)."""
+    return (st.per_token, st.per_head_token, st.per_key, st.weight_s, st.per_kv,
+            st.comm_fixed_s, st.comm_per_token_s, st.host_s, st.fixed_s, st.per_seq_s, st.p,
+            st.inv_p, float(st.overlap), st.routed_s, st.miss, st.per_kv_len,
+            st.elem_per_token_s, float(HEAD_TOKENS_PER_SEQ))
 
 
 class RooflineTiming:
@@ -181,7 +154,6 @@ class RooflineTiming:
         half = rp.weights_half_bytes
         step_s = framework_step_s(framework, dep)
         moe = bool(shape.n_experts)
-        self._parts = _moe_parts if moe else _parts
         stages = []
         for i, c in enumerate(counts):
             per_seq_s = framework_seq_s(framework, dep, i == len(counts) - 1)
@@ -216,7 +188,8 @@ class RooflineTiming:
                 elem_per_token_s=elementwise_s_per_token(framework, dep, c),
             ))
         self._stages = tuple(stages)
-        self._single = stages[0] if len(stages) == 1 else None
+        self._vectors = tuple(_vector(st) for st in stages)  # what the formula reads
+        self._single = self._vectors[0] if len(stages) == 1 else None
         self._hop_fixed_s = pc.call_s + pc.step_s
         self._hop_per_token_s = shape.hidden * ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
         kind = "calibrated" if rp.calibrated else "uncalibrated"
@@ -225,19 +198,25 @@ class RooflineTiming:
 
     def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
         """Seconds of one pass."""
-        st = self._single
-        if st is not None:
-            return self._parts(st, new, kv, keys, n)[3]
+        q = self._single
+        if q is not None:
+            return stage_parts(q, new, kv, keys, n)[3]
         return self._pipeline(new, kv, keys, n)[0]
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
         """(seconds, the largest of compute, memory, comm and host)."""
-        st = self._single
-        if st is not None:
-            compute, memory, comm, seconds = self._parts(st, new, kv, keys, n)
-            return seconds, largest(compute, memory, comm, st.host_s)
+        q = self._single
+        if q is not None:
+            compute, memory, comm, seconds = stage_parts(q, new, kv, keys, n)
+            return seconds, largest(compute, memory, comm, q[HOST_S])
         seconds, compute, memory, comm, host, _, _, _ = self._pipeline(new, kv, keys, n)
         return seconds, largest(compute, memory, comm, host)
+
+    def kernel_params(self) -> tuple | None:
+        """The one stage for a compiled pricer (``sim.steady_kernel``): ``analytic``'s
+        vector, in the measured timing's layout without its tables (``analytic_params``).
+        None for a pipeline."""
+        return None if self._single is None else analytic_params(self._single)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""
@@ -262,9 +241,8 @@ class RooflineTiming:
         """(seconds, compute, memory, comm, host, stage seconds, hop, overhead) over stages."""
         compute = memory = comm = host = overhead = 0.0
         stage_s = []
-        parts = self._parts
-        for st in self._stages:
-            c_s, m_s, x_s, s_s = parts(st, new, kv, keys, n)
+        for st, q in zip(self._stages, self._vectors, strict=True):
+            c_s, m_s, x_s, s_s = stage_parts(q, new, kv, keys, n)
             compute += c_s
             memory += m_s
             comm += x_s

@@ -8,6 +8,7 @@ serves them all).
 
 from __future__ import annotations
 
+from hardware.timing.analytic import HOST_S, stage_parts
 from sim import slots
 from sim.kernels.rules import kept_blocks
 from workloads import acceptance
@@ -58,10 +59,24 @@ def interp(grid, vals, x):
 
 def pass_seconds(new, kv, keys, n, params, bound):
     """(seconds, bound code: 0 compute, 1 memory, 2 comm, 3 host; -1 without ``bound``) of
-    one pass: ``MeasuredTiming.seconds`` / ``seconds_bound`` of a one-stage timing whose
-    ``kernel_params`` are ``params`` (the scalars, the token grid, the per-token, lm_head
-    and all-reduce tables, the decode kernel's table, batches and lengths)."""
+    one pass: ``seconds`` / ``seconds_bound`` of a one-stage timing whose ``kernel_params``
+    are ``params``. A measured timing's are the scalars, the token grid, the per-token,
+    lm_head and all-reduce tables, the decode kernel's table, batches and lengths; an
+    analytic one's (roofline, paper) its stage vector and no grid: its formula,
+    ``hardware.timing.analytic.stage_parts``."""
     p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths = params
+    if len(grid) == 0:
+        compute, memory, comm, seconds = stage_parts(p, new, kv, keys, n)
+        if not bound:
+            return seconds, -1
+        code, top = 0, compute  # base.largest
+        if memory > top:
+            code, top = 1, memory
+        if comm > top:
+            code, top = 2, comm
+        if p[HOST_S] > top:
+            code = 3
+        return seconds, code
     # _stage_fixed: a pass of at most ``beside`` tokens reads lin's second half
     o = len(grid) if p[17] > 0.0 and new <= p[17] else 0
     i = bisect_left(grid, new)

@@ -76,7 +76,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     success probability ``p_geo`` (``kind`` 2) -- or, with ``rng`` None, the replayed run
     ``runs[(stream + position) % tape]``, each capped at the depth;
     ``tp`` and ``dp`` are the target's and the draft's timing parameters
-    (``MeasuredTiming.kernel_params``), ``sp`` the framework's speculative overheads
+    (their ``kernel_params``: measured or analytic), ``sp`` the framework's speculative overheads
     (``hardware.spec_cost.round_seconds``'s parameters, added to the drafting of every
     iteration whose decoders verify drafts, as ``IterationPricer.price`` adds them).
     Without speculation ``rng`` is None and ``runs``, ``dp`` unused.

@@ -81,27 +81,39 @@ def test_a_trees_level_prefixes_are_its_shallower_trees():
                               for j in range(len(widths) + 1)]
 
 
+_OFFLOADED = ["models.target=llama-2-7b", "models.draft=null", "deployment.gpu=a100-80gb",
+              "deployment.offload_fraction=0.5", "variants=[{name: n, policy: {kind: none}}]"]
 TIMINGS = {  # a decode-attention table; TP 4 (all-reduces); MoE with MLA (no decode table)
     "llama-3-8b-h100": ("default", []),
     "llama-3-70b-tp4": ("plan-llama70b", []),
     "deepseek-v3-mtp": ("deepseek-v3-mtp", []),
-    "llama-2-7b-offloaded": ("default", [
-        "models.target=llama-2-7b", "models.draft=null", "deployment.gpu=a100-80gb",
-        "deployment.offload_fraction=0.5", "variants=[{name: n, policy: {kind: none}}]"]),
+    "llama-2-7b-offloaded": ("default", _OFFLOADED),
+    # the analytic timings: a dense model, TP 4, MoE (routed experts), offloaded weights
+    # (a framework that does not overlap them: host + GPU), the lecture's paper GPU
+    "roofline-8b": ("default", ["deployment.timing=roofline"]),
+    "roofline-70b-tp4": ("plan-llama70b", ["deployment.timing=roofline"]),
+    "roofline-moe": ("deepseek-v3-mtp", ["deployment.timing=roofline"]),
+    "roofline-offloaded": ("default", [*_OFFLOADED, "deployment.timing=roofline"]),
+    "paper": ("default", ["deployment.timing=paper"]),
+    "paper-moe": ("deepseek-v3-mtp", ["deployment.timing=paper"]),
+    "paper-offloaded": ("default", [*_OFFLOADED, "deployment.timing=paper"]),
 }
 
 
 @pytest.mark.parametrize("case", sorted(TIMINGS))
-def test_the_compiled_stretch_prices_a_pass_as_the_measured_timing(case):
+def test_the_compiled_stretch_prices_a_pass_as_the_timing(case):
     """``sim.steady_kernel``'s pricer (as Python and, where numba is installed, compiled)
-    gives ``MeasuredTiming.seconds_bound``'s floats and bound for one-stage passes."""
-    pytest.importorskip("aiconfigurator_core", reason="the measured timing reads its tables")
+    gives the timing's ``seconds_bound`` floats and bound for one-stage passes: the
+    measured timing's tables, the roofline's and the paper GPU's formula."""
     from sim import steady_kernel
 
     name, sets = TIMINGS[case]
+    if not case.startswith(("roofline", "paper")):
+        pytest.importorskip("aiconfigurator_core", reason="the measured timing reads its tables")
     sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", ["run.requests=4", *sets])
     timing = setups(sc)[0][1].target_cost.timing
-    assert timing.name == "measured"
+    assert timing.name == case.split("-")[0] if case.startswith(("roofline", "paper")) \
+        else timing.name == "measured"
     params = timing.kernel_params()
     assert params is not None
     from sim.kernels import base
@@ -186,17 +198,20 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     after (an earlier version's folder beside it is removed); without a writable folder
     next to them, one under the user's cache; with none writable, or once the files on
     disk are no longer the ones this process imported, no cache at all. The hash covers
-    ``hardware/spec_cost.py`` too: the kernels call its formula."""
+    ``hardware/spec_cost.py`` and ``hardware/timing/analytic.py`` too: the kernels call
+    their formulas."""
     import hashlib
     from pathlib import Path
     from types import SimpleNamespace
 
     from hardware import spec_cost
+    from hardware.timing import analytic
     from sim import kernels, steady_kernel
 
     here = Path(kernels.__file__).parent
     digest = hashlib.sha256()
-    for path in [*sorted(here.glob("*.py")), Path(spec_cost.__file__)]:
+    for path in [*sorted(here.glob("*.py")), Path(spec_cost.__file__),
+                 Path(analytic.__file__)]:
         digest.update(path.read_bytes())
     name = f"numba-{digest.hexdigest()[:16]}"
     stale = here / "__pycache__" / "numba-0000000000000000"
