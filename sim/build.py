@@ -249,16 +249,18 @@ class _Section:
 
 
 def _blocks(sc: Scenario, blocks: int, source: str, variant: str) -> int:
-    """The KV blocks per replica: what fits, or vLLM's num_gpu_blocks_override (not more)."""
+    """The KV blocks per replica that requests can use: what fits, or vLLM's
+    num_gpu_blocks_override (not more), less, in vLLM v1's order, the null block its pool
+    keeps back (``vllm/v1/core/block_pool.py``, ``BlockPool.__init__``: N blocks give N - 1
+    usable)."""
     override = sc.scheduler.num_gpu_blocks_override
-    if override is None:
-        return blocks
-    if override > blocks:
+    if override is not None and override > blocks:
         raise UserError(
             f"{source}: scheduler.num_gpu_blocks_override: must be <= the {blocks} KV blocks "
             f"that fit a replica of {sc.models.target} on {sc.deployment.tp}x"
             f"{sc.deployment.pp} {sc.deployment.gpu} (variant {variant}), got {override}")
-    return override
+    pool = blocks if override is None else override
+    return pool - 1 if sc.scheduler.order == "vllm_v1" else pool
 
 
 def _with_proposal_rate(drafter, acceptance_cfg):

@@ -2,9 +2,11 @@
 
 A sequence holding ``n`` tokens of KV owns ``ceil(n / block_size)`` blocks. Verifying a
 draft writes the last token plus the guesses (tree nodes) into the cache, which may need new
-blocks; after verification the cache is cut back to what was kept and whole tail blocks go
-back to the pool (lecture §3.2 and exercise 8). Preemption by recompute frees every block
-of the victim. The pool never goes negative nor above its capacity; a request for more
+blocks; after verification the cache is cut back to what was kept and, in the lecture's
+paged KV (§3.2 and exercise 8), whole tail blocks go back to the pool (``rolls_back``).
+vLLM v1 keeps them with the request until it is freed: the next tokens are written over the
+rejected drafts' slots (``sim.kernels.rules.kept_blocks``). Preemption by recompute frees
+every block of the victim. The pool never goes negative nor above its capacity; a request for more
 blocks than are free is a scheduler bug, not user input, so it raises ``RuntimeError``.
 """
 
@@ -29,7 +31,7 @@ class BlockManager:
     """
 
     def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
-                 blocks: np.ndarray | None = None) -> None:
+                 blocks: np.ndarray | None = None, rolls_back: bool = True) -> None:
         if capacity_blocks < 1 or block_size < 1:
             raise ValueError("KV pool needs at least one block of at least one token")
         self.capacity_blocks = int(capacity_blocks)
@@ -37,6 +39,8 @@ class BlockManager:
         # int64 [n_slots]; the owner may pass a (column) view of its own state array
         self.blocks = np.zeros(n_slots, dtype=np.int64) if blocks is None else blocks
         self.free_blocks = int(capacity_blocks)
+        # whether a verify's rejected tail blocks go back to the pool (vLLM v1: no)
+        self.rolls_back = int(rolls_back)
 
     @property
     def used_blocks(self) -> int:
@@ -74,13 +78,14 @@ class BlockManager:
                                f"{self.capacity_blocks}")
 
     def shrink(self, slots: np.ndarray, tokens: np.ndarray) -> None:
-        """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool."""
+        """Roll each slot back to ``tokens`` tokens, returning whole tail blocks to the pool
+        (with ``rolls_back``)."""
         self.blocks[slots] = self.rolled_back(self.blocks[slots], tokens)
 
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Blocks to keep for ``tokens`` tokens, given ``held`` (gathered by the caller, who
-        writes the result back): whole tail blocks return to the pool."""
-        keep = kept_blocks(tokens, held, self.block_size)
+        writes the result back): with ``rolls_back``, whole tail blocks return to the pool."""
+        keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         self.free_blocks += int(_sum(held - keep))
         return keep
 

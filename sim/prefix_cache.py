@@ -69,9 +69,9 @@ class PrefixCachingBlockManager(BlockManager):
     """
 
     def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
-                 keys: np.ndarray, starts: np.ndarray, blocks: np.ndarray | None = None
-                 ) -> None:
-        super().__init__(capacity_blocks, block_size, n_slots, blocks)
+                 keys: np.ndarray, starts: np.ndarray, blocks: np.ndarray | None = None,
+                 rolls_back: bool = True) -> None:
+        super().__init__(capacity_blocks, block_size, n_slots, blocks, rolls_back)
         if len(keys) and int(keys.min()) < 0:
             raise ValueError("block keys must be >= 0")
         self._keys, self._starts = keys, starts
@@ -155,7 +155,7 @@ class PrefixCachingBlockManager(BlockManager):
         raise RuntimeError("prefix cache: blocks go back per slot (free_slots), not as a count")
 
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        keep = kept_blocks(tokens, held, self.block_size)
+        keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         n = int(_sum(held - keep))
         self._push_run(n)  # tail blocks that held only rejected draft tokens: never cached
         self.free_blocks += n

@@ -114,7 +114,8 @@ class Replica:
         # with prefix caching, the pool keeps prompt blocks by content (sim.prefix_cache)
         self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, n, st[:, BLOCKS])
         self.kv = self.prefix or BlockManager(kv_capacity_blocks, limits.block_size, n,
-                                              blocks=st[:, BLOCKS])
+                                              blocks=st[:, BLOCKS],
+                                              rolls_back=limits.rolls_back)
         self.last_chunk_at = np.zeros(n)  # when each slot last emitted (ITL)
         self.active = np.zeros(n, dtype=bool)
         self._order: np.ndarray | None = None  # running_order's answer until it changes
@@ -423,7 +424,7 @@ def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blo
         raise RuntimeError(f"block keys were made for another block size than "
                            f"{limits.block_size}")
     return PrefixCachingBlockManager(capacity_blocks, limits.block_size, n_slots, keys,
-                                     starts, blocks=blocks)
+                                     starts, blocks=blocks, rolls_back=limits.rolls_back)
 
 
 def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -> int:

@@ -189,6 +189,7 @@ def _cache_dir(numba, cache: bool):
         config.CACHE_DIR = before
 
 
+_V1 = np.zeros(rules.N_V1, dtype=np.int64)  # the warm-ups' vLLM v1 rules
 _GRID = np.array([1.0, 1e9])  # the warm-ups' timing: two grid points, one second per token
 _PARAMS = (np.zeros(len(PARAM_NAMES)), _GRID, _GRID, np.zeros(0), np.zeros(0),
            np.zeros((0, 1)), np.ones(1), np.ones(1))
@@ -200,7 +201,7 @@ def _jit_stretch(numba, cache: bool):
     kernel = _jitted(numba, cache, stretch)
     st = np.zeros((1, base.slots.N_COLS), dtype=np.int64)
     st[0, OUTPUT] = 1
-    kernel(st, np.zeros(1), 1, 1, 16, 0.0, 1.0, 1, False, True, True, 1,
+    kernel(st, np.zeros(1), 1, 1, 16, _V1, 0.0, 1.0, 1, False, True, True, 1,
            np.zeros(0, dtype=np.int64), 0.0, 0.0, 0, *_PARAMS)
     return kernel
 
@@ -213,7 +214,8 @@ def _jit_walk(numba, cache: bool, draws: bool):
     st = np.zeros((1, base.slots.N_COLS), dtype=np.int64)
     st[0, TARGET] = st[0, OUTPUT] = 2
     kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
-           np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, 4, 4, True, 1, 1, 0.0, 1.0,
+           np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, _V1, 4, 4, True, 1, 1, 0.0,
+           1.0,
            2, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS, _NO_SPEC)
     return kernel
 

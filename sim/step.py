@@ -3,8 +3,9 @@
 ``advance(r, batch)`` applies an iteration after its time has passed: prefill chunks fill
 prompts (the pass that completes one samples its next token), then every decoding
 sequence's accepted depth is drawn at once, ``accepted + 1`` tokens are emitted (capped at
-the request's output) and the KV is rolled back to the root plus the accepted path, its
-tail blocks returning to the pool (lecture §3.2, exercise 8). It also keeps the per-request
+the request's output) and the KV is rolled back to the root plus the accepted path (its
+tail blocks returning to the pool in the lecture's paged KV, §3.2, exercise 8, but not in
+vLLM v1: ``BlockManager.rolls_back``). It also keeps the per-request
 counters, the inter-token gaps (ITL: the time between consecutive output chunks of a
 request, a chunk carrying every token one verify emitted, as vLLM's benchmark measures it)
 and, for a draft on its own GPU that drafts ahead, which sequences' next guesses are ready.

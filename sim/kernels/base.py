@@ -140,12 +140,12 @@ def pass_seconds(new, kv, keys, n, params, bound):
     return seconds, code
 
 
-def decode_one(st, i, held, block_size):
+def decode_one(st, i, held, block_size, rolls_back):
     """Row ``i``'s verify without a draft (``sim.step.advance``): one token emitted, one
-    verify step counted, the KV rolled back to the blocks its tokens need, at most the
-    ``held`` it had after the grant (``BlockManager.rolled_back``); returns those kept."""
+    verify step counted, the blocks it keeps of the ``held`` it had after the grant
+    (``BlockManager.rolled_back``); returns those kept."""
     st[i, KV] += 1
-    keep = kept_blocks(st[i, KV], held, block_size)
+    keep = kept_blocks(st[i, KV], held, block_size, rolls_back)
     st[i, BLOCKS] = keep
     st[i, EMITTED] += 1
     st[i, COUNTS] += 1

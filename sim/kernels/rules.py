@@ -23,8 +23,12 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
   (``num_lookahead_tokens``); none where it holds them already;
 - ``first_chunk``: an admitted request's first chunk: the rest of its prompt, with chunked
   prefill at most ``chunk_tokens`` and what the budget has left;
-- ``kept_blocks``: after a verify, the blocks a request keeps for the tokens it kept, at
-  most the ones it held (the rejected drafts' whole tail blocks go back to the pool);
+- ``kept_blocks``: after a verify, the blocks a request keeps: vLLM v1 keeps every block
+  it holds until the request is freed or preempted (the rejected drafts' slots are
+  written over by the tokens that follow: ``single_type_kv_cache_manager.py``,
+  ``allocate_new_blocks`` only extends a request's blocks); with ``rolls_back`` (the
+  lecture's paged KV, §3.2, and the other orders) the rejected drafts' whole tail blocks
+  go back to the pool;
 - ``emitted``: the tokens a verify emits: the accepted drafts and the bonus token, at most
   what the request has left to write.
 """
@@ -32,6 +36,11 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
 from __future__ import annotations
 
 import numpy as np
+
+# Which of vLLM v1's rules apply, as the drivers read them: an int64 array (so that a
+# compiled kernel takes it as one argument; ``SchedulerLimits.v1``), indexed by these.
+ROLLS_BACK = 0  # 1: a verify's rejected whole tail blocks go back to the pool (not vLLM)
+N_V1 = 1
 
 
 def blocks_for(tokens, block_size):
@@ -67,9 +76,11 @@ def first_chunk(todo, chunk_tokens, budget, chunked):
     return chunk if chunk < budget else budget
 
 
-def kept_blocks(tokens, held, block_size):
-    """Blocks a request keeps of the ``held`` ones once its KV is cut back to ``tokens``."""
-    return np.minimum((tokens + (block_size - 1)) // block_size, held)
+def kept_blocks(tokens, held, block_size, rolls_back):
+    """Blocks a request keeps of the ``held`` ones once its KV is cut back to ``tokens``:
+    all of them, or with ``rolls_back`` (0 or 1) those that hold ``tokens``."""
+    return held - rolls_back * (held - np.minimum((tokens + (block_size - 1)) // block_size,
+                                                   held))
 
 
 def emitted(accepted, left):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernels.base import BLOCKS, EMITTED, FILLED, KV, OUTPUT, decode_one, pass_seconds
-from sim.kernels.rules import grant
+from sim.kernels.rules import ROLLS_BACK, grant
 
 
-def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, first_finish,
+def stretch(st, last_chunk, free, cap, block_size, v1, now, horizon, max_steps, first_finish,
             straddle, bound, n_dec, chunks, first_delay, first_v, first_code,
             p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths):
     """Plan a steady stretch of the decoding rows ``st`` (int64 [n, N_COLS], running order;
@@ -18,8 +18,9 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
     sequence's last end; the finished rows, in the order they finish, and when; the pool's
     free blocks after the stretch, the finished sequences' blocks not yet returned).
 
-    ``first_finish``: stop after the first iteration that finishes a sequence (a closed
-    loop); ``straddle``: the iteration that ends at or after ``horizon`` is the stretch's
+    ``v1``: which of vLLM v1's rules apply (``SchedulerLimits.v1``). ``first_finish``: stop
+    after the first iteration that finishes a sequence (a closed loop); ``straddle``: the
+    iteration that ends at or after ``horizon`` is the stretch's
     last -- when it is the first, the stretch is that one iteration; else the last item
     returned says where the replica stops for the event before it runs (k_split > 0
     iterations before it; the rows' state then, their last ends, the gaps and finished
@@ -102,7 +103,7 @@ def stretch(st, last_chunk, free, cap, block_size, now, horizon, max_steps, firs
                     nf += 1
                 continue
             held = st[i, BLOCKS] + grant(st[i, KV], 1, 0, st[i, BLOCKS], block_size)
-            keep = decode_one(st, i, held, block_size)
+            keep = decode_one(st, i, held, block_size, v1[ROLLS_BACK])
             free += held - keep
             gaps[ng] = end - (last_chunk[i] if k == 0 else ends[k - 1])
             ng += 1

@@ -22,6 +22,7 @@ from sim.kernels.base import (
 )
 from sim.kernels.drafting import adaptive_gamma, draft_seconds
 from sim.kernels.rules import (
+    ROLLS_BACK,
     blocks_for,
     emitted,
     first_chunk,
@@ -33,8 +34,8 @@ from sim.kernels.rules import (
 
 
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
-         block_size, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now, horizon,
-         max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
+         block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
+         horizon, max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
          mode, alpha, smoothing, ladder, by_running, rng, kind, p_geo, runs, ring, tape,
          table, tp, dp, sp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
@@ -56,8 +57,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     the running rows' slots; an admitted row takes the slot ``Replica.admit`` would give
     it, the last of the free-slot stack ``stack`` (int64, ``n_free`` entries), and a
     finished row's slot goes back on it as ``Replica.finish`` puts it back (both updated in
-    place). ``gaps`` float64: room for the inter-token gaps (the walk stops before an
-    iteration whose gaps would not fit).
+    place). ``v1`` int64: which of vLLM v1's rules apply (``SchedulerLimits.v1``, indexed
+    by ``sim.kernels.rules``' constants). ``gaps`` float64: room for the inter-token gaps
+    (the walk stops before an iteration whose gaps would not fit).
 
     Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
     draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
@@ -267,7 +269,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             held = st[i, BLOCKS] + grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
                                          block_size)
             if nodes == 0 and not mode:
-                keep = decode_one(st, i, held, block_size)
+                keep = decode_one(st, i, held, block_size, v1[ROLLS_BACK])
                 out += 1
             elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
                 st[i, COUNTS] += 1
@@ -275,7 +277,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 out += step
                 st[i, EMITTED] += step
                 st[i, KV] += 1
-                keep = kept_blocks(st[i, KV], held, block_size)
+                keep = kept_blocks(st[i, KV], held, block_size, v1[ROLLS_BACK])
                 st[i, BLOCKS] = keep
             else:  # the verify: counters, the accepted depth, emit, roll the KV back
                 if rng is None:  # a replayed run (no draws)
@@ -298,7 +300,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 out += step
                 st[i, EMITTED] += step
                 st[i, KV] += acc + 1
-                keep = kept_blocks(st[i, KV], held, block_size)
+                keep = kept_blocks(st[i, KV], held, block_size, v1[ROLLS_BACK])
                 st[i, BLOCKS] = keep
             free += held - keep
             gaps[ng] = end - last_end[i]

@@ -4,9 +4,11 @@ waiting queue and the preemption loop."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from sim.kernels import rules
 from sim.kernels.rules import blocks_for, first_chunk
 from sim.shapes import tree_nodes
 from sim.slots import COUNTS
@@ -34,6 +36,19 @@ class SchedulerLimits:
     block_size: int = 16
     order: str = "vllm_v1"
     prefix_caching: bool = False
+
+    @property
+    def rolls_back(self) -> bool:
+        """Whether a verify's rejected tail blocks go back to the pool: not in vLLM v1,
+        which keeps a request's blocks until it is freed (``rules.kept_blocks``)."""
+        return self.order != "vllm_v1"
+
+    @cached_property
+    def v1(self) -> np.ndarray:
+        """int64 [rules.N_V1]: which of vLLM v1's rules apply, as the kernels take them."""
+        out = np.zeros(rules.N_V1, dtype=np.int64)
+        out[rules.ROLLS_BACK] = self.rolls_back
+        return out
 
 
 @dataclass(frozen=True)
