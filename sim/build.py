@@ -312,7 +312,8 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
         table = make_requests(sc, workload_rng, stream_rng, acceptance)
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
-                             lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching)
+                             lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching,
+                             lim.vllm_release)
     users, think_s = 0, None
     with _Section(source, "workload"):
         loop = sc.workload.closed_loop()

@@ -164,6 +164,11 @@ class Scheduler(Strict):
     # "prefill_first": SGLang's (a prefill batch of at most max_batched_tokens whenever one
     # can be formed, else every running request decodes; --from-sglang sets it)
     order: Literal["vllm_v1", "decode_first", "prefill_first"] = "vllm_v1"
+    # the vLLM release whose v1 scheduling rules the vllm_v1 order follows (docs/background.md,
+    # Scheduling): "0.33" admits a request only if its whole prompt fits the free KV
+    # (scheduler_reserve_full_isl) and reserves lookahead slots for a new request's drafts;
+    # "0.20" checks the whole prompt, no lookahead for new requests; "0.11" neither
+    vllm_release: Literal["0.33", "0.20", "0.11"] = "0.33"
     # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
     # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
     draft_sync: Literal["every_step", "catch_up"] = "every_step"
@@ -186,6 +191,9 @@ class Scheduler(Strict):
 
     @model_validator(mode="after")
     def _chunk_fits(self):
+        if "vllm_release" in self.model_fields_set and self.order != "vllm_v1":
+            raise ValueError(f"vllm_release: only the vllm_v1 order follows a vLLM release's "
+                             f"rules, got order {self.order}")
         if self.chunked_prefill and self.chunk_tokens > self.max_batched_tokens:
             raise ValueError(
                 f"chunk_tokens: must be <= max_batched_tokens ({self.max_batched_tokens}),"

@@ -40,7 +40,9 @@ import numpy as np
 # Which of vLLM v1's rules apply, as the drivers read them: an int64 array (so that a
 # compiled kernel takes it as one argument; ``SchedulerLimits.v1``), indexed by these.
 ROLLS_BACK = 0  # 1: a verify's rejected whole tail blocks go back to the pool (not vLLM)
-N_V1 = 1
+FULL_ISL = 1  # 1: a waiting request is admitted only if its whole prompt fits (0.20 on)
+NEW_LOOKAHEAD = 2  # 1: an admitted request reserves lookahead slots (0.33)
+N_V1 = 3
 
 
 def blocks_for(tokens, block_size):

@@ -22,6 +22,8 @@ from sim.kernels.base import (
 )
 from sim.kernels.drafting import adaptive_gamma, draft_seconds
 from sim.kernels.rules import (
+    FULL_ISL,
+    NEW_LOOKAHEAD,
     ROLLS_BACK,
     blocks_for,
     emitted,
@@ -43,7 +45,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
     ``chunk_tokens``; the blocks for its tokens plus ``lookahead`` slots), then
     ``admit_waiting`` with what is left (first come first served, while a slot, the budget
-    and the blocks for the first chunk last), priced as ``IterationPricer.price`` prices
+    and the blocks for the first chunk, with ``v1``'s rules its lookahead and its whole
+    prompt, last), priced as ``IterationPricer.price`` prices
     the batch (the target pass, and with a draft its ``shared_shape_seconds``), then
     ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
 
@@ -101,6 +104,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     gaps and finished rows so far, the free blocks, the stack and its free slots then).
     """
     rows = st.shape[0]
+    new_ahead = lookahead if v1[NEW_LOOKAHEAD] else 0  # an admission's lookahead slots
     verify = 1 + nodes
     depth = 0
     for j in range(len(row)):
@@ -200,8 +204,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 beyond = True  # a request the walk does not hold
                 break
             chunk = first_chunk(st[n + w, TARGET], chunk_tokens, budget, chunked)
-            need = blocks_for(chunk, block_size)
+            need = blocks_for(chunk + new_ahead, block_size)
             if chunk > budget or need > f:
+                break
+            if v1[FULL_ISL] and blocks_for(st[n + w, TARGET], block_size) > f:
                 break
             take[n + w] = chunk
             a += 1
@@ -249,7 +255,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             order[n_alive + j] = i
             alive[i] = True
             decoding[i] = False
-            st[i, BLOCKS] = blocks_for(take[i], block_size)
+            st[i, BLOCKS] = blocks_for(take[i] + new_ahead, block_size)
             adm_iter[adm + j] = k
             n_free -= 1
             slots[i] = stack[n_free]

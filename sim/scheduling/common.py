@@ -36,6 +36,7 @@ class SchedulerLimits:
     block_size: int = 16
     order: str = "vllm_v1"
     prefix_caching: bool = False
+    vllm_release: str = "0.33"
 
     @property
     def rolls_back(self) -> bool:
@@ -43,12 +44,37 @@ class SchedulerLimits:
         which keeps a request's blocks until it is freed (``rules.kept_blocks``)."""
         return self.order != "vllm_v1"
 
+    def _since(self, release: str) -> bool:
+        """Whether the order is vLLM v1's as ``release`` or a later one has it."""
+        if self.order != "vllm_v1":
+            return False
+        return _release(self.vllm_release) >= _release(release)
+
+    @property
+    def full_isl(self) -> bool:
+        """Whether a waiting request is admitted only when KV for its whole prompt fits
+        (vLLM's ``scheduler_reserve_full_isl``, on by default from 0.20; 0.11 checks the
+        first chunk)."""
+        return self._since("0.20")
+
+    @property
+    def new_lookahead(self) -> bool:
+        """Whether an admitted request reserves lookahead slots for its drafts, as running
+        ones do (0.33; 0.11 to 0.20 give it none)."""
+        return self._since("0.33")
+
     @cached_property
     def v1(self) -> np.ndarray:
         """int64 [rules.N_V1]: which of vLLM v1's rules apply, as the kernels take them."""
         out = np.zeros(rules.N_V1, dtype=np.int64)
         out[rules.ROLLS_BACK] = self.rolls_back
+        out[rules.FULL_ISL] = self.full_isl
+        out[rules.NEW_LOOKAHEAD] = self.new_lookahead
         return out
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
 
 
 @dataclass(frozen=True)
@@ -92,8 +118,11 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     the output it has left, as SGLang's ``PrefillAdder`` admits (``rem_total_tokens``), so
     a prompt once started can finish.
 
-    A new request reserves no lookahead slots (vLLM v1 gives lookahead only to requests
-    that have computed tokens); without chunked prefill its whole prompt must fit. With
+    In vLLM v1's order from 0.20 (``lim.full_isl``) a request is admitted only while the
+    free blocks hold its whole prompt (``scheduler_reserve_full_isl``; only its first chunk
+    is allocated), and from 0.33 (``lim.new_lookahead``) its first chunk comes with
+    ``r.lookahead`` slots for its drafts, as a running request's tokens do (before, a new
+    request reserved none); without chunked prefill its whole prompt must fit. With
     prefix caching (``r.prefix``) its leading cached blocks are looked up first (vLLM's
     ``get_computed_blocks``): they skip prefill, and those no request references must come
     out of the free blocks too; then the full prompt blocks of its first chunk are cached at
@@ -101,6 +130,7 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     new_slots, new_chunks, new_cached = [], [], []
     cache = r.prefix
     bs = lim.block_size
+    ahead = r.lookahead if lim.new_lookahead else 0
     while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
         rid = r.waiting[0]
         target = r.prefill_target_of(rid)
@@ -110,8 +140,10 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         cached = hit * bs
         todo = target - cached
         chunk = first_chunk(todo, lim.chunk_tokens, budget, lim.chunked_prefill)
-        need = int(blocks_for(cached + chunk, bs)) - hit
+        need = int(blocks_for(cached + chunk + ahead, bs)) - hit
         if chunk > budget or need + idle > r.kv.free_blocks:
+            break
+        if lim.full_isl and int(blocks_for(target, bs)) - hit + idle > r.kv.free_blocks:
             break
         if reserved is not None:
             left = int(r.table.output_tokens[rid]) - (target - int(r.table.prompt_tokens[rid]))

@@ -176,16 +176,22 @@ def test_a_pipelined_sequence_in_flight_can_be_preempted_and_its_result_is_dropp
 
 
 def test_a_replica_that_stops_emitting_raises_instead_of_looping(engine_path):
-    # A pool smaller than one request (which sim.build refuses): the request preempts itself
-    # every iteration; the liveness guard names the replica and the state.
+    # A pool smaller than one request (which sim.build refuses). vLLM 0.11 admits its first
+    # chunk: the request preempts itself every iteration; the liveness guard names the
+    # replica and the state. From 0.20 its whole prompt must fit to be admitted: it never
+    # is, and the replica says it has nothing to schedule.
     from sim.replica import stall_limit
 
     tab = table([0.0], [64], [10])
-    s = setup(tab, blocks=2, max_num_seqs=2, max_batched_tokens=128, chunked=True, chunk=16)
+    s = setup(tab, blocks=2, max_num_seqs=2, max_batched_tokens=128, chunked=True, chunk=16,
+              vllm_release="0.11")
     limit = stall_limit(tab, s.limits)
     assert limit == 2 * 5 + 100  # 2·⌈74 / 16⌉ + 100
     with pytest.raises(RuntimeError, match=r"replica 0: \d+ iterations without emitting a "
                                            r"token \(a livelock; the limit is 110\).*KV"):
+        simulate(s, path=engine_path)
+    s = replace(s, limits=replace(s.limits, vllm_release="0.20"))
+    with pytest.raises(RuntimeError, match=r"^replica 0: nothing schedulable with work queued"):
         simulate(s, path=engine_path)
 
 

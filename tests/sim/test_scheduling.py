@@ -338,3 +338,38 @@ def test_prefill_first_admits_only_what_can_finish_even_with_prompts_in_flight(m
         requests += n
     assert not any(mid)  # no prompt preempted half-way
     assert len(mid) < 0.1 * requests
+
+
+# -- vLLM v1's rules by release (docs/background.md, Scheduling) -----------------------------
+
+@pytest.mark.parametrize("release", ["0.33", "0.20", "0.11"])
+def test_a_request_is_admitted_only_when_its_whole_prompt_fits_from_0_20(release,
+                                                                         engine_path):
+    """An 8-block pool. A (40-token prompt, 20 out) holds 3 blocks from its first decode and
+    4 from 49 tokens on. B (96-token prompt: 6 blocks) arrives during A's prefill. From
+    0.20 (``scheduler_reserve_full_isl``) B waits until 6 blocks are free, after A leaves,
+    and is never preempted; 0.11 admits its first 32-token chunk (2 blocks) at once, B's
+    chunks then outgrow the pool and B, the last in ``running``, is preempted."""
+    s = setup(table([0.0, 0.001], [40, 96], [20, 2]), blocks=8, max_num_seqs=2,
+              max_batched_tokens=64, chunked=True, chunk=32, vllm_release=release)
+    a, b = simulate(s, path=engine_path).requests
+    assert a.finished and b.finished and a.preemptions == 0
+    if release == "0.11":
+        assert b.first_scheduled_at < a.finished_at and b.preemptions >= 1
+    else:
+        assert b.first_scheduled_at >= a.finished_at and b.preemptions == 0
+
+
+@pytest.mark.parametrize("release, blocks", [("0.33", 2), ("0.20", 1), ("0.11", 1)])
+def test_a_new_request_reserves_lookahead_slots_in_0_33(release, blocks, engine_path):
+    """Two 16-token prompts with γ = 4 drafts per verify; B arrives during A's prefill and
+    is admitted beside A's first verify (A: 16 + 5 tokens and 4 lookahead slots, 2 blocks).
+    0.33 gives B blocks for its prompt and 4 lookahead slots (ceil(20 / 16) = 2), as it
+    gives a running request; 0.11 and 0.20 gave a request with no computed tokens none (1
+    block)."""
+    s = setup(table([0.0, 0.0005], [16, 16], [8, 8]), policy=lambda: FixedGamma(4),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=64,
+              vllm_release=release)
+    second = simulate(s, path=engine_path).iterations[1]
+    assert second.decode_seqs == 1 and second.prefill_tokens == 16
+    assert second.kv_blocks_used == 2 + blocks
