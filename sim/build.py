@@ -313,7 +313,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching,
-                             lim.vllm_release)
+                             lim.vllm_release, lim.reserve_full_isl)
     users, think_s = 0, None
     with _Section(source, "workload"):
         loop = sc.workload.closed_loop()

@@ -169,6 +169,9 @@ class Scheduler(Strict):
     # (scheduler_reserve_full_isl) and reserves lookahead slots for a new request's drafts;
     # "0.20" checks the whole prompt, no lookahead for new requests; "0.11" neither
     vllm_release: Literal["0.33", "0.20", "0.11"] = "0.33"
+    # vLLM's --scheduler-reserve-full-isl (0.20 on): admit a request only when KV for its
+    # whole prompt fits; null = the release's default (on; 0.11 has no such check)
+    reserve_full_isl: bool | None = None
     # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
     # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
     draft_sync: Literal["every_step", "catch_up"] = "every_step"
@@ -191,9 +194,14 @@ class Scheduler(Strict):
 
     @model_validator(mode="after")
     def _chunk_fits(self):
-        if "vllm_release" in self.model_fields_set and self.order != "vllm_v1":
-            raise ValueError(f"vllm_release: only the vllm_v1 order follows a vLLM release's "
-                             f"rules, got order {self.order}")
+        for knob in ("vllm_release", "reserve_full_isl"):
+            if getattr(self, knob) is not None and knob in self.model_fields_set \
+                    and self.order != "vllm_v1":
+                raise ValueError(f"{knob}: only the vllm_v1 order follows a vLLM release's "
+                                 f"rules, got order {self.order}")
+        if self.reserve_full_isl and self.vllm_release == "0.11":
+            raise ValueError("reserve_full_isl: vLLM 0.11 has no scheduler_reserve_full_isl "
+                             "(it came in 0.20); give vllm_release 0.20 or later")
         if self.chunked_prefill and self.chunk_tokens > self.max_batched_tokens:
             raise ValueError(
                 f"chunk_tokens: must be <= max_batched_tokens ({self.max_batched_tokens}),"

@@ -36,7 +36,8 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     booleans = {"--enable-chunked-prefill", "--no-enable-chunked-prefill",
                 "--enable-prefix-caching", "--no-enable-prefix-caching", "--trust-remote-code",
                 "--disable-log-requests", "--disable-log-stats", "--enable-log-requests",
-                "--enforce-eager"}
+                "--enforce-eager", "--async-scheduling", "--no-async-scheduling",
+                "--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"}
     pos, flags = flags_of(split(text, what, ("vllm", "serve")), what, booleans)
     model = pos[0] if pos else flags.pop("--model", None)
     if model is None or len(pos) > 1:
@@ -49,7 +50,7 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                "--max-num-batched-tokens": "scheduler.max_batched_tokens",
                "--block-size": "scheduler.block_size",
                "--num-gpu-blocks-override": "scheduler.num_gpu_blocks_override"}
-    spec, caching = None, None
+    spec, caching, sync = None, None, False
     for name, value in flags.items():
         if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
             continue
@@ -72,6 +73,14 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
         elif name in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
             caching = name == "--enable-prefix-caching"
+        elif name in ("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"):
+            out.set("scheduler.reserve_full_isl", name == "--scheduler-reserve-full-isl")
+        elif name == "--async-scheduling":
+            raise UserError(f"{what}: {name}: not modelled: SpecSim schedules synchronously "
+                            "(each step planned after the last one's output); give "
+                            "--no-async-scheduling to simulate that")
+        elif name == "--no-async-scheduling":
+            sync = True
         elif name == "--enforce-eager":
             out.notes.append(f"{name}: not modelled (no CUDA-graph effects are priced)")
         elif name in NO_EFFECT:
@@ -83,6 +92,11 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         out.notes.append("prefix caching: on, vLLM v1's default (--no-enable-prefix-caching "
                          "turns it off)")
     out.set("scheduler.prefix_caching", caching)
+    if not sync:
+        out.notes.append("async scheduling: vLLM 0.33 schedules a step while the last one "
+                         "runs, by default where its model runner supports it; SpecSim "
+                         "schedules synchronously, as --no-async-scheduling does (a request "
+                         "is admitted a step sooner, and no verify runs after its stop)")
     _batch_defaults(out, flags)
     _speculation(out, spec, resolve_model)
     return out
@@ -393,6 +407,14 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     # vLLM v1 caches prefixes by default: say which the scenario simulated
     words.append("--enable-prefix-caching" if lim.prefix_caching
                  else "--no-enable-prefix-caching")
+    if lim.order == "vllm_v1" and lim.vllm_release != "0.11":
+        # SpecSim schedules synchronously; vLLM schedules asynchronously by default from
+        # 0.20 where it can
+        words.append("--no-async-scheduling")
+        if lim.reserve_full_isl is False:
+            words.append("--no-scheduler-reserve-full-isl")
+    if lim.order == "vllm_v1":
+        notes.append(f"scheduling: vLLM {lim.vllm_release}'s rules (scheduler.vllm_release)")
     if d.gpu_memory_utilization != 0.9:  # vLLM's default
         words += ["--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
     if d.kv_bits == 8:

@@ -37,6 +37,7 @@ class SchedulerLimits:
     order: str = "vllm_v1"
     prefix_caching: bool = False
     vllm_release: str = "0.33"
+    reserve_full_isl: bool | None = None  # None: the release's default
 
     @property
     def rolls_back(self) -> bool:
@@ -55,6 +56,8 @@ class SchedulerLimits:
         """Whether a waiting request is admitted only when KV for its whole prompt fits
         (vLLM's ``scheduler_reserve_full_isl``, on by default from 0.20; 0.11 checks the
         first chunk)."""
+        if self.reserve_full_isl is not None and self.order == "vllm_v1":
+            return self.reserve_full_isl
         return self._since("0.20")
 
     @property

@@ -608,3 +608,45 @@ def test_forced_acceptance_on_a_tree_forces_the_depth_whatever_the_width(tmp_pat
             "\"eagle3\", \"num_speculative_tokens\": 2, \"speculative_token_tree\": "
             "\"[(0,), (1,)]\", \"rejection_sample_method\": \"synthetic\", "
             "\"synthetic_acceptance_length\": 1.5}'", _ids)
+
+
+@pytest.mark.parametrize("flags, full_isl, sync", [
+    ("", None, False), ("--no-async-scheduling", None, True),
+    ("--no-scheduler-reserve-full-isl --no-async-scheduling", False, True),
+    ("--scheduler-reserve-full-isl", True, False)])
+def test_vllms_scheduling_switches_are_read_and_written_back(flags, full_isl, sync):
+    """vLLM 0.33's scheduling switches: full-prompt admission maps to
+    scheduler.reserve_full_isl; synchronous scheduling is what SpecSim simulates, and
+    without --no-async-scheduling a note says vLLM's default differs. The command written
+    back asks for what was simulated."""
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    parsed = parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flags}", _ids)
+    assert _sets(parsed).get("scheduler.reserve_full_isl") is full_isl
+    assert any(n.startswith("async scheduling:") for n in parsed.notes) is not sync
+    sc = load_scenario(None, parsed.sets)
+    command, notes = serve_command(sc, sc.variants[0], CAT)
+    words = command.split()
+    assert "--no-async-scheduling" in words
+    assert ("--no-scheduler-reserve-full-isl" in words) is (full_isl is False)
+    assert "scheduling: vLLM 0.33's rules (scheduler.vllm_release)" in notes
+
+
+def test_async_scheduling_is_refused_until_it_is_modelled():
+    with pytest.raises(UserError, match=r"^--from-vllm: --async-scheduling: not modelled: "
+                                        r"SpecSim schedules synchronously"):
+        parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct --async-scheduling",
+                         _ids)
+
+
+@pytest.mark.parametrize("sets, match", [
+    (["scheduler.order=decode_first", "scheduler.reserve_full_isl=true"],
+     "reserve_full_isl: only the vllm_v1 order"),
+    (['scheduler.vllm_release="0.11"', "scheduler.reserve_full_isl=true"],
+     "reserve_full_isl: vLLM 0.11 has no scheduler_reserve_full_isl")])
+def test_a_full_prompt_reservation_vllm_lacks_is_refused(sets, match):
+    from sim.loading import load_scenario
+
+    with pytest.raises(UserError, match=match):
+        load_scenario(None, sets)

@@ -342,19 +342,22 @@ def test_prefill_first_admits_only_what_can_finish_even_with_prompts_in_flight(m
 
 # -- vLLM v1's rules by release (docs/background.md, Scheduling) -----------------------------
 
-@pytest.mark.parametrize("release", ["0.33", "0.20", "0.11"])
-def test_a_request_is_admitted_only_when_its_whole_prompt_fits_from_0_20(release,
+@pytest.mark.parametrize("release, reserve", [("0.33", None), ("0.20", None),
+                                              ("0.11", None), ("0.33", False)])
+def test_a_request_is_admitted_only_when_its_whole_prompt_fits_from_0_20(release, reserve,
                                                                          engine_path):
     """An 8-block pool. A (40-token prompt, 20 out) holds 3 blocks from its first decode and
     4 from 49 tokens on. B (96-token prompt: 6 blocks) arrives during A's prefill. From
     0.20 (``scheduler_reserve_full_isl``) B waits until 6 blocks are free, after A leaves,
     and is never preempted; 0.11 admits its first 32-token chunk (2 blocks) at once, B's
-    chunks then outgrow the pool and B, the last in ``running``, is preempted."""
+    chunks then outgrow the pool and B, the last in ``running``, is preempted; so does
+    0.33 with ``--no-scheduler-reserve-full-isl``."""
     s = setup(table([0.0, 0.001], [40, 96], [20, 2]), blocks=8, max_num_seqs=2,
               max_batched_tokens=64, chunked=True, chunk=32, vllm_release=release)
+    s = replace(s, limits=replace(s.limits, reserve_full_isl=reserve))
     a, b = simulate(s, path=engine_path).requests
     assert a.finished and b.finished and a.preemptions == 0
-    if release == "0.11":
+    if release == "0.11" or reserve is False:
         assert b.first_scheduled_at < a.finished_at and b.preemptions >= 1
     else:
         assert b.first_scheduled_at >= a.finished_at and b.preemptions == 0
