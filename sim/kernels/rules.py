@@ -14,8 +14,8 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
 - ``blocks_for``: the blocks that hold a number of tokens (``cdiv(num_tokens,
   block_size)``);
 - ``wanted``: what a running request asks of the token budget: a decoder its verify
-  (1 + its draft tokens), a prefilling request the rest of its prompt, at most
-  ``chunk_tokens`` (``long_prefill_token_threshold``);
+  (1 + its draft tokens), a prefilling request the rest of its prompt, either at most
+  ``chunk_tokens`` (``long_prefill_token_threshold``, which cuts a verify too);
 - ``share``: what it gets: what it asks, at most what the budget has left (its draft
   tokens cut where the budget runs out);
 - ``grant``: the blocks a scheduled request must add so that it holds its computed tokens,
@@ -42,7 +42,8 @@ import numpy as np
 ROLLS_BACK = 0  # 1: a verify's rejected whole tail blocks go back to the pool (not vLLM)
 FULL_ISL = 1  # 1: a waiting request is admitted only if its whole prompt fits (0.20 on)
 NEW_LOOKAHEAD = 2  # 1: an admitted request reserves lookahead slots (0.33)
-N_V1 = 3
+LONE_UNCAPPED = 3  # 1: no chunk_tokens cap when one request runs or waits in all (0.33)
+N_V1 = 4
 
 
 def blocks_for(tokens, block_size):
@@ -52,8 +53,9 @@ def blocks_for(tokens, block_size):
 
 def wanted(left, verify, chunk_tokens):
     """Tokens a running request asks for: ``verify`` where its prompt is done (``left``,
-    the prompt tokens it has still to prefill, is 0), else ``min(left, chunk_tokens)``."""
-    return np.minimum(left, chunk_tokens) + (left == 0) * verify
+    the prompt tokens it has still to prefill, is 0), else ``left``; at most
+    ``chunk_tokens``."""
+    return np.minimum(left + (left == 0) * verify, chunk_tokens)
 
 
 def share(want, budget):

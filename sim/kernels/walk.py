@@ -23,6 +23,7 @@ from sim.kernels.base import (
 from sim.kernels.drafting import adaptive_gamma, draft_seconds
 from sim.kernels.rules import (
     FULL_ISL,
+    LONE_UNCAPPED,
     NEW_LOOKAHEAD,
     ROLLS_BACK,
     blocks_for,
@@ -42,8 +43,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          table, tp, dp, sp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
-    verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, at most
-    ``chunk_tokens``; the blocks for its tokens plus ``lookahead`` slots), then
+    verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
+    ``chunk_tokens`` (``SchedulerLimits.cap``); the blocks for its tokens plus
+    ``lookahead`` slots), then
     ``admit_waiting`` with what is left (first come first served, while a slot, the budget
     and the blocks for the first chunk, with ``v1``'s rules its lookahead and its whole
     prompt, last), priced as ``IterationPricer.price`` prices
@@ -153,6 +155,23 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
             for j in range(max_g):
                 row[j] = 1 if j < g else 0
+        # the most tokens a request may take this step (long_prefill_token_threshold, which
+        # cuts a verify too): none without chunking, nor in 0.33 when one request runs or waits
+        most = chunk_tokens if chunked else max_tokens
+        if v1[LONE_UNCAPPED] and n_alive <= 1 and most < max_tokens:
+            queued = 0
+            unsure = False
+            for w in range(adm, min(adm + 2, n_wait + 1)):
+                came = next_at if w == n_wait else arr_at[w]
+                if came < t:
+                    queued += 1
+                else:
+                    unsure = came == t and k > 0  # in the queue or not: SimPy's order
+                    break
+            if unsure:
+                break
+            if n_alive + queued <= 1:
+                most = max_tokens
         # 1. the budget walk in running order, and the blocks for each scheduled row
         budget = max_tokens
         extra = 0
@@ -164,11 +183,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             i = order[o]
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
-            want = wanted(left, verify, chunk_tokens)
+            want = wanted(left, verify, most)
             got = share(want, budget)
             if got <= 0:
                 continue
-            if left == 0 and got < want:
+            if left == 0 and got < verify:
                 cut = True  # its draft is cut to fit: a shape of its own
                 break
             take[i] = got
@@ -203,7 +222,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
                 break
-            chunk = first_chunk(st[n + w, TARGET], chunk_tokens, budget, chunked)
+            chunk = first_chunk(st[n + w, TARGET], most, budget, chunked)
             need = blocks_for(chunk + new_ahead, block_size)
             if chunk > budget or need > f:
                 break

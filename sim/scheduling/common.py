@@ -66,6 +66,21 @@ class SchedulerLimits:
         ones do (0.33; 0.11 to 0.20 give it none)."""
         return self._since("0.33")
 
+    @property
+    def lone_uncapped(self) -> bool:
+        """Whether ``chunk_tokens`` (``long_prefill_token_threshold``) caps nobody in a step
+        that starts with one request running or waiting in all (0.33; before, it always
+        capped)."""
+        return self._since("0.33")
+
+    def cap(self, requests: int) -> int:
+        """The most tokens one request may take in a step that starts with ``requests``
+        running or waiting: ``chunk_tokens`` with chunked prefill, else (or with vLLM 0.33's
+        lone request) the whole budget."""
+        if not self.chunked_prefill or (requests <= 1 and self.lone_uncapped):
+            return self.max_batched_tokens
+        return self.chunk_tokens
+
     @cached_property
     def v1(self) -> np.ndarray:
         """int64 [rules.N_V1]: which of vLLM v1's rules apply, as the kernels take them."""
@@ -73,6 +88,7 @@ class SchedulerLimits:
         out[rules.ROLLS_BACK] = self.rolls_back
         out[rules.FULL_ISL] = self.full_isl
         out[rules.NEW_LOOKAHEAD] = self.new_lookahead
+        out[rules.LONE_UNCAPPED] = self.lone_uncapped
         return out
 
 
@@ -113,7 +129,8 @@ class Batch:
 
 
 def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = None,
-                  output_clip: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  output_clip: int = 0, cap: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
     token budget and free blocks for the first chunk last; returns (slots, chunks, cached
     tokens) int64. With ``reserved`` (blocks already spoken for) a request is admitted only
@@ -125,7 +142,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     free blocks hold its whole prompt (``scheduler_reserve_full_isl``; only its first chunk
     is allocated), and from 0.33 (``lim.new_lookahead``) its first chunk comes with
     ``r.lookahead`` slots for its drafts, as a running request's tokens do (before, a new
-    request reserved none); without chunked prefill its whole prompt must fit. With
+    request reserved none); without chunked prefill its whole prompt must fit; with it, its
+    first chunk is at most ``cap`` (default ``lim.chunk_tokens``). With
     prefix caching (``r.prefix``) its leading cached blocks are looked up first (vLLM's
     ``get_computed_blocks``): they skip prefill, and those no request references must come
     out of the free blocks too; then the full prompt blocks of its first chunk are cached at
@@ -134,6 +152,7 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     cache = r.prefix
     bs = lim.block_size
     ahead = r.lookahead if lim.new_lookahead else 0
+    cap = lim.chunk_tokens if cap is None else cap
     while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
         rid = r.waiting[0]
         target = r.prefill_target_of(rid)
@@ -142,7 +161,7 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
             hit, idle = cache.lookup(rid, target)
         cached = hit * bs
         todo = target - cached
-        chunk = first_chunk(todo, lim.chunk_tokens, budget, lim.chunked_prefill)
+        chunk = first_chunk(todo, cap, budget, lim.chunked_prefill)
         need = int(blocks_for(cached + chunk + ahead, bs)) - hit
         if chunk > budget or need + idle > r.kv.free_blocks:
             break

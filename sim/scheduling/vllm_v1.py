@@ -64,14 +64,18 @@ def plan_vllm_v1(r) -> Batch:
     else:
         verify = 1 + np.cumprod(row, axis=1).sum(axis=1)  # [D]
 
-    # 1. the budget walk: take[i] = what running request i gets, in order
+    # 1. the budget walk: take[i] = what running request i gets, in order, each at most
+    # the step's cap (long_prefill_token_threshold, which cuts a verify too)
+    cap = lim.cap(len(run) + len(r.waiting))
     if row.ndim == 1:
-        want = rules.wanted(left, verify, lim.chunk_tokens) * ready
+        want = rules.wanted(left, verify, cap) * ready
+        capped = verify > cap
     else:  # a verify per decoder
         per_row = np.zeros(len(run), dtype=np.int64)
         per_row[d_idx] = verify
-        want = rules.wanted(left, per_row, lim.chunk_tokens) * ready
-    cut = int(_sum(want)) > lim.max_batched_tokens
+        want = rules.wanted(left, per_row, cap) * ready
+        capped = False  # each decoder's shape is cut to its take below
+    cut = int(_sum(want)) > lim.max_batched_tokens or capped
     if cut:  # the budget runs out part-way: what is left of it, in order
         take = rules.share(want, lim.max_batched_tokens - (want.cumsum() - want))  # [R]
     else:  # everyone gets what it wants
@@ -106,7 +110,7 @@ def plan_vllm_v1(r) -> Batch:
 
     # 3. admissions, only when nobody was preempted
     if not preempted and r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
-        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget)
+        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget, cap=cap)
         if len(new_pre):
             pre = np.concatenate((pre, new_pre))
             pctx = np.concatenate((pctx, new_ctx))

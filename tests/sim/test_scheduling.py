@@ -376,3 +376,32 @@ def test_a_new_request_reserves_lookahead_slots_in_0_33(release, blocks, engine_
     second = simulate(s, path=engine_path).iterations[1]
     assert second.decode_seqs == 1 and second.prefill_tokens == 16
     assert second.kv_blocks_used == 2 + blocks
+
+
+@pytest.mark.parametrize("release, chunks", [("0.33", [4, 32, 68]),
+                                             ("0.20", [4, 32, 32, 32, 4])])
+def test_a_lone_request_is_not_capped_by_the_long_prefill_threshold_in_0_33(release, chunks,
+                                                                           engine_path):
+    """``chunk_tokens`` (``long_prefill_token_threshold``) 32, a 128-token budget. A
+    (4-token prompt, 2 out) prefills; B (100-token prompt) arrives meanwhile and gets 32
+    tokens beside A's last decode. Then B is alone: 0.33 caps nobody when a step starts
+    with one request running or waiting in all, so B prefills its last 68 tokens at once;
+    0.20 cut it to 32-token chunks."""
+    s = setup(table([0.0, 0.0005], [4, 100], [2, 2]), max_batched_tokens=128, chunked=True,
+              chunk=32, vllm_release=release)
+    res = simulate(s, path=engine_path)
+    assert [it.prefill_tokens for it in res.iterations if it.prefill_tokens] == chunks
+
+
+@pytest.mark.parametrize("release", ["0.33", "0.11"])
+def test_the_long_prefill_threshold_cuts_a_verify_too(release, engine_path):
+    """Two requests decoding with γ = 7 (verifies of 8 tokens) under ``chunk_tokens`` 4:
+    vLLM caps every running request's tokens, a verify's too, so each verify keeps 3 of
+    its 7 draft tokens (in every release; 0.33 only spares a lone request)."""
+    s = setup(table([0.0, 0.0], [4, 4], [9, 9]), policy=lambda: FixedGamma(7),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=64,
+              chunked=True, chunk=4, vllm_release=release)
+    res = simulate(s, path=engine_path)
+    dec = _decode_iterations(res)
+    assert dec and all(it.drafted_tokens == 3 * it.decode_seqs for it in dec)
+    assert all(r.accepted_tokens == 3 * (r.drafted_tokens // 3) for r in res.requests)
