@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from sim.cluster import Setup
+from sim.drafters import INPUT_SLOTS
 from sim.kv import blocks_for
 from sim.limits import MAX_ARRIVAL_S
 from sim.log import RequestTable
@@ -354,6 +355,14 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
                 check_same_vocab(target.dep.model, draft.cost.dep.model)
         lookahead = probe.max_nodes if probe.uses_draft and drafter.lookahead else 0
         check_fits(sc, tab, blocks, max_verify_tokens(probe), source, models, lookahead)
+        slots = INPUT_SLOTS.get(drafter.method, 0) if probe.uses_draft else 0
+        step, per_request = limits.step_budget(slots)
+        if max_verify_tokens(probe) + per_request > step:
+            raise UserError(
+                f"{source}: scheduler.max_batched_tokens: {lim.max_batched_tokens} leaves "
+                f"{step - per_request} tokens a step for a request beside the input slots "
+                f"vLLM {lim.vllm_release} gives {drafter.method} drafting, less than variant "
+                f"{v.name!r}'s verify of {max_verify_tokens(probe)} tokens")
         out.append((v.name, Setup(
             table=tab, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
             draft=draft, make_policy=make_policy, acceptance=acc,

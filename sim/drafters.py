@@ -39,9 +39,15 @@ from dataclasses import dataclass
 from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
-__all__ = ["METHODS", "CPU_METHODS", "Drafter", "head_config", "medusa_config"]
+__all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "Drafter", "head_config", "medusa_config"]
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
+# input slots a method's drafter takes per scheduled request beside its tokens, from the
+# step's token budget (vLLM 0.33, vllm/config/speculative.py,
+# SpeculativeConfig.max_num_new_slots_for_drafting: 1 for draft_model, which feeds the
+# draft one more token than the target; K for PARD and K - 1 for parallel EAGLE, which
+# SpecSim does not model; 0 for the others)
+INPUT_SLOTS = {"draft_model": 1}
 CPU_METHODS = ("ngram", "suffix")
 
 

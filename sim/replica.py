@@ -17,7 +17,9 @@ import numpy as np
 import simpy
 
 from sim import gate, steady, steady_walk
+from sim.drafters import INPUT_SLOTS
 from sim.engine_path import AUTO, EnginePath
+from sim.kernels import rules
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -95,6 +97,13 @@ class Replica:
         # model-based drafters reserve them
         reserve = policy.uses_draft and (drafter is None or drafter.lookahead)
         self.lookahead = int(policy.max_nodes) if reserve else 0
+        # the step's token budget and the input slots each scheduled request takes from it
+        # beside its tokens (vLLM's max_num_new_slots_for_drafting; SchedulerLimits.step_budget)
+        method = "draft_model" if drafter is None else drafter.method
+        slots = INPUT_SLOTS.get(method, 0) if policy.uses_draft else 0
+        self.step_tokens, self.draft_slots = limits.step_budget(slots)
+        self.v1 = limits.v1.copy()  # vLLM v1's rules as the kernels take them
+        self.v1[rules.DRAFT_SLOTS] = self.draft_slots
         self.proposal_rate = getattr(drafter, "proposal_rate", None)
         self.cpu_s_per_seq = getattr(drafter, "cpu_s_per_seq", 0.0)
         # a lookup drafter's matches are drawn apart from the acceptance draws

@@ -212,7 +212,7 @@ def _compiled(r, fn, run: np.ndarray, st: np.ndarray, start: float, horizon: flo
     one, with the state the replica has when the event comes in between."""
     k, ends, verify, codes, b, used, gaps, last_end, fin, fin_at, free, split = fn(
         st, r.last_chunk_at[run], r.kv.free_blocks, r.kv.capacity_blocks,
-        r.limits.block_size, r.limits.v1, start, horizon, steps, r.on_finish is not None, True,
+        r.limits.block_size, r.v1, start, horizon, steps, r.on_finish is not None, True,
         r.pricer.record_bound, *(first_iteration or (len(run), _NO_CHUNKS, 0.0, 0.0, 0)),
         *r._steady_params)
     if not k:

@@ -184,8 +184,7 @@ def plan(r, fn) -> Walk | None:
     if shape[_MODE] == steady_kernel.ADAPTIVE:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
-             r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, lim.v1,
-             lim.max_batched_tokens,
+             r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
              horizon, MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r),
              *shape[1:])

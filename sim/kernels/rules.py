@@ -16,8 +16,12 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
 - ``wanted``: what a running request asks of the token budget: a decoder its verify
   (1 + its draft tokens), a prefilling request the rest of its prompt, either at most
   ``chunk_tokens`` (``long_prefill_token_threshold``, which cuts a verify too);
-- ``share``: what it gets: what it asks, at most what the budget has left (its draft
-  tokens cut where the budget runs out);
+- ``share``: what it gets: what it asks, at most what the budget has left less the input
+  slots its drafter takes beside its tokens (its draft tokens cut where the budget runs
+  out);
+- ``spent``: what a scheduled request takes of the budget: its tokens and those slots
+  (vLLM 0.33's ``input_budget``; ``max_num_new_slots_for_drafting``: 1 for a draft
+  model, 0 for EAGLE, MTP, Medusa and n-gram);
 - ``grant``: the blocks a scheduled request must add so that it holds its computed tokens,
   the ones scheduled now and ``lookahead`` slots for the next verify's drafts
   (``num_lookahead_tokens``); none where it holds them already;
@@ -43,7 +47,8 @@ ROLLS_BACK = 0  # 1: a verify's rejected whole tail blocks go back to the pool (
 FULL_ISL = 1  # 1: a waiting request is admitted only if its whole prompt fits (0.20 on)
 NEW_LOOKAHEAD = 2  # 1: an admitted request reserves lookahead slots (0.33)
 LONE_UNCAPPED = 3  # 1: no chunk_tokens cap when one request runs or waits in all (0.33)
-N_V1 = 4
+DRAFT_SLOTS = 4  # input slots each scheduled request takes beside its tokens (0.33)
+N_V1 = 5
 
 
 def blocks_for(tokens, block_size):
@@ -58,9 +63,16 @@ def wanted(left, verify, chunk_tokens):
     return np.minimum(left + (left == 0) * verify, chunk_tokens)
 
 
-def share(want, budget):
-    """Tokens a request that asks ``want`` gets with ``budget`` left (0 when none is)."""
-    return np.minimum(want, np.maximum(budget, 0))
+def share(want, budget, slots):
+    """Tokens a request that asks ``want`` gets with ``budget`` left and ``slots`` input
+    slots to take beside them (0 when nothing is left)."""
+    return np.minimum(want, np.maximum(budget - slots, 0))
+
+
+def spent(tokens, slots):
+    """The budget a request scheduled for ``tokens`` tokens (none: 0) takes, with the
+    ``slots`` input slots its drafter takes beside them."""
+    return tokens + slots * (tokens > 0)
 
 
 def grant(computed, scheduled, lookahead, held, block_size):
@@ -73,7 +85,7 @@ def grant(computed, scheduled, lookahead, held, block_size):
 
 def first_chunk(todo, chunk_tokens, budget, chunked):
     """An admitted request's first chunk of the ``todo`` prompt tokens it has to prefill
-    (scalars)."""
+    with ``budget`` left for its tokens (scalars)."""
     if not chunked:
         return todo
     chunk = todo if todo < chunk_tokens else chunk_tokens

@@ -22,6 +22,7 @@ from sim.kernels.base import (
 )
 from sim.kernels.drafting import adaptive_gamma, draft_seconds
 from sim.kernels.rules import (
+    DRAFT_SLOTS,
     FULL_ISL,
     LONE_UNCAPPED,
     NEW_LOOKAHEAD,
@@ -32,6 +33,7 @@ from sim.kernels.rules import (
     grant,
     kept_blocks,
     share,
+    spent,
     wanted,
 )
 
@@ -107,6 +109,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     """
     rows = st.shape[0]
     new_ahead = lookahead if v1[NEW_LOOKAHEAD] else 0  # an admission's lookahead slots
+    in_slots = v1[DRAFT_SLOTS]  # input slots a scheduled request takes beside its tokens
     verify = 1 + nodes
     depth = 0
     for j in range(len(row)):
@@ -184,14 +187,14 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
             want = wanted(left, verify, most)
-            got = share(want, budget)
+            got = share(want, budget, in_slots)
             if got <= 0:
                 continue
             if left == 0 and got < verify:
                 cut = True  # its draft is cut to fit: a shape of its own
                 break
             take[i] = got
-            budget -= got
+            budget -= spent(got, in_slots)
             extra += grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
             decoding[i] = left == 0
             if left == 0:
@@ -213,7 +216,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         f = free - extra
         a = 0
         beyond = False
-        while n_alive + a < max_seqs and budget > 0:
+        while n_alive + a < max_seqs and budget > in_slots:
             w = adm + a
             came = next_at if w == n_wait else arr_at[w]
             if not came < t:  # not in the queue yet: at the iteration's start, unsure
@@ -222,15 +225,15 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
                 break
-            chunk = first_chunk(st[n + w, TARGET], most, budget, chunked)
+            chunk = first_chunk(st[n + w, TARGET], most, budget - in_slots, chunked)
             need = blocks_for(chunk + new_ahead, block_size)
-            if chunk > budget or need > f:
+            if chunk > budget - in_slots or need > f:
                 break
             if v1[FULL_ISL] and blocks_for(st[n + w, TARGET], block_size) > f:
                 break
             take[n + w] = chunk
             a += 1
-            budget -= chunk
+            budget -= spent(chunk, in_slots)
             f -= need
             n_pre += 1
             p_new += chunk

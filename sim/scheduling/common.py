@@ -81,6 +81,18 @@ class SchedulerLimits:
             return self.max_batched_tokens
         return self.chunk_tokens
 
+    def step_budget(self, slots: int) -> tuple[int, int]:
+        """(the step's token budget, the input slots each scheduled request takes from it
+        beside its tokens) for a drafter that takes ``slots`` (vLLM's
+        ``max_num_new_slots_for_drafting``): 0.33 charges them per scheduled request;
+        0.20 took them for ``max_num_seqs`` requests off the budget up front; 0.11 had
+        none."""
+        if not slots or not self._since("0.20"):
+            return self.max_batched_tokens, 0
+        if self._since("0.33"):
+            return self.max_batched_tokens, slots
+        return self.max_batched_tokens - slots * self.max_num_seqs, 0
+
     @cached_property
     def v1(self) -> np.ndarray:
         """int64 [rules.N_V1]: which of vLLM v1's rules apply, as the kernels take them."""
@@ -153,7 +165,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     bs = lim.block_size
     ahead = r.lookahead if lim.new_lookahead else 0
     cap = lim.chunk_tokens if cap is None else cap
-    while r.waiting and r.n_active < lim.max_num_seqs and budget > 0:
+    slots = r.draft_slots
+    while r.waiting and r.n_active < lim.max_num_seqs and budget > slots:
         rid = r.waiting[0]
         target = r.prefill_target_of(rid)
         hit = idle = 0
@@ -161,9 +174,9 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
             hit, idle = cache.lookup(rid, target)
         cached = hit * bs
         todo = target - cached
-        chunk = first_chunk(todo, cap, budget, lim.chunked_prefill)
+        chunk = first_chunk(todo, cap, budget - slots, lim.chunked_prefill)
         need = int(blocks_for(cached + chunk + ahead, bs)) - hit
-        if chunk > budget or need + idle > r.kv.free_blocks:
+        if chunk > budget - slots or need + idle > r.kv.free_blocks:
             break
         if lim.full_isl and int(blocks_for(target, bs)) - hit + idle > r.kv.free_blocks:
             break
@@ -183,7 +196,7 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         new_slots.append(slot)
         new_chunks.append(chunk)
         new_cached.append(cached)
-        budget -= chunk
+        budget -= chunk + slots
     if not new_slots:
         return NONE, NONE, NONE
     return (np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64),

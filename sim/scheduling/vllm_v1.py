@@ -75,9 +75,11 @@ def plan_vllm_v1(r) -> Batch:
         per_row[d_idx] = verify
         want = rules.wanted(left, per_row, cap) * ready
         capped = False  # each decoder's shape is cut to its take below
-    cut = int(_sum(want)) > lim.max_batched_tokens or capped
+    budget, slots = r.step_tokens, r.draft_slots  # slots: what a drafter takes beside
+    cost = rules.spent(want, slots)
+    cut = int(_sum(cost)) > budget or capped
     if cut:  # the budget runs out part-way: what is left of it, in order
-        take = rules.share(want, lim.max_batched_tokens - (want.cumsum() - want))  # [R]
+        take = rules.share(want, budget - (cost.cumsum() - cost), slots)  # [R]
     else:  # everyone gets what it wants
         take = want
 
@@ -106,10 +108,10 @@ def plan_vllm_v1(r) -> Batch:
     p = (prefilling & go).nonzero()[0]
     pre, pctx, chunks = run[p], st[p, KV], take[p]
     cache_prefills(r, pre, pctx, chunks)
-    budget = lim.max_batched_tokens - int(_sum(take[sched]))
+    budget -= int(_sum(rules.spent(take[sched], slots)))
 
     # 3. admissions, only when nobody was preempted
-    if not preempted and r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
+    if not preempted and r.waiting and budget > slots and r.n_active < lim.max_num_seqs:
         new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget, cap=cap)
         if len(new_pre):
             pre = np.concatenate((pre, new_pre))

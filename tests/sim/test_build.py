@@ -83,10 +83,21 @@ def test_the_workload_layer_errors_name_the_file_and_section():
     ("{kind: adaptive, max_gamma: 8, max_width: 3}", 1 + 3 * 8),  # <3,1,...,1> at depth 8
 ])
 def test_a_verify_that_cannot_fit_the_token_budget_is_refused_at_build(policy, tokens):
+    # a draft model (the default method): vLLM 0.33 takes one input slot per scheduled
+    # request beside its tokens; 0.11 took none
     sets = [f"variants=[{{name: v, policy: {policy}}}]", "run.requests=3",
             "scheduler.chunked_prefill=true", "scheduler.chunk_tokens=1"]
-    setups(load_scenario(None, [*sets, f"scheduler.max_batched_tokens={tokens}"]), "x.yaml")
-    sc = load_scenario(None, [*sets, f"scheduler.max_batched_tokens={tokens - 1}"])
+    setups(load_scenario(None, [*sets, f"scheduler.max_batched_tokens={tokens + 1}"]),
+           "x.yaml")
+    sc = load_scenario(None, [*sets, f"scheduler.max_batched_tokens={tokens}"])
+    with pytest.raises(UserError, match=rf"max_batched_tokens: {tokens} leaves {tokens - 1} "
+                                        rf"tokens a step for a request beside the input slots "
+                                        rf"vLLM 0.33 gives draft_model drafting, less than "
+                                        rf"variant 'v''s verify of {tokens} tokens$"):
+        setups(sc, "x.yaml")
+    old = [*sets, 'scheduler.vllm_release="0.11"']
+    setups(load_scenario(None, [*old, f"scheduler.max_batched_tokens={tokens}"]), "x.yaml")
+    sc = load_scenario(None, [*old, f"scheduler.max_batched_tokens={tokens - 1}"])
     with pytest.raises(UserError, match=rf"max_batched_tokens: must be >= a verify pass of "
                                         rf"{tokens} tokens, got {tokens - 1}"):
         setups(sc, "x.yaml")

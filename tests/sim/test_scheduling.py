@@ -20,13 +20,15 @@ def _decode_iterations(res):
     return [it for it in res.iterations if it.decode_seqs > 0]
 
 
-@pytest.mark.parametrize("order, seqs, verify", [("vllm_v1", 3, 12), ("decode_first", 2, 10)])
+@pytest.mark.parametrize("order, budget, seqs, verify", [("vllm_v1", 15, 3, 12),
+                                                         ("decode_first", 12, 2, 10)])
 def test_a_binding_budget_cuts_the_last_verify_in_v1_and_drops_it_in_decode_first(
-        order, seqs, verify, engine_path):
-    # Three 4-token prompts prefill together (12 tokens), then each wants 1 + γ=4 = 5 tokens
-    # of a 12-token budget: v1 gives 5, 5 and 2 (one guess kept), v0 drops the third whole.
+        order, budget, seqs, verify, engine_path):
+    # Three 4-token prompts prefill together, then each wants 1 + γ=4 = 5 tokens of the
+    # budget: v1 (15 tokens, of which a draft model takes one input slot per scheduled
+    # request) gives 5, 5 and 2 (one guess kept); v0 (12 tokens) drops the third whole.
     s = setup(table([0.0] * 3, [4] * 3, [20] * 3), policy=lambda: FixedGamma(4),
-              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=12,
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=budget,
               chunked=True, chunk=12, order=order)
     res = simulate(s, path=engine_path)
     first = _decode_iterations(res)[0]
@@ -405,3 +407,37 @@ def test_the_long_prefill_threshold_cuts_a_verify_too(release, engine_path):
     dec = _decode_iterations(res)
     assert dec and all(it.drafted_tokens == 3 * it.decode_seqs for it in dec)
     assert all(r.accepted_tokens == 3 * (r.drafted_tokens // 3) for r in res.requests)
+
+
+@pytest.mark.parametrize("release, verify, drafted", [("0.33", 12, 9), ("0.20", 11, 8),
+                                                      ("0.11", 15, 12)])
+def test_a_draft_model_takes_an_input_slot_per_scheduled_request(release, verify, drafted,
+                                                                 engine_path):
+    """Three 3-token prompts, then three verifies of 1 + γ=4 tokens with a draft model
+    (``max_num_new_slots_for_drafting`` 1) under a 15-token budget and max_num_seqs 4.
+    0.33 charges each scheduled request its tokens and one slot: 5 + 1, 5 + 1, then 2
+    tokens (one guess kept). 0.20 took max_num_seqs slots off the budget up front (11
+    tokens: 5, 5, 1). 0.11 charged none (5, 5, 5)."""
+    s = setup(table([0.0] * 3, [3] * 3, [20] * 3), policy=lambda: FixedGamma(4),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=15,
+              max_num_seqs=4, chunked=True, chunk=15, vllm_release=release)
+    res = simulate(s, path=engine_path)
+    assert res.iterations[0].prefill_tokens == 9
+    first = _decode_iterations(res)[0]
+    assert (first.decode_seqs, first.verify_tokens, first.drafted_tokens) == (3, verify,
+                                                                              drafted)
+    assert all(r.finished and r.emitted_tokens == 20 for r in res.requests)
+
+
+@pytest.mark.parametrize("release, chunks", [("0.33", [3, 5, 1]), ("0.20", [3, 5, 1]),
+                                             ("0.11", [3, 6])])
+def test_an_admission_pays_the_draft_models_input_slot_too(release, chunks, engine_path):
+    """A 12-token budget, max_num_seqs 2, a draft model. A (3-token prompt) verifies 1 +
+    γ=4 tokens; B (6-token prompt) arrives during A's prefill and is admitted beside A's
+    first verify: 0.33 leaves it 12 - (5 + 1) - 1 = 5 tokens; 0.20's budget was 12 - 2
+    slots (5 after A's verify); 0.11 gave it all 6."""
+    s = setup(table([0.0, 0.0005], [3, 6], [20, 2]), policy=lambda: FixedGamma(4),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=12,
+              max_num_seqs=2, chunked=True, chunk=12, vllm_release=release)
+    res = simulate(s, path=engine_path)
+    assert [it.prefill_tokens for it in res.iterations if it.prefill_tokens] == chunks
