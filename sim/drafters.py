@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
-__all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "Drafter", "head_config", "medusa_config"]
+__all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE", "Drafter", "head_config",
+           "medusa_config"]
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
 # input slots a method's drafter takes per scheduled request beside its tokens, from the
@@ -48,6 +49,9 @@ METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
 # draft one more token than the target; K for PARD and K - 1 for parallel EAGLE, which
 # SpecSim does not model; 0 for the others)
 INPUT_SLOTS = {"draft_model": 1}
+# vLLM's EAGLE-type methods, whose prefix-cache hits it treats apart (vllm/config/
+# speculative.py, use_eagle(); sim.prefix_cache)
+EAGLE_TYPE = ("eagle", "eagle3", "mtp")
 CPU_METHODS = ("ngram", "suffix")
 
 

@@ -14,7 +14,12 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
   a request resumed after a preemption, then of its committed output), at most
   ⌊(tokens - 1) / block_size⌋ blocks, since the last token is always recomputed to
   get its logits (``max_cache_hit_length = request.num_tokens - 1``); a hit on a block with
-  no references takes it out of the free queue, so it costs a free block (``touch``);
+  no references takes it out of the free queue, so it costs a free block (``touch``). With
+  an EAGLE-type drafter (EAGLE, EAGLE-3, MTP) vLLM up to 0.20 drops the hit's last block,
+  whose tokens' hidden states the draft needs (``drop_last_hit``); 0.33 instead hashes each
+  block with the token after it (``num_hash_lookahead_tokens`` 1), which loses no block
+  here (a block is a hit within ⌊(tokens - 1) / block_size⌋ either way; that the token
+  after it must match too is not modelled: the workload's keys say which blocks match);
 - **caching** (``cache_blocks``): when a prefill chunk is scheduled, the full prompt blocks
   it completes are cached at once (so a request admitted later in the same step can hit
   them, as in vLLM). vLLM caches only tokens that are computed and committed
@@ -26,9 +31,11 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
   after it has released it, so caching output blocks as they fill (vLLM) or at the
   preemption gives the same hits. A finished request's output blocks are not cached (no
   one could hit them: multi-turn conversations are not modelled);
-- **free / preempt**: references drop; blocks left with none join the free queue's tail,
-  the request's own (unshared, uncached) blocks first, then its cached blocks from the last
-  to the first;
+- **free / preempt**: references drop; blocks left with none join the free queue: its
+  cached blocks at the tail from the last to the first, and its own (unshared, uncached)
+  blocks -- the partial last block, blocks past its committed tokens -- at the head, to be
+  reused first (vLLM 0.33's ``BlockPool.free_blocks``: "LIFO reuse of non-cached blocks";
+  ``unhashed_first``), or, as up to 0.20, at the tail before its cached ones;
 - **allocate**: blocks come off the head of the free queue; a cached block taken there is
   evicted.
 
@@ -70,8 +77,14 @@ class PrefixCachingBlockManager(BlockManager):
 
     def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
                  keys: np.ndarray, starts: np.ndarray, blocks: np.ndarray | None = None,
-                 rolls_back: bool = True) -> None:
+                 rolls_back: bool = True, unhashed_first: bool = False,
+                 drop_last_hit: bool = False) -> None:
         super().__init__(capacity_blocks, block_size, n_slots, blocks, rolls_back)
+        # freed uncached blocks go to the head of the free queue (vLLM 0.33), not the tail
+        self.unhashed_first = unhashed_first
+        # a hit loses its last block (vLLM up to 0.20 with an EAGLE-type drafter, whose
+        # draft needs the hidden states of the last block's tokens recomputed)
+        self.drop_last_hit = drop_last_hit
         if len(keys) and int(keys.min()) < 0:
             raise ValueError("block keys must be >= 0")
         self._keys, self._starts = keys, starts
@@ -104,23 +117,26 @@ class PrefixCachingBlockManager(BlockManager):
             else:
                 n -= count
 
-    def _push_run(self, n: int) -> None:
-        """Append ``n`` uncached blocks to the tail (merged with a run already there)."""
+    def _push_run(self, n: int, head: bool = False) -> None:
+        """Put ``n`` uncached blocks at the tail, or the ``head``, of the free queue (merged
+        with a run already there)."""
         if n <= 0:
             return
         q = self._queue
-        tail = next(reversed(q)) if q else 0
-        if tail < 0:
-            q[tail] += n
+        end = (next(iter(q)) if head else next(reversed(q))) if q else 0
+        if end < 0:
+            q[end] += n
         else:
             q[self._next_run] = n
+            if head:
+                q.move_to_end(self._next_run, last=False)
             self._next_run -= 1
 
     def _free_slot(self, s: int, held: int) -> int:
         """Drop slot ``s``'s references to its ``held`` blocks; returns the blocks freed."""
         keys = self._held[s]
         own = held - len(keys)
-        self._push_run(own)
+        self._push_run(own, self.unhashed_first)
         freed = own
         ref, q = self._ref, self._queue
         for key in reversed(keys):  # vLLM frees a request's blocks last first
@@ -157,7 +173,7 @@ class PrefixCachingBlockManager(BlockManager):
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         n = int(_sum(held - keep))
-        self._push_run(n)  # tail blocks that held only rejected draft tokens: never cached
+        self._push_run(n, self.unhashed_first)  # blocks of rejected draft tokens: uncached
         self.free_blocks += n
         return keep
 
@@ -178,27 +194,28 @@ class PrefixCachingBlockManager(BlockManager):
         """(hit blocks, of them unreferenced) for request ``rid`` about to prefill
         ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
         a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
-        last token is always recomputed)."""
+        last token is always recomputed), less its last with ``drop_last_hit``."""
         a = int(self._starts[rid])
         n_prompt = int(self._starts[rid + 1]) - a
         cap = (tokens - 1) // self.block_size
         ref = self._ref
-        hit = idle = 0
+        found = []  # the references of its leading cached blocks
         for key in self._keys[a:a + min(cap, n_prompt)].tolist():
             r = ref.get(key)
             if r is None:
-                return hit, idle
-            hit += 1
-            idle += r == 0
-        if cap > n_prompt:  # a resumed request: its own output, cached when it was preempted
-            base = self._out + (rid << 40)
-            for j in range(n_prompt, cap):
-                r = ref.get(base + j)
-                if r is None:
-                    break
-                hit += 1
-                idle += r == 0
-        return hit, idle
+                break
+            found.append(r)
+        else:
+            if cap > n_prompt:  # a resumed request: its output, cached when it was preempted
+                base = self._out + (rid << 40)
+                for j in range(n_prompt, cap):
+                    r = ref.get(base + j)
+                    if r is None:
+                        break
+                    found.append(r)
+        if self.drop_last_hit and found:
+            found.pop()
+        return len(found), sum(r == 0 for r in found)
 
     def _keys_of(self, rid: int, lo: int, hi: int) -> list[int]:
         """The keys of request ``rid``'s blocks ``lo`` to ``hi`` - 1 (prompt, then output)."""

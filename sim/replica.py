@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from sim import gate, steady, steady_walk
-from sim.drafters import INPUT_SLOTS
+from sim.drafters import EAGLE_TYPE, INPUT_SLOTS
 from sim.engine_path import AUTO, EnginePath
 from sim.kernels import rules
 from sim.kv import BlockManager
@@ -121,7 +121,10 @@ class Replica:
         # [slots, N_COUNTERS], written to the log when a request leaves
         self.counters = st[:, COUNTS:]
         # with prefix caching, the pool keeps prompt blocks by content (sim.prefix_cache)
-        self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, n, st[:, BLOCKS])
+        eagle_type = policy.uses_draft and drafter is not None \
+            and drafter.method in EAGLE_TYPE
+        self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, n, st[:, BLOCKS],
+                                        eagle_type)
         self.kv = self.prefix or BlockManager(kv_capacity_blocks, limits.block_size, n,
                                               blocks=st[:, BLOCKS],
                                               rolls_back=limits.rolls_back)
@@ -420,10 +423,12 @@ class Replica:
 
 
 def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blocks: int,
-                      n_slots: int, blocks: np.ndarray) -> PrefixCachingBlockManager | None:
+                      n_slots: int, blocks: np.ndarray, eagle_type: bool = False
+                      ) -> PrefixCachingBlockManager | None:
     """The replica's prefix-caching KV pool, or None when ``limits.prefix_caching`` is off.
     Without block keys in ``table`` every prompt block is its own (only a request resumed
-    after a preemption can hit its own prompt)."""
+    after a preemption can hit its own prompt). ``eagle_type``: an EAGLE-type drafter
+    speculates (``limits.drops_eagle_block``)."""
     if not limits.prefix_caching:
         return None
     keys, starts = table.block_keys, table.block_starts
@@ -433,7 +438,9 @@ def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blo
         raise RuntimeError(f"block keys were made for another block size than "
                            f"{limits.block_size}")
     return PrefixCachingBlockManager(capacity_blocks, limits.block_size, n_slots, keys,
-                                     starts, blocks=blocks, rolls_back=limits.rolls_back)
+                                     starts, blocks=blocks, rolls_back=limits.rolls_back,
+                                     unhashed_first=limits.unhashed_first,
+                                     drop_last_hit=eagle_type and limits.drops_eagle_block)
 
 
 def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -> int:

@@ -73,6 +73,18 @@ class SchedulerLimits:
         capped)."""
         return self._since("0.33")
 
+    @property
+    def unhashed_first(self) -> bool:
+        """Whether freed blocks with no cache hash go to the head of the free queue, to be
+        reused first (0.33; before, to the tail)."""
+        return self._since("0.33")
+
+    @property
+    def drops_eagle_block(self) -> bool:
+        """Whether a prefix-cache hit loses its last block under an EAGLE-type drafter (up
+        to 0.20; 0.33 hashes each block with the token after it instead)."""
+        return self.order == "vllm_v1" and not self._since("0.33")
+
     def cap(self, requests: int) -> int:
         """The most tokens one request may take in a step that starts with ``requests``
         running or waiting: ``chunk_tokens`` with chunked prefill, else (or with vLLM 0.33's

@@ -244,14 +244,15 @@ def test_speculation_and_preemption_cache_committed_blocks_only(checked, monkeyp
 
 # -- LRU eviction and reference counts -------------------------------------------------------
 
-def _pool(prompts, capacity, ids=None, block_size=4):
+def _pool(prompts, capacity, ids=None, block_size=4, **rules):
     """A bare pool over requests with ``prompts`` tokens (all blocks their own unless
-    ``ids``), keys as the engine builds them."""
+    ``ids``), keys as the engine builds them; ``rules``: the pool's release-dependent ones
+    (vLLM up to 0.20's by default)."""
     tab = table(np.zeros(len(prompts)), prompts, [1] * len(prompts),
                 hash_ids=ids or [None] * len(prompts), hash_block_tokens=block_size,
                 block_size=block_size)
     return PrefixCachingBlockManager(capacity, block_size, 4, tab.block_keys,
-                                     tab.block_starts)
+                                     tab.block_starts, **rules)
 
 
 def _run(pool, slot, rid, tokens):
@@ -292,6 +293,33 @@ def test_eviction_takes_the_least_recently_freed_blocks_a_requests_last_first():
     pool.take(2, 1)
     assert [pool.lookup(r, 9)[0] for r in (0, 1)] == [0, 1]
     pool.check()
+
+
+def test_uncached_blocks_are_reused_first_in_0_33():
+    # The sequence above under vLLM 0.33's BlockPool.free_blocks: a freed request's
+    # uncached blocks (the partial third) go to the head of the free queue, its cached ones
+    # to the tail, so a new request takes the uncached ones before it evicts anything.
+    pool = _pool([9, 9, 9], capacity=6, unhashed_first=True)
+    _run(pool, 0, 0, 9)
+    _finish(pool, 0)  # free queue: [4 uncached, a1, a0]
+    _run(pool, 1, 1, 9)  # takes 3 uncached blocks
+    _finish(pool, 1)  # [2 uncached, a1, a0, b1, b0]
+    pool.take(2, 2)  # the two uncached blocks: nothing evicted
+    assert pool.evicted_blocks == 0
+    assert [pool.lookup(r, 9)[0] for r in (0, 1)] == [2, 2]
+    pool.take(2, 1)  # then A's last block
+    assert [pool.lookup(r, 9)[0] for r in (0, 1)] == [1, 2]
+    pool.check()
+
+
+@pytest.mark.parametrize("drop, hit", [(False, 2), (True, 1)])
+def test_an_eagle_type_drafter_loses_the_hits_last_block_up_to_0_20(drop, hit):
+    # Two 9-token prompts sharing their first 8 tokens (2 blocks of 4). vLLM up to 0.20
+    # drops the last block of an EAGLE-type drafter's hit (its draft needs those tokens'
+    # hidden states); 0.33 hashes each block with the token after it, which loses none.
+    pool = _pool([9, 9], capacity=8, ids=[[7, 8, 1], [7, 8, 2]], drop_last_hit=drop)
+    _run(pool, 0, 0, 9)
+    assert _run(pool, 1, 1, 9) == hit
 
 
 def test_a_hit_makes_blocks_recently_used_again():
@@ -545,3 +573,17 @@ def test_the_text_table_and_report_show_the_hit_rate_only_with_caching():
     assert f"{rate} (2880)" in format_table(on)
     assert f"| {rate} | 2880 |" in "\n".join(_health(on))
     assert "prefix" not in format_table(off) and "prefix" not in "\n".join(_health(off))
+
+
+@pytest.mark.parametrize("release, cached", [("0.33", 48), ("0.20", 32)])
+def test_an_eagle_replica_finds_its_hits_as_its_release_does(release, cached, engine_path):
+    # Two 64-token prompts of the same 4 blocks, EAGLE drafting: the second hits at most
+    # ⌊63 / 16⌋ = 3 blocks; vLLM 0.20 drops the last of them.
+    from sim.drafters import Drafter
+
+    s = setup(table([0.0, 0.5], [64, 64], [4, 4], hash_ids=[[1, 2, 3, 4]] * 2),
+              policy=lambda: FixedGamma(2), draft=FakeCost(0.001, 0.0),
+              acceptance=IidChain(1.0), max_batched_tokens=256, prefix_caching=True,
+              vllm_release=release)
+    s = replace(s, drafter=Drafter("eagle", s.draft))
+    assert [r.cached_tokens for r in simulate(s, path=engine_path).requests] == [0, cached]
