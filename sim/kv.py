@@ -85,6 +85,8 @@ class BlockManager:
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Blocks to keep for ``tokens`` tokens, given ``held`` (gathered by the caller, who
         writes the result back): with ``rolls_back``, whole tail blocks return to the pool."""
+        if not self.rolls_back:  # rules.kept_blocks keeps them all: spare the arithmetic
+            return held
         keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         self.free_blocks += int(_sum(held - keep))
         return keep

@@ -171,6 +171,8 @@ class PrefixCachingBlockManager(BlockManager):
         raise RuntimeError("prefix cache: blocks go back per slot (free_slots), not as a count")
 
     def rolled_back(self, held: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        if not self.rolls_back:  # rules.kept_blocks keeps them all: spare the arithmetic
+            return held
         keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         n = int(_sum(held - keep))
         self._push_run(n, self.unhashed_first)  # blocks of rejected draft tokens: uncached

@@ -39,7 +39,7 @@ class SchedulerLimits:
     vllm_release: str = "0.33"
     reserve_full_isl: bool | None = None  # None: the release's default
 
-    @property
+    @cached_property
     def rolls_back(self) -> bool:
         """Whether a verify's rejected tail blocks go back to the pool: not in vLLM v1,
         which keeps a request's blocks until it is freed (``rules.kept_blocks``)."""
@@ -51,7 +51,7 @@ class SchedulerLimits:
             return False
         return _release(self.vllm_release) >= _release(release)
 
-    @property
+    @cached_property
     def full_isl(self) -> bool:
         """Whether a waiting request is admitted only when KV for its whole prompt fits
         (vLLM's ``scheduler_reserve_full_isl``, on by default from 0.20; 0.11 checks the
@@ -60,26 +60,26 @@ class SchedulerLimits:
             return self.reserve_full_isl
         return self._since("0.20")
 
-    @property
+    @cached_property
     def new_lookahead(self) -> bool:
         """Whether an admitted request reserves lookahead slots for its drafts, as running
         ones do (0.33; 0.11 to 0.20 give it none)."""
         return self._since("0.33")
 
-    @property
+    @cached_property
     def lone_uncapped(self) -> bool:
         """Whether ``chunk_tokens`` (``long_prefill_token_threshold``) caps nobody in a step
         that starts with one request running or waiting in all (0.33; before, it always
         capped)."""
         return self._since("0.33")
 
-    @property
+    @cached_property
     def unhashed_first(self) -> bool:
         """Whether freed blocks with no cache hash go to the head of the free queue, to be
         reused first (0.33; before, to the tail)."""
         return self._since("0.33")
 
-    @property
+    @cached_property
     def drops_eagle_block(self) -> bool:
         """Whether a prefix-cache hit loses its last block under an EAGLE-type drafter (up
         to 0.20; 0.33 hashes each block with the token after it instead)."""

@@ -76,7 +76,7 @@ def plan_vllm_v1(r) -> Batch:
         want = rules.wanted(left, per_row, cap) * ready
         capped = False  # each decoder's shape is cut to its take below
     budget, slots = r.step_tokens, r.draft_slots  # slots: what a drafter takes beside
-    cost = rules.spent(want, slots)
+    cost = rules.spent(want, slots) if slots else want  # (no slots: spent is want)
     cut = int(_sum(cost)) > budget or capped
     if cut:  # the budget runs out part-way: what is left of it, in order
         take = rules.share(want, budget - (cost.cumsum() - cost), slots)  # [R]
@@ -108,7 +108,7 @@ def plan_vllm_v1(r) -> Batch:
     p = (prefilling & go).nonzero()[0]
     pre, pctx, chunks = run[p], st[p, KV], take[p]
     cache_prefills(r, pre, pctx, chunks)
-    budget -= int(_sum(rules.spent(take[sched], slots)))
+    budget -= int(_sum(rules.spent(take[sched], slots) if slots else take[sched]))
 
     # 3. admissions, only when nobody was preempted
     if not preempted and r.waiting and budget > slots and r.n_active < lim.max_num_seqs:
