@@ -168,17 +168,17 @@ class Scheduler(Strict):
     # Scheduling): "0.33" admits a request only if its whole prompt fits the free KV
     # (scheduler_reserve_full_isl) and reserves lookahead slots for a new request's drafts;
     # "0.20" checks the whole prompt, no lookahead for new requests; "0.11" neither
-    vllm_release: Literal["0.33", "0.20", "0.11"] = "0.33"
+    vllm_release: Literal["0.33", "0.20", "0.11"] = "0.33"  # its v1 rules (vllm_v1 only)
     # vLLM's --scheduler-reserve-full-isl (0.20 on): admit a request only when KV for its
     # whole prompt fits; null = the release's default (on; 0.11 has no such check)
-    reserve_full_isl: bool | None = None
+    reserve_full_isl: bool | None = None  # --scheduler-reserve-full-isl; null: the release's
     # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
     # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
     draft_sync: Literal["every_step", "catch_up"] = "every_step"
     max_num_seqs: Annotated[int, Field(ge=1, le=MAX_SEQS)] = 256
     max_batched_tokens: Tokens = 8192
     chunked_prefill: bool = True
-    chunk_tokens: Tokens = 512  # per prompt per step (vLLM's default: no cap, max_batched_tokens)
+    chunk_tokens: Tokens = 512  # long_prefill_token_threshold: per request per step (vLLM: off)
     block_size: Annotated[int, Field(ge=1, le=1024)] = 16
     # vLLM's --num-gpu-blocks-override: a smaller KV pool per replica than memory allows
     # (null = all the memory left after the weights); more than fits is refused.
