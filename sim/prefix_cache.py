@@ -17,9 +17,10 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
   no references takes it out of the free queue, so it costs a free block (``touch``). With
   an EAGLE-type drafter (EAGLE, EAGLE-3, MTP) vLLM up to 0.20 drops the hit's last block,
   whose tokens' hidden states the draft needs (``drop_last_hit``); 0.33 instead hashes each
-  block with the token after it (``num_hash_lookahead_tokens`` 1), which loses no block
-  here (a block is a hit within ⌊(tokens - 1) / block_size⌋ either way; that the token
-  after it must match too is not modelled: the workload's keys say which blocks match);
+  block with the token after it (``num_hash_lookahead_tokens`` 1), so a block is a hit
+  only where the prompts also agree on the token after it: not modelled (the keys say
+  which blocks match, not where prompts part), so SpecSim counts the last shared block
+  where vLLM does not (docs/conformance.md, gap A);
 - **caching** (``cache_blocks``): when a prefill chunk is scheduled, the full prompt blocks
   it completes are cached at once (so a request admitted later in the same step can hit
   them, as in vLLM). vLLM caches only tokens that are computed and committed
@@ -50,7 +51,9 @@ Departures from vLLM: no token ids are hashed (the workload says which prompts s
 so keys are exact and hash collisions are not modelled; no multi-modal, LoRA or cache-salt
 extra keys; a block computed while an identical one is already cached stays private to its
 request (vLLM caches both copies, and either can be hit later; the pool's accounting is the
-same, only which copy survives eviction differs).
+same, but which copy survives eviction differs, and from 0.33, where an uncached block is
+freed to the head of the free queue, so does what is evicted: docs/conformance.md, gap C);
+a finished request's output blocks are freed uncached (vLLM caches its full ones: gap B).
 """
 
 from __future__ import annotations

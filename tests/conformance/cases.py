@@ -1,0 +1,159 @@
+"""The conformance workloads: (a) ample KV, no speculation, chunked prefill under a few
+budgets; (b) tight KV (preemptions); (c) EAGLE with K = 3 under budgets that cut verifies;
+(d) tight KV with EAGLE; (e) prefix caching without and with EAGLE; (f) a draft model
+(one input slot per scheduled request); (g) seeded random mixes of all of these."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from tests.conformance.workload import Workload, arrivals
+
+
+def _mix(name: str, seed: int, n: int = 10, span: int = 12, prompt=(8, 160), output=(2, 40),
+         **engine) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload(name, arrival_at=arrivals(rng, n, span),
+                    prompt=tuple(int(p) for p in rng.integers(*prompt, n)),
+                    output=tuple(int(o) for o in rng.integers(*output, n)), seed=seed,
+                    **engine)
+
+
+def _shared(name: str, seed: int, n: int = 10, groups: int = 3, **engine) -> Workload:
+    """Prompts that open with one of ``groups`` shared prefixes of 1 to 5 blocks (some of
+    them extending another's), then tokens of their own."""
+    rng = np.random.default_rng(seed)
+    heads = [tuple(int(x) for x in rng.integers(0, 4, rng.integers(1, 6)))
+             for _ in range(groups)]
+    ids, prompt = [], []
+    for _ in range(n):
+        head = heads[int(rng.integers(groups))]
+        own = int(rng.integers(0, 40))
+        ids.append(head)
+        prompt.append(16 * len(head) + own)
+    return Workload(name, arrival_at=arrivals(rng, n, 10), prompt=tuple(prompt),
+                    output=tuple(int(o) for o in rng.integers(2, 30, n)), seed=seed,
+                    prefix_caching=True, hash_ids=tuple(ids), **engine)
+
+
+EAGLE = {"k": 3, "method": "eagle"}
+DRAFT = {"k": 3, "method": "draft_model"}
+
+
+def named() -> list[Workload]:
+    """The hand-chosen workloads, (a) to (f)."""
+    out = []
+    for budget, chunk in ((32, 0), (96, 0), (64, 24)):  # (a)
+        out.append(_mix(f"a ample b{budget} t{chunk}", 1, max_batched_tokens=budget,
+                        chunk=chunk))
+    out.append(_mix("a ample unchunked b256", 2, max_batched_tokens=256, chunked=False,
+                    max_model_len=256))  # vLLM wants the budget to hold a whole sequence
+    for blocks in (16, 24):  # (b): ≥ the longest request's blocks, + 1 for the null block
+        out.append(_mix(f"b tight {blocks} blocks", 3, n=12, span=6, prompt=(16, 120),
+                        output=(10, 60), blocks=blocks, max_batched_tokens=64))
+    for budget in (14, 22, 31):  # (c): up to 8 verifies of 4 tokens, some cut
+        out.append(_mix(f"c eagle b{budget}", 4, n=10, span=2, prompt=(8, 40),
+                        output=(30, 80), max_batched_tokens=budget, **EAGLE))
+    out.append(_mix("c eagle b41 t3", 5, n=8, span=4, prompt=(8, 60), output=(10, 50),
+                    max_batched_tokens=41, chunk=3, **EAGLE))  # the threshold cuts verifies
+    out.append(Workload("c eagle at time 0", arrival_at=(0.0, 0.0, 0.0, 2.5),
+                        prompt=(20, 30, 40, 10), output=(5, 5, 5, 5), max_batched_tokens=48,
+                        **EAGLE))  # the first step sees every request that arrives at 0
+    for blocks in (16, 24):  # (d)
+        out.append(_mix(f"d eagle tight {blocks} blocks", 6, n=12, span=6, prompt=(16, 120),
+                        output=(10, 60), blocks=blocks, max_batched_tokens=64, **EAGLE))
+    # a 16-token prompt and its 3 lookahead slots need 2 blocks, 1 of 3 is free
+    out.append(Workload("d eagle admission lookahead", arrival_at=(0.25, 1.5),
+                        prompt=(14, 16), output=(20, 5), blocks=4, **EAGLE))
+    out.append(_shared("e prefix", 7, max_batched_tokens=64))  # (e)
+    out.append(_shared("e prefix eagle", 7, max_batched_tokens=64, **EAGLE))
+    out.append(_shared("e prefix tight", 8, blocks=14, max_batched_tokens=48))
+    for budget in (13, 27):  # (f): 4 tokens + 1 input slot per verify, some cut
+        out.append(_mix(f"f draft_model b{budget}", 9, n=10, span=2, prompt=(8, 40),
+                        output=(30, 80), max_batched_tokens=budget, **DRAFT))
+    out.append(_mix("f draft_model tight", 10, n=12, span=6, prompt=(16, 120),
+                    output=(10, 60), blocks=24, max_batched_tokens=64, **DRAFT))
+    return out
+
+
+def random_mix(seed: int) -> Workload:
+    """(g): a random engine (speculation, prefix caching, KV, budget, threshold) and a
+    random workload, every request fitting the KV alone."""
+    rng = np.random.default_rng([seed, 77])
+    spec = [{}, EAGLE, DRAFT][int(rng.integers(3))]
+    prefix = bool(rng.integers(2))
+    budget = int(rng.choice([16, 32, 64, 128]))
+    chunk = int(rng.choice([0, 0, 8, 24]))
+    engine = dict(max_batched_tokens=budget, chunk=chunk,
+                  max_num_seqs=int(rng.integers(2, 9)), **spec)
+    name = f"g seed {seed}"
+    w = (_shared(name, seed, n=int(rng.integers(4, 14)), **engine) if prefix else
+         _mix(name, seed, n=int(rng.integers(4, 14)), span=int(rng.integers(2, 15)),
+              **engine))
+    longest = max(p + o for p, o in zip(w.prompt, w.output, strict=True)) + 2 * w.k + 1
+    need = -(-longest // 16) + 1  # + the null block
+    blocks = int(rng.choice([need, need + 4, need * 2, 10_000]))
+    return replace(w, blocks=blocks)
+
+
+# Where SpecSim's steps differ from vLLM 0.33's for a reason found and not yet fixed (the
+# rule numbers are those of docs/conformance.md). A workload listed here is expected to
+# differ; one that stops differing fails, so the list is kept true.
+EAGLE_HASH = ("SpecSim bug (rule 6): with EAGLE and prefix caching vLLM 0.33 hashes each "
+              "block with the token after it, so the last block two prompts share before "
+              "they part is no hit; SpecSim counts it")
+OUTPUT_BLOCKS = ("SpecSim departure (rule 4) that changes steps: vLLM caches a request's full "
+                 "blocks that hold output tokens, so when it finishes they go to the tail of "
+                 "the free queue; SpecSim frees them as uncached, to the head, reuses them "
+                 "first and keeps other cached blocks longer")
+COPIES = ("SpecSim departure (rule 4) that changes steps: a block computed while an "
+          "identical one is cached is cached too in vLLM (freed to the tail, a hit while "
+          "either copy lives); SpecSim keeps it private (freed to the head)")
+
+
+def gaps() -> list[Workload]:
+    """The smallest workloads found that show each difference (and rule 9's padding)."""
+    return [
+        # the second prompt shares both full blocks of the first, then has its own tokens
+        Workload("gap eagle hash", arrival_at=(0.25, 4.5), prompt=(40, 40), output=(4, 4),
+                 prefix_caching=True, hash_ids=((1, 2), (1, 2)), **EAGLE),
+        # the same with vLLM's plain hashes: the hit is the same
+        Workload("e eagle plain hashes", arrival_at=(0.25, 4.5), prompt=(40, 40),
+                 output=(4, 4), prefix_caching=True, hash_ids=((1, 2), (1, 2)),
+                 lookahead_hashes=False, **EAGLE),
+        # r1's block of 8 prompt and 8 output tokens, freed, is reused before r0's cached
+        # block in SpecSim and after it in vLLM: r3 then hits r0's block in SpecSim only
+        Workload("gap output blocks", arrival_at=(0.25, 1.5, 12.5, 16.5),
+                 prompt=(16, 8, 20, 17), output=(1, 9, 1, 1), blocks=4, prefix_caching=True,
+                 hash_ids=((1,), None, None, (1,))),
+        # r1 and r2 share 4 blocks and prefill side by side; r2 is preempted and resumed
+        Workload("gap copies", arrival_at=(7.5417, 8.4583, 9.6667), prompt=(1, 97, 65),
+                 output=(3, 1, 1), blocks=8, max_num_seqs=6, max_batched_tokens=128,
+                 chunk=24, prefix_caching=True, hash_ids=((3,), (0, 3, 0, 0), (0, 3, 0, 0))),
+        # r1's prompt is one block of r0's and one token: admitted with one token to compute
+        Workload("rule 9 padding", arrival_at=(0.25, 3.5), prompt=(40, 17), output=(6, 3),
+                 prefix_caching=True, hash_ids=((1, 2), (1,)), **DRAFT),
+    ]
+
+
+RANDOM_SEEDS = range(100)
+GAPS = {"e prefix eagle": EAGLE_HASH, "gap eagle hash": EAGLE_HASH,
+        "gap output blocks": OUTPUT_BLOCKS, "gap copies": COPIES,
+        "g seed 70": OUTPUT_BLOCKS, "g seed 79": COPIES, "g seed 84": OUTPUT_BLOCKS}
+
+
+def known_gap(w: Workload) -> str | None:
+    """Why ``w`` is expected to differ, or None: it must agree step for step (unless vLLM
+    pads a one-token admission, rule 9, which SpecSim does not model)."""
+    if w.name in GAPS:
+        return GAPS[w.name]
+    if w.name.startswith("g ") and w.method == "eagle" and w.prefix_caching:
+        return EAGLE_HASH
+    return None
+
+
+def all_workloads() -> list[Workload]:
+    """Every workload the conformance test runs, in the table's order."""
+    return named() + gaps() + [random_mix(s) for s in RANDOM_SEEDS]

@@ -1,0 +1,106 @@
+"""A workload run through SpecSim's reference scheduler, one ``Step`` per batch it forms.
+
+The batches are read where the replica forms them: the ``vllm_v1`` entry of
+``sim.scheduling.ORDERS`` (which ``Replica`` looks up when it is built) and
+``Replica.preempt`` are wrapped for the run and put back after it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
+
+from sim import scheduling
+from sim.drafters import Drafter
+from sim.engine_path import PATHS
+from sim.policies import FixedGamma, NoSpeculation
+from sim.replica import Replica
+from sim.runner import simulate
+from tests.conformance.workload import BLOCK, Step, Workload
+from tests.sim.fakes import FakeCost, setup, table
+
+
+class TableAcceptance:
+    """Accepted drafts read from a fixed table by (stream = request id, output tokens so
+    far), at most the row's depth: the same numbers the fake vLLM model step accepts."""
+
+    mean_alpha = 0.5
+
+    def __init__(self, accepted: np.ndarray) -> None:
+        self.accepted = accepted  # int64 [requests, positions]
+
+    def new_streams(self, n, rng):
+        return np.arange(n, dtype=np.int64)
+
+    def draw(self, streams, positions, widths, rng):
+        depth = (widths > 0).sum(axis=1)  # [B]: chains only
+        return np.minimum(self.accepted[streams, positions], depth).astype(np.int64)
+
+    def kernel_tables(self, row):
+        """None: the compiled walk never runs these (the reference path does)."""
+        return None
+
+
+def specsim_setup(w: Workload):
+    """SpecSim's ``Setup`` for ``w``: one second per iteration whatever it holds."""
+    tab = table(w.arrival_at, w.prompt, w.output,
+                hash_ids=None if w.hash_ids is None else
+                [None if ids is None else tuple(ids) for ids in w.hash_ids],
+                hash_block_tokens=BLOCK, block_size=BLOCK)
+    s = setup(tab, policy=(lambda: FixedGamma(w.k)) if w.k else NoSpeculation,
+              draft=FakeCost(0.0, 0.0) if w.k else None,
+              acceptance=TableAcceptance(w.accepted()), blocks=w.blocks - 1,
+              max_num_seqs=w.max_num_seqs, max_batched_tokens=w.max_batched_tokens,
+              chunked=w.chunked, chunk=w.chunk or w.max_batched_tokens,
+              cost=FakeCost(overhead_s=1.0, per_token_s=0.0), prefix_caching=w.prefix_caching,
+              vllm_release="0.33")
+    if w.k and w.method == "eagle":
+        s = replace(s, drafter=Drafter("eagle", s.draft))
+    return s
+
+
+@contextmanager
+def _recording(steps: list[Step]):
+    plan = scheduling.ORDERS["vllm_v1"]
+    preempt = Replica.preempt
+    victims: list[int] = []
+
+    def recording_preempt(r, s):
+        victims.append(int(r.rid[s]))
+        preempt(r, s)
+
+    def recording_plan(r):
+        victims.clear()
+        batch = plan(r)
+        tokens, drafts = {}, {}
+        rows = np.broadcast_to(batch.row, (len(batch.dec_slots), batch.row.shape[-1])) \
+            if batch.row.ndim == 1 else batch.row  # [D, m]
+        for s, row in zip(batch.dec_slots.tolist(), rows, strict=True):
+            nodes = int(np.cumprod(row).sum())
+            tokens[int(r.rid[s])] = 1 + nodes
+            if nodes:
+                drafts[int(r.rid[s])] = nodes
+        for s, c in zip(batch.pre_slots.tolist(), batch.chunks.tolist(), strict=True):
+            tokens[int(r.rid[s])] = int(c)
+        steps.append(Step(tokens, drafts, tuple(victims), float(r.env.now)))
+        return batch
+
+    scheduling.ORDERS["vllm_v1"] = recording_plan
+    Replica.preempt = recording_preempt
+    try:
+        yield
+    finally:
+        scheduling.ORDERS["vllm_v1"] = plan
+        Replica.preempt = preempt
+
+
+def run_specsim(w: Workload) -> list[Step]:
+    """SpecSim's steps for ``w`` on the reference path, until every request finished."""
+    steps: list[Step] = []
+    with _recording(steps):
+        res = simulate(specsim_setup(w), path=PATHS["reference"])
+    if not bool(np.all(res.requests.column("finished"))):
+        raise RuntimeError(f"{w.name}: SpecSim left requests unfinished")
+    return steps

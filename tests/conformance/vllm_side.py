@@ -1,0 +1,175 @@
+"""A workload run through vLLM 0.33's own v1 ``Scheduler`` on the CPU, with a fake model
+step in place of the model, one ``Step`` per ``schedule()`` call.
+
+The scheduler is built as vLLM's ``tests/v1/core/utils.py`` builds it (``create_scheduler``):
+a model folder that holds only a ``config.json`` (a one-layer Llama; no weights, no
+tokenizer), a ``KVCacheConfig`` of ``num_blocks`` blocks and no tensors, sync scheduling.
+Speculation uses a real ``SpeculativeConfig``: ``eagle`` with a draft folder whose
+``config.json`` names an EAGLE-Llama head, ``draft_model`` with the target's folder as the
+draft. What the scheduler takes from them: ``num_speculative_tokens`` K, K lookahead slots,
+0 (EAGLE) or 1 (draft model) input slots per scheduled request, and with prefix caching
+EAGLE's block hashes over one token past each block.
+
+The fake model step: a prefill chunk that completes the prompt samples one token, an
+earlier chunk none; a verify returns its accepted drafts (``Workload.accepted``, at most the
+drafts scheduled) and one bonus token; after every step each request still running gets K
+fresh drafts (``update_draft_token_ids``; the scheduler drops those of a prefill chunk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"  # pinned: the rules read with it off
+
+import torch  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+from tests.conformance.workload import (  # noqa: E402
+    BLOCK,
+    DRAFT_TOKEN,
+    EOS,
+    OUT_TOKEN,
+    VOCAB,
+    Step,
+    Workload,
+)
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+         "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
+         "num_hidden_layers": 1, "vocab_size": VOCAB, "max_position_embeddings": 8192,
+         "rms_norm_eps": 1e-5, "torch_dtype": "float16", "bos_token_id": 1,
+         "eos_token_id": EOS}
+
+
+def write_model_folders(root: Path) -> tuple[Path, Path]:
+    """(target, EAGLE head) folders, each with only a ``config.json``."""
+    target, head = root / "llama", root / "eagle"
+    for folder, arch in ((target, "LlamaForCausalLM"), (head, "EagleLlamaForCausalLM")):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({**LLAMA, "architectures": [arch]}))
+    return target, head
+
+
+class VllmFactory:
+    """Builds a ``Scheduler`` per workload; the model configs are made once (slow)."""
+
+    def __init__(self, root: Path) -> None:
+        self.target, self.head = write_model_folders(root)
+        self._models: dict[int, ModelConfig] = {}
+
+    def model(self, max_model_len: int) -> ModelConfig:
+        if max_model_len not in self._models:
+            self._models[max_model_len] = ModelConfig(
+                model=str(self.target), dtype="float16", seed=42, skip_tokenizer_init=True,
+                max_model_len=max_model_len)
+        return self._models[max_model_len]
+
+    def scheduler(self, w: Workload) -> Scheduler:
+        mc = self.model(w.max_model_len)
+        parallel = ParallelConfig(pipeline_parallel_size=1)
+        spec = None
+        if w.k:
+            draft = self.head if w.method == "eagle" else self.target
+            plain = {} if w.lookahead_hashes else {"disable_lookahead_block_hashes": True,
+                                                   "disable_eagle_block_drop": True}
+            spec = SpeculativeConfig(method=w.method, model=str(draft),
+                                     num_speculative_tokens=w.k, target_model_config=mc,
+                                     target_parallel_config=parallel, **plain)
+        sched = SchedulerConfig(
+            max_num_seqs=w.max_num_seqs, max_num_batched_tokens=w.max_batched_tokens,
+            max_model_len=w.max_model_len, long_prefill_token_threshold=w.chunk,
+            enable_chunked_prefill=w.chunked, async_scheduling=False,
+            is_encoder_decoder=False)
+        cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=w.prefix_caching)
+        vc = VllmConfig(scheduler_config=sched, model_config=mc, cache_config=cache,
+                        parallel_config=parallel, device_config=DeviceConfig(device="cpu"),
+                        speculative_config=spec)
+        if vc.scheduler_config.async_scheduling or vc.use_v2_model_runner:
+            raise RuntimeError("vLLM chose async scheduling or the V2 runner: not these runs")
+        kv = KVCacheConfig(num_blocks=w.blocks, kv_cache_tensors=[], kv_cache_groups=[
+            KVCacheGroupSpec(["layer"], FullAttentionSpec(
+                block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))])
+        cache.num_gpu_blocks = w.blocks
+        return Scheduler(vllm_config=vc, kv_cache_config=kv, block_size=BLOCK,
+                         structured_output_manager=StructuredOutputManager(vc),
+                         log_stats=False)
+
+
+def _request(w: Workload, rid: int, hasher) -> Request:
+    sp = SamplingParams(max_tokens=w.output[rid], ignore_eos=False)
+    sp.update_from_generation_config({}, EOS)
+    return Request(request_id=str(rid), prompt_token_ids=w.prompt_ids(rid), sampling_params=sp,
+                   pooling_params=None, arrival_time=w.arrival_at[rid], block_hasher=hasher)
+
+
+def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list[Step]:
+    """vLLM's steps for ``w``, until every request finished."""
+    s = factory.scheduler(w)
+    hasher = None
+    if w.prefix_caching:
+        fn = get_hash_fn_by_name(s.vllm_config.cache_config.prefix_caching_hash_algo)
+        init_none_hash(fn)
+        hasher = get_request_block_hasher(BLOCK, fn, s.vllm_config.num_hash_lookahead_tokens)
+    accepted = w.accepted()
+    order = sorted(range(w.n), key=lambda i: w.arrival_at[i])
+    now, nxt, done = 0.0, 0, 0
+    steps: list[Step] = []
+    while done < w.n:
+        while nxt < w.n and w.arrival_at[order[nxt]] <= now:
+            s.add_request(_request(w, order[nxt], hasher))
+            nxt += 1
+        if not s.has_unfinished_requests():
+            now = w.arrival_at[order[nxt]]
+            continue
+        if len(steps) >= max_steps:
+            raise RuntimeError(f"{w.name}: vLLM ran {max_steps} steps without finishing")
+        out = s.schedule()
+        spec = out.scheduled_spec_decode_tokens
+        steps.append(Step({int(r): n for r, n in out.num_scheduled_tokens.items()},
+                          {int(r): len(d) for r, d in spec.items() if d},
+                          tuple(sorted(int(r) for r in out.preempted_req_ids or ())), now,
+                          tuple(sorted(int(r) for r, d in spec.items()
+                                       if d and all(t == -1 for t in d)))))
+        ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for r in ids:
+            req = s.requests[r]
+            if req.num_computed_tokens < req.num_tokens:  # a prefill chunk short of the end
+                sampled.append([])
+                continue
+            drafts = [t for t in spec.get(r, ()) if t != -1]  # -1: padding, never accepted
+            a = min(int(accepted[int(r), req.num_output_tokens]), len(drafts))
+            sampled.append([OUT_TOKEN] * (a + 1))
+        s.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled))
+        done = nxt - len(s.requests)  # a finished request leaves ``requests``
+        if w.k:
+            live = [r for r in ids if r in s.requests]
+            s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * w.k for _ in live]))
+        if out.total_num_scheduled_tokens:
+            now += 1.0
+    return steps
