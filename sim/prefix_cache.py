@@ -30,8 +30,10 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
   roll-back) when it is **preempted** (:meth:`keep_committed`), with keys no other request
   has: without token ids only the request itself can hit its output, and it can do so only
   after it has released it, so caching output blocks as they fill (vLLM) or at the
-  preemption gives the same hits. A finished request's output blocks are not cached (no
-  one could hit them: multi-turn conversations are not modelled);
+  preemption gives the same hits. A **finished** request's full blocks of its computed
+  tokens (prompt and output but its last token) are cached when it leaves too: no one can
+  hit its output (multi-turn conversations are not modelled), but as cached blocks they
+  go to the tail of the free queue, where vLLM puts them, not to its head;
 - **free / preempt**: references drop; blocks left with none join the free queue: its
   cached blocks at the tail from the last to the first, and its own (unshared, uncached)
   blocks -- the partial last block, blocks past its committed tokens -- at the head, to be
@@ -52,8 +54,7 @@ so keys are exact and hash collisions are not modelled; no multi-modal, LoRA or 
 extra keys; a block computed while an identical one is already cached stays private to its
 request (vLLM caches both copies, and either can be hit later; the pool's accounting is the
 same, but which copy survives eviction differs, and from 0.33, where an uncached block is
-freed to the head of the free queue, so does what is evicted: docs/conformance.md, gap C);
-a finished request's output blocks are freed uncached (vLLM caches its full ones: gap B).
+freed to the head of the free queue, so does what is evicted: docs/conformance.md, gap C).
 """
 
 from __future__ import annotations

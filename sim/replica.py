@@ -387,6 +387,10 @@ class Replica:
         log.finished_at[rids] = now
         log.emitted[rids] = st[:, EMITTED]
         log.counts[rids] = st[:, COUNTS:]  # [F, N_COUNTERS]
+        if self.prefix is not None:  # its full blocks of computed tokens, output too
+            tokens = self.table.prompt_tokens[rids] + st[:, EMITTED] - 1
+            for s, rid, n in zip(fin.tolist(), rids.tolist(), tokens.tolist(), strict=True):
+                self.prefix.keep_committed(s, rid, n)
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
         self.kv.free_slots(fin, st[:, BLOCKS])
         self.active[fin] = False

@@ -587,3 +587,18 @@ def test_an_eagle_replica_finds_its_hits_as_its_release_does(release, cached, en
               vllm_release=release)
     s = replace(s, drafter=Drafter("eagle", s.draft))
     assert [r.cached_tokens for r in simulate(s, path=engine_path).requests] == [0, cached]
+
+
+def test_a_finished_requests_output_blocks_are_cached_and_freed_to_the_tail(engine_path):
+    # 3 blocks of 16. r0 (16-token prompt, 1 out) leaves one cached block; r1 (8-token
+    # prompt, 9 out) fills a block with 8 prompt and 8 output tokens, which vLLM caches,
+    # so when r1 finishes it goes to the tail of the free queue, behind r0's. r2 (20
+    # tokens) then takes the free block and r0's, evicting it: r3, sharing r0's block,
+    # finds nothing (freed uncached, to the head, r1's block would have gone first).
+    s = setup(table([0.25, 1.5, 12.5, 16.5], [16, 8, 20, 17], [1, 9, 1, 1],
+                    hash_ids=[(1,), None, None, (1,)]),
+              cost=FakeCost(overhead_s=1.0, per_token_s=0.0), prefix_caching=True, blocks=3,
+              max_num_seqs=4, max_batched_tokens=64)
+    res = simulate(s, path=engine_path)
+    assert all(r.finished for r in res.requests)
+    assert res.requests[3].cached_tokens == 0
