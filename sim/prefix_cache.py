@@ -18,9 +18,11 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
   an EAGLE-type drafter (EAGLE, EAGLE-3, MTP) vLLM up to 0.20 drops the hit's last block,
   whose tokens' hidden states the draft needs (``drop_last_hit``); 0.33 instead hashes each
   block with the token after it (``num_hash_lookahead_tokens`` 1), so a block is a hit
-  only where the prompts also agree on the token after it: not modelled (the keys say
-  which blocks match, not where prompts part), so SpecSim counts the last shared block
-  where vLLM does not (docs/conformance.md, gap A);
+  only where the prompts also agree on the token after it (``next_token_hash``). The keys
+  say which blocks match, not where prompts part: SpecSim takes them to part at a block's
+  first token, so the last block of a run of hits counts only where the next block's key
+  is cached too (or, for a request resumed after a preemption, its own output follows);
+  a prompt's last full block, followed by its own tail, is then no hit for another;
 - **caching** (``cache_blocks``): when a prefill chunk is scheduled, the full prompt blocks
   it completes are cached at once (so a request admitted later in the same step can hit
   them, as in vLLM). vLLM caches only tokens that are computed and committed
@@ -82,13 +84,15 @@ class PrefixCachingBlockManager(BlockManager):
     def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
                  keys: np.ndarray, starts: np.ndarray, blocks: np.ndarray | None = None,
                  rolls_back: bool = True, unhashed_first: bool = False,
-                 drop_last_hit: bool = False) -> None:
+                 drop_last_hit: bool = False, next_token_hash: bool = False) -> None:
         super().__init__(capacity_blocks, block_size, n_slots, blocks, rolls_back)
         # freed uncached blocks go to the head of the free queue (vLLM 0.33), not the tail
         self.unhashed_first = unhashed_first
         # a hit loses its last block (vLLM up to 0.20 with an EAGLE-type drafter, whose
         # draft needs the hidden states of the last block's tokens recomputed)
         self.drop_last_hit = drop_last_hit
+        # a block is hashed with the token after it (vLLM 0.33 with an EAGLE-type drafter)
+        self.next_token_hash = next_token_hash
         if len(keys) and int(keys.min()) < 0:
             raise ValueError("block keys must be >= 0")
         self._keys, self._starts = keys, starts
@@ -221,6 +225,15 @@ class PrefixCachingBlockManager(BlockManager):
                     found.append(r)
         if self.drop_last_hit and found:
             found.pop()
+        if self.next_token_hash and 0 < len(found) <= n_prompt:
+            # the run's last prompt block was hashed with the token after it: the first of
+            # the next block (a hit where that block's key is cached too: prompts are taken
+            # to part at a block's first token), of its own output (a resumed request), or
+            # of its own tail (no one else's)
+            nxt = len(found)
+            if not (cap > n_prompt if nxt == n_prompt
+                    else int(self._keys[a + nxt]) in ref):
+                found.pop()
         return len(found), sum(r == 0 for r in found)
 
     def _keys_of(self, rid: int, lo: int, hi: int) -> list[int]:

@@ -444,7 +444,8 @@ def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blo
     return PrefixCachingBlockManager(capacity_blocks, limits.block_size, n_slots, keys,
                                      starts, blocks=blocks, rolls_back=limits.rolls_back,
                                      unhashed_first=limits.unhashed_first,
-                                     drop_last_hit=eagle_type and limits.drops_eagle_block)
+                                     drop_last_hit=eagle_type and limits.drops_eagle_block,
+                                     next_token_hash=eagle_type and limits.hashes_next_token)
 
 
 def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -> int:

@@ -85,6 +85,12 @@ class SchedulerLimits:
         to 0.20; 0.33 hashes each block with the token after it instead)."""
         return self.order == "vllm_v1" and not self._since("0.33")
 
+    @cached_property
+    def hashes_next_token(self) -> bool:
+        """Whether an EAGLE-type drafter's prefix-cache blocks are hashed with the token
+        after them (0.33's ``num_hash_lookahead_tokens``)."""
+        return self._since("0.33")
+
     def cap(self, requests: int) -> int:
         """The most tokens one request may take in a step that starts with ``requests``
         running or waiting: ``chunk_tokens`` with chunked prefill, else (or with vLLM 0.33's

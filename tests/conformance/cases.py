@@ -101,9 +101,13 @@ def random_mix(seed: int) -> Workload:
 # Where SpecSim's steps differ from vLLM 0.33's for a reason found and not yet fixed (the
 # rule numbers are those of docs/conformance.md). A workload listed here is expected to
 # differ; one that stops differing fails, so the list is kept true.
-EAGLE_HASH = ("SpecSim bug (rule 6): with EAGLE and prefix caching vLLM 0.33 hashes each "
-              "block with the token after it, so the last block two prompts share before "
-              "they part is no hit; SpecSim counts it")
+EAGLE_HASH = ("SpecSim approximation (rule 6): vLLM 0.33 hashes an EAGLE drafter's blocks with "
+              "the token after them; SpecSim, whose keys say which blocks match but not "
+              "where prompts part, counts a run's last block a hit only where the next "
+              "block's key is cached too, which differs where the cached copies continue "
+              "otherwise")
+PLAIN_HASHES = ("vLLM's disable_lookahead_block_hashes (plain hashes, no block drop) is not "
+                "a SpecSim knob: SpecSim's 0.33 rules hash with the next token")
 COPIES = ("SpecSim departure (rule 4) that changes steps: a block computed while an "
           "identical one is cached is cached too in vLLM (freed to the tail, a hit while "
           "either copy lives); SpecSim keeps it private (freed to the head)")
@@ -113,7 +117,7 @@ def gaps() -> list[Workload]:
     """The smallest workloads found that show each difference (and rule 9's padding)."""
     return [
         # the second prompt shares both full blocks of the first, then has its own tokens
-        Workload("gap eagle hash", arrival_at=(0.25, 4.5), prompt=(40, 40), output=(4, 4),
+        Workload("e eagle next-token hash", arrival_at=(0.25, 4.5), prompt=(40, 40), output=(4, 4),
                  prefix_caching=True, hash_ids=((1, 2), (1, 2)), **EAGLE),
         # the same with vLLM's plain hashes: the hit is the same
         Workload("e eagle plain hashes", arrival_at=(0.25, 4.5), prompt=(40, 40),
@@ -136,18 +140,14 @@ def gaps() -> list[Workload]:
 
 
 RANDOM_SEEDS = range(100)
-GAPS = {"e prefix eagle": EAGLE_HASH, "gap eagle hash": EAGLE_HASH, "gap copies": COPIES,
-        "g seed 79": COPIES}
+GAPS = {"e eagle plain hashes": PLAIN_HASHES, "gap copies": COPIES, "g seed 79": COPIES,
+        **{f"g seed {s}": EAGLE_HASH for s in (8, 15, 16, 34, 36, 68, 75, 76)}}
 
 
 def known_gap(w: Workload) -> str | None:
     """Why ``w`` is expected to differ, or None: it must agree step for step (unless vLLM
     pads a one-token admission, rule 9, which SpecSim does not model)."""
-    if w.name in GAPS:
-        return GAPS[w.name]
-    if w.name.startswith("g ") and w.method == "eagle" and w.prefix_caching:
-        return EAGLE_HASH
-    return None
+    return GAPS.get(w.name)
 
 
 def all_workloads() -> list[Workload]:

@@ -57,5 +57,8 @@ def test_the_shipped_scenario_replays_a_mooncake_trace_with_prefix_caching():
         # every request after the first finds the shared 1024-token system prompt cached
         assert 0.2 < s["prefix_hit_rate"] < 1.0
         assert s["ttft_p50_s"] > 0 and s["tpot_p50_s"] > 0
-    assert by_name["none"]["prefix_hit_rate"] == by_name["mtp"]["prefix_hit_rate"]
+    # vLLM 0.33 hashes an MTP drafter's blocks with the token after them: where two
+    # prompts part right after a shared block, that block is no hit for MTP
+    assert 0.9 * by_name["none"]["prefix_hit_rate"] < by_name["mtp"]["prefix_hit_rate"] \
+        < by_name["none"]["prefix_hit_rate"]
     assert by_name["mtp"]["speedup_vs_none"] > 1.2

@@ -602,3 +602,21 @@ def test_a_finished_requests_output_blocks_are_cached_and_freed_to_the_tail(engi
     res = simulate(s, path=engine_path)
     assert all(r.finished for r in res.requests)
     assert res.requests[3].cached_tokens == 0
+
+
+@pytest.mark.parametrize("prompts, ids, cached", [
+    ((64, 64), [(1, 2, 3, 4)] * 2, 48),  # block 2's next block is shared: a hit
+    ((40, 40), [(1, 2)] * 2, 16),  # block 1 is followed by each prompt's own tail
+    ((40, 40), [(1, 2, 3), (1, 2, 4)], 16)])  # ... or by blocks that differ
+def test_an_eagle_block_is_a_hit_only_if_the_token_after_it_is_shared_in_0_33(
+        prompts, ids, cached, engine_path):
+    # vLLM 0.33 hashes an EAGLE drafter's blocks with the token after them: the last block
+    # two prompts share before they part is no hit (the prompts are taken to part at the
+    # first token of the block whose keys differ).
+    from sim.drafters import Drafter
+
+    s = setup(table([0.0, 0.5], list(prompts), [4, 4], hash_ids=ids),
+              policy=lambda: FixedGamma(2), draft=FakeCost(0.001, 0.0),
+              acceptance=IidChain(1.0), max_batched_tokens=256, prefix_caching=True)
+    s = replace(s, drafter=Drafter("eagle", s.draft))
+    assert [r.cached_tokens for r in simulate(s, path=engine_path).requests] == [0, cached]
