@@ -54,8 +54,8 @@ _PYTHON = {name: getattr(module, name) for module, names in (
     (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
     (spec_cost, ("round_seconds",)),
     (analytic, ("stage_parts",)),
-    (rules, ("blocks_for", "wanted", "share", "spent", "grant", "first_chunk", "kept_blocks",
-                "emitted")),
+    (rules, ("blocks_for", "wanted", "most_tokens", "share", "spent", "grant", "first_chunk",
+                "kept_blocks", "emitted")),
     (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
 
 

@@ -16,6 +16,10 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
 - ``wanted``: what a running request asks of the token budget: a decoder its verify
   (1 + its draft tokens), a prefilling request the rest of its prompt, either at most
   ``chunk_tokens`` (``long_prefill_token_threshold``, which cuts a verify too);
+- ``most_tokens``: the most tokens one request may take in a step: ``chunk_tokens``
+  (``long_prefill_token_threshold``) with chunked prefill, else the whole budget, as also
+  in vLLM 0.33 when the step starts with one request running or waiting in all (the
+  threshold is computed once per step, ``num_eligible > 1``);
 - ``share``: what it gets: what it asks, at most what the budget has left less the input
   slots its drafter takes beside its tokens (its draft tokens cut where the budget runs
   out);
@@ -61,6 +65,14 @@ def wanted(left, verify, chunk_tokens):
     the prompt tokens it has still to prefill, is 0), else ``left``; at most
     ``chunk_tokens``."""
     return np.minimum(left + (left == 0) * verify, chunk_tokens)
+
+
+def most_tokens(requests, chunk_tokens, budget, chunked, lone_uncapped):
+    """The most tokens one request may take in a step that starts with ``requests``
+    running or waiting (scalars)."""
+    if not chunked or (lone_uncapped and requests <= 1):
+        return budget
+    return chunk_tokens
 
 
 def share(want, budget, slots):

@@ -32,6 +32,7 @@ from sim.kernels.rules import (
     first_chunk,
     grant,
     kept_blocks,
+    most_tokens,
     share,
     spent,
     wanted,
@@ -159,22 +160,21 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             for j in range(max_g):
                 row[j] = 1 if j < g else 0
         # the most tokens a request may take this step (long_prefill_token_threshold, which
-        # cuts a verify too): none without chunking, nor in 0.33 when one request runs or waits
-        most = chunk_tokens if chunked else max_tokens
-        if v1[LONE_UNCAPPED] and n_alive <= 1 and most < max_tokens:
-            queued = 0
+        # cuts a verify too): it counts the requests running or waiting as the step starts
+        requests = n_alive
+        if v1[LONE_UNCAPPED] and n_alive <= 1 and chunked and chunk_tokens < max_tokens:
+            # one running or none, and the cap would bind: how many wait (up to 2)?
             unsure = False
             for w in range(adm, min(adm + 2, n_wait + 1)):
                 came = next_at if w == n_wait else arr_at[w]
                 if came < t:
-                    queued += 1
+                    requests += 1
                 else:
                     unsure = came == t and k > 0  # in the queue or not: SimPy's order
                     break
             if unsure:
                 break
-            if n_alive + queued <= 1:
-                most = max_tokens
+        most = most_tokens(requests, chunk_tokens, max_tokens, chunked, v1[LONE_UNCAPPED])
         # 1. the budget walk in running order, and the blocks for each scheduled row
         budget = max_tokens
         extra = 0

@@ -93,11 +93,9 @@ class SchedulerLimits:
 
     def cap(self, requests: int) -> int:
         """The most tokens one request may take in a step that starts with ``requests``
-        running or waiting: ``chunk_tokens`` with chunked prefill, else (or with vLLM 0.33's
-        lone request) the whole budget."""
-        if not self.chunked_prefill or (requests <= 1 and self.lone_uncapped):
-            return self.max_batched_tokens
-        return self.chunk_tokens
+        running or waiting (``rules.most_tokens``)."""
+        return rules.most_tokens(requests, self.chunk_tokens, self.max_batched_tokens,
+                                 self.chunked_prefill, self.lone_uncapped)
 
     def step_budget(self, slots: int) -> tuple[int, int]:
         """(the step's token budget, the input slots each scheduled request takes from it
