@@ -121,7 +121,7 @@ class PipelinedReplica(Replica):
         dec, pre = batch.dec_slots, batch.pre_slots
         sync, _ = draft_sync(self, batch)
         draft_s, cost = self.pricer.price_stages(
-            batch.row, batch.dec_context, batch.pre_context, batch.chunks, sync=sync
+            batch.row, batch.dec_context, batch.pre_context, batch.priced_chunks, sync=sync
         )
         if self.cpu_s_per_seq and self.policy.uses_draft:  # CPU drafting, as Replica.price
             draft_s += self.cpu_s_per_seq * len(dec)
@@ -153,4 +153,5 @@ def _still_held(mb: MicroBatch, epoch: np.ndarray) -> Batch:
     d, p = ok[:n_dec], ok[n_dec:]
     return replace(b, row=b.row[d] if b.row.ndim == 2 else b.row, dec_slots=b.dec_slots[d],
                    dec_context=b.dec_context[d], pre_slots=b.pre_slots[p],
-                   pre_context=b.pre_context[p], chunks=b.chunks[p])
+                   pre_context=b.pre_context[p], chunks=b.chunks[p],
+                   pads=b.pads[p] if len(b.pads) else b.pads)

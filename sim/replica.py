@@ -104,6 +104,11 @@ class Replica:
         self.step_tokens, self.draft_slots = limits.step_budget(slots)
         self.v1 = limits.v1.copy()  # vLLM v1's rules as the kernels take them
         self.v1[rules.DRAFT_SLOTS] = self.draft_slots
+        # placeholder drafts of a one-token admission (rules.padding): vLLM's
+        # num_speculative_tokens, the policy's most draft tokens per verify
+        self.pad_tokens = int(policy.max_nodes) if policy.uses_draft \
+            and limits.pads_admissions else 0
+        self.v1[rules.PAD_TOKENS] = self.pad_tokens
         self.proposal_rate = getattr(drafter, "proposal_rate", None)
         self.cpu_s_per_seq = getattr(drafter, "cpu_s_per_seq", 0.0)
         # a lookup drafter's matches are drawn apart from the acceptance draws
@@ -341,7 +346,7 @@ class Replica:
         """(draft_s, verify_s, bound) of ``batch`` (draft_s: drafting on the critical path)."""
         sync, ready = draft_sync(self, batch)
         draft_s, verify_s, bound = self.pricer.price(
-            batch.row, batch.dec_context, batch.pre_context, batch.chunks, sync=sync,
+            batch.row, batch.dec_context, batch.pre_context, batch.priced_chunks, sync=sync,
             ready=ready)
         if self.cpu_s_per_seq and self.policy.uses_draft:  # CPU drafting, every sequence
             draft_s += self.cpu_s_per_seq * len(batch.dec_slots)

@@ -185,7 +185,8 @@ def plan_admitted(r, batch, start: float, draft_s: float, verify_s: float,
     is then run as any other."""
     fn = r._steady_kernel
     pre = batch.pre_slots
-    if fn is None or not len(pre) or r.waiting or bound not in _NAMES or batch.preempted:
+    if fn is None or not len(pre) or r.waiting or bound not in _NAMES or batch.preempted \
+            or len(batch.pads):
         return None
     sp = r.state[pre]
     if _any(sp[:, FILLED] + batch.chunks < sp[:, TARGET]) or _any(sp[:, RESUMED]):

@@ -37,6 +37,13 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
   ``allocate_new_blocks`` only extends a request's blocks); with ``rolls_back`` (the
   lecture's paged KV, §3.2, and the other orders) the rejected drafts' whole tail blocks
   go back to the pool;
+- ``padding``: the placeholder draft tokens vLLM 0.33 adds to an admitted request with one
+  token to compute (a prompt of one token, or one whose cached blocks leave one), so that
+  the step's verifies keep one shape for the captured CUDA graph: ``num_speculative_tokens``
+  of them, rejected by the sampler; only where another request runs in the step or part of
+  the prompt was cached, and not in a step that continues a running request's prefill
+  (``Scheduler.schedule``'s waiting loop, "Pad new decode requests"); a padded request that
+  does not fit the budget stops the admissions;
 - ``emitted``: the tokens a verify emits: the accepted drafts and the bonus token, at most
   what the request has left to write.
 """
@@ -52,7 +59,8 @@ FULL_ISL = 1  # 1: a waiting request is admitted only if its whole prompt fits (
 NEW_LOOKAHEAD = 2  # 1: an admitted request reserves lookahead slots (0.33)
 LONE_UNCAPPED = 3  # 1: no chunk_tokens cap when one request runs or waits in all (0.33)
 DRAFT_SLOTS = 4  # input slots each scheduled request takes beside its tokens (0.33)
-N_V1 = 5
+PAD_TOKENS = 5  # placeholder drafts of a one-token admission (0.33: ``padding``)
+N_V1 = 6
 
 
 def blocks_for(tokens, block_size):
@@ -102,6 +110,18 @@ def first_chunk(todo, chunk_tokens, budget, chunked):
         return todo
     chunk = todo if todo < chunk_tokens else chunk_tokens
     return chunk if chunk < budget else budget
+
+
+def padding(todo, cached, pad_tokens, scheduled):
+    """Placeholder draft tokens an admitted request with ``todo`` tokens to compute and
+    ``cached`` of them found in the prefix cache takes beside them, in a step that has
+    scheduled ``scheduled`` running requests: ``pad_tokens`` (the release's and the
+    drafter's, 0 in a step that continues a running request's prefill) where it has one
+    token to compute and another request runs or part of its prompt was cached, else 0
+    (scalars)."""
+    if todo == 1 and (scheduled > 0 or cached > 0):
+        return pad_tokens
+    return 0
 
 
 def kept_blocks(tokens, held, block_size, rolls_back):

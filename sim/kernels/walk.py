@@ -26,6 +26,7 @@ from sim.kernels.rules import (
     FULL_ISL,
     LONE_UNCAPPED,
     NEW_LOOKAHEAD,
+    PAD_TOKENS,
     ROLLS_BACK,
     blocks_for,
     emitted,
@@ -33,6 +34,7 @@ from sim.kernels.rules import (
     grant,
     kept_blocks,
     most_tokens,
+    padding,
     share,
     spent,
     wanted,
@@ -51,7 +53,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     ``lookahead`` slots), then
     ``admit_waiting`` with what is left (first come first served, while a slot, the budget
     and the blocks for the first chunk, with ``v1``'s rules its lookahead and its whole
-    prompt, last), priced as ``IterationPricer.price`` prices
+    prompt, last; an admission ``rules.padding`` pads is left to the reference), priced
+    as ``IterationPricer.price`` prices
     the batch (the target pass, and with a draft its ``shared_shape_seconds``), then
     ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
 
@@ -216,6 +219,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         f = free - extra
         a = 0
         beyond = False
+        pad = v1[PAD_TOKENS] if n_pre == 0 else 0  # no running prefill continues
+        scheduled = n_dec + n_pre
         while n_alive + a < max_seqs and budget > in_slots:
             w = adm + a
             came = next_at if w == n_wait else arr_at[w]
@@ -224,6 +229,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 break
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
+                break
+            if pad and padding(st[n + w, TARGET], 0, pad, scheduled):
+                beyond = True  # padded to a verify: the reference forms it
                 break
             chunk = first_chunk(st[n + w, TARGET], most, budget - in_slots, chunked)
             need = blocks_for(chunk + new_ahead, block_size)

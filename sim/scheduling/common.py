@@ -3,7 +3,7 @@ waiting queue and the preemption loop."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -80,6 +80,13 @@ class SchedulerLimits:
         return self._since("0.33")
 
     @cached_property
+    def pads_admissions(self) -> bool:
+        """Whether an admitted request with one token to compute is padded to a verify of
+        1 + ``num_speculative_tokens`` with placeholder drafts (``rules.padding``; 0.33,
+        none before)."""
+        return self._since("0.33")
+
+    @cached_property
     def drops_eagle_block(self) -> bool:
         """Whether a prefix-cache hit loses its last block under an EAGLE-type drafter (up
         to 0.20; 0.33 hashes each block with the token after it instead)."""
@@ -117,7 +124,7 @@ class SchedulerLimits:
         out[rules.FULL_ISL] = self.full_isl
         out[rules.NEW_LOOKAHEAD] = self.new_lookahead
         out[rules.LONE_UNCAPPED] = self.lone_uncapped
-        return out
+        return out  # (DRAFT_SLOTS, PAD_TOKENS: the replica's, with its drafter)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -131,8 +138,10 @@ class Batch:
     row int64 [m]: the draft shape of every decoding sequence (or int64 [D, m]: one per
     sequence, from a per-sequence policy or a truncated verify); dec_slots, dec_context
     int64 [D]: the decoding sequences and their cached tokens; pre_slots, pre_context,
-    chunks int64 [P]: the prefilling sequences, their cached tokens and their chunks.
-    ``preempted``: whether forming it preempted a sequence.
+    chunks int64 [P]: the prefilling sequences, their cached tokens and their chunks;
+    pads int64 [P] (or empty: none): the placeholder draft tokens each takes beside its
+    chunk (``rules.padding``: priced in the pass, rejected). ``preempted``: whether forming
+    it preempted a sequence.
     """
 
     row: np.ndarray
@@ -142,13 +151,22 @@ class Batch:
     pre_context: np.ndarray
     chunks: np.ndarray
     preempted: bool = False
+    pads: np.ndarray = field(default_factory=lambda: NONE)
 
     @property
     def verify_tokens(self) -> int:
-        """Tokens the decoding sequences put into the target pass (root + nodes each)."""
+        """Tokens the decoding sequences put into the target pass (root + nodes each), and
+        the placeholder drafts of padded admissions."""
+        pads = int(_sum(self.pads)) if len(self.pads) else 0
         if self.row.ndim == 1:
-            return len(self.dec_slots) * (1 + tree_nodes(self.row))
-        return int(_sum(1 + np.cumprod(self.row, axis=1).sum(axis=1)))
+            return len(self.dec_slots) * (1 + tree_nodes(self.row)) + pads
+        return int(_sum(1 + np.cumprod(self.row, axis=1).sum(axis=1))) + pads
+
+    @property
+    def priced_chunks(self) -> np.ndarray:
+        """int64 [P]: the tokens each prefilling sequence puts into the target pass (its
+        chunk and its placeholder drafts)."""
+        return self.chunks + self.pads if len(self.pads) else self.chunks
 
     @property
     def empty(self) -> bool:
@@ -157,14 +175,15 @@ class Batch:
 
 
 def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = None,
-                  output_clip: int = 0, cap: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  output_clip: int = 0, cap: int | None = None, pad: int = 0,
+                  scheduled: int = 0
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
     token budget and free blocks for the first chunk last; returns (slots, chunks, cached
-    tokens) int64. With ``reserved`` (blocks already spoken for) a request is admitted only
-    while the free blocks hold, beside those, its whole prompt and up to ``output_clip`` of
-    the output it has left, as SGLang's ``PrefillAdder`` admits (``rem_total_tokens``), so
-    a prompt once started can finish.
+    tokens, placeholder drafts) int64. With ``reserved`` (blocks already spoken for) a
+    request is admitted only while the free blocks hold, beside those, its whole prompt
+    and up to ``output_clip`` of the output it has left, as SGLang's ``PrefillAdder``
+    admits (``rem_total_tokens``), so a prompt once started can finish.
 
     In vLLM v1's order from 0.20 (``lim.full_isl``) a request is admitted only while the
     free blocks hold its whole prompt (``scheduler_reserve_full_isl``; only its first chunk
@@ -175,8 +194,12 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     prefix caching (``r.prefix``) its leading cached blocks are looked up first (vLLM's
     ``get_computed_blocks``): they skip prefill, and those no request references must come
     out of the free blocks too; then the full prompt blocks of its first chunk are cached at
-    once, so the next request admitted in this step can hit them."""
-    new_slots, new_chunks, new_cached = [], [], []
+    once, so the next request admitted in this step can hit them. With ``pad`` (vLLM 0.33
+    with speculation, in a step that continues no running request's prefill) a request
+    with one token to compute takes ``rules.padding``'s placeholder drafts beside it, in
+    the budget and the blocks; one that cannot stops the admissions (``scheduled``: the
+    running requests scheduled in the step)."""
+    new_slots, new_chunks, new_cached, new_pads = [], [], [], []
     cache = r.prefix
     bs = lim.block_size
     ahead = r.lookahead if lim.new_lookahead else 0
@@ -191,8 +214,9 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         cached = hit * bs
         todo = target - cached
         chunk = first_chunk(todo, cap, budget - slots, lim.chunked_prefill)
-        need = int(blocks_for(cached + chunk + ahead, bs)) - hit
-        if chunk > budget - slots or need + idle > r.kv.free_blocks:
+        pads = rules.padding(todo, cached, pad, scheduled) if pad else 0
+        need = int(blocks_for(cached + chunk + pads + ahead, bs)) - hit
+        if chunk + pads > budget - slots or need + idle > r.kv.free_blocks:
             break
         if lim.full_isl and int(blocks_for(target, bs)) - hit + idle > r.kv.free_blocks:
             break
@@ -212,11 +236,12 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         new_slots.append(slot)
         new_chunks.append(chunk)
         new_cached.append(cached)
-        budget -= chunk + slots
+        new_pads.append(pads)
+        budget -= chunk + pads + slots
     if not new_slots:
-        return NONE, NONE, NONE
+        return NONE, NONE, NONE, NONE
     return (np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64),
-            np.array(new_cached, dtype=np.int64))
+            np.array(new_cached, dtype=np.int64), np.array(new_pads, dtype=np.int64))
 
 
 def budgeted_chunks(remaining: np.ndarray, limits: SchedulerLimits, budget: int) -> np.ndarray:

@@ -107,7 +107,7 @@ def plan_decode_first(r) -> Batch:
 
     # 4. admissions, first come first served (context: what the prefix cache held, or 0).
     if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
-        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget)
+        new_pre, new_chunks, new_ctx, _ = admit_waiting(r, lim, budget)
         if len(new_pre):
             if len(pre):
                 pre = np.concatenate((pre, new_pre))

@@ -19,7 +19,9 @@ bring its computed tokens up to its tokens-with-speculation. Per iteration:
    budget and the blocks for their first chunk last) **only if this iteration preempted
    nobody** (``if not preempted_reqs``). With prefix caching a request's cached leading
    blocks are found first and its prefill starts after them; the prompt blocks each
-   scheduled chunk completes are cached as it is scheduled (``sim.prefix_cache``).
+   scheduled chunk completes are cached as it is scheduled (``sim.prefix_cache``). In
+   0.33, with speculation, a request admitted with one token to compute is padded to a
+   verify of 1 + K tokens whose K placeholder drafts are rejected (``rules.padding``).
 
 Departures from vLLM: a request whose prefill chunk is in flight in a pipeline waits for
 it (v1 may schedule its next chunk at once); a tree verify is cut by whole levels.
@@ -110,13 +112,19 @@ def plan_vllm_v1(r) -> Batch:
     cache_prefills(r, pre, pctx, chunks)
     budget -= int(_sum(rules.spent(take[sched], slots) if slots else take[sched]))
 
-    # 3. admissions, only when nobody was preempted
+    # 3. admissions, only when nobody was preempted; a one-token admission is padded to
+    # a verify unless a running request's prefill continues in this step
+    pads = NONE
     if not preempted and r.waiting and budget > slots and r.n_active < lim.max_num_seqs:
-        new_pre, new_chunks, new_ctx = admit_waiting(r, lim, budget, cap=cap)
+        pad = 0 if len(pre) else r.pad_tokens
+        new_pre, new_chunks, new_ctx, new_pads = admit_waiting(r, lim, budget, cap=cap,
+                                                               pad=pad, scheduled=len(sched))
         if len(new_pre):
+            if _any(new_pads):
+                pads = np.concatenate((np.zeros(len(pre), dtype=np.int64), new_pads))
             pre = np.concatenate((pre, new_pre))
             pctx = np.concatenate((pctx, new_ctx))
             chunks = np.concatenate((chunks, new_chunks))
     if row.ndim == 2 and len(dec_slots) == 0:
         row = NONE
-    return Batch(row, dec_slots, dec_ctx, pre, pctx, chunks, preempted)
+    return Batch(row, dec_slots, dec_ctx, pre, pctx, chunks, preempted, pads)

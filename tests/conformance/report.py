@@ -23,11 +23,9 @@ def measure(w: Workload, factory: VllmFactory) -> Agreement:
 
 
 def explain(w: Workload, a: Agreement) -> str:
-    """Why ``a`` differs: rule 9's padding, a known gap, or unexplained."""
+    """Why ``a`` differs: a known gap, or unexplained."""
     if a.first_diff is None:
         return ""
-    if a.padded_before:
-        return "rule 9: vLLM pads a one-token admission to 1 + K (not modelled)"
     return known_gap(w) or "UNEXPLAINED"
 
 

@@ -82,8 +82,11 @@ def _recording(steps: list[Step]):
             tokens[int(r.rid[s])] = 1 + nodes
             if nodes:
                 drafts[int(r.rid[s])] = nodes
-        for s, c in zip(batch.pre_slots.tolist(), batch.chunks.tolist(), strict=True):
-            tokens[int(r.rid[s])] = int(c)
+        pads = batch.pads.tolist() if len(batch.pads) else [0] * len(batch.pre_slots)
+        for s, c, p in zip(batch.pre_slots.tolist(), batch.chunks.tolist(), pads, strict=True):
+            tokens[int(r.rid[s])] = int(c) + p
+            if p:
+                drafts[int(r.rid[s])] = p
         steps.append(Step(tokens, drafts, tuple(victims), float(r.env.now)))
         return batch
 

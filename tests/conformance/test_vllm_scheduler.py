@@ -4,8 +4,7 @@ Each workload runs through vLLM's scheduler on the CPU (no model: a fake model s
 ``vllm_side``) and through SpecSim's reference scheduler (``specsim_side``), both sync, with
 the same arrivals, lengths and accepted drafts; every step's scheduled requests, their
 tokens, their draft tokens and the preempted requests must be the same. A difference is
-allowed only where vLLM padded a one-token admission to 1 + K (rule 9, which SpecSim does
-not model) or where ``cases.GAPS`` names a known cause; a known gap that no longer shows
+allowed only where ``cases.GAPS`` names a known cause; a known gap that no longer shows
 fails, so the list stays true.
 
 Skipped without vLLM (``pip install -e '.[conformance]'``; docs/conformance.md). Run with
@@ -22,7 +21,7 @@ os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"  # pinned before vLLM reads its env
 pytest.importorskip("vllm")
 
 from tests.conformance.cases import all_workloads, known_gap  # noqa: E402
-from tests.conformance.report import explain, measure  # noqa: E402
+from tests.conformance.report import measure  # noqa: E402
 from tests.conformance.vllm_side import VllmFactory  # noqa: E402
 from tests.conformance.workload import format_table  # noqa: E402
 
@@ -55,8 +54,6 @@ def test_every_step_is_vllms(w, factory, measured):
         return
     where = (f"first difference at step {a.first_diff} of {a.steps}\n  vLLM:    {a.vllm_step}"
              f"\n  SpecSim: {a.specsim_step}")
-    if a.padded_before:
-        pytest.skip(f"{explain(w, a)}; {where}")
     if gap is not None:
         pytest.xfail(f"{gap}; {where}")
     pytest.fail(f"{w.name}: {where}")

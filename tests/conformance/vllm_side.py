@@ -150,9 +150,7 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
         spec = out.scheduled_spec_decode_tokens
         steps.append(Step({int(r): n for r, n in out.num_scheduled_tokens.items()},
                           {int(r): len(d) for r, d in spec.items() if d},
-                          tuple(sorted(int(r) for r in out.preempted_req_ids or ())), now,
-                          tuple(sorted(int(r) for r, d in spec.items()
-                                       if d and all(t == -1 for t in d)))))
+                          tuple(sorted(int(r) for r in out.preempted_req_ids or ())), now))
         ids = list(out.num_scheduled_tokens)
         sampled = []
         for r in ids:

@@ -99,15 +99,13 @@ def arrivals(rng: np.random.Generator, n: int, span: int) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class Step:
     """What one step scheduled: tokens per request, draft tokens per request (those with
-    any), the requests it preempted; ``at``: when it started, and (vLLM only) ``padded``:
-    the requests admitted with one token to compute whose step vLLM padded to 1 + K with
-    placeholder drafts (rule 9, which SpecSim does not model). Neither is compared."""
+    any; placeholder drafts included), the requests it preempted; ``at``: when it started
+    (not compared)."""
 
     tokens: dict[int, int]
     drafts: dict[int, int]
     preempted: tuple[int, ...]
     at: float = field(default=0.0, compare=False)
-    padded: tuple[int, ...] = field(default=(), compare=False)
 
     def key(self) -> tuple:
         return (sorted(self.tokens.items()), sorted(self.drafts.items()),
@@ -125,8 +123,7 @@ class Step:
 @dataclass(frozen=True)
 class Agreement:
     """How two step sequences compare: steps compared (the longer's count), identical ones,
-    preemptions on each side, the first differing step (None: all identical) and whether
-    vLLM padded a one-token admission (rule 9, not modelled) at or before it."""
+    preemptions on each side and the first differing step (None: all identical)."""
 
     name: str
     steps: int
@@ -136,7 +133,6 @@ class Agreement:
     first_diff: int | None
     vllm_step: str = ""
     specsim_step: str = ""
-    padded_before: bool = False
 
     @property
     def percent(self) -> float:
@@ -151,13 +147,11 @@ def compare(name: str, vllm: list[Step], specsim: list[Step]) -> Agreement:
     if first is None and len(vllm) != len(specsim):
         first = len(same)
     shown = ("", "")
-    padded = False
     if first is not None:
         shown = tuple(s[first].show() if first < len(s) else "(no step)"
                       for s in (vllm, specsim))
-        padded = any(s.padded for s in vllm[:first + 1])
     return Agreement(name, steps, sum(same), sum(len(s.preempted) for s in vllm),
-                     sum(len(s.preempted) for s in specsim), first, *shown, padded)
+                     sum(len(s.preempted) for s in specsim), first, *shown)
 
 
 def format_table(rows: list[Agreement]) -> str:
@@ -165,8 +159,7 @@ def format_table(rows: list[Agreement]) -> str:
     out = ["| workload | steps | identical | % | preemptions vLLM | preemptions SpecSim "
            "| first difference |", "|---|---:|---:|---:|---:|---:|---|"]
     for a in rows:
-        first = "" if a.first_diff is None else f"step {a.first_diff}" + (
-            " (rule 9 padding)" if a.padded_before else "")
+        first = "" if a.first_diff is None else f"step {a.first_diff}"
         out.append(f"| {a.name} | {a.steps} | {a.identical} | {a.percent:.1f} "
                    f"| {a.preempted_vllm} | {a.preempted_specsim} | {first} |")
     return "\n".join(out)
