@@ -51,12 +51,15 @@ operation or two per iteration, and the per-block work is at admission, at the s
 prompt chunks and at release. ``free_blocks`` counts every block in the queue (vLLM's
 ``get_num_free_blocks``: evictable cached blocks are free), so the schedulers are unchanged.
 
+A block computed while an identical one is cached is cached too: vLLM does not
+de-duplicate (``BlockHashToBlockMap``: a hash maps to every block that holds it, and a
+lookup takes the first of them still cached, ``get_one_block``), so each copy keeps its own
+references and its own place in the free queue, and the key stays a hit while any copy
+lives.
+
 Departures from vLLM: no token ids are hashed (the workload says which prompts share what),
 so keys are exact and hash collisions are not modelled; no multi-modal, LoRA or cache-salt
-extra keys; a block computed while an identical one is already cached stays private to its
-request (vLLM caches both copies, and either can be hit later; the pool's accounting is the
-same, but which copy survives eviction differs, and from 0.33, where an uncached block is
-freed to the head of the free queue, so does what is evicted: docs/conformance.md, gap C).
+extra keys.
 """
 
 from __future__ import annotations
@@ -96,12 +99,17 @@ class PrefixCachingBlockManager(BlockManager):
         if len(keys) and int(keys.min()) < 0:
             raise ValueError("block keys must be >= 0")
         self._keys, self._starts = keys, starts
-        self._ref: dict[int, int] = {}  # cached key -> references (0: in the free queue)
-        # the free queue, least recently freed first: key >= 0 -> 1 (a cached block),
-        # key < 0 -> a run of that many uncached blocks
+        # a cached block is a copy, id >= 0, of a key: copy -> references (0: in the free
+        # queue), copy -> its key, and key -> its cached copies, the first cached first
+        self._ref: dict[int, int] = {}
+        self._key: dict[int, int] = {}
+        self._copies: dict[int, list[int]] = {}
+        self._next_copy = 0
+        # the free queue, least recently freed first: id >= 0 -> 1 (a cached copy),
+        # id < 0 -> a run of that many uncached blocks
         self._queue: OrderedDict[int, int] = OrderedDict({-1: self.capacity_blocks})
         self._next_run = -2
-        self._held: list[list[int]] = [[] for _ in range(n_slots)]  # cached keys, in order
+        self._held: list[list[int]] = [[] for _ in range(n_slots)]  # cached copies, in order
         self._done = [0] * n_slots  # leading blocks each slot has found, cached or computed
         # request rid's block j past its full prompt blocks has key _out + rid * 2**40 + j:
         # above every prompt key, distinct per (rid, j) (a request holds < 2**40 blocks)
@@ -113,14 +121,19 @@ class PrefixCachingBlockManager(BlockManager):
         """Take ``n`` blocks off the head of the free queue, evicting cached ones."""
         q = self._queue
         while n:
-            key, count = q.popitem(last=False)
-            if key >= 0:  # a cached block: its content is forgotten
-                del self._ref[key]
+            c, count = q.popitem(last=False)
+            if c >= 0:  # a cached copy: its content is forgotten
+                del self._ref[c]
+                key = self._key.pop(c)
+                copies = self._copies[key]
+                copies.remove(c)
+                if not copies:
+                    del self._copies[key]
                 self.evicted_blocks += 1
                 n -= 1
             elif count > n:
-                q[key] = count - n
-                q.move_to_end(key, last=False)
+                q[c] = count - n
+                q.move_to_end(c, last=False)
                 n = 0
             else:
                 n -= count
@@ -142,18 +155,19 @@ class PrefixCachingBlockManager(BlockManager):
 
     def _free_slot(self, s: int, held: int) -> int:
         """Drop slot ``s``'s references to its ``held`` blocks; returns the blocks freed."""
-        keys = self._held[s]
-        own = held - len(keys)
+        copies = self._held[s]
+        own = held - len(copies)
         self._push_run(own, self.unhashed_first)
         freed = own
         ref, q = self._ref, self._queue
-        for key in reversed(keys):  # vLLM frees a request's blocks last first
-            r = ref[key] - 1
+        for c in reversed(copies):  # vLLM frees a request's blocks last first
+            r = ref[c] - 1
             if r < 0:
-                raise RuntimeError(f"prefix cache: block {key} has negative references")
-            ref[key] = r
+                raise RuntimeError(f"prefix cache: block {self._key[c]} has negative "
+                                   "references")
+            ref[c] = r
             if r == 0:
-                q[key] = 1
+                q[c] = 1
                 freed += 1
         self._held[s] = []
         self._done[s] = 0
@@ -208,21 +222,21 @@ class PrefixCachingBlockManager(BlockManager):
         a = int(self._starts[rid])
         n_prompt = int(self._starts[rid + 1]) - a
         cap = (tokens - 1) // self.block_size
-        ref = self._ref
-        found = []  # the references of its leading cached blocks
+        ref, copies = self._ref, self._copies
+        found = []  # the references of its leading cached blocks (each key's first copy)
         for key in self._keys[a:a + min(cap, n_prompt)].tolist():
-            r = ref.get(key)
-            if r is None:
+            c = copies.get(key)
+            if c is None:
                 break
-            found.append(r)
+            found.append(ref[c[0]])
         else:
             if cap > n_prompt:  # a resumed request: its output, cached when it was preempted
                 base = self._out + (rid << 40)
                 for j in range(n_prompt, cap):
-                    r = ref.get(base + j)
-                    if r is None:
+                    c = copies.get(base + j)
+                    if c is None:
                         break
-                    found.append(r)
+                    found.append(ref[c[0]])
         if self.drop_last_hit and found:
             found.pop()
         if self.next_token_hash and 0 < len(found) <= n_prompt:
@@ -232,7 +246,7 @@ class PrefixCachingBlockManager(BlockManager):
             # of its own tail (no one else's)
             nxt = len(found)
             if not (cap > n_prompt if nxt == n_prompt
-                    else int(self._keys[a + nxt]) in ref):
+                    else int(self._keys[a + nxt]) in copies):
                 found.pop()
         return len(found), sum(r == 0 for r in found)
 
@@ -248,16 +262,17 @@ class PrefixCachingBlockManager(BlockManager):
 
     def attach(self, slot: int, rid: int, hit: int) -> None:
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
-        blocks, found cached by :meth:`lookup`; unreferenced ones leave the free queue."""
-        keys = self._keys_of(rid, 0, hit)
+        blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
+        ``get_one_block``); unreferenced ones leave the free queue."""
+        held = [self._copies[key][0] for key in self._keys_of(rid, 0, hit)]
         ref, q = self._ref, self._queue
-        for key in keys:
-            r = ref[key]
+        for c in held:
+            r = ref[c]
             if r == 0:
-                del q[key]
+                del q[c]
                 self.free_blocks -= 1
-            ref[key] = r + 1
-        self._held[slot] = keys
+            ref[c] = r + 1
+        self._held[slot] = held
         self._done[slot] = hit
         self.blocks[slot] = hit
 
@@ -275,16 +290,20 @@ class PrefixCachingBlockManager(BlockManager):
         self._cache_upto(slot, rid, kv_tokens // self.block_size)
 
     def _cache_upto(self, s: int, rid: int, upto: int) -> None:
-        """Cache slot ``s``'s leading ``upto`` blocks; a block whose key another request
-        has cached meanwhile stays the slot's own."""
+        """Cache slot ``s``'s leading ``upto`` blocks, each a copy of its own (a key another
+        request has cached meanwhile gets a second copy)."""
         done = self._done[s]
         if upto <= done:
             return
-        ref, held = self._ref, self._held[s]
+        ref, held, key_of, copies = self._ref, self._held[s], self._key, self._copies
+        c = self._next_copy
         for key in self._keys_of(rid, done, upto):
-            if key not in ref:
-                ref[key] = 1
-                held.append(key)
+            ref[c] = 1
+            key_of[c] = key
+            copies.setdefault(key, []).append(c)
+            held.append(c)
+            c += 1
+        self._next_copy = c
         self._done[s] = upto
 
     # -- checks -----------------------------------------------------------------------
@@ -292,29 +311,44 @@ class PrefixCachingBlockManager(BlockManager):
         """Blocks whose content is cached (referenced or waiting in the free queue)."""
         return len(self._ref)
 
+    def cached_keys(self) -> list[int]:
+        """The key of each cached block (a key as often as it has copies)."""
+        return list(self._key.values())
+
+    def references(self, key: int) -> int:
+        """The references to ``key``'s cached copies (0: none, or none cached)."""
+        return sum(self._ref[c] for c in self._copies.get(key, ()))
+
     def check(self) -> None:
         """Raise ``RuntimeError`` unless the pool's accounting holds: the free queue holds
         ``free_blocks`` blocks, free + used = capacity (a shared block counted once), every
-        reference count is the number of slots holding the block and never negative, and a
-        cached block is in the free queue iff nothing references it."""
+        reference count is the number of slots holding the block and never negative, a
+        cached block is in the free queue iff nothing references it, and the copies of
+        each key are those with that key."""
         q, ref = self._queue, self._ref
+        if sorted(c for cs in self._copies.values() for c in cs) != sorted(self._key) \
+                or any(self._key[c] != k for k, cs in self._copies.items() for c in cs) \
+                or set(self._key) != set(ref):
+            raise RuntimeError("prefix cache: the copies and their keys disagree")
         if sum(q.values()) != self.free_blocks:
             raise RuntimeError(f"free queue holds {sum(q.values())} blocks, free_blocks "
                                f"{self.free_blocks}")
         counts: dict[int, int] = {}
         own = 0
-        for s, keys in enumerate(self._held):
-            own += int(self.blocks[s]) - len(keys)
-            if int(self.blocks[s]) < len(keys):
-                raise RuntimeError(f"slot {s} holds {len(keys)} cached blocks of "
+        for s, held in enumerate(self._held):
+            own += int(self.blocks[s]) - len(held)
+            if int(self.blocks[s]) < len(held):
+                raise RuntimeError(f"slot {s} holds {len(held)} cached blocks of "
                                    f"{int(self.blocks[s])}")
-            for key in keys:
-                counts[key] = counts.get(key, 0) + 1
-        for key, r in ref.items():
-            if r < 0 or r != counts.get(key, 0):
-                raise RuntimeError(f"block {key}: {r} references, held by {counts.get(key, 0)}")
-            if (r == 0) != (key in q):
-                raise RuntimeError(f"block {key}: {r} references, in free queue {key in q}")
+            for c in held:
+                counts[c] = counts.get(c, 0) + 1
+        for c, r in ref.items():
+            if r < 0 or r != counts.get(c, 0):
+                raise RuntimeError(f"block {self._key[c]} (copy {c}): {r} references, held "
+                                   f"by {counts.get(c, 0)}")
+            if (r == 0) != (c in q):
+                raise RuntimeError(f"block {self._key[c]} (copy {c}): {r} references, in "
+                                   f"free queue {c in q}")
         if set(counts) - set(ref):
             raise RuntimeError("a slot holds a block that is not cached")
         used = own + sum(1 for r in ref.values() if r > 0)

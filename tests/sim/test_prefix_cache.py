@@ -206,7 +206,7 @@ def test_speculation_and_preemption_cache_committed_blocks_only(checked, monkeyp
 
     def check(r):
         pool, bs = r.prefix, r.limits.block_size
-        for key in pool._ref:
+        for key in pool.cached_keys():
             if key >= pool._out:
                 rid, j = divmod(key - pool._out, 1 << 40)
                 assert (j + 1) * bs <= _committed(r, rid)
@@ -341,10 +341,10 @@ def test_shared_blocks_are_counted_once_and_freed_with_their_last_reference():
     _run(pool, 0, 0, 12)
     assert _run(pool, 1, 1, 12) == 2 and _run(pool, 2, 2, 12) == 2
     assert pool.used_blocks == 3 + 1 + 1  # 2 shared + 3 own blocks
-    assert pool._ref[int(pool._keys[0])] == 3
+    assert pool.references(int(pool._keys[0])) == 3
     _finish(pool, 0)
     _finish(pool, 1)
-    assert pool.used_blocks == 3 and pool._ref[int(pool._keys[0])] == 1
+    assert pool.used_blocks == 3 and pool.references(int(pool._keys[0])) == 1
     _finish(pool, 2)
     assert pool.used_blocks == 0 and pool.free_blocks == 12
     assert all(r == 0 for r in pool._ref.values())
@@ -620,3 +620,18 @@ def test_an_eagle_block_is_a_hit_only_if_the_token_after_it_is_shared_in_0_33(
               acceptance=IidChain(1.0), max_batched_tokens=256, prefix_caching=True)
     s = replace(s, drafter=Drafter("eagle", s.draft))
     assert [r.cached_tokens for r in simulate(s, path=engine_path).requests] == [0, cached]
+
+
+def test_a_block_computed_beside_an_identical_one_is_cached_too(engine_path):
+    # r1 (97 tokens) and r2 (65 tokens) share their 4 full blocks and prefill them side by
+    # side, each computing its own copy; r2 is then preempted (7 usable blocks). vLLM
+    # caches both copies (it does not de-duplicate), so when r2 resumes, r1's copies and its
+    # own still hold its 4 blocks: it recomputes 1 token, not 49 (a private second copy,
+    # freed to the head of the free queue, is reused first and lost).
+    s = setup(table([7.5417, 8.4583, 9.6667], [1, 97, 65], [3, 1, 1],
+                    hash_ids=[(3,), (0, 3, 0, 0), (0, 3, 0, 0)]),
+              cost=FakeCost(overhead_s=1.0, per_token_s=0.0), prefix_caching=True, blocks=7,
+              max_num_seqs=6, max_batched_tokens=128, chunked=True, chunk=24)
+    res = simulate(s, path=engine_path)
+    r2 = res.requests[2]
+    assert r2.finished and r2.preemptions == 1 and r2.recomputed_tokens == 1
