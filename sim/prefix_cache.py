@@ -100,10 +100,12 @@ class PrefixCachingBlockManager(BlockManager):
             raise ValueError("block keys must be >= 0")
         self._keys, self._starts = keys, starts
         # a cached block is a copy, id >= 0, of a key: copy -> references (0: in the free
-        # queue), copy -> its key, and key -> its cached copies, the first cached first
+        # queue), copy -> its key, key -> its first cached copy (the one a lookup finds)
+        # and, for the few keys with more, key -> the others, the first cached first
         self._ref: dict[int, int] = {}
         self._key: dict[int, int] = {}
-        self._copies: dict[int, list[int]] = {}
+        self._first: dict[int, int] = {}
+        self._more: dict[int, list[int]] = {}
         self._next_copy = 0
         # the free queue, least recently freed first: id >= 0 -> 1 (a cached copy),
         # id < 0 -> a run of that many uncached blocks
@@ -125,10 +127,16 @@ class PrefixCachingBlockManager(BlockManager):
             if c >= 0:  # a cached copy: its content is forgotten
                 del self._ref[c]
                 key = self._key.pop(c)
-                copies = self._copies[key]
-                copies.remove(c)
-                if not copies:
-                    del self._copies[key]
+                more = self._more.get(key)
+                if more is None:
+                    del self._first[key]
+                else:
+                    if self._first[key] == c:
+                        self._first[key] = more.pop(0)
+                    else:
+                        more.remove(c)
+                    if not more:
+                        del self._more[key]
                 self.evicted_blocks += 1
                 n -= 1
             elif count > n:
@@ -222,13 +230,13 @@ class PrefixCachingBlockManager(BlockManager):
         a = int(self._starts[rid])
         n_prompt = int(self._starts[rid + 1]) - a
         cap = (tokens - 1) // self.block_size
-        ref, copies = self._ref, self._copies
+        ref, copies = self._ref, self._first
         found = []  # the references of its leading cached blocks (each key's first copy)
         for key in self._keys[a:a + min(cap, n_prompt)].tolist():
             c = copies.get(key)
             if c is None:
                 break
-            found.append(ref[c[0]])
+            found.append(ref[c])
         else:
             if cap > n_prompt:  # a resumed request: its output, cached when it was preempted
                 base = self._out + (rid << 40)
@@ -236,7 +244,7 @@ class PrefixCachingBlockManager(BlockManager):
                     c = copies.get(base + j)
                     if c is None:
                         break
-                    found.append(ref[c[0]])
+                    found.append(ref[c])
         if self.drop_last_hit and found:
             found.pop()
         if self.next_token_hash and 0 < len(found) <= n_prompt:
@@ -264,7 +272,8 @@ class PrefixCachingBlockManager(BlockManager):
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
         blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
         ``get_one_block``); unreferenced ones leave the free queue."""
-        held = [self._copies[key][0] for key in self._keys_of(rid, 0, hit)]
+        first = self._first
+        held = [first[key] for key in self._keys_of(rid, 0, hit)]
         ref, q = self._ref, self._queue
         for c in held:
             r = ref[c]
@@ -295,12 +304,15 @@ class PrefixCachingBlockManager(BlockManager):
         done = self._done[s]
         if upto <= done:
             return
-        ref, held, key_of, copies = self._ref, self._held[s], self._key, self._copies
+        ref, held, key_of, first = self._ref, self._held[s], self._key, self._first
         c = self._next_copy
         for key in self._keys_of(rid, done, upto):
             ref[c] = 1
             key_of[c] = key
-            copies.setdefault(key, []).append(c)
+            if key in first:
+                self._more.setdefault(key, []).append(c)
+            else:
+                first[key] = c
             held.append(c)
             c += 1
         self._next_copy = c
@@ -317,7 +329,12 @@ class PrefixCachingBlockManager(BlockManager):
 
     def references(self, key: int) -> int:
         """The references to ``key``'s cached copies (0: none, or none cached)."""
-        return sum(self._ref[c] for c in self._copies.get(key, ()))
+        return sum(self._ref[c] for c in self._copies_of(key))
+
+    def _copies_of(self, key: int) -> list[int]:
+        """``key``'s cached copies, the first cached first."""
+        first = self._first.get(key)
+        return [] if first is None else [first, *self._more.get(key, ())]
 
     def check(self) -> None:
         """Raise ``RuntimeError`` unless the pool's accounting holds: the free queue holds
@@ -326,8 +343,10 @@ class PrefixCachingBlockManager(BlockManager):
         cached block is in the free queue iff nothing references it, and the copies of
         each key are those with that key."""
         q, ref = self._queue, self._ref
-        if sorted(c for cs in self._copies.values() for c in cs) != sorted(self._key) \
-                or any(self._key[c] != k for k, cs in self._copies.items() for c in cs) \
+        copies = {k: self._copies_of(k) for k in self._first}
+        if set(self._more) - set(self._first) \
+                or sorted(c for cs in copies.values() for c in cs) != sorted(self._key) \
+                or any(self._key[c] != k for k, cs in copies.items() for c in cs) \
                 or set(self._key) != set(ref):
             raise RuntimeError("prefix cache: the copies and their keys disagree")
         if sum(q.values()) != self.free_blocks:
