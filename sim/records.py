@@ -26,7 +26,8 @@ class RequestRecord:
     recorded, never dropped. Token counters follow vLLM's definitions: ``verify_steps``
     counts target passes that decoded this request after its prefill (with or without
     speculation), ``draft_steps`` those of them that verified a draft (vLLM's
-    ``num_drafts``), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root),
+    ``num_drafts``), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root,
+    and the placeholders of a padded one-token admission, ``sim.kernels.rules.padding``),
     ``accepted_tokens`` the draft tokens the target accepted, and ``checked_tokens`` the
     guesses the verification actually looked at (accepted ones plus the first rejected one),
     which is what the lecture's measured α̂ is averaged over (§4.5). ``preemptions`` counts

@@ -105,11 +105,8 @@ def advance(r, batch) -> tuple[int, int, int, int]:
             r.last_chunk_at[pre[done]] = now
             sp[done, EMITTED] += 1
             total_emitted += int(_sum(done))
-        if len(batch.pads):  # padded admissions: a verify whose placeholder drafts failed
-            padded = batch.pads > 0
-            sp[:, COUNTS] += padded  # verify steps
-            sp[:, COUNTS + 2] += batch.pads  # drafted tokens
-            sp[:, COUNTS + 4] += padded  # checked: the first placeholder, rejected
+        if len(batch.pads):  # padded admissions: drafted and rejected, as vLLM counts
+            sp[:, COUNTS + 2] += batch.pads  # them (a prefill here: no verify step)
         r.state[pre] = sp
 
     # Verification: accepted guesses + 1 token, capped at the remaining output.
