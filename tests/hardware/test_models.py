@@ -47,6 +47,8 @@ NOMINAL = {
     "mixtral-8x7b": (46.7e9, 0.01), "qwen3-30b-a3b": (30.5e9, 0.01),
     "qwen3-235b-a22b": (235e9, 0.01),
     "qwen3-32b": (32.8e9, 0.01),  # dense; 31.2B without embedding and lm_head (below)
+    # the Qwen3 drafts' cards: "1.7B" (1.72B: 1.2%, the card's two digits) and "4.0B"
+    "qwen3-1.7b": (1.7e9, 0.015), "qwen3-4b": (4.0e9, 0.01),
     "deepseek-v3": (671e9, 0.01),
 }
 

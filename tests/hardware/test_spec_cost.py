@@ -32,7 +32,7 @@ def test_a_framework_block_gives_each_method_its_own_pass_cost_or_the_default():
     assert block is not None and block.step_s > 0
     e3, e1 = spec_round(vllm, "eagle3"), spec_round(vllm, "eagle")
     assert e3.draft_step_s == block.draft_step_s["eagle3"] != e1.draft_step_s
-    assert spec_round(vllm, "draft_model").draft_step_s == block.draft_step_s["default"]
+    assert spec_round(vllm, "mtp").draft_step_s == block.draft_step_s["default"]  # none of its own
     assert spec_round(vllm, None) is NO_SPEC
     # no block (TensorRT-LLM: no fitted speculative overheads yet): nothing
     assert spec_round(CAT.framework("trtllm"), "eagle3").params.tolist() == [0.0] * 4
