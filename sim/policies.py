@@ -126,6 +126,7 @@ class BatchLadder:
     """
 
     uses_draft = True
+    pads_admissions = False  # vLLM pads a one-token admission only without a ladder
 
     def __init__(self, ladder: Sequence[Sequence[int]], key: str = "running",
                  sticky: bool = False) -> None:

@@ -44,8 +44,8 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
 - **allocate**: blocks come off the head of the free queue; a cached block taken there is
   evicted.
 
-The free queue is an ``OrderedDict`` whose entries are either one cached block (its key,
->= 0) or a run of uncached blocks (a negative id and a count): runs freed one after the
+The free queue is an ``OrderedDict`` whose entries are either one cached block (its copy
+id, >= 0) or a run of uncached blocks (a negative id and a count): runs freed one after the
 other merge, so the decode path (blocks taken and rolled back every iteration) costs a dict
 operation or two per iteration, and the per-block work is at admission, at the scheduling of
 prompt chunks and at release. ``free_blocks`` counts every block in the queue (vLLM's

@@ -26,8 +26,9 @@ class RequestRecord:
     recorded, never dropped. Token counters follow vLLM's definitions: ``verify_steps``
     counts target passes that decoded this request after its prefill (with or without
     speculation), ``draft_steps`` those of them that verified a draft (vLLM's
-    ``num_drafts``), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root,
-    and the placeholders of a padded one-token admission, ``sim.kernels.rules.padding``),
+    ``num_drafts``), ``drafted_tokens`` the draft tokens proposed (tree nodes below the root;
+    not the placeholders of a padded one-token admission, ``sim.kernels.rules.padding``,
+    which vLLM's metrics count as one draft of K rejected tokens),
     ``accepted_tokens`` the draft tokens the target accepted, and ``checked_tokens`` the
     guesses the verification actually looked at (accepted ones plus the first rejected one),
     which is what the lecture's measured α̂ is averaged over (§4.5). ``preemptions`` counts
@@ -65,7 +66,8 @@ class IterationRecord:
 
     ``batch_size`` counts sequences in the target pass (decoding and prefilling);
     ``prefill_tokens`` and ``verify_tokens`` split its new tokens (verify tokens are the
-    last token plus the draft guesses or tree nodes of every decoding sequence);
+    last token plus the draft guesses or tree nodes of every decoding sequence, and the
+    placeholder drafts of padded one-token admissions, ``sim.kernels.rules.padding``);
     ``emitted_tokens`` are the output tokens the iteration produced; ``bound`` is which
     roofline limit won the target pass ("compute", "memory", "comm", "host");
     ``kv_blocks_used`` the replica's KV blocks in use when the iteration ended. In a

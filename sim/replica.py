@@ -105,9 +105,10 @@ class Replica:
         self.v1 = limits.v1.copy()  # vLLM v1's rules as the kernels take them
         self.v1[rules.DRAFT_SLOTS] = self.draft_slots
         # placeholder drafts of a one-token admission (rules.padding): vLLM's
-        # num_speculative_tokens, the policy's most draft tokens per verify
+        # num_speculative_tokens, the policy's most draft tokens per verify; none under a
+        # batch ladder (vLLM pads only without its dynamic_sd_lookup)
         self.pad_tokens = int(policy.max_nodes) if policy.uses_draft \
-            and limits.pads_admissions else 0
+            and getattr(policy, "pads_admissions", True) and limits.pads_admissions else 0
         self.v1[rules.PAD_TOKENS] = self.pad_tokens
         self.proposal_rate = getattr(drafter, "proposal_rate", None)
         self.cpu_s_per_seq = getattr(drafter, "cpu_s_per_seq", 0.0)

@@ -105,14 +105,11 @@ def advance(r, batch) -> tuple[int, int, int, int]:
             r.last_chunk_at[pre[done]] = now
             sp[done, EMITTED] += 1
             total_emitted += int(_sum(done))
-        if len(batch.pads):  # padded admissions: drafted and rejected, as vLLM counts
-            sp[:, COUNTS + 2] += batch.pads  # them (a prefill here: no verify step)
         r.state[pre] = sp
 
     # Verification: accepted guesses + 1 token, capped at the remaining output.
     dec, row = batch.dec_slots, batch.row
     drafted = accepted = 0
-    pad_drafts = int(_sum(batch.pads)) if len(batch.pads) else 0
     n = len(dec)
     if n:
         st = r.state[dec]  # [D, N_COLS]: gather once, scatter once below
@@ -169,7 +166,7 @@ def advance(r, batch) -> tuple[int, int, int, int]:
         fin = np.concatenate((fin, pre[sp[:, EMITTED] >= sp[:, OUTPUT]]))
     if len(fin):
         r.finish(fin, now)
-    return total_emitted, accepted, drafted + pad_drafts, prefill
+    return total_emitted, accepted, drafted, prefill
 
 
 def _draw_ahead(r, st: np.ndarray, widths: np.ndarray, depth) -> np.ndarray:

@@ -40,8 +40,9 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
 - ``padding``: the placeholder draft tokens vLLM 0.33 adds to an admitted request with one
   token to compute (a prompt of one token, or one whose cached blocks leave one), so that
   the step's verifies keep one shape for the captured CUDA graph: ``num_speculative_tokens``
-  of them, rejected by the sampler; only where another request runs in the step or part of
-  the prompt was cached, and not in a step that continues a running request's prefill
+  of them, rejected by the sampler; only where a running request was scheduled in the step
+  or part of the prompt was cached, and not in a step that continues a running request's
+  prefill
   (``Scheduler.schedule``'s waiting loop, "Pad new decode requests"); a padded request that
   does not fit the budget stops the admissions;
 - ``emitted``: the tokens a verify emits: the accepted drafts and the bonus token, at most
@@ -112,14 +113,14 @@ def first_chunk(todo, chunk_tokens, budget, chunked):
     return chunk if chunk < budget else budget
 
 
-def padding(todo, cached, pad_tokens, scheduled):
+def padding(todo, cached, pad_tokens, scheduled, prefilling):
     """Placeholder draft tokens an admitted request with ``todo`` tokens to compute and
     ``cached`` of them found in the prefix cache takes beside them, in a step that has
-    scheduled ``scheduled`` running requests: ``pad_tokens`` (the release's and the
-    drafter's, 0 in a step that continues a running request's prefill) where it has one
-    token to compute and another request runs or part of its prompt was cached, else 0
-    (scalars)."""
-    if todo == 1 and (scheduled > 0 or cached > 0):
+    scheduled ``scheduled`` running requests, ``prefilling`` of them continuing their
+    prefill: ``pad_tokens`` (the release's and the drafter's) where it has one token to
+    compute, no running request's prefill continues and a running request was scheduled or
+    part of its prompt was cached, else 0 (scalars)."""
+    if todo == 1 and prefilling == 0 and (scheduled > 0 or cached > 0):
         return pad_tokens
     return 0
 

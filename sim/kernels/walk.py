@@ -219,8 +219,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         f = free - extra
         a = 0
         beyond = False
-        pad = v1[PAD_TOKENS] if n_pre == 0 else 0  # no running prefill continues
-        scheduled = n_dec + n_pre
+        pad = v1[PAD_TOKENS]
+        scheduled, running_pre = n_dec + n_pre, n_pre
         while n_alive + a < max_seqs and budget > in_slots:
             w = adm + a
             came = next_at if w == n_wait else arr_at[w]
@@ -230,7 +230,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
                 break
-            if pad and padding(st[n + w, TARGET], 0, pad, scheduled):
+            if pad and padding(st[n + w, TARGET], 0, pad, scheduled, running_pre):
                 beyond = True  # padded to a verify: the reference forms it
                 break
             chunk = first_chunk(st[n + w, TARGET], most, budget - in_slots, chunked)

@@ -176,7 +176,7 @@ class Batch:
 
 def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = None,
                   output_clip: int = 0, cap: int | None = None, pad: int = 0,
-                  scheduled: int = 0
+                  scheduled: int = 0, prefilling: int = 0
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Admit waiting requests first come first served while a slot (``max_num_seqs``), the
     token budget and free blocks for the first chunk last; returns (slots, chunks, cached
@@ -195,10 +195,10 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     ``get_computed_blocks``): they skip prefill, and those no request references must come
     out of the free blocks too; then the full prompt blocks of its first chunk are cached at
     once, so the next request admitted in this step can hit them. With ``pad`` (vLLM 0.33
-    with speculation, in a step that continues no running request's prefill) a request
-    with one token to compute takes ``rules.padding``'s placeholder drafts beside it, in
-    the budget and the blocks; one that cannot stops the admissions (``scheduled``: the
-    running requests scheduled in the step)."""
+    with speculation) a request with one token to compute takes ``rules.padding``'s
+    placeholder drafts beside it, in the budget and the blocks; one that cannot stops the
+    admissions (``scheduled``: the running requests scheduled in the step, ``prefilling``
+    those of them that continue their prefill)."""
     new_slots, new_chunks, new_cached, new_pads = [], [], [], []
     cache = r.prefix
     bs = lim.block_size
@@ -214,7 +214,7 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         cached = hit * bs
         todo = target - cached
         chunk = first_chunk(todo, cap, budget - slots, lim.chunked_prefill)
-        pads = rules.padding(todo, cached, pad, scheduled) if pad else 0
+        pads = rules.padding(todo, cached, pad, scheduled, prefilling) if pad else 0
         need = int(blocks_for(cached + chunk + pads + ahead, bs)) - hit
         if chunk + pads > budget - slots or need + idle > r.kv.free_blocks:
             break

@@ -112,13 +112,13 @@ def plan_vllm_v1(r) -> Batch:
     cache_prefills(r, pre, pctx, chunks)
     budget -= int(_sum(rules.spent(take[sched], slots) if slots else take[sched]))
 
-    # 3. admissions, only when nobody was preempted; a one-token admission is padded to
-    # a verify unless a running request's prefill continues in this step
+    # 3. admissions, only when nobody was preempted (a one-token admission padded to a
+    # verify: rules.padding)
     pads = NONE
     if not preempted and r.waiting and budget > slots and r.n_active < lim.max_num_seqs:
-        pad = 0 if len(pre) else r.pad_tokens
-        new_pre, new_chunks, new_ctx, new_pads = admit_waiting(r, lim, budget, cap=cap,
-                                                               pad=pad, scheduled=len(sched))
+        new_pre, new_chunks, new_ctx, new_pads = admit_waiting(
+            r, lim, budget, cap=cap, pad=r.pad_tokens, scheduled=len(sched),
+            prefilling=len(pre))
         if len(new_pre):
             if _any(new_pads):
                 pads = np.concatenate((np.zeros(len(pre), dtype=np.int64), new_pads))

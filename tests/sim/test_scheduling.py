@@ -451,8 +451,8 @@ def test_a_one_token_admission_is_padded_to_a_verify_in_0_33(release, budget, pa
     each); B, a one-token prompt, arrives during A's prefill. 0.33 pads B's admission
     beside A's first verify to 1 + 4 tokens, the 4 placeholder drafts priced and rejected
     (vLLM's "pad new decode requests", for one CUDA-graph shape): the iteration carries
-    5 + 5 verify tokens and 8 drafted, and B's record counts the 4 placeholders as drafted
-    and not accepted, as vLLM's metrics do (its admission stays a prefill, not a verify).
+    5 + 5 verify tokens and 4 drafted (A's: the placeholders are priced, not counted as
+    drafted; vLLM's metrics count them as one draft of 4 rejected tokens).
     Under a 12-token budget B just fits (5 tokens and a slot each); under 11 not, and
     vLLM would rather not admit it than admit it unpadded: B waits until A has left
     and is then admitted alone, unpadded (nobody else runs). 0.20 admits it unpadded."""
@@ -464,9 +464,9 @@ def test_a_one_token_admission_is_padded_to_a_verify_in_0_33(release, budget, pa
     b = res.requests[1]
     assert all(r.finished for r in res.requests)
     if padded:
-        assert (second.prefill_tokens, second.verify_tokens, second.drafted_tokens) == (1, 9, 8)
+        assert (second.prefill_tokens, second.verify_tokens, second.drafted_tokens) == (1, 9, 4)
         assert b.first_token_at == second.start_at + second.duration_s
-        assert (b.drafted_tokens, b.verify_steps) == (8, 1)  # the placeholders, then 4
+        assert (b.drafted_tokens, b.verify_steps) == (4, 1)  # one verify of 4 drafts
     elif release == "0.33":  # B waits until A has left
         assert (second.prefill_tokens, second.verify_tokens) == (0, 5)
         assert b.first_scheduled_at >= res.requests[0].finished_at
@@ -474,3 +474,22 @@ def test_a_one_token_admission_is_padded_to_a_verify_in_0_33(release, budget, pa
         assert (second.prefill_tokens, second.verify_tokens, second.drafted_tokens) == (1, 5, 4)
     assert sum(r.drafted_tokens for r in res.requests) == sum(
         it.drafted_tokens for it in res.iterations)
+
+
+def test_no_padding_beside_a_continuing_prefill_or_under_a_batch_ladder(engine_path):
+    """vLLM 0.33 pads a one-token admission only in a step where no running request's
+    prefill continues, and only without ``num_speculative_tokens_per_batch_size``. A
+    (4-token prompt) and C (40-token prompt, chunks of 16) start together; B, one token,
+    arrives during the first step: beside A's verify and C's second chunk it is admitted
+    unpadded. Alone beside A's verify (no C) but under a batch ladder, unpadded too."""
+    s = setup(table([0.0, 0.0, 0.0005], [4, 40, 1], [8, 4, 3]), policy=lambda: FixedGamma(4),
+              draft=FakeCost(0.001, 0.0), acceptance=AcceptAll(), max_batched_tokens=64,
+              max_num_seqs=3, chunked=True, chunk=16)
+    second = simulate(s, path=engine_path).iterations[1]
+    assert (second.prefill_tokens, second.verify_tokens) == (1 + 16, 5)
+    s = setup(table([0.0, 0.0005], [4, 1], [8, 3]),
+              policy=lambda: BatchLadder([[1, 8, 4]]), draft=FakeCost(0.001, 0.0),
+              acceptance=AcceptAll(), max_batched_tokens=64, max_num_seqs=2, chunked=True,
+              chunk=64)
+    second = simulate(s, path=engine_path).iterations[1]
+    assert (second.prefill_tokens, second.verify_tokens) == (1, 5)
