@@ -20,9 +20,10 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
   block with the token after it (``num_hash_lookahead_tokens`` 1), so a block is a hit
   only where the prompts also agree on the token after it (``next_token_hash``). The keys
   say which blocks match, not where prompts part: SpecSim takes them to part at a block's
-  first token, so the last block of a run of hits counts only where the next block's key
-  is cached too (or, for a request resumed after a preemption, its own output follows);
-  a prompt's last full block, followed by its own tail, is then no hit for another;
+  first token, so a block is keyed with the key of the block after it in its prompt, or,
+  for a prompt's last full block and its output blocks, with the request itself (its own
+  tail or output follows): a copy is found only where that agrees too, and each such
+  (key, next) pair has its copies, as each of vLLM's hashes has;
 - **caching** (``cache_blocks``): when a prefill chunk is scheduled, the full prompt blocks
   it completes are cached at once (so a request admitted later in the same step can hit
   them, as in vLLM). vLLM caches only tokens that are computed and committed
@@ -227,46 +228,33 @@ class PrefixCachingBlockManager(BlockManager):
         ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
         a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
         last token is always recomputed), less its last with ``drop_last_hit``."""
-        a = int(self._starts[rid])
-        n_prompt = int(self._starts[rid + 1]) - a
         cap = (tokens - 1) // self.block_size
         ref, copies = self._ref, self._first
         found = []  # the references of its leading cached blocks (each key's first copy)
-        for key in self._keys[a:a + min(cap, n_prompt)].tolist():
+        for key in self._keys_of(rid, 0, cap):
             c = copies.get(key)
             if c is None:
                 break
             found.append(ref[c])
-        else:
-            if cap > n_prompt:  # a resumed request: its output, cached when it was preempted
-                base = self._out + (rid << 40)
-                for j in range(n_prompt, cap):
-                    c = copies.get(base + j)
-                    if c is None:
-                        break
-                    found.append(ref[c])
         if self.drop_last_hit and found:
             found.pop()
-        if self.next_token_hash and 0 < len(found) <= n_prompt:
-            # the run's last prompt block was hashed with the token after it: the first of
-            # the next block (a hit where that block's key is cached too: prompts are taken
-            # to part at a block's first token), of its own output (a resumed request), or
-            # of its own tail (no one else's)
-            nxt = len(found)
-            if not (cap > n_prompt if nxt == n_prompt
-                    else int(self._keys[a + nxt]) in copies):
-                found.pop()
         return len(found), sum(r == 0 for r in found)
 
-    def _keys_of(self, rid: int, lo: int, hi: int) -> list[int]:
-        """The keys of request ``rid``'s blocks ``lo`` to ``hi`` - 1 (prompt, then output)."""
+    def _keys_of(self, rid: int, lo: int, hi: int) -> list:
+        """The keys of request ``rid``'s blocks ``lo`` to ``hi`` - 1 (prompt, then output);
+        with ``next_token_hash`` each with the token after the block: (key, the next prompt
+        block's key, or -(rid + 1) for the request's own tail or output)."""
         a = int(self._starts[rid])
         n_prompt = int(self._starts[rid + 1]) - a
         keys = self._keys[a + lo:a + min(hi, n_prompt)].tolist()
         if hi > n_prompt:
             base = self._out + (rid << 40)
             keys += range(base + max(lo, n_prompt), base + hi)
-        return keys
+        if not self.next_token_hash:
+            return keys
+        nxt = self._keys[a + lo + 1:a + min(hi, n_prompt - 1) + 1].tolist()  # prompt's next
+        own = -(rid + 1)
+        return [(k, nxt[i] if i < len(nxt) else own) for i, k in enumerate(keys)]
 
     def attach(self, slot: int, rid: int, hit: int) -> None:
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
@@ -325,11 +313,12 @@ class PrefixCachingBlockManager(BlockManager):
 
     def cached_keys(self) -> list[int]:
         """The key of each cached block (a key as often as it has copies)."""
-        return list(self._key.values())
+        return [k[0] if isinstance(k, tuple) else k for k in self._key.values()]
 
     def references(self, key: int) -> int:
         """The references to ``key``'s cached copies (0: none, or none cached)."""
-        return sum(self._ref[c] for c in self._copies_of(key))
+        return sum(self._ref[c] for c, k in self._key.items()
+                   if (k[0] if isinstance(k, tuple) else k) == key)
 
     def _copies_of(self, key: int) -> list[int]:
         """``key``'s cached copies, the first cached first."""

@@ -101,15 +101,8 @@ def random_mix(seed: int) -> Workload:
 # Where SpecSim's steps differ from vLLM 0.33's for a reason found and not yet fixed (the
 # rule numbers are those of docs/conformance.md). A workload listed here is expected to
 # differ; one that stops differing fails, so the list is kept true.
-EAGLE_HASH = ("SpecSim approximation (rule 6): vLLM 0.33 hashes an EAGLE drafter's blocks with "
-              "the token after them; SpecSim, whose keys say which blocks match but not "
-              "where prompts part, counts a run's last block a hit only where the next "
-              "block's key is cached too, which differs where the cached copies continue "
-              "otherwise")
 PLAIN_HASHES = ("vLLM's disable_lookahead_block_hashes (plain hashes, no block drop) is not "
                 "a SpecSim knob: SpecSim's 0.33 rules hash with the next token")
-UNTRACED = ("EAGLE with prefix caching: a difference late in the run (step 42 of 48, an "
-            "admission's hit) not traced yet")
 
 
 def gaps() -> list[Workload]:
@@ -140,8 +133,7 @@ def gaps() -> list[Workload]:
 
 
 RANDOM_SEEDS = range(100)
-GAPS = {"e eagle plain hashes": PLAIN_HASHES, "g seed 31": UNTRACED,
-        **{f"g seed {s}": EAGLE_HASH for s in (8, 15, 16, 34, 68, 69, 75, 76)}}
+GAPS = {"e eagle plain hashes": PLAIN_HASHES}
 
 
 def known_gap(w: Workload) -> str | None:
