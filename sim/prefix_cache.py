@@ -313,12 +313,11 @@ class PrefixCachingBlockManager(BlockManager):
 
     def cached_keys(self) -> list[int]:
         """The key of each cached block (a key as often as it has copies)."""
-        return [k[0] if isinstance(k, tuple) else k for k in self._key.values()]
+        return [_block_key(k) for k in self._key.values()]
 
     def references(self, key: int) -> int:
         """The references to ``key``'s cached copies (0: none, or none cached)."""
-        return sum(self._ref[c] for c, k in self._key.items()
-                   if (k[0] if isinstance(k, tuple) else k) == key)
+        return sum(self._ref[c] for c, k in self._key.items() if _block_key(k) == key)
 
     def _copies_of(self, key: int) -> list[int]:
         """``key``'s cached copies, the first cached first."""
@@ -363,3 +362,9 @@ class PrefixCachingBlockManager(BlockManager):
         if used + self.free_blocks != self.capacity_blocks:
             raise RuntimeError(f"{used} used + {self.free_blocks} free != "
                                f"{self.capacity_blocks} blocks")
+
+
+def _block_key(ident) -> int:
+    """The block key of a cached copy's identity (``_keys_of``: a key, or with
+    ``next_token_hash`` a (key, next) pair)."""
+    return ident[0] if isinstance(ident, tuple) else ident
