@@ -110,47 +110,9 @@ def advance(r, batch) -> tuple[int, int, int, int]:
     # Verification: accepted guesses + 1 token, capped at the remaining output.
     dec, row = batch.dec_slots, batch.row
     drafted = accepted = 0
-    n = len(dec)
-    if n:
+    if len(dec):
         st = r.state[dec]  # [D, N_COLS]: gather once, scatter once below
-        emitted = st[:, EMITTED]
-        if row.ndim == 1:  # one shape for the batch: scalars
-            depth, nodes, _ = shape_info(row)
-            # verify steps, draft steps and drafted tokens: the same for every row
-            st[:, COUNTS:COUNTS + 3] += _step_counts(row)
-            drafted = n * nodes
-            speculating = depth > 0
-            widths = rows_of(row, n)
-        else:  # a shape per sequence: arrays [D]
-            depth = (row > 0).sum(axis=1)
-            nodes = np.cumprod(row, axis=1).sum(axis=1)
-            st[:, COUNTS] += 1
-            st[:, COUNTS + 1] += depth > 0
-            st[:, COUNTS + 2] += nodes
-            drafted = int(_sum(nodes))
-            speculating = bool(depth.any())
-            widths = row
-        if speculating:
-            if r.overlap:
-                acc = _draw_ahead(r, st, widths, depth)
-            else:
-                acc = r.acceptance.draw(st[:, STREAM], emitted, widths, r.rng)  # [D]
-            st[:, COUNTS + 3] += acc
-            st[:, COUNTS + 4] += acc + (acc < depth)  # checked: accepted + first rejected
-            accepted = int(_sum(acc))
-            acc1 = acc + 1
-        else:
-            acc, acc1 = _zeros(n), _ones(n)
-        remaining = st[:, OUTPUT] - emitted  # [D]
-        last = remaining <= acc1  # [D]: who emits its last token (capped there)
-        if _any(last):
-            step = rules.emitted(acc, remaining)  # [D]
-            out = int(_sum(step))
-        else:
-            step, out = acc1, accepted + n
-        emitted += step  # (a view into st)
-        if r.draft_sync == "catch_up" and r.policy.uses_draft:
-            st[:, DLAG] = np.where(depth > 0, 0, st[:, DLAG] + step)  # missed: the new tokens
+        acc, acc1, _, last, out, accepted, drafted = verify(r, st, row)
         kept = batch.dec_context + acc1  # the root plus the accepted path
         st[:, KV] = kept
         st[:, BLOCKS] = r.kv.rolled_back(st[:, BLOCKS], kept)
@@ -167,6 +129,54 @@ def advance(r, batch) -> tuple[int, int, int, int]:
     if len(fin):
         r.finish(fin, now)
     return total_emitted, accepted, drafted, prefill
+
+
+def verify(r, st: np.ndarray, row: np.ndarray):
+    """The outcome of one verify for the decoding rows ``st`` ([D, N_COLS], written in
+    place) with draft shape ``row`` ([m] or [D, m]): the counters, the accepted depths
+    drawn, the tokens emitted (capped at each request's output), the draft's lag; returns
+    (accepted [D], accepted + 1 [D], draft tokens verified (a scalar for all or [D]), who
+    emitted its last token [D], tokens emitted, drafts accepted, drafted)."""
+    n = len(st)
+    emitted = st[:, EMITTED]
+    if row.ndim == 1:  # one shape for the batch: scalars
+        depth, nodes, _ = shape_info(row)
+        # verify steps, draft steps and drafted tokens: the same for every row
+        st[:, COUNTS:COUNTS + 3] += _step_counts(row)
+        drafted = n * nodes
+        speculating = depth > 0
+        widths = rows_of(row, n)
+    else:  # a shape per sequence: arrays [D]
+        depth = (row > 0).sum(axis=1)
+        nodes = np.cumprod(row, axis=1).sum(axis=1)
+        st[:, COUNTS] += 1
+        st[:, COUNTS + 1] += depth > 0
+        st[:, COUNTS + 2] += nodes
+        drafted = int(_sum(nodes))
+        speculating = bool(depth.any())
+        widths = row
+    if speculating:
+        if r.overlap:
+            acc = _draw_ahead(r, st, widths, depth)
+        else:
+            acc = r.acceptance.draw(st[:, STREAM], emitted, widths, r.rng)  # [D]
+        st[:, COUNTS + 3] += acc
+        st[:, COUNTS + 4] += acc + (acc < depth)  # checked: accepted + first rejected
+        accepted = int(_sum(acc))
+        acc1 = acc + 1
+    else:
+        acc, acc1, accepted = _zeros(n), _ones(n), 0
+    remaining = st[:, OUTPUT] - emitted  # [D]
+    last = remaining <= acc1  # [D]: who emits its last token (capped there)
+    if _any(last):
+        step = rules.emitted(acc, remaining)  # [D]
+        out = int(_sum(step))
+    else:
+        step, out = acc1, accepted + n
+    emitted += step  # (a view into st)
+    if r.draft_sync == "catch_up" and r.policy.uses_draft:
+        st[:, DLAG] = np.where(depth > 0, 0, st[:, DLAG] + step)  # missed: the new tokens
+    return acc, acc1, nodes, last, out, accepted, drafted
 
 
 def _draw_ahead(r, st: np.ndarray, widths: np.ndarray, depth) -> np.ndarray:
