@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from sim.cluster import Setup
-from sim.drafters import INPUT_SLOTS
+from sim.drafters import ASYNC_METHODS, INPUT_SLOTS
 from sim.kv import blocks_for
 from sim.limits import MAX_ARRIVAL_S
 from sim.log import RequestTable
@@ -300,6 +300,21 @@ def _measured_for(acceptance_cfg, drafter_cfg, models) -> list[str]:
             + ": its rates may not hold for this deployment"]
 
 
+def _check_async(sc: Scenario, source: str, method, variant: str) -> None:
+    """Refuse scheduler.async_scheduling where vLLM does not run it or SpecSim does not
+    model it."""
+    why = None
+    if method and method not in ASYNC_METHODS:
+        why = (f"variant {variant!r} drafts with {method}, which vLLM 0.33 runs only "
+               "with sync scheduling")
+    elif sc.deployment.pp > 1:
+        why = "vLLM 0.33 runs pipeline parallelism only with sync scheduling"
+    elif sc.deployment.draft_overlap == "parallel":
+        why = "a draft drafting ahead on its own GPU is not modelled with it"
+    if why:
+        raise UserError(f"{source}: scheduler.async_scheduling: {why}; set it false")
+
+
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
     from hardware.draft import check_same_vocab
@@ -314,7 +329,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching,
-                             lim.vllm_release, lim.reserve_full_isl)
+                             lim.vllm_release, lim.reserve_full_isl, lim.async_scheduling)
     users, think_s = 0, None
     with _Section(source, "workload"):
         loop = sc.workload.closed_loop()
@@ -335,6 +350,8 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             probe = make_policy()
         cfg = v.drafter or sc.models.drafter()
         where = f"variants.{i}.drafter" if v.drafter else "models"
+        if lim.async_scheduling:
+            _check_async(sc, source, probe.uses_draft and cfg.method, v.name)
         if cfg.method == "medusa" and probe.uses_draft and probe.max_depth > cfg.heads:
             raise UserError(f"{source}: {where}: heads: {cfg.heads} Medusa heads propose at "
                             f"most {cfg.heads} positions, but variant {v.name!r} drafts "

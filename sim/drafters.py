@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
-__all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE", "Drafter", "head_config",
-           "medusa_config"]
+__all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE", "ASYNC_METHODS", "Drafter",
+           "head_config", "medusa_config"]
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
 # input slots a method's drafter takes per scheduled request beside its tokens, from the
@@ -53,6 +53,10 @@ INPUT_SLOTS = {"draft_model": 1}
 # speculative.py, use_eagle(); sim.prefix_cache)
 EAGLE_TYPE = ("eagle", "eagle3", "mtp")
 CPU_METHODS = ("ngram", "suffix")
+# the methods vLLM 0.33's V1 model runner schedules asynchronously (VllmConfig.__post_init__
+# in vllm/config/vllm.py: EAGLE types incl. MTP, GPU n-gram and draft models; not a host
+# n-gram or suffix proposer, nor Medusa; sim.async_scheduling)
+ASYNC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ def shared(r) -> str | None:
         return f"{r.stages} pipeline stages"
     if r.limits.order != "vllm_v1":
         return f"scheduler.order {r.limits.order}"
+    if r.limits.async_scheduling:
+        return "async scheduling (a step is scheduled before the last one's outcome)"
     if r.prefix is not None:
         return "prefix caching (the cache's LRU changes with every grant)"
     if r.overlap:

@@ -273,17 +273,29 @@ class PrefixCachingBlockManager(BlockManager):
         self._done[slot] = hit
         self.blocks[slot] = hit
 
-    def cache(self, slots: np.ndarray, rids: np.ndarray, computed: np.ndarray) -> None:
+    def cache(self, slots: np.ndarray, rids: np.ndarray, computed: np.ndarray,
+              known: np.ndarray | None = None) -> None:
         """Cache the full prompt blocks of ``slots`` (requests ``rids``) that ``computed``
-        tokens (after the chunk just scheduled) complete."""
+        tokens (after the chunk just scheduled) complete, of the ``known`` tokens each
+        request has (a block hashed with the token after it waits for that token: a
+        prompt's last block for the first output token, as vLLM's block hasher does;
+        default: more than they hold)."""
+        if self.next_token_hash and known is not None:
+            computed = np.minimum(computed, known - 1)
         for s, rid, c in zip(slots.tolist(), rids.tolist(), computed.tolist(), strict=True):
             n_prompt = int(self._starts[rid + 1] - self._starts[rid])
             self._cache_upto(s, rid, min(c // self.block_size, n_prompt))
 
-    def keep_committed(self, slot: int, rid: int, kv_tokens: int) -> None:
+    def keep_committed(self, slot: int, rid: int, kv_tokens: int,
+                       known: int | None = None) -> None:
         """Before ``slot`` (request ``rid``) is preempted: cache its full blocks of the
         ``kv_tokens`` committed tokens it holds (prompt and accepted output; the draft
-        tokens a verify wrote past them were rolled back and are never cached)."""
+        tokens a verify wrote past them were rolled back and are never cached), of the
+        ``known`` tokens the request has (default: more than it holds): a block hashed with
+        the token after it needs that token too (an output not back yet under async
+        scheduling)."""
+        if known is not None:
+            kv_tokens = min(kv_tokens, known - self.next_token_hash)
         self._cache_upto(slot, rid, kv_tokens // self.block_size)
 
     def _cache_upto(self, s: int, rid: int, upto: int) -> None:

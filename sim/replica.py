@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim import gate, steady, steady_walk
+from sim import async_scheduling, gate, steady, steady_walk
 from sim.drafters import EAGLE_TYPE, INPUT_SLOTS
 from sim.engine_path import AUTO, EnginePath
 from sim.kernels import rules
@@ -141,6 +141,14 @@ class Replica:
         self.n_active = 0
         self._admitted = 0  # admission counter: the ``running`` order of vLLM v1
         self.waiting: deque[int] = deque()
+        # async scheduling (sim.async_scheduling): steps in flight that will sample a token
+        # for each slot (vLLM's num_output_placeholders > 0), and whether the last
+        # scheduling preempted
+        self.sampling = np.zeros(n, dtype=np.int64)
+        # and the tokens in flight that no output has confirmed (a verify's, placeholder
+        # drafts): counted in KV but not cached by a preemption
+        self.unconfirmed = np.zeros(n, dtype=np.int64)
+        self.last_preempted = False
         # preempted request -> (tokens it had emitted, its counters, speculation off, last
         # chunk time): carried back to the queue
         self._resume: dict[int, tuple[int, np.ndarray, int, float]] = {}
@@ -197,8 +205,12 @@ class Replica:
 
     # -- the scheduler's side ---------------------------------------------------------
     def schedulable(self) -> np.ndarray:
-        """bool [slots]: running sequences the scheduler may put in the next batch."""
-        return self.active
+        """bool [slots]: running sequences the scheduler may put in the next batch. Under
+        async scheduling not those whose step in flight is sure to write their last token
+        (vLLM's ``Scheduler.schedule`` skips them; ``sim.async_scheduling``)."""
+        if not self.limits.async_scheduling:
+            return self.active
+        return self.active & ~((self.sampling > 0) & (self.output - self.emitted <= 1))
 
     def running_order(self, schedulable: np.ndarray | None = None) -> np.ndarray:
         """int64 [R]: every running slot in priority order, the front first (the preemption
@@ -283,9 +295,13 @@ class Replica:
         self._resume[rid] = (int(self.emitted[s]), self.counters[s].copy(),
                              int(self.state[s, SPEC_OFF]), float(self.last_chunk_at[s]))
         if self.prefix is not None:  # its committed blocks stay findable until evicted
-            self.prefix.keep_committed(s, rid, int(self.kv_tokens[s]))
+            # (under async scheduling not the tokens of a verify in flight: vLLM caches
+            # only tokens an output has confirmed)
+            self.prefix.keep_committed(s, rid, int(self.kv_tokens[s] - self.unconfirmed[s]),
+                                       int(self.table.prompt_tokens[rid] + self.emitted[s]))
         self.kv.release(s)
         self.state[s] = 0
+        self.sampling[s] = self.unconfirmed[s] = 0
         self._vacate(s)
         self.waiting.appendleft(rid)
 
@@ -298,6 +314,9 @@ class Replica:
     # -- the loop ---------------------------------------------------------------------
     def run(self):
         """The replica's process: one SimPy timeout per iteration."""
+        if self.limits.async_scheduling:  # the next step scheduled while one runs
+            yield from async_scheduling.run(self)
+            return
         env = self.env
         while True:
             if self.n_active == 0 and not self.waiting:
@@ -409,6 +428,19 @@ class Replica:
         tab = self.table
         self.outstanding_tokens -= int(np.add.reduce(tab.prompt_tokens[rids])
                                        + np.add.reduce(st[:, OUTPUT]))
+
+    def retire_waiting(self, rid: int, emitted: int, counters: np.ndarray, now: float) -> None:
+        """Record request ``rid``, preempted and waiting, as finished: a step that ran it
+        before the preemption wrote its last token (``sim.async_scheduling``)."""
+        log = self.log
+        log.finished_at[rid] = now
+        log.emitted[rid] = emitted
+        log.counts[rid] = counters
+        self.outstanding_requests -= 1
+        if self.on_finish is not None:
+            self.on_finish(np.array([rid], dtype=np.int64))
+        self.outstanding_tokens -= int(self.table.prompt_tokens[rid]
+                                       + self.table.output_tokens[rid])
 
     def flush_running(self) -> None:
         """At the horizon: write what running and preempted requests have done so far."""

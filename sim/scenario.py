@@ -172,6 +172,10 @@ class Scheduler(Strict):
     # vLLM's --scheduler-reserve-full-isl (0.20 on): admit a request only when KV for its
     # whole prompt fits; null = the release's default (on; 0.11 has no such check)
     reserve_full_isl: bool | None = None  # --scheduler-reserve-full-isl; null: the release's
+    # vLLM's --async-scheduling: step n + 1 is scheduled while step n runs, before its output
+    # (admissions a step later, a wasted verify after a request's last token; vllm_v1 only,
+    # on the reference engine path; --from-vllm turns it on as vLLM does)
+    async_scheduling: bool = False
     # when the draft ingests tokens of iterations it did not draft for (policy γ = 0):
     # "every_step" (vLLM v1 drafts every step) or "catch_up" (when speculation resumes)
     draft_sync: Literal["every_step", "catch_up"] = "every_step"
@@ -194,8 +198,8 @@ class Scheduler(Strict):
 
     @model_validator(mode="after")
     def _chunk_fits(self):
-        for knob in ("vllm_release", "reserve_full_isl"):
-            if getattr(self, knob) is not None and knob in self.model_fields_set \
+        for knob in ("vllm_release", "reserve_full_isl", "async_scheduling"):
+            if getattr(self, knob) not in (None, False) and knob in self.model_fields_set \
                     and self.order != "vllm_v1":
                 raise ValueError(f"{knob}: only the vllm_v1 order follows a vLLM release's "
                                  f"rules, got order {self.order}")

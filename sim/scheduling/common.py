@@ -38,6 +38,7 @@ class SchedulerLimits:
     prefix_caching: bool = False
     vllm_release: str = "0.33"
     reserve_full_isl: bool | None = None  # None: the release's default
+    async_scheduling: bool = False  # vLLM's: step n + 1 scheduled while step n runs
 
     @cached_property
     def rolls_back(self) -> bool:
@@ -232,7 +233,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
             cache.attach(slot, rid, hit)
         r.kv.take(slot, need)
         if cache is not None:
-            cache.cache(np.array([slot]), np.array([rid]), np.array([cached + chunk]))
+            cache.cache(np.array([slot]), np.array([rid]), np.array([cached + chunk]),
+                        np.array([target]))
         new_slots.append(slot)
         new_chunks.append(chunk)
         new_cached.append(cached)
@@ -258,7 +260,8 @@ def cache_prefills(r, pre: np.ndarray, context: np.ndarray, chunks: np.ndarray) 
     chunks just scheduled complete (before admissions: vLLM's ``allocate_slots`` caches
     them as it schedules, so a waiting request admitted in the same step hits them)."""
     if r.prefix is not None and len(pre):
-        r.prefix.cache(pre, r.rid[pre], context + chunks)
+        rids = r.rid[pre]
+        r.prefix.cache(pre, rids, context + chunks, r.table.prompt_tokens[rids] + r.emitted[pre])
 
 
 def preempt_until_fits(r, order: np.ndarray, slots: np.ndarray, extra: np.ndarray

@@ -1,7 +1,8 @@
 """The conformance workloads: (a) ample KV, no speculation, chunked prefill under a few
 budgets; (b) tight KV (preemptions); (c) EAGLE with K = 3 under budgets that cut verifies;
 (d) tight KV with EAGLE; (e) prefix caching without and with EAGLE; (f) a draft model
-(one input slot per scheduled request); (g) seeded random mixes of all of these."""
+(one input slot per scheduled request); (g) seeded random mixes of all of these; every one
+of them again with async scheduling."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def gaps() -> list[Workload]:
 
 
 RANDOM_SEEDS = range(100)
-GAPS = {"e eagle plain hashes": PLAIN_HASHES}
+GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES}
 
 
 def known_gap(w: Workload) -> str | None:
@@ -141,6 +142,13 @@ def known_gap(w: Workload) -> str | None:
     return GAPS.get(w.name)
 
 
-def all_workloads() -> list[Workload]:
-    """Every workload the conformance test runs, in the table's order."""
+def sync_workloads() -> list[Workload]:
+    """The workloads in sync mode: (a) to (g) and the named gaps."""
     return named() + gaps() + [random_mix(s) for s in RANDOM_SEEDS]
+
+
+def all_workloads() -> list[Workload]:
+    """Every workload the conformance test runs, in the table's order: each in sync mode,
+    then each again with async scheduling (its name ends in " async")."""
+    sync = sync_workloads()
+    return sync + [replace(w, name=f"{w.name} async", async_scheduling=True) for w in sync]

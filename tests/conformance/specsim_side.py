@@ -55,7 +55,7 @@ def specsim_setup(w: Workload):
               max_num_seqs=w.max_num_seqs, max_batched_tokens=w.max_batched_tokens,
               chunked=w.chunked, chunk=w.chunk or w.max_batched_tokens,
               cost=FakeCost(overhead_s=1.0, per_token_s=0.0), prefix_caching=w.prefix_caching,
-              vllm_release="0.33")
+              vllm_release="0.33", async_scheduling=w.async_scheduling)
     if w.k and w.method == "eagle":
         s = replace(s, drafter=Drafter("eagle", s.draft))
     return s
@@ -87,7 +87,8 @@ def _recording(steps: list[Step]):
             tokens[int(r.rid[s])] = int(c) + p
             if p:
                 drafts[int(r.rid[s])] = p
-        steps.append(Step(tokens, drafts, tuple(victims), float(r.env.now)))
+        if tokens or victims:  # (an async replica may schedule an empty step: vLLM too)
+            steps.append(Step(tokens, drafts, tuple(victims), float(r.env.now)))
         return batch
 
     scheduling.ORDERS["vllm_v1"] = recording_plan

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.cases import all_workloads
+from tests.conformance.cases import sync_workloads
 from tests.conformance.specsim_side import run_specsim, specsim_setup
 from tests.conformance.workload import BLOCK, Workload
 
-WORKLOADS = all_workloads()
+WORKLOADS = sync_workloads()  # (async copies: the same requests, another time line)
 
 
 @pytest.mark.parametrize("w", [w for w in WORKLOADS if w.prefix_caching], ids=lambda w: w.name)

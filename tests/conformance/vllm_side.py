@@ -3,7 +3,9 @@ step in place of the model, one ``Step`` per ``schedule()`` call.
 
 The scheduler is built as vLLM's ``tests/v1/core/utils.py`` builds it (``create_scheduler``):
 a model folder that holds only a ``config.json`` (a one-layer Llama; no weights, no
-tokenizer), a ``KVCacheConfig`` of ``num_blocks`` blocks and no tensors, sync scheduling.
+tokenizer), a ``KVCacheConfig`` of ``num_blocks`` blocks and no tensors; sync scheduling,
+or with ``Workload.async_scheduling`` vLLM's ``AsyncScheduler`` driven as its engine core
+drives it (``run_vllm_async``).
 Speculation uses a real ``SpeculativeConfig``: ``eagle`` with a draft folder whose
 ``config.json`` names an EAGLE-Llama head, ``draft_model`` with the target's folder as the
 draft. What the scheduler takes from them: ``num_speculative_tokens`` K, K lookahead slots,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
 from pathlib import Path
 
 os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"  # pinned: the rules read with it off
@@ -37,6 +40,7 @@ from vllm.config import (  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -101,19 +105,20 @@ class VllmFactory:
         sched = SchedulerConfig(
             max_num_seqs=w.max_num_seqs, max_num_batched_tokens=w.max_batched_tokens,
             max_model_len=w.max_model_len, long_prefill_token_threshold=w.chunk,
-            enable_chunked_prefill=w.chunked, async_scheduling=False,
+            enable_chunked_prefill=w.chunked, async_scheduling=w.async_scheduling,
             is_encoder_decoder=False)
         cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=w.prefix_caching)
         vc = VllmConfig(scheduler_config=sched, model_config=mc, cache_config=cache,
                         parallel_config=parallel, device_config=DeviceConfig(device="cpu"),
                         speculative_config=spec)
-        if vc.scheduler_config.async_scheduling or vc.use_v2_model_runner:
-            raise RuntimeError("vLLM chose async scheduling or the V2 runner: not these runs")
+        if vc.scheduler_config.async_scheduling != w.async_scheduling or vc.use_v2_model_runner:
+            raise RuntimeError("vLLM changed async scheduling or chose the V2 runner")
         kv = KVCacheConfig(num_blocks=w.blocks, kv_cache_tensors=[], kv_cache_groups=[
             KVCacheGroupSpec(["layer"], FullAttentionSpec(
                 block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))])
         cache.num_gpu_blocks = w.blocks
-        return Scheduler(vllm_config=vc, kv_cache_config=kv, block_size=BLOCK,
+        cls = AsyncScheduler if w.async_scheduling else Scheduler
+        return cls(vllm_config=vc, kv_cache_config=kv, block_size=BLOCK,
                          structured_output_manager=StructuredOutputManager(vc),
                          log_stats=False)
 
@@ -125,14 +130,27 @@ def _request(w: Workload, rid: int, hasher) -> Request:
                    pooling_params=None, arrival_time=w.arrival_at[rid], block_hasher=hasher)
 
 
+def _hasher(w: Workload, s):
+    if not w.prefix_caching:
+        return None
+    fn = get_hash_fn_by_name(s.vllm_config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(fn)
+    return get_request_block_hasher(BLOCK, fn, s.vllm_config.num_hash_lookahead_tokens)
+
+
+def _step(out, now: float) -> Step:
+    spec = out.scheduled_spec_decode_tokens
+    return Step({int(r): n for r, n in out.num_scheduled_tokens.items()},
+                {int(r): len(d) for r, d in spec.items() if d},
+                tuple(sorted(int(r) for r in out.preempted_req_ids or ())), now)
+
+
 def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list[Step]:
     """vLLM's steps for ``w``, until every request finished."""
+    if w.async_scheduling:
+        return run_vllm_async(w, factory, max_steps)
     s = factory.scheduler(w)
-    hasher = None
-    if w.prefix_caching:
-        fn = get_hash_fn_by_name(s.vllm_config.cache_config.prefix_caching_hash_algo)
-        init_none_hash(fn)
-        hasher = get_request_block_hasher(BLOCK, fn, s.vllm_config.num_hash_lookahead_tokens)
+    hasher = _hasher(w, s)
     accepted = w.accepted()
     order = sorted(range(w.n), key=lambda i: w.arrival_at[i])
     now, nxt, done = 0.0, 0, 0
@@ -148,9 +166,7 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
             raise RuntimeError(f"{w.name}: vLLM ran {max_steps} steps without finishing")
         out = s.schedule()
         spec = out.scheduled_spec_decode_tokens
-        steps.append(Step({int(r): n for r, n in out.num_scheduled_tokens.items()},
-                          {int(r): len(d) for r, d in spec.items() if d},
-                          tuple(sorted(int(r) for r in out.preempted_req_ids or ())), now))
+        steps.append(_step(out, now))
         ids = list(out.num_scheduled_tokens)
         sampled = []
         for r in ids:
@@ -170,4 +186,72 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
             s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * w.k for _ in live]))
         if out.total_num_scheduled_tokens:
             now += 1.0
+    return steps
+
+
+def run_vllm_async(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list[Step]:
+    """vLLM's steps for ``w`` with async scheduling, as ``EngineCore.step_with_batch_queue``
+    (``vllm/v1/engine/core.py``) drives an ``AsyncScheduler`` with a queue of two batches:
+    schedule a step; if fewer than two are queued, schedule the next at once; else wait for
+    the oldest to finish and apply its output. So step n + 1 is scheduled when step n starts,
+    before step n's output is known. A step that schedules anything runs one second after
+    the step before it ends; one that schedules nothing takes none.
+
+    The fake model's output of a step: a prefill chunk short of the prompt's end samples
+    nothing; an admission padded with placeholder drafts samples one token; a verify
+    returns its accepted drafts (``Workload.accepted`` at the output tokens the request has
+    when the step's output is applied) and one bonus token. Drafts are placeholders in
+    async mode (the worker fills them in), so no ``update_draft_token_ids``."""
+    s = factory.scheduler(w)
+    hasher = _hasher(w, s)
+    accepted = w.accepted()
+    order = sorted(range(w.n), key=lambda i: w.arrival_at[i])
+    queue: deque = deque()  # (scheduler output, what each request samples, end time)
+    now, gpu_end, nxt = 0.0, 0.0, 0
+    steps: list[Step] = []
+    while nxt < w.n or s.has_requests() or queue:
+        while nxt < w.n and w.arrival_at[order[nxt]] <= now:
+            s.add_request(_request(w, order[nxt], hasher))
+            nxt += 1
+        if s.has_requests():
+            if len(steps) >= max_steps:
+                raise RuntimeError(f"{w.name}: vLLM ran {max_steps} steps without finishing")
+            running = {r.request_id for r in s.running}
+            out = s.schedule()
+            executed = out.total_num_scheduled_tokens > 0
+            start = max(now, gpu_end)
+            gpu_end = start + (1.0 if executed else 0.0)
+            if executed or out.preempted_req_ids:  # not an empty step (SpecSim has none)
+                steps.append(_step(out, start))
+            spec = out.scheduled_spec_decode_tokens
+            kinds = {}
+            for r in out.num_scheduled_tokens:
+                if s.requests[r].is_prefill_chunk:
+                    kinds[r] = "chunk"  # samples nothing
+                elif r not in running and spec.get(r):
+                    kinds[r] = "pad"  # placeholder drafts, all rejected
+                else:
+                    kinds[r] = len(spec.get(r, ()))  # drafts to verify
+            queue.appendleft((out, kinds, gpu_end))
+            if len(queue) < 2 and (executed or s.has_requests()):
+                continue
+        elif not queue:  # idle: wake at the next arrival
+            now = w.arrival_at[order[nxt]]
+            continue
+        out, kinds, end = queue.pop()
+        now = max(now, end)
+        ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for r in ids:
+            req, kind = s.requests.get(r), kinds[r]
+            if req is None or kind == "chunk":
+                sampled.append([])
+            elif kind == "pad":
+                sampled.append([OUT_TOKEN])
+            else:
+                a = min(int(accepted[int(r), req.num_output_tokens]), kind)
+                sampled.append([OUT_TOKEN] * (a + 1))
+        s.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled))
     return steps

@@ -48,6 +48,7 @@ class Workload:
     max_model_len: int = 4096
     lookahead_hashes: bool = True  # False: vLLM's disable_lookahead_block_hashes (and no
     # EAGLE block drop either): plain block hashes, as without speculation
+    async_scheduling: bool = False  # vLLM's async scheduling (its default where supported)
 
     def __post_init__(self) -> None:
         n = len(self.arrival_at)
@@ -99,8 +100,9 @@ def arrivals(rng: np.random.Generator, n: int, span: int) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class Step:
     """What one step scheduled: tokens per request, draft tokens per request (those with
-    any; placeholder drafts included), the requests it preempted; ``at``: when it started
-    (not compared)."""
+    any; placeholder drafts included), the requests it preempted; ``at``: when it started,
+    or on SpecSim's side under async scheduling when it was scheduled, a step sooner (not
+    compared)."""
 
     tokens: dict[int, int]
     drafts: dict[int, int]

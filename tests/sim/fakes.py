@@ -169,11 +169,12 @@ def setup(tab, *, policy=NoSpeculation, draft=None, acceptance=None, blocks=10_0
           max_num_seqs=8, max_batched_tokens=100, chunked=False, chunk=64, seed=0,
           replicas=1, router="round_robin", cost=None, order="vllm_v1",
           draft_sync="every_step", overlap=False, placement="colocated",
-          prefix_caching=False, vllm_release="0.33") -> Setup:
+          prefix_caching=False, vllm_release="0.33", async_scheduling=False) -> Setup:
     return Setup(
         table=tab,
         limits=SchedulerLimits(max_num_seqs, max_batched_tokens, chunked, chunk, 16, order,
-                               prefix_caching, vllm_release),
+                               prefix_caching, vllm_release,
+                               async_scheduling=async_scheduling),
         kv_capacity_blocks=blocks,
         target_cost=cost or FakeCost(),
         draft=None if draft is None else DraftSetup(cost=draft, placement=placement),

@@ -55,8 +55,8 @@ class CheckedPrefix(PrefixCachingBlockManager):
         super().attach(slot, rid, hit)
         self.check()
 
-    def cache(self, slots, rids, computed):
-        super().cache(slots, rids, computed)
+    def cache(self, slots, rids, computed, known=None):
+        super().cache(slots, rids, computed, known)
         self.check()
 
 
