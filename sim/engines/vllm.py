@@ -9,6 +9,7 @@ import json
 import shlex
 from collections.abc import Callable
 
+from sim.drafters import ASYNC_METHODS
 from sim.engines.common import (
     NO_EFFECT,
     Parsed,
@@ -50,7 +51,7 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
                "--max-num-batched-tokens": "scheduler.max_batched_tokens",
                "--block-size": "scheduler.block_size",
                "--num-gpu-blocks-override": "scheduler.num_gpu_blocks_override"}
-    spec, caching, sync = None, None, False
+    spec, caching, scheduling = None, None, None  # scheduling: async (True) or sync
     for name, value in flags.items():
         if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
             continue
@@ -75,12 +76,8 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             caching = name == "--enable-prefix-caching"
         elif name in ("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"):
             out.set("scheduler.reserve_full_isl", name == "--scheduler-reserve-full-isl")
-        elif name == "--async-scheduling":
-            raise UserError(f"{what}: {name}: not modelled: SpecSim schedules synchronously "
-                            "(each step planned after the last one's output); give "
-                            "--no-async-scheduling to simulate that")
-        elif name == "--no-async-scheduling":
-            sync = True
+        elif name in ("--async-scheduling", "--no-async-scheduling"):
+            scheduling = name == "--async-scheduling"
         elif name == "--enforce-eager":
             out.notes.append(f"{name}: not modelled (no CUDA-graph effects are priced)")
         elif name in NO_EFFECT:
@@ -92,14 +89,34 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         out.notes.append("prefix caching: on, vLLM v1's default (--no-enable-prefix-caching "
                          "turns it off)")
     out.set("scheduler.prefix_caching", caching)
-    if not sync:
-        out.notes.append("async scheduling: vLLM 0.33 schedules a step while the last one "
-                         "runs, by default where its model runner supports it; SpecSim "
-                         "schedules synchronously, as --no-async-scheduling does (a request "
-                         "is admitted a step sooner, and no verify runs after its stop)")
     _batch_defaults(out, flags)
     _speculation(out, spec, resolve_model)
+    _async_scheduling(out, scheduling)
     return out
+
+
+def _async_scheduling(out: Parsed, scheduling: bool | None) -> None:
+    """vLLM's async scheduling: on by default where its V1 model runner supports it (not
+    with a host n-gram or suffix proposer, Medusa, or pipeline parallelism), an error
+    where ``--async-scheduling`` asks for it there, off with ``--no-async-scheduling``."""
+    values = dict(t.split("=", 1) for t in out.sets)
+    method = json.loads(values.get("models.method", "null"))
+    pp = json.loads(values.get("deployment.pp", "1"))
+    why = None
+    if method is not None and method not in ASYNC_METHODS:
+        why = f"{method} speculative decoding"
+    elif pp > 1:
+        why = "pipeline parallelism"
+    if scheduling and why:
+        raise UserError(f"{out.what}: --async-scheduling: vLLM 0.33's V1 model runner does "
+                        f"not support it with {why}")
+    if scheduling is None:
+        scheduling = why is None
+        out.notes.append("async scheduling: " + (
+            "on, vLLM's default (each step scheduled while the last one runs; "
+            "--no-async-scheduling turns it off)" if scheduling else
+            f"off: vLLM turns it off with {why}"))
+    out.set("scheduler.async_scheduling", scheduling)
 
 
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
@@ -408,9 +425,9 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     words.append("--enable-prefix-caching" if lim.prefix_caching
                  else "--no-enable-prefix-caching")
     if lim.order == "vllm_v1" and lim.vllm_release != "0.11":
-        # SpecSim schedules synchronously; vLLM schedules asynchronously by default from
-        # 0.20 where it can
-        words.append("--no-async-scheduling")
+        # vLLM schedules asynchronously by default from 0.20 where it can: say which
+        words.append("--async-scheduling" if lim.async_scheduling
+                     else "--no-async-scheduling")
         if lim.reserve_full_isl is False:
             words.append("--no-scheduler-reserve-full-isl")
     if lim.order == "vllm_v1":

@@ -610,34 +610,46 @@ def test_forced_acceptance_on_a_tree_forces_the_depth_whatever_the_width(tmp_pat
             "\"synthetic_acceptance_length\": 1.5}'", _ids)
 
 
-@pytest.mark.parametrize("flags, full_isl, sync", [
-    ("", None, False), ("--no-async-scheduling", None, True),
-    ("--no-scheduler-reserve-full-isl --no-async-scheduling", False, True),
-    ("--scheduler-reserve-full-isl", True, False)])
-def test_vllms_scheduling_switches_are_read_and_written_back(flags, full_isl, sync):
+@pytest.mark.parametrize("flags, full_isl, scheduling", [
+    ("", None, True), ("--no-async-scheduling", None, False),
+    ("--async-scheduling", None, True),
+    ("--no-scheduler-reserve-full-isl --no-async-scheduling", False, False),
+    ("--scheduler-reserve-full-isl", True, True)])
+def test_vllms_scheduling_switches_are_read_and_written_back(flags, full_isl, scheduling):
     """vLLM 0.33's scheduling switches: full-prompt admission maps to
-    scheduler.reserve_full_isl; synchronous scheduling is what SpecSim simulates, and
-    without --no-async-scheduling a note says vLLM's default differs. The command written
-    back asks for what was simulated."""
+    scheduler.reserve_full_isl; async scheduling is on unless --no-async-scheduling, as in
+    vLLM, and a note says so when no flag chose it. The command written back asks for what
+    was simulated."""
     from sim.engines.vllm import serve_command
     from sim.loading import load_scenario
 
     parsed = parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct {flags}", _ids)
-    assert _sets(parsed).get("scheduler.reserve_full_isl") is full_isl
-    assert any(n.startswith("async scheduling:") for n in parsed.notes) is not sync
+    got = _sets(parsed)
+    assert got.get("scheduler.reserve_full_isl") is full_isl
+    assert got["scheduler.async_scheduling"] is scheduling
+    assert any(n.startswith("async scheduling: on, vLLM's default") for n in parsed.notes) \
+        is ("async" not in flags)
     sc = load_scenario(None, parsed.sets)
     command, notes = serve_command(sc, sc.variants[0], CAT)
     words = command.split()
-    assert "--no-async-scheduling" in words
+    assert ("--async-scheduling" if scheduling else "--no-async-scheduling") in words
     assert ("--no-scheduler-reserve-full-isl" in words) is (full_isl is False)
     assert "scheduling: vLLM 0.33's rules (scheduler.vllm_release)" in notes
 
 
-def test_async_scheduling_is_refused_until_it_is_modelled():
-    with pytest.raises(UserError, match=r"^--from-vllm: --async-scheduling: not modelled: "
-                                        r"SpecSim schedules synchronously"):
-        parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct --async-scheduling",
-                         _ids)
+def test_async_scheduling_follows_vllm_where_its_runner_cannot_run_it():
+    # vLLM 0.33 turns it off with a host n-gram proposer or pipeline parallelism, and
+    # refuses it where the command line asks for it there
+    base = "vllm serve meta-llama/Llama-3.1-8B-Instruct "
+    ngram = base + ("--speculative-config '{\"method\": \"ngram\", "
+                    "\"num_speculative_tokens\": 3, \"prompt_lookup_max\": 4}'")
+    for cmd, why in ((ngram, "ngram speculative decoding"), (base + "-pp 2",
+                                                              "pipeline parallelism")):
+        parsed = parse_vllm_serve(cmd, _ids)
+        assert _sets(parsed)["scheduler.async_scheduling"] is False
+        assert f"async scheduling: off: vLLM turns it off with {why}" in parsed.notes
+        with pytest.raises(UserError, match=rf"^--from-vllm: --async-scheduling: .* {why}"):
+            parse_vllm_serve(cmd + " --async-scheduling", _ids)
 
 
 @pytest.mark.parametrize("sets, match", [
