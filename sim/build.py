@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from sim.cluster import Setup
-from sim.drafters import ASYNC_METHODS, INPUT_SLOTS
+from sim.drafters import ASYNC_METHODS, input_slots, lookahead_slots
 from sim.kv import blocks_for
 from sim.limits import MAX_ARRIVAL_S
 from sim.log import RequestTable
@@ -370,10 +370,9 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             models.append(("draft", draft.cost.dep.model))
             with _Section(source, "models.draft"):
                 check_same_vocab(target.dep.model, draft.cost.dep.model)
-        lookahead = probe.max_nodes if probe.uses_draft and drafter.lookahead else 0
-        check_fits(sc, tab, blocks, max_verify_tokens(probe), source, models, lookahead)
-        slots = INPUT_SLOTS.get(drafter.method, 0) if probe.uses_draft else 0
-        step, per_request = limits.step_budget(slots)
+        check_fits(sc, tab, blocks, max_verify_tokens(probe), source, models,
+                   lookahead_slots(drafter, probe))
+        step, per_request = limits.step_budget(input_slots(drafter, probe.uses_draft))
         if max_verify_tokens(probe) + per_request > step:
             raise UserError(
                 f"{source}: scheduler.max_batched_tokens: {lim.max_batched_tokens} leaves "

@@ -40,7 +40,7 @@ from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
 __all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE", "ASYNC_METHODS", "Drafter",
-           "head_config", "medusa_config"]
+           "head_config", "input_slots", "lookahead_slots", "medusa_config"]
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
 # input slots a method's drafter takes per scheduled request beside its tokens, from the
@@ -53,6 +53,21 @@ INPUT_SLOTS = {"draft_model": 1}
 # speculative.py, use_eagle(); sim.prefix_cache)
 EAGLE_TYPE = ("eagle", "eagle3", "mtp")
 CPU_METHODS = ("ngram", "suffix")
+
+
+def input_slots(drafter, uses_draft: bool) -> int:
+    """The input slots each scheduled request's drafter takes beside its tokens
+    (``INPUT_SLOTS``; ``drafter`` None: a plain draft model); none without speculation."""
+    method = "draft_model" if drafter is None else drafter.method
+    return INPUT_SLOTS.get(method, 0) if uses_draft else 0
+
+
+def lookahead_slots(drafter, policy) -> int:
+    """KV slots a scheduled request reserves for its next verify's drafts (vLLM's
+    ``num_lookahead_tokens``): the policy's most draft tokens, where a model drafts them
+    (``drafter`` None, a plain draft model, or one with ``lookahead``), else 0."""
+    reserve = policy.uses_draft and (drafter is None or drafter.lookahead)
+    return int(policy.max_nodes) if reserve else 0
 # the methods vLLM 0.33's V1 model runner schedules asynchronously (VllmConfig.__post_init__
 # in vllm/config/vllm.py: EAGLE types incl. MTP, GPU n-gram and draft models; not a host
 # n-gram or suffix proposer, nor Medusa; sim.async_scheduling)

@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from sim import async_scheduling, gate, steady, steady_walk
-from sim.drafters import EAGLE_TYPE, INPUT_SLOTS
+from sim.drafters import EAGLE_TYPE, input_slots, lookahead_slots
 from sim.engine_path import AUTO, EnginePath
 from sim.kernels import rules
 from sim.kv import BlockManager
@@ -95,13 +95,11 @@ class Replica:
         self.drafter = drafter  # ``sim.drafters.Drafter`` or None (a plain draft model)
         # KV slots reserved for the next verify (vLLM's num_lookahead_tokens/slots): only
         # model-based drafters reserve them
-        reserve = policy.uses_draft and (drafter is None or drafter.lookahead)
-        self.lookahead = int(policy.max_nodes) if reserve else 0
+        self.lookahead = lookahead_slots(drafter, policy)
         # the step's token budget and the input slots each scheduled request takes from it
         # beside its tokens (vLLM's max_num_new_slots_for_drafting; SchedulerLimits.step_budget)
-        method = "draft_model" if drafter is None else drafter.method
-        slots = INPUT_SLOTS.get(method, 0) if policy.uses_draft else 0
-        self.step_tokens, self.draft_slots = limits.step_budget(slots)
+        self.step_tokens, self.draft_slots = limits.step_budget(
+            input_slots(drafter, policy.uses_draft))
         self.v1 = limits.v1.copy()  # vLLM v1's rules as the kernels take them
         self.v1[rules.DRAFT_SLOTS] = self.draft_slots
         # placeholder drafts of a one-token admission (rules.padding): vLLM's

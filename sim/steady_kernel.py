@@ -55,7 +55,7 @@ _PYTHON = {name: getattr(module, name) for module, names in (
     (spec_cost, ("round_seconds",)),
     (analytic, ("stage_parts",)),
     (rules, ("blocks_for", "wanted", "most_tokens", "share", "spent", "grant", "first_chunk",
-                "padding", "kept_blocks", "emitted")),
+                "admission", "padding", "kept_blocks", "emitted")),
     (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
 
 

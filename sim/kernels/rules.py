@@ -31,6 +31,11 @@ What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.s
   (``num_lookahead_tokens``); none where it holds them already;
 - ``first_chunk``: an admitted request's first chunk: the rest of its prompt, with chunked
   prefill at most ``chunk_tokens`` and what the budget has left;
+- ``admission``: whether that chunk is admitted and the blocks it takes: it must fit the
+  budget and the free blocks (with its lookahead slots and a padded admission's
+  placeholders, from 0.33), and from 0.20 the whole prompt's blocks must be free
+  (``scheduler_reserve_full_isl``: ``KVCacheManager.allocate_slots`` with
+  ``full_sequence_must_fit``);
 - ``kept_blocks``: after a verify, the blocks a request keeps: vLLM v1 keeps every block
   it holds until the request is freed or preempted (the rejected drafts' slots are
   written over by the tokens that follow: ``single_type_kv_cache_manager.py``,
@@ -111,6 +116,22 @@ def first_chunk(todo, chunk_tokens, budget, chunked):
         return todo
     chunk = todo if todo < chunk_tokens else chunk_tokens
     return chunk if chunk < budget else budget
+
+
+def admission(target, cached, chunk, pads, ahead, hit, idle, free, budget, full_isl,
+              block_size):
+    """The blocks an admission takes (scalars): its cached tokens, first ``chunk`` and
+    ``pads`` placeholder drafts with ``ahead`` lookahead slots, less the ``hit`` cached
+    blocks it found; -1 where it does not fit: its tokens past what the ``budget`` has left
+    (input slots taken off), or its blocks and the ``idle`` cached blocks it takes out of
+    the free queue past the ``free`` blocks, or with ``full_isl`` (vLLM's
+    ``scheduler_reserve_full_isl``) the blocks of its whole ``target`` prompt past them."""
+    need = (cached + chunk + pads + ahead + (block_size - 1)) // block_size - hit
+    if chunk + pads > budget or need + idle > free:
+        return -1
+    if full_isl and (target + (block_size - 1)) // block_size - hit + idle > free:
+        return -1
+    return need
 
 
 def padding(todo, cached, pad_tokens, scheduled, prefilling):

@@ -28,6 +28,7 @@ from sim.kernels.rules import (
     NEW_LOOKAHEAD,
     PAD_TOKENS,
     ROLLS_BACK,
+    admission,
     blocks_for,
     emitted,
     first_chunk,
@@ -234,10 +235,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 beyond = True  # padded to a verify: the reference forms it
                 break
             chunk = first_chunk(st[n + w, TARGET], most, budget - in_slots, chunked)
-            need = blocks_for(chunk + new_ahead, block_size)
-            if chunk > budget - in_slots or need > f:
-                break
-            if v1[FULL_ISL] and blocks_for(st[n + w, TARGET], block_size) > f:
+            need = admission(st[n + w, TARGET], 0, chunk, 0, new_ahead, 0, 0, f,
+                             budget - in_slots, v1[FULL_ISL], block_size)
+            if need < 0:
                 break
             take[n + w] = chunk
             a += 1

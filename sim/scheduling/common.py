@@ -216,10 +216,9 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         todo = target - cached
         chunk = first_chunk(todo, cap, budget - slots, lim.chunked_prefill)
         pads = rules.padding(todo, cached, pad, scheduled, prefilling) if pad else 0
-        need = int(blocks_for(cached + chunk + pads + ahead, bs)) - hit
-        if chunk + pads > budget - slots or need + idle > r.kv.free_blocks:
-            break
-        if lim.full_isl and int(blocks_for(target, bs)) - hit + idle > r.kv.free_blocks:
+        need = rules.admission(target, cached, chunk, pads, ahead, hit, idle, r.kv.free_blocks,
+                               budget - slots, lim.full_isl, bs)
+        if need < 0:
             break
         if reserved is not None:
             left = int(r.table.output_tokens[rid]) - (target - int(r.table.prompt_tokens[rid]))
