@@ -98,11 +98,13 @@ def schedule(r) -> Step | None:
     return step
 
 
-def drop_finished(step: Step, fin: np.ndarray) -> Step:
-    """``step`` without the decoding slots ``fin`` (their requests finished before it ran):
-    their verify tokens stay priced, as ``wasted``."""
+def drop_finished(r, step: Step, fin: np.ndarray) -> Step:
+    """``step`` without replica ``r``'s decoding slots ``fin`` (their requests finished
+    before it ran): their verify tokens stay priced, as ``wasted``."""
     batch = step.batch
-    gone = np.isin(batch.dec_slots, fin)
+    ended = np.zeros(len(r.state), dtype=bool)
+    ended[fin] = True
+    gone = ended[batch.dec_slots]
     if not _any(gone):
         return step
     keep = ~gone
@@ -244,7 +246,7 @@ def run(r):
         yield env.timeout(step.draft_s + step.verify_s)
         out, accepted, drafted, prefill, fin = settle(r, step)
         if ahead is not None and len(fin):
-            ahead = drop_finished(ahead, fin)
+            ahead = drop_finished(r, ahead, fin)
         r.check_progress(out)
         b = step.batch
         r.log.iterations.append(
