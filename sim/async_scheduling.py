@@ -206,13 +206,14 @@ def _stale_rows(r, rids: np.ndarray) -> np.ndarray:
 def _stale(r, rid: int, tokens: int | None, row: np.ndarray | None, now: float) -> None:
     """A waiting (preempted) request ``rid`` gets the output of a step that ran it: its
     first token (``tokens``) or a verify's (``row``, already settled by ``verify``)."""
-    emitted, counters, off, _ = r._resume[rid]
+    emitted, counters, off, last = r._resume[rid]
+    if row is None and emitted == 0:
+        r.log.first_token_at[rid] = now
+    else:
+        r.log.add_itl(np.array([now - last]))
     if row is None:
-        if emitted == 0:
-            r.log.first_token_at[rid] = now
         emitted += tokens
     else:
-        r.log.add_itl(np.array([now - r._resume[rid][3]]))
         emitted, counters = int(row[EMITTED]), row[COUNTS:].copy()
     if emitted >= r.table.output_tokens[rid]:  # it finished while it waited
         r.waiting.remove(rid)
