@@ -6,7 +6,7 @@ import pytest
 from sim.policies import FixedGamma
 from sim.runner import simulate
 from specdec.errors import UserError
-from tests.sim.fakes import FakeCost, setup, table
+from tests.sim.fakes import AcceptN, FakeCost, setup, table
 
 
 def _times(result):
@@ -80,3 +80,17 @@ def test_async_scheduling_is_refused_where_vllm_does_not_run_it(sets, why):
         sc = load_scenario("scenarios/default.yaml",
                            ["scheduler.async_scheduling=true", *sets])
         setups(sc)
+
+
+def test_a_step_in_flight_holds_kv_for_every_draft_until_its_rejections_come_back():
+    # γ = 3, no draft ever accepted; r0: prompt 12, output 20, 16-token blocks. Step k + 1
+    # is scheduled when step k starts, with step k's 4 tokens counted as computed: it needs
+    # KV for the committed tokens (12 + k - 1 after step k - 1's rejections came back),
+    # step k's 4, its own 4 and 3 lookahead slots: 22 + k tokens. The record of step k
+    # (written when it ends) sees those blocks, ⌈(22 + k) / 16⌉; step 19 ends the request.
+    s = setup(table([0.0], [12], [20]), policy=lambda: FixedGamma(3), draft=FakeCost(0.0, 0.0),
+              acceptance=AcceptN(0), async_scheduling=True)
+    res = simulate(s)
+    assert res.requests[0].emitted_tokens == 20 and len(res.iterations) == 20
+    want = [-(-(22 + k) // 16) for k in range(19)] + [0]
+    assert [it.kv_blocks_used for it in res.iterations] == want
