@@ -160,8 +160,11 @@ def release_name_ok(release: object) -> bool:
         and "@" not in release
 
 
-SPEC_METHODS = ("default", "draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram",
-                "suffix")
+# the drafting methods, named once: the scenario's ``models.method`` and drafter kinds
+# (sim.scenario.DEFAULT_DRAFTERS, sim.drafters), the speculation rows' ``method``
+# (hardware.timing.spec_rows) and the engines' speculation overheads below take these
+DRAFT_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
+SPEC_METHODS = ("default", *DRAFT_METHODS)  # ``draft_step_s`` keys: a method, or default
 
 
 class SpecOverheads(_Frozen):

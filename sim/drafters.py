@@ -36,13 +36,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hardware.catalog import DRAFT_METHODS
 from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
 __all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE", "ASYNC_METHODS", "Drafter",
            "head_config", "input_slots", "lookahead_slots", "medusa_config"]
 
-METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
+METHODS = DRAFT_METHODS  # (hardware.catalog names them once)
 # input slots a method's drafter takes per scheduled request beside its tokens, from the
 # step's token budget (vLLM 0.33, vllm/config/speculative.py,
 # SpeculativeConfig.max_num_new_slots_for_drafting: 1 for draft_model, which feeds the

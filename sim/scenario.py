@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from hardware.catalog import DRAFT_METHODS
 from sim.kinds.acceptance import Acceptance, IidAcc, SingleAcceptance
 from sim.kinds.base import (
     MAX_REPLICAS,
@@ -49,7 +50,7 @@ class Models(Strict):
 
     target: str = "llama-3-8b"
     draft: str | None = "llama-3.2-1b"  # draft_model only
-    method: Literal["draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix"] = \
+    method: Literal[DRAFT_METHODS] = \
         "draft_model"
 
     @model_validator(mode="before")

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hardware.catalog import Catalog, ModelSpec
+from hardware.catalog import DRAFT_METHODS, Catalog, ModelSpec
 from hardware.cost import CostModel
 from hardware.deployment import Deployment
 from hardware.draft import (
@@ -67,7 +67,7 @@ SPEC_COLUMNS = ("category", "framework", "framework_version", "model", "gpu", "t
                 "metric", "measured_base", "measured_spec", "split", "source", "notes")
 _REQUIRED = ("model", "gpu", "tp", "method", "shape", "acceptance_length", "load", "batch",
              "context", "output_tokens", "metric", "measured_base", "measured_spec", "source")
-METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
+METHODS = DRAFT_METHODS
 LOADS = ("batch", "concurrency")
 SPEC_METRICS = ("tpot_s", "tokens_per_s", "speedup")
 _TREE = re.compile(r"tree:steps=(\d+),topk=(\d+),tokens=(\d+)")

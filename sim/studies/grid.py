@@ -94,16 +94,15 @@ def drafter_setup(method: str, target: CostModel, draft_spec, make_cost,
     ``make_cost(spec, tp)`` (with a ``catalog`` attribute) a drafting model's cost model;
     ``heads``: Medusa heads (the deepest draft a table tries; None: the drafter's default)."""
     from sim.drafters import CPU_METHODS
-    from sim.kinds.drafters import DraftModelDrafter, EagleDrafter, MedusaDrafter, MtpDrafter
+    from sim.scenario import DEFAULT_DRAFTERS
 
     if method in CPU_METHODS:
         return None
-    kind = {"draft_model": DraftModelDrafter, "mtp": MtpDrafter,
-            "medusa": MedusaDrafter}.get(method, EagleDrafter)
+    default = DEFAULT_DRAFTERS[method]  # the method's drafter kind, with its defaults
     knobs = {"heads": heads} if method == "medusa" and heads else {}
     try:
-        return kind(method=method, **knobs).build(target, draft_spec, make_cost,
-                                                  placement).setup
+        return type(default)(method=method, **knobs).build(target, draft_spec, make_cost,
+                                                           placement).setup
     except ValueError as e:  # the drafter configs' own refusals (as in a scenario)
         raise UserError(f"--method {method}: {e}") from None
 

@@ -139,3 +139,19 @@ def test_qwen3_targets_dense_or_moe_get_a_llama_style_head():
         "llama", 2048, 32, 4, 128, 6144 + fused, 32000, 0)
     with pytest.raises(UserError, match="llama-family target"):
         head_config(CAT.model("mixtral-8x7b").config, "eagle3")
+
+
+def test_every_drafting_method_is_named_once_and_has_a_default_drafter():
+    # hardware.catalog.DRAFT_METHODS is the one list; the scenario, the speculation rows,
+    # the engines' overheads and sim.drafters read it, and each has a default drafter
+    from hardware.catalog import DRAFT_METHODS, SPEC_METHODS
+    from hardware.timing.spec_rows import METHODS as ROW_METHODS
+    from sim.drafters import ASYNC_METHODS, CPU_METHODS, EAGLE_TYPE, INPUT_SLOTS, METHODS
+    from sim.scenario import DEFAULT_DRAFTERS, Models
+
+    assert METHODS == ROW_METHODS == DRAFT_METHODS == SPEC_METHODS[1:]
+    assert tuple(DEFAULT_DRAFTERS) == DRAFT_METHODS
+    assert all(DEFAULT_DRAFTERS[m].method == m for m in DRAFT_METHODS)
+    assert Models.model_fields["method"].annotation.__args__ == DRAFT_METHODS
+    for names in (ASYNC_METHODS, CPU_METHODS, EAGLE_TYPE, tuple(INPUT_SLOTS)):
+        assert set(names) <= set(DRAFT_METHODS)
