@@ -218,9 +218,23 @@ def _stale(r, rid: int, tokens: int | None, row: np.ndarray | None, now: float) 
     if emitted >= r.table.output_tokens[rid]:  # it finished while it waited
         r.waiting.remove(rid)
         del r._resume[rid]
-        r.retire_waiting(rid, emitted, counters, now)
+        _retire_waiting(r, rid, emitted, counters, now)
         return
     r._resume[rid] = (emitted, counters, off, now)
+
+
+def _retire_waiting(r, rid: int, emitted: int, counters: np.ndarray, now: float) -> None:
+    """Record request ``rid``, preempted and waiting, as finished: a step that ran it
+    before the preemption wrote its last token (``Replica.retire`` for a request that
+    holds no slot)."""
+    log = r.log
+    log.finished_at[rid] = now
+    log.emitted[rid] = emitted
+    log.counts[rid] = counters
+    r.outstanding_requests -= 1
+    if r.on_finish is not None:
+        r.on_finish(np.array([rid], dtype=np.int64))
+    r.outstanding_tokens -= int(r.table.prompt_tokens[rid] + r.table.output_tokens[rid])
 
 
 def run(r):

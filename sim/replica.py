@@ -427,19 +427,6 @@ class Replica:
         self.outstanding_tokens -= int(np.add.reduce(tab.prompt_tokens[rids])
                                        + np.add.reduce(st[:, OUTPUT]))
 
-    def retire_waiting(self, rid: int, emitted: int, counters: np.ndarray, now: float) -> None:
-        """Record request ``rid``, preempted and waiting, as finished: a step that ran it
-        before the preemption wrote its last token (``sim.async_scheduling``)."""
-        log = self.log
-        log.finished_at[rid] = now
-        log.emitted[rid] = emitted
-        log.counts[rid] = counters
-        self.outstanding_requests -= 1
-        if self.on_finish is not None:
-            self.on_finish(np.array([rid], dtype=np.int64))
-        self.outstanding_tokens -= int(self.table.prompt_tokens[rid]
-                                       + self.table.output_tokens[rid])
-
     def flush_running(self) -> None:
         """At the horizon: write what running and preempted requests have done so far."""
         log = self.log
