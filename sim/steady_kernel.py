@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from hardware import spec_cost
-from hardware.timing import analytic
+from hardware.timing import analytic, measured
 from sim import kernels
 from sim.kernels import base, drafting, rules
 from sim.kernels import stretch as _stretch_module
@@ -51,9 +51,11 @@ _MODULES = (base, drafting, _stretch_module, _walk_module)
 
 
 _PYTHON = {name: getattr(module, name) for module, names in (
-    (base, ("bisect_left", "interp", "pass_seconds", "decode_one", "accepted_depth")),
+    (base, ("pass_seconds", "decode_one", "accepted_depth")),
     (spec_cost, ("round_seconds",)),
     (analytic, ("stage_parts",)),
+    (measured, ("pass_fixed", "pass_table", "pass_decode_weight", "pass_decode", "pass_total",
+                "pass_light")),
     (rules, ("blocks_for", "wanted", "most_tokens", "share", "spent", "grant", "first_chunk",
                 "admission", "padding", "kept_blocks", "emitted")),
     (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}

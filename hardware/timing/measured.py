@@ -279,7 +279,8 @@ class MeasuredTiming:
                 lin_beside=lin_beside, gemm_beside=g_beside,
             ))
         self._stages = tuple(stages)
-        self._single = stages[0] if len(stages) == 1 else None
+        self._params = tuple(_stage_params(st) for st in stages)  # what the pass reads
+        self._single = self._params[0] if len(stages) == 1 else None
         self._fixed: dict[tuple[float, float], tuple] = {}  # _fixed_single's memo
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
@@ -298,69 +299,75 @@ class MeasuredTiming:
                      f"{framework.version} overheads")
 
     @staticmethod
-    def _stage_seconds(st: _Stage, new: float, kv: float, keys: float, n: float) -> float:
-        """One stage's seconds: THE per-stage formula, its part fixed by the pass's tokens
-        and sequences, then the part its KV and keys add."""
-        return _stage_rest(st, _stage_fixed(st, new, n), kv, keys, n)
+    def _stage_seconds(sp: tuple, new: float, kv: float, keys: float, n: float) -> float:
+        """One stage's seconds (``sp``: its ``_stage_params``): the pass functions above,
+        in the order the compiled kernels call them (``sim.kernels.base.pass_seconds``)."""
+        p, grid, lin, head, _, dec, batches, lengths = sp
+        b, w = pass_decode_weight(n, dec, batches)
+        busy = pass_fixed(new, n, p, grid, lin) + p[3] * kv + p[4] * keys
+        busy += pass_table(new if new < p[15] * n else p[15] * n, grid, head)
+        busy += pass_decode(kv, n, b, w, dec, lengths)
+        return pass_total(busy, n, p)
 
     def _fixed_single(self, new: float, n: float) -> tuple:
-        """``_stage_fixed`` of the one stage, memoised by (new, n): the engine prices the
-        same batch shape again and again, its contexts growing (a bounded cache)."""
+        """The one stage's parts fixed by (new, n), memoised: the engine prices the same
+        batch shape again and again, its contexts growing (a bounded cache): (the fixed
+        busy time, the lm_head's, the decode table's rows and weight, the all-reduce's)."""
         key = (new, n)
         fixed = self._fixed.get(key)
         if fixed is None:
             if len(self._fixed) >= _FIXED_CACHE:
                 self._fixed.clear()
-            st = self._single
-            comm = _interp(st.allreduce, new) if st.allreduce is not None else 0.0
-            fixed = self._fixed[key] = (*_stage_fixed(st, new, n), comm)
+            p, grid, lin, head, allreduce, dec, batches, _ = self._single
+            cap = p[15] * n
+            fixed = self._fixed[key] = (
+                pass_fixed(new, n, p, grid, lin), pass_table(new if new < cap else cap, grid,
+                                                             head),
+                *pass_decode_weight(n, dec, batches), pass_table(new, grid, allreduce))
         return fixed
+
+    def _single_seconds(self, fixed: tuple, kv: float, keys: float, n: float) -> float:
+        """``_stage_seconds`` of the one stage from its ``_fixed_single`` parts (the hot
+        path)."""
+        p, _, _, _, _, dec, _, lengths = self._single
+        busy = fixed[0] + p[3] * kv + p[4] * keys
+        busy += fixed[1]
+        busy += pass_decode(kv, n, fixed[2], fixed[3], dec, lengths)
+        return pass_total(busy, n, p)
 
     def seconds(self, new: float, kv: float, keys: float, n: float) -> float:
         """Seconds of one pass."""
-        st = self._single
-        if st is not None:
-            return _stage_rest(st, self._fixed_single(new, n), kv, keys, n)
+        if self._single is not None:
+            return self._single_seconds(self._fixed_single(new, n), kv, keys, n)
         return self.breakdown(new, kv, keys, n).seconds
 
     def seconds_bound(self, new: float, kv: float, keys: float, n: float) -> tuple[float, str]:
         """(seconds, the bound: speed-of-light compute vs memory, or comm or host)."""
-        st = self._single
-        if st is None:
+        if self._single is None:
             b = self.breakdown(new, kv, keys, n)
             return b.seconds, b.bound
         # one stage: breakdown's figures without its parts
         fixed = self._fixed_single(new, n)
-        compute, memory = _speed_of_light(st, new, kv, keys)
-        return _stage_rest(st, fixed, kv, keys, n), largest(compute, memory, fixed[3],
-                                                             st.host_s)
+        p = self._single[0]
+        compute, memory = pass_light(new, kv, keys, p)
+        return self._single_seconds(fixed, kv, keys, n), largest(compute, memory, fixed[4],
+                                                                 p[9])
 
     def kernel_params(self) -> tuple[np.ndarray, ...] | None:
-        """The one stage's parameters as arrays for a compiled pricer (``sim.steady_kernel``):
-        the scalars in ``steady_kernel.PARAM_NAMES`` order, the token grid, the per-token
-        table (GEMMs, all-reduces, elementwise kernels; with ``beside`` > 0 followed by its
-        version for passes of at most ``beside`` tokens), the lm_head's and the
-        all-reduce's (empty without one), the decode kernel's table [batches, lengths] (no
-        rows without one) and its batches and lengths. None for a pipeline."""
-        st = self._single
-        if st is None:
+        """The one stage's ``_stage_params`` as arrays, for a compiled pricer
+        (``sim.steady_kernel``; the decode table [batches, lengths], no rows without one).
+        None for a pipeline."""
+        if self._single is None:
             return None
-        lengths = np.array(_LENGTHS)
-        p = np.array([st.a0, st.a_seq, st.a_new, st.a_kv, st.a_key, st.sol_per_token,
-                      st.sol_per_key, st.sol_weight, st.sol_per_kv, st.host_s, st.fixed_s,
-                      st.per_seq_s, float(st.overlap), st.sol_routed, st.miss,
-                      float(HEAD_TOKENS_PER_SEQ), st.elem, st.beside])
-        empty = np.zeros(0)
-        dec = np.array(st.decode) if st.decode is not None else np.zeros((0, len(lengths)))
-        lin = st.lin if st.lin_beside is None else st.lin + st.lin_beside  # two halves
-        return (p, np.array(_GRID), np.array(lin),
-                empty if st.head is None else np.array(st.head),
-                empty if st.allreduce is None else np.array(st.allreduce), dec,
-                np.array(aic.DECODE_BATCHES, dtype=np.float64), lengths)
+        p, grid, lin, head, allreduce, dec, batches, lengths = self._single
+        return (np.array(p), np.array(grid), np.array(lin), np.array(head, dtype=np.float64),
+                np.array(allreduce, dtype=np.float64),
+                np.array(dec) if dec else np.zeros((0, len(lengths))),
+                np.array(batches, dtype=np.float64), np.array(lengths))
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""
-        return tuple(self._stage_seconds(st, new, kv, keys, n) for st in self._stages)
+        return tuple(self._stage_seconds(sp, new, kv, keys, n) for sp in self._params)
 
     def hop_seconds(self, new: float) -> float:
         """Seconds for one batch's activations to hop between two pipeline stages."""
@@ -373,7 +380,7 @@ class MeasuredTiming:
         compute = memory = comm = host = 0.0
         stage_s = []
         cap = HEAD_TOKENS_PER_SEQ * n
-        for st in self._stages:
+        for st, sp in zip(self._stages, self._params, strict=True):
             gemm = _interp(st.gemm_beside if st.beside and new <= st.beside else st.gemm, new)
             if st.head is not None:
                 gemm += _interp(st.head, new if new < cap else cap)
@@ -387,12 +394,12 @@ class MeasuredTiming:
                 parts["attention_s"] += aic.decode_at(aic.decode_row(st.decode, n), kv / n)
             parts["host_s"] += st.host_s
             parts["overhead_s"] += st.fixed_s + st.per_seq_s * n
-            sol_compute, sol_memory = _speed_of_light(st, new, kv, keys)
+            sol_compute, sol_memory = pass_light(new, kv, keys, sp[0])
             compute += sol_compute
             memory += sol_memory
             comm += ar
             host += st.host_s
-            stage_s.append(self._stage_seconds(st, new, kv, keys, n))
+            stage_s.append(self._stage_seconds(sp, new, kv, keys, n))
         hops = len(stage_s) - 1
         hop_s = self.hop_seconds(new) if hops else 0.0
         comm += hops * hop_s
@@ -403,67 +410,133 @@ class MeasuredTiming:
                          tuple(stage_s), hop_s, parts)
 
 
-def _speed_of_light(st: _Stage, new: float, kv: float, keys: float) -> tuple[float, float]:
-    """(compute, memory) seconds of one stage's pass at the datasheet peaks: they name the
-    bound, the measured terms give the time."""
-    return (st.sol_per_token * new + st.sol_per_key * keys,
-            st.sol_weight + st.sol_per_kv * kv + st.sol_routed * (1.0 - st.miss ** new)
-            + st.elem * new)
+
+# -- one stage's pass, the formula stated once ----------------------------------------------
+# A stage's parameters as the pass functions below read them (``_stage_params``; the compiled
+# kernels take the same as arrays, ``MeasuredTiming.kernel_params``): p, the scalars in
+# ``sim.kernels.base.PARAM_NAMES`` order; the token grid; the per-token table (GEMMs,
+# all-reduces, elementwise kernels; with ``beside`` > 0 followed by its version for passes of
+# at most ``beside`` tokens); the lm_head's and the all-reduce's tables (empty without one);
+# the decode kernel's table [batches][lengths] (empty without one), its batches and lengths.
+# Each function is plain arithmetic that calls no other (the kernels compile each and swap
+# the compiled copies into their own modules only), so its searches are written out.
 
 
-def _stage_fixed(st: _Stage, new: float, n: float) -> tuple:
-    """The part of a stage's busy time fixed by its new tokens and sequences: (the GEMMs
-    and all-reduces interpolated at ``new`` plus attention's terms in n and new; the
-    lm_head at its head tokens, or None without one; the decode kernel's table at n
-    sequences over the KV lengths, or None without one)."""
-    g = _GRID
-    tab = st.lin_beside if st.beside and new <= st.beside else st.lin
-    i = bisect_left(g, new)
-    if i == 0:
-        lin = tab[0] * new / g[0]
-    else:
-        if i == len(g):
-            i -= 1
-        lin = tab[i - 1] + (tab[i] - tab[i - 1]) * (new - g[i - 1]) / (g[i] - g[i - 1])
-    head = None
-    if st.head is not None:
-        cap = HEAD_TOKENS_PER_SEQ * n
-        head = _interp(st.head, new if new < cap else cap)
-    dec = None
-    if st.decode is not None and n > 0:  # the decode table at n, with its slopes in length
-        row = aic.decode_row(st.decode, n)
-        g = _LENGTHS
-        dec = (row, (0.0, *((row[i] - row[i - 1]) / (g[i] - g[i - 1])
-                            for i in range(1, len(g)))))
-    return lin + st.a0 + st.a_seq * n + st.a_new * new, head, dec
-
-
-def _stage_rest(st: _Stage, fixed: tuple, kv: float, keys: float, n: float,
-                _lengths=_LENGTHS, _last=_LAST, _bisect=bisect_left) -> float:
-    """A stage's seconds from its ``_stage_fixed`` part: attention's KV and key terms (the
-    decode kernel at the mean KV length), the head, the host link (overlapped or not) and
-    the framework's overheads (the hot path)."""
-    busy = fixed[0] + st.a_kv * kv + st.a_key * keys
-    if fixed[1] is not None:
-        busy += fixed[1]
-    dec = fixed[2]
-    if dec is not None:  # the decode kernel at the mean KV length (aic.decode_at, inlined)
-        row, slope = dec
-        length = kv / n
-        i = _bisect(_lengths, length)
-        if i == 0:
-            busy += row[0]
+def pass_fixed(new, n, p, grid, lin):
+    """The part of a stage's busy time fixed by a pass's ``new`` tokens and ``n``
+    sequences: the per-token table at ``new`` (through 0 below the grid, along its last
+    segment beyond it) and attention's terms in n and new."""
+    o = len(grid) if p[17] > 0.0 and new <= p[17] else 0  # lin's second half: ``beside``
+    lo, hi = 0, len(grid)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if grid[mid] < new:
+            lo = mid + 1
         else:
-            if i > _last:
-                i = _last
-            busy += row[i - 1] + slope[i] * (length - _lengths[i - 1])
-    host = st.host_s
-    if st.overlap:
+            hi = mid
+    i = lo
+    if i == 0:
+        busy = lin[o] * new / grid[0]
+    else:
+        if i == len(grid):
+            i -= 1
+        busy = lin[o + i - 1] + (lin[o + i] - lin[o + i - 1]) * (new - grid[i - 1]) \
+            / (grid[i] - grid[i - 1])
+    return busy + p[0] + p[1] * n + p[2] * new
+
+
+def pass_table(x, grid, vals):
+    """A table over the token grid (the lm_head's, the all-reduce's) at ``x`` tokens: 0
+    without one, through 0 below the grid, along its last segment beyond it."""
+    if len(vals) == 0:
+        return 0.0
+    if x <= grid[0]:
+        return vals[0] * x / grid[0]
+    lo, hi = 0, len(grid)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if grid[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    i = lo if lo < len(grid) else len(grid) - 1
+    return vals[i - 1] + (vals[i] - vals[i - 1]) * (x - grid[i - 1]) / (grid[i] - grid[i - 1])
+
+
+def pass_decode_weight(n, dec, batches):
+    """(row, weight) of the decode table ``dec`` at ``n`` sequences: rows ``row`` - 1 and
+    ``row`` weighted ``weight`` (linear between the tabulated batches, along the last two
+    beyond them), or (0, -1.0): the first row, at or below the first batch, or no table."""
+    if len(dec) == 0 or n <= batches[0]:
+        return 0, -1.0
+    lo, hi = 0, len(batches)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if batches[mid] < n:
+            lo = mid + 1
+        else:
+            hi = mid
+    b = lo if lo < len(batches) else len(batches) - 1
+    return b, (n - batches[b - 1]) / (batches[b] - batches[b - 1])
+
+
+def pass_decode(kv, n, b, w, dec, lengths):
+    """The decode attention kernel's seconds for ``n`` sequences holding ``kv`` tokens, at
+    their mean length (the first length's time below it, along the last two beyond), on
+    the table's rows ``pass_decode_weight`` chose; 0 without a table or sequences."""
+    if len(dec) == 0 or n <= 0:
+        return 0.0
+    length = kv / n
+    lo, hi = 0, len(lengths)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if lengths[mid] < length:
+            lo = mid + 1
+        else:
+            hi = mid
+    j = lo
+    if j == 0:
+        if w < 0.0:
+            return dec[0][0]
+        return dec[b - 1][0] + (dec[b][0] - dec[b - 1][0]) * w
+    if j > len(lengths) - 1:
+        j = len(lengths) - 1
+    if w < 0.0:
+        r0, r1 = dec[0][j - 1], dec[0][j]
+    else:
+        r0 = dec[b - 1][j - 1] + (dec[b][j - 1] - dec[b - 1][j - 1]) * w
+        r1 = dec[b - 1][j] + (dec[b][j] - dec[b - 1][j]) * w
+    return r0 + (r1 - r0) / (lengths[j] - lengths[j - 1]) * (length - lengths[j - 1])
+
+
+def pass_total(busy, n, p):
+    """A stage's seconds from its ``busy`` kernels' time: the host link's (overlapped with
+    them or not) and the framework's overheads."""
+    host = p[9]
+    if p[12] != 0.0:
         t = busy if busy > host else host
     else:
         t = busy + host
-    return t + st.fixed_s + st.per_seq_s * n
+    return t + p[10] + p[11] * n
 
+
+def pass_light(new, kv, keys, p):
+    """(compute, memory) seconds of a stage's pass at the datasheet peaks: they name the
+    bound, the measured terms give the time."""
+    return (p[5] * new + p[6] * keys,
+            p[7] + p[8] * kv + p[13] * (1.0 - p[14] ** new) + p[16] * new)
+
+
+
+def _stage_params(st: _Stage) -> tuple:
+    """A stage's parameters as the pass functions read them (see above), as tuples."""
+    p = (st.a0, st.a_seq, st.a_new, st.a_kv, st.a_key, st.sol_per_token, st.sol_per_key,
+         st.sol_weight, st.sol_per_kv, st.host_s, st.fixed_s, st.per_seq_s, float(st.overlap),
+         st.sol_routed, st.miss, float(HEAD_TOKENS_PER_SEQ), st.elem, st.beside)
+    lin = st.lin if st.lin_beside is None else st.lin + st.lin_beside  # two halves
+    return (tuple(float(x) for x in p), _GRID, tuple(lin), st.head or (),
+            st.allreduce or (), st.decode or (), tuple(float(b) for b in aic.DECODE_BATCHES),
+            _LENGTHS)
 
 # the routed experts' kernel for a GEMM mode (int8/int4 weight-only: no such MoE rows); the
 # MoE tables do not split per-tensor FP8 into static and dynamic activation scales

@@ -198,20 +198,20 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     after (an earlier version's folder beside it is removed); without a writable folder
     next to them, one under the user's cache; with none writable, or once the files on
     disk are no longer the ones this process imported, no cache at all. The hash covers
-    ``hardware/spec_cost.py`` and ``hardware/timing/analytic.py`` too: the kernels call
-    their formulas."""
+    ``hardware/spec_cost.py``, ``hardware/timing/analytic.py`` and
+    ``hardware/timing/measured.py`` too: the kernels call their formulas."""
     import hashlib
     from pathlib import Path
     from types import SimpleNamespace
 
     from hardware import spec_cost
-    from hardware.timing import analytic
+    from hardware.timing import analytic, measured
     from sim import kernels, steady_kernel
 
     here = Path(kernels.__file__).parent
     digest = hashlib.sha256()
     for path in [*sorted(here.glob("*.py")), Path(spec_cost.__file__),
-                 Path(analytic.__file__)]:
+                 Path(analytic.__file__), Path(measured.__file__)]:
         digest.update(path.read_bytes())
     name = f"numba-{digest.hexdigest()[:16]}"
     stale = here / "__pycache__" / "numba-0000000000000000"
