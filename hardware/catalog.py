@@ -288,7 +288,9 @@ class GpuSpec(_Frozen):
     ``eta_compute``, ``eta_memory`` and ``overhead_s`` are the lecture's paper GPU (the
     ``paper`` timing); ``roofline`` holds calibrated parameters (``None``: datasheet only,
     the roofline then runs at the paper efficiencies); ``tables`` names the GPU's measured
-    kernel tables (``None``: none).
+    kernel tables (``None``: none) and ``tables_max_tp`` the most GPUs their all-reduce
+    rows measure (``None``: ``gpus_per_node``; a GB200 NVL72's NVLink domain is 72 GPUs,
+    its tables measure one tray of 4).
     """
 
     id: str
@@ -307,6 +309,7 @@ class GpuSpec(_Frozen):
     source: str
     roofline: RooflineParams | None = None
     tables: str | None = None
+    tables_max_tp: PositiveInt | None = None
 
     @property
     def hbm_capacity_bytes(self) -> int:

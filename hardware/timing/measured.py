@@ -203,6 +203,9 @@ class MeasuredTiming:
         if tp > gpu.gpus_per_node:
             raise aic.TablesUnavailable(f"tp {tp} spans servers; the tables cover one "
                                         f"server of {gpu.gpus_per_node} GPUs")
+        if gpu.tables_max_tp is not None and tp > gpu.tables_max_tp:
+            raise aic.TablesUnavailable(f"tp {tp}: the {system} tables measure all-reduces "
+                                        f"over at most {gpu.tables_max_tp} GPUs")
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
         moe_beside = None
