@@ -26,7 +26,7 @@ from hardware.timing import make_timing, stage_counts
 from hardware.timing.paper import ACTIVATION_BYTES
 from specdec.errors import UserError
 
-__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "causal_keys"]
+__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "batch_pass", "causal_keys"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,29 @@ def causal_keys(sum_new: float, sum_new_ctx: float, sum_new_sq: float) -> float:
     :func:`hardware.draft.tree_attended_keys`.
     """
     return sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
+
+
+def batch_pass(feed, before, depth, s_ctx, n_seq, tree, p_new, p_ctx, p_new_ctx, p_sq,
+               n_pre):
+    """(Σ new, Σ KV read, attended keys, sequences) of a pass in which each of ``n_seq``
+    sequences, ``s_ctx`` cached tokens among them, feeds ``feed`` tokens after the
+    ``before`` it fed earlier in the same iteration (their KV is read too), beside prefill
+    chunks whose sums are (``p_new``, ``p_ctx``, ``p_new_ctx``, ``p_sq``) over ``n_pre``
+    rows (zeros for none). The fed tokens are a causal run, or with ``tree`` the
+    depth-``depth`` nodes of a token tree, each attending its context, its ``depth``
+    ancestors and itself.
+
+    The one statement of a shared-shape pass: a chain or tree verify (``before`` 0), each
+    serial draft pass (``sim.draft_pricing.draft_passes``) and the draft's prefill pass
+    (``n_seq`` 0), in Python and in the compiled kernels alike (plain scalars; integer
+    counts stay exact as floats)."""
+    ctx = s_ctx + n_seq * before
+    new = n_seq * feed + p_new
+    if tree:
+        keys = feed * (s_ctx + n_seq * (depth + 1)) + (p_new_ctx + 0.5 * (p_sq + p_new))
+    else:
+        keys = (feed * ctx + p_new_ctx) + 0.5 * ((n_seq * feed * feed + p_sq) + new)
+    return float(new), float((ctx + p_ctx) + new), float(keys), float(n_seq + n_pre)
 
 
 class CostModel:
@@ -188,6 +211,11 @@ class CostModel:
         if sum_keys is None:
             sum_keys = sum_new_ctx + 0.5 * (sum_new_sq + sum_new)
         return self._seconds(sum_new, sum_ctx + sum_new, sum_keys, n_seqs)
+
+    def pass_seconds_at(self, new: float, kv: float, keys: float, n_seqs: float) -> float:
+        """Seconds of one pass from what the timing prices: Σ new tokens, Σ KV read
+        (context and new), attended keys, sequences (``batch_pass``'s four numbers)."""
+        return self._seconds(new, kv, keys, n_seqs)
 
     def pass_seconds_bound_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,

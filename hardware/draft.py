@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.catalog import ModelSpec
-from hardware.cost import CostModel
+from hardware.cost import CostModel, batch_pass
 from hardware.deployment import GIB
 from specdec.errors import UserError
 
@@ -43,6 +43,7 @@ __all__ = [
     "tree_level_sizes",
     "tree_nodes",
     "chain_draft_seconds",
+    "head_pass",
     "one_pass_seconds",
     "tree_draft_prefix_seconds",
     "tree_draft_seconds",
@@ -111,8 +112,16 @@ def one_pass_seconds(setup: DraftSetup, rows: int) -> float:
     robin over the replicas (the largest share counts)."""
     if rows <= 0:
         return 0.0
-    n = float(-(-int(rows) // setup.replicas))
-    return setup.cost.pass_seconds_sums(n, 0.0, 0.0, n, sum_keys=0.0, n_seqs=n)
+    return setup.cost.pass_seconds_at(*head_pass(int(rows), setup.replicas))
+
+
+def head_pass(rows, replicas):
+    """(Σ new, Σ KV read, attended keys, sequences) of a ``one_pass`` drafter's pass over
+    ``rows`` sequences split round robin over ``replicas`` (the largest share): one token
+    each, no context, no attention (``hardware.cost.batch_pass``'s four numbers; plain
+    scalars, for the compiled kernels too)."""
+    n = float(-(-rows // replicas))
+    return n, 0.0 + n, 0.0, n
 
 
 def chain_draft_seconds(
@@ -135,9 +144,9 @@ def chain_draft_seconds(
         for i in range(int(g.max(initial=0))):
             active = g > i  # [n_group]
             m = float(active.sum())
-            sum_ctx = float(c[active].sum()) + i * m
-            # one new token per active sequence: Σ new·ctx = Σ ctx and Σ new² = Σ new
-            total += setup.cost.pass_seconds_sums(m, sum_ctx, sum_ctx, m, n_seqs=m)
+            # one new token per active sequence after the i each drafted before
+            total += setup.cost.pass_seconds_at(*batch_pass(
+                1, i, i, float(c[active].sum()), m, False, 0.0, 0.0, 0.0, 0.0, 0))
         worst = max(worst, total)
     return worst
 
@@ -167,9 +176,8 @@ def tree_draft_prefix_seconds(setup: DraftSetup, widths: Sequence[int],
         b, sum_c = float(ctx[group].size), float(ctx[group].sum())
         total, before = 0.0, 0
         for depth, n in enumerate(sizes[:-1]):  # the last level is produced, not fed
-            total += setup.cost.pass_seconds_sums(
-                b * n, sum_c + b * before, 0.0, 0.0, sum_keys=n * (sum_c + b * (depth + 1)),
-                n_seqs=b)
+            total += setup.cost.pass_seconds_at(*batch_pass(
+                n, before, depth, sum_c, b, True, 0.0, 0.0, 0.0, 0.0, 0))
             before += n
             worst[depth + 1] = max(worst[depth + 1], total)
     return worst

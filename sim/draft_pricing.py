@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware.cost import batch_pass
+from hardware.draft import head_pass
 from sim.shapes import causal_keys, draft_feeds, tree_key_term
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
@@ -36,92 +38,192 @@ def prefill_sums(pre_context: np.ndarray, pre_chunks: np.ndarray) -> tuple:
     return float(_sum(c)), float(_sum(pre_context)), float(c @ pre_context), float(c @ c)
 
 
+# the columns of draft_passes' rows
+NEW, KV, KEYS, SEQS, GROUP, LEVEL, SECONDS = range(7)
+
+
+def passes_capacity(depth: int, replicas: int) -> int:
+    """The most rows ``draft_passes`` fills for shapes of ``depth`` serial levels."""
+    return max(replicas, 1) * max(depth, 1) + 2
+
+
 def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_sums: tuple,
                          n_pre: int, sync: int | None = None,
                          s_ctx: float | None = None) -> float:
-    """Seconds of the draft passes when every decoding sequence has shape ``row`` (1-D).
+    """Seconds of the draft passes when every decoding sequence has shape ``row`` (1-D):
+    ``draft_passes`` priced by the draft's cost model, combined by ``draft_total``.
 
     ``sync``: tokens each decoding sequence's draft ingests in the first pass besides its
     root (only for a shape with no levels: every sequence keeps its draft's KV in step);
     ``s_ctx``: float(Σ dec_context), when the caller has it.
     """
-    cost, n_dec = draft.cost, len(dec_context)
-    if draft.one_pass:
-        from hardware.draft import one_pass_seconds
-
-        speculating = bool(n_dec and row.size and row[0] > 0)
-        return one_pass_seconds(draft, n_dec + n_pre) if speculating else 0.0
+    n_dec = len(dec_context)
     feeds = draft_feeds(row) if n_dec else []
-    p_new, p_ctx, p_new_ctx, p_sq = pre_sums
+    if draft.one_pass and not (n_dec and row.size and row[0] > 0):
+        feeds = []  # the heads run only when a sequence speculates
     if s_ctx is None:
         s_ctx = float(_sum(dec_context))
-    extra = (sync or 0) if n_dec else 0
-    if draft.replicas > 1:
-        from hardware.draft import tree_draft_seconds
-
-        total = tree_draft_seconds(draft, row[row > 0].tolist(), dec_context) \
-            if feeds else 0.0
-        if extra:  # one more pass: each sequence's missed tokens
-            total += cost.pass_seconds(np.full(n_dec, extra), dec_context)
-        if p_new:
-            total += cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre)
-        return total
-    if not feeds:
-        if extra:  # the draft ingests each sequence's new tokens, with the prefill
-            return cost.pass_seconds_sums(n_dec * extra + p_new, s_ctx + p_ctx,
-                                          extra * s_ctx + p_new_ctx,
-                                          n_dec * extra * extra + p_sq, n_seqs=n_dec + n_pre)
-        return cost.pass_seconds_sums(p_new, p_ctx, p_new_ctx, p_sq, n_seqs=n_pre) \
-            if p_new else 0.0
-    total = 0.0
-    for t in _level_seconds(cost, feeds, tree_key_term(row) is not None, s_ctx, n_dec,
-                            pre_sums, n_pre):
-        total += t
-    return total
-
-
-def _level_seconds(cost, feeds: list[int], tree: bool, s_ctx: float, n_dec: int,
-                   pre_sums: tuple, n_pre: int):
-    """Yield the seconds of each serial draft pass of one replica, root first."""
-    p_new, p_ctx, p_new_ctx, p_sq = pre_sums
-    before = 0
-    for j, f in enumerate(feeds):
-        ctx = s_ctx + n_dec * before  # KV read: contexts and every node fed before
-        s_new, s_c, s_nc, s_sq = n_dec * f, ctx, f * ctx, n_dec * f * f
-        # a tree's level-j nodes attend their context, j ancestors and themselves
-        keys = f * (s_ctx + n_dec * (j + 1)) if tree else None
-        n = n_dec
-        if j == 0:
-            n += n_pre
-            s_new, s_c, s_nc, s_sq = s_new + p_new, s_c + p_ctx, s_nc + p_new_ctx, s_sq + p_sq
-            if tree:
-                keys += p_new_ctx + 0.5 * (p_sq + p_new)
-        yield cost.pass_seconds_sums(s_new, s_c, s_nc, s_sq, sum_keys=keys, n_seqs=n)
-        before += f
+    group_n, group_ctx = _replica_groups(dec_context, draft.replicas)
+    passes = np.empty((passes_capacity(len(feeds), draft.replicas), 7))
+    k = draft_passes(passes, n_dec, s_ctx, feeds, tree_key_term(row) is not None, sync or 0,
+                     draft.replicas, group_n, group_ctx, draft.one_pass, n_pre, *pre_sums)
+    _price(draft.cost, passes, k)
+    return draft_total(passes, k)
 
 
 def chain_prefix_seconds(draft, depth: int, dec_context: np.ndarray) -> list[float]:
     """[``shared_shape_seconds`` of ``chain(γ, depth)`` for γ = 0..depth] for decoding
-    sequences alone (no prefill, nothing to ingest): each the running sum of the deepest
-    chain's passes, in the order that function adds them, so the very same floats (the
-    adaptive policy prices every γ of an iteration with one chain's passes)."""
+    sequences alone (no prefill, nothing to ingest): ``draft_prefix`` of the deepest
+    chain's passes, so the very same floats (the adaptive policy prices every γ of an
+    iteration with one chain's passes)."""
     n_dec = len(dec_context)
     if not n_dec or not depth:
         return [0.0] * (depth + 1)
-    if draft.one_pass:
-        from hardware.draft import one_pass_seconds
+    group_n, group_ctx = _replica_groups(dec_context, draft.replicas)
+    passes = np.empty((passes_capacity(depth, draft.replicas), 7))
+    k = draft_passes(passes, n_dec, float(_sum(dec_context)), [1] * depth, False, 0,
+                     draft.replicas, group_n, group_ctx, draft.one_pass, 0, 0.0, 0.0, 0.0,
+                     0.0)
+    _price(draft.cost, passes, k)
+    out = np.zeros(depth + 1)
+    draft_prefix(passes, k, out)
+    return out.tolist()
 
-        return [0.0] + [one_pass_seconds(draft, n_dec)] * depth
-    if draft.replicas > 1:
-        from hardware.draft import tree_draft_prefix_seconds
 
-        return tree_draft_prefix_seconds(draft, [1] * depth, dec_context)
-    out, total = [0.0], 0.0
-    for t in _level_seconds(draft.cost, [1] * depth, False, float(_sum(dec_context)), n_dec,
-                            (0.0, 0.0, 0.0, 0.0), 0):
-        total += t
-        out.append(total)
-    return out
+def _replica_groups(dec_context: np.ndarray, replicas: int) -> tuple:
+    """(sequences, Σ context) per draft replica, the sequences split round robin."""
+    if replicas <= 1:
+        return _ONE, _ONE
+    n = np.zeros(replicas, dtype=np.int64)
+    ctx = np.zeros(replicas)
+    for g in range(min(replicas, len(dec_context))):
+        n[g] = len(dec_context[g::replicas])
+        ctx[g] = float(dec_context[g::replicas].sum())
+    return n, ctx
+
+
+_ONE = np.zeros(1, dtype=np.int64)
+
+
+def _price(cost, passes: np.ndarray, k: int) -> None:
+    """Each row's seconds on ``cost``, into its SECONDS column."""
+    for i, (new, kv, keys, seqs) in enumerate(passes[:k, :SEQS + 1].tolist()):
+        passes[i, SECONDS] = cost.pass_seconds_at(new, kv, keys, seqs)
+
+
+def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx, one_pass,
+                 n_pre, p_new, p_ctx, p_new_ctx, p_sq):
+    """The draft's passes of one iteration in which every one of ``n_dec`` decoding
+    sequences (``s_ctx`` context in all) drafts the shape whose serial passes feed
+    ``feeds`` tokens each (``tree``: the nodes of a token tree), beside ``n_pre`` prefill
+    chunks with sums (``p_new``, ``p_ctx``, ``p_new_ctx``, ``p_sq``): each a row of
+    ``out`` (``passes_capacity`` rows of 7 columns), its ``hardware.cost.batch_pass``
+    numbers, its GROUP and its LEVEL; returns how many. The one statement of which passes
+    run, for the reference pricer and the compiled kernels alike:
+
+    - one draft replica: pass j feeds every sequence level j's nodes after those fed
+      before; the chunks ride in the first pass (their KV then exists when a sequence
+      starts decoding). With no levels the draft ingests ``extra`` tokens per sequence
+      there (keeping up with iterations it did not draft for, ``sim.step``).
+    - ``reps`` > 1 (a draft on each of the target's GPUs): group g holds ``group_n[g]``
+      sequences with ``group_ctx[g]`` context (split round robin), its own passes (tree
+      keys, ``hardware.draft.tree_draft_seconds``); the ingest and the chunks are passes
+      of their own after them (GROUP -1).
+    - ``one_pass`` (Medusa's heads): one pass over every row, split over the replicas,
+      when any sequence speculates (``hardware.draft.head_pass``).
+
+    ``draft_total`` combines their seconds: the slowest group, then the passes after."""
+    k = 0
+    if one_pass:
+        if n_dec > 0 and len(feeds) > 0:
+            k = _row(out, k, head_pass(n_dec + n_pre, reps), 0, 0)
+        return k
+    if n_dec == 0 or (len(feeds) == 0 and extra == 0):
+        if p_new > 0:  # the chunks alone
+            k = _row(out, k, batch_pass(0, 0, 0, 0.0, 0, False, p_new, p_ctx, p_new_ctx, p_sq,
+                                        n_pre), 0, 0)
+        return k
+    if reps > 1:
+        if len(feeds) == 0:  # each sequence's missed tokens
+            k = _row(out, k, batch_pass(extra, 0, 0, s_ctx, n_dec, False, 0.0, 0.0, 0.0, 0.0,
+                                        0), -1, 0)
+        for g in range(reps):
+            b = group_n[g]
+            if b == 0:
+                break
+            before = 0
+            for j in range(len(feeds)):
+                k = _row(out, k, batch_pass(feeds[j], before, j, group_ctx[g], b, True, 0.0,
+                                            0.0, 0.0, 0.0, 0), g, j)
+                before += feeds[j]
+        if p_new > 0:
+            k = _row(out, k, batch_pass(0, 0, 0, 0.0, 0, False, p_new, p_ctx, p_new_ctx, p_sq,
+                                        n_pre), -1, 0)
+        return k
+    if len(feeds) == 0:  # the ingest, with the chunks
+        return _row(out, k, batch_pass(extra, 0, 0, s_ctx, n_dec, False, p_new, p_ctx,
+                                       p_new_ctx, p_sq, n_pre), 0, 0)
+    before = 0
+    for j in range(len(feeds)):
+        if j == 0:
+            k = _row(out, k, batch_pass(feeds[j], before, j, s_ctx, n_dec, tree, p_new, p_ctx,
+                                        p_new_ctx, p_sq, n_pre), 0, j)
+        else:
+            k = _row(out, k, batch_pass(feeds[j], before, j, s_ctx, n_dec, tree, 0.0, 0.0,
+                                        0.0, 0.0, 0), 0, j)
+        before += feeds[j]
+    return k
+
+
+def _row(out, k, numbers, group, level):
+    """Row ``k`` of ``out``: a pass's four numbers, its group and level; returns k + 1."""
+    out[k, NEW] = numbers[0]
+    out[k, KV] = numbers[1]
+    out[k, KEYS] = numbers[2]
+    out[k, SEQS] = numbers[3]
+    out[k, GROUP] = group
+    out[k, LEVEL] = level
+    return k + 1
+
+
+def draft_total(passes, k):
+    """Seconds of the first ``k`` ``draft_passes`` (SECONDS filled in): the slowest
+    group's passes summed in order, then each pass after them (GROUP -1)."""
+    worst, total, group = 0.0, 0.0, -1.0
+    for i in range(k):
+        g = passes[i, GROUP]
+        if g < 0.0:
+            continue
+        if g != group:
+            if total > worst:
+                worst = total
+            total, group = 0.0, g
+        total += passes[i, SECONDS]
+    if total > worst:
+        worst = total
+    for i in range(k):
+        if passes[i, GROUP] < 0.0:
+            worst += passes[i, SECONDS]
+    return worst
+
+
+def draft_prefix(passes, k, out):
+    """``out[γ]`` (γ = 0..len(out) - 1): ``draft_total`` of the passes of levels below γ
+    alone -- each group's running sum, its slowest group -- for passes of decoding
+    sequences only (no GROUP -1); a group's sum holds past its last level."""
+    out[:] = 0.0
+    total, group = 0.0, -1.0
+    for i in range(k):
+        g = passes[i, GROUP]
+        if g != group:
+            total, group = 0.0, g
+        total += passes[i, SECONDS]
+        level = int(passes[i, LEVEL]) + 1
+        if level < len(out) and total > out[level]:
+            out[level] = total
+    for j in range(1, len(out)):
+        if out[j] < out[j - 1]:
+            out[j] = out[j - 1]
 
 
 def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,

@@ -52,6 +52,21 @@ def chain_expectations(alpha: float, depth: int) -> list[float]:
     return out
 
 
+def best_chain(n, alpha, seconds):
+    """(γ, its rate): the chain γ in 0..len(seconds) - 1 with the most expected emitted
+    tokens per second, n·E(α, γ) / seconds[γ] (``chain_expectations``' floats, term by
+    term), the first on a tie -- ``AdaptiveGamma``'s choice, the compiled kernel's too
+    (plain scalars and a sequence)."""
+    best, best_rate, expected = 0, -1.0, 1.0
+    for g in range(len(seconds)):
+        if g:
+            expected = 1.0 + alpha * expected
+        rate = n * expected / seconds[g]
+        if rate > best_rate:
+            best, best_rate = g, rate
+    return best, best_rate
+
+
 class NoSpeculation:
     """No draft: every decoding sequence verifies just its last token."""
 
@@ -235,12 +250,8 @@ class AdaptiveGamma:
         if n == 0 or self.price is None:
             return self._rows[0]
         seconds = self._chain_seconds(context)  # [γ = 0..max_gamma]
-        expected = chain_expectations(self.alpha, self.max_depth)
-        best, best_rate = self._rows[0], -1.0
-        for g in range(self.max_depth + 1):
-            rate = n * expected[g] / seconds[g]
-            if rate > best_rate:
-                best, best_rate = self._rows[g], rate
+        g, best_rate = best_chain(n, self.alpha, seconds)
+        best = self._rows[g]
         depth = int((best > 0).sum())
         if self.max_width > 1 and depth:
             from workloads import IIDAcceptance

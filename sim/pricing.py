@@ -41,6 +41,7 @@ from typing import Protocol
 
 import numpy as np
 
+from hardware.cost import batch_pass
 from hardware.spec_cost import round_seconds, serial_passes
 from sim.draft_pricing import (
     chain_prefix_seconds,
@@ -164,9 +165,8 @@ class IterationPricer:
         out = []
         for g in range(depth + 1):
             verify = 1 + g
-            verify_s = self.target.pass_seconds_sums(
-                n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
-                n_dec * verify * verify + p_sq, sum_keys=None, n_seqs=n_dec)
+            verify_s = self.target.pass_seconds_at(*batch_pass(
+                verify, 0, 0, s_ctx, n_dec, False, p_new, p_ctx, p_new_ctx, p_sq, 0))
             extra = self.round_s(n_dec, g, False) if g else 0.0
             out.append(draft[g] + extra + verify_s)
         return out

@@ -27,14 +27,14 @@ import importlib.util
 import os
 import shutil
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 
 from hardware import spec_cost
-from hardware.timing import analytic, measured
 from sim import kernels
-from sim.kernels import base, drafting, rules
+from sim.kernels import base, rules
 from sim.kernels import stretch as _stretch_module
 from sim.kernels import walk as _walk_module
 from sim.kernels.base import ADAPTIVE, LADDER, OUTPUT, PARAM_NAMES, TARGET
@@ -45,20 +45,39 @@ __all__ = ["ADAPTIVE", "LADDER", "PARAM_NAMES", "available", "compiled", "compil
 
 stretch = _stretch_module.stretch
 walk = _walk_module.walk
-# the helpers the kernels call, and the modules whose globals hold them (swapped for their
-# compiled versions when the kernels are compiled)
-_MODULES = (base, drafting, _stretch_module, _walk_module)
+_PROJECT = ("sim.", "hardware.", "workloads.")  # whose functions the kernels may call
 
 
-_PYTHON = {name: getattr(module, name) for module, names in (
-    (base, ("pass_seconds", "decode_one", "accepted_depth")),
-    (spec_cost, ("round_seconds",)),
-    (analytic, ("stage_parts",)),
-    (measured, ("pass_fixed", "pass_table", "pass_decode_weight", "pass_decode", "pass_total",
-                "pass_light")),
-    (rules, ("blocks_for", "wanted", "most_tokens", "share", "spent", "grant", "first_chunk",
-                "admission", "padding", "kept_blocks", "emitted")),
-    (drafting, ("draft_seconds", "adaptive_gamma"))) for name in names}
+def _callees(fn) -> dict:
+    """{name: function} of the project's plain functions ``fn`` names as globals."""
+    out = {}
+    for name in fn.__code__.co_names:
+        value = fn.__globals__.get(name)
+        if isinstance(value, types.FunctionType) and value.__module__.startswith(_PROJECT):
+            out[name] = value
+    return out
+
+
+def _helpers() -> dict:
+    """{name: function} of every function the kernels call, directly or through another:
+    each compiled once per process (``_jitted``) into the globals of compiled copies of
+    its callers, so that the modules themselves stay Python (the reference path calls
+    ``sim.draft_pricing.draft_passes`` too)."""
+    out: dict = {}
+    todo = [stretch, walk]
+    while todo:
+        for name, fn in _callees(todo.pop()).items():
+            if name not in out:
+                todo.append(fn)
+            elif out[name] is not fn:
+                raise ImportError(f"sim.steady_kernel: two helpers named {name!r}")
+            out[name] = fn
+    return out
+
+
+_PYTHON = _helpers()
+# (Python function, cached?) -> its compiled copy, shared by every kernel of the process
+_JITTED: dict = {}
 
 
 def _source_version() -> str:
@@ -124,19 +143,33 @@ def _build(jit_one):
 
 
 def _jitted(numba, cache: bool, fn):
-    """``fn`` jitted, the helpers it calls first (it finds them as globals of its module:
-    each module's are swapped for their jitted versions once)."""
+    """``fn`` jitted: a copy of it whose globals name the compiled copies of the helpers it
+    calls (``_PYTHON``, each jitted the same way, once per process), so that Python callers
+    of the same functions -- the reference path calls ``draft_passes`` too -- keep the
+    Python ones."""
     with _cache_dir(numba, cache) as folder:
         if folder is None or not any(folder.rglob(f"*.{fn.__name__}-*.nbi")):
             _say_compiling(fn.__name__)
         jit = numba.njit(cache=folder is not None, nogil=True)
-        for name, helper in _PYTHON.items():
-            compiled_helper = None
-            for module in _MODULES:
-                if getattr(module, name, None) is helper:
-                    compiled_helper = compiled_helper or jit(helper)
-                    setattr(module, name, compiled_helper)
-        return jit(fn)
+
+        def build(f):
+            key = (f, folder is not None)
+            if key not in _JITTED:
+                names = dict(f.__globals__)
+                for name, helper in _callees(f).items():
+                    names[name] = build(helper)
+                _JITTED[key] = jit(types.FunctionType(f.__code__, names, f.__name__,
+                                                      f.__defaults__, f.__closure__))
+            return _JITTED[key]
+
+        return build(fn)
+
+
+def compiled_helper(name: str):
+    """The compiled copy of the kernels' helper ``name`` (``_PYTHON``), or None where no
+    kernel has been compiled in this process."""
+    helper = _PYTHON[name]
+    return _JITTED.get((helper, True)) or _JITTED.get((helper, False))
 
 
 def _say_compiling(kind: str) -> None:

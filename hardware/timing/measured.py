@@ -421,8 +421,8 @@ class MeasuredTiming:
 # all-reduces, elementwise kernels; with ``beside`` > 0 followed by its version for passes of
 # at most ``beside`` tokens); the lm_head's and the all-reduce's tables (empty without one);
 # the decode kernel's table [batches][lengths] (empty without one), its batches and lengths.
-# Each function is plain arithmetic that calls no other (the kernels compile each and swap
-# the compiled copies into their own modules only), so its searches are written out.
+# Each function is plain arithmetic, compiled as it is for the kernels
+# (``sim.steady_kernel``); its searches are written out, as numba compiles them.
 
 
 def pass_fixed(new, n, p, grid, lin):

@@ -4,9 +4,7 @@ The reference scheduler (``sim.scheduling``, ``sim.kv``, ``sim.step``) applies t
 batch's arrays; the compiled kernels (``sim.kernels.walk``, ``sim.kernels.stretch``) to
 one row at a time, as scalars. Each is arithmetic that gives the same values on an int64
 array and on an int64 scalar, so that the one function serves both (``sim.steady_kernel``
-compiles it with the kernels; the reference calls it as it is). A rule calls no other rule:
-the compiled copies are swapped into the kernels' modules only, so a rule that called
-another would have the reference reach the compiled one.
+compiles a copy of it with the kernels; the reference calls it as it is).
 
 What each stands for in vLLM (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``;
 ``vllm/v1/core/kv_cache_manager.py``, ``allocate_slots``):

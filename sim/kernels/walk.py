@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.spec_cost import round_seconds
+from sim.draft_pricing import passes_capacity
 from sim.kernels.base import (
     ADAPTIVE,
     BLOCKS,
@@ -139,6 +140,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     prefilling = np.empty(rows, dtype=np.int64)  # an iteration's prefill rows, in order
     group_n = np.zeros(max(reps, 1), dtype=np.int64)  # decoders per draft replica
     group_ctx = np.zeros(max(reps, 1), dtype=np.int64)  # and their context
+    passes = np.empty((passes_capacity(max(max_g, len(feeds)), reps), 7))  # the draft's
+    ones = np.ones(max_g, dtype=np.int64)  # the adaptive policy's deepest chain's feeds
+    chain_s = np.zeros(max_g + 1)  # and its seconds per γ
     n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
     t = now
     k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
@@ -151,7 +155,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if mode:  # the policy's shape for this iteration (asked first, as it is)
             if mode == ADAPTIVE:
                 g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
-                                    group_n, group_ctx, tp, dp, sp)
+                                   group_n, group_ctx, tp, dp, sp, passes, ones, chain_s)
             else:
                 size = n_alive
                 if not by_running:  # the decoding rows
@@ -262,7 +266,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         d = 0.0
         if nodes > 0 or mode:
             d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
-                               reps, one_pass, group_n, group_ctx, dp)
+                              reps, one_pass, group_n, group_ctx, dp, passes)
             if nodes > 0:  # the engine's work around the passes (IterationPricer.round_s)
                 d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
         end = t + (d + v)

@@ -119,9 +119,9 @@ def test_the_compiled_stretch_prices_a_pass_as_the_timing(case):
     from sim.kernels import base
 
     compiled = steady_kernel.compiled()
-    kinds = [steady_kernel._PYTHON["pass_seconds"]]
+    kinds = [base.pass_seconds]
     if compiled is not None:
-        kinds.append(base.pass_seconds)  # the jitted one (compiled() swapped it in)
+        kinds.append(steady_kernel.compiled_helper("pass_seconds"))  # the jitted copy
     rng = np.random.default_rng(11)
     names = ("compute", "memory", "comm", "host")
     ns = [1.0, 2.0, 3.0, 7.0, 64.0, 128.0, 129.0, 255.0, 256.0, 257.0, 600.0,
@@ -168,21 +168,20 @@ def test_a_kernel_numba_cannot_build_falls_back(fails_without_cache, monkeypatch
 
     from sim import steady_kernel
 
-    for module in steady_kernel._MODULES:  # the helpers compiled() swaps, put back after
-        for name in steady_kernel._PYTHON:
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setattr(steady_kernel, "_JITTED", {})  # compiled afresh, forgotten after
     fake = _Numba(fails_without_cache)
     monkeypatch.setitem(sys.modules, "numba", fake)
     monkeypatch.setenv("SPECSIM_NUMBA", "1")
     monkeypatch.setattr(steady_kernel, "_BUILT", {})
     got = steady_kernel.compiled()
     assert fake.asked == [True, False]
-    assert got is (None if fails_without_cache else steady_kernel.stretch)
+    code = None if got is None else got.__code__  # a Python copy: the fake compiles nothing
+    assert code is (None if fails_without_cache else steady_kernel.stretch.__code__)
     assert steady_kernel.compiled() is got and fake.asked == [True, False]  # looked for once
     for spec in (False, True):  # each kind of walk on its first use, once
         walk = steady_kernel.compiled_walk(spec)
-        assert walk is (None if fails_without_cache else steady_kernel.walk)
+        code = None if walk is None else walk.__code__
+        assert code is (None if fails_without_cache else steady_kernel.walk.__code__)
         assert steady_kernel.compiled_walk(spec) is walk
     assert fake.asked == [True, False] * 3
     monkeypatch.setenv("SPECSIM_NUMBA", "0")
@@ -198,20 +197,21 @@ def test_the_kernels_are_cached_in_a_folder_per_version_of_their_source(tmp_path
     after (an earlier version's folder beside it is removed); without a writable folder
     next to them, one under the user's cache; with none writable, or once the files on
     disk are no longer the ones this process imported, no cache at all. The hash covers
-    ``hardware/spec_cost.py``, ``hardware/timing/analytic.py`` and
-    ``hardware/timing/measured.py`` too: the kernels call their formulas."""
+    the other files whose functions the kernels call too (the pass formulas, the draft's
+    passes, the adaptive choice, the round's overheads)."""
     import hashlib
     from pathlib import Path
     from types import SimpleNamespace
 
-    from hardware import spec_cost
+    from hardware import cost, draft, spec_cost
     from hardware.timing import analytic, measured
-    from sim import kernels, steady_kernel
+    from sim import draft_pricing, kernels, policies, steady_kernel
 
     here = Path(kernels.__file__).parent
     digest = hashlib.sha256()
-    for path in [*sorted(here.glob("*.py")), Path(spec_cost.__file__),
-                 Path(analytic.__file__), Path(measured.__file__)]:
+    for path in [*sorted(here.glob("*.py")), Path(cost.__file__), Path(draft.__file__),
+                 Path(spec_cost.__file__), Path(analytic.__file__), Path(measured.__file__),
+                 Path(draft_pricing.__file__), Path(policies.__file__)]:
         digest.update(path.read_bytes())
     name = f"numba-{digest.hexdigest()[:16]}"
     stale = here / "__pycache__" / "numba-0000000000000000"
@@ -250,10 +250,7 @@ def test_a_kernel_compiled_afresh_says_so_on_a_terminal(tmp_path, monkeypatch, c
 
     pytest.importorskip("numba")
     monkeypatch.setattr(steady_kernel, "_BUILT", {})
-    for module in steady_kernel._MODULES:  # the helpers _jitted swaps, put back after
-        for name in steady_kernel._PYTHON:
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setattr(steady_kernel, "_JITTED", {})  # compiled afresh, forgotten after
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     # a cache folder of its own: the kernels' sources copied, their version taken from them
     import shutil
