@@ -26,7 +26,8 @@ from hardware.timing import make_timing, stage_counts
 from hardware.timing.paper import ACTIVATION_BYTES
 from specdec.errors import UserError
 
-__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "batch_pass", "causal_keys"]
+__all__ = ["CostModel", "PassCost", "ACTIVATION_BYTES", "batch_pass", "causal_keys",
+           "verify_pass"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,20 @@ def batch_pass(feed, before, depth, s_ctx, n_seq, tree, p_new, p_ctx, p_new_ctx,
     else:
         keys = (feed * ctx + p_new_ctx) + 0.5 * ((n_seq * feed * feed + p_sq) + new)
     return float(new), float((ctx + p_ctx) + new), float(keys), float(n_seq + n_pre)
+
+
+def verify_pass(verify, tri, s_ctx, n_seq, p_new, p_ctx, p_new_ctx, p_sq, n_pre):
+    """``batch_pass``' four numbers of an iteration's target pass: each of ``n_seq``
+    decoding sequences verifies ``verify`` tokens (its root and its shape's nodes) beside
+    the prefill chunks; ``tri`` < 0 for a chain (a causal run), else a token tree's
+    Σ_l n_l·(l + 1) (``sim.shapes.tree_key_term``): each sequence attends
+    ``verify``·ctx + ``tri`` keys under the tree mask. For the reference pricer and the
+    compiled walk alike."""
+    new, kv, keys, n = batch_pass(verify, 0, 0, s_ctx, n_seq, False, p_new, p_ctx, p_new_ctx,
+                                  p_sq, n_pre)
+    if tri >= 0.0:
+        keys = float(verify * s_ctx + n_seq * tri + p_new_ctx + 0.5 * (p_sq + p_new))
+    return new, kv, keys, n
 
 
 class CostModel:
@@ -216,6 +231,11 @@ class CostModel:
         """Seconds of one pass from what the timing prices: Σ new tokens, Σ KV read
         (context and new), attended keys, sequences (``batch_pass``'s four numbers)."""
         return self._seconds(new, kv, keys, n_seqs)
+
+    def pass_seconds_bound_at(self, new: float, kv: float, keys: float, n_seqs: float
+                              ) -> tuple[float, str]:
+        """(seconds, bound) of one pass from ``batch_pass``'s four numbers."""
+        return self._bound(new, kv, keys, n_seqs)
 
     def pass_seconds_bound_sums(
         self, sum_new: float, sum_ctx: float, sum_new_ctx: float, sum_new_sq: float,

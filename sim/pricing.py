@@ -41,7 +41,7 @@ from typing import Protocol
 
 import numpy as np
 
-from hardware.cost import batch_pass
+from hardware.cost import batch_pass, verify_pass
 from hardware.spec_cost import round_seconds, serial_passes
 from sim.draft_pricing import (
     chain_prefix_seconds,
@@ -129,18 +129,14 @@ class IterationPricer:
         pre = prefill_sums(pre_context, pre_chunks)
         p_new, p_ctx, p_new_ctx, p_sq = pre
         verify = 1 + tree_nodes(row)
-        sums = (n_dec * verify + p_new, s_ctx + p_ctx, verify * s_ctx + p_new_ctx,
-                n_dec * verify * verify + p_sq)
         tri = tree_key_term(row)
-        keys = None if tri is None or not n_dec else \
-            verify * s_ctx + n_dec * tri + p_new_ctx + 0.5 * (p_sq + p_new)  # tree mask
+        target = verify_pass(verify, -1.0 if tri is None else tri, s_ctx, n_dec, p_new, p_ctx,
+                             p_new_ctx, p_sq, len(pre_chunks))
         label = ""
-        n_seqs = n_dec + len(pre_chunks)
         if self.record_bound if bound is None else bound:
-            verify_s, label = self.target.pass_seconds_bound_sums(*sums, sum_keys=keys,
-                                                                  n_seqs=n_seqs)
+            verify_s, label = self.target.pass_seconds_bound_at(*target)
         else:
-            verify_s = self.target.pass_seconds_sums(*sums, sum_keys=keys, n_seqs=n_seqs)
+            verify_s = self.target.pass_seconds_at(*target)
         draft_s = 0.0
         if self.draft is not None:
             if self.overlap and ready is not None and shape_info(row)[0]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware.cost import verify_pass
 from hardware.spec_cost import round_seconds
 from sim.draft_pricing import passes_capacity
 from sim.kernels.base import (
@@ -253,15 +254,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if beyond or n_dec + n_pre == 0:
             break  # a request the walk does not hold or may not see, or nothing to run
         # IterationPricer.price: the target pass of the verifies and the prefill chunks
-        new = n_dec * verify + p_new
-        if tri < 0.0:  # CostModel's causal count
-            keys = float(verify * s_ctx + p_new_ctx) + 0.5 * float(n_dec * verify * verify
-                                                                    + p_sq + new)
-        else:  # the tree mask
-            keys = (float(verify * s_ctx) + n_dec * tri + float(p_new_ctx)
-                    + 0.5 * float(p_sq + p_new))
-        v, code = pass_seconds(float(new), float(s_ctx + p_ctx + new), keys,
-                               float(n_dec + n_pre), tp, bound)
+        new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_dec, p_new, p_ctx, p_new_ctx,
+                                          p_sq, n_pre)
+        v, code = pass_seconds(new, kv, keys, seqs, tp, bound)
         # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
         if nodes > 0 or mode:

@@ -38,6 +38,9 @@ class FakeCost:
     def pass_seconds_at(self, new, kv, keys, n_seqs) -> float:
         return self.pass_seconds_sums(new, kv - new, 0.0, 0.0, n_seqs=n_seqs)
 
+    def pass_seconds_bound_at(self, new, kv, keys, n_seqs):
+        return self.pass_seconds_at(new, kv, keys, n_seqs), "memory"
+
     def pass_seconds_bound_sums(self, sum_new, sum_ctx, sum_new_ctx, sum_new_sq, sum_keys=None, *,
                                 n_seqs):
         return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq,

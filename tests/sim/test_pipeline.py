@@ -30,6 +30,12 @@ class TwoStages:
         return self.pass_seconds_sums(sum_new, sum_ctx, sum_new_ctx, sum_new_sq,
                                       n_seqs=n_seqs), "memory"
 
+    def pass_seconds_at(self, new, kv, keys, n_seqs):
+        return self.pass_seconds_sums(new, kv - new, 0.0, 0.0, n_seqs=n_seqs)
+
+    def pass_seconds_bound_at(self, new, kv, keys, n_seqs):
+        return self.pass_seconds_at(new, kv, keys, n_seqs), "memory"
+
     def pass_cost(self, new_tokens, context, keys=None):
         stage = 0.005 + 0.001 * float(np.sum(new_tokens))
         return _Cost(2 * stage + 0.002, "memory", (stage, stage), 0.002)
