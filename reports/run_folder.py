@@ -88,8 +88,9 @@ def summary_table(run: RunData, warmup_s: float = 0.0, slo: dict | None = None
     """One row per variant: ``reports.tables.summarize_frames`` plus speedups vs ``none``.
 
     ``slo`` defaults to the scenario's ``slo`` section (its p99 targets are applied per
-    request for goodput). With ``warmup_s`` > 0 the first seconds are trimmed and the
-    duration shortened accordingly.
+    request for goodput). With ``warmup_s`` > 0 the requests that arrived and the iterations
+    that started in the first seconds are left out: the rates then run from the first
+    request kept (the run's end stays where it was).
     """
     from reports.tables import add_speedups, summarize_frames, trim_warmup
 
@@ -97,7 +98,7 @@ def summary_table(run: RunData, warmup_s: float = 0.0, slo: dict | None = None
     rows = []
     for v in run.variants:
         req, it = trim_warmup(v.requests, v.iterations, warmup_s)
-        row = summarize_frames(v.name, req, it, v.duration_s - warmup_s, slo)
+        row = summarize_frames(v.name, req, it, v.duration_s, slo)
         row["policy"] = v.policy.get("kind", "")
         rows.append(row)
     table = pd.DataFrame(rows)

@@ -66,6 +66,27 @@ def test_warmup_trimming(small_run):
         trim_warmup(v.requests, v.iterations, -1.0)
 
 
+def test_warmup_rates_run_from_the_first_request_kept_to_the_runs_end(small_run):
+    """The run's end is a time, not a length: with a request unfinished the rates span the
+    first request kept to the end of the run (it was once shortened by the warm-up too,
+    which counted the warm-up twice)."""
+    import dataclasses
+
+    run = load_run(small_run)
+    v = run.variants[0]
+    cut = float(v.requests["arrival_at"].quantile(0.5))
+    requests = v.requests.copy()
+    last = requests.index[-1]
+    requests.loc[last, "finished"] = False  # one request still running at the end
+    end = float(requests["finished_at"].max()) + 1.0
+    variant = dataclasses.replace(v, requests=requests, duration_s=end)
+    row = summary_table(dataclasses.replace(run, variants=[variant]), warmup_s=cut).iloc[0]
+    kept = requests[requests["arrival_at"] >= cut]
+    span = end - float(kept["arrival_at"].min())
+    assert row["throughput_tokens_per_s"] == pytest.approx(kept["emitted_tokens"].sum() / span,
+                                                           rel=1e-12)
+
+
 def test_frame_rates_end_at_the_last_completion_as_the_engine_summary():
     """As ``sim.summary.span_s``: a run cut at a horizon long after its last completion
     delivers over first arrival..last completion; one with a request unfinished, to the end."""
