@@ -37,10 +37,10 @@ The tutorial's grid tables are also compared whole by ``test_docs.py``, and its 
 snippet runs in ``test_docs.py::test_the_tutorials_python_runs_on_a_run_folder``; it is the
 docs' only ``python`` block (checked below).
 
-Marked slow (over ~5 s cold here, or several runs): the plan, the three claims commands,
-the two sweeps without a shown table and the write-a-scenario runs; the rest take about
-20 s together on two cores. Every test runs under pytest-timeout: the project's 120 s, or
-the longer limit marked on a slow one.
+Marked slow, to keep the default run near 20 s on two cores: the plan (about 10 s alone,
+more from a cold cache), the three claims commands (about 35 s), the two sweeps that show no
+table and the write-a-scenario runs (3 to 7 s each). Every test runs under pytest-timeout:
+the project's 120 s, or the longer limit marked on a slow one.
 """
 
 from __future__ import annotations
@@ -497,8 +497,13 @@ def test_claims_only_as_json(tmp_path, capsys, monkeypatch):
     import json
 
     argv, _ = _command(CLAIMS, r"--only leviathan")
-    rows = json.loads(_run(argv, capsys, monkeypatch, tmp_path / "out"))
+    printed = _run(argv, capsys, monkeypatch, tmp_path / "out")
+    rows = json.loads(printed)
     assert rows and all(r["verdict"] for r in rows)
+    (large,) = [r["assumptions"] for r in rows if "T5-LARGE draft" in r["claim"]]
+    implied = re.search(r"c implied by the measured speedups: ([\d.]+)", large).group(1)
+    _check_quotes(CLAIMS, printed, {"The measured 1.7× of T5-large on EnDe implies c ≈ {}":
+                                    [implied]})
 
 
 @pytest.mark.slow
