@@ -37,9 +37,14 @@ The tutorial's grid tables are also compared whole by ``test_docs.py``, and its 
 snippet runs in ``test_docs.py::test_the_tutorials_python_runs_on_a_run_folder``; it is the
 docs' only ``python`` block (checked below).
 
-Marked slow, to keep the default run near 20 s on two cores: the plan (about 10 s alone,
-more from a cold cache), the three claims commands (about 35 s), the two sweeps that show no
-table and the write-a-scenario runs (3 to 7 s each). Every test runs under pytest-timeout:
+Commands written inline in prose are not inventoried. The ones whose figures timing.md
+quotes in the sections on FP8 scales, MoE experts and the Blackwell GPUs are run below; its
+other inline commands (the validation and calibration figures) are not checked here.
+
+Marked slow, to keep the default run near 25 s on two cores: the plan (about 10 s alone,
+more from a cold cache), the three claims commands (about 35 s), the runs that show no
+output (the Mooncake replay, two sweeps, the write-a-scenario runs: 3 to 7 s each) and
+timing.md's B200 table and served runs (4 s each). Every test runs under pytest-timeout:
 the project's 120 s, or the longer limit marked on a slow one.
 """
 
@@ -187,7 +192,7 @@ def _template(line: str) -> tuple[re.Pattern, list[str]]:
 def _agrees(shown: str, printed: str, rel: float = 0.0) -> bool:
     """``printed`` rounds to ``shown`` at the doc's digits (or is within ``rel`` of it)."""
     half_unit = Decimal(5) * Decimal(10) ** (Decimal(shown).as_tuple().exponent - 1)
-    diff = abs(Decimal(shown) - Decimal(printed))
+    diff = abs(Decimal(shown) - Decimal(str(printed)))
     return diff <= half_unit or diff <= Decimal(str(rel)) * abs(Decimal(printed))
 
 
@@ -234,7 +239,7 @@ def _cells(printed: str, label: str) -> list[str]:
     return re.findall(rf"(?<![\w.]){_NUMBER}", line[len(label):])
 
 
-def _check_quotes(page: str, printed: str, quotes: dict[str, list[str]]) -> None:
+def _check_quotes(page: str, quotes: dict[str, list]) -> None:
     """Each phrase's numbers in the prose agree with the printed ones given for it."""
     for phrase, values in quotes.items():
         doc = _quoted(page, phrase)
@@ -336,7 +341,7 @@ def test_tutorial_run(tmp_path, capsys, monkeypatch):
     printed = _run_and_compare(TUTORIAL, r"^specsim run$", tmp_path, capsys, monkeypatch,
                                shown_out="runs/default-<timestamp>")
     mean, p99 = (_cells(printed, f"speedup vs none ({k} TPOT)")[1] for k in ("mean", "p99"))
-    _check_quotes(TUTORIAL, printed, {
+    _check_quotes(TUTORIAL, {
         "speculation cuts the mean time per output token by {}× (the p99 by {}×)": [mean, p99]})
     # The README's quick start runs the same command.
     assert _command("README.md", r"&& specsim run$")[0] == _command(TUTORIAL, r"^specsim run$")[0]
@@ -345,7 +350,7 @@ def test_tutorial_run(tmp_path, capsys, monkeypatch):
 def test_tutorial_sweep(tmp_path, capsys, monkeypatch):
     printed = _run_and_compare(TUTORIAL, r"rate_per_s=8,32,64,96", tmp_path, capsys,
                                monkeypatch)
-    _check_quotes(TUTORIAL, printed, {
+    _check_quotes(TUTORIAL, {
         "The gain has turned into a loss by 32 requests/s ({}×)":
             [_cells(printed, "32 fixed-g4")[-1]]})
 
@@ -353,7 +358,7 @@ def test_tutorial_sweep(tmp_path, capsys, monkeypatch):
 def test_tutorial_grid_on_the_paper_gpu(tmp_path, capsys, monkeypatch):
     printed = _run_and_compare(TUTORIAL, r"--contexts 128,1024 --timing paper", tmp_path,
                                capsys, monkeypatch)
-    _check_quotes(TUTORIAL, printed, {
+    _check_quotes(TUTORIAL, {
         "at small batch γ = 4 gives {}×": [_cells(printed, "1 128")[1]],
         "so speculation still pays there ({}× at batch 256, context 1024)":
             [_cells(printed, "256 1024")[1]]})
@@ -364,7 +369,7 @@ def test_readme_grid_caption(tmp_path, capsys, monkeypatch):
     text = (ROOT / "README.md").read_text()
     (command,) = re.findall(r"\*`(specsim grid [^`]*)`", text)
     printed = _run(command.split()[1:], capsys, monkeypatch, tmp_path / "out")
-    _check_quotes("README.md", printed, {"pays ≈{}× at small batch": [_cells(printed, "1 128")[1]]})
+    _check_quotes("README.md", {"pays ≈{}× at small batch": [_cells(printed, "1 128")[1]]})
 
 
 def test_tutorial_tree_grid_runs(tmp_path, capsys, monkeypatch):
@@ -376,7 +381,7 @@ def test_tutorial_tree_grid_runs(tmp_path, capsys, monkeypatch):
 def test_tutorial_eagle3_grid(tmp_path, capsys, monkeypatch):
     printed = _run_and_compare(TUTORIAL, r"--method eagle3", tmp_path, capsys, monkeypatch)
     row = _cells(printed, "1 128")
-    _check_quotes(TUTORIAL, printed, {
+    _check_quotes(TUTORIAL, {
         "so at this α the best γ there is {}, at {}×": row[:2]})
 
 
@@ -384,7 +389,7 @@ def test_tutorial_ladder_and_adaptive(tmp_path, capsys, monkeypatch):
     argv, shown = _command(TUTORIAL, r"batch_ladder")
     printed = _run(argv, capsys, monkeypatch, tmp_path / "out")
     speedups = _cells(printed, "speedup vs none (mean TPOT)")
-    _check_quotes(TUTORIAL, printed, {
+    _check_quotes(TUTORIAL, {
         "gives mean-TPOT speedups of {}× (ladder) and {}× (adaptive) at 64 requests/s":
             speedups[1:]})
 
@@ -405,7 +410,7 @@ def test_plan_capacity(tmp_path, capsys, monkeypatch):
                                shown_out="runs/plan-plan-llama70b-<time>")
     # rank, candidate, gpu, gpus, policy, max_rate_per_s
     rate = dict(re.findall(r"^[* ] +\d+ +(\S+) +\S+ +\d+ +\S+ +(\S+)", printed, flags=re.M))
-    _check_quotes(PLAN, printed, {
+    _check_quotes(PLAN, {
         "the adaptive policy, which drafts less as the batch grows, sustains {} requests/s":
             [rate["h100-tp4-adaptive"]],
         "a fixed chain of 4 sustains {}, against {} without speculation":
@@ -421,11 +426,13 @@ def test_vllm_command_line(tmp_path, capsys, monkeypatch):
 def test_vllm_forced_acceptance(tmp_path, capsys, monkeypatch):
     argv, _ = _command(ENGINE, r'--from-vllm "\$FORCED"')
     printed = _run(argv, capsys, monkeypatch, tmp_path / "out")
-    _check_quotes(ENGINE, printed, {
+    _check_quotes(ENGINE, {
         "prints a mean acceptance length of {} for the `eagle3` variant":
             _cells(printed, "mean acceptance length (vLLM)")})
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_mooncake_trace_run(tmp_path, capsys, monkeypatch):
     argv, shown = _command(REPLAY, r"^specsim run scenarios/mooncake-trace\.yaml$")
     assert shown is None
@@ -437,7 +444,7 @@ def test_deepseek_v3_numbers(tmp_path, capsys, monkeypatch):
     printed = _run(["run", "scenarios/deepseek-v3-mtp.yaml"], capsys, monkeypatch,
                    tmp_path / "out")
     ttft, tpot = (_cells(printed, f"{k} p50 / p90 / p99 (ms)") for k in ("TTFT", "TPOT"))
-    _check_quotes(REPLAY, printed, {
+    _check_quotes(REPLAY, {
         "prefix hit rate {} ({} of the prompt tokens cached; {} with MTP":
             _cells(printed, "prefix cache hit rate (cached tokens)")[:3],
         "TTFT p50 {} ms without speculation and {} ms with, TPOT p50 {} ms without and {} ms "
@@ -502,7 +509,7 @@ def test_claims_only_as_json(tmp_path, capsys, monkeypatch):
     assert rows and all(r["verdict"] for r in rows)
     (large,) = [r["assumptions"] for r in rows if "T5-LARGE draft" in r["claim"]]
     implied = re.search(r"c implied by the measured speedups: ([\d.]+)", large).group(1)
-    _check_quotes(CLAIMS, printed, {"The measured 1.7× of T5-large on EnDe implies c ≈ {}":
+    _check_quotes(CLAIMS, {"The measured 1.7× of T5-large on EnDe implies c ≈ {}":
                                     [implied]})
 
 
@@ -525,3 +532,94 @@ def test_write_a_scenario(part, tmp_path, capsys, monkeypatch):
     (tmp_path / argv[1]).write_text(block)
     printed = _run(argv, capsys, monkeypatch, tmp_path / "out", cwd=tmp_path)
     assert "adaptive" in printed and "SLO (p99 TTFT, TPOT)" in printed
+
+
+# --- timing.md: figures its prose quotes from `specsim hw step` and `specsim run` ----------
+
+TIMING = "docs/timing.md"
+
+
+def _inline(page: str, command: str) -> list[str]:
+    """The argv of ``command`` (after ``specsim``), which the page's prose writes (line breaks
+    aside)."""
+    assert command in " ".join((ROOT / page).read_text().split()), (page, command)
+    return command.split()[1:]
+
+
+def _step_ms(argv: list[str], capsys, monkeypatch) -> dict[str, float]:
+    """``specsim hw step``'s pass time and its measured terms (ms), by name."""
+    printed = _run(argv, capsys, monkeypatch)
+    terms = re.search(r"measured terms (.*) ms", printed)  # none on the roofline
+    named = re.findall(r"(\w+) ([\d.]+)", terms.group(1)) if terms else []
+    return {"pass": float(_cells(printed, "pass")[0]), **{k: float(v) for k, v in named}}
+
+
+def test_timing_fp8_dynamic_scales(capsys, monkeypatch):
+    argv = _inline(TIMING, "specsim hw step --model llama-3.1-70b --gpu h100 --tp 2 "
+                           "--weight-bits 8 --compute-dtype fp8 --batch 32 --context 1024 "
+                           "--fp8-scales dynamic")
+    dynamic = _step_ms(argv, capsys, monkeypatch)
+    plain = _step_ms(argv[:-2], capsys, monkeypatch)  # the model's own scales: per tensor
+    _check_quotes(TIMING, {
+        "it adds {}% to a decode step of 32 sequences, {}% to its GEMMs":
+            [f"{100 * (dynamic[k] / plain[k] - 1):.6f}" for k in ("pass", "gemm")],
+        "--fp8-scales dynamic`: {} ms against {})": [dynamic["pass"], plain["pass"]]})
+
+
+def test_timing_deepseek_v3_experts(capsys, monkeypatch):
+    argv = _inline(TIMING, "specsim hw step --model deepseek-v3 --gpu h200 --tp 8 --batch 1 "
+                           "--context 1024 --tokens 4")
+    one = [*argv[:-1], "1"]
+    ms = [_step_ms(a + t, capsys, monkeypatch)["pass"]
+          for t in (["--timing", "roofline"], []) for a in (one, argv)]
+    _check_quotes(TIMING, {"`: {} and {} ms roofline; {} and {} ms measured)": ms})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_timing_b200_against_h200(capsys, monkeypatch):
+    """The B200 table: each pass on both GPUs and their ratio, the GEMMs at batch 1."""
+    _inline(TIMING, "specsim hw step --model llama-3-8b --gpu b200 --batch 1 --context 1024 "
+                    "--tokens 1")
+    shapes = {"decode, batch 1, context 1024": "--batch 1 --context 1024 --tokens 1",
+              "decode, batch 64, context 2048": "`--batch 64 --context 2048 --tokens 1`",
+              "prefill, 4 × 2048 tokens": "`--batch 4 --context 0 --tokens 2048`"}
+
+    def step(gpu: str, shape: str) -> dict[str, float]:
+        argv = ["hw", "step", "--model", "llama-3-8b", "--gpu", gpu, *shape.strip("`").split()]
+        return _step_ms(argv, capsys, monkeypatch)
+
+    quotes = {}
+    for row, shape in shapes.items():
+        _inline(TIMING, shape)
+        h200, b200 = step("h200", shape), step("b200", shape)
+        quotes[f"| {row} | {{}} ms | {{}} ms | {{}}× |"] = [
+            h200["pass"], b200["pass"], h200["pass"] / b200["pass"]]
+        if row.startswith("decode, batch 1"):
+            quotes["| GEMMs {} → {} ms ({}×,"] = [h200["gemm"], b200["gemm"],
+                                                   h200["gemm"] / b200["gemm"]]
+            assert h200["overhead"] == b200["overhead"]
+            quotes["the {} ms framework overhead is the same on both"] = [b200["overhead"]]
+    quotes["B300, GB200 and GB300 price the batch-1 decode at {}, {} and {} ms"] = [
+        step(gpu, shapes["decode, batch 1, context 1024"])["pass"]
+        for gpu in ("b300", "gb200", "gb300")]
+    _check_quotes(TIMING, quotes)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_timing_b200_served(tmp_path, capsys, monkeypatch):
+    argv = _inline(TIMING, "specsim run --set deployment.gpu=b200 --set run.requests=300")
+    runs = {}
+    for gpu in ("b200", "h200"):
+        printed = _run([a.replace("b200", gpu) for a in argv], capsys, monkeypatch,
+                       tmp_path / gpu)
+        runs[gpu] = (_cells(printed, "TPOT p50 / p90 / p99 (ms)")[::3],
+                     _cells(printed, "TTFT p50 / p90 / p99 (ms)")[0])
+    (b_none, b_spec), b_ttft = runs["b200"]
+    (h_none, h_spec), h_ttft = runs["h200"]
+    _check_quotes(TIMING, {
+        "gives a median TPOT of {} ms without speculation and {} ms with γ = 4 on the B200, "
+        "against {} and {} ms on the H200 ({}× and {}×), and a median TTFT of {} against {} ms":
+            [b_none, b_spec, h_none, h_spec, float(h_none) / float(b_none),
+             float(h_spec) / float(b_spec), b_ttft, h_ttft]})
