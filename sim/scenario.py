@@ -200,7 +200,10 @@ class Scheduler(Strict):
     @model_validator(mode="after")
     def _chunk_fits(self):
         for knob in ("vllm_release", "reserve_full_isl", "async_scheduling"):
-            if getattr(self, knob) not in (None, False) and knob in self.model_fields_set \
+            # a value other than the default (a resolved scenario writes every field: the
+            # default release then comes back beside another order, and means nothing)
+            default = type(self).model_fields[knob].default
+            if getattr(self, knob) != default and knob in self.model_fields_set \
                     and self.order != "vllm_v1":
                 raise ValueError(f"{knob}: only the vllm_v1 order follows a vLLM release's "
                                  f"rules, got order {self.order}")

@@ -82,6 +82,21 @@ def test_async_scheduling_is_refused_where_vllm_does_not_run_it(sets, why):
         setups(sc)
 
 
+def test_a_release_knob_beside_another_order_is_refused_unless_it_is_the_default():
+    """A resolved scenario writes every field, so SGLang's order comes back with the
+    default release (its report was once refused writing it); another release is an
+    error there, as the knob would do nothing."""
+    from sim.scenario import Scheduler
+
+    resolved = Scheduler(order="prefill_first").model_dump()
+    assert resolved["vllm_release"] == "0.33"
+    Scheduler.model_validate(resolved)
+    for knob, value in (("vllm_release", "0.20"), ("reserve_full_isl", False),
+                        ("async_scheduling", True)):
+        with pytest.raises(ValueError, match=f"{knob}: only the vllm_v1 order"):
+            Scheduler.model_validate({**resolved, knob: value})
+
+
 def test_a_step_in_flight_holds_kv_for_every_draft_until_its_rejections_come_back():
     # γ = 3, no draft ever accepted; r0: prompt 12, output 20, 16-token blocks. Step k + 1
     # is scheduled when step k starts, with step k's 4 tokens counted as computed: it needs
