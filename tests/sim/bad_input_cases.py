@@ -1,0 +1,223 @@
+"""The bad inputs of ``test_bad_inputs``: files, flags, catalogs, traces, CSVs, metric
+dumps and engine command lines, each with what its one-line error must say.
+
+A case is ``(name, files to write {name: text}, argv with {tmp} for the folder the files
+are written to, expected in the line)``; a text holding ``\udcff`` is written as bytes (that
+character stands for the byte 0xff, which is not UTF-8).
+"""
+
+from __future__ import annotations
+
+SCENARIO = "scenarios/default.yaml"
+CASES = [
+    # scenario files
+    ("yaml-syntax", {"s.yaml": "a: [1, 2\n"}, ["run", "{tmp}/s.yaml"], "not valid YAML"),
+    ("yaml-tab", {"s.yaml": "a:\n\t- 1\n"}, ["run", "{tmp}/s.yaml"], "not valid YAML"),
+    ("yaml-python-tag", {"s.yaml": "a: !!python/object:os.system x\n"},
+     ["run", "{tmp}/s.yaml"], "not valid YAML"),
+    ("yaml-duplicate", {"s.yaml": "name: a\nname: b\n"}, ["run", "{tmp}/s.yaml"],
+     "duplicate key 'name'"),
+    ("yaml-empty", {"s.yaml": ""}, ["run", "{tmp}/s.yaml"], "is empty"),
+    ("yaml-list", {"s.yaml": "- 1\n"}, ["run", "{tmp}/s.yaml"], "must be a YAML mapping"),
+    ("yaml-deep", {"s.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n"},
+     ["run", "{tmp}/s.yaml"], "s.yaml"),
+    ("yaml-binary", {"s.yaml": "name: \udcff\n"}, ["run", "{tmp}/s.yaml"], "not UTF-8"),
+    ("yaml-missing", {}, ["run", "{tmp}/nope.yaml"], "nope.yaml: cannot read scenario"),
+    ("unknown-section", {"s.yaml": "colour: red\n"}, ["run", "{tmp}/s.yaml"],
+     "colour: unknown field"),
+    ("inf-rate", {"s.yaml": "workload: {rate_per_s: 1e400}\n"}, ["run", "{tmp}/s.yaml"],
+     "workload.rate_per_s"),
+    ("nan-alpha", {"s.yaml": "acceptance: {kind: iid, alpha: .nan}\n"},
+     ["run", "{tmp}/s.yaml"], "acceptance.alpha"),
+    ("sci-rate-too-big", {"s.yaml": "workload: {rate_per_s: 1e300}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.rate_per_s: must be <= 1e+06"),
+    ("huge-int", {"s.yaml": "run: {requests: 100000000000000000000000}\n"},
+     ["run", "{tmp}/s.yaml"], "run.requests: must be <= 100000000"),
+    ("float-requests", {"s.yaml": "run: {requests: 1e3}\n"}, ["run", "{tmp}/s.yaml"],
+     "run.requests"),
+    ("string-number", {"s.yaml": "workload: {rate_per_s: fast}\n"}, ["run", "{tmp}/s.yaml"],
+     "workload.rate_per_s"),
+    ("bool-number", {"s.yaml": "deployment: {tp: true}\n"}, ["run", "{tmp}/s.yaml"],
+     "deployment.tp"),
+    ("gamma-huge", {"s.yaml": "variants: [{name: g, policy: {kind: fixed, gamma: 100000}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.policy.gamma: must be <= 64"),
+    ("tree-huge", {"s.yaml": "variants: [{name: t, policy: {kind: tree, "
+                             "expansion: [8, 8, 8, 8]}}]\n"},
+     ["run", "{tmp}/s.yaml"], "at most 4096"),
+    ("adaptive-huge", {"s.yaml": "variants: [{name: a, policy: {kind: adaptive, "
+                                 "max_gamma: 1000}}]\n"},
+     ["run", "{tmp}/s.yaml"], "max_gamma: must be <= 64"),
+    ("ladder-gamma", {"s.yaml": "variants: [{name: l, policy: {kind: batch_ladder, "
+                                "ladder: [[1, 10, 99]]}}]\n"},
+     ["run", "{tmp}/s.yaml"], "ladder: gamma 99"),
+    ("poisson-users", {"s.yaml": "workload: {arrivals: poisson, users: 3}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.users: unknown field"),
+    ("offline-rate", {"s.yaml": "workload: {arrivals: offline, rate_per_s: 3}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.rate_per_s: unknown field"),
+    ("arrivals-bogus", {"s.yaml": "workload: {arrivals: sometimes}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.arrivals: must be one of"),
+    ("prefix-groups-alone", {"s.yaml": "workload: {shared_prefix_groups: 4}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.shared_prefix_groups: 4 groups need"),
+    ("prefix-caching-word", {"s.yaml": "scheduler: {prefix_caching: sometimes}\n"},
+     ["run", "{tmp}/s.yaml"], "scheduler.prefix_caching: input should be a valid boolean"),
+    ("tp-huge", {"s.yaml": "deployment: {tp: 100000}\n"}, ["run", "{tmp}/s.yaml"],
+     "deployment.tp: must be <= 1024"),
+    ("horizon-huge", {"s.yaml": "run: {horizon_s: 1e9}\n"}, ["run", "{tmp}/s.yaml"],
+     "run.horizon_s: must be <= 1e+07"),
+    ("seqs-huge", {"s.yaml": "scheduler: {max_num_seqs: 10000000}\n"},
+     ["run", "{tmp}/s.yaml"], "scheduler.max_num_seqs: must be <= 65536"),
+    ("length-huge", {"s.yaml": "workload: {prompt: {kind: fixed, tokens: 100000000}}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.prompt.tokens: must be <= 10000000"),
+    ("rates-too-many", {"s.yaml": "acceptance: {kind: positional, rates: ["
+                                  + ", ".join(["0.5"] * 65) + "]}\n"},
+     ["run", "{tmp}/s.yaml"], "acceptance.rates: allows at most 64"),
+    ("preset-unknown", {"s.yaml": "acceptance: {kind: preset, name: nope}\n"},
+     ["run", "{tmp}/s.yaml"], "unknown acceptance preset 'nope'"),
+    ("drafter-unknown", {"s.yaml": "variants: [{name: x, policy: {kind: fixed, gamma: 2}, "
+                                   "drafter: {method: medusa9}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.drafter.method: must be one of"),
+    ("draft-with-ngram", {"s.yaml": "models: {method: ngram, draft: llama-3.2-1b}\n"},
+     ["run", "{tmp}/s.yaml"], "models.draft: a draft model is only used"),
+    ("ngram-no-rate", {"s.yaml": "models: {method: ngram}\n"}, ["run", "{tmp}/s.yaml"],
+     "proposal_rate: required"),
+    ("overlap-colocated", {"s.yaml": "deployment: {draft_overlap: parallel}\n"},
+     ["run", "{tmp}/s.yaml"], "draft_overlap: 'parallel' needs draft_placement"),
+    ("blocks-override-huge", {"s.yaml": "scheduler: {num_gpu_blocks_override: 999999999}\n"},
+     ["run", "{tmp}/s.yaml"], "num_gpu_blocks_override: must be <="),
+    ("name-too-long", {"s.yaml": "name: " + "a" * 300 + "\n"}, ["run", "{tmp}/s.yaml"],
+     "s.yaml: name: allows at most 200 characters"),
+    ("variant-name-too-long", {"s.yaml": "variants: [{name: " + "v" * 201 + ", policy: "
+                                         "{kind: none}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.name: allows at most 200 characters"),
+    # data files named by scenarios
+    ("trace-missing", {"s.yaml": "acceptance: {kind: trace, file: {tmp}/none.npz}\n"},
+     ["run", "{tmp}/s.yaml"], "none.npz"),
+    ("trace-corrupt", {"t.npz": "not a zip", "s.yaml": "acceptance: {kind: trace, "
+                                                      "file: {tmp}/t.npz}\n"},
+     ["run", "{tmp}/s.yaml"], "t.npz"),
+    ("replay-bad-row", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,x\n",
+                        "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv"),
+    ("replay-fewer-rows", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,5\n",
+                           "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                     "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: holds 1 requests, fewer than run.requests 2"),
+    ("replay-arrival-far", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,5\n"
+                                     "1e300,10,5\n",
+                            "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                      "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "s.yaml: workload: request 1 arrives at 1e+300 s, past 4.504e+09"),
+    ("rate-tiny", {"s.yaml": "workload: {rate_per_s: 1e-300}\nrun: {requests: 3}\n"},
+     ["run", "{tmp}/s.yaml"], "s.yaml: workload: request 0 arrives at"),
+    ("replay-no-header", {"r.csv": "0,10,10\n",
+                          "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv"),
+    ("empirical-missing-col", {"l.csv": "a\n1\n", "s.yaml": "workload: {prompt: {kind: "
+                               "empirical, file: {tmp}/l.csv, column: tokens}}\n"},
+     ["run", "{tmp}/s.yaml"], "tokens"),
+    ("mooncake-bad-json", {"m.jsonl": "{\"timestamp\": 1,\n", "s.yaml": "workload: "
+                           "{arrivals: trace, format: mooncake, file: {tmp}/m.jsonl}\n"},
+     ["run", "{tmp}/s.yaml"], "line 1"),
+    ("metrics-bad", {"m.prom": "vllm:spec_decode_num_drafts_total{x} 1\n",
+                     "s.yaml": "acceptance: {kind: vllm_metrics, file: {tmp}/m.prom}\n"},
+     ["run", "{tmp}/s.yaml"], "line 1: malformed labels"),
+    ("catalog-bad-yaml", {"c.yaml": "gpus: [\n", "s.yaml": "deployment: {catalog: "
+                                                           "{tmp}/c.yaml}\n"},
+     ["run", "{tmp}/s.yaml"], "c.yaml"),
+    ("catalog-bad-field", {"c.yaml": "gpus: {h100: {hbm_gb: -1}}\n",
+                           "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"},
+     ["run", "{tmp}/s.yaml"], "gpus.h100"),
+    ("catalog-unknown-section", {"c.yaml": "cpus: {}\n",
+                                 "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"},
+     ["run", "{tmp}/s.yaml"], "unknown section 'cpus'"),
+    ("catalog-vocab-huge", {"c.yaml": "models: {big: {source: x, config: {model_type: llama, "
+                                      "hidden_size: 4096, intermediate_size: 14336, "
+                                      "num_hidden_layers: 32, num_attention_heads: 32, "
+                                      "vocab_size: 1000000000000, "
+                                      "max_position_embeddings: 8192}}}\n",
+                            "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"
+                                      "models: {target: big, draft: null}\n"
+                                      "variants: [{name: none, policy: {kind: none}}]\n"},
+     ["run", "{tmp}/s.yaml"], "c.yaml: models.big.config.vocab_size: Input should be less"),
+    ("config-json-vocab-huge", {"config.json": '{"model_type": "llama", "hidden_size": 4096, '
+                                               '"intermediate_size": 14336, '
+                                               '"num_hidden_layers": 32, '
+                                               '"num_attention_heads": 32, '
+                                               '"vocab_size": 1e12, '
+                                               '"max_position_embeddings": 8192}'},
+     ["run", "--from-vllm", "vllm serve {tmp}/config.json"],
+     "config.json: vocab_size: Input should be less than or equal to 4194304"),
+    ("model-json-missing", {}, ["hw", "step", "--model", "{tmp}/none.json", "--gpu", "h100",
+                                "--batch", "1", "--context", "1"], "none.json"),
+    # flags
+    ("set-malformed", {}, ["run", "--set", "nonsense"], "--set nonsense"),
+    ("set-bad-yaml", {}, ["run", "--set", "run.requests=[1"], "not valid YAML"),
+    ("set-no-item", {}, ["run", "--set", "variants.9.policy.gamma=2"], "no such list item"),
+    ("report-conflict", {}, ["run", "--no-report", "--report-requests", "5"],
+     "--report-requests 5: only sizes the report"),
+    ("warmup-negative", {}, ["run", "--warmup", "-1"], "--warmup"),
+    ("seed-negative", {}, ["run", "--seed", "-1"], "run.seed"),
+    ("out-is-file", {"f": "x"}, ["run", "--out", "{tmp}/f"], "exists and is not a folder"),
+    ("bench-requests", {}, ["bench", "--requests", "0"], "--requests"),
+    ("sweep-no-axis", {}, ["sweep", SCENARIO], "nothing to sweep"),
+    ("sweep-bad-vary", {}, ["sweep", SCENARIO, "--vary", "x"], "--vary x"),
+    ("sweep-repeat", {}, ["sweep", SCENARIO, "--vary", "workload.rate_per_s=1,1"],
+     "is repeated"),
+    ("sweep-vary-twice", {}, ["sweep", SCENARIO, "--vary", "workload.rate_per_s=2,4",
+                              "--vary", "workload.rate_per_s=8"],
+     "--vary workload.rate_per_s: given twice"),
+    ("sweep-huge", {}, ["sweep", SCENARIO, "--vary", "run.seed=" + ",".join(map(str, range(101))),
+                        "--vary", "workload.rate_per_s=" + ",".join(map(str, range(1, 101)))],
+     "at most 10000"),
+    ("plan-no-slo", {"s.yaml": "slo: {}\n"}, ["plan", "{tmp}/s.yaml"], "no SLO"),
+    ("plan-bad-slo", {}, ["plan", SCENARIO, "--slo", "ttft=1s"], "--slo"),
+    ("plan-candidates-missing", {}, ["plan", SCENARIO, "--candidates", "{tmp}/c.yaml"],
+     "c.yaml"),
+    ("plan-target-rate-inf", {}, ["plan", SCENARIO, "--target-rate", "inf"],
+     "--target-rate: requests/s, must be > 0"),
+    ("out-name-too-long", {}, ["run", "--out", "{tmp}/" + "o" * 300 + "/x"],
+     "is 300 bytes; a folder name may have at most 255"),
+    ("out-last-name-too-long", {}, ["run", "--out", "{tmp}/" + "o" * 250],
+     "is 250 bytes; a folder name may have at most 238"),
+    ("claims-unknown-group", {}, ["claims", "--only", "nope"], "unknown claim group"),
+    ("trace-bad-sigma", {}, ["trace", "--draft", "perturbed", "--sigma", "-1"], "--sigma"),
+    # real command lines
+    ("vllm-unknown-flag", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                     "--swap-space 4"],
+     "--swap-space: not a vllm serve flag"),
+    ("vllm-unknown-model", {}, ["run", "--from-vllm", "vllm serve acme/none"],
+     "unknown model 'acme/none'"),
+    ("vllm-not-vllm", {}, ["run", "--from-vllm", "python serve.py"], "must start with"),
+    ("vllm-bad-json", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                 "--speculative-config '{x'"], "not JSON"),
+    # the covering tree <21,...> of 21^7 nodes was listed before any check: MemoryError
+    ("vllm-tree-huge", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                            "--speculative-config '{\"method\": \"eagle\", "
+                            "\"num_speculative_tokens\": 14, \"speculative_token_tree\": \""
+                            + str([(0,) * d for d in range(1, 8)]
+                                  + [(20,) * d for d in range(1, 8)]) + "\"}'"],
+     "--speculative-config: speculative_token_tree: the covering expansion tree "
+     "<21,21,21,21,21,21,21> has 1891142967 nodes; at most 4096"),
+    ("vllm-switch-value", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                     "--enable-chunked-prefill=false"],
+     "--enable-chunked-prefill: a switch, it takes no value"),
+    ("sglang-switch-value", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
+                                 "--model-path meta-llama/Llama-3.1-8B "
+                                 "--disable-radix-cache=true"],
+     "--disable-radix-cache: a switch, it takes no value"),
+    # an unset variable: --from-vllm "$CMD" must not quietly run the default scenario
+    ("vllm-empty", {}, ["run", "--from-vllm", ""], "--from-vllm: the command line is empty"),
+    ("sglang-empty", {}, ["run", "--from-sglang", ""],
+     "--from-sglang: the command line is empty"),
+    ("vllm-blank", {}, ["run", "--from-vllm", " "], "--from-vllm: the command line is empty"),
+    ("sglang-blank", {}, ["run", "--from-sglang", "\t"],
+     "--from-sglang: the command line is empty"),
+    ("bench-unknown-flag", {}, ["run", "--bench", "vllm bench serve --foo 1"],
+     "--foo: not a vllm bench serve flag"),
+    ("bench-dataset", {}, ["run", "--bench", "vllm bench serve --dataset-name hf"],
+     "only the random dataset"),
+    ("sglang-unknown-flag", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
+                                 "--model-path meta-llama/Llama-3.1-8B --zap 1"],
+     "--zap: not a launch_server flag"),
+]
+
