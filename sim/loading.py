@@ -34,7 +34,7 @@ _MESSAGES = {
     "missing": "required field is missing",
     "too_short": "needs at least {min_length} item(s)",
     "too_long": "allows at most {max_length} item(s)",
-    "string_pattern_mismatch": "must use only letters, digits and _ . = -",
+    "string_pattern_mismatch": "must use only letters, digits and _ . = -, not dots alone",
     "string_too_long": "allows at most {max_length} characters",
 }
 

@@ -40,8 +40,10 @@ from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
 from sim.limits import MAX_NAME
 
-# a scenario's or variant's name: it names folders (runs/<name>-<time>, the variants')
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]+$", max_length=MAX_NAME)]
+# a scenario's or variant's name: it names folders (runs/<name>-<time>, the variants'), so
+# not dots alone: a variant named '..' wrote its records into the run folder's parent
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.=-]*[A-Za-z0-9_=-][A-Za-z0-9_.=-]*$",
+                            max_length=MAX_NAME)]
 
 
 class Models(Strict):

@@ -219,5 +219,14 @@ CASES = [
     ("sglang-unknown-flag", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
                                  "--model-path meta-llama/Llama-3.1-8B --zap 1"],
      "--zap: not a launch_server flag"),
+    # names become folders: '..' as a variant wrote its records into the run's parent
+    ("variant-name-dots", {"s.yaml": "variants: [{name: '..', policy: {kind: none}}]\n"},
+     ["run", "{tmp}/s.yaml"],
+     "s.yaml: variants.0.name: must use only letters, digits and _ . = -, not dots alone, "
+     "got '..'"),
+    ("variant-name-dot-set", {}, ["run", "--set", "variants.1.name=."],
+     "(--set variants.1.name=.): variants.1.name: must use only"),
+    ("name-dots", {"s.yaml": "name: '...'\n"}, ["run", "{tmp}/s.yaml"],
+     "s.yaml: name: must use only letters, digits and _ . = -, not dots alone"),
 ]
 
