@@ -102,7 +102,7 @@ class LogNormalLength(LengthDistribution):
     ) -> None:
         self.sigma = check_positive("sigma", sigma)
         if (median_tokens is None) == (mean_tokens is None):
-            raise UserError("lognormal: give exactly one of median_tokens or mean_tokens")
+            raise UserError("median_tokens: give exactly one of median_tokens or mean_tokens")
         if median_tokens is not None:
             self.mu = math.log(check_positive("median_tokens", median_tokens))
         else:

@@ -36,6 +36,17 @@ from specdec.errors import UserError
 Scale = Annotated[float, Field(gt=0, le=1e4)]  # a shape parameter or a ratio
 
 
+def _builds(length):
+    """``length``, refused here when its distribution refuses its numbers (high below low,
+    a lognormal bound that keeps almost no draws): the schema's error names the field,
+    workload.prompt or workload.output, which the distribution cannot."""
+    try:
+        length.build()
+    except UserError as e:
+        raise ValueError(str(e)) from None
+    return length
+
+
 class FixedLen(Strict):
     """Every request has exactly ``tokens`` tokens."""
 
@@ -56,6 +67,10 @@ class UniformLen(Strict):
     low: Tokens
     high: Tokens
 
+    @model_validator(mode="after")
+    def _distribution_accepts(self):
+        return _builds(self)
+
     def build(self):
         """The ``workloads`` length distribution."""
         from workloads.lengths import UniformLength
@@ -72,6 +87,10 @@ class LogNormalLen(Strict):
     median_tokens: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
     mean_tokens: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
     max_tokens: Tokens | None = None
+
+    @model_validator(mode="after")
+    def _distribution_accepts(self):
+        return _builds(self)
 
     def build(self):
         """The ``workloads`` length distribution."""

@@ -228,5 +228,20 @@ CASES = [
      "(--set variants.1.name=.): variants.1.name: must use only"),
     ("name-dots", {"s.yaml": "name: '...'\n"}, ["run", "{tmp}/s.yaml"],
      "s.yaml: name: must use only letters, digits and _ . = -, not dots alone"),
+    # a length distribution's own checks name prompt or output (they said "workload: high")
+    ("uniform-high-below-low", {"s.yaml": "workload: {prompt: {kind: uniform, low: 100, "
+                                          "high: 10}}\n"},
+     ["run", "{tmp}/s.yaml"], "s.yaml: workload.prompt.high: must be >= low (100), got 10"),
+    ("lognormal-median-and-mean", {"s.yaml": "workload: {output: {kind: lognormal, sigma: 1, "
+                                             "median_tokens: 10, mean_tokens: 20}}\n"},
+     ["run", "{tmp}/s.yaml"],
+     "workload.output.median_tokens: give exactly one of median_tokens or mean_tokens"),
+    ("lognormal-bound-keeps-nothing", {"s.yaml": "workload: {output: {kind: lognormal, "
+                                                 "sigma: 0.1, median_tokens: 1000, "
+                                                 "max_tokens: 10}}\n"},
+     ["run", "{tmp}/s.yaml"], "workload.output.max_tokens: 10 keeps only 0.00% of"),
+    ("set-uniform-high-below-low", {}, ["run", "--set", "workload.prompt={kind: uniform, "
+                                                        "low: 9, high: 3}"],
+     "(--set workload.prompt={kind: uniform, low: 9, high: 3}): workload.prompt.high"),
 ]
 
