@@ -169,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
             doc["report"] = str(report)
         print(json.dumps(doc, indent=2))
     else:
-        if args.bench:
+        if args.bench is not None:
             print(format_vllm_bench(result.summaries))
         print(format_table(result.summaries))
         print(f"timing: {timing.note}")
@@ -234,7 +234,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
             sets += [(t, f"{flag} ({t})") for t in parsed.sets]
             notes += [f"{flag}: {n}" for n in parsed.notes]
             sets += vllm.preset_sets(parsed, flag, notes, args.overrides)
-    if args.bench:
+    if args.bench is not None:  # as above: an empty one is an error, not the scenario's
         parsed = bench.parse_vllm_bench(args.bench)
         sets += [(t, f"--bench ({t})") for t in parsed.sets]
         notes += [f"--bench: {n}" for n in parsed.notes]

@@ -243,5 +243,8 @@ CASES = [
     ("set-uniform-high-below-low", {}, ["run", "--set", "workload.prompt={kind: uniform, "
                                                         "low: 9, high: 3}"],
      "(--set workload.prompt={kind: uniform, low: 9, high: 3}): workload.prompt.high"),
+    # an unset variable: --bench "$BENCH" must not quietly run the scenario's own workload
+    ("bench-empty", {}, ["run", "--bench", ""], "--bench: the command line is empty"),
+    ("bench-blank", {}, ["run", "--bench", "  "], "--bench: the command line is empty"),
 ]
 
