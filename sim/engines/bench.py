@@ -32,8 +32,9 @@ def parse_vllm_bench(text: str) -> Parsed:
     rate = float_flag(flags, "--request-rate", what) if "--request-rate" in flags else \
         float("inf")
     burst = float_flag(flags, "--burstiness", what) if "--burstiness" in flags else 1.0
-    if not burst > 0:
-        raise UserError(f"{what}: --burstiness: must be > 0, got {burst:g}")
+    # inf would be gaps of cv 0, refused as workload.cv, a field the command line never named
+    if not 0 < burst < math.inf:
+        raise UserError(f"{what}: --burstiness: must be a finite number > 0, got {burst:g}")
     workload: dict = {"prompt": _length(ins, ratio), "output": _length(outs, ratio)}
     if "--max-concurrency" in flags:
         users = int_flag(flags, "--max-concurrency", what)

@@ -246,5 +246,11 @@ CASES = [
     # an unset variable: --bench "$BENCH" must not quietly run the scenario's own workload
     ("bench-empty", {}, ["run", "--bench", ""], "--bench: the command line is empty"),
     ("bench-blank", {}, ["run", "--bench", "  "], "--bench: the command line is empty"),
+    ("bench-burstiness-inf", {}, ["run", "--bench", "vllm bench serve --request-rate 4 "
+                                                    "--burstiness inf"],
+     "--bench: --burstiness: must be a finite number > 0, got inf"),
+    ("bench-burstiness-nan", {}, ["run", "--bench", "vllm bench serve --request-rate 4 "
+                                                    "--burstiness nan"],
+     "--bench: --burstiness: must be a finite number > 0, got nan"),
 ]
 
