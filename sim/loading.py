@@ -54,6 +54,8 @@ def parse_override(text: str) -> tuple[list[str], object]:
         value = load_yaml_text(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise UserError(f"--set {text}: value is not valid YAML ({_first_line(e)})") from None
+    except RecursionError:  # as read_yaml: PyYAML's parser recurses once per level
+        raise UserError(f"--set {key.strip()}=...: value nested too deeply") from None
     return [k.strip() for k in keys], value
 
 

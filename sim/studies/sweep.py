@@ -107,6 +107,8 @@ def parse_vary(text: str) -> tuple[str, tuple]:
             values.append(load_yaml_text(part))
         except yaml.YAMLError:
             raise UserError(f"--vary {text}: value {part!r} is not valid YAML") from None
+        except RecursionError:  # as read_yaml: PyYAML's parser recurses once per level
+            raise UserError(f"--vary {key.strip()}=...: a value nested too deeply") from None
     return key.strip(), tuple(values)
 
 

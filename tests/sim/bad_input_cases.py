@@ -252,5 +252,12 @@ CASES = [
     ("bench-burstiness-nan", {}, ["run", "--bench", "vllm bench serve --request-rate 4 "
                                                     "--burstiness nan"],
      "--bench: --burstiness: must be a finite number > 0, got nan"),
+    # deeply nested values: PyYAML and json recurse once per level (RecursionError)
+    ("set-deep", {}, ["run", "--set", "name=" + "[" * 5000 + "]" * 5000],
+     "--set name=...: value nested too deeply"),
+    ("bench-set-deep", {}, ["bench", "--set", "name=" + "[" * 5000 + "]" * 5000],
+     "--set name=...: value nested too deeply"),
+    ("sweep-vary-deep", {}, ["sweep", SCENARIO, "--vary", "name=" + "[" * 5000 + "]" * 5000],
+     "--vary name=...: a value nested too deeply"),
 ]
 
