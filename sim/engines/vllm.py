@@ -192,6 +192,8 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
         cfg = json.loads(spec)
     except json.JSONDecodeError as e:
         raise UserError(f"{what}: --speculative-config: not JSON: {e.msg}") from None
+    except RecursionError:  # json recurses once per level
+        raise UserError(f"{what}: --speculative-config: nested too deeply") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{what}: --speculative-config: must be a JSON object")
     method = cfg.pop("method", None) or ("draft_model" if "model" in cfg else None)
@@ -323,13 +325,16 @@ def expansion_of(text: str, what: str) -> list[int]:
 
     try:
         paths = ast.literal_eval(text) if isinstance(text, str) else None
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        # the parser's own limits: '-' * 100000 + '1' exhausts its memory or its recursion
         paths = None
     if not isinstance(paths, (list, tuple)) or not paths or not all(
             isinstance(p, tuple) and p and all(isinstance(i, int) and not isinstance(i, bool)
                                                and i >= 0 for i in p) for p in paths):
+        shown = repr(text) if len(str(text)) <= 60 else f"{str(text)[:60]!r}... " \
+            f"({len(str(text))} characters)"
         raise UserError(f"{what}: a list of node paths such as \"[(0,), (0, 0), (0, 1)]\" is "
-                        f"required, got {text!r}")
+                        f"required, got {shown}")
     depth = max(len(p) for p in paths)
     widths = [1 + max(p[d] for p in paths if len(p) > d) for d in range(depth)]
     _check_covering_size(widths, what)

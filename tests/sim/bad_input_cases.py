@@ -259,5 +259,20 @@ CASES = [
      "--set name=...: value nested too deeply"),
     ("sweep-vary-deep", {}, ["sweep", SCENARIO, "--vary", "name=" + "[" * 5000 + "]" * 5000],
      "--vary name=...: a value nested too deeply"),
+    ("vllm-spec-json-deep", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                 "--speculative-config '" + "[" * 100000 + "]" * 100000 + "'"],
+     "--from-vllm: --speculative-config: nested too deeply"),
+    # ast.literal_eval's own limits: its memory (a chain of signs) or its recursion
+    ("vllm-tree-sign-chain", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                  "--speculative-config '{\"method\": \"eagle\", "
+                                  "\"num_speculative_tokens\": 2, \"speculative_token_tree\": \""
+                                  + "-" * 100000 + "1\"}'"],
+     "speculative_token_tree: a list of node paths such as \"[(0,), (0, 0), (0, 1)]\" is "
+     "required, got '" + "-" * 60 + "'... (100001 characters)"),
+    ("vllm-tree-sum-chain", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                 "--speculative-config '{\"method\": \"eagle\", "
+                                 "\"num_speculative_tokens\": 2, \"speculative_token_tree\": "
+                                 "\"1" + "+1" * 50000 + "\"}'"],
+     "speculative_token_tree: a list of node paths"),
 ]
 
