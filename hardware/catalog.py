@@ -504,9 +504,31 @@ def _lookup(kind: str, key: str, table: dict[str, Any]) -> Any:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# a catalog nests about 5 deep; libyaml builds a document recursively in C, and some 40000
+# levels ('[[[...' or '- - - ...') overflow the C stack: a segmentation fault, not an error
+MAX_DEPTH = 100
+
+
+def _depth(text: str) -> int:
+    """How deep ``text``'s collections nest, read from libyaml's event stream (a state
+    machine, not recursive): stops counting past ``MAX_DEPTH``."""
+    depth = deepest = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                break
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+    return deepest
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     text = read_utf8(path, "catalog file", "a catalog file must be UTF-8 YAML")
     try:
+        if _depth(text) > MAX_DEPTH:
+            raise UserError(f"{path}: nested more than {MAX_DEPTH} deep to be a catalog file")
         raw = yaml.load(text, Loader=_LOADER)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
@@ -528,13 +550,15 @@ def _parse(path: Path, raw: dict[str, Any], tables: dict[str, dict[str, Any]]) -
     """Validate each entry of ``raw`` into ``tables`` (later files override earlier ids)."""
     for section, entries in raw.items():
         if not isinstance(entries, dict):
-            raise UserError(f"{path}: {section}: must map ids to entries, got {entries!r}")
+            raise UserError(f"{path}: {section}: must map ids to entries, got "
+                            f"{type(entries).__name__}")
         for entry_id, body in entries.items():
             where = f"{section}.{entry_id}"
             if not isinstance(entry_id, str) or not entry_id or entry_id != entry_id.strip():
                 raise UserError(f"{path}: {section}: bad id {entry_id!r}")
             if not isinstance(body, dict):
-                raise UserError(f"{path}: {where}: must be a mapping of fields, got {body!r}")
+                raise UserError(f"{path}: {where}: must be a mapping of fields, got "
+                            f"{type(body).__name__}")
             if "id" in body:
                 raise UserError(f"{path}: {where}.id: the id is the entry's key; remove the field")
             if section == "frameworks" and "@" in entry_id:

@@ -274,5 +274,15 @@ CASES = [
                                  "\"num_speculative_tokens\": 2, \"speculative_token_tree\": "
                                  "\"1" + "+1" * 50000 + "\"}'"],
      "speculative_token_tree: a list of node paths"),
+    # libyaml builds a document recursively in C: 40000 levels were a segmentation fault
+    ("catalog-deep", {"c.yaml": "gpus: " + "[" * 100000 + "]" * 100000 + "\n"},
+     ["hw", "list", "--catalog", "{tmp}/c.yaml"],
+     "c.yaml: nested more than 100 deep to be a catalog file"),
+    ("catalog-deep-dashes", {"c.yaml": "gpus:\n  " + "- " * 100000 + "1\n",
+                             "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"},
+     ["run", "{tmp}/s.yaml"], "c.yaml: nested more than 100 deep to be a catalog file"),
+    ("catalog-section-list", {"c.yaml": "gpus: [" + ", ".join(["[1]"] * 2000) + "]\n"},
+     ["hw", "list", "--catalog", "{tmp}/c.yaml"],
+     "c.yaml: gpus: must map ids to entries, got list"),
 ]
 
