@@ -420,6 +420,8 @@ def _hf_json(path: Path) -> dict:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
+    except RecursionError:  # json recurses once per level
+        raise UserError(f"{path}: nested too deeply to be a config.json") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a config.json must hold a JSON object")
     return raw

@@ -77,6 +77,8 @@ def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts
         except json.JSONDecodeError as e:
             raise UserError(f"{p}: line {line}: not valid JSON: {e.msg} (column "
                             f"{e.colno})") from None
+        except RecursionError:  # json recurses once per level
+            raise UserError(f"{p}: line {line}: nested too deeply") from None
         if not isinstance(obj, dict):
             raise UserError(f"{p}: line {line}: expected a JSON object, got "
                             f"{type(obj).__name__}")

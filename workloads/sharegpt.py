@@ -71,6 +71,8 @@ def _entries(p: Path, text: str):
             obj, pos = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise bad(e) from None
+        except RecursionError:  # json recurses once per level
+            raise UserError(f"{p}: line {line}: nested too deeply") from None
         yield line, obj
         pos = skip(pos)
         if text.startswith("]", pos):

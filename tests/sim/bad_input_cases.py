@@ -284,5 +284,16 @@ CASES = [
     ("catalog-section-list", {"c.yaml": "gpus: [" + ", ".join(["[1]"] * 2000) + "]\n"},
      ["hw", "list", "--catalog", "{tmp}/c.yaml"],
      "c.yaml: gpus: must map ids to entries, got list"),
+    ("mooncake-deep", {"m.jsonl": "[" * 100000 + "]" * 100000 + "\n",
+                       "s.yaml": "workload: {arrivals: trace, format: mooncake, "
+                                 "file: {tmp}/m.jsonl}\n"},
+     ["run", "{tmp}/s.yaml"], "m.jsonl: line 1: nested too deeply"),
+    ("sharegpt-deep", {"g.json": "[" * 100001 + "]" * 100001,
+                       "s.yaml": "workload: {arrivals: trace, format: sharegpt, "
+                                 "file: {tmp}/g.json, rate_per_s: 1}\n"},
+     ["run", "{tmp}/s.yaml"], "g.json: line 1: nested too deeply"),
+    ("config-json-deep", {"config.json": "[" * 100000 + "]" * 100000},
+     ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
+      "--context", "1"], "config.json: nested too deeply to be a config.json"),
 ]
 
