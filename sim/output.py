@@ -186,19 +186,25 @@ def staged_folder(out: str | Path, flag: str = "--out", force: bool = False):
     ``out`` when the block ends; on any error or interrupt it is removed instead, so ``out``
     is untouched (absent, or as it was) or complete."""
     out = check_out(Path(out), flag, force)
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]  # deepest first
     make_dir(out.parent, flag)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tmp.mkdir()
-    except OSError as e:
-        raise UserError(f"{flag} {out}: cannot create the folder: {e.strerror}") from None
-    try:
+        try:
+            tmp.mkdir()
+        except OSError as e:
+            raise UserError(f"{flag} {out}: cannot create the folder: {e.strerror}") from None
         yield tmp
         _mark(tmp)
         _commit(tmp, out, flag, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for parent in made:  # and the folders made to hold it (runs/ by default)
+            try:
+                parent.rmdir()
+            except OSError:  # no longer empty: something else writes there now
+                break
         raise
 
 

@@ -171,14 +171,23 @@ def main(args: argparse.Namespace) -> int:
             raise UserError("--simulate: only chain grids are simulated (drop --tree)")
         if len(contexts) != 1:
             raise UserError(f"--contexts: a tree grid takes one context, got {args.contexts!r}")
+    bar = None
+
+    def progress(k: int) -> None:
+        # the bar starts with the first cell, after the checks made before it (--theta,
+        # --tokens-per-verify): a refused grid is its one line, no bar before it
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=cells, desc="grid", unit="cell", file=sys.stderr,
+                       disable=args.no_progress)
+        bar.update(k)
+
     with staged_folder(out, "--out", args.force) as tmp:  # all of it, or nothing
-        bar = tqdm(total=cells, desc="grid", unit="cell", file=sys.stderr,
-                   disable=args.no_progress)
         try:
-            grid, stem, fig = _grid(args, pair, head, batches, contexts, widths, how,
-                                    bar.update)
+            grid, stem, fig = _grid(args, pair, head, batches, contexts, widths, how, progress)
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
         paths = rebased(write_table(grid, tmp / stem), tmp, out)
         png = rebased([figures.save(fig, tmp / f"{stem}.png")], tmp, out)[0]
     if args.json:

@@ -295,5 +295,16 @@ CASES = [
     ("config-json-deep", {"config.json": "[" * 100000 + "]" * 100000},
      ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
       "--context", "1"], "config.json: nested too deeply to be a config.json"),
+    # refused while the grid is computed: no progress bar before the line, and no runs/
+    # folder left behind (staged_folder made it to hold the grid)
+    ("grid-theta-negative", {}, ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b",
+                                 "--gpu", "h100", "--alpha", "0.8", "--tree", "k,1",
+                                 "--contexts", "128", "--theta", "-1"],
+     "theta: must be a finite number >= 0, got -1.0"),
+    ("grid-tokens-per-verify-count", {}, ["grid", "--target", "llama-3-8b", "--draft",
+                                          "llama-3.2-1b", "--gpu", "h100", "--alpha", "0.8",
+                                          "--tree", "k,1", "--contexts", "128", "--widths",
+                                          "1,2", "--tokens-per-verify", "1.5"],
+     "tokens-per-verify: need one value per tree (2), got 1"),
 ]
 
