@@ -18,7 +18,8 @@ _PROGRESS_MIN_TOKENS = 2000
 
 # Ranges of the integer flags (sim.limits): far above any useful trace, refused past them.
 BOUNDS = {"tokens": (1, MAX_TOKENS), "prompts": (1, MAX_TOKENS), "k_max": (1, MAX_GAMMA),
-          "layers": (1, MAX_GAMMA), "ngram": (1, MAX_GAMMA)}
+          "layers": (1, MAX_GAMMA), "ngram": (1, MAX_GAMMA),
+          "seed": (0, 2**63 - 1)}  # numpy seeds are >= 0; as a scenario's run.seed
 
 
 def add_parser(subparsers) -> None:

@@ -306,5 +306,7 @@ CASES = [
                                           "--tree", "k,1", "--contexts", "128", "--widths",
                                           "1,2", "--tokens-per-verify", "1.5"],
      "tokens-per-verify: need one value per tree (2), got 1"),
+    ("trace-seed-negative", {}, ["trace", "--seed", "-1"],
+     "--seed: must be in 0..9223372036854775807, got -1"),
 ]
 
