@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from specdec.errors import UserError
+
 _HELP = """\
 Check published claims (SpecInfer's distributed and offloading speedups, its Table 2
 acceptance, Leviathan et al.'s T5 speedups, the lecture's §7 batching and tree-size
@@ -57,6 +59,8 @@ def main(args: argparse.Namespace) -> int:
     from sim.studies.claims import POINT_TOLERANCE, VERDICTS, run_claims
 
     only = [name.strip() for item in args.only for name in item.split(",") if name.strip()]
+    if args.only and not only:  # an unset variable: --only "$GROUP" must not run them all
+        raise UserError(f"--only: names no claim group, got {', '.join(map(repr, args.only))}")
     start = time.perf_counter()
 
     def progress(group: str) -> None:

@@ -308,5 +308,9 @@ CASES = [
      "tokens-per-verify: need one value per tree (2), got 1"),
     ("trace-seed-negative", {}, ["trace", "--seed", "-1"],
      "--seed: must be in 0..9223372036854775807, got -1"),
+    # an unset variable: --only "$GROUP" must not run every group (a minute of work)
+    ("claims-only-empty", {}, ["claims", "--only", ""], "--only: names no claim group, got ''"),
+    ("claims-only-commas", {}, ["claims", "--only", " , "],
+     "--only: names no claim group, got ' , '"),
 ]
 
