@@ -99,8 +99,9 @@ def main(args: argparse.Namespace) -> int:
     doc = read_yaml(path)
     scenario = validate_overridden(doc, args.overrides, source)
     base = scenario.model_dump(mode="json")
-    slo = parse_slo(args.slo) if args.slo else slo_from_scenario(scenario)
-    if args.candidates:
+    # an empty --slo or --candidates (an unset variable) is refused, not taken as absent
+    slo = parse_slo(args.slo) if args.slo is not None else slo_from_scenario(scenario)
+    if args.candidates is not None:
         candidates = load_candidates(args.candidates)
     else:
         candidates = [Candidate(v.name, {}, v.policy.model_dump(mode="json", exclude_none=True),

@@ -66,9 +66,11 @@ def parse_slo(text: str) -> dict[str, float]:
             seconds = float(num.group(1)) * _UNITS[num.group(2) or "s"] if num else None
         except ValueError:
             seconds = None
-        if seconds is None or not seconds > 0:
+        if seconds is None or not 0 < seconds < math.inf:
             raise UserError(f"--slo {text}: {key.strip()}: need a positive time such as 2s, "
                             f"50ms, got {value!r}")
+        if f"{key.strip()}_s" in slo:  # the last would win, silently
+            raise UserError(f"--slo {text}: {key.strip()}: given twice")
         slo[f"{key.strip()}_s"] = seconds
     return slo
 

@@ -312,5 +312,15 @@ CASES = [
     ("claims-only-empty", {}, ["claims", "--only", ""], "--only: names no claim group, got ''"),
     ("claims-only-commas", {}, ["claims", "--only", " , "],
      "--only: names no claim group, got ' , '"),
+    # an unset variable: --slo "$SLO" / --candidates "$FILE" must not fall back to the
+    # scenario's own SLO and variants
+    ("plan-slo-empty", {}, ["plan", SCENARIO, "--slo", ""],
+     "--slo : '' must look like ttft_p99=2s"),
+    ("plan-candidates-empty", {}, ["plan", SCENARIO, "--candidates", ""],
+     ".: cannot read candidates file: Is a directory"),
+    ("plan-slo-twice", {}, ["plan", SCENARIO, "--slo", "ttft_p99=1s,ttft_p99=2s"],
+     "--slo ttft_p99=1s,ttft_p99=2s: ttft_p99: given twice"),
+    ("plan-slo-overflow", {}, ["plan", SCENARIO, "--slo", "ttft_p99=1e400s"],
+     "--slo ttft_p99=1e400s: ttft_p99: need a positive time such as 2s, 50ms, got '1e400s'"),
 ]
 
