@@ -145,7 +145,8 @@ def main(args: argparse.Namespace) -> int:
         f"held out {result.test_error:.1%} ({len(rows) - n_fit} rows)"
     source = (f"fitted on {what}: median |error| fit {result.fit_error:.1%} ({n_fit} rows), "
               f"{test}")
-    out = Path(args.out) if args.out else default_run_dir("calibrate") / "catalog.yaml"
+    out = Path(args.out) if args.out is not None else \
+        default_run_dir("calibrate") / "catalog.yaml"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("# Written by specsim calibrate: only the fitted fields.\n"
@@ -216,7 +217,8 @@ def _speculative(args: argparse.Namespace, catalog) -> int:
             entry.setdefault("versions", {}).setdefault(release, {})["speculation"] = block
         else:
             entry["speculation"] = block
-    out = Path(args.out) if args.out else default_run_dir("calibrate") / "catalog.yaml"
+    out = Path(args.out) if args.out is not None else \
+        default_run_dir("calibrate") / "catalog.yaml"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("# Written by specsim calibrate: only the fitted speculative "

@@ -67,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
         if not args.json and sys.stderr.isatty():
             print(f"claims: {group} ...", file=sys.stderr)
 
-    out = Path(args.out or default_run_dir("claims"))
+    out = Path(args.out if args.out is not None else default_run_dir("claims"))
     with staged_folder(out, "--out", args.force) as tmp:
         rows = run_claims(only or None, quick=args.quick, progress=progress)
         write_claims(rows, tmp, POINT_TOLERANCE, VERDICTS)

@@ -140,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
     if cells > most:
         raise UserError(f"--batches/--contexts: the grid has {cells} cells; at most {most}"
                         + (" with --simulate (each runs the engine)" if args.simulate else ""))
-    out = check_out(Path(args.out or default_run_dir("grid")), force=args.force)
+    out = check_out(Path(args.out if args.out is not None else default_run_dir("grid")),
+                    force=args.force)
     how = {"timing": args.timing, "framework": args.framework,
            "compute_dtype": args.compute_dtype}
     bits = {"weight_bits": 8, "draft_weight_bits": 8} if args.compute_dtype == "fp8" else {}

@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
                                 {k: getattr(v, k).model_dump(mode="json", exclude_none=True)
                                  for k in ("drafter", "acceptance") if getattr(v, k)})
                       for i, v in enumerate(scenario.variants)]
-    out = Path(args.out or default_run_dir(f"plan-{scenario.name}"))
+    out = Path(args.out if args.out is not None else default_run_dir(f"plan-{scenario.name}"))
     with staged_folder(out, "--out", args.force) as tmp:
         bar = tqdm(total=len(candidates), desc="plan", unit="candidate", file=sys.stderr,
                    disable=args.no_progress)

@@ -83,7 +83,8 @@ def main(args: argparse.Namespace) -> int:
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
     n = len(spec.points())
-    out = Path(args.out or default_run_dir(f"sweep-{spec.base.get('name', 'scenario')}"))
+    out = Path(args.out if args.out is not None
+               else default_run_dir(f"sweep-{spec.base.get('name', 'scenario')}"))
     axes = [k for k, _ in spec.vary]
     stopped = None
     with staged_folder(out, "--out", args.force) as tmp:

@@ -322,5 +322,15 @@ CASES = [
      "--slo ttft_p99=1s,ttft_p99=2s: ttft_p99: given twice"),
     ("plan-slo-overflow", {}, ["plan", SCENARIO, "--slo", "ttft_p99=1e400s"],
      "--slo ttft_p99=1e400s: ttft_p99: need a positive time such as 2s, 50ms, got '1e400s'"),
+    # an unset variable: --out "$DIR" is the working directory, refused, not the default
+    ("grid-out-empty", {}, ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b",
+                            "--gpu", "h100", "--alpha", "0.8", "--out", ""],
+     "--out .: holds the working directory"),
+    ("claims-out-empty", {}, ["claims", "--only", "leviathan", "--out", ""],
+     "--out .: holds the working directory"),
+    ("sweep-out-empty", {}, ["sweep", SCENARIO, "--vary", "run.seed=1,2", "--out", ""],
+     "--out .: holds the working directory"),
+    ("plan-out-empty", {}, ["plan", SCENARIO, "--out", ""],
+     "--out .: holds the working directory"),
 ]
 
