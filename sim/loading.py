@@ -44,35 +44,40 @@ def default_scenario_path() -> Path:
     return repo_root() / "scenarios" / "default.yaml"
 
 
-def parse_override(text: str) -> tuple[list[str], object]:
-    """``'a.b.0.c=value'`` -> (['a', 'b', '0', 'c'], YAML-parsed value)."""
+def parse_override(text: str, label: str | None = None) -> tuple[list[str], object]:
+    """``'a.b.0.c=value'`` -> (['a', 'b', '0', 'c'], YAML-parsed value); errors name
+    ``label`` (default ``--set text``, e.g. ``--vary key=value``)."""
     key, sep, raw = text.partition("=")
     keys = key.strip().split(".")
     if not sep or not all(k.strip() for k in keys):
-        raise UserError(f"--set {text}: expected key=value with a dotted key")
+        raise UserError(f"{label or f'--set {text}'}: expected key=value with a dotted key")
     try:
         value = load_yaml_text(raw) if raw.strip() else None
     except yaml.YAMLError as e:
-        raise UserError(f"--set {text}: value is not valid YAML ({_first_line(e)})") from None
+        raise UserError(f"{label or f'--set {text}'}: value is not valid YAML "
+                        f"({_first_line(e)})") from None
     except RecursionError:  # as read_yaml: PyYAML's parser recurses once per level
-        raise UserError(f"--set {key.strip()}=...: value nested too deeply") from None
+        short = (label or f"--set {text}").partition("=")[0]  # not the thousands of [
+        raise UserError(f"{short}=...: value nested too deeply") from None
     return [k.strip() for k in keys], value
 
 
-def apply_overrides(doc: dict, overrides: list[str]) -> dict:
-    """A copy of ``doc`` with each ``key=value`` set (dotted keys; list items by index)."""
+def apply_overrides(doc: dict, overrides: list[str], labels: list[str] | None = None) -> dict:
+    """A copy of ``doc`` with each ``key=value`` set (dotted keys; list items by index);
+    errors name ``labels[i]`` (default ``--set overrides[i]``)."""
     out = copy.deepcopy(doc)
-    for text in overrides:
-        keys, value = parse_override(text)
+    for j, text in enumerate(overrides):
+        label = labels[j] if labels is not None else f"--set {text}"
+        keys, value = parse_override(text, label)
         node = out
         for i, k in enumerate(keys):
             last = i == len(keys) - 1
             if isinstance(node, list):
                 if not k.isdigit() or int(k) >= len(node):
-                    raise UserError(f"--set {text}: {'.'.join(keys[: i + 1])}: no such list item")
+                    raise UserError(f"{label}: {'.'.join(keys[: i + 1])}: no such list item")
                 k = int(k)
             elif not isinstance(node, dict):
-                raise UserError(f"--set {text}: {'.'.join(keys[:i])} is not a mapping")
+                raise UserError(f"{label}: {'.'.join(keys[:i])} is not a mapping")
             if last:
                 node[k] = value
             else:
@@ -208,14 +213,19 @@ def validate(doc: dict, source: str) -> Scenario:
         raise UserError(f"{source}: {format_error(e.errors()[0])}") from None
 
 
-def overridden_doc(doc: dict, overrides: list[str], k: int, resolve_at: int | None = None) -> dict:
+def overridden_doc(doc: dict, overrides: list[str], k: int, resolve_at: int | None = None,
+                   labels: list[str] | None = None) -> dict:
     """``doc`` with the first ``k`` overrides applied. With ``resolve_at`` = n, the first n
     apply to ``doc`` as written and the rest to the resolved scenario (validated, every
-    default filled in), so they may reach fields the file leaves out (``variants.1...``)."""
+    default filled in), so they may reach fields the file leaves out (``variants.1...``).
+    ``labels[i]`` names ``overrides[i]`` in errors (default ``--set overrides[i]``)."""
+    names = labels if labels is not None else [f"--set {t}" for t in overrides]
     if resolve_at is None or k <= resolve_at:
-        return apply_overrides(doc, overrides[:k])
-    base = Scenario.model_validate(apply_overrides(doc, overrides[:resolve_at]))
-    return apply_overrides(base.model_dump(mode="json"), overrides[resolve_at:k])
+        return apply_overrides(doc, overrides[:k], names[:k])
+    base = Scenario.model_validate(apply_overrides(doc, overrides[:resolve_at],
+                                                   names[:resolve_at]))
+    return apply_overrides(base.model_dump(mode="json"), overrides[resolve_at:k],
+                           names[resolve_at:k])
 
 
 def validate_overridden(doc: dict, overrides: list[str], source: str,
@@ -229,7 +239,7 @@ def validate_overridden(doc: dict, overrides: list[str], source: str,
     """
     try:
         return Scenario.model_validate(
-            overridden_doc(doc, overrides, len(overrides), resolve_at))
+            overridden_doc(doc, overrides, len(overrides), resolve_at, labels))
     except ValidationError as e:
         problem = format_error(e.errors()[0])
 

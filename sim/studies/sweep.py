@@ -118,13 +118,16 @@ def load_sweep(path: str | Path, vary: list[str] | None = None,
     p = Path(path)
     source = display_path(p)
     doc = read_yaml(p)
-    block = doc.pop("sweep", None) or {}
+    block = doc.pop("sweep", None)
+    block = {} if block is None else block  # sweep: [] is refused below, not ignored
     axes: dict[str, tuple] = {}
     flags: dict[str, str] = {}
     if not isinstance(block, dict) or not isinstance(block.get("vary", {}), dict) \
             or set(block) - {"vary"}:
         raise UserError(f"{source}: sweep: must be a mapping with one key, vary: {{key: [values]}}")
     for key, values in (block.get("vary") or {}).items():
+        if not all(part.strip() for part in str(key).split(".")):
+            raise UserError(f"{source}: sweep.vary: {key!r} is not a dotted key")
         if not isinstance(values, list) or not values:
             raise UserError(f"{source}: sweep.vary.{key}: must be a non-empty list, got {values!r}")
         axes[str(key)] = tuple(values)
@@ -317,8 +320,8 @@ def _on_dask(scheduler, args: list[tuple], progress, results: list) -> list:
     own = not isinstance(scheduler, Client)
     try:
         client = Client(scheduler) if own else scheduler
-    except OSError as e:
-        raise UserError(f"--scheduler {scheduler}: cannot connect: {e}") from None
+    except (OSError, ValueError) as e:  # ValueError: an address Dask cannot parse ('')
+        raise UserError(f"--scheduler {scheduler!r}: cannot connect: {e}") from None
     try:
         futures = [client.submit(run_point, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}

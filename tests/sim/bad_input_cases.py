@@ -332,5 +332,21 @@ CASES = [
      "--out .: holds the working directory"),
     ("plan-out-empty", {}, ["plan", SCENARIO, "--out", ""],
      "--out .: holds the working directory"),
+    # sweep's own inputs
+    ("sweep-scheduler-empty", {}, ["sweep", SCENARIO, "--vary", "run.seed=1,2",
+                                   "--scheduler", ""],
+     "--scheduler '': cannot connect: missing port number in address ''"),
+    ("sweep-scheduler-scheme", {}, ["sweep", SCENARIO, "--vary", "run.seed=1,2",
+                                    "--scheduler", "carrier://x:1"],
+     "--scheduler 'carrier://x:1': cannot connect: unknown address scheme 'carrier'"),
+    ("sweep-vary-no-item", {}, ["sweep", SCENARIO, "--vary", "variants.5.policy.gamma=1,2"],
+     "--vary variants.5.policy.gamma=1: variants.5: no such list item"),
+    ("sweep-block-empty-key", {"s.yaml": "sweep: {vary: {'': [1, 2]}}\n"},
+     ["sweep", "{tmp}/s.yaml"], "s.yaml: sweep.vary: '' is not a dotted key"),
+    ("sweep-block-list-and-vary", {"s.yaml": "sweep: []\n"},
+     ["sweep", "{tmp}/s.yaml", "--vary", "run.seed=1,2"],
+     "s.yaml: sweep: must be a mapping with one key, vary: {key: [values]}"),
+    ("sweep-block-unknown-field", {"s.yaml": "sweep: {vary: {colour: [1, 2]}}\n"},
+     ["sweep", "{tmp}/s.yaml"], "s.yaml (sweep.vary colour=1): colour: unknown field"),
 ]
 
