@@ -180,8 +180,13 @@ class EmpiricalLength(LengthDistribution):
                 reader = csv.DictReader(f)
                 if reader.fieldnames is None or column not in reader.fieldnames:
                     raise UserError(f"{p}: missing column '{column}'")
+                if reader.fieldnames.count(column) > 1:  # the last would be read, silently
+                    raise UserError(f"{p}: line 1: column '{column}' given twice")
                 values = []
                 for row_no, row in enumerate(reader, start=2):
+                    if None in row:  # cells past the header's columns, else dropped
+                        raise UserError(f"{p}: line {row_no}: {len(row) - 1 + len(row[None])} "
+                                        f"cells for {len(row) - 1} columns")
                     cell = (row.get(column) or "").strip()
                     try:
                         values.append(int(cell))

@@ -96,6 +96,8 @@ def check_header(p: Path, header: list[str], allowed: tuple[str, ...],
         if h not in allowed:
             raise UserError(f"{p}: line 1: unknown column '{h}' (expected "
                             f"{', '.join(allowed)})")
+        if header.count(h) > 1:  # one of the two would be read, the other dropped
+            raise UserError(f"{p}: line 1: column '{h}' given twice")
     for c in required:
         if c not in header:
             raise UserError(f"{p}: line 1: missing column '{c}'")

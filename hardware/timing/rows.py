@@ -144,7 +144,24 @@ def _sizes(path, line, name, text) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def check_columns(path: Path, header: list[str]) -> None:
+    """Refuse a measurement CSV header naming a column twice (one would be dropped)."""
+    names = [h.strip() for h in header]
+    twice = next((h for h in names if names.count(h) > 1), None)
+    if twice is not None:
+        raise UserError(f"{path}: line 1: column {twice!r} given twice")
+
+
+def check_cells(path: Path, line: int, raw: dict) -> None:
+    """Refuse a row with more cells than the header has columns (csv.DictReader puts the
+    rest under None, which no column reads)."""
+    if None in raw:
+        raise UserError(f"{path}: line {line}: {len(raw) - 1 + len(raw[None])} cells for "
+                        f"{len(raw) - 1} columns")
+
+
 def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
+    check_cells(path, line, raw)
     get = {k: (v or "").strip() for k, v in raw.items() if k is not None}
     for name in ("model", "gpu", "source"):
         if not get[name]:
@@ -239,6 +256,7 @@ def read_rows(path: str | Path) -> list[MeasuredRow]:
     if unknown:  # a misspelt optional column would otherwise be ignored
         raise UserError(f"{path}: unknown column {unknown[0]!r} (optional columns: "
                         f"{', '.join(OPTIONAL)})")
+    check_columns(path, header)
     rows = [_row(path, i + 2, raw) for i, raw in enumerate(reader)]
     if not rows:
         raise UserError(f"{path}: no measurement rows")

@@ -56,6 +56,7 @@ from hardware.draft import (
 from hardware.heads import head_config, medusa_config
 from hardware.models import read_utf8
 from hardware.spec_cost import SpecRound, for_cost, serial_passes
+from hardware.timing.rows import check_cells, check_columns
 from specdec.errors import UserError
 
 __all__ = ["SPEC_COLUMNS", "SpecRow", "SpecPrediction", "read_spec_rows", "predict_spec",
@@ -155,8 +156,12 @@ def read_spec_rows(path: str | Path) -> list[SpecRow]:
     if unknown:
         raise UserError(f"{path}: unknown column {unknown[0]!r} (columns: "
                         f"{', '.join(SPEC_COLUMNS)})")
+    check_columns(path, header)
+    raws = list(reader)
+    for i, raw in enumerate(raws):
+        check_cells(path, i + 2, raw)  # extra cells were a list under None: AttributeError
     rows = [_row(path, i + 2, {(k or "").strip(): (v or "").strip()
-                               for k, v in raw.items()}) for i, raw in enumerate(reader)]
+                               for k, v in raw.items()}) for i, raw in enumerate(raws)]
     if not rows:
         raise UserError(f"{path}: no measurement rows")
     return rows

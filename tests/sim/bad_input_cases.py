@@ -9,6 +9,15 @@ character stands for the byte 0xff, which is not UTF-8).
 from __future__ import annotations
 
 SCENARIO = "scenarios/default.yaml"
+# specsim calibrate's measurement CSVs: step times, and speculative runs (category E)
+CALIBRATE_HEADER = ("model,gpu,tp,pp,weight_bits,kv_bits,compute_dtype,batch,context,tokens,"
+                    "offload,measured_s,source")
+CALIBRATE_ROW = "llama-3-8b,h100,1,1,16,16,bf16,1,128,1,0,0.01,x"
+SPEC_HEADER = ("category,framework,framework_version,model,gpu,tp,ep,weight_bits,kv_bits,"
+               "compute_dtype,method,draft,draft_vocab,shape,acceptance_length,load,batch,"
+               "context,output_tokens,metric,measured_base,measured_spec,split,source,notes")
+SPEC_ROW = ("E,sglang,,llama-3.1-8b,h200,1,1,16,16,,eagle3,x,32000,chain:3,2.93,batch,1,128,"
+            "512,tokens_per_s,190,415,fit,x,")
 CASES = [
     # scenario files
     ("yaml-syntax", {"s.yaml": "a: [1, 2\n"}, ["run", "{tmp}/s.yaml"], "not valid YAML"),
@@ -348,5 +357,29 @@ CASES = [
      "s.yaml: sweep: must be a mapping with one key, vary: {key: [values]}"),
     ("sweep-block-unknown-field", {"s.yaml": "sweep: {vary: {colour: [1, 2]}}\n"},
      ["sweep", "{tmp}/s.yaml"], "s.yaml (sweep.vary colour=1): colour: unknown field"),
+    # a column named twice, or cells past the header: one value was read, the other dropped
+    ("replay-column-twice", {"r.csv": "arrival_at,prompt_tokens,output_tokens,prompt_tokens\n"
+                                      "0,10,5,3\n1,10,5,3\n",
+                             "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                       "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: line 1: column 'prompt_tokens' given twice"),
+    ("azure-column-twice", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
+                                     "2023-11-16 18:15:46.0,10,5,7\n",
+                            "s.yaml": "workload: {arrivals: trace, format: azure, "
+                                      "file: {tmp}/a.csv}\n"},
+     ["run", "{tmp}/s.yaml"], "a.csv: line 1: column 'ContextTokens' given twice"),
+    ("empirical-column-twice", {"l.csv": "n,n\n5,6\n", "s.yaml": "workload: {prompt: {kind: "
+                                "empirical, file: {tmp}/l.csv, column: n}}\n"},
+     ["run", "{tmp}/s.yaml"], "l.csv: line 1: column 'n' given twice"),
+    ("empirical-extra-cells", {"l.csv": "n\n5,6\n", "s.yaml": "workload: {prompt: {kind: "
+                               "empirical, file: {tmp}/l.csv, column: n}}\n"},
+     ["run", "{tmp}/s.yaml"], "l.csv: line 2: 2 cells for 1 columns"),
+    ("calibrate-column-twice", {"m.csv": CALIBRATE_HEADER + ",gpu\n" + CALIBRATE_ROW + ",h200\n"},
+     ["calibrate", "{tmp}/m.csv"], "m.csv: line 1: column 'gpu' given twice"),
+    ("calibrate-extra-cells", {"m.csv": CALIBRATE_HEADER + "\n" + CALIBRATE_ROW + ",x,y\n"},
+     ["calibrate", "{tmp}/m.csv"], "m.csv: line 2: 15 cells for 13 columns"),
+    # csv.DictReader puts extra cells in a list, which .strip() met: AttributeError
+    ("calibrate-spec-extra-cells", {"s.csv": SPEC_HEADER + "\n" + SPEC_ROW + ",x,y\n"},
+     ["calibrate", "{tmp}/s.csv"], "s.csv: line 2: 27 cells for 25 columns"),
 ]
 
