@@ -25,6 +25,7 @@ from sim.kinds.base import (
     kind_union,
 )
 from sim.paths import resolve_file
+from specdec.errors import UserError
 
 
 class IidAcc(Strict):
@@ -168,8 +169,13 @@ class SglangMetricsAcc(Strict):
         from workloads.calibration import calibrate_iid
         from workloads.engine_metrics import sglang_accept_length
 
-        length = sglang_accept_length(resolve_file(self.file))
-        return calibrate_iid(length, np.ones(self.num_steps, dtype=np.int64))
+        path = resolve_file(self.file)
+        length = sglang_accept_length(path)
+        try:
+            return calibrate_iid(length, np.ones(self.num_steps, dtype=np.int64))
+        except UserError as e:  # it names its own mean_tokens, which the scenario has not
+            raise UserError(f"{path}: sglang:spec_accept_length with num_steps "
+                            f"{self.num_steps}: {str(e).partition(': ')[2]}") from None
 
 
 SINGLE_KINDS = (IidAcc, PositionalAcc, MarginalAcc, BurstyAcc, CalibratedAcc, TraceAcc,

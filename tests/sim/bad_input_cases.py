@@ -381,5 +381,12 @@ CASES = [
     # csv.DictReader puts extra cells in a list, which .strip() met: AttributeError
     ("calibrate-spec-extra-cells", {"s.csv": SPEC_HEADER + "\n" + SPEC_ROW + ",x,y\n"},
      ["calibrate", "{tmp}/s.csv"], "s.csv: line 2: 27 cells for 25 columns"),
+    # the gauge is checked by the calibrated model, whose own field (mean_tokens) it named
+    ("sglang-metrics-too-long", {"m.prom": "sglang:spec_accept_length{model_name=\"m\"} 9.5\n",
+                                 "s.yaml": "acceptance: {kind: sglang_metrics, "
+                                           "file: {tmp}/m.prom, num_steps: 3}\n"},
+     ["run", "{tmp}/s.yaml"],
+     "m.prom: sglang:spec_accept_length with num_steps 3: must be in [1, 4] for depth 3, "
+     "got 9.5"),
 ]
 
