@@ -388,5 +388,28 @@ CASES = [
      ["run", "{tmp}/s.yaml"],
      "m.prom: sglang:spec_accept_length with num_steps 3: must be in [1, 4] for depth 3, "
      "got 9.5"),
+    # output folders: nothing SpecSim did not write is replaced, whatever --force says
+    ("out-root-force", {}, ["run", "--out", "/", "--force"],
+     "--out /: holds the working directory"),
+    ("out-force-foreign", {"f": "x"}, ["run", "--out", "{tmp}", "--force"],
+     "not a folder SpecSim wrote (no .specsim-output file in it)"),
+    ("out-not-empty", {"f": "x"}, ["run", "--out", "{tmp}"],
+     "exists and is not empty; give --force"),
+    ("out-parent-is-file", {"f": "x"}, ["run", "--out", "{tmp}/f/sub"],
+     "f: exists and is not a folder"),
+    ("out-utf8-name-too-long", {}, ["run", "--out", "{tmp}/" + "é" * 130],
+     "is 260 bytes; a folder name may have at most 238"),
+    ("sweep-out-force-foreign", {"f": "x"}, ["sweep", SCENARIO, "--vary", "run.seed=1,2",
+                                             "--out", "{tmp}", "--force"],
+     "not a folder SpecSim wrote"),
+    ("grid-out-force-foreign", {"f": "x"}, ["grid", "--target", "llama-3-8b", "--draft",
+                                            "llama-3.2-1b", "--gpu", "h100", "--alpha", "0.8",
+                                            "--out", "{tmp}", "--force"],
+     "not a folder SpecSim wrote"),
+    ("plan-out-is-file", {"f": "x"}, ["plan", SCENARIO, "--out", "{tmp}/f"],
+     "f: exists and is not a folder"),
+    ("trace-out-parent-is-file", {"f": "x"}, ["trace", "--tokens", "10", "--prompts", "1",
+                                              "--out", "{tmp}/f/t.npz"],
+     "t.npz: cannot write the trace: File exists"),
 ]
 
