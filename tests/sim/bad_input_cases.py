@@ -515,5 +515,93 @@ CASES = [
      "(--set run.requests.x=3): run.requests: input should be a valid integer"),
     ("set-negative-index", {}, ["run", "--set", "variants.-1.name=a"],
      "--set variants.-1.name=a: variants.-1: no such list item"),
+    # engine command lines: flags, values, switches, --speculative-config
+    ("vllm-quote-unbalanced", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                         "--max-num-seqs '8"],
+     "--from-vllm: cannot split the command line: No closing quotation"),
+    ("vllm-flag-twice-spelt-apart", {}, ["run", "--from-vllm", "vllm serve "
+                                         "meta-llama/Llama-3.1-8B --max-num-seqs 8 "
+                                         "--max_num_seqs 16"],
+     "--from-vllm: --max-num-seqs: given twice"),
+    ("vllm-flag-no-value", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                      "--max-num-seqs"],
+     "--from-vllm: --max-num-seqs: needs a value"),
+    ("vllm-tp-empty", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B -tp="],
+     "--from-vllm: -tp: must be an integer, got ''"),
+    ("vllm-gpu-memory-nan", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                       "--gpu-memory-utilization nan"],
+     "deployment.gpu_memory_utilization: input should be a valid number"),
+    ("vllm-model-len-huge", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                       "--max-model-len 999999G"],
+     "scheduler.max_model_len: must be <= 1000000000"),
+    ("vllm-kv-dtype-fp4", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                     "--kv-cache-dtype fp4"],
+     "--from-vllm: --kv-cache-dtype: one of auto"),
+    ("vllm-quantization-unknown", {}, ["run", "--from-vllm", "vllm serve "
+                                       "meta-llama/Llama-3.1-8B --quantization bitsandbytes"],
+     "--quantization bitsandbytes: not modelled"),
+    ("vllm-two-models", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                   "meta-llama/Llama-3.1-70B"],
+     "--from-vllm: give exactly one model"),
+    ("vllm-switch-maybe", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                     "--enable-chunked-prefill=maybe"],
+     "--enable-chunked-prefill: a switch, it takes no value, got "
+     "'--enable-chunked-prefill=maybe'"),
+    ("vllm-async-with-pp", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                      "-pp 2 --async-scheduling"],
+     "--async-scheduling: vLLM 0.33's V1 model runner does not support it with pipeline"),
+    ("vllm-spec-not-object", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                                        "--speculative-config '[1, 2]'"],
+     "--speculative-config: must be a JSON object"),
+    ("vllm-spec-method-bogus", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                    "--speculative-config '{\"method\": \"lookahead\", "
+                                    "\"num_speculative_tokens\": 3}'"],
+     "--speculative-config: method: one of draft_model"),
+    ("vllm-spec-k-string", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                "--speculative-config '{\"method\": \"eagle3\", "
+                                "\"num_speculative_tokens\": \"3\"}'"],
+     "num_speculative_tokens: an integer >= 1 is required, got '3'"),
+    ("vllm-spec-k-huge", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                              "--speculative-config '{\"method\": \"eagle3\", "
+                              "\"num_speculative_tokens\": 100000}'"],
+     "variants.1.policy.gamma: must be <= 64, got 100000"),
+    ("vllm-spec-unknown-key", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                   "--speculative-config '{\"method\": \"eagle3\", "
+                                   "\"num_speculative_tokens\": 3, \"foo\": 1}'"],
+     "--speculative-config: foo: not modelled"),
+    ("vllm-spec-rates-rising", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                    "--speculative-config '{\"method\": \"eagle3\", "
+                                    "\"num_speculative_tokens\": 2, \"rejection_sample_method\": "
+                                    "\"synthetic\", \"synthetic_acceptance_rates\": [0.5, 0.9]}'"],
+     "synthetic_acceptance_rates: must be non-increasing, got [0.5, 0.9]"),
+    ("vllm-spec-length-nan", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                  "--speculative-config '{\"method\": \"eagle3\", "
+                                  "\"num_speculative_tokens\": 2, \"rejection_sample_method\": "
+                                  "\"synthetic\", \"synthetic_acceptance_length\": NaN}'"],
+     "synthetic_acceptance_length: a number in [1, 3] (num_speculative_tokens + 1), got nan"),
+    ("vllm-tree-node-count", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                  "--speculative-config '{\"method\": \"eagle\", "
+                                  "\"num_speculative_tokens\": 3, \"speculative_token_tree\": "
+                                  "\"[(0,), (1,)]\"}'"],
+     "num_speculative_tokens: 3, but speculative_token_tree has 2 nodes"),
+    ("sglang-not-sglang", {}, ["run", "--from-sglang", "vllm serve x"],
+     "--from-sglang: must start with 'python3 -m sglang.launch_server'"),
+    ("sglang-tp-word", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
+                            "--model-path meta-llama/Llama-3.1-8B --tp-size two"],
+     "--from-sglang: --tp-size: must be an integer, got 'two'"),
+    ("sglang-memory-inf", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
+                               "--model-path meta-llama/Llama-3.1-8B --mem-fraction-static inf"],
+     "deployment.gpu_memory_utilization: input should be a valid number"),
+    ("sglang-algorithm-bogus", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
+                                    "--model-path meta-llama/Llama-3.1-8B "
+                                    "--speculative-algorithm MAGIC"],
+     "--speculative-algorithm: one of EAGLE"),
+    ("bench-ratio-one", {}, ["run", "--bench", "vllm bench serve --random-range-ratio 1"],
+     "--bench: --random-range-ratio: must be in [0, 1), got 1"),
+    ("bench-prompts-huge", {}, ["run", "--bench", "vllm bench serve --num-prompts 1000000000000"],
+     "run.requests: must be <= 100000000"),
+    ("bench-concurrency-and-rate", {}, ["run", "--bench", "vllm bench serve --request-rate 4 "
+                                                          "--max-concurrency 8"],
+     "--max-concurrency with a finite --request-rate: not modelled"),
 ]
 
