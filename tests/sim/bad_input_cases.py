@@ -603,5 +603,133 @@ CASES = [
     ("bench-concurrency-and-rate", {}, ["run", "--bench", "vllm bench serve --request-rate 4 "
                                                           "--max-concurrency 8"],
      "--max-concurrency with a finite --request-rate: not modelled"),
+    # flags of the other commands
+    ("grid-alpha-nan", {}, ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b",
+                            "--gpu", "h100", "--alpha", "nan"],
+     "--alpha: must be in [0, 1], got nan"),
+    ("grid-batches-words", {}, ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b",
+                                "--gpu", "h100", "--alpha", "0.8", "--batches", "a,b"],
+     "--batches: must be comma-separated integers, got 'a,b'"),
+    ("grid-cells-huge", {}, ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b",
+                             "--gpu", "h100", "--alpha", "0.8",
+                             "--batches", ",".join(map(str, range(1, 5001))),
+                             "--contexts", ",".join(map(str, range(1, 5001)))],
+     "--batches/--contexts: the grid has 25000000 cells; at most 10000"),
+    ("speedup-c-inf", {}, ["speedup", "--alpha", "0.8", "--c", "inf"],
+     "c: must be finite and >= 0, got inf"),
+    ("speedup-tokens-per-verify-nan", {}, ["speedup", "--target", "llama-3-8b", "--draft",
+                                           "llama-3.2-1b", "--gpu", "h100", "--batch", "1",
+                                           "--context", "128", "--tree", "k,1", "--widths",
+                                           "1", "--tokens-per-verify", "nan"],
+     "tokens-per-verify: a verify of a depth-2 tree yields 1..3 tokens, got nan"),
+    ("speedup-context-too-long", {}, ["speedup", "--target", "llama-3-8b", "--draft",
+                                      "llama-3.2-1b", "--gpu", "h100", "--batch", "1",
+                                      "--context", "9999999", "--alpha", "0.8"],
+     "positions exceed max_position_embeddings 8192"),
+    ("speedup-vocab-mismatch", {}, ["speedup", "--target", "llama-3-8b", "--draft",
+                                    "llama-2-7b", "--gpu", "h100", "--batch", "1",
+                                    "--context", "128", "--alpha", "0.8"],
+     "draft vocab_size 32000, target vocab_size 128256"),
+    ("step-offload-nan", {}, ["hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                              "--batch", "1", "--context", "128", "--offload", "nan"],
+     "--offload: must be a fraction in [0, 1], got nan"),
+    ("step-link-unknown", {}, ["hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                               "--batch", "1", "--context", "128", "--tp", "2",
+                               "--tp-link", "carrier-pigeon"],
+     "unknown link 'carrier-pigeon'"),
+    ("step-tree-huge", {}, ["hw", "step", "--model", "llama-3-8b", "--gpu", "h100",
+                            "--batch", "1", "--context", "128", "--tree", "64,64,64"],
+     "--tree: the tree <64,64,64> has more than 4096 nodes"),
+    ("config-json-hidden-nan", {"config.json": '{"model_type": "llama", "hidden_size": NaN, '
+                                               '"intermediate_size": 14336, '
+                                               '"num_hidden_layers": 32, '
+                                               '"num_attention_heads": 32, '
+                                               '"vocab_size": 32000, '
+                                               '"max_position_embeddings": 8192}'},
+     ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
+      "--context", "1"], "config.json: hidden_size: Input should be a finite number"),
+    ("config-json-a-list", {"config.json": "[1, 2]"},
+     ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
+      "--context", "1"], "config.json: a config.json must hold a JSON object"),
+    ("trace-sigma-inf", {}, ["trace", "--sigma", "inf"], "--sigma: must be finite and >= 0"),
+    ("trace-out-not-npz", {}, ["trace", "--out", "{tmp}/x.txt"],
+     "--out: trace files end in .npz"),
+    ("validate-by-twice", {}, ["validate", "--by", "gpu,gpu"],
+     "--by: a field is given twice, got 'gpu,gpu'"),
+    ("validate-by-unknown", {}, ["validate", "--by", "colour"],
+     "--by: 'colour' is not a row field to group on"),
+    ("calibrate-nothing", {}, ["calibrate"],
+     "give a measurements CSV or --tables GPU (one of the two)"),
+    ("bench-requests-huge", {}, ["bench", "--requests", "1000000000000"],
+     "--requests: must be in 1..1e+08"),
+    ("plan-rel-tol-nan", {}, ["plan", SCENARIO, "--rel-tol", "nan"],
+     "--rel-tol: must be in (0, 1), got nan"),
+    ("plan-slo-p0", {}, ["plan", SCENARIO, "--slo", "ttft_p0=1s"],
+     "--slo ttft_p0=1s: 'ttft_p0=1s' must look like ttft_p99=2s"),
+    ("plan-candidates-unknown-key", {"c.yaml": "candidates: [{name: a, colour: red, "
+                                               "policy: {kind: none}}]\n"},
+     ["plan", SCENARIO, "--candidates", "{tmp}/c.yaml"],
+     "c.yaml: candidates.0: needs name, optional set, policy"),
+    ("plan-candidates-dots", {"c.yaml": "candidates: [{name: '..', policy: {kind: none}}]\n"},
+     ["plan", SCENARIO, "--candidates", "{tmp}/c.yaml"],
+     "variants.0.name: must use only letters, digits and _ . = -, not dots alone"),
+    ("sweep-workers-zero", {}, ["sweep", SCENARIO, "--vary", "run.seed=1,2", "--workers", "0"],
+     "--workers: must be in 1..256, got 0"),
+    # corrupt traces, CSVs and dumps
+    ("replay-time-nan", {"r.csv": "arrival_at,prompt_tokens,output_tokens\nnan,10,5\n0,10,5\n",
+                         "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                   "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: line 2: column 'arrival_at': not finite: 'nan'"),
+    ("replay-time-backwards", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n5,10,5\n"
+                                        "1,10,5\n",
+                               "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                         "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: line 3: column 'arrival_at': times must not decrease"),
+    ("replay-truncated-line", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,5\n"
+                                        "1,10\n",
+                               "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
+                                         "run: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: line 3: column 'output_tokens': missing value"),
+    ("replay-not-utf8", {"r.csv": "arrival_at,prompt_tokens,output_tokens\n0,10,5\n\udcff\n",
+                         "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"},
+     ["run", "{tmp}/s.yaml"], "r.csv: cannot read: not UTF-8 text"),
+    ("azure-time-word", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,5\n",
+                         "s.yaml": "workload: {arrivals: trace, format: azure, "
+                                   "file: {tmp}/a.csv}\n"},
+     ["run", "{tmp}/s.yaml"], "a.csv: line 2: TIMESTAMP: not a time like"),
+    ("mooncake-truncated", {"m.jsonl": "{\"timestamp\": 0, \"input_length\": 100, "
+                                       "\"output_length\": 10, \"hash_ids\": [0]}\n"
+                                       "{\"timestamp\": 1, \"input_len",
+                            "s.yaml": "workload: {arrivals: trace, format: mooncake, "
+                                      "file: {tmp}/m.jsonl}\n"},
+     ["run", "{tmp}/s.yaml"], "m.jsonl: line 2: not valid JSON: Unterminated string"),
+    ("mooncake-hash-ids-huge", {"m.jsonl": "{\"timestamp\": 0, \"input_length\": 100, "
+                                           "\"output_length\": 10, \"hash_ids\": ["
+                                           + ",".join(["1"] * 100000) + "]}\n",
+                                "s.yaml": "workload: {arrivals: trace, format: mooncake, "
+                                          "file: {tmp}/m.jsonl}\n"},
+     ["run", "{tmp}/s.yaml"], "m.jsonl: line 1: hash_ids: 100000 ids for input_length 100"),
+    ("sharegpt-tokens-negative", {"g.json": "[{\"conversations\": [{\"from\": \"human\", "
+                                            "\"value\": \"x\", \"num_tokens\": -3}, "
+                                            "{\"from\": \"gpt\", \"value\": \"y\"}]}]",
+                                  "s.yaml": "workload: {arrivals: trace, format: sharegpt, "
+                                            "file: {tmp}/g.json, rate_per_s: 1}\n"},
+     ["run", "{tmp}/s.yaml"], "g.json: line 1: conversations[0].num_tokens: must be >= 0"),
+    ("metrics-not-utf8", {"m.prom": "\udcff", "s.yaml": "acceptance: {kind: vllm_metrics, "
+                                                        "file: {tmp}/m.prom}\n"},
+     ["run", "{tmp}/s.yaml"], "m.prom: not a UTF-8 text file"),
+    ("metrics-value-word", {"m.prom": "vllm:spec_decode_num_drafts_total{model_name=\"m\"} "
+                                      "sixty\n",
+                            "s.yaml": "acceptance: {kind: vllm_metrics, file: {tmp}/m.prom}\n"},
+     ["run", "{tmp}/s.yaml"], "m.prom: line 1: vllm:spec_decode_num_drafts_total: value is "
+                              "not a number"),
+    ("trace-npz-empty", {"t.npz": "", "s.yaml": "acceptance: {kind: trace, file: {tmp}/t.npz}\n"},
+     ["run", "{tmp}/s.yaml"], "t.npz: not a valid trace file"),
+    ("empirical-nan", {"l.csv": "n\n5\nnan\n", "s.yaml": "workload: {prompt: {kind: "
+                       "empirical, file: {tmp}/l.csv, column: n}}\n"},
+     ["run", "{tmp}/s.yaml"], "l.csv: line 3: column 'n': not an integer: 'nan'"),
+    ("calibrate-measured-nan", {"m.csv": CALIBRATE_HEADER + "\n"
+                                + CALIBRATE_ROW.replace("0.01", "nan") + "\n"},
+     ["calibrate", "{tmp}/m.csv"], "m.csv: line 2: measured_s: must be > 0, got nan"),
 ]
 

@@ -11,7 +11,7 @@ from tests.sim.bad_input_cases import CASES
 
 
 def test_the_corpus_is_big_enough():
-    assert len(CASES) >= 60
+    assert len(CASES) >= 150
 
 
 @pytest.mark.parametrize("name, files, argv, expected", CASES,
