@@ -65,6 +65,16 @@ __all__ = ["DENSE_TYPES", "LLAMA_TYPES", "ModelConfig", "ModelShape", "hf_fp8_sc
 # A vocabulary is an lm_head GEMM dimension, which the measured kernel tables take as a
 # 32-bit integer: far larger values (vocab_size: 1e12) overflowed there in a traceback.
 MAX_VOCAB = 2**22
+# The same for the other GEMM dimensions (hidden_size: 1e12 overflowed there too): widths at
+# most 16x the largest public model's (Llama 3.1 405B's intermediate_size 53,248), head
+# counts 128x its 128 and head widths 16x its 128 (DeepSeek-V3's q/k: 192), so that even a
+# product of two (heads x head_dim) stays within the tables' 32-bit integers.
+MAX_WIDTH = 2**20
+MAX_HEADS = 2**14
+MAX_HEAD_DIM = 2**11
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
+HeadDim = Annotated[int, Field(ge=1, le=MAX_HEAD_DIM)]
 
 # the dense families (no experts, no latent attention), and those of them with llama's
 # block (GQA attention without biases and a SwiGLU MLP)
@@ -79,17 +89,17 @@ class ModelConfig(BaseModel):
 
     model_type: Literal["llama", "qwen3", "opt", "mixtral", "qwen3_moe", "deepseek_v3",
                         "deepseek_v2", "medusa"]
-    hidden_size: PositiveInt
+    hidden_size: Width
     num_hidden_layers: PositiveInt  # medusa: residual blocks per head
-    num_attention_heads: PositiveInt | None = None  # every family but medusa
+    num_attention_heads: Heads | None = None  # every family but medusa
     vocab_size: Annotated[int, Field(ge=1, le=MAX_VOCAB)]
     max_position_embeddings: PositiveInt
-    intermediate_size: PositiveInt | None = None
-    ffn_dim: PositiveInt | None = None
-    num_key_value_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
+    intermediate_size: Width | None = None
+    ffn_dim: Width | None = None
+    num_key_value_heads: Heads | None = None
+    head_dim: HeadDim | None = None
     tie_word_embeddings: bool | None = None
-    word_embed_proj_dim: PositiveInt | None = None
+    word_embed_proj_dim: Width | None = None
     do_layer_norm_before: bool = True
     enable_bias: bool = True
     # mixture of experts (routed experts: Mixtral / Qwen3-MoE / DeepSeek names)
@@ -97,18 +107,18 @@ class ModelConfig(BaseModel):
     num_experts: PositiveInt | None = None
     n_routed_experts: PositiveInt | None = None
     num_experts_per_tok: PositiveInt | None = None
-    moe_intermediate_size: PositiveInt | None = None
+    moe_intermediate_size: Width | None = None
     n_shared_experts: NonNegativeInt | None = None
     first_k_dense_replace: NonNegativeInt = 0
     moe_layer_freq: PositiveInt = 1
     decoder_sparse_step: PositiveInt = 1
     mlp_only_layers: tuple[NonNegativeInt, ...] = ()
     # DeepSeek multi-head latent attention (MLA) and multi-token prediction
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt | None = None
-    qk_nope_head_dim: PositiveInt | None = None
-    qk_rope_head_dim: PositiveInt | None = None
-    v_head_dim: PositiveInt | None = None
+    q_lora_rank: Width | None = None
+    kv_lora_rank: Width | None = None
+    qk_nope_head_dim: HeadDim | None = None
+    qk_rope_head_dim: HeadDim | None = None
+    v_head_dim: HeadDim | None = None
     num_nextn_predict_layers: NonNegativeInt = 0
     # Not a config.json field: set only by sim.drafters.head_config for DeepSeek's MTP
     # module (per layer an eh_proj 2h -> h and the enorm / hnorm RMSNorms on top).

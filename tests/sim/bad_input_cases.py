@@ -731,5 +731,22 @@ CASES = [
     ("calibrate-measured-nan", {"m.csv": CALIBRATE_HEADER + "\n"
                                 + CALIBRATE_ROW.replace("0.01", "nan") + "\n"},
      ["calibrate", "{tmp}/m.csv"], "m.csv: line 2: measured_s: must be > 0, got nan"),
+    # GEMM dimensions past the measured tables' 32-bit integers: an OverflowError traceback
+    ("catalog-hidden-huge", {"c.yaml": "models: {big: {source: x, config: {model_type: llama, "
+                                       "hidden_size: 1000000000000, intermediate_size: 14336, "
+                                       "num_hidden_layers: 32, num_attention_heads: 32, "
+                                       "vocab_size: 32000, max_position_embeddings: 8192}}}\n"},
+     ["hw", "step", "--model", "big", "--gpu", "h100", "--batch", "1", "--context", "1",
+      "--catalog", "{tmp}/c.yaml"],
+     "c.yaml: models.big.config.hidden_size: Input should be less than or equal to 1048576"),
+    ("config-json-heads-huge", {"config.json": '{"model_type": "llama", "hidden_size": 4096, '
+                                               '"intermediate_size": 14336, '
+                                               '"num_hidden_layers": 32, '
+                                               '"num_attention_heads": 1000000000000, '
+                                               '"head_dim": 128, "vocab_size": 32000, '
+                                               '"max_position_embeddings": 8192}'},
+     ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
+      "--context", "1"],
+     "config.json: num_attention_heads: Input should be less than or equal to 16384"),
 ]
 
