@@ -57,7 +57,9 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # no inf or nan in any number: a bound like ge=0 alone lets .inf through (a GPU's
+    # overhead_s: .inf was taken, and the paper timing priced every pass at "inf ms")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 Fraction = Annotated[float, Field(gt=0, le=1)]

@@ -748,5 +748,14 @@ CASES = [
      ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
       "--context", "1"],
      "config.json: num_attention_heads: Input should be less than or equal to 16384"),
+    # a catalog number that is inf: bounds like ge=0 let it through
+    ("catalog-overhead-inf", {"c.yaml": "gpus: {h100: {overhead_s: .inf}}\n"},
+     ["hw", "step", "--model", "llama-3-8b", "--gpu", "h100", "--batch", "1", "--context",
+      "128", "--timing", "paper", "--catalog", "{tmp}/c.yaml"],
+     "c.yaml: gpus.h100.overhead_s: Input should be a finite number, got inf"),
+    ("catalog-link-latency-inf", {"c.yaml": "links: {l9: {name: L9, bytes_per_s: 1.0e+9, "
+                                            "latency_s: .inf, source: x}}\n"},
+     ["hw", "list", "--catalog", "{tmp}/c.yaml"],
+     "c.yaml: links.l9.latency_s: Input should be a finite number, got inf"),
 ]
 
