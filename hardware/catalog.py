@@ -509,28 +509,36 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # a catalog nests about 5 deep; libyaml builds a document recursively in C, and some 40000
 # levels ('[[[...' or '- - - ...') overflow the C stack: a segmentation fault, not an error
 MAX_DEPTH = 100
+_NODES = (yaml.ScalarEvent, yaml.AliasEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
 
 
-def _depth(text: str) -> int:
-    """How deep ``text``'s collections nest, read from libyaml's event stream (a state
-    machine, not recursive): stops counting past ``MAX_DEPTH``."""
-    depth = deepest = 0
+def _check_events(path: Path, text: str) -> None:
+    """Refuse, from libyaml's event stream (a state machine, not recursive), what building
+    the document would do wrong: nesting past ``MAX_DEPTH`` (a crash) and a key given twice
+    in one mapping (PyYAML keeps the last one, silently)."""
+    open_ = []  # per open collection: [keys seen (None: a sequence), next node is a key]
     for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, _NODES) and open_ and open_[-1][0] is not None:
+            keys, is_key = open_[-1]
+            open_[-1][1] = not is_key
+            if is_key and isinstance(event, yaml.ScalarEvent):
+                if event.value in keys:
+                    raise UserError(f"{path}: line {event.start_mark.line + 1}: key "
+                                    f"{event.value!r} given twice in one mapping")
+                keys.add(event.value)
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
-                break
+            open_.append([set() if isinstance(event, yaml.MappingStartEvent) else None, True])
+            if len(open_) > MAX_DEPTH:
+                raise UserError(f"{path}: nested more than {MAX_DEPTH} deep to be a catalog "
+                                "file")
         elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-            depth -= 1
-    return deepest
+            open_.pop()
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     text = read_utf8(path, "catalog file", "a catalog file must be UTF-8 YAML")
     try:
-        if _depth(text) > MAX_DEPTH:
-            raise UserError(f"{path}: nested more than {MAX_DEPTH} deep to be a catalog file")
+        _check_events(path, text)
         raw = yaml.load(text, Loader=_LOADER)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

@@ -757,5 +757,13 @@ CASES = [
                                             "latency_s: .inf, source: x}}\n"},
      ["hw", "list", "--catalog", "{tmp}/c.yaml"],
      "c.yaml: links.l9.latency_s: Input should be a finite number, got inf"),
+    # a key given twice in a catalog: PyYAML kept the last one, silently
+    ("catalog-section-twice", {"c.yaml": "gpus: {h100: {hbm_capacity_gib: 80}}\ngpus: {}\n"},
+     ["hw", "list", "--catalog", "{tmp}/c.yaml"],
+     "c.yaml: line 2: key 'gpus' given twice in one mapping"),
+    ("catalog-field-twice", {"c.yaml": "gpus:\n  h100:\n    overhead_s: 0.001\n"
+                                       "    overhead_s: 0.002\n",
+                             "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"},
+     ["run", "{tmp}/s.yaml"], "c.yaml: line 4: key 'overhead_s' given twice in one mapping"),
 ]
 
