@@ -188,8 +188,15 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     if spec is None:
         out.set("variants", [none])
         return
+    def unique(pairs):  # json keeps the last of a key given twice, silently
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise UserError(f"{what}: --speculative-config: {twice}: given twice")
+        return dict(pairs)
+
     try:
-        cfg = json.loads(spec)
+        cfg = json.loads(spec, object_pairs_hook=unique)
     except json.JSONDecodeError as e:
         raise UserError(f"{what}: --speculative-config: not JSON: {e.msg}") from None
     except RecursionError:  # json recurses once per level

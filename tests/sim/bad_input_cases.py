@@ -765,5 +765,25 @@ CASES = [
                                        "    overhead_s: 0.002\n",
                              "s.yaml": "deployment: {catalog: {tmp}/c.yaml}\n"},
      ["run", "{tmp}/s.yaml"], "c.yaml: line 4: key 'overhead_s' given twice in one mapping"),
+    # a JSON key given twice: json keeps the last one, silently
+    ("vllm-spec-key-twice", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
+                                 "--speculative-config '{\"method\": \"eagle\", \"method\": "
+                                 "\"eagle3\", \"num_speculative_tokens\": 3}'"],
+     "--from-vllm: --speculative-config: method: given twice"),
+    ("config-json-key-twice", {"config.json": '{"model_type": "llama", "hidden_size": 4096, '
+                                              '"hidden_size": 8192, '
+                                              '"intermediate_size": 14336, '
+                                              '"num_hidden_layers": 32, '
+                                              '"num_attention_heads": 32, '
+                                              '"vocab_size": 32000, '
+                                              '"max_position_embeddings": 8192}'},
+     ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
+      "--context", "1"], "config.json: hidden_size: given twice"),
+    ("mooncake-key-twice", {"m.jsonl": "{\"timestamp\": 0, \"timestamp\": 5, "
+                                       "\"input_length\": 100, \"output_length\": 10, "
+                                       "\"hash_ids\": [0]}\n",
+                            "s.yaml": "workload: {arrivals: trace, format: mooncake, "
+                                      "file: {tmp}/m.jsonl}\nrun: {requests: 1}\n"},
+     ["run", "{tmp}/s.yaml"], "m.jsonl: line 1: timestamp: given twice"),
 ]
 
