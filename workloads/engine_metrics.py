@@ -39,7 +39,7 @@ def read_prometheus(path: Path) -> list[tuple[str, dict[str, str], float, int]]:
         raise UserError(f"{path}: cannot read the metrics file: {e.strerror}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a UTF-8 text file (a Prometheus text dump)") from None
-    out = []
+    out, seen = [], {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -55,6 +55,11 @@ def read_prometheus(path: Path) -> list[tuple[str, dict[str, str], float, int]]:
         except ValueError:
             raise UserError(f"{path}: line {n}: {name}: value is not a number, got "
                             f"{value!r}") from None
+        series = (name, tuple(sorted(labels.items())))
+        if series in seen:  # a dump holds each series once; which one would count?
+            raise UserError(f"{path}: line {n}: {name}: the same series as line "
+                            f"{seen[series]} (same labels)")
+        seen[series] = n
         out.append((name, labels, v, n))
     return out
 
@@ -87,6 +92,9 @@ def vllm_unconditional_rates(path: Path, model_name: str | None = None
     per_pos: dict[int, float] = {}
     for name, labels, value, n in samples:
         key = name.removeprefix(VLLM).removesuffix("_total")
+        if (key in totals or key == "accepted_tokens_per_pos") and not 0 <= value < math.inf:
+            raise UserError(f"{path}: line {n}: {name}: a counter, must be a finite number "
+                            f">= 0, got {value:g}")
         if key == "accepted_tokens_per_pos":
             try:
                 pos = int(labels["position"])

@@ -785,5 +785,17 @@ CASES = [
                             "s.yaml": "workload: {arrivals: trace, format: mooncake, "
                                       "file: {tmp}/m.jsonl}\nrun: {requests: 1}\n"},
      ["run", "{tmp}/s.yaml"], "m.jsonl: line 1: timestamp: given twice"),
+    # a vLLM metrics dump: a series twice was summed, an infinite counter taken
+    ("metrics-series-twice", {"m.prom": "vllm:spec_decode_num_drafts_total{model_name=\"m\"} "
+                                        "60.0\nvllm:spec_decode_num_drafts_total"
+                                        "{model_name=\"m\"} 10.0\n",
+                              "s.yaml": "acceptance: {kind: vllm_metrics, file: {tmp}/m.prom}\n"},
+     ["run", "{tmp}/s.yaml"],
+     "m.prom: line 2: vllm:spec_decode_num_drafts_total: the same series as line 1"),
+    ("metrics-counter-inf", {"m.prom": "vllm:spec_decode_num_drafts_total{model_name=\"m\"} "
+                                       "+Inf\n",
+                             "s.yaml": "acceptance: {kind: vllm_metrics, file: {tmp}/m.prom}\n"},
+     ["run", "{tmp}/s.yaml"], "m.prom: line 1: vllm:spec_decode_num_drafts_total: a counter, "
+                              "must be a finite number >= 0, got inf"),
 ]
 
