@@ -46,6 +46,7 @@ class Setup:
     seed: np.random.SeedSequence
     replicas: int = 1
     router: str = "round_robin"
+    router_weight: float = 1.0  # the kv_aware router's --kv-overlap-score-weight
     record_bound: bool = True
     pipeline_stages: int = 1
     closed_loop_users: int = 0  # > 0: a closed loop of this many users instead of arrivals
@@ -94,7 +95,7 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO) -> Clust
             replicas.append(PipelinedReplica(*args, path=path, stages=setup.pipeline_stages))
         else:
             replicas.append(Replica(*args, path=path))
-    router = Router(replicas, setup.router)
+    router = Router(replicas, setup.router, setup.router_weight)
     arrived = [0]
     if setup.closed_loop_users:
         finished: dict = {}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import simpy
 
-ROUTERS = ("round_robin", "least_requests", "least_tokens")
+ROUTERS = ("round_robin", "least_requests", "least_tokens", "kv_aware")
 
 
 class Router:
@@ -18,31 +18,75 @@ class Router:
     - ``least_requests``: the replica with the fewest outstanding (waiting or running)
       requests, ties to the lowest index;
     - ``least_tokens``: the fewest outstanding tokens (prompt + output of its unfinished
-      requests), ties to the lowest index.
+      requests), ties to the lowest index;
+    - ``kv_aware``: NVIDIA Dynamo's KV router (``--router-mode kv``, temperature 0; its
+      cost in ai-dynamo/dynamo lib/llm/src/kv_router/scheduler.rs @db19bd2a,
+      ``DefaultWorkerSelector.select_worker``): the replica with the lowest
+      ``weight`` x prefill blocks + active blocks, where prefill blocks are the prompt
+      tokens it would still have to prefill with this request -- those of the requests
+      routed to it that have not had their first token yet, plus this one's not found in
+      its prefix cache (the cached full blocks its prefix cache holds for the prompt now,
+      ``PrefixCachingBlockManager.lookup``; none without prefix caching) -- over the block
+      size, and active blocks the KV blocks its running requests hold plus the prompt's
+      blocks not cached there. ``weight`` is Dynamo's ``--kv-overlap-score-weight``
+      (default 1). Departures: Dynamo breaks a tie at random, SpecSim to the lowest
+      index; Dynamo learns the cached blocks from the workers' KV events and estimates
+      the active ones, SpecSim reads both from the replica as they are.
     """
 
-    def __init__(self, replicas: Sequence, kind: str = "round_robin") -> None:
+    def __init__(self, replicas: Sequence, kind: str = "round_robin",
+                 weight: float = 1.0) -> None:
         if kind not in ROUTERS:
             raise ValueError(f"unknown router {kind!r}; known: {', '.join(ROUTERS)}")
         self.replicas = list(replicas)
         self.kind = kind
+        self.weight = float(weight)
         self._next = 0
+        # kv_aware: per replica, {request: prompt tokens it prefills} until its first token
+        self._prefilling: list[dict[int, int]] = [{} for _ in self.replicas]
 
-    def choose(self) -> int:
-        """Index of the replica the next request goes to."""
+    def choose(self, rid: int | None = None) -> int:
+        """Index of the replica request ``rid`` (the next one) goes to."""
         if len(self.replicas) == 1:
             return 0
         if self.kind == "round_robin":
             i = self._next
             self._next = (i + 1) % len(self.replicas)
             return i
+        if self.kind == "kv_aware":
+            return self._kv_aware(rid)
         key = "outstanding_requests" if self.kind == "least_requests" else "outstanding_tokens"
         loads = [getattr(r, key) for r in self.replicas]
         return loads.index(min(loads))
 
     def submit(self, rid: int) -> None:
         """Route request ``rid`` now."""
-        self.replicas[self.choose()].submit(rid)
+        self.replicas[self.choose(rid)].submit(rid)
+
+    def _kv_aware(self, rid: int) -> int:
+        """``choose`` for ``kv_aware`` (the class docstring)."""
+        best, best_logit, best_new = 0, math.inf, 0
+        for i, r in enumerate(self.replicas):
+            size = r.limits.block_size
+            prompt = int(r.table.prompt_tokens[rid])
+            cached = 0 if r.prefix is None else r.prefix.lookup(rid, prompt)[0]
+            new = prompt - cached * size
+            logit = (self.weight * (self._pending_prefill(i) + new) / size
+                     + r.kv.used_blocks + (-(-prompt // size) - cached))
+            if logit < best_logit:
+                best, best_logit, best_new = i, logit, new
+        self._prefilling[best][rid] = best_new
+        return best
+
+    def _pending_prefill(self, i: int) -> int:
+        """Prompt tokens of the requests routed to replica ``i`` that have not had their
+        first token yet (Dynamo's router counts a request's until its first token)."""
+        pending = self._prefilling[i]
+        if pending:
+            first = self.replicas[i].log.first_token_at
+            for rid in [rid for rid in pending if first[rid] == first[rid]]:
+                del pending[rid]  # (NaN until its first token)
+        return sum(pending.values())
 
 
 def arrivals(env: simpy.Environment, arrival_at, router, counter: list[int]):

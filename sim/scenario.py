@@ -130,7 +130,14 @@ class Deployment(Strict):
     # (activations, CUDA graphs), which SpecSim does not size (docs/timing.md)
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
-    router: Literal["round_robin", "least_requests", "least_tokens"] = "round_robin"
+    # how requests are spread over the replicas: in turn, to the fewest outstanding requests
+    # or tokens, or "kv_aware": NVIDIA Dynamo's KV router (prefix-cache hits against load;
+    # sim/router.py)
+    router: Literal["round_robin", "least_requests", "least_tokens", "kv_aware"] = \
+        "round_robin"
+    # the kv_aware router's weight of prefill blocks against active blocks (Dynamo's
+    # --kv-overlap-score-weight; higher favours cache hits, lower spreads the load)
+    kv_overlap_score_weight: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
     # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory
     # (SpecInfer); "separate": the draft on a GPU of its own.
     draft_placement: Literal["colocated", "separate"] = "colocated"
@@ -156,6 +163,9 @@ class Deployment(Strict):
         if self.fp8_scales is not None and self.compute_dtype != "fp8":
             raise ValueError(f"fp8_scales: only FP8 W8A8 has them (compute_dtype fp8), got "
                              f"{self.fp8_scales!r} with compute_dtype {self.compute_dtype}")
+        if self.kv_overlap_score_weight != 1.0 and self.router != "kv_aware":
+            raise ValueError(f"kv_overlap_score_weight: only the kv_aware router weighs cache "
+                             f"hits, got router {self.router}")
         return self
 
 

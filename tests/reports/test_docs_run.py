@@ -623,3 +623,28 @@ def test_timing_b200_served(tmp_path, capsys, monkeypatch):
         "against {} and {} ms on the H200 ({}× and {}×), and a median TTFT of {} against {} ms":
             [b_none, b_spec, h_none, h_spec, float(h_none) / float(b_none),
              float(h_spec) / float(b_spec), b_ttft, h_ttft]})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_background_routing_numbers(tmp_path, capsys, monkeypatch):
+    """docs/background.md, Routing across replicas, quotes four runs of
+    ``scenarios/shared-prefix-routing.yaml`` (about 8 s each)."""
+    def run(*sets):
+        argv = ["run", "scenarios/shared-prefix-routing.yaml"]
+        for s in sets:
+            argv += ["--set", s]
+        return _run(argv, capsys, monkeypatch, tmp_path / f"out{len(list(tmp_path.iterdir()))}")
+
+    rr, kv = run("deployment.router=round_robin"), run()
+    rr40 = run("deployment.router=round_robin", "workload.rate_per_s=40")
+    kv40 = run("workload.rate_per_s=40")
+    hit = "prefix cache hit rate (cached tokens)"
+    ttft, tpot = "TTFT p50 / p90 / p99 (ms)", "TPOT p50 / p90 / p99 (ms)"
+    _check_quotes("docs/background.md", {
+        "a prefix hit rate of {} against {}, TTFT p50 {} against {} ms and p99 {} against {} "
+        "ms": [_cells(rr, hit)[0], _cells(kv, hit)[0], _cells(rr, ttft)[0],
+               _cells(kv, ttft)[0], _cells(rr, ttft)[2], _cells(kv, ttft)[2]],
+        "TPOT p50 {} against {} ms. At 40": [_cells(rr, tpot)[0], _cells(kv, tpot)[0]],
+        "is overloaded, TTFT p50 {} ms, and `kv_aware` is not, {} ms":
+            [_cells(rr40, ttft)[0], _cells(kv40, ttft)[0]]})

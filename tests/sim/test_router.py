@@ -37,7 +37,78 @@ def test_least_loaded_routers_pick_the_lightest_replica_ties_to_lowest():
     assert Router(reps, "least_requests").choose() == 1
 
 
-@pytest.mark.parametrize("kind", ["round_robin", "least_requests", "least_tokens"])
+class _KvStub:
+    """What the kv_aware router reads of a replica: its block size, the request table,
+    the prefix cache's hits, the KV blocks held, the log's first-token times."""
+
+    def __init__(self, used, cached, prompts):
+        from types import SimpleNamespace
+
+        self.limits = SimpleNamespace(block_size=16)
+        self.table = SimpleNamespace(prompt_tokens=np.asarray(prompts))
+        self.kv = SimpleNamespace(used_blocks=used)
+        self.prefix = SimpleNamespace(lookup=lambda rid, tokens: (cached.get(rid, 0), 0))
+        self.log = SimpleNamespace(first_token_at=np.full(len(prompts), np.nan))
+        self.got = []
+
+    def submit(self, rid):
+        self.got.append(rid)
+
+
+def test_the_kv_aware_router_weighs_prefill_blocks_against_active_blocks_as_dynamo():
+    # Prompts of 100 tokens (7 blocks of 16). Replica 0 holds 10 blocks and has 5 of
+    # request 0's cached; replica 1 holds 4 and none. Dynamo's logit, weight w:
+    # w * (100 - 5 * 16) / 16 + 10 + (7 - 5) = 1.25 w + 12 against w * 100 / 16 + 4 + 7 =
+    # 6.25 w + 11: replica 0 at w = 1 (13.25 < 17.25), replica 1 at w = 0 (11 < 12)
+    prompts = [100, 100, 100]
+    reps = [_KvStub(10, {0: 5}, prompts), _KvStub(4, {}, prompts)]
+    assert Router(reps, "kv_aware", 0.0).choose(0) == 1
+    router = Router(reps, "kv_aware", 1.0)
+    router.submit(0)
+    assert reps[0].got == [0]
+    # request 1, cached nowhere: replica 0 now also has request 0's 20 uncached tokens to
+    # prefill, (20 + 100) / 16 + 10 + 7 = 24.5 against 17.25: replica 1
+    assert router.choose(1) == 1
+    # ... until request 0's first token: then 100 / 16 + 17 = 23.25 against 6.25 + 11 +
+    # 100 / 16 (request 1's, routed above) = 23.5: replica 0
+    reps[0].log.first_token_at[0] = 0.5
+    assert router.choose(2) == 0
+
+
+def test_a_tie_goes_to_the_lowest_replica():
+    prompts = [64]
+    reps = [_KvStub(3, {}, prompts), _KvStub(3, {}, prompts)]
+    assert Router(reps, "kv_aware").choose(0) == 0
+
+
+def test_the_kv_aware_router_keeps_each_prefix_on_one_replica():
+    # three system prompts of 64 tokens (hash ids 1, 2, 3) in turn over two replicas, one
+    # request at a time: round robin sends each group to both replicas (a miss on each: 6);
+    # the kv_aware router sends each request where its prefix is cached (3 misses, the
+    # groups' first requests)
+    n = 24
+    groups = [(1 + i % 3, 100 + i) for i in range(n)]
+    tab = table(np.arange(n) * 0.5, [80] * n, [4] * n, hash_ids=groups, hash_block_tokens=64)
+    cached = {}
+    for kind in ("round_robin", "kv_aware"):
+        res = simulate(setup(tab, replicas=2, router=kind, prefix_caching=True))
+        assert all(r.finished for r in res.requests)
+        cached[kind] = sum(r.cached_tokens for r in res.requests)
+        by = [{r.replica for r in res.requests if r.id % 3 == g} for g in range(3)]
+        assert all(len(where) == (2 if kind == "round_robin" else 1) for where in by)
+    assert cached == {"round_robin": (n - 6) * 64, "kv_aware": (n - 3) * 64}
+
+
+def test_the_overlap_weight_is_refused_beside_another_router():
+    from sim.loading import validate
+    from specdec.errors import UserError
+
+    with pytest.raises(UserError, match="kv_overlap_score_weight: only the kv_aware router"):
+        validate({"deployment": {"kv_overlap_score_weight": 2.0}}, "s.yaml")
+    validate({"deployment": {"router": "kv_aware", "kv_overlap_score_weight": 2.0}}, "s.yaml")
+
+
+@pytest.mark.parametrize("kind", ["round_robin", "least_requests", "least_tokens", "kv_aware"])
 def test_two_replicas_share_the_work_and_everything_finishes(kind):
     n = 40
     rng = np.random.default_rng(1)
