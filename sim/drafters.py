@@ -40,27 +40,61 @@ from hardware.catalog import DRAFT_METHODS
 from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
-__all__ = ["METHODS", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE", "ASYNC_METHODS", "Drafter",
+__all__ = ["METHODS", "TRAITS", "MethodTraits", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE",
+           "ASYNC_METHODS", "Drafter",
            "head_config", "input_slots", "lookahead_slots", "medusa_config"]
 
 METHODS = DRAFT_METHODS  # (hardware.catalog names them once)
-# input slots a method's drafter takes per scheduled request beside its tokens, from the
-# step's token budget (vLLM 0.33, vllm/config/speculative.py,
-# SpeculativeConfig.max_num_new_slots_for_drafting: 1 for draft_model, which feeds the
-# draft one more token than the target; K for PARD and K - 1 for parallel EAGLE, which
-# SpecSim does not model; 0 for the others)
-INPUT_SLOTS = {"draft_model": 1}
-# vLLM's EAGLE-type methods, whose prefix-cache hits it treats apart (vllm/config/
-# speculative.py, use_eagle(); sim.prefix_cache)
-EAGLE_TYPE = ("eagle", "eagle3", "mtp")
-CPU_METHODS = ("ngram", "suffix")
+
+
+@dataclass(frozen=True)
+class MethodTraits:
+    """What a drafting method is to vLLM's scheduler (0.33), one record per method.
+
+    - ``input_slots``: slots each scheduled request's drafter takes from the step's token
+      budget beside its tokens (vllm/config/speculative.py,
+      ``SpeculativeConfig.max_num_new_slots_for_drafting``: 1 for draft_model, which feeds
+      the draft one more token than the target; K for PARD and K - 1 for parallel EAGLE,
+      which SpecSim does not model; 0 for the others);
+    - ``eagle_type``: vLLM's ``use_eagle()`` (EAGLE, EAGLE-3, MTP), whose prefix-cache
+      block hashes cover the next token too (``sim.prefix_cache``);
+    - ``on_cpu``: proposes on the host, no GPU pass (n-gram, suffix);
+    - ``async_ok``: vLLM's V1 model runner schedules it asynchronously
+      (``VllmConfig.__post_init__`` in vllm/config/vllm.py: EAGLE types incl. MTP, GPU
+      n-gram and draft models; not a host n-gram or suffix proposer, nor Medusa;
+      ``sim.async_scheduling``).
+    """
+
+    input_slots: int = 0
+    eagle_type: bool = False
+    on_cpu: bool = False
+    async_ok: bool = True
+
+
+TRAITS = {
+    "draft_model": MethodTraits(input_slots=1),
+    "eagle": MethodTraits(eagle_type=True),
+    "eagle3": MethodTraits(eagle_type=True),
+    "mtp": MethodTraits(eagle_type=True),
+    "medusa": MethodTraits(async_ok=False),
+    "ngram": MethodTraits(on_cpu=True, async_ok=False),
+    "suffix": MethodTraits(on_cpu=True, async_ok=False),
+}
+if tuple(TRAITS) != METHODS:
+    raise ImportError("sim/drafters.py: TRAITS must name hardware.catalog.DRAFT_METHODS, "
+                      "in its order")
+# the methods with each trait, for the callers that ask by name
+INPUT_SLOTS = {m: t.input_slots for m, t in TRAITS.items() if t.input_slots}
+EAGLE_TYPE = tuple(m for m, t in TRAITS.items() if t.eagle_type)
+CPU_METHODS = tuple(m for m, t in TRAITS.items() if t.on_cpu)
+ASYNC_METHODS = tuple(m for m, t in TRAITS.items() if t.async_ok)
 
 
 def input_slots(drafter, uses_draft: bool) -> int:
     """The input slots each scheduled request's drafter takes beside its tokens
-    (``INPUT_SLOTS``; ``drafter`` None: a plain draft model); none without speculation."""
+    (``TRAITS``; ``drafter`` None: a plain draft model); none without speculation."""
     method = "draft_model" if drafter is None else drafter.method
-    return INPUT_SLOTS.get(method, 0) if uses_draft else 0
+    return TRAITS[method].input_slots if uses_draft else 0
 
 
 def lookahead_slots(drafter, policy) -> int:
@@ -69,10 +103,6 @@ def lookahead_slots(drafter, policy) -> int:
     (``drafter`` None, a plain draft model, or one with ``lookahead``), else 0."""
     reserve = policy.uses_draft and (drafter is None or drafter.lookahead)
     return int(policy.max_nodes) if reserve else 0
-# the methods vLLM 0.33's V1 model runner schedules asynchronously (VllmConfig.__post_init__
-# in vllm/config/vllm.py: EAGLE types incl. MTP, GPU n-gram and draft models; not a host
-# n-gram or suffix proposer, nor Medusa; sim.async_scheduling)
-ASYNC_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 
 
 @dataclass(frozen=True)

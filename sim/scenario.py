@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from hardware.catalog import DRAFT_METHODS
+from hardware.deployment import TIMINGS
 from sim.kinds.acceptance import Acceptance, IidAcc, SingleAcceptance
 from sim.kinds.base import (
     MAX_REPLICAS,
@@ -39,6 +40,7 @@ from sim.kinds.drafters import (
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
 from sim.limits import MAX_NAME
+from sim.scheduling import ORDERS
 
 # a scenario's or variant's name: it names folders (runs/<name>-<time>, the variants'), so
 # not dots alone: a variant named '..' wrote its records into the run folder's parent
@@ -148,7 +150,7 @@ class Deployment(Strict):
     # How passes are priced (docs/timing.md): "auto" = measured kernel tables where they
     # cover the GPU, framework, dtypes and model, else the calibrated roofline; "paper" =
     # the lecture's paper GPU (its numbers exactly).
-    timing: Literal["auto", "measured", "roofline", "paper"] = "auto"
+    timing: Literal[TIMINGS] = "auto"  # hardware.deployment.TIMINGS names them
     # The serving engine whose kernel tables and overheads price the passes (catalog id:
     # vllm 0.24.0, sglang 0.5.14, trtllm 1.3.0rc20; see `specsim hw list`); <id>@<release>
     # takes the overheads fitted on that release's runs where the catalog lists them
@@ -176,7 +178,7 @@ class Scheduler(Strict):
     # in an iteration that preempted; "decode_first": vLLM v0's chunked-prefill policy;
     # "prefill_first": SGLang's (a prefill batch of at most max_batched_tokens whenever one
     # can be formed, else every running request decodes; --from-sglang sets it)
-    order: Literal["vllm_v1", "decode_first", "prefill_first"] = "vllm_v1"
+    order: Literal[tuple(ORDERS)] = "vllm_v1"  # sim.scheduling.ORDERS names them
     # the vLLM release whose v1 scheduling rules the vllm_v1 order follows (docs/background.md,
     # Scheduling): "0.33" admits a request only if its whole prompt fits the free KV
     # (scheduler_reserve_full_isl) and reserves lookahead slots for a new request's drafts;

@@ -7,6 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from hardware.deployment import TIMINGS
+
+# the timings with parameters to fit (the paper GPU's are the lecture's)
+_FITTED = tuple(t for t in TIMINGS if t != "paper")
+
 _HELP = """\
 Fit a GPU's (and its links' and framework's) timing parameters to measurements, by least
 squares on log error (scipy.optimize.least_squares; fields that share no row are fitted
@@ -80,7 +85,7 @@ def add_parser(subparsers) -> None:
                         "instead of a CSV)")
     p.add_argument("--framework", default="vllm",
                    help="whose kernel tables --tables reads (default vllm)")
-    p.add_argument("--timing", choices=("auto", "roofline", "measured"), default=None,
+    p.add_argument("--timing", choices=_FITTED, default=None,
                    help="backend the rows are predicted with (default auto; --tables: "
                         "roofline)")
     p.add_argument("--fit", action="append", metavar="FIELD",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from hardware.deployment import TIMINGS
+
 _HELP = """\
 Price every row of the project's validation table (hardware/data/validation.csv: public
 measurements, each with its source) with the default timing (auto: measured kernel tables
@@ -35,7 +37,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "validate",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--timing", choices=("auto", "roofline", "measured", "paper"),
+    p.add_argument("--timing", choices=TIMINGS,
                    default="auto", help="backend to validate (default auto, the default)")
     p.add_argument("--catalog", action="append", metavar="FILE",
                    help="extra catalog YAML file (repeatable)")

@@ -298,7 +298,7 @@ class TraceWorkload(_Workload):
     before ``run.horizon_s``."""
 
     arrivals: Literal["trace"]
-    format: Literal["mooncake", "azure", "burstgpt", "sharegpt"]  # the file's format
+    format: Literal[tuple(TRACE_FIELDS)]  # the file's format (TRACE_FIELDS names them)
     file: DataFile  # the trace file; a data file, see the top of the page
     zero_tokens: Literal["error", "skip"] = "error"  # a row with 0 prompt/output tokens (failed)
     time_scale: Pos | None = None  # timed formats: replay k× faster (every gap / k); default 1
