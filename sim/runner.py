@@ -92,7 +92,7 @@ def run_scenario(scenario, source: str = "scenario", progress=None,
 
 def build_overridden(doc: dict, overrides: list[str], source: str,
                      labels: list[str] | None = None, resolve_at: int | None = None,
-                     prepare=None, record_bound: bool = True):
+                     prepare=None, record_bound: bool = True, check=None):
     """``(scenario, [(variant name, Setup)])`` for ``doc`` with ``overrides``: the shared path
     of ``specsim run``, ``sweep`` and ``plan`` from a scenario file to runnable setups.
 
@@ -100,7 +100,8 @@ def build_overridden(doc: dict, overrides: list[str], source: str,
     a model or request that does not fit), names the override that brought it in, as
     ``source (--set key=value): field: problem`` (``labels`` and ``resolve_at`` as in
     ``sim.loading.validate_overridden``), or only ``source`` when the file is at fault.
-    ``prepare(scenario)`` (e.g. a sweep point's seed) is applied before building.
+    ``prepare(scenario)`` (e.g. a sweep point's seed) is applied before building, then
+    ``check(scenario)`` (e.g. refuse a run too large to draw, ``sim.estimate``).
     """
     from pydantic import ValidationError
 
@@ -111,6 +112,8 @@ def build_overridden(doc: dict, overrides: list[str], source: str,
 
     prep = prepare or (lambda sc: sc)
     scenario = prep(validate_overridden(doc, overrides, source, labels, resolve_at))
+    if check is not None:
+        check(scenario)
     head = f"{source}: "
     try:
         return scenario, setups(scenario, source, record_bound)
@@ -224,7 +227,7 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
 def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
         out=None, write: bool = True, progress=None, engine_sets=(), force: bool = False,
         then=None, on_start=None, workers: int = 1, meanwhile=None,
-        engine_path: EnginePath = AUTO):
+        engine_path: EnginePath = AUTO, check=None):
     """What ``specsim run`` does, as a function: load ``scenario_path`` (default
     ``scenarios/default.yaml``) with ``overrides``, run every variant, write the run folder
     (``out``, default ``runs/<name>-<timestamp>``) unless ``write`` is False, and return
@@ -232,8 +235,10 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     applied first (what a ``vllm serve`` command line says, ``sim.engines``). The folder is
     written atomically, as ``sim.output.write_run`` writes it, each variant's records by the
     process that simulated it (``force`` replaces a non-empty ``out``, ``then(folder)`` adds
-    to it first, e.g. the report); ``on_start(scenario, built)`` is called
-    once the scenario is built, before it runs; ``workers``: processes for the variants
+    to it first, e.g. the report); ``check(source, scenario, built)`` is called with
+    ``built`` None once the scenario is validated, before any request is drawn, and again
+    once it is built, before it runs (it may refuse it: ``sim.estimate``);
+    ``on_start(scenario, built)`` then; ``workers``: processes for the variants
     (``simulate_variants``; ``meanwhile()`` runs while they do); ``engine_path``: the fast
     paths they may take (``sim.engine_path``). Never prints.
     """
@@ -251,7 +256,11 @@ def run(scenario_path=None, overrides: list[str] | tuple[str, ...] = (), seed: i
     source = display_path(path)
     doc = read_yaml(path)
     start = time.perf_counter()
-    scenario, built = build_overridden(doc, sets, source, labels)
+    scenario, built = build_overridden(doc, sets, source, labels,
+                                       check=None if check is None else
+                                       (lambda sc: check(source, sc, None)))
+    if check is not None:
+        check(source, scenario, built)
     folder = Path(out) if out is not None else default_run_dir(scenario.name)
     if write:
         check_out(folder, "--out", force)  # refuse before simulating, not after

@@ -7,8 +7,8 @@ import json
 import sys
 
 from sim.commands._lists import workers_flag
-from sim.engine_path import AUTO, HELP, PATHS, EnginePath
-from sim.limits import MAX_WORKERS
+from sim.engine_path import HELP, PATHS
+from sim.limits import MAX_FLOAT, MAX_WORKERS
 
 _HELP = """\
 Run a scenario: every speculation variant it lists is simulated on the same arrivals
@@ -95,6 +95,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="simulated seconds trimmed from the report's tables, from 0 up to the "
                         "last arrival (default: 0)")
+    p.add_argument("--max-memory", type=float, default=None, metavar="GIB",
+                   help="refuse the run, before it starts, when its estimated peak memory "
+                        "(the request table, iteration records, the report; printed on "
+                        "stderr for large runs) is more than GIB GiB (default: the memory "
+                        "available, /proc/meminfo's MemAvailable; not checked where unknown)")
     p.add_argument("--engine-path", choices=list(PATHS), default="auto",
                    help="how the engine computes its iterations, never what they are (the "
                         "records are the same on each): "
@@ -118,6 +123,8 @@ def main(args: argparse.Namespace) -> int:
     if not 1 <= args.report_requests <= MAX_REPORT_REQUESTS:
         raise UserError(f"--report-requests: must be in 1..{MAX_REPORT_REQUESTS}, got "
                         f"{args.report_requests}")
+    if args.max_memory is not None and not 0 < args.max_memory <= MAX_FLOAT:
+        raise UserError(f"--max-memory: must be a number of GiB > 0, got {args.max_memory:g}")
     if not args.warmup >= 0:
         raise UserError(f"--warmup: must be >= 0 seconds, got {args.warmup:g}")
     if args.no_report and args.warmup > 0:
@@ -146,8 +153,7 @@ def main(args: argparse.Namespace) -> int:
         result, out = run(args.scenario, args.overrides, args.seed, args.out, progress=progress,
                           engine_sets=engine_sets, force=args.force,
                           then=None if args.no_report else report,
-                          on_start=lambda sc, built: _estimate(sc, built, args.workers,
-                                                               PATHS[args.engine_path]),
+                          check=lambda source, sc, built: _estimate(args, source, sc, built),
                           workers=args.workers,
                           meanwhile=None if args.no_report else _import_report,
                           engine_path=PATHS[args.engine_path])
@@ -241,35 +247,38 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     return sets, notes
 
 
-LONG_RUN_S = 60.0  # runs expected to take longer say how long first
-# The engine simulates about this many output tokens per second on one core, whatever the
-# request sizes (a 2-core machine: the default scenario 154,000 over both variants, the
-# speculative bench 274,000, the decode-heavy bench 124,000 before steady decoding), and
-# about WALK_TOKENS_PER_S where the compiled walk computes the iterations (``sim.cluster.
-# walks``: the default scenario 6.5 million, the benches 7-11 million); rough figures for
-# an estimate, not a promise.
-TOKENS_PER_S = 150_000
-WALK_TOKENS_PER_S = 5_000_000
+LOUD_S = 10.0  # runs estimated to take longer, or more memory, say so first (stderr)
+LOUD_BYTES = 2.0**30
 
 
-def _estimate(scenario, built, workers: int, path: EnginePath = AUTO) -> None:
-    """Before a long run: how long it will take, roughly (stderr)."""
-    if not built:
-        return
-    tokens = int(built[0][1].table.output_tokens.sum())
-    procs = max(1, min(workers, len(built)))
-    if tokens * len(built) / TOKENS_PER_S / procs <= LONG_RUN_S:
-        return
+def _estimate(args, source: str, scenario, built) -> None:
+    """Before the requests are drawn (``built`` None) and again before they run: refuse a
+    run whose memory estimate (``sim.estimate``) is more than ``--max-memory`` or what the
+    machine has available, naming the fields that size it; say how large a large run
+    will be (stderr)."""
+    from sim import estimate as est
     from sim.cluster import walks
+    from specdec.errors import UserError
 
-    seconds = sum(tokens / (WALK_TOKENS_PER_S if walks(setup, path) else TOKENS_PER_S)
-                  for _, setup in built) / procs
-    if seconds > LONG_RUN_S:
-        rate = tokens * len(built) / seconds / procs
-        print(f"specsim run: {len(built[0][1].table):,} requests, {tokens * len(built):,} "
-              f"output tokens over {len(built)} variants; about {seconds / 60:.0f} minutes "
-              f"at ~{rate:,.0f} tokens/s on {procs} process{'es' if procs > 1 else ''}",
-              file=sys.stderr)
+    report = not args.no_report
+    limit = args.max_memory * est.GIB if args.max_memory is not None else \
+        est.available_bytes()
+    if built is None:
+        n = est.requests_bound(scenario)
+        need = None if n is None else est.table_bytes(n, report)
+        what = f"{n:,} requests"
+    else:
+        size = est.estimate(scenario, built, args.workers, report,
+                            lambda setup: walks(setup, PATHS[args.engine_path]))
+        need, what = size.bytes, f"{size.requests:,} requests"
+    if limit is not None and need is not None and need > limit:
+        given = "--max-memory" if args.max_memory is not None else "available here"
+        raise UserError(
+            f"{source}: run.requests, run.horizon_s: {what} need about {est.size_text(need)} "
+            f"(estimate), more than the {est.size_text(limit)} {given}; give fewer run.requests "
+            "or a shorter run.horizon_s (or --max-memory GIB)")
+    if built is not None and (size.seconds > LOUD_S or size.bytes > LOUD_BYTES):
+        print(f"specsim run: {size.line()}", file=sys.stderr)
 
 
 _VLLM_BENCH = (

@@ -39,10 +39,10 @@ def _finished_folders(root):
 
 
 def _one_line(err: str) -> str:
-    """The one line an interrupted command prints (after the duration estimate a long run
+    """The one line an interrupted command prints (after the size estimate a long run
     prints before it starts)."""
     lines = [x for x in err.strip().splitlines()
-             if not (x.startswith("specsim run: ") and " minutes at ~" in x)]
+             if not (x.startswith("specsim run: about ") and x.endswith("(estimate)"))]
     assert len(lines) == 1, lines
     assert "Traceback" not in err
     return lines[0]

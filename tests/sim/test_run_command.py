@@ -240,49 +240,40 @@ def test_a_trace_report_says_its_load_cannot_be_scaled(tmp_path, capsys):
     assert "--load-curve" not in report
 
 
-def test_a_very_large_run_says_how_long_it_will_take_before_it_starts(capsys):
-    """Two replicas (no arrival feed): one iteration at a time, at ``TOKENS_PER_S``."""
+def test_a_very_large_run_says_how_large_before_it_starts(tmp_path, capsys):
+    """Two replicas (no arrival feed): one iteration at a time, at ``TOKENS_PER_S``; refused
+    before it runs by --max-memory, after the size it would have had."""
     from sim.build import setups
     from sim.cluster import walks
-    from sim.commands.run import LONG_RUN_S, TOKENS_PER_S, _estimate
+    from sim.estimate import TOKENS_PER_S, estimate
 
     sc = load_scenario(None, ["run.requests=200000", "deployment.replicas=2"])
     built = setups(sc)
     assert not any(walks(s) for _, s in built)
+    size = estimate(sc, built, 2, walks=walks)
     tokens = 2 * int(built[0][1].table.output_tokens.sum())
-    assert tokens / TOKENS_PER_S / 2 > LONG_RUN_S
-    _estimate(sc, built, 2)
+    assert size.seconds >= tokens / TOKENS_PER_S / 2
+    assert main(["run", "--set", "run.requests=200000", "--set", "deployment.replicas=2",
+                 "--max-memory", "0.5", "--no-progress", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"specsim run: 200,000 requests, {tokens:,} output tokens over 2 "
-                          f"variants; about {tokens / TOKENS_PER_S / 2 / 60:.0f} minutes at "
-                          "~150,000 tokens/s on 2 processes")
-    small = load_scenario(None, ["run.requests=2000"])
-    _estimate(small, setups(small), 1)
-    assert capsys.readouterr().err == ""
+    assert "200,000 requests need about " in err and len(err.splitlines()) == 1
 
 
-def test_a_run_that_walks_is_estimated_at_the_walk_s_rate(capsys):
-    """One replica: both variants walk (numba installed), at ``WALK_TOKENS_PER_S``: 200,000
-    requests are not a long run there, 200,000 of 4,000 output tokens are."""
+def test_a_run_that_walks_is_estimated_at_the_walk_s_rate():
+    """One replica: both variants walk (numba installed), at ``WALK_TOKENS_PER_S``."""
     pytest.importorskip("numba", reason="the walk is compiled with numba")
     pytest.importorskip("aiconfigurator_core", reason="the walk prices measured timings")
     from sim.build import setups
     from sim.cluster import walks
-    from sim.commands.run import WALK_TOKENS_PER_S, _estimate
+    from sim.estimate import TOKENS_PER_S, WALK_TOKENS_PER_S, estimate
 
     sc = load_scenario(None, ["run.requests=200000"])
     built = setups(sc)
     assert all(walks(s) for _, s in built)
-    _estimate(sc, built, 1)
-    assert capsys.readouterr().err == ""
-    big = load_scenario(None, ["run.requests=200000",
-                               "workload.output={kind: fixed, tokens: 4000}"])
-    built = setups(big)
-    _estimate(big, built, 1)
-    tokens = 2 * 200_000 * 4000
-    assert capsys.readouterr().err.startswith(
-        f"specsim run: 200,000 requests, {tokens:,} output tokens over 2 variants; about "
-        f"{tokens / WALK_TOKENS_PER_S / 60:.0f} minutes at ~5,000,000 tokens/s on 1 process")
+    tokens = 2 * int(built[0][1].table.output_tokens.sum())
+    walked, stepped = estimate(sc, built, 1, walks=walks), estimate(sc, built, 1)
+    assert walked.seconds < stepped.seconds - tokens / TOKENS_PER_S \
+        + tokens / WALK_TOKENS_PER_S + 1e-6
 
 
 def test_a_long_benchmark_says_how_long_it_will_take_first():
