@@ -1,6 +1,7 @@
 """The simulator's speed benchmarks (``specsim bench``).
 
-Two fixed workloads, each a scenario built here:
+Two base workloads, each a scenario built here, and their variations (``sim.bench_workloads``:
+each base's scenario with the overrides of one engine feature):
 
 - ``speculative`` (the default): Llama-3-8B with a Llama-3.2-1B draft on one H100 at the
   default timing, fixed γ = 4, bursty acceptance (easy 0.95 / hard 0.3), prompts of 512 and
@@ -16,7 +17,9 @@ Two fixed workloads, each a scenario built here:
 
 Each reports wall time, simulated requests, iterations and output tokens per wall second,
 microseconds per iteration, the time-weighted batch and the process's peak resident memory
-(peak RSS is the whole process's: run one workload per process to compare it).
+(peak RSS is the whole process's: run one workload per process to compare it), and the
+engine path its iterations take, with the reason where they leave the fast path.
+``run_all`` runs several and sets each one's µs per iteration beside its base's.
 """
 
 from __future__ import annotations
@@ -27,25 +30,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.engine_path import AUTO, EnginePath
+from sim.bench_workloads import DECODE_HEAVY_RATE_PER_S, SPECULATIVE_RATE_PER_S, WORKLOADS
+from sim.engine_path import AUTO, PATHS, EnginePath
 from sim.loading import validate_overridden
-
-WORKLOADS = ("speculative", "decode-heavy")
-
-# About 64 sequences in flight for the speculative workload at the default timing
-# (measured on 4000 requests: time-weighted batch 63.8 at 29 requests/s; 56.0 at 28).
-SPECULATIVE_RATE_PER_S = 29.0
-# About 32 sequences in flight for the decode-heavy replay (measured on 1500 requests:
-# 32.2 at 2.4 requests/s; 37.4 at 2.6).
-DECODE_HEAVY_RATE_PER_S = 2.4
 
 
 def bench_scenario(requests: int, seed: int = 0, workload: str = "speculative",
                    trace_file: str | None = None, sets: list[str] | tuple[str, ...] = ()):
-    """The benchmark scenario of ``workload`` for ``requests`` requests (``decode-heavy``
-    replays ``trace_file``, see ``decode_heavy_rows``), with the ``--set`` overrides
-    ``sets`` (e.g. ``scheduler.prefix_caching=true``: how fast a setting runs)."""
-    if workload == "speculative":
+    """The benchmark scenario of ``workload`` (a name in ``WORKLOADS``: its base's scenario
+    with its overrides) for ``requests`` requests (``decode-heavy`` and its variations
+    replay ``trace_file``, see ``decode_heavy_rows``), with the ``--set`` overrides ``sets``
+    after them (e.g. ``scheduler.prefix_caching=true``: how fast a setting runs)."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown bench workload {workload!r}")
+    w = WORKLOADS[workload]
+    if w.base == "speculative":
         doc = {
             "name": "bench",
             "models": {"target": "llama-3-8b", "draft": "llama-3.2-1b"},
@@ -56,7 +55,7 @@ def bench_scenario(requests: int, seed: int = 0, workload: str = "speculative",
             "variants": [{"name": "fixed-g4", "policy": {"kind": "fixed", "gamma": 4}}],
             "run": {"requests": requests, "seed": seed},
         }
-    elif workload == "decode-heavy":
+    else:
         if trace_file is None:
             raise ValueError("the decode-heavy bench replays a trace file")
         doc = {
@@ -68,9 +67,9 @@ def bench_scenario(requests: int, seed: int = 0, workload: str = "speculative",
             "variants": [{"name": "none", "policy": {"kind": "none"}}],
             "run": {"requests": requests, "seed": seed},
         }
-    else:
-        raise ValueError(f"unknown bench workload {workload!r}")
-    return validate_overridden(doc, list(sets), f"bench ({workload})")
+    overrides = [*w.sets, *sets]
+    labels = [*(f"workload {workload}: {t}" for t in w.sets), *(f"--set {t}" for t in sets)]
+    return validate_overridden(doc, overrides, f"bench ({workload})", labels)
 
 
 def decode_heavy_rows(requests: int, seed: int = 0) -> str:
@@ -101,18 +100,19 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
     returns the figures ``specsim bench --json`` prints, with the fast paths its replicas
     take and why they leave the others to the reference scheduler (``sim.gate``)."""
     from sim.build import setups
-    from sim.cluster import fast_paths
+    from sim.cluster import fast_paths, walks
     from sim.runner import run_setups
 
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         trace = None
-        if workload == "decode-heavy":
+        if WORKLOADS[workload].base == "decode-heavy":
             trace = Path(tmp) / "decode-heavy.csv"
             trace.write_text(decode_heavy_rows(requests, seed))
         sc = bench_scenario(requests, seed, workload, None if trace is None else str(trace),
                             sets)
         built = setups(sc, "bench")
         paths = fast_paths(built[0][1], path)
+        engine, fallback = path_taken(paths, walks(built[0][1], path), path, requests)
         start = time.perf_counter()
         result = run_setups(sc, built, engine_path=path)
         wall_s = time.perf_counter() - start
@@ -133,4 +133,58 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
                                                                       1e-12),
         "sets": list(sets),
         "fast_paths": paths,  # each fast path: None (taken) or why not
+        "engine_path": engine,  # compiled, reference, or auto (see path_taken)
+        "fallback": fallback,  # why its iterations leave the fast path, or None
     }
+
+
+# why a walk the gate opens still goes no further than the next arrival
+NO_FEED = "the walk stops at each arrival (several replicas or a closed loop)"
+
+
+def path_taken(paths: dict[str, str | None], walks: bool, path: EnginePath,
+               requests: int) -> tuple[str, str | None]:
+    """Which path a run's iterations take, from the gate's ``paths`` (``fast_paths``) and
+    whether the walk runs past arrivals (``walks``), and why it leaves the fast path (None
+    where it does not): ``compiled`` where a fast path is open, ``reference`` where none is,
+    ``auto`` where one is open but the auto path may leave it to the reference scheduler
+    (a run under ``steady.KERNEL_REQUESTS`` requests: the kernels load only once this
+    process has looked often enough)."""
+    from sim import steady
+
+    if paths["walk"] is not None and paths["steady"] is not None:
+        return "reference", paths["walk"]
+    small = path.kernels_after is None and requests < steady.KERNEL_REQUESTS
+    engine = "auto" if small else "compiled"
+    return engine, None if walks or paths["walk"] is not None else NO_FEED
+
+
+WARMUP_REQUESTS = 50  # an untimed run before each of run_all's: loads the kernels it uses
+
+
+def run_all(requests: int, seed: int = 0, sets: list[str] | tuple[str, ...] = (),
+            path: EnginePath = AUTO, names=None, progress=None) -> list[dict]:
+    """``run_bench`` of every workload in ``names`` (default: all of ``WORKLOADS``), bases
+    first and the others in the order given, each with ``x_fast_path``: its µs per
+    iteration over its base workload's in this list (the base's own, 1; None where its
+    base is not in ``names``).
+
+    Before each timed run on a path that may take the kernels, ``WARMUP_REQUESTS`` of it run
+    untimed on the compiled path, so that no workload's figures hold the kernels' load (about
+    0.5 s, once per process and kind) or their first compile. ``progress(i, n, name)`` is
+    called before the i-th of n (from 1)."""
+    names = list(WORKLOADS) if names is None else list(names)
+    names.sort(key=lambda n: WORKLOADS[n].base != n)  # bases first, else in order
+    rows: dict[str, dict] = {}
+    for i, name in enumerate(names, 1):
+        if progress is not None:
+            progress(i, len(names), name)
+        if path.fast:
+            run_bench(min(requests, WARMUP_REQUESTS), seed, name, sets, PATHS["compiled"])
+        row = run_bench(requests, seed, name, sets, path)
+        base = rows.get(WORKLOADS[name].base, row if WORKLOADS[name].base == name else None)
+        row["x_fast_path"] = None if base is None else \
+            row["us_per_iteration"] / base["us_per_iteration"]
+        rows[name] = row
+    return list(rows.values())
+
