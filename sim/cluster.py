@@ -109,11 +109,16 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO) -> Clust
         closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
                           router, arrived, finished)
     else:
-        # one replica: every request goes to it (no router to ask), at a time known ahead
+        # one replica: every request goes to it (no router to ask), at a time known ahead;
+        # so do a round-robin router's (request i to replica i mod n), and nothing one
+        # replica does changes another's: each walks past the others' events
         one = replicas[0] if len(replicas) == 1 else None
         process = env.process(arrivals(env, table.arrival_at, one or router, arrived))
-        if one is not None:
-            one.feed = ArrivalFeed(env, table.arrival_at, arrived, process)
+        if one is not None or setup.router == "round_robin":
+            n = len(replicas)
+            for i, r in enumerate(replicas):
+                r.feed = ArrivalFeed(env, table.arrival_at, arrived, process, i, n,
+                                     replicas[:i] + replicas[i + 1:])
     return Cluster(env, setup, table, replicas, router, log, arrived)
 
 

@@ -300,6 +300,22 @@ class RunLog:
         )
         return Records(RequestRecord, dict(zip(field_names(RequestRecord), cols, strict=True)))
 
-    def iteration_records(self) -> Records[IterationRecord]:
-        """One record per replica iteration, in the order they started per replica."""
-        return self.iterations.records()
+    def iteration_records(self, replicas: int = 1) -> Records[IterationRecord]:
+        """One record per replica iteration, in the order they ended; with several
+        replicas, ties in order of replica. (A replica whose walk runs past another's
+        events writes its iterations when the walk ends, so the rows come in replica by
+        replica: the order is then made the one the iterations ended in, whichever path
+        formed them.)"""
+        records = self.iterations.records()
+        if replicas == 1 or len(records) < 2:
+            return records
+        cols = records.columns
+        # each row's end (start + duration, a float that may sit an ulp off the clock) as
+        # its replica's running maximum: a replica's own rows keep their order
+        end = cols["start_at"] + cols["duration_s"]
+        rep = cols["replica"]
+        for r in np.unique(rep).tolist():
+            mine = rep == r
+            end[mine] = np.maximum.accumulate(end[mine])
+        order = np.lexsort((np.arange(len(end)), rep, end))
+        return Records(IterationRecord, {k: v[order] for k, v in cols.items()})

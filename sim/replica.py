@@ -154,7 +154,7 @@ class Replica:
         self.outstanding_tokens = 0
         self._wake: simpy.Event | None = None
         self.on_finish = None  # called with the ids of finished requests (closed loops)
-        self.feed = None  # sim.router.ArrivalFeed: its arrivals known ahead (one replica)
+        self.feed = None  # sim.router.ArrivalFeed: its arrivals known ahead (sim.cluster)
         self.stall_limit = stall_limit(table, limits, self.stages)
         self._stalled = 0  # iterations in a row that emitted no token
         if hasattr(policy, "price"):
@@ -180,8 +180,8 @@ class Replica:
 
     def fast_paths(self) -> dict[str, str | None]:
         """Each fast path and why this replica never takes it (``sim.gate``; None: it takes
-        it where an iteration allows; a walk without an arrival feed -- several replicas, a
-        closed loop -- stops at each arrival)."""
+        it where an iteration allows; a walk without an arrival feed -- replicas behind a
+        router that reads their load, a closed loop -- stops at each arrival)."""
         return dict(self._off)
 
     @property

@@ -114,8 +114,11 @@ _CHUNK = 4096
 
 
 class ArrivalFeed:
-    """The arrivals still to come to a replica that receives every request (one replica,
-    open loop): known in advance, since the arrival times are the request table's.
+    """The arrivals still to come to a replica whose requests are known in advance, since
+    the arrival times are the request table's: one replica that receives every request
+    (open loop), or replica ``index`` of ``replicas`` behind a round-robin router, which
+    receives requests ``index``, ``index + replicas``, ... and whose state nothing the
+    others do can change (``others``: their processes, whose events it looks past).
 
     A fast path that computes several iterations at once (``sim.steady_walk``) may run
     past these arrivals -- the arrival process still submits each at its time, between the
@@ -125,18 +128,21 @@ class ArrivalFeed:
     """
 
     def __init__(self, env: simpy.Environment, arrival_at: np.ndarray, counter: list[int],
-                 process: simpy.Process) -> None:
+                 process: simpy.Process, index: int = 0, replicas: int = 1,
+                 others: Sequence = ()) -> None:
         self.env = env
         self.arrival_at = arrival_at
         self.counter = counter
         self.process = process
+        self.index, self.replicas = index, replicas
+        self.others = list(others)  # the other replicas (their ``process``)
 
-    def look(self, most: int) -> tuple[float, int, list[float], float]:
-        """(horizon, first, times, next_at): when the next event other than the arrival
-        process's own comes (inf: none); the requests ``first``, ``first + 1``, ... not
-        submitted yet that are submitted before it, at most ``most`` of them, with the
-        times they are (``times``); when the next one beyond those is (inf: none before the
-        horizon).
+    def look(self, most: int) -> tuple[float, np.ndarray, list[float], float]:
+        """(horizon, ids, times, next_at): when the next event other than the arrival
+        process's own and the other replicas' comes (inf: none); this replica's requests
+        not submitted yet that are submitted before it, at most ``most`` of them (``ids``,
+        in order), with the times they are (``times``); when the next one of them beyond
+        those is (inf: none before the horizon).
 
         A request is submitted at its arrival time as the arrival process's timeouts reach
         it: ``now + (arrival - now)`` from the time the process last woke, which the float
@@ -146,29 +152,41 @@ class ArrivalFeed:
         with one replica); a SimPy that keeps it otherwise gets the next event of anyone
         (``env.peek()``) and no look past it: walks then stop at every arrival."""
         mine = self.process.target
+        theirs = {id(r.process.target) for r in self.others}
         horizon, wake = math.inf, None
         try:
             for item in self.env._queue:
                 if item[3] is mine:
                     wake = item[0]  # when the arrival process wakes next
-                elif item[0] < horizon:
+                elif item[0] < horizon and id(item[3]) not in theirs:
                     horizon = item[0]
         except (AttributeError, IndexError, TypeError):
-            return self.env.peek(), self.counter[0], [], math.inf
+            return self.env.peek(), _NONE, [], math.inf
         first = self.counter[0]
         times: list[float] = []
+        n = self.replicas
         if wake is None or first >= len(self.arrival_at):
-            return horizon, first, times, math.inf
+            return horizon, _NONE, times, math.inf
         now = wake
-        for at in self.arrival_at[first:first + most + 1].tolist():
+        # the process wakes for every arrival (whichever replica it goes to): its times
+        # are summed through them all; this replica's are every n-th from its own
+        ids = []
+        for rid, at in enumerate(self.arrival_at[first:first + n * (most + 1)].tolist(),
+                                 start=first):
             while at > now:  # the process's timeouts, as SimPy adds them
                 now = now + (at - now)
             if not now < horizon:
                 break
+            if rid % n != self.index:
+                continue
             if len(times) == most:
-                return horizon, first, times, now
+                return horizon, np.array(ids, dtype=np.int64), times, now
+            ids.append(rid)
             times.append(now)
-        return horizon, first, times, math.inf
+        return horizon, np.array(ids, dtype=np.int64), times, math.inf
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,

@@ -63,7 +63,7 @@ def simulate(
     return VariantResult(
         name=name,
         requests=log.request_records(cluster.table, cluster.arrived[0]),
-        iterations=log.iteration_records(),
+        iterations=log.iteration_records(len(cluster.replicas)),
         end_at=float(env.now),
         itl_counts=log.itl.counts,
     )

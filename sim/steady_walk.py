@@ -29,14 +29,16 @@ are written when the last of them ends, as the event finds them, and it is writt
 own end. One that would admit then is left to the reference path.
 
 Arrivals are events too, but where the replica has an arrival feed (``Replica.feed``: one
-replica, open loop, so every arrival comes to it at a time known in advance) the walk runs
-past them: an arrival only joins the queue, which nobody reads until an iteration starts,
-so the walk holds the requests that arrive before the next other event (``ArrivalFeed.
-horizon``) with their arrival times, and an iteration admits those that came before it
-started. An arrival at the very instant an iteration ends (after the walk's first) may be
-seen by the next iteration or not, as SimPy orders the two events: the walk stops there.
-Without a feed (several replicas, a closed loop) the next arrival ends the walk as any
-event does.
+replica, open loop, so every arrival comes to it at a time known in advance, or one of
+several behind a round-robin router, which gets every n-th, and whose state the others'
+events cannot change: the walk runs past those too) the walk runs past them: an arrival
+only joins the queue, which nobody reads until an iteration starts, so the walk holds the
+requests that arrive before the next other event (``ArrivalFeed.horizon``) with their
+arrival times, and an iteration admits those that came before it started. An arrival at
+the very instant an iteration ends (after the walk's first) may be seen by the next
+iteration or not, as SimPy orders the two events: the walk stops there.
+Without a feed (replicas behind a router that reads their load, a closed loop) the next
+arrival ends the walk as any event does.
 
 The walk also stops before an iteration that would preempt, admit a request resumed after
 a preemption (its recompute is counted apart) or one beyond those it was given, or when a
@@ -161,9 +163,9 @@ def plan(r, fn) -> Walk | None:
     if feed is None:
         horizon = r.env.peek()
     else:
-        horizon, first, times, beyond = feed.look(MAX_ROWS - w)
+        horizon, coming, times, beyond = feed.look(MAX_ROWS - w)
         if next_at == np.inf:  # the queue is all here: then the arrivals, in order
-            ids = np.concatenate((ids, np.arange(first, first + len(times), dtype=np.int64)))
+            ids = np.concatenate((ids, coming))
             arr_at = np.concatenate((arr_at, times))
             w, next_at = len(ids), beyond
     rows = np.zeros((n + w, N_COLS), dtype=np.int64)

@@ -35,6 +35,10 @@ CASES = {
     # a KV pool that holds a few of the default's prompts: preemption by recompute
     "default-preempting": ("default", [*SMALL, "run.requests=24", "workload.rate_per_s=200",
                                        "scheduler.num_gpu_blocks_override=300"]),
+    # three replicas behind a round-robin router, each walking past the others' events
+    "round-robin-replicas": ("default", [
+        "run.requests=60", "deployment.replicas=3", "workload.rate_per_s=40",
+        "workload.output={kind: uniform, low: 4, high: 40}"]),
     # three pipeline stages and a tight pool: in-flight sequences are preempted too
     "pipeline-preempting": ("default", [
         "run.requests=12", "deployment.pp=3", "scheduler.num_gpu_blocks_override=30",
@@ -134,6 +138,7 @@ DECODE_CUT = ["run.requests=24", "scheduler.max_batched_tokens=96", "scheduler.c
 
 @pytest.mark.parametrize("scenario", [*_shipped_scenarios(), "bench-decode-heavy",
                                       "bench-speculative", "default-preempting",
+                                      "round-robin-replicas",
                                       "decode-preempting", "decode-cut"])
 def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch, tmp_path):
     """The compiled kernels -- ``sim.steady`` (several decode iterations at once) and

@@ -157,10 +157,50 @@ def test_an_arrival_feed_sees_past_its_own_arrivals_to_the_next_other_event():
     env.process(replica())
     env.run()
     inf = float("inf")
+    seen = [(got, *rest[:-2], *(_listed(x) for x in rest[-2:])) for got, *rest in seen]
     assert seen[0] == ([0, 1], 2.0,
-                       (5.0, 2, [2.0, 2.0, 3.5], inf),  # 2, 2 and 3.5 come before t = 5
-                       (5.0, 2, [2.0, 2.0], 3.5))  # two of them; the next at 3.5
-    assert seen[1] == ([0, 1, 2, 3, 4, 5], (inf, 6, [], inf))  # all in, nothing to come
+                       (5.0, [2, 3, 4], [2.0, 2.0, 3.5], inf),  # 2, 2, 3.5 come before t = 5
+                       (5.0, [2, 3], [2.0, 2.0], 3.5))  # two of them; the next at 3.5
+    assert seen[1][:1] == ([0, 1, 2, 3, 4, 5],)
+    assert seen[1][1:] == ((inf, [], [], inf),)  # all in, nothing to come
+
+
+def _listed(look):
+    """A ``look`` with its ids as a list."""
+    return (look[0], look[1].tolist(), *look[2:]) if isinstance(look, tuple) else look
+
+
+def test_a_round_robin_replicas_feed_lists_its_own_arrivals_past_the_others_events():
+    """Behind a round-robin router replica i of n gets requests i, i + n, ...: its feed
+    lists those, at the times the arrival process (which wakes for every request) submits
+    them, and looks past the other replicas' events, which cannot change its state."""
+    env = simpy.Environment()
+    times = np.array([0.0, 1.0, 2.0, 2.5, 3.5, 7.0])
+    stubs, counter = [_Stub(), _Stub()], [0]
+    process = env.process(arrivals(env, times, Router(stubs), counter))
+
+    class _Other:  # the other replica, busy until t = 2 (were it a horizon: only request 1)
+        def __init__(self):
+            self.process = env.process(self.run())
+
+        def run(self):
+            yield env.timeout(2.0)
+
+    other = _Other()
+    feed = ArrivalFeed(env, times, counter, process, 1, 2, [other])
+    seen = []
+
+    def replica():
+        yield env.timeout(0.5)
+        mine = env.timeout(5.0)  # an event of someone else's at t = 5.5: the horizon
+        seen.append(_listed(feed.look(10)))
+        seen.append(_listed(feed.look(1)))
+        yield mine
+
+    env.process(replica())
+    env.run()
+    assert [s.got for s in stubs] == [[0, 2, 4], [1, 3, 5]]
+    assert seen == [(5.5, [1, 3], [1.0, 2.5], float("inf")), (5.5, [1], [1.0], 2.5)]
 
 
 def test_an_arrival_feed_gives_the_times_requests_are_really_submitted():
@@ -191,8 +231,10 @@ def test_an_arrival_feed_gives_the_times_requests_are_really_submitted():
     env.run()
     assert all(a >= t for a, t in zip(at, times, strict=True))
     off = sum(a != t for a, t in zip(at, times, strict=True))
-    for _, first, ahead, _ in looked:
-        assert ahead == at[first:first + len(ahead)] and first + len(ahead) == len(times)
+    for _, ids, ahead, _ in looked:
+        first = len(times) - len(ahead)
+        assert ids.tolist() == list(range(first, len(times)))
+        assert ahead == at[first:]
     assert off > 0  # the case arises (early arrivals, reached from far below)
 
 
@@ -207,7 +249,9 @@ def test_a_simpy_without_the_queue_it_reads_gives_no_look_ahead(monkeypatch):
     feed = ArrivalFeed(env, times, counter, process)
     env.run(until=0.5)
     monkeypatch.setattr(env, "_queue", [(1.0, 1)])  # entries of another shape
-    assert feed.look(10) == (1.0, 0, [], float("inf")) and env.peek() == 1.0
+    horizon, ids, ahead, beyond = feed.look(10)
+    assert (horizon, ids.tolist(), ahead, beyond) == (1.0, [], [], float("inf"))
+    assert env.peek() == 1.0
 
 
 def test_arrivals_across_the_chunks_they_are_read_in():

@@ -241,20 +241,23 @@ def test_a_trace_report_says_its_load_cannot_be_scaled(tmp_path, capsys):
 
 
 def test_a_very_large_run_says_how_large_before_it_starts(tmp_path, capsys):
-    """Two replicas (no arrival feed): one iteration at a time, at ``TOKENS_PER_S``; refused
-    before it runs by --max-memory, after the size it would have had."""
+    """Two replicas behind a load-aware router (no arrival feed): one iteration at a time,
+    at ``TOKENS_PER_S``; refused before it runs by --max-memory, after the size it would
+    have had."""
     from sim.build import setups
     from sim.cluster import walks
     from sim.estimate import TOKENS_PER_S, estimate
 
-    sc = load_scenario(None, ["run.requests=200000", "deployment.replicas=2"])
+    sets = ["run.requests=200000", "deployment.replicas=2", "deployment.router=least_requests"]
+    sc = load_scenario(None, sets)
     built = setups(sc)
     assert not any(walks(s) for _, s in built)
     size = estimate(sc, built, 2, walks=walks)
     tokens = 2 * int(built[0][1].table.output_tokens.sum())
     assert size.seconds >= tokens / TOKENS_PER_S / 2
-    assert main(["run", "--set", "run.requests=200000", "--set", "deployment.replicas=2",
-                 "--max-memory", "0.5", "--no-progress", "--out", str(tmp_path / "o")]) == 2
+    argv = [a for s in sets for a in ("--set", s)]
+    assert main(["run", *argv, "--max-memory", "0.5", "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "200,000 requests need about " in err and len(err.splitlines()) == 1
 
