@@ -55,7 +55,7 @@ from pydantic import (
 )
 
 from hardware.blocks import block_counts
-from specdec.errors import UserError
+from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
 __all__ = ["DENSE_TYPES", "LLAMA_TYPES", "ModelConfig", "ModelShape", "hf_fp8_scales",
            "hf_ships_fp8", "load_hf_config", "model_shape", "format_validation"]
@@ -426,15 +426,10 @@ def read_utf8(path: Path, what: str, rule: str) -> str:
 
 def _hf_json(path: Path) -> dict:
     text = read_utf8(path, "model config", "a config.json must be UTF-8 JSON")
-    def unique(pairs):  # json keeps the last of a key given twice, silently
-        keys = [k for k, _ in pairs]
-        twice = next((k for k in keys if keys.count(k) > 1), None)
-        if twice is not None:
-            raise UserError(f"{path}: {twice}: given twice")
-        return dict(pairs)
-
     try:
-        raw = json.loads(text, object_pairs_hook=unique)
+        raw = json.loads(text, object_pairs_hook=unique_keys)
+    except KeyGivenTwice as err:
+        raise UserError(f"{path}: {err.key}: given twice") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
     except RecursionError:  # json recurses once per level

@@ -13,6 +13,24 @@ class Interrupted(KeyboardInterrupt):
     command line prints it as one line and exits with code 130)."""
 
 
+class KeyGivenTwice(ValueError):
+    """A JSON object gave ``key`` twice (``json`` keeps the last one, silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple]) -> dict:
+    """``json.loads``' ``object_pairs_hook`` for user input: the object, or
+    :class:`KeyGivenTwice` (the caller names the file, line or flag)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        keys = [k for k, _ in pairs]
+        raise KeyGivenTwice(next(k for k in keys if keys.count(k) > 1))
+    return obj
+
+
 class UserError(ValueError):
     """Bad input: a scenario, catalog, trace, argument or flag.
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.errors import UserError
+from specdec.errors import KeyGivenTwice, UserError, unique_keys
 from workloads.trace_rows import TraceCounts, TraceRow, cell_count, csv_rows, lines, token_count
 
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -64,23 +64,6 @@ def _ordered(path: Path, line: int, field: str, at, prev) -> None:
                         f"after {prev}")
 
 
-class _KeyTwice(ValueError):
-    """A JSON object gave ``key`` twice (``json`` would keep the last one, silently)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple]) -> dict:
-    """``json``'s ``object_pairs_hook``: the object, or :class:`_KeyTwice`."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        keys = [k for k, _ in pairs]
-        raise _KeyTwice(next(k for k in keys if keys.count(k) > 1))
-    return obj
-
-
 def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts | None = None,
                   hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Iterator[TraceRow]:
     """Rows of a Mooncake JSONL trace (format in the module docstring); ``at`` in ms."""
@@ -90,11 +73,11 @@ def read_mooncake(path: str | Path, skip_zero: bool = False, counts: TraceCounts
         if not text.strip():
             raise UserError(f"{p}: line {line}: empty line (expected one JSON object)")
         try:
-            obj = json.loads(text, object_pairs_hook=_unique_keys)
+            obj = json.loads(text, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as e:
             raise UserError(f"{p}: line {line}: not valid JSON: {e.msg} (column "
                             f"{e.colno})") from None
-        except _KeyTwice as e:
+        except KeyGivenTwice as e:
             raise UserError(f"{p}: line {line}: {e.key}: given twice") from None
         except RecursionError:  # json recurses once per level
             raise UserError(f"{p}: line {line}: nested too deeply") from None

@@ -22,7 +22,7 @@ from sim.engines.common import (
     split,
 )
 from sim.limits import MAX_GAMMA, MAX_TREE_NODES, draft_nodes
-from specdec.errors import UserError
+from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
 # vLLM's speculative methods -> SpecSim's drafter methods
 VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
@@ -188,15 +188,10 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     if spec is None:
         out.set("variants", [none])
         return
-    def unique(pairs):  # json keeps the last of a key given twice, silently
-        keys = [k for k, _ in pairs]
-        twice = next((k for k in keys if keys.count(k) > 1), None)
-        if twice is not None:
-            raise UserError(f"{what}: --speculative-config: {twice}: given twice")
-        return dict(pairs)
-
     try:
-        cfg = json.loads(spec, object_pairs_hook=unique)
+        cfg = json.loads(spec, object_pairs_hook=unique_keys)
+    except KeyGivenTwice as e:
+        raise UserError(f"{what}: --speculative-config: {e.key}: given twice") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{what}: --speculative-config: not JSON: {e.msg}") from None
     except RecursionError:  # json recurses once per level
