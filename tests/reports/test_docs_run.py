@@ -629,7 +629,8 @@ def test_timing_b200_served(tmp_path, capsys, monkeypatch):
 @pytest.mark.timeout(300)
 def test_background_routing_numbers(tmp_path, capsys, monkeypatch):
     """docs/background.md, Routing across replicas, quotes four runs of
-    ``scenarios/shared-prefix-routing.yaml`` (about 8 s each)."""
+    ``scenarios/shared-prefix-routing.yaml`` (about 8 s each) and two of the Mooncake
+    sessions."""
     def run(*sets):
         argv = ["run", "scenarios/shared-prefix-routing.yaml"]
         for s in sets:
@@ -641,6 +642,15 @@ def test_background_routing_numbers(tmp_path, capsys, monkeypatch):
     kv40 = run("workload.rate_per_s=40")
     hit = "prefix cache hit rate (cached tokens)"
     ttft, tpot = "TTFT p50 / p90 / p99 (ms)", "TPOT p50 / p90 / p99 (ms)"
+    sets = ["--set", "deployment.replicas=4", "--set", "scheduler.prefix_caching=true",
+            "--set", "workload.time_scale=4", "--set"]
+    turns = [_run(["run", "scenarios/mooncake-trace.yaml", *sets, f"deployment.router={r}"],
+                  capsys, monkeypatch, tmp_path / f"turns-{r}")
+             for r in ("round_robin", "kv_aware")]
+    _check_quotes("docs/background.md", {
+        "without speculation: a prefix hit rate of {} round robin against {} `kv_aware`, "
+        "TTFT p50 {} against {} ms": [_cells(turns[0], hit)[0], _cells(turns[1], hit)[0],
+                                      _cells(turns[0], ttft)[0], _cells(turns[1], ttft)[0]]})
     _check_quotes("docs/background.md", {
         "a prefix hit rate of {} against {}, TTFT p50 {} against {} ms and p99 {} against {} "
         "ms": [_cells(rr, hit)[0], _cells(kv, hit)[0], _cells(rr, ttft)[0],
