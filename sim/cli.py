@@ -49,11 +49,19 @@ class _Subcommands:
         return self._action.add_parser(name, **kwargs)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line on stderr (exit 2), as every other
+    error of bad input is: the usage it prints first is what ``--help`` is for."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser: every subcommand with its arguments, or, given ``command``, that
     one with its arguments and the others by name and help line only (their modules are not
     imported)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specsim",
         description=(
             "SpecSim: a discrete-event performance simulator for LLM serving with "

@@ -7,6 +7,7 @@ import json
 import sys
 
 from sim.bench_workloads import WORKLOADS
+from sim.commands._sets import add_set_flag
 from sim.engine_path import HELP, PATHS
 from sim.limits import MAX_REQUESTS
 
@@ -54,8 +55,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--requests", type=int, default=100_000,
                    help=f"requests to simulate (default 100000); 1..{MAX_REQUESTS}")
     p.add_argument("--seed", type=int, default=0, help="seed of the workload")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field of the benchmark scenario (repeatable), e.g. "
+    add_set_flag(p, "override a field of the benchmark scenario (repeatable), e.g. "
                         "scheduler.prefix_caching=true: how fast the engine runs it, and "
                         "which fast paths it leaves")
     p.add_argument("--engine-path", choices=list(PATHS), default="auto",

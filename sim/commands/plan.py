@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.commands._lists import workers_flag
+from sim.commands._sets import add_set_flag
 from sim.limits import MAX_RATE, MAX_WORKERS
 from specdec.errors import UserError
 
@@ -57,8 +58,7 @@ def add_parser(subparsers) -> None:
                         f"(> 0, at most {MAX_RATE:g})")
     p.add_argument("--rel-tol", type=float, default=0.05,
                    help="stop bisecting when fail rate <= pass rate x (1 + tol) (default 0.05)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field of the base scenario (repeatable)")
+    add_set_flag(p, "override a field of the base scenario (repeatable)")
     p.add_argument("--out", default=None, help="write plan.csv here (default: runs/plan-...)")
     p.add_argument("--force", action="store_true",
                    help="replace --out if SpecSim wrote it (its .specsim-output marker "

@@ -7,6 +7,7 @@ import json
 import sys
 
 from sim.commands._lists import workers_flag
+from sim.commands._sets import add_set_flag
 from sim.engine_path import HELP, PATHS
 from sim.limits import MAX_FLOAT, MAX_WORKERS
 
@@ -61,8 +62,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("scenario", nargs="?", default=None,
                    help="scenario YAML file (default: scenarios/default.yaml)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field, dotted key, YAML value (repeatable), "
+    add_set_flag(p, "override a field, dotted key, YAML value (repeatable), "
                         "e.g. --set variants.1.policy.gamma=3")
     p.add_argument("--seed", type=int, default=None, help="override run.seed")
     p.add_argument("--from-vllm", default=None, metavar="CMD",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.commands._lists import check_bounds, document_bounds
+from sim.commands._sets import add_set_flag
 from sim.limits import MAX_WORKERS
 
 _HELP = """\
@@ -50,8 +51,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("scenario", help="scenario YAML file (may hold a sweep: block)")
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="an axis: dotted key and its values (repeatable)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field of the base scenario (repeatable)")
+    add_set_flag(p, "override a field of the base scenario (repeatable)")
     p.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on an existing Dask cluster, e.g. tcp://host:8786")

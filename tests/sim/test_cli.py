@@ -26,6 +26,24 @@ def test_help_lists_every_command_with_the_line_its_module_would_give(capsys):
         assert f"{name} {line}" in out
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--seed", "abc"], "specsim run: error: argument --seed: invalid int value: 'abc'"),
+    (["hw", "step", "--tree", "2,2", "--tokens", "4"],
+     "specsim hw step: error: argument --tokens: not allowed with argument --tree"),
+    (["bogus"], "specsim: error: argument COMMAND: invalid choice: 'bogus'"),
+    (["run", "--no-such-flag"], "specsim: error: unrecognized arguments: --no-such-flag"),
+    (["sweep", "--set", "run.seed=1", "--set", "run.seed = 2"],  # the last won, silently
+     "specsim sweep: error: argument --set: run.seed given twice"),
+])
+def test_a_flag_argparse_refuses_is_one_line_exit_2(argv, says, capsys):
+    """argparse printed its usage first: two or more lines for one error."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(says) and err[0].endswith("--help)"), err
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["sweep", "--help"], []])
 def test_help_starts_without_the_numeric_stack(argv):
     """``specsim --help`` (and a command's own help) import only that command's module: no

@@ -15,6 +15,9 @@ SHORT = ["--set", "run.requests=300", "--no-report", "--no-progress", "--json"]
 
 def _run(tmp_path, capsys, name, *sets):
     args = ["run", "--out", str(tmp_path / name), *SHORT]
+    if any(s.startswith("run.requests=") for s in sets):  # (a --set key is given once)
+        args.remove("run.requests=300")
+        args.remove("--set")
     for s in sets:
         args += ["--set", s]
     assert main(args) == 0
