@@ -194,6 +194,9 @@ def read_burstgpt(path: str | Path, skip_zero: bool = False, counts: TraceCounts
             raise UserError(f"{p}: line {line}: Timestamp: not a number: {text!r}") from None
         if not math.isfinite(at):
             raise UserError(f"{p}: line {line}: Timestamp: not finite: {text!r}")
+        if at < 0:  # seconds since the trace's start
+            raise UserError(f"{p}: line {line}: Timestamp: must be >= 0 (seconds since the "
+                            f"trace began), got {text!r}")
         _ordered(p, line, "Timestamp", at, prev)
         prev = at
         counts.rows += 1

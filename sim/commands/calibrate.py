@@ -118,6 +118,8 @@ def main(args: argparse.Namespace) -> int:
     if (args.measurements is None) == (args.tables is None):
         raise UserError("give a measurements CSV or --tables GPU (one of the two)")
     catalog = load_catalog(args.catalog)
+    if args.out is not None:
+        _check_out(Path(args.out))
     from hardware.timing.spec_rows import is_spec_csv
 
     if args.measurements and is_spec_csv(args.measurements):
@@ -185,6 +187,20 @@ def main(args: argparse.Namespace) -> int:
     print(f"median |error|: fit {result.fit_error:.1%}; " + test)
     print(f"catalog: {out} (use it as deployment.catalog or --catalog)")
     return 0
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an ``--out`` the catalog could not be written to, before the fit (seconds of
+    work) rather than after it."""
+    import os
+
+    from specdec.errors import UserError
+
+    if out.is_dir():
+        raise UserError(f"--out: {out}: is a folder; give the catalog file to write")
+    parent = next((p for p in (out.parent, *out.parent.parents) if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"--out: {out}: cannot write the catalog there")
 
 
 def _speculative(args: argparse.Namespace, catalog) -> int:

@@ -363,6 +363,13 @@ CASES = [
                              "s.yaml": "workload: {arrivals: replay, file: {tmp}/r.csv}\n"
                                        "run: {requests: 2}\n"},
      ["run", "{tmp}/s.yaml"], "r.csv: line 1: column 'prompt_tokens' given twice"),
+    ("burstgpt-negative-time", {"b.csv": "Timestamp,Model,Request tokens,Response tokens,"
+                                         "Total tokens,Log Type\n"
+                                         "-5,ChatGPT,10,5,15,Conversation log\n"
+                                         "1,ChatGPT,10,5,15,Conversation log\n",
+                                "s.yaml": "workload: {arrivals: trace, format: burstgpt, "
+                                          "file: {tmp}/b.csv}\nrun: {requests: 2}\n"},
+     ["run", "{tmp}/s.yaml"], "b.csv: line 2: Timestamp: must be >= 0"),
     ("azure-column-twice", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
                                      "2023-11-16 18:15:46.0,10,5,7\n",
                             "s.yaml": "workload: {arrivals: trace, format: azure, "
@@ -660,6 +667,12 @@ CASES = [
      "--by: 'colour' is not a row field to group on"),
     ("calibrate-nothing", {}, ["calibrate"],
      "give a measurements CSV or --tables GPU (one of the two)"),
+    # --out is checked before the fit (it was after it, seconds of work later)
+    ("calibrate-out-folder", {}, ["calibrate", "--tables", "h100", "--out", "{tmp}"],
+     ": is a folder; give the catalog file to write"),
+    ("calibrate-out-under-a-file", {"f": ""},
+     ["calibrate", "--tables", "h100", "--out", "{tmp}/f/c.yaml"],
+     "/f/c.yaml: cannot write the catalog there"),
     ("bench-requests-huge", {}, ["bench", "--requests", "1000000000000"],
      "--requests: must be in 1..1e+08"),
     ("plan-rel-tol-nan", {}, ["plan", SCENARIO, "--rel-tol", "nan"],
