@@ -295,6 +295,9 @@ def _overlap(a: list[str], b: list[str]) -> bool:
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
     """Read, override and validate a scenario (no path: ``scenarios/default.yaml``)."""
+    if path is not None and not str(path).strip():  # Path("") is "." (a folder)
+        raise UserError("scenario: the path is empty; give a scenario YAML file (or none "
+                        "for scenarios/default.yaml)")
     p = Path(path) if path is not None else default_scenario_path()
     return validate_overridden(read_yaml(p), list(overrides or []), display_path(p))
 

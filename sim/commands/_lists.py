@@ -89,3 +89,22 @@ def workers_flag(value: int | None) -> int:
     if not 1 <= value <= MAX_WORKERS:
         raise UserError(f"--workers: must be in 1..{MAX_WORKERS}, got {value}")
     return value
+
+
+# the flags whose values the library checks under their own names (``alpha: ...``)
+LIBRARY_FLAGS = ("alpha", "c", "theta", "tokens-per-verify", "gamma-max")
+
+
+def as_flag_error(err: UserError) -> UserError:
+    """``err`` with a library check's field named as the flag the user typed
+    (``alpha: must be in [0, 1]`` -> ``--alpha: ...``), else ``err`` itself."""
+    head, sep, _ = str(err).partition(":")
+    return UserError(f"--{err}") if sep and head in LIBRARY_FLAGS else err
+
+
+def scenario_path(text: str) -> str:
+    """argparse ``type`` of a scenario's path: an empty one (an unset shell variable) is
+    refused, not read as the working directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty; give a scenario YAML file")
+    return text

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.commands._lists import (
+    as_flag_error,
     check_bounds,
     document_bounds,
     float_list,
@@ -104,7 +105,15 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Build the grid, write CSV + heatmap, print it."""
+    """Build the grid, write CSV + heatmap, print it (an error naming the flag where a
+    library check names its field)."""
+    try:
+        return _main(args)
+    except UserError as err:
+        raise as_flag_error(err) from None
+
+
+def _main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from hardware.deployment import check_positions

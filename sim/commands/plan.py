@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.commands._lists import workers_flag
+from sim.commands._lists import scenario_path, workers_flag
 from sim.commands._sets import add_set_flag
 from sim.limits import MAX_RATE, MAX_WORKERS
 from specdec.errors import UserError
@@ -50,7 +50,8 @@ def add_parser(subparsers) -> None:
         "plan",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("scenario", help="base scenario YAML (workload, models, run, slo)")
+    p.add_argument("scenario", type=scenario_path,
+                   help="base scenario YAML (workload, models, run, slo)")
     p.add_argument("--slo", default=None, help="e.g. ttft_p99=2s,tpot_p50=50ms")
     p.add_argument("--candidates", default=None, help="candidates YAML file")
     p.add_argument("--target-rate", type=float, default=None,

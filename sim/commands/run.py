@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from sim.commands._lists import workers_flag
+from sim.commands._lists import scenario_path, workers_flag
 from sim.commands._sets import add_set_flag
 from sim.engine_path import HELP, PATHS
 from sim.limits import MAX_FLOAT, MAX_WORKERS
@@ -60,7 +60,7 @@ def add_parser(subparsers) -> None:
         "run",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("scenario", nargs="?", default=None,
+    p.add_argument("scenario", nargs="?", default=None, type=scenario_path,
                    help="scenario YAML file (default: scenarios/default.yaml)")
     add_set_flag(p, "override a field, dotted key, YAML value (repeatable), "
                         "e.g. --set variants.1.policy.gamma=3")

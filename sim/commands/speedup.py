@@ -19,6 +19,7 @@ from hardware.speedup import (
     tree_table,
 )
 from sim.commands._lists import (
+    as_flag_error,
     check_bounds,
     document_bounds,
     float_list,
@@ -133,7 +134,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler: pick the mode from the flags, refuse mixtures with one line."""
+    """Handler: pick the mode from the flags, refuse mixtures with one line (naming the
+    flag where a library check names its field)."""
+    try:
+        return _run(args)
+    except UserError as err:
+        raise as_flag_error(err) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     check_bounds(args, BOUNDS)
     if args.target is None:
         _refuse(args, HARDWARE_ONLY, "needs --target (hardware mode)")

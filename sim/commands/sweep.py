@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.commands._lists import check_bounds, document_bounds
+from sim.commands._lists import check_bounds, document_bounds, scenario_path
 from sim.commands._sets import add_set_flag
 from sim.limits import MAX_WORKERS
 
@@ -48,7 +48,8 @@ def add_parser(subparsers) -> None:
         "sweep",
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("scenario", help="scenario YAML file (may hold a sweep: block)")
+    p.add_argument("scenario", type=scenario_path,
+                   help="scenario YAML file (may hold a sweep: block)")
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="an axis: dotted key and its values (repeatable)")
     add_set_flag(p, "override a field of the base scenario (repeatable)")

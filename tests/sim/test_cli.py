@@ -34,6 +34,8 @@ def test_help_lists_every_command_with_the_line_its_module_would_give(capsys):
     (["run", "--no-such-flag"], "specsim: error: unrecognized arguments: --no-such-flag"),
     (["sweep", "--set", "run.seed=1", "--set", "run.seed = 2"],  # the last won, silently
      "specsim sweep: error: argument --set: run.seed given twice"),
+    (["run", ""], "specsim run: error: argument scenario: the path is empty"),  # was "."
+    (["plan", " ", "--target-rate", "1"], "specsim plan: error: argument scenario: the path"),
 ])
 def test_a_flag_argparse_refuses_is_one_line_exit_2(argv, says, capsys):
     """argparse printed its usage first: two or more lines for one error."""
