@@ -280,10 +280,16 @@ def latency_cdfs(frames: dict[str, pd.DataFrame], title: str = "", note: str = "
     """Empirical CDFs of TTFT and TPOT per variant (``frames``: name -> requests frame)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, col, label in ((axes[0], "ttft_s", "TTFT"), (axes[1], "tpot_s", "TPOT")):
+        drawn = 0
         for name, df in frames.items():
             x = np.sort(df[col].dropna().to_numpy()) * 1e3  # [n] ms
             if len(x):
                 ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name)
+                drawn += 1
+        if not drawn:  # (no request with a TPOT: one output token each)
+            ax.text(0.5, 0.5, f"no request has a {label}", ha="center", va="center",
+                    transform=ax.transAxes)
+            continue
         ax.set_xlabel(f"{label} (ms, log scale)")
         ax.set_ylabel("fraction of requests ≤ x")
         ax.set_xscale("log")

@@ -80,13 +80,16 @@ def main(args: argparse.Namespace) -> int:
     from reports.tables import json_records, seeds_table, write_table
     from sim.output import default_run_dir, rebased, staged_folder
     from sim.studies.sweep import SweepInterrupted, load_sweep, run_sweep
-    from specdec.errors import Interrupted
+    from specdec.errors import Interrupted, UserError
 
     spec = load_sweep(args.scenario, args.vary, args.overrides)
     n = len(spec.points())
     out = Path(args.out if args.out is not None
                else default_run_dir(f"sweep-{spec.base.get('name', 'scenario')}"))
     axes = [k for k, _ in spec.vary]
+    if args.same_seed and "run.seed" in axes:  # the axis's seeds won, silently
+        raise UserError("--same-seed: run.seed is an axis (a seed per point); give one or "
+                        "the other")
     stopped = None
     with staged_folder(out, "--out", args.force) as tmp:
         bar = tqdm(total=n, desc="sweep", unit="point", file=sys.stderr,

@@ -140,3 +140,16 @@ def test_latency_cdf_labels_a_narrow_log_axis_throughout():
               if t.get_text() and lo <= t.get_position()[0] <= hi}
     assert {3.0, 4.0, 5.0, 6.0, 7.0} <= labels
     plt.close(fig)
+
+
+def test_latency_cdf_of_requests_without_a_tpot_says_so_without_a_warning():
+    """One-token outputs have no TPOT: its panel said nothing and matplotlib warned on
+    stderr that the legend had no artists."""
+    import warnings
+
+    frames = {"a": pd.DataFrame({"ttft_s": [0.02, 0.03], "tpot_s": [np.nan, np.nan]})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = figures.latency_cdfs(frames)
+    assert [t.get_text() for t in fig.axes[1].texts] == ["no request has a TPOT"]
+    plt.close(fig)

@@ -667,6 +667,9 @@ CASES = [
      "--by: a field is given twice, got 'gpu,gpu'"),
     ("validate-by-unknown", {}, ["validate", "--by", "colour"],
      "--by: 'colour' is not a row field to group on"),
+    ("sweep-same-seed-and-seed-axis", {}, ["sweep", SCENARIO, "--vary", "run.seed=1,2",
+                                           "--same-seed"],
+     "--same-seed: run.seed is an axis"),  # the axis's seeds won, silently
     ("calibrate-nothing", {}, ["calibrate"],
      "give a measurements CSV or --tables GPU (one of the two)"),
     # --out is checked before the fit (it was after it, seconds of work later)
