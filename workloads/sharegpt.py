@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.errors import UserError
+from specdec.errors import KeyGivenTwice, UserError, unique_keys
 from workloads.requests import DEFAULT_TASK, RequestSpec, check_task_weights
 from workloads.trace_rows import TraceCounts, TraceRow, token_count
 
@@ -45,7 +45,7 @@ VLLM_MIN_TOKENS, VLLM_MAX_PROMPT, VLLM_MAX_TOTAL = 4, 1024, 2048  # is_valid_seq
 
 def _entries(p: Path, text: str):
     """(start line, parsed entry) of each item of the top-level JSON list."""
-    dec = json.JSONDecoder()
+    dec = json.JSONDecoder(object_pairs_hook=unique_keys)  # a key given twice: refused
     ws = " \t\r\n"
     pos, line, seen = 0, 1, 0
 
@@ -71,6 +71,8 @@ def _entries(p: Path, text: str):
             obj, pos = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise bad(e) from None
+        except KeyGivenTwice as e:  # json would keep the last one, silently
+            raise UserError(f"{p}: line {line}: {e.key}: given twice") from None
         except RecursionError:  # json recurses once per level
             raise UserError(f"{p}: line {line}: nested too deeply") from None
         yield line, obj

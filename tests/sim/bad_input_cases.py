@@ -733,6 +733,12 @@ CASES = [
                                   "s.yaml": "workload: {arrivals: trace, format: sharegpt, "
                                             "file: {tmp}/g.json, rate_per_s: 1}\n"},
      ["run", "{tmp}/s.yaml"], "g.json: line 1: conversations[0].num_tokens: must be >= 0"),
+    ("sharegpt-key-twice", {"g.json": "[{\"conversations\": [{\"from\": \"human\", "
+                                      "\"value\": \"x\", \"value\": \"xx\"}, "
+                                      "{\"from\": \"gpt\", \"value\": \"y\"}]}]",
+                            "s.yaml": "workload: {arrivals: trace, format: sharegpt, "
+                                      "file: {tmp}/g.json, rate_per_s: 1}\n"},
+     ["run", "{tmp}/s.yaml"], "g.json: line 1: value: given twice"),  # the last was kept
     ("metrics-not-utf8", {"m.prom": "\udcff", "s.yaml": "acceptance: {kind: vllm_metrics, "
                                                         "file: {tmp}/m.prom}\n"},
      ["run", "{tmp}/s.yaml"], "m.prom: not a UTF-8 text file"),
