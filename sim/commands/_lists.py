@@ -108,3 +108,11 @@ def scenario_path(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("the path is empty; give a scenario YAML file")
     return text
+
+
+def file_path(text: str) -> str:
+    """argparse ``type`` of a file flag (``--catalog``, ``--candidates``): as
+    ``scenario_path``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty; give a YAML file")
+    return text

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from hardware.deployment import TIMINGS
+from sim.commands._lists import file_path
 
 # the timings with parameters to fit (the paper GPU's are the lecture's)
 _FITTED = tuple(t for t in TIMINGS if t != "paper")
@@ -90,7 +91,7 @@ def add_parser(subparsers) -> None:
                         "roofline)")
     p.add_argument("--fit", action="append", metavar="FIELD",
                    help="a field to fit (repeatable; default: what the rows pin down)")
-    p.add_argument("--catalog", action="append", metavar="FILE",
+    p.add_argument("--catalog", action="append", metavar="FILE", type=file_path,
                    help="extra catalog YAML file (repeatable)")
     p.add_argument("--out", help="catalog YAML to write (default runs/calibrate-<time>/"
                                  "catalog.yaml)")

@@ -11,6 +11,7 @@ from sim.commands._lists import (
     as_flag_error,
     check_bounds,
     document_bounds,
+    file_path,
     float_list,
     int_list,
     tree_widths,
@@ -92,7 +93,8 @@ def add_parser(subparsers) -> None:
                    help="measured tokens per verify, one per width, with --tree only")
     p.add_argument("--simulate", action="store_true",
                    help="run the engine closed-loop at concurrency = batch (chains only)")
-    p.add_argument("--catalog", action="append", metavar="FILE", help="extra catalog YAML")
+    p.add_argument("--catalog", action="append", metavar="FILE", type=file_path,
+                   help="extra catalog YAML")
     add_timing_flags(p)
     p.add_argument("--out", default=None, help="output folder (default: runs/grid-<time>)")
     p.add_argument("--force", action="store_true",

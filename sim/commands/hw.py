@@ -13,7 +13,7 @@ from hardware.deployment import FP8_SCALES, check_positions
 from hardware.draft import tree_attended_keys, tree_nodes
 from hardware.timing import gpu_timing_data
 from sim.commands import speedup
-from sim.commands._lists import check_bounds, document_bounds, tree_widths
+from sim.commands._lists import check_bounds, document_bounds, file_path, tree_widths
 from sim.commands._timing import add_timing_flags, offload_value
 from sim.limits import MAX_GPUS, MAX_SEQS, MAX_TOKENS
 from specdec.errors import UserError
@@ -65,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     step.set_defaults(func=run_step)
     lst = actions.add_parser("list", help="show the GPU, link and model catalogs",
                              description="Show the catalogs (shipped plus --catalog files).")
-    lst.add_argument("--catalog", action="append", metavar="FILE",
+    lst.add_argument("--catalog", action="append", metavar="FILE", type=file_path,
                      help="extra catalog YAML file (repeatable)")
     lst.add_argument("--json", action="store_true", help="print a JSON object")
     lst.set_defaults(func=run_list)
@@ -115,7 +115,7 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                                      "scale_up_link, or its node_link when --tp exceeds its "
                                      "gpus_per_node and the ring spans servers)")
     p.add_argument("--pp-link", help="link id for pipeline hops (default: the GPU's node_link)")
-    p.add_argument("--catalog", action="append", metavar="FILE",
+    p.add_argument("--catalog", action="append", metavar="FILE", type=file_path,
                    help="extra catalog YAML file adding or overriding ids (repeatable)")
     add_timing_flags(p)
     p.add_argument("--fp8-scales", choices=FP8_SCALES,

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.commands._lists import scenario_path, workers_flag
+from sim.commands._lists import file_path, scenario_path, workers_flag
 from sim.commands._sets import add_set_flag
 from sim.limits import MAX_RATE, MAX_WORKERS
 from specdec.errors import UserError
@@ -53,7 +53,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("scenario", type=scenario_path,
                    help="base scenario YAML (workload, models, run, slo)")
     p.add_argument("--slo", default=None, help="e.g. ttft_p99=2s,tpot_p50=50ms")
-    p.add_argument("--candidates", default=None, help="candidates YAML file")
+    p.add_argument("--candidates", default=None, type=file_path, help="candidates YAML file")
     p.add_argument("--target-rate", type=float, default=None,
                    help="requests/s to serve: replicas needed and their hourly cost "
                         f"(> 0, at most {MAX_RATE:g})")

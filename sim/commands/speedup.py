@@ -22,6 +22,7 @@ from sim.commands._lists import (
     as_flag_error,
     check_bounds,
     document_bounds,
+    file_path,
     float_list,
     int_list,
     tree_widths,
@@ -125,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--widths", help="values of k to sweep, e.g. 1,2,3,4,5 (needs a k in --tree)")
     p.add_argument("--tokens-per-verify", help="measured tokens per verify, one per width "
                                                "(required with --tree)")
-    p.add_argument("--catalog", action="append", metavar="FILE",
+    p.add_argument("--catalog", action="append", metavar="FILE", type=file_path,
                    help="extra catalog YAML file (repeatable; default: the shipped catalogs)")
     add_timing_flags(p, defaults=False)
     p.add_argument("--json", action="store_true", help="print a JSON object")

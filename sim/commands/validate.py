@@ -6,6 +6,7 @@ import argparse
 import json
 
 from hardware.deployment import TIMINGS
+from sim.commands._lists import file_path
 
 _HELP = """\
 Price every row of the project's validation table (hardware/data/validation.csv: public
@@ -39,7 +40,7 @@ def add_parser(subparsers) -> None:
         description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--timing", choices=TIMINGS,
                    default="auto", help="backend to validate (default auto, the default)")
-    p.add_argument("--catalog", action="append", metavar="FILE",
+    p.add_argument("--catalog", action="append", metavar="FILE", type=file_path,
                    help="extra catalog YAML file (repeatable)")
     p.add_argument("--rows", action="store_true",
                    help="also print every row (measured, predicted, error, source)")

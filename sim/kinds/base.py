@@ -31,7 +31,7 @@ class DataFileMark:
 
 
 DATA_FILE = DataFileMark()
-DataFile = Annotated[str, DATA_FILE]
+DataFile = Annotated[str, DATA_FILE, Field(min_length=1)]  # "" would read the folder
 
 Pos = Annotated[float, Field(gt=0, le=MAX_FLOAT)]
 NonNeg = Annotated[float, Field(ge=0, le=MAX_FLOAT)]

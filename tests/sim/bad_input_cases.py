@@ -325,8 +325,6 @@ CASES = [
     # scenario's own SLO and variants
     ("plan-slo-empty", {}, ["plan", SCENARIO, "--slo", ""],
      "--slo : '' must look like ttft_p99=2s"),
-    ("plan-candidates-empty", {}, ["plan", SCENARIO, "--candidates", ""],
-     ".: cannot read candidates file: Is a directory"),
     ("plan-slo-twice", {}, ["plan", SCENARIO, "--slo", "ttft_p99=1s,ttft_p99=2s"],
      "--slo ttft_p99=1s,ttft_p99=2s: ttft_p99: given twice"),
     ("plan-slo-overflow", {}, ["plan", SCENARIO, "--slo", "ttft_p99=1e400s"],
@@ -670,6 +668,10 @@ CASES = [
     ("sweep-same-seed-and-seed-axis", {}, ["sweep", SCENARIO, "--vary", "run.seed=1,2",
                                            "--same-seed"],
      "--same-seed: run.seed is an axis"),  # the axis's seeds won, silently
+    # an empty path is refused as itself (it read the working directory: "Is a directory",
+    # and an empty catalog field was taken as none)
+    ("catalog-field-empty", {}, ["run", "--set", "deployment.catalog=''"],
+     "deployment.catalog: string should have at least 1 character"),
     ("calibrate-nothing", {}, ["calibrate"],
      "give a measurements CSV or --tables GPU (one of the two)"),
     # --out is checked before the fit (it was after it, seconds of work later)

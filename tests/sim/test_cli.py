@@ -36,6 +36,9 @@ def test_help_lists_every_command_with_the_line_its_module_would_give(capsys):
      "specsim sweep: error: argument --set: run.seed given twice"),
     (["run", ""], "specsim run: error: argument scenario: the path is empty"),  # was "."
     (["plan", " ", "--target-rate", "1"], "specsim plan: error: argument scenario: the path"),
+    (["plan", "scenarios/plan-llama70b.yaml", "--candidates", ""],
+     "specsim plan: error: argument --candidates: the path is empty"),
+    (["hw", "list", "--catalog", ""], "specsim hw list: error: argument --catalog: the path"),
 ])
 def test_a_flag_argparse_refuses_is_one_line_exit_2(argv, says, capsys):
     """argparse printed its usage first: two or more lines for one error."""
