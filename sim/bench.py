@@ -135,6 +135,9 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
         "fast_paths": paths,  # each fast path: None (taken) or why not
         "engine_path": engine,  # compiled, reference, or auto (see path_taken)
         "fallback": fallback,  # why its iterations leave the fast path, or None
+        # the share of its iterations the compiled kernels formed: a path the gate opens may
+        # still leave some iterations to the reference scheduler (preemptions, budget cuts)
+        "compiled_share": v.compiled_iterations / n_iter if n_iter else None,
     }
 
 

@@ -176,6 +176,7 @@ class Replica:
         self._walk = walk if isinstance(walk, tuple) else None
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
+        self.compiled_iterations = 0  # iterations the compiled kernels formed (the rest: not)
         self.process = env.process(self.run())
 
     def fast_paths(self) -> dict[str, str | None]:
@@ -331,6 +332,7 @@ class Replica:
                         continue
                 walk = steady_walk.plan(self, fn) if fn is not None else None
                 if walk is not None:  # iterations that admit, prefill or speculate
+                    self.compiled_iterations += walk.k
                     yield from steady_walk.run(self, walk)
                     continue
             start_at = env.now
@@ -356,6 +358,7 @@ class Replica:
         iteration it hands on to, if any)."""
         while stretch is not None:
             for delay in stretch.delays():
+                self.compiled_iterations += 1
                 yield self.env.timeout(delay)
             steady.apply(self, stretch)
             stretch = stretch.then

@@ -29,6 +29,9 @@ class VariantResult:
     iterations: Records[IterationRecord]
     end_at: float
     itl_counts: np.ndarray | None = None  # the ITL histogram (``sim.log.ItlHistogram``)
+    # iterations the compiled kernels formed (``sim.steady``, ``sim.steady_walk``); the
+    # others the reference scheduler did (the records are the same either way)
+    compiled_iterations: int = 0
 
 
 def simulate(
@@ -66,6 +69,7 @@ def simulate(
         iterations=log.iteration_records(len(cluster.replicas)),
         end_at=float(env.now),
         itl_counts=log.itl.counts,
+        compiled_iterations=sum(r.compiled_iterations for r in cluster.replicas),
     )
 
 

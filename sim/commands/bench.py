@@ -31,7 +31,8 @@ workloads:
 _TAIL = """\
   all                 every workload above, one after the other, into one table: the
                       engine path, us per iteration, that over its base's ("x fast": the
-                      base takes the fast path), the batch and the fall-back reason
+                      base takes the fast path), the batch, the share of iterations the
+                      compiled kernels formed and the fall-back reason
                       (--json: a list); progress on stderr. Each runs a few requests
                       untimed first, so none pays the kernels' load; peak memory is the
                       whole run's
@@ -121,16 +122,20 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name:<17s} {'taken' if why is None else 'not taken: ' + why}")
         print(f"engine path       {r['engine_path']}"
               + ("" if r["fallback"] is None else f" ({r['fallback']})"))
+        if r["compiled_share"] is not None:
+            print(f"compiled share    {r['compiled_share']:.0%} of the iterations (the rest "
+                  "formed by the reference scheduler)")
     return 0
 
 
 def table(rows: list[dict]) -> str:
     """``run_all``'s rows as the text table ``specsim bench --workload all`` prints."""
     out = [f"{'workload':<18s} {'path':<9s} {'wall s':>7s} {'us/iter':>8s} {'x fast':>7s} "
-           f"{'batch':>6s}  fall-back reason"]
+           f"{'batch':>6s} {'compiled':>8s}  fall-back reason"]
     for r in rows:
         x = "-" if r["x_fast_path"] is None else f"{r['x_fast_path']:.2f}"
+        share = "-" if r["compiled_share"] is None else f"{r['compiled_share']:.0%}"
         out.append(f"{r['workload']:<18s} {r['engine_path']:<9s} {r['wall_s']:7.2f} "
-                   f"{r['us_per_iteration']:8.1f} {x:>7s} {r['mean_batch']:6.1f}  "
+                   f"{r['us_per_iteration']:8.1f} {x:>7s} {r['mean_batch']:6.1f} {share:>8s}  "
                    f"{r['fallback'] or '-'}")
     return "\n".join(out)

@@ -20,7 +20,7 @@ from specdec.errors import UserError
 VARIATIONS = [n for n, w in WORKLOADS.items() if n not in BASES]
 FIGURES = {"workload", "requests", "wall_s", "requests_per_s", "iterations_per_s",
            "output_tokens_per_s", "us_per_iteration", "peak_rss_mb", "mean_batch", "sets",
-           "fast_paths", "engine_path", "fallback"}
+           "fast_paths", "engine_path", "fallback", "compiled_share"}
 
 
 def _run(name: str, requests: int, sets=(), path=PATHS["reference"]):
@@ -113,7 +113,7 @@ def test_bench_all_prints_one_table_with_progress(capsys):
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines[0].split() == ["workload", "path", "wall", "s", "us/iter", "x", "fast",
-                                "batch", "fall-back", "reason"]
+                                "batch", "compiled", "fall-back", "reason"]
     assert [ln.split()[0] for ln in lines[1:]] == list(WORKLOADS)
     assert err.splitlines() == [f"specsim bench: {i}/{len(WORKLOADS)} {n}"
                                 for i, n in enumerate(WORKLOADS, 1)]
@@ -186,3 +186,14 @@ def test_the_fast_path_is_faster_than_what_leaves_it():
     assert fast["engine_path"] == "compiled" and slow["engine_path"] == "reference"
     assert np.isfinite(slow["us_per_iteration"])
     assert fast["us_per_iteration"] < slow["us_per_iteration"]
+
+
+def test_bench_says_what_share_of_the_iterations_the_kernels_formed():
+    """A path the gate opens can still leave iterations to the reference scheduler (a
+    preemption, a cut draft): the share is counted, not inferred from the gate."""
+    pytest.importorskip("numba", reason="the kernels are compiled with numba")
+    compiled = run_bench(60, workload="speculative", path=PATHS["compiled"])
+    reference = run_bench(60, workload="speculative", path=PATHS["reference"])
+    assert compiled["compiled_share"] > 0.9 and reference["compiled_share"] == 0.0
+    tight = run_bench(300, workload="preemption", path=PATHS["compiled"])
+    assert 0.0 < tight["compiled_share"] < 1.0
