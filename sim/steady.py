@@ -157,7 +157,7 @@ def plan(r) -> Stretch | None:
         return None  # someone prefills
     env = r.env
     horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
-    start = env.now
+    start = float(env.now)  # (an int before any timeout: one specialisation)
     fn = kernel(r)
     if fn is None:
         return None

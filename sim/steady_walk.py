@@ -181,7 +181,7 @@ def plan(r, fn) -> Walk | None:
         rows[n:, TARGET] = tab.prompt_tokens[ids]
         rows[n:, OUTPUT] = tab.output_tokens[ids]
         rows[n:, STREAM] = tab.stream[ids]
-    start = r.env.now
+    start = float(r.env.now)  # (0 before any timeout: an int, a second specialisation)
     shape = r._walk
     if shape[_MODE] == steady_kernel.ADAPTIVE:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])

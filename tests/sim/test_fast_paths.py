@@ -280,3 +280,20 @@ def test_every_kernel_compiles_where_numba_is_installed(monkeypatch):
     assert steady_kernel.compiled() is not None
     assert steady_kernel.compiled_walk(False) is not None
     assert steady_kernel.compiled_walk(True) is not None
+
+
+def test_a_run_that_starts_at_time_zero_compiles_no_second_walk():
+    """SimPy's clock is the int 0 until the first timeout: a replay whose first request
+    arrives at 0 passed it as the walk's start and compiled a second specialisation of the
+    walk (about 7 CPU-seconds) besides the float one."""
+    pytest.importorskip("numba")
+    from sim import steady_kernel
+    from sim.build import setups
+    from sim.engine_path import PATHS
+    from sim.runner import simulate_variants
+
+    for name in ("mooncake-trace", "default"):  # the first arrives at 0, the second later
+        sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", ["run.requests=30"])
+        simulate_variants(setups(sc), sc.run.horizon_s, path=PATHS["compiled"])
+    built = [k for key, k in steady_kernel._BUILT.items() if key.startswith("walk") and k]
+    assert built and all(len(k.signatures) == 1 for k in built)
