@@ -156,7 +156,7 @@ def plan(r) -> Stretch | None:
     if _any(st[:, TARGET] != st[:, FILLED]):
         return None  # someone prefills
     env = r.env
-    horizon = env.peek()  # the next event of anyone else (an arrival, a stop, a replica)
+    horizon = float(env.peek())  # the next event of anyone else (an arrival, a stop, ...)
     start = float(env.now)  # (an int before any timeout: one specialisation)
     fn = kernel(r)
     if fn is None:

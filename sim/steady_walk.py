@@ -161,9 +161,10 @@ def plan(r, fn) -> Walk | None:
     feed = r.feed
     arr_at = np.full(w, -np.inf)
     if feed is None:
-        horizon = r.env.peek()
+        horizon = float(r.env.peek())  # (an event's time may be an int: one specialisation)
     else:
         horizon, coming, times, beyond = feed.look(MAX_ROWS - w)
+        horizon = float(horizon)
         if next_at == np.inf:  # the queue is all here: then the arrivals, in order
             ids = np.concatenate((ids, coming))
             arr_at = np.concatenate((arr_at, times))
