@@ -80,6 +80,7 @@ HeadDim = Annotated[int, Field(ge=1, le=MAX_HEAD_DIM)]
 # block (GQA attention without biases and a SwiGLU MLP)
 LLAMA_TYPES = ("llama", "qwen3")
 DENSE_TYPES = (*LLAMA_TYPES, "opt")
+MODEL_TYPES = (*DENSE_TYPES, "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v2", "medusa")
 
 
 class ModelConfig(BaseModel):
@@ -87,8 +88,7 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_type: Literal["llama", "qwen3", "opt", "mixtral", "qwen3_moe", "deepseek_v3",
-                        "deepseek_v2", "medusa"]
+    model_type: Literal[MODEL_TYPES]
     hidden_size: Width
     num_hidden_layers: PositiveInt  # medusa: residual blocks per head
     num_attention_heads: Heads | None = None  # every family but medusa
@@ -478,6 +478,13 @@ def _refuse_sliding_window(path: Path, raw: dict) -> None:
                     f"is priced attending to the whole context, got True")
 
 
+# the model a checkpoint's ``architectures`` name runs as, where its ``model_type`` is one
+# SpecSim does not list: vLLM picks the model class by the architecture
+# (vllm/model_executor/models/registry.py), and Kimi-K2's config.json says model_type
+# kimi_k2 with architecture DeepseekV3ForCausalLM
+_ARCHITECTURE_TYPES = {"DeepseekV3ForCausalLM": "deepseek_v3"}
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     """Read a Hugging Face ``config.json`` and keep the fields the cost model uses.
 
@@ -487,6 +494,10 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     raw = _hf_json(path)
     _refuse_sliding_window(path, raw)
+    arch = raw.get("architectures")
+    family = _ARCHITECTURE_TYPES.get(arch[0]) if isinstance(arch, list) and arch else None
+    if family is not None and raw.get("model_type") not in MODEL_TYPES:
+        raw = {**raw, "model_type": family}  # (Kimi-K2's kimi_k2: DeepSeek-V3's model)
     # mtp_module is SpecSim's own flag (a drafter's config), never read from a file
     known = {k: v for k, v in raw.items() if k in ModelConfig.model_fields
              and k != "mtp_module"}

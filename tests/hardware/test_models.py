@@ -50,6 +50,9 @@ NOMINAL = {
     # the Qwen3 drafts' cards: "1.7B" (1.72B: 1.2%, the card's two digits) and "4.0B"
     "qwen3-1.7b": (1.7e9, 0.015), "qwen3-4b": (4.0e9, 0.01),
     "deepseek-v3": (671e9, 0.01),
+    # Kimi-K2's card: "1 trillion total parameters" (one digit: 1.026T), "32 billion
+    # activated" (checked below)
+    "kimi-k2": (1.0e12, 0.03),
 }
 
 
@@ -217,3 +220,27 @@ def test_qwen3_dense_is_llamas_block_with_q_and_k_norms(tmp_path):
     cfg.write_text(json.dumps({k: v for k, v in fields.items() if k != "head_dim"}))
     with pytest.raises(UserError, match="qwen3 models need head_dim"):
         load_hf_config(cfg)
+
+
+def test_kimi_k2_is_deepseek_v3s_model_with_its_own_sizes():
+    """Its config.json says model_type kimi_k2 and architecture DeepseekV3ForCausalLM
+    (vLLM runs it as DeepSeek-V3): read as deepseek_v3, the same shape as the catalog
+    entry's, 32.9B parameters active (the card's "32 billion")."""
+    import importlib.util
+    from pathlib import Path
+
+    from hardware.models import load_hf_config, model_shape
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None:
+        pytest.skip("the vendored config.json ships with aiconfigurator-core")
+    path = Path(spec.submodule_search_locations[0]) / "model_configs" / \
+        "moonshotai--Kimi-K2-Instruct_config.json"
+    cfg = load_hf_config(path)
+    assert cfg.model_type == "deepseek_v3"
+    entry = load_catalog().model("moonshotai/Kimi-K2-Instruct")
+    shape = entry.shape
+    assert model_shape(cfg) == shape and entry.weight_bits == 8
+    routed = sum(shape.moe_layers) * shape.n_experts * shape.expert_params  # every expert
+    active = shape.total_params - routed * (1 - shape.top_k / shape.n_experts)
+    assert active == pytest.approx(32e9, rel=0.03)
