@@ -393,7 +393,7 @@ class ModelSpec(_Frozen):
         """Whether the checkpoint ships FP8 weights: the catalog says 8 bits, or a
         ``config.json``'s quantization_config is FP8 (then ``--quantization fp8`` in vLLM
         and SGLang keeps its own scales rather than quantizing when loaded)."""
-        return self.weight_bits == 8 or (self.id.endswith(".json") and hf_ships_fp8(self.id))
+        return self.weight_bits == 8
 
     @property
     def shape(self) -> ModelShape:
@@ -474,15 +474,19 @@ class Catalog:
         """The model ``model_id``, or one loaded from a HF ``config.json`` path.
 
         A value ending in ``.json`` is read as a Hugging Face config file (Llama, dense
-        Qwen3, OPT, Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family, at 16 bits unless the
-        deployment says otherwise: of its quantization_config only ``weight_block_size`` and
-        ``activation_scheme`` are read, which make an FP8 deployment of it block-scaled or
-        per-tensor with dynamic activation scales, :func:`hardware.models.hf_fp8_scales`);
-        anything else must be a catalog id.
+        Qwen3, OPT, Mixtral, Qwen3-MoE or DeepSeek-V2/V3 family), in the precision its
+        checkpoint ships in unless the deployment says otherwise: 8 bits with FP8 compute
+        where its quantization_config says ``quant_method: fp8`` (as a catalog entry of an
+        FP8 checkpoint says), else 16; its ``weight_block_size`` and ``activation_scheme``
+        make an FP8 deployment of it block-scaled or per-tensor with dynamic activation
+        scales (:func:`hardware.models.hf_fp8_scales`). Anything else must be a catalog id.
         """
         if model_id.endswith(".json"):
+            fp8 = hf_ships_fp8(model_id)
             return ModelSpec(id=model_id, source=model_id, config=load_hf_config(model_id),
-                             fp8_scales=hf_fp8_scales(model_id))
+                             fp8_scales=hf_fp8_scales(model_id),
+                             weight_bits=8 if fp8 else None,
+                             compute_dtype="fp8" if fp8 else None)
         if model_id in self.models:
             return self.models[model_id]
         by_alias = {a.lower(): m for m in self.models.values() for a in m.aliases}

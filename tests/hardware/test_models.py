@@ -141,6 +141,20 @@ def test_a_config_with_weight_blocks_is_block_scaled_fp8(tmp_path):
     assert cat.model(str(_write(tmp_path, body))).fp8_scales == "block"
 
 
+def test_a_config_json_is_priced_in_the_precision_its_checkpoint_ships(tmp_path):
+    """An FP8 checkpoint's config.json (quant_method fp8) is 8 bits with FP8 compute by
+    default, as a catalog entry of one says (it was 16 bits unless told); one without a
+    quantization_config, 16."""
+    cat = load_catalog()
+    plain = cat.model(str(_write(tmp_path, LLAMA3_8B_CONFIG)))
+    assert (plain.weight_bits, plain.compute_dtype, plain.ships_fp8()) == (None, None, False)
+    body = {**LLAMA3_8B_CONFIG, "quantization_config": {"quant_method": "fp8",
+                                                         "weight_block_size": [128, 128]}}
+    fp8 = cat.model(str(_write(tmp_path, body)))
+    assert (fp8.weight_bits, fp8.compute_dtype, fp8.ships_fp8()) == (8, "fp8", True)
+    assert fp8.precision(None, None) == (8, "fp8") and plain.precision(None, None)[0] == 16
+
+
 def test_opt_config_defaults_to_tied_embeddings(tmp_path):
     body = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
             "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048,
