@@ -42,21 +42,12 @@ def sglang_tree(steps: int, topk: int) -> list[int]:
     return [topk] + [1] * (steps - 1)
 
 
-def chain_expectations(alpha: float, depth: int) -> list[float]:
-    """[E(α, γ) for γ = 0..depth]: ``specdec.expected_tokens`` for every chain at once, by
-    its Horner's rule E(γ) = 1 + α·E(γ − 1) from E(0) = 1 (the same floats for γ <= 64,
-    where it sums term by term), for an α in [0, 1]."""
-    out = [1.0]
-    for _ in range(depth):
-        out.append(1.0 + alpha * out[-1])
-    return out
-
-
 def best_chain(n, alpha, seconds):
     """(γ, its rate): the chain γ in 0..len(seconds) - 1 with the most expected emitted
-    tokens per second, n·E(α, γ) / seconds[γ] (``chain_expectations``' floats, term by
-    term), the first on a tie -- ``AdaptiveGamma``'s choice, the compiled kernel's too
-    (plain scalars and a sequence)."""
+    tokens per second, n·E(α, γ) / seconds[γ], the first on a tie -- ``AdaptiveGamma``'s
+    choice, the compiled kernel's too (plain scalars and a sequence). E(α, γ) is
+    ``specdec.expected_tokens`` by its Horner's rule E(γ) = 1 + α·E(γ − 1) from E(0) = 1
+    (the same floats for γ <= 64, where it sums term by term), for an α in [0, 1]."""
     best, best_rate, expected = 0, -1.0, 1.0
     for g in range(len(seconds)):
         if g:

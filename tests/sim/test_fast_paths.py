@@ -51,14 +51,17 @@ def test_every_chain_depth_at_once_is_each_depth_priced_alone(case):
                 assert pricer.decode_chain_seconds(ctx, depth) == alone  # exactly
 
 
-def test_chain_expectations_are_specdecs_expected_tokens():
-    from sim.policies import chain_expectations
+def test_best_chains_expectations_are_specdecs_expected_tokens():
+    """``best_chain`` weighs each γ by E(α, γ) from its Horner's rule: every chain but γ
+    priced at infinite seconds, γ's rate is its E(α, γ), the very float specdec sums."""
+    from sim.policies import best_chain
     from specdec import expected_tokens
 
     alphas = [0.0, 1.0, 1 - 2**-52, 5e-324, *np.random.default_rng(3).random(300)]
     for a in alphas:
-        got = chain_expectations(float(a), 64)
-        assert got == [float(expected_tokens(a, g)) for g in range(65)]
+        for g in range(65):
+            seconds = [float("inf")] * g + [1.0]
+            assert best_chain(1, float(a), seconds) == (g, float(expected_tokens(a, g)))
 
 
 def test_a_trees_level_prefixes_are_its_shallower_trees():
