@@ -102,17 +102,15 @@ def as_flag_error(err: UserError) -> UserError:
     return UserError(f"--{err}") if sep and head in LIBRARY_FLAGS else err
 
 
-def scenario_path(text: str) -> str:
-    """argparse ``type`` of a scenario's path: an empty one (an unset shell variable) is
-    refused, not read as the working directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the path is empty; give a scenario YAML file")
-    return text
+def _nonempty_path(what: str):
+    """An argparse ``type`` of a path naming ``what``: an empty one (an unset shell
+    variable) is refused, not read as the working directory."""
+    def path(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"the path is empty; give {what}")
+        return text
+    return path
 
 
-def file_path(text: str) -> str:
-    """argparse ``type`` of a file flag (``--catalog``, ``--candidates``): as
-    ``scenario_path``."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the path is empty; give a YAML file")
-    return text
+scenario_path = _nonempty_path("a scenario YAML file")  # run, sweep, plan's scenario
+file_path = _nonempty_path("a YAML file")  # --catalog, --candidates
