@@ -75,7 +75,7 @@ def schedule(r) -> Step | None:
     """Form replica ``r``'s next step and apply its scheduling (the placeholders: its
     tokens counted as computed, its samplers marked in flight); None when it runs nothing
     (it may have preempted: ``r.last_preempted``)."""
-    batch = r.plan(r)
+    batch = r.form_batch()
     r.last_preempted = batch.preempted
     if batch.empty:
         return None

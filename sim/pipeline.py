@@ -106,7 +106,7 @@ class PipelinedReplica(Replica):
         env = self.env
         while True:
             if self.in_flight < self.stages and self._has_work():
-                batch = self.plan(self)
+                batch = self.form_batch()
                 if not batch.empty:
                     self._dispatch(batch)
                     continue

@@ -8,7 +8,8 @@ engine broadcasts the row to the acceptance model's per-sequence ``widths`` [D, 
 acceptance of each sequence is still drawn separately); a per-sequence policy returns
 int64 [D, m] instead, one row per sequence. ``shape(n, context, history)`` gets the number
 of decoding sequences, their cached tokens and their history (int64 [D, 2]: accepted and
-checked guesses so far), and the number of running requests (``running``).
+checked guesses so far), the number of running requests (``running``) and the number of
+requests the replica's last step scheduled (``scheduled``).
 
 - ``NoSpeculation``: plain decoding.
 - ``FixedGamma``: vLLM's ``num_speculative_tokens``.
@@ -71,7 +72,8 @@ class NoSpeculation:
     row = np.zeros(0, dtype=np.int64)
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
+              history: np.ndarray | None = None, running: int | None = None,
+              scheduled: int | None = None) -> np.ndarray:
         """int64 [0]: no levels."""
         return self.row
 
@@ -91,7 +93,8 @@ class _Static:
         self.max_nodes = int(np.cumprod(self.row).sum())
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
+              history: np.ndarray | None = None, running: int | None = None,
+              scheduled: int | None = None) -> np.ndarray:
         """int64 [m]: always the same row."""
         return self.row
 
@@ -122,10 +125,28 @@ class TreePolicy(_Static):
 class BatchLadder:
     """γ chosen by the batch size: vLLM's ``num_speculative_tokens_per_batch_size``.
 
-    ``ladder`` rows are ``[min_batch, max_batch, γ]`` (inclusive bounds); a batch size no row
-    covers is a user error found at construction (rows must tile 1..max without gaps). The
-    batch size is the number of running requests (``key: running``, as vLLM counts it) or of
-    sequences decoding this iteration (``key: decoding``); past the last row its γ holds.
+    ``ladder`` rows are ``[min_batch, max_batch, γ]`` (inclusive bounds), read as vLLM 0.33
+    reads them (github vllm-project/vllm vllm/v1/spec_decode/dynamic/utils.py, 0.33.0 wheel:
+    ``validate_and_normalize_dynamic_sd_schedule`` and ``build_dynamic_sd_schedule_lookup``):
+    sorted by their first size, the first starting at 1, none overlapping; a size between
+    two rows takes the γ of the row below it, a size past the last row that row's γ; every
+    γ is capped at ``num_speculative_tokens`` (vLLM's K, the most a sequence drafts; the
+    ladder's largest γ when not given), which also sets the KV lookahead slots every
+    scheduled request reserves, whatever γ the ladder gives it (vLLM's
+    ``num_lookahead_tokens`` stays K).
+
+    The batch size (``key``):
+    - ``scheduled`` (vLLM 0.33): the requests scheduled by the step that last scheduled the
+      sequence, prefill chunks included. vLLM's scheduler looks the size up after forming
+      a step (``dynamic_sd_lookup[len(num_scheduled_tokens)]``,
+      vllm/v1/core/sched/scheduler.py), the worker proposes that many drafts for each
+      request it scheduled at the step's end (the async scheduler sizes the placeholders
+      so, vllm/v1/core/sched/async_scheduler.py), and the next step that schedules the
+      request verifies them; so a sequence's γ is the size of the step before, or of the
+      last one that scheduled it if the step before left it out;
+    - ``running``: the requests running as the step starts;
+    - ``decoding``: the sequences decoding in it.
+
     With ``sticky`` a request the ladder once gives γ = 0 never speculates again (vLLM v0's
     ``speculative_disable_by_batch_size``: "once disabled, disabled for the request"; the
     replica keeps that per request).
@@ -133,34 +154,58 @@ class BatchLadder:
 
     uses_draft = True
     pads_admissions = False  # vLLM pads a one-token admission only without a ladder
+    KEYS = ("scheduled", "running", "decoding")
 
-    def __init__(self, ladder: Sequence[Sequence[int]], key: str = "running",
-                 sticky: bool = False) -> None:
-        if key not in ("running", "decoding"):
-            raise UserError(f"policy.key: must be 'running' or 'decoding', got {key!r}")
+    def __init__(self, ladder: Sequence[Sequence[int]], key: str = "scheduled",
+                 sticky: bool = False, num_speculative_tokens: int | None = None) -> None:
+        if key not in self.KEYS:
+            raise UserError(f"policy.key: one of {', '.join(self.KEYS)}, got {key!r}")
         self.key = key
         self.sticky = bool(sticky)
         rows = sorted((int(a), int(b), int(g)) for a, b, g in ladder)
-        expect = 1
+        if not rows:
+            raise UserError("policy.ladder: at least one row [min_batch, max_batch, γ]")
+        end = 0
         for lo, hi, g in rows:
-            if lo != expect or hi < lo or g < 0:
-                raise UserError(
-                    f"policy.ladder: rows must tile batch sizes 1.. without gaps or overlaps"
-                    f" and have γ >= 0, got {[list(r) for r in rows]}"
-                )
-            expect = hi + 1
-        self.max_batch = expect - 1
-        self.max_depth = max(g for _, _, g in rows)
-        self.max_nodes = self.max_depth
-        # gamma_by_batch[b] for b = 0..max_batch; 0 decoding sequences need no shape.
+            if lo < 1 or hi < lo or g < 0:
+                raise UserError(f"policy.ladder: a row is [min_batch, max_batch, γ] with "
+                                f"1 <= min_batch <= max_batch and γ >= 0, got {[lo, hi, g]}")
+            if lo <= end:
+                raise UserError(f"policy.ladder: rows overlap at {[lo, hi, g]} (vLLM refuses "
+                                "overlapping batch-size ranges)")
+            end = hi
+        if rows[0][0] != 1:
+            raise UserError(f"policy.ladder: the first row must start at batch size 1 (as "
+                            f"vLLM requires), got {list(rows[0])}")
+        most = max(g for _, _, g in rows)
+        k = most if num_speculative_tokens is None else int(num_speculative_tokens)
+        if most > k:
+            raise UserError(f"policy.num_speculative_tokens: {k}, but the ladder drafts up "
+                            f"to {most} tokens (it must be at least every γ)")
+        self.max_batch = rows[-1][1]
+        self.max_depth = self.max_nodes = k
+        # gamma_by_batch[b] for b = 0..max_batch; 0 sequences need no shape. A size
+        # between rows takes the γ of the row below it.
         self.gamma_by_batch = np.zeros(self.max_batch + 1, dtype=np.int64)
-        for lo, hi, g in rows:
-            self.gamma_by_batch[lo : hi + 1] = g
-        self._rows = [chain(int(g), self.max_depth) for g in range(self.max_depth + 1)]
+        starts = [lo for lo, _, _ in rows[1:]] + [self.max_batch + 1]
+        for (lo, _, g), nxt in zip(rows, starts, strict=True):
+            self.gamma_by_batch[lo:nxt] = g
+        self._rows = [chain(g, k) for g in range(k + 1)]
+        self._table = np.array(self._rows)  # [k + 1, k]: the chain of each γ
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
-        """int64 [max_depth]: the ladder's γ for this batch size (the last row's beyond it)."""
+              history: np.ndarray | None = None, running: int | None = None,
+              scheduled: np.ndarray | None = None) -> np.ndarray:
+        """int64 [num_speculative_tokens]: the ladder's γ for this batch size; keyed on
+        ``scheduled`` (int64 [D]: the size of the step that last scheduled each decoding
+        sequence) int64 [D, num_speculative_tokens] where their steps' γ differ (a
+        sequence that step left out drafted at the γ of the one before)."""
+        if self.key == "scheduled" and scheduled is not None and len(scheduled):
+            gammas = self.gamma_by_batch[np.minimum(scheduled, self.max_batch)]
+            first = gammas[0]
+            if (gammas == first).all():
+                return self._rows[first]
+            return self._table[gammas]
         size = running if self.key == "running" and running is not None else n
         gamma = int(self.gamma_by_batch[min(size, self.max_batch)])
         return self._rows[gamma]
@@ -171,13 +216,15 @@ class BatchLadder:
     @property
     def walk_ladder(self) -> tuple[np.ndarray, bool] | None:
         """(γ by batch size, whether the size counts the running requests) where
-        ``sim.steady_walk`` can compute this policy's shapes itself (not sticky), else
-        None."""
-        return None if self.sticky else (self.gamma_by_batch, self.key == "running")
+        ``sim.steady_walk`` can compute this policy's shapes itself (not sticky, not keyed
+        on the last step), else None."""
+        if self.sticky or self.key == "scheduled":
+            return None
+        return self.gamma_by_batch, self.key == "running"
 
     @property
     def deepest_row(self) -> np.ndarray:
-        """int64 [max_depth]: the deepest chain this policy drafts."""
+        """int64 [num_speculative_tokens]: the deepest chain this policy drafts."""
         return self._rows[-1]
 
 
@@ -236,7 +283,8 @@ class AdaptiveGamma:
         self.last_row = self._rows[0]
 
     def shape(self, n: int, context: np.ndarray | None = None,
-              history: np.ndarray | None = None, running: int | None = None) -> np.ndarray:
+              history: np.ndarray | None = None, running: int | None = None,
+              scheduled: int | None = None) -> np.ndarray:
         """int64 [max_gamma]: the goodput-best shape for this batch."""
         if n == 0 or self.price is None:
             return self._rows[0]

@@ -133,6 +133,9 @@ class Replica:
                                               blocks=st[:, BLOCKS],
                                               rolls_back=limits.rolls_back)
         self.last_chunk_at = np.zeros(n)  # when each slot last emitted (ITL)
+        # how many requests the step that last scheduled each slot scheduled (what a batch
+        # ladder keyed on it reads: vLLM drafts a request's next verify at the end of it)
+        self.scheduled_in = np.zeros(n, dtype=np.int64)
         self.active = np.zeros(n, dtype=bool)
         self._order: np.ndarray | None = None  # running_order's answer until it changes
         self._free_slots = list(range(n - 1, -1, -1))
@@ -226,13 +229,24 @@ class Replica:
             return schedulable
         return run
 
+    def form_batch(self):
+        """The scheduler's next batch (``self.plan``, its order's ``plan_<order>``); the
+        slots it schedules remember its size (``scheduled_in``)."""
+        batch = self.plan(self)
+        size = len(batch.dec_slots) + len(batch.pre_slots)
+        if size:
+            self.scheduled_in[batch.dec_slots] = size
+            self.scheduled_in[batch.pre_slots] = size
+        return batch
+
     def draft_shapes(self, dec: np.ndarray, context: np.ndarray,
                      history: np.ndarray) -> np.ndarray:
         """The policy's shapes for decoding slots ``dec``: int64 [m] for all, or [D, m].
 
         With a sticky policy (vLLM v0's disable-by-batch-size), a request it once gave no
         draft never drafts again: its row is zeros from then on."""
-        row = self.policy.shape(len(dec), context, history, running=self.n_active)
+        row = self.policy.shape(len(dec), context, history, running=self.n_active,
+                                scheduled=self.scheduled_in[dec])
         if self.proposal_rate is not None and len(dec) and (row > 0).any():
             row = self._proposals(row, len(dec))
         if not self.sticky_off or not len(dec):
@@ -338,7 +352,7 @@ class Replica:
             start_at = env.now
             # every running sequence decodes before this batch (steady.plan_admitted)
             decoding = self._steady and steady.all_decoding(self)
-            batch = self.plan(self)  # the scheduler (sim.scheduling)
+            batch = self.form_batch()  # the scheduler (sim.scheduling)
             if batch.empty:
                 if batch.preempted:  # vLLM v1 admits nobody in the step that preempted
                     self.check_progress(0)

@@ -79,14 +79,21 @@ class TreePolicyCfg(Strict):
 
 class LadderPolicy(Strict):
     """γ by batch size (vLLM's ``num_speculative_tokens_per_batch_size``): rows
-    ``[min_batch, max_batch, gamma]``; γ = 0 turns speculation off."""
+    ``[min_batch, max_batch, gamma]``, read as vLLM reads them (``sim.policies.BatchLadder``:
+    the first from 1, no overlaps, a size between rows takes the row below's γ); γ = 0
+    turns speculation off."""
 
     kind: Literal["batch_ladder"]
     ladder: list[Annotated[list[Annotated[int, Field(ge=0, le=MAX_COUNT)]],
-                           Field(min_length=3, max_length=3)]] = Field(max_length=MAX_GAMMA + 1)
-    # the batch size: running requests (as vLLM counts it) or sequences decoding now
-    key: Literal["running", "decoding"] = "running"
+                           Field(min_length=3, max_length=3)]] = Field(min_length=1,
+                                                                      max_length=MAX_GAMMA + 1)
+    # the batch size: the requests the last step scheduled (vLLM 0.33), running now, or
+    # decoding now
+    key: Literal["scheduled", "running", "decoding"] = "scheduled"
     sticky: bool = False  # a request once given γ = 0 never speculates again (vLLM v0)
+    # vLLM's K: the most drafts a sequence verifies and the KV lookahead slots each
+    # scheduled request reserves (null: the ladder's largest γ)
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_GAMMA)] | None = None
     chains_only: ClassVar[bool] = True
 
     @model_validator(mode="after")
@@ -100,8 +107,11 @@ class LadderPolicy(Strict):
         """A factory of ``sim.policies.BatchLadder`` (its rows checked now, at build time)."""
         from sim.policies import BatchLadder
 
-        BatchLadder(self.ladder, self.key, self.sticky)
-        return lambda: BatchLadder(self.ladder, self.key, self.sticky)
+        def make():
+            return BatchLadder(self.ladder, self.key, self.sticky, self.num_speculative_tokens)
+
+        make()
+        return make
 
 
 class AdaptivePolicy(Strict):

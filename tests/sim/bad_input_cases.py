@@ -498,7 +498,17 @@ CASES = [
      ["run", "{tmp}/s.yaml"], "variants.0.policy.gamma: input should be a valid integer"),
     ("ladder-rows-overlap", {"s.yaml": "variants: [{name: l, policy: {kind: batch_ladder, "
                                        "ladder: [[1, 100, 4], [50, 200, 2]]}}]\n"},
-     ["run", "{tmp}/s.yaml"], "policy.ladder: rows must tile batch sizes"),
+     ["run", "{tmp}/s.yaml"], "policy.ladder: rows overlap at [50, 200, 2]"),
+    ("ladder-first-row-not-1", {"s.yaml": "variants: [{name: l, policy: {kind: batch_ladder, "
+                                          "ladder: [[2, 100, 4]]}}]\n"},
+     ["run", "{tmp}/s.yaml"], "policy.ladder: the first row must start at batch size 1"),
+    ("ladder-gamma-past-k", {"s.yaml": "variants: [{name: l, policy: {kind: batch_ladder, "
+                                       "ladder: [[1, 100, 4]], num_speculative_tokens: 3}}]\n"},
+     ["run", "{tmp}/s.yaml"],
+     "policy.num_speculative_tokens: 3, but the ladder drafts up to 4 tokens"),
+    ("ladder-empty", {"s.yaml": "variants: [{name: l, policy: {kind: batch_ladder, "
+                                "ladder: []}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.policy.ladder: needs at least 1 item(s), got []"),
     ("adaptive-smoothing-zero", {"s.yaml": "variants: [{name: a, policy: {kind: adaptive, "
                                            "smoothing: 0}}]\n"},
      ["run", "{tmp}/s.yaml"], "variants.0.policy.smoothing: must be > 0, got 0"),

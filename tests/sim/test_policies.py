@@ -43,6 +43,32 @@ def test_batch_ladder_picks_gamma_by_batch_size():
         BatchLadder([[1, 4, 4], [4, 8, 2]])  # overlap
 
 
+def test_a_ladder_reads_its_rows_as_vllm_0_33_does():
+    # github vllm-project/vllm vllm/v1/spec_decode/dynamic/utils.py (0.33.0 wheel),
+    # build_dynamic_sd_schedule_lookup: a size between two ranges carries the K of the range
+    # below it forward, a size past the last range its K; vLLM's own example (its test
+    # test_dynamic_sd_uses_batch_size_schedule): 17-31 -> 3, 129-255 -> 2, 256 -> 0
+    ladder = BatchLadder([[32, 128, 2], [1, 16, 3], [256, 2048, 0]], key="decoding")
+    gamma = [int(ladder.shape(b).sum()) for b in (1, 16, 17, 31, 32, 128, 129, 255, 256, 9999)]
+    assert gamma == [3, 3, 3, 3, 2, 2, 2, 2, 0, 0]
+    # validate_and_normalize_dynamic_sd_schedule: the first range starts at 1, none overlap
+    with pytest.raises(UserError, match="first row must start at batch size 1"):
+        BatchLadder([[2, 16, 3]])
+    with pytest.raises(UserError, match="rows overlap"):
+        BatchLadder([[1, 16, 3], [16, 32, 1]])
+    # K (num_speculative_tokens) is the row length and the lookahead, whatever γ is used
+    k5 = BatchLadder([[1, 4, 2], [5, 512, 0]], num_speculative_tokens=5)
+    assert (k5.max_nodes, k5.shape(3).tolist()) == (5, [1, 1, 0, 0, 0])
+    # the size each key reads: the last step's scheduled requests by default (vLLM 0.33)
+    by = {key: BatchLadder([[1, 4, 2], [5, 512, 0]], key=key) for key in BatchLadder.KEYS}
+    sizes = {"n": 3, "running": 7, "scheduled": np.array([4, 4, 4])}
+    assert {key: int(p.shape(**sizes).sum()) for key, p in by.items()} == \
+        {"scheduled": 2, "running": 0, "decoding": 2}
+    # a sequence the last step left out verifies what the step that scheduled it drafted
+    rows = by["scheduled"].shape(3, scheduled=np.array([4, 9, 4]))
+    assert rows.tolist() == [[1, 1], [0, 0], [1, 1]]
+
+
 def _adaptive(alpha: float, draft_s: float) -> AdaptiveGamma:
     pol = AdaptiveGamma(max_gamma=8, prior_alpha=alpha, smoothing=0.1)
     # verify costs 10 ms whatever its size; each draft pass costs draft_s
@@ -107,7 +133,7 @@ class Mixed:
     max_nodes = 4  # the tree <2,1>
     ROWS = np.array([[1, 1, 1], [2, 1, 0], [0, 0, 0], [1, 0, 0]])
 
-    def shape(self, n, context=None, history=None, running=None):
+    def shape(self, n, context=None, history=None, running=None, scheduled=None):
         return self.ROWS[np.arange(n) % 4]
 
     def observe(self, accepted, row):

@@ -159,6 +159,27 @@ def test_a_ladder_charges_the_draft_for_steps_without_speculation(sync, draft_ca
         assert it.draft_s == pytest.approx(0.002 + 0.0001 * 2)
 
 
+@pytest.mark.parametrize("key, lag", [("scheduled", 1), ("running", 0)])
+def test_a_ladder_keyed_on_the_last_step_lags_it_by_one(key, lag, engine_path):
+    # vLLM 0.33 looks the ladder up after forming a step, with the requests it scheduled
+    # (github vllm-project/vllm vllm/v1/core/sched/scheduler.py, 0.33.0 wheel:
+    # Scheduler.schedule, num_spec_tokens_to_schedule = dynamic_sd_lookup[
+    # len(num_scheduled_tokens)]), and the worker proposes that many drafts for the next
+    # step to verify. Two requests prefill together, both decode at γ = 0 (2 scheduled),
+    # request 1 emits its last token: the step after still verifies γ = 0 (its step
+    # scheduled 2), the one after γ = 2. Keyed on the running requests, γ = 2 at once.
+    s = setup(table([0.0, 0.0], [4, 4], [30, 4]),
+              policy=lambda: BatchLadder([[1, 1, 2], [2, 100, 0]], key=key),
+              draft=FakeCost(0.002, 0.0001), acceptance=AcceptAll(), max_batched_tokens=64,
+              chunked=True, chunk=64)
+    res = simulate(s, path=engine_path)
+    dec = _decode_iterations(res)
+    both = [it.decode_seqs for it in dec].index(1)  # the first step request 0 runs alone
+    assert all(it.drafted_tokens == 0 for it in dec[:both])
+    assert [it.drafted_tokens for it in dec[both:both + 2]] == [0, 2] if lag else [2, 2]
+    assert all(r.finished for r in res.requests)
+
+
 def test_catch_up_feeds_the_missed_tokens_when_speculation_resumes(engine_path):
     # Request 0 alone: γ = 2; request 1 joins: γ = 0 while both run; request 1 ends first
     # (shorter), then request 0 speculates again and its draft ingests what it missed.

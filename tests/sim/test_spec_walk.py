@@ -88,7 +88,7 @@ CASES = {
     # vLLM's batch ladder by running requests, speculation off (γ = 0) past 12 of them
     "ladder": ["run.requests=150", BURSTY, "workload.rate_per_s=30",
                "variants=[{name: l, policy: {kind: batch_ladder, "
-               "ladder: [[1, 4, 5], [5, 12, 2], [13, 256, 0]]}}]"],
+               "ladder: [[1, 4, 5], [5, 12, 2], [13, 256, 0]], key: running}}]"],
     # ... by decoding sequences, γ = 0 between two speculating rungs
     "ladder-decoding": ["run.requests=150", "acceptance={kind: iid, alpha: 0.7}",
                         "workload.rate_per_s=30",
@@ -97,7 +97,7 @@ CASES = {
     # a ladder that never drafts: no walk (nothing to draw), the reference path's records
     "ladder-off": ["run.requests=40", "acceptance={kind: iid, alpha: 0.7}",
                    "variants=[{name: l, policy: {kind: batch_ladder, "
-                   "ladder: [[1, 100000, 0]]}}]"],
+                   "ladder: [[1, 100000, 0]], key: running}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
     # policies the walk leaves to the reference path (NO_WALK): a sticky ladder, adaptive
