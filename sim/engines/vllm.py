@@ -236,6 +236,9 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
                             f"speculative_token_tree has {draft_nodes(widths)} nodes "
                             "(vLLM drafts one token per node)")
         policy = {"kind": "tree", "expansion": widths}
+    ladder = cfg.pop("num_speculative_tokens_per_batch_size", None)
+    if ladder is not None:
+        policy = _dynamic_sd(out, ladder, k, method, tree is not None, what)
     for key in ("prompt_lookup_max", "prompt_lookup_min"):
         if key in cfg:
             out.notes.append(f"--speculative-config {key}: changes what n-gram drafting "
@@ -256,6 +259,43 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     shape = f"tree <{','.join(map(str, policy['expansion']))}>" if tree is not None else ""
     out.notes.append(f"speculation: {method}, {k} tokens per step" + (f" ({shape})" if shape
                                                                        else ""))
+
+
+# the methods whose V1 proposers take a K per step (vLLM 0.33.0 wheel, vllm/config/vllm.py,
+# VllmConfig._maybe_disable_dynamic_sd_for_v1: any other falls back to the static K)
+DYNAMIC_SD_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+
+
+def _dynamic_sd(out: Parsed, ladder, k: int, method: str, tree: bool, what: str) -> dict:
+    """The policy of vLLM's ``num_speculative_tokens_per_batch_size`` (Dynamic SD): a
+    ``batch_ladder`` keyed on the requests each step schedules, its γ capped at ``k`` as
+    vLLM caps them (``build_dynamic_sd_schedule_lookup``); for a method V1 cannot vary,
+    the fixed chain vLLM falls back to. Rows are checked as vLLM checks them
+    (``validate_and_normalize_dynamic_sd_schedule``), here for the shape and in
+    ``sim.policies.BatchLadder`` for the order."""
+    name = f"{what}: --speculative-config: num_speculative_tokens_per_batch_size"
+    if not isinstance(ladder, list) or not ladder or not all(
+            isinstance(row, list) and len(row) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+            for row in ladder):
+        raise UserError(f"{name}: a non-empty list of [range_start, range_end, "
+                        f"num_speculative_tokens] integers, got {ladder!r}")
+    if tree:
+        raise UserError(f"{name}: with a speculative_token_tree: SpecSim's ladder drafts "
+                        "chains")
+    if method not in DYNAMIC_SD_METHODS:
+        out.notes.append(f"num_speculative_tokens_per_batch_size: vLLM's V1 model runner "
+                         f"does not vary K for {method} and drafts the static {k} tokens")
+        return {"kind": "fixed", "gamma": k}
+    rows = [[lo, hi, min(g, k)] if g >= 0 else [lo, hi, g] for lo, hi, g in ladder]
+    if rows != ladder:
+        out.notes.append(f"num_speculative_tokens_per_batch_size: every K capped at "
+                         f"num_speculative_tokens {k}, as vLLM caps it")
+    out.notes.append("num_speculative_tokens_per_batch_size: K by the requests each step "
+                     "schedules, verified by the step after it (vLLM 0.33); the CUDA-graph "
+                     "mode vLLM's V1 runner drops to with it (FULL_AND_PIECEWISE to "
+                     "PIECEWISE) is not priced")
+    return {"kind": "batch_ladder", "ladder": rows, "num_speculative_tokens": k}
 
 
 def _synthetic_acceptance(cfg: dict, k: int, what: str) -> list[float] | None:
@@ -501,9 +541,13 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
                          f"drafts trees for {drafter.method}")
     elif policy.kind == "batch_ladder":
         rows = sorted(policy.ladder)
-        spec["num_speculative_tokens"] = max(g for _, _, g in rows)
+        spec["num_speculative_tokens"] = policy.num_speculative_tokens or max(
+            g for _, _, g in rows)
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
-        notes.append("num_speculative_tokens_per_batch_size: in vLLM versions that have it")
+        if policy.key != "scheduled" or policy.sticky:
+            notes.append(f"num_speculative_tokens_per_batch_size: vLLM keys it on the "
+                         f"requests each step schedules, not the policy's "
+                         f"{'sticky ' if policy.sticky else ''}{policy.key} count")
     else:
         notes.append(f"policy {policy.kind}: vLLM has no such knob; the command drafts a "
                      "fixed chain of the policy's deepest shape")

@@ -662,3 +662,68 @@ def test_a_full_prompt_reservation_vllm_lacks_is_refused(sets, match):
 
     with pytest.raises(UserError, match=match):
         load_scenario(None, sets)
+
+
+def _dsd(ladder: str, method: str = "eagle3", k: int = 3) -> dict:
+    spec = (f'{{"method": "{method}", "num_speculative_tokens": {k}, '
+            f'"num_speculative_tokens_per_batch_size": {ladder}}}')
+    if method == "draft_model":
+        spec = spec[:-1] + ', "model": "meta-llama/Llama-3.2-1B-Instruct"}'
+    return parse_vllm_serve(f"vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                            f"--speculative-config '{spec}'", _ids)
+
+
+def test_vllms_dynamic_sd_becomes_a_ladder_keyed_on_the_scheduled_requests():
+    # vLLM 0.33 (vllm/v1/spec_decode/dynamic/utils.py): every K capped at
+    # num_speculative_tokens; the scheduler keys the lookup on the requests it scheduled
+    p = _dsd("[[1, 4, 5], [5, 512, 0]]")
+    assert _spec_variant(p)["policy"] == {"kind": "batch_ladder", "ladder": [[1, 4, 3],
+                                                                            [5, 512, 0]],
+                                          "num_speculative_tokens": 3}
+    assert any("capped at num_speculative_tokens 3" in n for n in p.notes)
+    # a method vLLM's V1 runner cannot vary drafts the static K (_maybe_disable_dynamic_sd_for_v1)
+    medusa = _dsd("[[1, 4, 3], [5, 512, 0]]", method="medusa")
+    assert _spec_variant(medusa)["policy"] == {"kind": "fixed", "gamma": 3}
+    assert any("does not vary K for medusa" in n for n in medusa.notes)
+
+
+@pytest.mark.parametrize(("ladder", "match"), [
+    ("[]", "a non-empty list"),
+    ("[[1, 4]]", "a non-empty list"),
+    ('[[1, 4, "2"]]', "a non-empty list"),
+    ("[[1, 4, true]]", "a non-empty list"),
+    ("{\"1\": 2}", "a non-empty list"),
+])
+def test_a_bad_dynamic_sd_schedule_is_refused(ladder, match):
+    with pytest.raises(UserError, match=match):
+        _dsd(ladder)
+
+
+def test_a_dynamic_sd_run_round_trips_through_the_vllm_config(tmp_path, capsys):
+    # the ladder runs from the command line, and the config SpecSim writes for it reads back
+    # as the same policy
+    spec = ('{"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", '
+            '"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": '
+            '[[1, 8, 4], [16, 64, 2], [65, 1024, 0]]}')
+    line = f"vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{spec}'"
+    assert main(["run", "--from-vllm", line, "--set", "run.requests=40", "--no-report",
+                 "--json", "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["variants"][1]["name"] == "draft_model"
+    from hardware.catalog import load_catalog
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    s = _sets(parse_vllm_serve(line, _ids))
+    assert s["variants"][1]["policy"] == {"kind": "batch_ladder", "num_speculative_tokens": 4,
+                                          "ladder": [[1, 8, 4], [16, 64, 2], [65, 1024, 0]]}
+    sc = load_scenario(None, [f"{k}={json.dumps(v)}" for k, v in s.items()])
+    command, notes = serve_command(sc, sc.variants[1], load_catalog())
+    spec = json.loads(command.split("--speculative-config ", 1)[1].strip("'"))
+    assert spec["num_speculative_tokens"] == 4
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 4], [16, 64, 2],
+                                                             [65, 1024, 0]]
+    again = parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                             "--speculative-config '" + json.dumps(spec) + "'",
+                             lambda m: _ids(m + "-Instruct" if m.endswith("1B") else m))
+    assert _sets(again)["variants"][1]["policy"] == s["variants"][1]["policy"]
