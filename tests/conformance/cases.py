@@ -1,7 +1,8 @@
 """The conformance workloads: (a) ample KV, no speculation, chunked prefill under a few
 budgets; (b) tight KV (preemptions); (c) EAGLE with K = 3 under budgets that cut verifies;
 (d) tight KV with EAGLE; (e) prefix caching without and with EAGLE; (f) a draft model
-(one input slot per scheduled request); (g) seeded random mixes of all of these; every one
+(one input slot per scheduled request); (g) seeded random mixes of all of these; (h) vLLM's
+Dynamic SD ladder (``num_speculative_tokens_per_batch_size``), named and random; every one
 of them again with async scheduling."""
 
 from __future__ import annotations
@@ -76,7 +77,17 @@ def named() -> list[Workload]:
                         output=(30, 80), max_batched_tokens=budget, **DRAFT))
     out.append(_mix("f draft_model tight", 10, n=12, span=6, prompt=(16, 120),
                     output=(10, 60), blocks=24, max_batched_tokens=64, **DRAFT))
+    # (h): vLLM's Dynamic SD ladder, K by the requests the step before scheduled; a gap
+    # (sizes 3-4 take the row below's K) and K = 0 past 6
+    for name, spec, seed in (("eagle", EAGLE, 11), ("draft_model", DRAFT, 12)):
+        out.append(_mix(f"h ladder {name}", seed, n=12, span=8, prompt=(8, 80),
+                        output=(10, 60), max_batched_tokens=48, ladder=LADDER, **spec))
+    out.append(_mix("h ladder tight", 13, n=12, span=6, prompt=(16, 120), output=(10, 60),
+                    blocks=24, max_batched_tokens=64, ladder=LADDER, **EAGLE))
     return out
+
+
+LADDER = ((1, 2, 3), (5, 6, 1), (7, 64, 0))
 
 
 def random_mix(seed: int) -> Workload:
@@ -133,7 +144,25 @@ def gaps() -> list[Workload]:
     ]
 
 
+def random_ladder(seed: int) -> Workload:
+    """(h): a random mix of (g) with speculation under a random Dynamic SD ladder (rows
+    from 1 to the most requests a step schedules, some with gaps, K from 0 to 3)."""
+    rng = np.random.default_rng([seed, 91])
+    w = random_mix(seed)
+    if not w.k:
+        w = replace(w, k=3, method=("eagle", "draft_model")[int(rng.integers(2))])
+    rows, lo = [], 1
+    while lo <= w.max_num_seqs:
+        hi = lo + int(rng.integers(0, 3))
+        rows.append((lo, hi, int(rng.integers(0, w.k + 1))))
+        lo = hi + 1 + int(rng.integers(0, 2))  # sometimes a gap: the row below's K
+    longest = max(p + o for p, o in zip(w.prompt, w.output, strict=True)) + 2 * w.k + 1
+    blocks = max(w.blocks, -(-longest // 16) + 1)
+    return replace(w, name=f"h ladder seed {seed}", ladder=tuple(rows), blocks=blocks)
+
+
 RANDOM_SEEDS = range(100)
+LADDER_SEEDS = range(40)
 GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES}
 
 
@@ -144,7 +173,8 @@ def known_gap(w: Workload) -> str | None:
 
 def sync_workloads() -> list[Workload]:
     """The workloads in sync mode: (a) to (g) and the named gaps."""
-    return named() + gaps() + [random_mix(s) for s in RANDOM_SEEDS]
+    return (named() + gaps() + [random_mix(s) for s in RANDOM_SEEDS]
+            + [random_ladder(s) for s in LADDER_SEEDS])
 
 
 def all_workloads() -> list[Workload]:

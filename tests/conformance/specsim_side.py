@@ -15,7 +15,7 @@ import numpy as np
 from sim import scheduling
 from sim.drafters import Drafter
 from sim.engine_path import PATHS
-from sim.policies import FixedGamma, NoSpeculation
+from sim.policies import BatchLadder, FixedGamma, NoSpeculation
 from sim.replica import Replica
 from sim.runner import simulate
 from tests.conformance.workload import BLOCK, Step, Workload
@@ -49,7 +49,14 @@ def specsim_setup(w: Workload):
                 hash_ids=None if w.hash_ids is None else
                 [None if ids is None else tuple(ids) for ids in w.hash_ids],
                 hash_block_tokens=BLOCK, block_size=BLOCK)
-    s = setup(tab, policy=(lambda: FixedGamma(w.k)) if w.k else NoSpeculation,
+    policy = NoSpeculation
+    if w.ladder is not None:
+        def policy():
+            return BatchLadder(w.ladder, key="scheduled", num_speculative_tokens=w.k)
+    elif w.k:
+        def policy():
+            return FixedGamma(w.k)
+    s = setup(tab, policy=policy,
               draft=FakeCost(0.0, 0.0) if w.k else None,
               acceptance=TableAcceptance(w.accepted()), blocks=w.blocks - 1,
               max_num_seqs=w.max_num_seqs, max_batched_tokens=w.max_batched_tokens,

@@ -99,6 +99,8 @@ class VllmFactory:
             draft = self.head if w.method == "eagle" else self.target
             plain = {} if w.lookahead_hashes else {"disable_lookahead_block_hashes": True,
                                                    "disable_eagle_block_drop": True}
+            if w.ladder is not None:
+                plain["num_speculative_tokens_per_batch_size"] = [list(r) for r in w.ladder]
             spec = SpeculativeConfig(method=w.method, model=str(draft),
                                      num_speculative_tokens=w.k, target_model_config=mc,
                                      target_parallel_config=parallel, **plain)
@@ -181,9 +183,10 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=sampled))
         done = nxt - len(s.requests)  # a finished request leaves ``requests``
-        if w.k:
+        if w.k:  # K drafts, or the K the ladder gives this step's size (Dynamic SD)
             live = [r for r in ids if r in s.requests]
-            s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * w.k for _ in live]))
+            k = w.k if w.ladder is None else out.num_spec_tokens_to_schedule
+            s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * k for _ in live]))
         if out.total_num_scheduled_tokens:
             now += 1.0
     return steps

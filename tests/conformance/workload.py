@@ -29,7 +29,8 @@ class Workload:
     caching the ids of their shared prompt blocks, one per ``BLOCK`` tokens) and the engine
     they run on. ``blocks`` is vLLM's ``num_blocks`` (one is its null block: SpecSim gets
     ``blocks - 1``); ``chunk`` is ``long_prefill_token_threshold`` (0: off); ``k`` draft
-    tokens per step with ``method`` ``eagle`` or ``draft_model`` (``k`` = 0: none)."""
+    tokens per step with ``method`` ``eagle`` or ``draft_model`` (``k`` = 0: none), or the
+    K of ``ladder`` for the requests the step before scheduled."""
 
     name: str
     arrival_at: tuple[float, ...]
@@ -49,6 +50,9 @@ class Workload:
     lookahead_hashes: bool = True  # False: vLLM's disable_lookahead_block_hashes (and no
     # EAGLE block drop either): plain block hashes, as without speculation
     async_scheduling: bool = False  # vLLM's async scheduling (its default where supported)
+    # vLLM's num_speculative_tokens_per_batch_size: rows (first size, last size, K), K at
+    # most ``k``; None: ``k`` drafts every step
+    ladder: tuple | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_at)
@@ -60,6 +64,8 @@ class Workload:
             raise ValueError(f"{self.name}: at most 800 requests of under 1000 tokens")
         if self.k and self.method not in ("eagle", "draft_model"):
             raise ValueError(f"{self.name}: k > 0 needs method eagle or draft_model")
+        if self.ladder is not None and not self.k:
+            raise ValueError(f"{self.name}: a ladder needs k > 0")
 
     @property
     def n(self) -> int:
