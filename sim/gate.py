@@ -17,8 +17,8 @@ from sim import steady_kernel
 
 def shared(r) -> str | None:
     """What keeps replica ``r`` off every fast path: they are compiled kernels, and cover
-    one pipeline stage of vLLM v1's order without a prefix cache, drafting ahead, a lookup
-    drafter or a sticky ladder (each needs state the fast paths do not hold)."""
+    one pipeline stage of vLLM v1's order without a prefix cache, drafting ahead or a
+    sticky ladder (each needs state the fast paths do not hold)."""
     if not steady_kernel.available():
         return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
     if r.stages != 1:
@@ -31,8 +31,6 @@ def shared(r) -> str | None:
         return "prefix caching (the cache's LRU changes with every grant)"
     if r.overlap:
         return "a draft drafting ahead of the verify"
-    if r.proposal_rate is not None:
-        return "a lookup drafter (n-gram/suffix matches drawn per step)"
     if r.sticky_off:
         return "a sticky ladder (speculation switched off per request)"
     return None
@@ -64,10 +62,16 @@ def walk(r) -> str | None:
     if not (getattr(policy, "static", False) or varies):
         return f"a {type(policy).__name__} policy (its shape is not static, an adaptive " \
                "chain or a batch ladder)"
-    if r.pricer.draft is None:
+    lookup = r.proposal_rate is not None  # n-gram, suffix: matches drawn per step
+    if r.pricer.draft is None and not lookup:
         return "speculation without a draft model"
-    if r.cpu_s_per_seq:
+    if r.cpu_s_per_seq and not lookup:
         return "a drafter priced on the host per sequence"
+    if lookup and varies:
+        return "a lookup drafter with a shape that varies (adaptive or a batch ladder)"
+    if lookup and r.draft_sync != "every_step":
+        # (a decoder without a match lags under catch_up: sim.step.verify counts it)
+        return f"draft_sync {r.draft_sync} with a lookup drafter"
     if varies and r.draft_sync != "every_step":
         return f"draft_sync {r.draft_sync} with a shape that varies"
     return shared(r)

@@ -257,15 +257,22 @@ def _jit_walk(numba, cache: bool, draws: bool):
 
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,
                reps: int = 1, one_pass: bool = False, smoothing: float | None = None,
-               ladder: tuple | None = None) -> tuple:
-    """``walk``'s arguments from ``row`` to ``table``: the defaults without speculation (no
+               ladder: tuple | None = None, propose: float | None = None, prng=None,
+               host_s: float = 0.0) -> tuple:
+    """``walk``'s arguments from ``row`` to ``host_s``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used;
     ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here; ``ladder``:
-    a batch ladder's γ by batch size and whether the size counts the running requests)."""
+    a batch ladder's γ by batch size and whether the size counts the running requests;
+    ``propose``: a lookup drafter's proposal rate, with ``prng`` the generator its matches
+    are drawn from and ``host_s`` its host seconds per decoder; None: a draft drafts
+    every step, and ``prng`` is a generator never drawn from, so that the walk is
+    compiled for one type of it)."""
+    lookup = (-1.0, _NEVER_DRAWN, 0.0) if propose is None else \
+        (float(propose), prng, float(host_s))
     if not spec:
         return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, False, None, 0,
-                0.0, _NO_ROW, np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)))
+                0.0, _NO_ROW, np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)), *lookup)
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
             np.random.default_rng(0)
@@ -278,9 +285,11 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
             bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),
             np.asarray(steps, dtype=np.int64), bool(by_running), rng if draws else None,
-            *tables)
+            *tables, *lookup)
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)
+# the matches' generator of a walk without a lookup drafter: passed, never drawn from
+_NEVER_DRAWN = np.random.default_rng(0)
 _NO_SPEC = np.zeros(len(spec_cost.SPEC_FIELDS))  # round_seconds' parameters: nothing more
 _BUILT: dict = {}  # "stretch", "walk", "walk+rng": the compiled kernels (None: not to be had)

@@ -78,7 +78,7 @@ class Walk:
                  start: float, got: tuple):
         self.n, self.st, self.slots, self.stack, self.start = n, rows, slots, stack, start
         (self.k, self.alpha, self.floats, self.ints, self.ng, self.last_end, self.first_at,
-         admitted, self.adm_iter, self.finished, self.finished_at, free, n_free,
+         admitted, self.adm_iter, self.finished, self.finished_at, free, n_free, _, _,
          self.split) = got
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
 
@@ -112,17 +112,22 @@ def params(r) -> tuple | str:
     row = policy.deepest_row if varies else policy.shape(1)
     if not (row > 0).any():  # it never drafts (a ladder of γ 0 only)
         return "a policy that never drafts"
-    kernel_params = getattr(draft.cost.timing, "kernel_params", None)
-    dp = kernel_params() if kernel_params is not None else None
-    if dp is None:
-        return "a draft timing the kernels do not price (they price one stage)"
+    if draft is None:  # a lookup drafter (sim.gate.walk): no draft pass to price
+        dp, reps, one_pass = target, 1, False
+    else:
+        kernel_params = getattr(draft.cost.timing, "kernel_params", None)
+        dp = kernel_params() if kernel_params is not None else None
+        if dp is None:
+            return "a draft timing the kernels do not price (they price one stage)"
+        reps, one_pass = draft.replicas, draft.one_pass
     tables = r.acceptance.kernel_tables(row)
     if tables is None:
         return f"an acceptance model without kernel tables ({type(r.acceptance).__name__})"
     feeds = np.array(draft_feeds(row), dtype=np.int64)
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
-                                                   r.rng, tables, draft.replicas,
-                                                   draft.one_pass, adaptive, ladder),
+                                                   r.rng, tables, reps, one_pass, adaptive,
+                                                   ladder, r.proposal_rate, r.propose_rng,
+                                                   r.cpu_s_per_seq),
             target, dp, _spec_params(r))
 
 
@@ -186,11 +191,17 @@ def plan(r, fn) -> Walk | None:
     shape = r._walk
     if shape[_MODE] == steady_kernel.ADAPTIVE:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
+    # a lookup drafter's matches: where the walk stops before an iteration it drew them for,
+    # the generator goes back to where the iterations it ran left it
+    before = r.propose_rng.bit_generator.state if shape[_PROPOSE] >= 0.0 else None
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
              horizon, MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r),
              *shape[1:])
+    if before is not None and got[_SPARE]:
+        r.propose_rng.bit_generator.state = before
+        r.propose_rng.random(got[_SPARE - 1])  # the matches of the iterations it ran
     return Walk(n, rows, slots, stack, start, got) if got[0] else None
 
 
@@ -202,8 +213,10 @@ def _spec_params(r) -> np.ndarray:
 
 _NO_SPEC = np.zeros(len(SPEC_FIELDS))
 
-# where params' tuple holds the shape mode, the policy's α̂ and the generator
-_MODE, _ALPHA, _RNG = 7, 8, 12
+# where params' tuple holds the shape mode, the policy's α̂, the generator and a lookup
+# drafter's proposal rate; where the walk's answer holds the matches it drew and did not use
+_MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 12, 19
+_SPARE = 14
 MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)

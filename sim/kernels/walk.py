@@ -48,7 +48,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
          mode, alpha, smoothing, ladder, by_running, rng, kind, p_geo, runs, ring, tape,
-         table, tp, dp, sp):
+         table, propose, prng, host_s, tp, dp, sp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
@@ -97,6 +97,19 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     iteration whose decoders verify drafts, as ``IterationPricer.price`` adds them).
     Without speculation ``rng`` is None and ``runs``, ``dp`` unused.
 
+    A lookup drafter (n-gram, suffix: ``propose`` >= 0, no draft model, a static ``row``):
+    at the start of each iteration every decoding row, in running order, finds a match
+    with probability ``propose``, one uniform each from ``prng`` (the replica's
+    ``propose_rng``, as ``Replica._proposals`` draws them before the scheduler's budget
+    walk); one without a match asks for and verifies its last token only. The pass prices
+    such a row as ``IterationPricer.price`` prices a shape of zeros (one token, causal: the
+    sums of a one-token chunk); the drafting is no pass, the engine's overheads for the rows
+    with a match (``round_seconds``, no serial draft pass) and ``host_s`` host seconds per
+    decoder (``Replica.price``); where some row verifies a draft, every row's depth is drawn
+    (a row without a match on a shape of zeros: the uniforms of its row of the batch's draw,
+    accepting nothing). With ``propose`` < 0 every decoder drafts ``row`` and ``prng`` is
+    never drawn from.
+
     It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
     draft cut by the budget, a request beyond those it holds to admit, nothing to
     schedule) or that admits and ends at or after ``horizon``; after an iteration that
@@ -112,7 +125,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     when; the pool's free blocks and the stack's free slots after it; and where the replica
     stops for the event before the last iteration, if it comes after others: k_split > 0
     iterations before it, the rows, last emissions, first tokens and rows alive then, the
-    gaps and finished rows so far, the free blocks, the stack and its free slots then).
+    gaps and finished rows so far, the free blocks, the stack and its free slots then;
+    before that, the matches drawn from ``prng`` for the iterations it ran and for the one
+    it stopped before, which the caller takes back: the reference path draws them again).
     """
     rows = st.shape[0]
     new_ahead = lookahead if v1[NEW_LOOKAHEAD] else 0  # an admission's lookahead slots
@@ -134,6 +149,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     fin = np.empty(rows, dtype=np.int64)
     fin_at = np.empty(rows)
     take = np.zeros(rows, dtype=np.int64)
+    found = np.ones(rows, dtype=np.bool_)  # whose decoder drafts this iteration (a match)
+    no_row = np.zeros_like(row)  # the shape of a decoder without a match
+    proposed, spare = 0, 0  # matches drawn for the iterations run, and for one not run
     decoding = np.zeros(rows, dtype=np.bool_)
     alive = np.zeros(rows, dtype=np.bool_)
     alive[:n] = True
@@ -184,22 +202,31 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if unsure:
                 break
         most = most_tokens(requests, chunk_tokens, max_tokens, chunked, v1[LONE_UNCAPPED])
+        if propose >= 0.0:  # a lookup drafter: which decoders find a match this step
+            spare = 0
+            for o in range(n_alive):
+                i = order[o]
+                if st[i, TARGET] == st[i, FILLED]:
+                    found[i] = prng.random() < propose
+                    spare += 1
         # 1. the budget walk in running order, and the blocks for each scheduled row
         budget = max_tokens
         extra = 0
         cut = False
         n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
+        n_spec, n_one, c_one = 0, 0, 0  # decoders with a draft; without, and their context
         group_n[:] = 0
         group_ctx[:] = 0
         for o in range(n_alive):
             i = order[o]
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
-            want = wanted(left, verify, most)
+            verify_i = verify if found[i] else 1
+            want = wanted(left, verify_i, most)
             got = share(want, budget, in_slots)
             if got <= 0:
                 continue
-            if left == 0 and got < verify:
+            if left == 0 and got < verify_i:
                 cut = True  # its draft is cut to fit: a shape of its own
                 break
             take[i] = got
@@ -211,7 +238,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     group_n[n_dec % reps] += 1
                     group_ctx[n_dec % reps] += st[i, KV]
                 n_dec += 1
-                s_ctx += st[i, KV]
+                if found[i]:
+                    n_spec += 1
+                    s_ctx += st[i, KV]
+                else:
+                    n_one += 1
+                    c_one += st[i, KV]
             else:
                 prefilling[n_pre] = i
                 n_pre += 1
@@ -253,13 +285,19 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             p_sq += chunk * chunk
         if beyond or n_dec + n_pre == 0:
             break  # a request the walk does not hold or may not see, or nothing to run
-        # IterationPricer.price: the target pass of the verifies and the prefill chunks
-        new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_dec, p_new, p_ctx, p_new_ctx,
-                                          p_sq, n_pre)
+        # IterationPricer.price: the target pass of the verifies and the prefill chunks (a
+        # decoder without a match verifies one token: its sums are a one-token chunk's)
+        new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_spec, p_new + n_one,
+                                          p_ctx + c_one, p_new_ctx + c_one, p_sq + n_one,
+                                          n_pre + n_one)
         v, code = pass_seconds(new, kv, keys, seqs, tp, bound)
         # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
-        if nodes > 0 or mode:
+        if propose >= 0.0:  # no draft pass (serial_passes of a CPU drafter: none)
+            d += round_seconds(sp, n_spec, 0, tri >= 0.0)
+            if host_s:  # Replica.price: the host's drafting, every decoder
+                d += host_s * n_dec
+        elif nodes > 0 or mode:
             d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
                               reps, one_pass, group_n, group_ctx, dp, passes)
             if nodes > 0:  # the engine's work around the passes (IterationPricer.round_s)
@@ -277,6 +315,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             free_split, nfs_split = free, n_free
             stack_split = stack.copy()
         # the iteration runs: admissions, grants (below), then sim.step.advance
+        proposed += spare
+        spare = 0
         pre_running = n_pre - a  # the running rows' prefills; then the admitted rows'
         for j in range(a):
             i = n + adm + j
@@ -303,7 +343,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             # the grant: blocks for the verify and the lookahead
             held = st[i, BLOCKS] + grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
                                          block_size)
-            if nodes == 0 and not mode:
+            if (nodes == 0 and not mode) or n_spec == 0:  # no draft in the batch: no draws
                 keep = decode_one(st, i, held, block_size, v1[ROLLS_BACK])
                 out += 1
             elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
@@ -315,22 +355,24 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 keep = kept_blocks(st[i, KV], held, block_size, v1[ROLLS_BACK])
                 st[i, BLOCKS] = keep
             else:  # the verify: counters, the accepted depth, emit, roll the KV back
+                # (a lookup drafter's decoder without a match: a shape of zeros, drawn too)
+                shape, deep, drafted = (row, depth, nodes) if found[i] else (no_row, 0, 0)
                 if rng is None:  # a replayed run (no draws)
                     acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
                 elif kind == GEOMETRIC:  # the run before the first rejection, at once
                     acc = rng.geometric(p_geo) - 1
                 else:
-                    acc = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], row, ring, tape,
-                                    table)
-                if acc > depth:
-                    acc = depth
+                    acc = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], shape, ring,
+                                         tape, table)
+                if acc > deep:
+                    acc = deep
                 st[i, COUNTS] += 1
-                st[i, COUNTS + 1] += 1
-                st[i, COUNTS + 2] += nodes
+                st[i, COUNTS + 1] += 1 if deep > 0 else 0
+                st[i, COUNTS + 2] += drafted
                 st[i, COUNTS + 3] += acc
-                st[i, COUNTS + 4] += acc + (1 if acc < depth else 0)
+                st[i, COUNTS + 4] += acc + (1 if acc < deep else 0)
                 accepted += acc
-                short += 1 if acc < depth else 0
+                short += 1 if acc < deep else 0
                 step = emitted(acc, st[i, OUTPUT] - st[i, EMITTED])
                 out += step
                 st[i, EMITTED] += step
@@ -384,8 +426,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         ints[1, k] = n_dec + n_pre  # batch_size, decode_seqs, prefill_tokens,
         ints[2, k] = n_dec  # verify_tokens, drafted_tokens, accepted_tokens,
         ints[3, k] = p_new  # emitted_tokens, the bound's code, KV blocks used
-        ints[4, k] = n_dec * verify
-        ints[5, k] = n_dec * nodes
+        ints[4, k] = n_spec * verify + n_one
+        ints[5, k] = n_spec * nodes
         ints[6, k] = accepted
         ints[7, k] = out
         ints[8, k] = code
@@ -395,6 +437,6 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if last or (first_finish and nf > fin_before):
             break
     return (k, alpha, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm,
-            adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free,
+            adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free, proposed, spare,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
              free_split, stack_split, nfs_split))

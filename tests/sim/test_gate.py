@@ -76,6 +76,28 @@ def test_the_gate_says_which_fast_paths_a_run_takes(sets, needle, monkeypatch):
             assert needle is None or needle in why, why
 
 
+@pytest.mark.parametrize("policy, sets, needle", [
+    ("{kind: fixed, gamma: 4}", [], None),
+    ("{kind: tree, expansion: [2, 1]}", ["acceptance={kind: iid, alpha: 0.7}"], None),
+    ("{kind: adaptive, max_gamma: 4}", [], "a lookup drafter with a shape that varies"),
+    ("{kind: batch_ladder, ladder: [[1, 8, 3], [9, 256, 0]]}", [],
+     "a lookup drafter with a shape that varies"),
+    ("{kind: fixed, gamma: 4}", ["scheduler.draft_sync=catch_up"],
+     "draft_sync catch_up with a lookup drafter"),
+])
+def test_a_lookup_drafter_walks_with_a_static_shape(policy, sets, needle, monkeypatch):
+    """An n-gram drafter (matches on half the steps, host seconds per sequence) walks
+    under a static policy, a chain or a tree; a shape that varies, or catch_up, keeps it
+    on the reference path with the reason; never the steady stretch (it speculates)."""
+    sc = load_scenario(DEFAULT, [*SMALL, *sets, "variants=[{name: n, drafter: {method: ngram, "
+                                 f"proposal_rate: 0.5, cpu_s_per_seq: 1e-4}}, policy: {policy}}}]"])
+    taken, reasons = _taken(monkeypatch, sc, PATHS["compiled"])
+    why = reasons["n"]["walk"]
+    assert (taken["n"]["walk"] > 0) == (needle is None), why
+    assert why is None if needle is None else needle in why, why
+    assert reasons["n"]["steady"].startswith("speculation")
+
+
 def test_the_reference_path_takes_no_fast_path(monkeypatch):
     sc = load_scenario(DEFAULT, SMALL)
     taken, reasons = _taken(monkeypatch, sc, PATHS["reference"])

@@ -136,16 +136,29 @@ DECODE_CUT = ["run.requests=24", "scheduler.max_batched_tokens=96", "scheduler.c
               "output: {kind: fixed, tokens: 200}}"]
 
 
+# lookup drafters matching on some steps only, with host seconds per sequence; a
+# queue admitted as they finish, and a budget that cuts their drafts
+LOOKUP = {
+    "ngram-host": ["run.requests=60", "workload.rate_per_s=40", "scheduler.max_num_seqs=12",
+                   "variants=[{name: n, drafter: {method: ngram, proposal_rate: 0.45, "
+                   "cpu_s_per_seq: 3e-4}, policy: {kind: fixed, gamma: 5}}]"],
+    "suffix-host-cut": ["run.requests=40", "scheduler.max_batched_tokens=64",
+                        "scheduler.chunk_tokens=32", "acceptance={kind: iid, alpha: 0.8}",
+                        "variants=[{name: s, drafter: {method: suffix, proposal_rate: 0.7, "
+                        "cpu_s_per_seq: 1e-4}, policy: {kind: fixed, gamma: 3}}]"],
+}
+
+
 @pytest.mark.parametrize("scenario", [*_shipped_scenarios(), "bench-decode-heavy",
-                                      "bench-speculative", "default-preempting",
-                                      "round-robin-replicas",
+                                      "bench-speculative", "bench-ngram", "bench-suffix",
+                                      *LOOKUP, "default-preempting", "round-robin-replicas",
                                       "decode-preempting", "decode-cut"])
 def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch, tmp_path):
     """The compiled kernels -- ``sim.steady`` (several decode iterations at once) and
     ``sim.steady_walk`` (any iteration vLLM v1 forms) -- from the first iteration
     (``compiled``) and after the reference path took the first ones (``auto``): every
-    shipped scenario, both bench workloads and preempting runs with the kernels on and
-    off, record for record."""
+    shipped scenario, both bench workloads and the lookup drafters', lookup drafters with
+    host seconds, and preempting runs with the kernels on and off, record for record."""
     from sim.build import setups
     from sim.runner import simulate_variants
 
@@ -158,6 +171,8 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
     elif scenario in CASES:
         name, sets = CASES[scenario]
         sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", sets)
+    elif scenario in LOOKUP:
+        sc = load_scenario(repo_root() / "scenarios" / "default.yaml", LOOKUP[scenario])
     elif scenario.startswith("decode-"):
         sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
                            DECODE_PREEMPTING if scenario == "decode-preempting" else DECODE_CUT)

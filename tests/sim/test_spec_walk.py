@@ -23,6 +23,9 @@ from tests.sim.test_golden import _assert_same_runs
 
 BURSTY = "acceptance={kind: bursty, easy_alpha: 0.9, hard_alpha: 0.3}"
 FIXED = "variants=[{name: fixed-g4, policy: {kind: fixed, gamma: 4}}]"
+# a lookup drafter (method, γ, proposal rate, host seconds per sequence)
+LOOKUP = ("variants=[{{name: l, drafter: {{method: {0}, proposal_rate: {2}, "
+          "cpu_s_per_seq: {3}}}, policy: {{kind: fixed, gamma: {1}}}}}]")
 CASES = {
     # the shipped default: greedy replay of a recorded trace (no draws)
     "trace-chain": ["run.requests=120", FIXED],
@@ -98,6 +101,23 @@ CASES = {
     "ladder-off": ["run.requests=40", "acceptance={kind: iid, alpha: 0.7}",
                    "variants=[{name: l, policy: {kind: batch_ladder, "
                    "ladder: [[1, 100000, 0]], key: running}}]"],
+    # n-gram prompt lookup: a match for some decoders each step (drawn from the replica's
+    # second generator), a verify of one token for the others, host seconds per decoder
+    "ngram": ["run.requests=120", BURSTY, LOOKUP.format("ngram", 4, 0.6, 2e-4)],
+    # suffix decoding, i.i.d. α: the geometric runs drawn for the rows without a match too
+    "suffix-iid": ["run.requests=120", "acceptance={kind: iid, alpha: 0.7}",
+                   LOOKUP.format("suffix", 2, 0.4, 5e-5)],
+    # ... a recorded trace replayed (no acceptance draws, the matches still drawn)
+    "ngram-trace": ["run.requests=120", LOOKUP.format("ngram", 3, 0.5, 0.0)],
+    # ... a tree verify beside one-token verifies, the engine's overheads per round
+    "ngram-tree": ["run.requests=80", BURSTY, "variants=[{name: t, drafter: {method: ngram, "
+                   "proposal_rate: 0.5, cpu_s_per_seq: 1e-4}, policy: {kind: tree, "
+                   "expansion: [2, 2, 1]}}]"],
+    # ... a budget that cuts drafts: matches drawn for an iteration the walk leaves to the
+    # reference path, which draws them again (the walk takes its draws back)
+    "ngram-cut": ["run.requests=60", BURSTY, LOOKUP.format("ngram", 4, 0.6, 1e-4),
+                  "scheduler.max_batched_tokens=41", "scheduler.chunk_tokens=16",
+                  "workload.rate_per_s=50", "workload.prompt={kind: uniform, low: 20, high: 200}"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
     # policies the walk leaves to the reference path (NO_WALK): a sticky ladder, adaptive
@@ -114,9 +134,16 @@ CASES = {
     "adaptive-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                           "scheduler.draft_sync=catch_up",
                           "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4}}]"],
+    # ... a lookup drafter whose shape varies, or under catch_up (a row without a match lags)
+    "ngram-adaptive": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
+                       "variants=[{name: a, drafter: {method: ngram, proposal_rate: 0.5}, "
+                       "policy: {kind: adaptive, max_gamma: 4}}]"],
+    "ngram-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
+                       "scheduler.draft_sync=catch_up", LOOKUP.format("ngram", 4, 0.5, 0.0)],
 }
 NO_WALK = {"ladder-off", "ladder-sticky", "adaptive-width", "adaptive-per-seq",
-           "adaptive-catch-up"}
+           "adaptive-catch-up", "ngram-adaptive", "ngram-catch-up"}
+LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -163,7 +190,7 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
         assert seen["walks"] == 0, seen
         return
     assert seen["walks"] > 0 and seen["admitted"] > 0 and seen["mixed"] > 0, seen
-    if case in ("cut", "preempting", "catch-up-cut"):  # the reference path took some
+    if case in ("cut", "preempting", "catch-up-cut", "ngram-cut"):  # the reference took some
         assert seen["iterations"] < 2 * iterations, (seen, iterations)
     else:
         assert seen["iterations"] > 1.5 * iterations, (seen, iterations)
@@ -174,12 +201,20 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
     if case == "horizon":
         assert seen["split"] > 0, seen
         assert not runs[0][0].requests.columns["finished"].all()
+    if case in LOOKUP_CASES:  # steps with a match and without, the host's seconds in draft_s
+        req, it = runs[0][0].requests.columns, runs[0][0].iterations.columns
+        assert (req["draft_steps"] > 0).any()
+        assert (req["draft_steps"] < req["verify_steps"]).any()
+        if case != "ngram-trace":  # (cpu_s_per_seq 0 there)
+            assert (it["draft_s"][it["decode_seqs"] > 0] > 0).all()
 
 
-def test_a_walk_draws_what_the_reference_draws(monkeypatch):
-    """After a walk, the replica's generator is where the reference path leaves it (the
-    walk draws each verify's uniforms from it, in order): the acceptance draws of a run
-    that walks and of one that does not are the same, and so are its later draws."""
+@pytest.mark.parametrize("variant", [FIXED, LOOKUP.format("ngram", 4, 0.6, 0.0)])
+def test_a_walk_draws_what_the_reference_draws(variant, monkeypatch):
+    """After a walk, the replica's generators are where the reference path leaves them (the
+    walk draws each verify's uniforms from the acceptance's, in order, and a lookup
+    drafter's matches from its own): the draws of a run that walks and of one that does
+    not are the same, and so are their later draws."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import cluster, steady_kernel
     from sim.build import setups
@@ -188,13 +223,14 @@ def test_a_walk_draws_what_the_reference_draws(monkeypatch):
     if steady_kernel.compiled_walk(True) is None:
         pytest.skip("the walk is compiled only with numba")
     sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
-                       ["run.requests=60", BURSTY, FIXED])
+                       ["run.requests=60", BURSTY, variant])
     states = []
     real_wire = cluster.wire
 
     def wire(env, setup, path):
         got = real_wire(env, setup, path)
-        states.append(got.replicas[0].rng)
+        r = got.replicas[0]
+        states.append((r.rng, r.propose_rng))
         return got
 
     monkeypatch.setattr(cluster, "wire", wire)
@@ -203,8 +239,13 @@ def test_a_walk_draws_what_the_reference_draws(monkeypatch):
     monkeypatch.setattr(runner, "wire", wire)
     for name in ("reference", "compiled"):
         simulate(setups(sc)[0][1], path=PATHS[name])
-    reference, walked = (s.bit_generator.state for s in states)
-    assert reference == walked and states[0].random() == states[1].random()
+    (reference, matches), (walked, walked_matches) = states
+    assert reference.bit_generator.state == walked.bit_generator.state
+    assert reference.random() == walked.random()
+    assert (matches is None) == (variant == FIXED) == (walked_matches is None)
+    if matches is not None:
+        assert matches.bit_generator.state == walked_matches.bit_generator.state
+        assert matches.random() == walked_matches.random()
 
 
 def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
