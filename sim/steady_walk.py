@@ -14,13 +14,19 @@ replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 A speculating replica walks too where ``params`` says so (a static policy, an adaptive one
 over chains or a batch ladder, a draft model or EAGLE head drafting serially -- one, or one
-per GPU of a TP target -- or Medusa's heads, measured one-stage timings, an acceptance model
-with ``kernel_tables``): each decoder verifies the policy's shape, the walk prices the
-draft's passes as ``sim.draft_pricing.shared_shape_seconds`` does, and each verify's
-accepted depth is drawn from the replica's own generator in running order (so the generator
-ends where the reference path leaves it) or replayed from a trace. A draft the token budget
-would cut ends the walk, and a batch with a draft behind its sequence (``draft_sync:
-catch_up`` after a cut) does not start one: the reference path forms those batches.
+per GPU of a TP target -- or Medusa's heads, or a lookup drafter under a static policy,
+measured one-stage timings, an acceptance model with ``kernel_tables``): each decoder
+verifies the policy's shape, the walk prices the draft's passes as
+``sim.draft_pricing.shared_shape_seconds`` does, and each verify's accepted depth is drawn
+from the replica's own generator in running order (so the generator ends where the
+reference path leaves it) or replayed from a trace. A lookup drafter's decoders find a
+match each with the drafter's proposal rate, drawn in running order from the replica's
+``propose_rng`` as ``Replica._proposals`` draws them; one without a match verifies its last
+token only. Matches drawn for an iteration the walk stops before are taken back (``plan``
+sets the generator back to where the iterations it ran left it): the reference path draws
+them again. A draft the token budget would cut ends the walk, and a batch with a draft
+behind its sequence (``draft_sync: catch_up`` after a cut) does not start one: the
+reference path forms those batches.
 
 Each iteration still lets its own time pass with one ``env.timeout`` (one event per
 iteration). The walk runs up to the next event of anyone else: the iteration that ends at
@@ -93,10 +99,11 @@ def params(r) -> tuple | str:
     (``AdaptiveGamma.walk_smoothing``) or a batch ladder (``BatchLadder.walk_ladder``; both
     with drafts kept in step every step), a draft drafting serially (a draft model or EAGLE
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
-    drafting ahead, no CPU drafting, no lookup drafter, never switched off for a request),
-    one pipeline stage, no prefix cache, the vLLM v1 order, and an acceptance model with
-    ``kernel_tables`` for the shape. Either way the target's timing and the draft's must be
-    one-stage ones the kernels price (``kernel_params``: measured, roofline or paper)."""
+    drafting ahead, never switched off for a request) or a lookup drafter (n-gram, suffix:
+    no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, no
+    prefix cache, the vLLM v1 order, and an acceptance model with ``kernel_tables`` for the
+    shape. Either way the target's timing and the draft's must be one-stage ones the kernels
+    price (``kernel_params``: measured, roofline or paper)."""
     why = gate.walk(r)
     if why is not None:
         return why
@@ -144,7 +151,8 @@ def plan(r, fn) -> Walk | None:
     """The next walk of replica ``r`` (``fn``: the compiled ``steady_kernel.walk``), or
     None (``r`` untouched): the reference path runs the iteration. With an arrival feed
     (``Replica.feed``) the walk also holds the requests that arrive before the next event
-    of anyone else, and runs past their arrivals."""
+    of anyone else, and runs past their arrivals. A lookup drafter's ``propose_rng`` is
+    left where the iterations the walk ran left it."""
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]

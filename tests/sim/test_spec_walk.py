@@ -8,9 +8,11 @@ timestamps and counters, iteration rows, the ITL histogram and the end time. The
 what the walk does (admissions, prefill chunks beside verifies, depths drawn from the
 generator -- bursty, i.i.d. and positional models, level by level or as one geometric run --
 or replayed from a trace, chains and trees, a draft model (one, or one per GPU of a TP
-target), an EAGLE-3 head and Medusa's heads, static, adaptive and ladder policies, slots
+target), an EAGLE-3 head and Medusa's heads, n-gram and suffix lookup (a match drawn per
+decoder and step, host seconds per sequence), static, adaptive and ladder policies, slots
 reused, the split where an event comes) and what it hands back to the reference path (a
-draft the budget cuts or that lags, a preemption).
+draft the budget cuts or that lags, a preemption, the matches drawn for an iteration it
+leaves).
 """
 
 from __future__ import annotations
