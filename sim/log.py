@@ -13,8 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.records import IterationRecord, Records, RequestRecord, field_names
+from sim.health import FULL_SHARE
+from sim.records import IterationRecord, IterationTotals, Records, RequestRecord, field_names
 from sim.slots import N_COUNTERS
+
+
+class NoIterationRows(RuntimeError):
+    """The iteration rows of a run that kept only their totals (``iteration_rows=False``)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,13 @@ class IterationLog:
     memory each time); ``records()`` joins the chunks once, letting each go as it is
     copied, and hands out the columns of the joined tables (views; appending later never
     writes into them).
+
+    Each chunk is folded into the running ``totals()`` (``sim.records.IterationTotals``)
+    when it is full, and the rows not yet folded when the totals are asked for: with
+    ``rows`` False (a run that only summarises, ``sim.runner.simulate``) the chunk is then
+    written over instead of kept, and ``records()`` raises ``NoIterationRows``. The chunks
+    are the same either way, so are the totals, bit for bit. ``kv_full_blocks``: the KV
+    blocks in use from which an iteration counts towards ``kv_full_s``.
     """
 
     _FLOATS = ("start_at", "duration_s", "draft_s", "verify_s")
@@ -130,7 +142,11 @@ class IterationLog:
              "kv_blocks_used")
     CHUNK = 1 << 16  # rows of the longest chunk
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, rows: bool = True,
+                 kv_full_blocks: float | None = None) -> None:
+        self.rows = rows
+        self._kv_full = kv_full_blocks
+        self._totals = IterationTotals(kv_full_blocks=kv_full_blocks)  # of the rows folded
         self._full: list[tuple[np.ndarray, np.ndarray]] = []  # earlier chunks' rows
         self._new_chunk(capacity)
         self.n = 0  # rows in all
@@ -142,6 +158,23 @@ class IterationLog:
         self._f = _empty((len(self._FLOATS), rows), np.float64)
         self._i = _empty((len(self._INTS), rows), np.int64)
         self._at = 0  # rows filled in this chunk
+        self._folded = 0  # of them, those in the totals
+
+    def _fold(self) -> None:
+        """Add the chunk's rows not yet in the totals to them, as one block."""
+        a, b = self._folded, self._at
+        if b > a:
+            f, i = self._f[:, a:b], self._i[:, a:b]
+            cols = {name: f[j] for j, name in enumerate(self._FLOATS)}
+            cols.update((name, i[j]) for j, name in enumerate(self._INTS))
+            self._totals = self._totals.plus(
+                IterationTotals.of_columns(cols, self.labels, self._kv_full))
+            self._folded = b
+
+    def totals(self) -> IterationTotals:
+        """The totals of every row so far."""
+        self._fold()
+        return self._totals
 
     def _code(self, bound: str) -> int:
         code = self._codes.get(bound)
@@ -154,9 +187,14 @@ class IterationLog:
         """Start a new chunk unless k more rows fit in this one."""
         cap = self._f.shape[1]
         if self._at + k > cap:
-            if self._at:
+            self._fold()
+            if self._at and self.rows:
                 self._full.append((self._f[:, :self._at], self._i[:, :self._at]))
-            self._new_chunk(max(k, min(2 * cap, self.CHUNK)))
+            rows = max(k, min(2 * cap, self.CHUNK))
+            if self.rows or rows != cap:
+                self._new_chunk(rows)
+            else:  # folded: written over
+                self._at = self._folded = 0
 
     def append(self, replica: int, start_at: float, duration_s: float, batch_size: int,
                decode_seqs: int, prefill_tokens: int, verify_tokens: int,
@@ -228,6 +266,12 @@ class IterationLog:
     def _joined(self) -> tuple[np.ndarray, np.ndarray]:
         """The float and int tables of every row so far, as one chunk (joined once: later
         rows go to a new chunk)."""
+        if not self.rows:
+            raise NoIterationRows(
+                "this run kept no iteration rows, only their totals (it ran with "
+                "iteration_rows=False: bench, sweep, plan and grid runs only summarise); "
+                "run it with iteration_rows=True for them")
+        self._fold()
         at = self._at
         if not self._full:
             return self._f[:, :at], self._i[:, :at]
@@ -250,7 +294,8 @@ class IterationLog:
 
     def records(self) -> Records[IterationRecord]:
         """The rows as ``Records`` (``bound`` back to its strings); the other columns are
-        views of the tables (appending later never writes into them)."""
+        views of the tables (appending later never writes into them). ``NoIterationRows``
+        where the log keeps only the totals."""
         n = self.n
         tf, ti = self._joined()
         cols = {name: tf[j] for j, name in enumerate(self._FLOATS)}
@@ -262,9 +307,15 @@ class IterationLog:
 
 
 class RunLog:
-    """Per-request counters and timestamps plus iteration rows, written by the replicas."""
+    """Per-request counters and timestamps plus iteration rows, written by the replicas.
 
-    def __init__(self, n_requests: int) -> None:
+    ``iteration_rows``: whether the iteration rows are kept, or only their totals (the run
+    only summarises: ``IterationLog``); ``kv_capacity_blocks``: one replica's KV pool, from
+    which on the totals count time with a full pool (``sim.health.FULL_SHARE`` of it).
+    """
+
+    def __init__(self, n_requests: int, iteration_rows: bool = True,
+                 kv_capacity_blocks: int | None = None) -> None:
         nan = np.full(n_requests, np.nan)
         self.replica = np.full(n_requests, -1, dtype=np.int64)
         self.first_scheduled_at = nan.copy()
@@ -274,7 +325,9 @@ class RunLog:
         # [N, N_COUNTERS]: verify steps, draft steps, drafted, accepted, checked tokens,
         # preemptions, recomputed prefill tokens, prefix-cached prompt tokens
         self.counts = np.zeros((n_requests, N_COUNTERS), dtype=np.int64)
-        self.iterations = IterationLog()
+        self.iterations = IterationLog(
+            rows=iteration_rows,
+            kv_full_blocks=FULL_SHARE * kv_capacity_blocks if kv_capacity_blocks else None)
         self.itl = ItlHistogram()
 
     def add_itl(self, gaps_s: np.ndarray) -> None:

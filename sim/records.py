@@ -178,3 +178,104 @@ class Records(Sequence, Generic[R]):
 
     def __repr__(self) -> str:
         return f"Records[{self.record_type.__name__}]({len(self)} rows)"
+
+
+@dataclass(frozen=True)
+class IterationTotals:
+    """Sums over a run's iteration records: what a summary needs of them, kept whether or
+    not the run kept the records themselves (``sim.log.IterationLog``).
+
+    ``busy_s`` = Σ ``duration_s``; ``batch_size_s`` = Σ ``batch_size`` · ``duration_s`` (over
+    ``busy_s``: the time-weighted batch); ``draft_s``, ``verify_s`` the sums of those
+    fields; ``prefill_s`` = Σ ``verify_s`` · prefill / (prefill + verify tokens), the
+    verify seconds attributed to prefill by the share of new tokens (0 for a pass of none);
+    ``bound_s``: (bound, Σ ``duration_s`` of its iterations) for each bound seen, in the
+    order first seen; ``kv_full_s``: Σ ``duration_s`` of the iterations with at least
+    ``kv_full_blocks`` KV blocks in use (0 where ``kv_full_blocks`` is None);
+    ``decoding_iterations`` counts iterations with a decoding sequence and
+    ``undrafted_iterations`` those of them that drafted no token; ``seqs_by_gamma[g]`` is Σ
+    ``decode_seqs`` over decoding iterations whose γ = rint(drafted / decode_seqs) is g.
+
+    Float sums are taken a block of rows at a time (numpy's sum within a block, then block
+    after block, :meth:`plus`): the same rows in other blocks may differ in the last bits.
+    """
+
+    iterations: int = 0
+    busy_s: float = 0.0
+    batch_size_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    prefill_s: float = 0.0
+    kv_full_s: float = 0.0
+    prefill_tokens: int = 0
+    verify_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    emitted_tokens: int = 0
+    decoding_iterations: int = 0
+    undrafted_iterations: int = 0
+    bound_s: tuple[tuple[str, float], ...] = ()
+    seqs_by_gamma: tuple[int, ...] = ()
+    kv_full_blocks: float | None = None
+
+    @classmethod
+    def of_columns(cls, cols: Mapping[str, np.ndarray], labels: Sequence[str],
+                   kv_full_blocks: float | None = None) -> IterationTotals:
+        """The totals of one block of rows: ``cols`` maps the ``IterationRecord`` fields to
+        [k] arrays, ``bound`` as int codes indexing ``labels``."""
+        dur = np.asarray(cols["duration_s"], dtype=np.float64)
+        verify_s = np.asarray(cols["verify_s"], dtype=np.float64)
+        prefill = np.asarray(cols["prefill_tokens"], dtype=np.int64)
+        new = prefill + cols["verify_tokens"]
+        # [k]: the verify seconds of each pass attributed to its prefill tokens
+        prefill_s = np.divide(verify_s * prefill, new, out=np.zeros(len(dur)), where=new > 0)
+        seqs = np.asarray(cols["decode_seqs"], dtype=np.int64)
+        drafted = np.asarray(cols["drafted_tokens"], dtype=np.int64)
+        decoding = seqs > 0
+        gamma = np.rint(drafted[decoding] / seqs[decoding]).astype(np.int64)
+        by_gamma = np.bincount(gamma, weights=seqs[decoding]).astype(np.int64) \
+            if len(gamma) else np.zeros(0, dtype=np.int64)
+        by_bound = np.bincount(np.asarray(cols["bound"], dtype=np.int64), weights=dur,
+                               minlength=len(labels))
+        full = 0.0 if kv_full_blocks is None else \
+            float(dur[np.asarray(cols["kv_blocks_used"]) >= kv_full_blocks].sum())
+        return cls(
+            iterations=len(dur), busy_s=float(dur.sum()),
+            batch_size_s=float((cols["batch_size"] * dur).sum()),
+            draft_s=float(np.sum(cols["draft_s"], dtype=np.float64)),
+            verify_s=float(verify_s.sum()), prefill_s=float(prefill_s.sum()), kv_full_s=full,
+            prefill_tokens=int(prefill.sum()), verify_tokens=int(np.sum(cols["verify_tokens"])),
+            drafted_tokens=int(drafted.sum()),
+            accepted_tokens=int(np.sum(cols["accepted_tokens"])),
+            emitted_tokens=int(np.sum(cols["emitted_tokens"])),
+            decoding_iterations=int(decoding.sum()),
+            undrafted_iterations=int((drafted[decoding] == 0).sum()),
+            bound_s=tuple(zip(labels, by_bound.tolist(), strict=True)),
+            seqs_by_gamma=tuple(by_gamma.tolist()), kv_full_blocks=kv_full_blocks)
+
+    @classmethod
+    def of_records(cls, records: Records[IterationRecord],
+                   kv_full_blocks: float | None = None) -> IterationTotals:
+        """The totals of ``records`` taken as one block (a test's few rows, a run's rows
+        read back)."""
+        cols = dict(records.columns)
+        labels, cols["bound"] = np.unique(cols["bound"].astype(str), return_inverse=True)
+        return cls.of_columns(cols, labels.tolist(), kv_full_blocks)
+
+    def plus(self, later: IterationTotals) -> IterationTotals:
+        """These totals and those of the rows after them (the same ``kv_full_blocks``)."""
+        bounds = dict(self.bound_s)
+        for b, s in later.bound_s:
+            bounds[b] = bounds[b] + s if b in bounds else s
+        n = max(len(self.seqs_by_gamma), len(later.seqs_by_gamma))
+        gam = [a + b for a, b in zip(self.seqs_by_gamma + (0,) * (n - len(self.seqs_by_gamma)),
+                                     later.seqs_by_gamma + (0,) * (n - len(later.seqs_by_gamma)),
+                                     strict=True)]
+        sums = {f.name: getattr(self, f.name) + getattr(later, f.name) for f in fields(self)
+                if f.name not in ("bound_s", "seqs_by_gamma", "kv_full_blocks")}
+        return IterationTotals(**sums, bound_s=tuple(bounds.items()), seqs_by_gamma=tuple(gam),
+                               kv_full_blocks=later.kv_full_blocks)
+
+    def bound_seconds(self, bound: str) -> float:
+        """Σ ``duration_s`` of the iterations whose target pass was ``bound`` (0 if none)."""
+        return dict(self.bound_s).get(bound, 0.0)
