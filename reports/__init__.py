@@ -21,6 +21,7 @@ _EXPORTS = {
     "requests_frame": "reports.tables",
     "iterations_frame": "reports.tables",
     "summarize_frames": "reports.tables",
+    "iteration_sums": "reports.tables",
     "seeds_table": "reports.tables",
     "trim_warmup": "reports.tables",
     "write_table": "reports.tables",

@@ -92,13 +92,13 @@ def summary_table(run: RunData, warmup_s: float = 0.0, slo: dict | None = None
     that started in the first seconds are left out: the rates then run from the first
     request kept (the run's end stays where it was).
     """
-    from reports.tables import add_speedups, summarize_frames, trim_warmup
+    from reports.tables import add_speedups, iteration_sums, summarize_frames, trim_warmup
 
     slo = run.scenario.get("slo") if slo is None else slo
     rows = []
     for v in run.variants:
         req, it = trim_warmup(v.requests, v.iterations, warmup_s)
-        row = summarize_frames(v.name, req, it, v.duration_s, slo)
+        row = summarize_frames(v.name, req, iteration_sums(it), v.duration_s, slo)
         row["policy"] = v.policy.get("kind", "")
         rows.append(row)
     table = pd.DataFrame(rows)

@@ -20,6 +20,11 @@ acceptance counters) and add:
 - bound shares: fraction of busy time whose target pass was compute-, memory-, comm- or
   host-bound.
 
+These come from sums over the iterations (:func:`iteration_sums` of a frame, or the
+engine's own, ``sim.records.IterationTotals``, which a run keeps without its rows); a
+frame's are taken at once, the engine's a block of rows at a time, so the two agree to
+rounding.
+
 Warm-up trimming drops requests that arrived in the first ``warmup_s`` seconds (and the
 iterations that started then) before any statistic is taken.
 """
@@ -106,9 +111,10 @@ def _slo_column(key: str) -> str:
     return f"{metric}_s"
 
 
-def summarize_frames(name: str, requests: pd.DataFrame, iterations: pd.DataFrame,
+def summarize_frames(name: str, requests: pd.DataFrame, sums: dict,
                      duration_s: float, slo: dict | None = None) -> dict:
-    """The summary of one variant from its frames (keys as ``sim.summary`` plus extras)."""
+    """The summary of one variant from its requests frame and its iterations' ``sums``
+    (:func:`iteration_sums`; keys as ``sim.summary`` plus extras)."""
     fin = requests[requests["finished"]]
     drafted = int(requests["drafted_tokens"].sum())
     accepted = int(requests["accepted_tokens"].sum())
@@ -133,13 +139,28 @@ def summarize_frames(name: str, requests: pd.DataFrame, iterations: pd.DataFrame
     row["acceptance_rate"] = accepted / drafted if drafted else np.nan
     row["mean_acceptance_length"] = 1 + accepted / drafts if drafts else np.nan
     row["tokens_per_verify"] = (accepted + steps) / steps if steps else np.nan
-    row.update(iteration_stats(iterations))
+    row.update(iteration_stats(sums))
     return row
 
 
-def iteration_stats(iterations: pd.DataFrame) -> dict:
-    """Duration-weighted mean batch size, the draft/prefill/decode time split, bound shares."""
-    busy = float(iterations["duration_s"].sum())
+def iteration_sums(iterations: pd.DataFrame) -> dict:
+    """The sums :func:`iteration_stats` takes, of an iterations frame, as
+    ``sim.records.IterationTotals`` names them: ``busy_s``, ``batch_size_s``, ``draft_s``,
+    ``verify_s``, ``prefill_s`` and ``bound_s``, (bound, seconds) pairs."""
+    w = iterations["duration_s"]
+    new = (iterations["prefill_tokens"] + iterations["verify_tokens"]).replace(0, np.nan)
+    prefill_s = (iterations["verify_s"] * iterations["prefill_tokens"] / new).fillna(0.0)
+    return {"busy_s": float(w.sum()), "batch_size_s": float((iterations["batch_size"] * w).sum()),
+            "draft_s": float(iterations["draft_s"].sum()),
+            "verify_s": float(iterations["verify_s"].sum()), "prefill_s": float(prefill_s.sum()),
+            "bound_s": tuple((b, float(s)) for b, s in w.groupby(iterations["bound"]).sum()
+                             .items())}
+
+
+def iteration_stats(sums: dict) -> dict:
+    """Duration-weighted mean batch size, the draft/prefill/decode time split, bound shares,
+    from the iterations' ``sums`` (:func:`iteration_sums`)."""
+    busy = sums["busy_s"]
     out: dict = {"busy_s": busy}
     if busy <= 0:
         out["mean_batch_size"] = np.nan
@@ -148,15 +169,13 @@ def iteration_stats(iterations: pd.DataFrame) -> dict:
         for b in BOUNDS:
             out[f"{b}_bound_share"] = np.nan
         return out
-    w = iterations["duration_s"]
-    out["mean_batch_size"] = float((iterations["batch_size"] * w).sum() / busy)
-    new = (iterations["prefill_tokens"] + iterations["verify_tokens"]).replace(0, np.nan)
-    prefill_s = (iterations["verify_s"] * iterations["prefill_tokens"] / new).fillna(0.0)
-    out["draft_time_share"] = float(iterations["draft_s"].sum() / busy)
-    out["prefill_time_share"] = float(prefill_s.sum() / busy)
-    out["decode_time_share"] = float((iterations["verify_s"].sum() - prefill_s.sum()) / busy)
+    out["mean_batch_size"] = sums["batch_size_s"] / busy
+    out["draft_time_share"] = sums["draft_s"] / busy
+    out["prefill_time_share"] = sums["prefill_s"] / busy
+    out["decode_time_share"] = (sums["verify_s"] - sums["prefill_s"]) / busy
+    bound_s = dict(sums["bound_s"])
     for b in BOUNDS:
-        out[f"{b}_bound_share"] = float(w[iterations["bound"] == b].sum() / busy)
+        out[f"{b}_bound_share"] = bound_s.get(b, 0.0) / busy
     return out
 
 

@@ -72,14 +72,16 @@ class Cluster:
     arrived: list[int]
 
 
-def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO) -> Cluster:
+def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
+         iteration_rows: bool = True) -> Cluster:
     """Create the replicas, the router and the arrival process in ``env``; ``path``: the
-    fast paths the replicas may take (``sim.engine_path``: the same records on each)."""
+    fast paths the replicas may take (``sim.engine_path``: the same records on each);
+    ``iteration_rows``: whether the log keeps the iteration rows or only their totals."""
     table = setup.table
     if setup.closed_loop_users:
         # the users write arrival times as they send: give this run its own copy
         table = dataclasses.replace(table, arrival_at=table.arrival_at.copy())
-    log = RunLog(len(table))
+    log = RunLog(len(table), iteration_rows, setup.kv_capacity_blocks)
     seed = setup.seed
     rngs = [np.random.default_rng(np.random.SeedSequence(seed.entropy,
                                                          spawn_key=(*seed.spawn_key, i)))

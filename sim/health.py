@@ -50,9 +50,11 @@ def overload(arrival_at: np.ndarray, finished_at: np.ndarray) -> dict:
     return out
 
 
-def warnings(summary: dict, iterations: dict, kv_capacity_blocks: int | None,
+def warnings(summary: dict, totals, kv_capacity_blocks: int | None,
              drafting: bool) -> list[str]:
-    """The warning lines of one variant from its summary and iteration columns."""
+    """The warning lines of one variant from its summary and its iterations' totals
+    (``sim.records.IterationTotals``, whose ``kv_full_s`` counts from ``FULL_SHARE`` of
+    ``kv_capacity_blocks``)."""
     out = []
     if summary.get("overloaded"):
         out.append(
@@ -60,22 +62,23 @@ def warnings(summary: dict, iterations: dict, kv_capacity_blocks: int | None,
             f"{summary['served_rate_per_s']:.4g} served; the backlog grew by "
             f"{summary['backlog_growth']} requests over the second half of the arrivals, so "
             "throughput is the capacity and latency percentiles grow with the run's length")
-    prefill = int(iterations["prefill_tokens"].sum())
+    prefill = totals.prefill_tokens
     recomputed = summary.get("recomputed_tokens") or 0
     if prefill and recomputed > STORM_SHARE * prefill:
         out.append(f"preemption storm: {summary['preemptions']} preemptions recomputed "
                    f"{recomputed} of {prefill} prefill tokens ({recomputed / prefill:.0%}); "
                    "the KV pool is too small for this load")
-    dur = iterations["duration_s"]
-    busy = float(dur.sum())
+    busy = totals.busy_s
+    if kv_capacity_blocks and totals.kv_full_blocks != FULL_SHARE * kv_capacity_blocks:
+        raise ValueError(f"the totals count a full KV pool from {totals.kv_full_blocks} "
+                         f"blocks, not {FULL_SHARE} of {kv_capacity_blocks}")
     if kv_capacity_blocks and busy > 0:
-        full = float(dur[iterations["kv_blocks_used"] >= FULL_SHARE * kv_capacity_blocks].sum())
+        full = totals.kv_full_s
         if full > 0.5 * busy:
             out.append(f"KV pool full: at least {FULL_SHARE:.0%} of the {kv_capacity_blocks} "
                        f"blocks in use for {full / busy:.0%} of the busy time")
-    decoding = iterations["decode_seqs"] > 0
-    if drafting and decoding.any():
-        off = float((iterations["drafted_tokens"][decoding] == 0).mean())
+    if drafting and totals.decoding_iterations:
+        off = totals.undrafted_iterations / totals.decoding_iterations
         if off > 0.5:
             out.append(f"speculation off: the policy drafted nothing in {off:.0%} of the "
                        "decoding iterations")

@@ -17,26 +17,39 @@ import simpy
 
 from sim.cluster import Setup, wire
 from sim.engine_path import AUTO, EnginePath
-from sim.records import IterationRecord, Records, RequestRecord
+from sim.log import NoIterationRows
+from sim.records import IterationRecord, IterationTotals, Records, RequestRecord
 
 
 @dataclass(frozen=True)
 class VariantResult:
-    """The records of one variant: one per arrived request, one per finished iteration."""
+    """The records of one variant: one per arrived request, one per finished iteration
+    (``iterations``; where the run kept none, ``iteration_rows`` is None and asking for them
+    raises ``sim.log.NoIterationRows``), and the iterations' ``totals`` either way."""
 
     name: str
     requests: Records[RequestRecord]
-    iterations: Records[IterationRecord]
+    iteration_rows: Records[IterationRecord] | None
     end_at: float
+    totals: IterationTotals = IterationTotals()
     itl_counts: np.ndarray | None = None  # the ITL histogram (``sim.log.ItlHistogram``)
     # iterations the compiled kernels formed (``sim.steady``, ``sim.steady_walk``); the
     # others the reference scheduler did (the records are the same either way)
     compiled_iterations: int = 0
 
+    @property
+    def iterations(self) -> Records[IterationRecord]:
+        """One record per finished iteration; ``NoIterationRows`` where the run kept none."""
+        if self.iteration_rows is None:
+            raise NoIterationRows(
+                f"variant {self.name}: the run kept no iteration rows, only their totals "
+                "(.totals); run it with iteration_rows=True for them")
+        return self.iteration_rows
+
 
 def simulate(
     setup: Setup, horizon_s: float | None = None, name: str = "run", progress=None,
-    path: EnginePath = AUTO,
+    path: EnginePath = AUTO, iteration_rows: bool = True,
 ) -> VariantResult:
     """Run ``setup`` until every request finished, or until ``horizon_s`` simulated seconds.
 
@@ -44,10 +57,11 @@ def simulate(
     ``progress(now_s, total_s)``, if given, is called now and then as simulated time passes
     (for a progress bar); without a horizon the total is the last arrival time, an estimate.
     ``path`` says which fast paths the replicas may take (``sim.engine_path``); the records
-    are the same on each.
+    are the same on each. ``iteration_rows`` False keeps only the iterations' totals (a run
+    that only summarises: the rows take most of a long run's memory).
     """
     env = simpy.Environment()
-    cluster = wire(env, setup, path)
+    cluster = wire(env, setup, path, iteration_rows)
     last = float(setup.table.arrival_at[-1]) if len(setup.table) else 0.0
     total = horizon_s if horizon_s is not None else last
     if progress is None or not total > 0:  # also skips a closed loop's unknown (nan) total
@@ -66,8 +80,10 @@ def simulate(
     return VariantResult(
         name=name,
         requests=log.request_records(cluster.table, cluster.arrived[0]),
-        iterations=log.iteration_records(len(cluster.replicas)),
+        iteration_rows=log.iteration_records(len(cluster.replicas)) if iteration_rows
+        else None,
         end_at=float(env.now),
+        totals=log.iterations.totals(),
         itl_counts=log.itl.counts,
         compiled_iterations=sum(r.compiled_iterations for r in cluster.replicas),
     )
@@ -83,15 +99,17 @@ class ScenarioResult:
 
 
 def run_scenario(scenario, source: str = "scenario", progress=None,
-                 record_bound: bool = True, engine_path: EnginePath = AUTO) -> ScenarioResult:
+                 record_bound: bool = True, engine_path: EnginePath = AUTO,
+                 iteration_rows: bool = True) -> ScenarioResult:
     """Run every variant of ``scenario`` (a ``sim.scenario.Scenario``); the Python API.
 
-    ``progress(variant_name, now_s, total_s)``, if given, is called as simulated time advances.
+    ``progress(variant_name, now_s, total_s)``, if given, is called as simulated time
+    advances; ``iteration_rows`` False keeps only the iterations' totals (``simulate``).
     """
     from sim.build import setups
 
     return run_setups(scenario, setups(scenario, source, record_bound), progress,
-                      engine_path=engine_path)
+                      engine_path=engine_path, iteration_rows=iteration_rows)
 
 
 def build_overridden(doc: dict, overrides: list[str], source: str,
@@ -150,7 +168,8 @@ def _numbers_hidden(problem: str) -> str:
 
 def simulate_variants(built, horizon_s: float | None, progress=None,
                       workers: int = 1, meanwhile=None, keep=None,
-                      path: EnginePath = AUTO) -> list[VariantResult]:
+                      path: EnginePath = AUTO, iteration_rows: bool = True
+                      ) -> list[VariantResult]:
     """``simulate`` every ``(name, setup)`` of ``built``, on up to ``workers`` processes.
 
     The variants are independent simulations, so running them side by side gives the same
@@ -161,14 +180,15 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
     from the workers; ``meanwhile()`` runs here while they simulate. ``keep(result)``, if
     given, is called with each variant's result where it was simulated (in its worker:
     e.g. to write its records while the others still run); its error is the variant's.
-    ``path``: the fast paths each may take (``sim.engine_path``).
+    ``path``: the fast paths each may take (``sim.engine_path``); ``iteration_rows``: keep
+    the iteration rows, or only their totals (``simulate``).
     """
     import multiprocessing as mp
 
     from sim.pool import can_fork, forked
 
     def simulated(setup, name, tick):
-        res = simulate(setup, horizon_s, name, tick, path)
+        res = simulate(setup, horizon_s, name, tick, path, iteration_rows)
         if keep is not None:
             keep(res)
         return res
@@ -203,10 +223,12 @@ def simulate_variants(built, horizon_s: float | None, progress=None,
 
 
 def run_setups(scenario, built, progress=None, workers: int = 1,
-               meanwhile=None, keep=None, engine_path: EnginePath = AUTO) -> ScenarioResult:
+               meanwhile=None, keep=None, engine_path: EnginePath = AUTO,
+               iteration_rows: bool = True) -> ScenarioResult:
     """Run ``built`` (``sim.build.setups(scenario)``), every variant on the same arrivals
     (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile`` and
-    ``keep``; on ``engine_path``, ``sim.engine_path``)."""
+    ``keep``; on ``engine_path``, ``sim.engine_path``; keeping the iteration rows or only
+    their totals, ``iteration_rows``). The summaries read the totals either way."""
     from sim.summary import add_speedups, slo_verdict, summarize
 
     summaries = []
@@ -215,9 +237,9 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
     # The i.i.d. chain formula applies to policies that only ever draft chains.
     chains = {v.name: v.policy.chains_only for v in scenario.variants}
     results = simulate_variants(built, horizon, progress, workers, meanwhile, keep,
-                                engine_path)
+                                engine_path, iteration_rows)
     for (name, setup), res in zip(built, results, strict=True):
-        summ = summarize(name, res.requests, res.iterations, res.end_at, chain=chains[name],
+        summ = summarize(name, res.requests, res.totals, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
                          drafting=kinds[name] != "none",
                          prefix_caching=setup.limits.prefix_caching)

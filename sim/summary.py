@@ -28,6 +28,8 @@ Definitions:
 - ``formula_tokens_per_verify``: the i.i.d. formula E(α̂, γ) at the measured α̂ = accepted
   / checked guesses (lecture §4.5), averaged over decode steps with each iteration's γ
   (chain policies only; ``None`` for trees, where no such formula applies).
+- What is taken of the iterations comes from their totals (``sim.records.IterationTotals``),
+  which a run keeps whether or not it keeps the rows: the same numbers either way.
 - ``prefix_hit_rate``: vLLM's prefix cache hit rate (``PrefixCacheStats``, whose queries
   are a request's tokens and hits its cached tokens when first scheduled; preempted
   requests' lookups are kept apart, as vLLM does): Σ ``cached_tokens`` / Σ prompt tokens
@@ -45,7 +47,7 @@ import numpy as np
 
 from sim.health import overload, warnings
 from sim.log import ItlHistogram
-from sim.records import IterationRecord, Records, RequestRecord
+from sim.records import IterationTotals, Records, RequestRecord
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -72,20 +74,20 @@ def latencies(requests: Records[RequestRecord]) -> dict[str, np.ndarray]:
 
 
 def formula_tokens_per_verify(
-    requests: Records[RequestRecord], iterations: Records[IterationRecord]
+    requests: Records[RequestRecord], totals: IterationTotals
 ) -> float | None:
-    """E(α̂, γ) averaged over decode steps, γ per iteration = drafted / decoding sequences."""
+    """E(α̂, γ) averaged over decode steps, γ per iteration = rint(drafted / decoding
+    sequences): from the decode steps at each γ (``totals.seqs_by_gamma``)."""
     from specdec import expected_tokens
 
     checked = int(_col(requests, "checked_tokens", np.int64).sum())
     accepted = int(_col(requests, "accepted_tokens", np.int64).sum())
-    seqs = _col(iterations, "decode_seqs")
+    seqs = np.asarray(totals.seqs_by_gamma, dtype=np.float64)  # [max γ + 1]
     if checked == 0 or seqs.sum() == 0:
         return None
-    gamma = _col(iterations, "drafted_tokens")[seqs > 0] / seqs[seqs > 0]
     alpha = accepted / checked
-    e = np.asarray(expected_tokens(alpha, np.rint(gamma).astype(np.int64)), dtype=np.float64)
-    return float((e * seqs[seqs > 0]).sum() / seqs.sum())
+    e = np.asarray(expected_tokens(alpha, np.arange(len(seqs))), dtype=np.float64)
+    return float((e * seqs).sum() / seqs.sum())
 
 
 def prefix_stats(requests: Records[RequestRecord]) -> dict[str, float | int | None]:
@@ -130,13 +132,15 @@ def delivery_rates(arrival_at, finished_at, emitted: int, finished: int, end_at:
     return {"throughput_tokens_per_s": emitted / span, "requests_per_s": finished / span}
 
 
-def summarize(name: str, requests: Records[RequestRecord], iterations: Records[IterationRecord],
+def summarize(name: str, requests: Records[RequestRecord], totals: IterationTotals,
               duration_s: float, chain: bool = True, itl: np.ndarray | None = None,
               kv_capacity_blocks: int | None = None, drafting: bool = False,
               prefix_caching: bool = False) -> dict:
     """The summary of one variant (the keys ``specsim run --json`` prints).
 
-    ``itl``: the run's ITL histogram counts; ``kv_capacity_blocks``: one replica's pool;
+    ``totals``: the iterations' (``sim.runner.VariantResult.totals``, or
+    ``IterationTotals.of_records`` of some rows); ``itl``: the run's ITL histogram counts;
+    ``kv_capacity_blocks``: one replica's pool;
     ``drafting``: whether the variant's policy drafts (for the warnings, ``sim.health``);
     ``prefix_caching``: whether the KV pool cached prompt blocks (``prefix_hit_rate``).
     """
@@ -176,13 +180,13 @@ def summarize(name: str, requests: Records[RequestRecord], iterations: Records[I
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "tokens_per_verify": (accepted + steps) / steps if steps else None,
         "formula_tokens_per_verify": (
-            formula_tokens_per_verify(requests, iterations) if chain and drafts else None
+            formula_tokens_per_verify(requests, totals) if chain and drafts else None
         ),
         "speedup_vs_none": None,
         "speedup_tpot_p99": None,
         "warnings": [],
     }
-    summary["warnings"] = warnings(summary, iterations.columns, kv_capacity_blocks, drafting)
+    summary["warnings"] = warnings(summary, totals, kv_capacity_blocks, drafting)
     return summary
 
 

@@ -30,14 +30,14 @@ import itertools
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from reports.tables import add_speedups, iterations_frame, requests_frame, summarize_frames
+from reports.tables import add_speedups, requests_frame, summarize_frames
 from sim.limits import MAX_POINTS
 from sim.loading import display_path, load_yaml_text, read_yaml, validate_overridden
 from sim.pool import in_processes
@@ -236,9 +236,9 @@ def run_point(base: dict, source: str, point: dict, same_seed: bool = False,
             return sc.model_copy(update={"run": sc.run.model_copy(update={"seed": seed})})
 
     scenario, built = build_overridden(doc, texts, source, labels, resolve_at, prepare)
-    result = run_setups(scenario, built)
+    result = run_setups(scenario, built, iteration_rows=False)  # rows summarised, not kept
     slo = scenario.slo.model_dump()
-    rows = [summarize_frames(v.name, requests_frame(v.requests), iterations_frame(v.iterations),
+    rows = [summarize_frames(v.name, requests_frame(v.requests), asdict(v.totals),
                              v.end_at, slo) for v in result.variants]
     kinds = {v.name: v.policy.kind for v in scenario.variants}
     base_name = next((n for n, k in kinds.items() if k == "none"), None)

@@ -90,7 +90,7 @@ def test_warmup_rates_run_from_the_first_request_kept_to_the_runs_end(small_run)
 def test_frame_rates_end_at_the_last_completion_as_the_engine_summary():
     """As ``sim.summary.span_s``: a run cut at a horizon long after its last completion
     delivers over first arrival..last completion; one with a request unfinished, to the end."""
-    from reports.tables import summarize_frames
+    from reports.tables import iteration_sums, summarize_frames
 
     req = pd.DataFrame({"arrival_at": [1.0, 2.0], "first_token_at": [1.2, 2.5],
                         "finished_at": [3.0, 6.0], "finished": [True, True],
@@ -101,10 +101,10 @@ def test_frame_rates_end_at_the_last_completion_as_the_engine_summary():
     it = pd.DataFrame({"duration_s": [1.0], "batch_size": [1], "prefill_tokens": [0],
                        "verify_tokens": [1], "verify_s": [1.0], "draft_s": [0.0],
                        "bound": ["memory"]})
-    row = summarize_frames("x", req, it, 1e6)
+    row = summarize_frames("x", req, iteration_sums(it), 1e6)
     assert row["throughput_tokens_per_s"] == 10 / 5 and row["requests_per_s"] == 2 / 5
     req.loc[1, ["finished", "finished_at"]] = [False, np.nan]
-    row = summarize_frames("x", req, it, 11.0)
+    row = summarize_frames("x", req, iteration_sums(it), 11.0)
     assert row["requests_per_s"] == 1 / 10
 
 

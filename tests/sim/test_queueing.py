@@ -43,7 +43,7 @@ def test_iid_tokens_per_verify_within_1pct_of_formula():
 
     alpha, gamma = 0.8, 4
     res = _one_at_a_time(IIDAcceptance(alpha), gamma, n=8, output=3000)
-    summ = summarize("g4", res.requests, res.iterations, res.end_at)
+    summ = summarize("g4", res.requests, res.totals, res.end_at)
     steps = sum(r.verify_steps for r in res.requests)
     assert steps > 6000
     assert summ["tokens_per_verify"] == pytest.approx(float(expected_tokens(alpha, gamma)),
@@ -58,9 +58,9 @@ def test_bursty_acceptance_falls_below_the_formula():
 
     acc = BurstyAcceptance(0.95, 0.3, 32, 32, np.random.default_rng(11))
     res = _one_at_a_time(acc, 4, n=8, output=3000)
-    summ = summarize("g4", res.requests, res.iterations, res.end_at)
+    summ = summarize("g4", res.requests, res.totals, res.end_at)
     measured, formula = summ["tokens_per_verify"], summ["formula_tokens_per_verify"]
-    assert formula == formula_tokens_per_verify(res.requests, res.iterations)
+    assert formula == formula_tokens_per_verify(res.requests, res.totals)
     # The lecture (§4.5): plugging the measured α̂ into E(α, γ) overestimates by about 5%.
     gap = formula / measured - 1
     assert 0.02 < gap < 0.09, (measured, formula)

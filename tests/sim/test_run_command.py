@@ -301,7 +301,7 @@ def test_variants_side_by_side_raise_the_error_one_after_the_other_would(monkeyp
 
     built = setups(load_scenario(None, ["run.requests=30"]))
 
-    def failing(setup, horizon, name, tick, path):
+    def failing(setup, horizon, name, tick, path, rows):
         if name == built[0][0]:
             time.sleep(0.5)
         raise RuntimeError(f"{name} failed")

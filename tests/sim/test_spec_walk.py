@@ -229,8 +229,8 @@ def test_a_walk_draws_what_the_reference_draws(variant, monkeypatch):
     states = []
     real_wire = cluster.wire
 
-    def wire(env, setup, path):
-        got = real_wire(env, setup, path)
+    def wire(env, setup, path, *rows):
+        got = real_wire(env, setup, path, *rows)
         r = got.replicas[0]
         states.append((r.rng, r.propose_rng))
         return got

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from sim.records import IterationRecord, Records, RequestRecord
+from sim.records import IterationRecord, IterationTotals, Records, RequestRecord
 from sim.summary import summarize
 
 
@@ -25,12 +25,16 @@ def _it(start, duration, emitted):
                            verify_s=duration, bound="memory", kv_blocks_used=0)
 
 
+def _totals(its):
+    return IterationTotals.of_records(Records.from_rows(IterationRecord, its))
+
+
 def test_rates_are_what_the_run_delivered_from_the_first_arrival_to_its_end():
     # Arrivals at 1, 2, 5; finishes at 1.5, 4, 9 and the run ends at 9: a span of 8 s.
     reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, 4.0, out=3), _req(2, 5.0, 9.0, out=5)]
     its = [_it(1.0, 0.5, 2), _it(3.0, 1.0, 3), _it(8.0, 1.0, 5)]
     s = summarize("x", Records.from_rows(RequestRecord, reqs),
-                  Records.from_rows(IterationRecord, its), duration_s=9.0)
+                  _totals(its), duration_s=9.0)
     assert s["requests_per_s"] == s["served_rate_per_s"] == 3 / 8
     assert s["throughput_tokens_per_s"] == (2 + 3 + 5) / 8
     assert s["offered_rate_per_s"] == 2 / 4  # 3 arrivals over the window [1, 5]
@@ -43,7 +47,7 @@ def test_a_horizon_past_the_last_completion_adds_nothing_to_the_span():
     reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, 4.0, out=3), _req(2, 5.0, 9.0, out=5)]
     its = [_it(1.0, 0.5, 2), _it(3.0, 1.0, 3), _it(8.0, 1.0, 5)]
     s = summarize("x", Records.from_rows(RequestRecord, reqs),
-                  Records.from_rows(IterationRecord, its), duration_s=1e6)
+                  _totals(its), duration_s=1e6)
     assert s["requests_per_s"] == 3 / 8
     assert s["throughput_tokens_per_s"] == (2 + 3 + 5) / 8
 
@@ -52,7 +56,7 @@ def test_a_request_unfinished_at_the_horizon_keeps_the_span_to_the_horizon():
     reqs = [_req(0, 1.0, 1.5), _req(1, 2.0, math.nan)]  # still running when the run ends
     its = [_it(1.0, 0.5, 2)]
     s = summarize("x", Records.from_rows(RequestRecord, reqs),
-                  Records.from_rows(IterationRecord, its), duration_s=11.0)
+                  _totals(its), duration_s=11.0)
     assert s["requests_per_s"] == 1 / 10 and s["throughput_tokens_per_s"] == 2 / 10
 
 
@@ -60,7 +64,7 @@ def test_offline_batch_falls_back_to_the_makespan():
     reqs = [_req(0, 0.0, 2.0, out=3), _req(1, 0.0, 4.0, out=5), _req(2, 0.0, math.nan)]
     its = [_it(0.0, 2.0, 3), _it(2.0, 2.0, 5)]
     s = summarize("x", Records.from_rows(RequestRecord, reqs),
-                  Records.from_rows(IterationRecord, its), duration_s=4.0)
+                  _totals(its), duration_s=4.0)
     assert s["requests_per_s"] == 2 / 4
     assert s["throughput_tokens_per_s"] == 8 / 4
 
@@ -72,9 +76,9 @@ def test_a_growing_backlog_is_overload_and_a_steady_one_is_not():
     fast = [_req(i, a, a + 0.5) for i, a in enumerate(arrivals)]
     its = [_it(0.0, 1.0, 1)]
     over = summarize("x", Records.from_rows(RequestRecord, slow),
-                     Records.from_rows(IterationRecord, its), duration_s=79.0)
+                     _totals(its), duration_s=79.0)
     ok = summarize("x", Records.from_rows(RequestRecord, fast),
-                   Records.from_rows(IterationRecord, its), duration_s=39.5)
+                   _totals(its), duration_s=39.5)
     assert over["overloaded"] is True and ok["overloaded"] is False
     # second half of the window (19.5, 39]: 20 arrivals; the backlog (arrived - finished)
     # is 20 - 10 at 19.5 and 40 - 20 at 39: it grew by 10
@@ -92,7 +96,7 @@ def test_itl_percentiles_come_from_the_histogram_to_a_tenth_of_a_percent():
     gaps = np.r_[np.full(98, 0.010), np.full(2, 0.500)]
     h.add(gaps)
     s = summarize("x", Records.from_rows(RequestRecord, [_req(0, 0.0, 1.0)]),
-                  Records.from_rows(IterationRecord, [_it(0.0, 1.0, 2)]), duration_s=1.0,
+                  _totals([_it(0.0, 1.0, 2)]), duration_s=1.0,
                   itl=h.counts)
     assert abs(s["itl_p50_s"] / 0.010 - 1) < 1e-3
     assert abs(s["itl_p99_s"] / 0.500 - 1) < 1e-3
