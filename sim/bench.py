@@ -114,11 +114,12 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
         paths = fast_paths(built[0][1], path)
         engine, fallback = path_taken(paths, walks(built[0][1], path), path, requests)
         start = time.perf_counter()
-        result = run_setups(sc, built, engine_path=path)
+        # only summarised: the iteration rows are folded into their totals, not kept
+        result = run_setups(sc, built, engine_path=path, iteration_rows=False)
         wall_s = time.perf_counter() - start
     v = result.variants[0]
-    it = v.iterations.columns
-    n_iter = len(v.iterations)
+    it = v.totals
+    n_iter = it.iterations
     return {
         "workload": workload,
         "requests": requests,
@@ -129,8 +130,7 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
         "us_per_iteration": 1e6 * wall_s / max(n_iter, 1),
         "peak_rss_mb": peak_rss_mb(),
         # sequences in the batch, weighted by iteration time (Little's law's "in service")
-        "mean_batch": float(it["batch_size"] @ it["duration_s"]) / max(it["duration_s"].sum(),
-                                                                      1e-12),
+        "mean_batch": it.batch_size_s / max(it.busy_s, 1e-12),
         "sets": list(sets),
         "fast_paths": paths,  # each fast path: None (taken) or why not
         "engine_path": engine,  # compiled, reference, or auto (see path_taken)

@@ -56,7 +56,8 @@ def simulate_variant(path: Path, overrides: Sequence[str], steady_batch: int | N
                      ) -> SimPoint:
     """Run the scenario at ``path`` with ``overrides`` (which must leave one variant)."""
     sc = load_scenario(path, list(overrides))
-    result = run_scenario(sc, str(path.name), record_bound=False)
+    result = run_scenario(sc, str(path.name), record_bound=False,
+                          iteration_rows=steady_batch is not None)
     (s,) = result.summaries
     steady = None
     if steady_batch is not None:

@@ -230,7 +230,8 @@ def simulate_grid(target: str, draft: str | None, gpu: str, alpha: float,
                 "run": {"requests": waves * b, "seed": seed},
             }
             try:
-                result = run_scenario(validate(doc, f"grid cell batch {b} context {ctx}"))
+                result = run_scenario(validate(doc, f"grid cell batch {b} context {ctx}"),
+                                      iteration_rows=False)  # summaries only
             except UserError:
                 # Does not fit the GPU (the engine refuses it): an empty cell.
                 rows.append({"batch": b, "context": ctx, "best_gamma": np.nan,

@@ -200,7 +200,9 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
     cache: dict[float, tuple] = {}
 
     def trial(rate: float) -> bool:
-        res = run_setups(*build_for(base, cand, rate, source, doc, sets))
+        # the summary and the request records: the iteration rows are not kept
+        res = run_setups(*build_for(base, cand, rate, source, doc, sets),
+                         iteration_rows=False)
         reqs = res.variants[0].requests
         ok, measured = measure_slo(reqs, slo)
         summary = dict(res.summaries[0])
