@@ -80,7 +80,7 @@ def test_the_gate_says_which_fast_paths_a_run_takes(sets, needle, monkeypatch):
     ("{kind: fixed, gamma: 4}", [], None),
     ("{kind: tree, expansion: [2, 1]}", ["acceptance={kind: iid, alpha: 0.7}"], None),
     ("{kind: adaptive, max_gamma: 4}", [], "a lookup drafter with a shape that varies"),
-    ("{kind: batch_ladder, ladder: [[1, 8, 3], [9, 256, 0]]}", [],
+    ("{kind: batch_ladder, ladder: [[1, 8, 3], [9, 256, 0]], key: running}", [],
      "a lookup drafter with a shape that varies"),
     ("{kind: fixed, gamma: 4}", ["scheduler.draft_sync=catch_up"],
      "draft_sync catch_up with a lookup drafter"),
