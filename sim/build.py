@@ -76,8 +76,11 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
     )
 
 
-def policy_factory(cfg, acceptance):
-    """A zero-argument callable that builds one fresh policy (one per replica)."""
+def policy_factory(cfg, acceptance, max_running: int):
+    """A zero-argument callable that builds one fresh policy (one per replica); a kind
+    that reads the engine's most running requests (``takes_max_running``) gets them."""
+    if getattr(cfg, "takes_max_running", False):
+        return cfg.build(acceptance, max_running)
     return cfg.build(acceptance)
 
 
@@ -346,7 +349,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
                 acc = make_acceptance(v.acceptance, rng)
                 tab = replace(table, stream=np.asarray(acc.new_streams(len(table), rng),
                                                        dtype=np.int64))
-            make_policy = policy_factory(v.policy, acc)
+            make_policy = policy_factory(v.policy, acc, lim.max_num_seqs)
             probe = make_policy()
         cfg = v.drafter or sc.models.drafter()
         where = f"variants.{i}.drafter" if v.drafter else "models"

@@ -3,8 +3,11 @@ SGLang's ``python/sglang/srt/server_args.py``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
+from sim.controllers import SGLANG_DEFAULT_SLOTS, check_sglang_slots
 from sim.engines.common import (
     NO_EFFECT,
     Parsed,
@@ -16,7 +19,7 @@ from sim.engines.common import (
     precision_flag,
     split,
 )
-from specdec.errors import UserError
+from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
 SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
                   "STANDALONE": "draft_model", "NGRAM": "ngram"}
@@ -83,7 +86,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
         else ("python3", "-m", "sglang.launch_server")
     pos, flags = flags_of(split(text, what, head, env), what, {"--trust-remote-code",
                                                                 "--enable-metrics",
-                                                                "--disable-radix-cache"})
+                                                                "--disable-radix-cache",
+                                                                "--speculative-adaptive"})
     if pos:
         raise UserError(f"{what}: unexpected words {pos}")
     model = flags.pop("--model-path", None) or flags.pop("--model", None)
@@ -121,7 +125,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
                              "most runs")
     mapping = {"--tp-size": "deployment.tp", "--tp": "deployment.tp",
                "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
-    algo = steps = topk = ndraft = draft_path = None
+    algo = steps = topk = ndraft = draft_path = adaptive_cfg = None
+    adaptive = flags.pop("--speculative-adaptive", None) is not None
     for name, value in flags.items():
         if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
             continue
@@ -137,6 +142,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
             ndraft = int_flag(flags, name, what)
         elif name == "--speculative-draft-model-path":
             draft_path = value
+        elif name == "--speculative-adaptive-config":
+            adaptive_cfg = value
         elif name == "--mem-fraction-static":  # weights + KV pool share of each GPU
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
         elif name in NO_EFFECT or name == "--enable-metrics":
@@ -160,10 +167,27 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
         out.notes.append(f"--speculative-algorithm {algo} on {target}: its checkpoint's "
                          "own MTP layer drafts (SGLang's DeepSeek launch; NEXTN is EAGLE's "
                          "alias there)")
-    steps = steps or 5  # SGLang's defaults for Llama when unset
-    topk = topk or (4 if ours in ("eagle", "eagle3") else 1)
-    policy = {"kind": "tree", "steps": steps, "topk": topk} if topk > 1 else \
-        {"kind": "fixed", "gamma": steps}
+    if adaptive_cfg is not None and not adaptive:
+        out.notes.append("--speculative-adaptive-config: read only with "
+                         "--speculative-adaptive (as SGLang reads it); not used")
+    if adaptive and (algo not in ("EAGLE", "EAGLE3") or (topk or 1) != 1):
+        adaptive = False  # SGLang's _maybe_disable_adaptive: static parameters
+        out.notes.append("--speculative-adaptive: SGLang 0.5.14 runs it for EAGLE and "
+                         "EAGLE3 with --speculative-eagle-topk 1 only, and falls back to the "
+                         "static parameters here")
+    if adaptive:
+        policy = sglang_adaptive_policy(out, adaptive_cfg, steps, what)
+        slots = policy.get("slots", SGLANG_DEFAULT_SLOTS)
+        steps = max(max(v["candidate_steps"]) for v in slots.values())  # the deepest
+        if steps == 0:
+            raise UserError(f"{what}: --speculative-adaptive-config {adaptive_cfg}: every "
+                            "candidate_steps is 0: nothing speculates")
+        topk = 1
+    else:
+        steps = steps or 5  # SGLang's defaults for Llama when unset
+        topk = topk or (4 if ours in ("eagle", "eagle3") else 1)
+        policy = {"kind": "tree", "steps": steps, "topk": topk} if topk > 1 else \
+            {"kind": "fixed", "gamma": steps}
     if ndraft is not None:
         out.notes.append(f"--speculative-num-draft-tokens {ndraft}: SpecSim verifies the "
                          "whole <topk,1,..,1> tree (no pruning to a token budget)")
@@ -180,6 +204,51 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
     out.set("models.draft", None)
     out.set("variants", [none, variant])
     return out
+
+
+ADAPTIVE_SHARED = ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis",
+                   "up_hysteresis", "ceiling_coeff")
+
+
+def sglang_adaptive_policy(out: Parsed, path: str | None, steps: int | None,
+                           what: str) -> dict:
+    """The ``sglang_adaptive`` policy of ``--speculative-adaptive`` (and its
+    ``--speculative-adaptive-config`` JSON file: integer-string keys are batch-size slots,
+    the others shared thresholds; SGLang 0.5.14's ``_load_adaptive_config``)."""
+    policy: dict = {"kind": "sglang_adaptive"}
+    if steps is not None:
+        policy["steps"] = steps
+    if path is None:
+        out.notes.append("--speculative-adaptive: SGLang's default slots (batch sizes 1, 8, "
+                         "32, 64: steps from [1, 3, 7], [0, 1, 3], [0, 1], [0])")
+        return policy
+    name = f"{what}: --speculative-adaptive-config {path}"
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UserError(f"{name}: cannot read it ({e.strerror})") from None
+    try:
+        cfg = json.loads(text, object_pairs_hook=unique_keys)
+    except KeyGivenTwice as e:
+        raise UserError(f"{name}: {e.key}: given twice") from None
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{name}: not JSON: {getattr(e, 'msg', 'nested too deeply')}") \
+            from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{name}: must be a JSON object")
+    slots = {k: v for k, v in cfg.items() if k.isdigit()}
+    check_sglang_slots(slots, name)
+    policy["slots"] = slots
+    for key, value in cfg.items():
+        if key in ADAPTIVE_SHARED:
+            policy[key] = value
+        elif not key.isdigit():
+            out.notes.append(f"--speculative-adaptive-config: {key}: SGLang 0.5.14 does not "
+                             "read it")
+    if steps is None:
+        every = sorted({s for v in slots.values() for s in v["candidate_steps"]})
+        policy["steps"] = every[len(every) // 2]
+    return policy
 
 
 SIMULATE_METHODS = ("match-expected", "multinomial")

@@ -12,7 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, Shape, Strict, kind_union
+from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, PosInt, Shape, Strict, kind_union
 from sim.limits import MAX_TREE_NODES, draft_nodes
 
 
@@ -136,5 +136,79 @@ class AdaptivePolicy(Strict):
                                      self.max_width, self.per_sequence)
 
 
-POLICY_KINDS = (NonePolicy, FixedPolicy, TreePolicyCfg, LadderPolicy, AdaptivePolicy)
+Steps = Annotated[int, Field(ge=0, le=MAX_GAMMA)]  # SGLang's steps; 0: no drafts
+Hysteresis = Annotated[float, Field(ge=-MAX_GAMMA, le=MAX_GAMMA)]
+
+
+class SglangSlot(Strict):
+    """One batch-size slot of SGLang's adaptive config: its candidate steps, and any of
+    the shared thresholds it sets for itself."""
+
+    candidate_steps: Annotated[list[Steps], Field(min_length=1, max_length=MAX_GAMMA + 1)]
+    ema_alpha: Annotated[float, Field(gt=0, le=1)] | None = None
+    update_interval: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
+    warmup_batches: Annotated[int, Field(ge=0, le=MAX_COUNT)] | None = None
+    down_hysteresis: Hysteresis | None = None
+    up_hysteresis: Hysteresis | None = None
+    ceiling_coeff: Annotated[float, Field(ge=0, le=MAX_GAMMA)] | None = None
+
+
+class SglangAdaptivePolicy(Strict):
+    """SGLang's ``--speculative-adaptive`` (``sim.controllers.SglangAdaptive``): the EAGLE
+    steps of each decode batch from an EMA of accepted drafts kept per batch-size slot."""
+
+    kind: Literal["sglang_adaptive"]
+    # --speculative-num-steps, where a slot starts (null: the middle of every slot's
+    # candidates together, as SGLang sets it)
+    steps: Steps | None = None
+    # --speculative-adaptive-config's slots by smallest batch size (null: SGLang's default)
+    slots: dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], SglangSlot] | None = \
+        Field(None, min_length=1, max_length=MAX_GAMMA + 1)
+    ema_alpha: Annotated[float, Field(gt=0, le=1)] = 0.2
+    update_interval: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 5
+    warmup_batches: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 10
+    down_hysteresis: Hysteresis = -0.25
+    up_hysteresis: Hysteresis = 0.0
+    ceiling_coeff: Annotated[float, Field(ge=0, le=MAX_GAMMA)] = 0.0
+    # the decode batch sizes with CUDA graphs, a batch padded up to one before its slot is
+    # chosen (null: SGLang's speculative list up to scheduler.max_num_seqs)
+    cuda_graph_bs: Annotated[list[PosInt], Field(min_length=1, max_length=4096)] | None = None
+    chains_only: ClassVar[bool] = True
+    takes_max_running: ClassVar[bool] = True  # build gets scheduler.max_num_seqs
+
+    def slot_table(self) -> dict[str, dict]:
+        """The slots as ``sim.controllers.SglangAdaptive`` takes them."""
+        from sim.controllers import SGLANG_DEFAULT_SLOTS
+
+        if self.slots is None:
+            return SGLANG_DEFAULT_SLOTS
+        return {k: v.model_dump(exclude_none=True) for k, v in self.slots.items()}
+
+    def build(self, acceptance, max_running: int):
+        """A factory of ``sim.controllers.SglangAdaptive`` (checked now, at build time)."""
+        from sim.controllers import SglangAdaptive, sglang_capture_sizes
+
+        slots = self.slot_table()
+        shared = {k: getattr(self, k) for k in ("ema_alpha", "update_interval",
+                                                "warmup_batches", "down_hysteresis",
+                                                "up_hysteresis", "ceiling_coeff")}
+        steps = self.steps
+        if steps is None:  # SGLang's _init_adaptive_speculative_params
+            every = sorted({s for v in slots.values() for s in v["candidate_steps"]})
+            steps = every[len(every) // 2]
+        capture = self.cuda_graph_bs or sglang_capture_sizes(max_running)
+
+        def make():
+            return SglangAdaptive(steps, slots, shared, capture)
+
+        if make().max_depth == 0:
+            from specdec.errors import UserError
+
+            raise UserError("policy.slots: every candidate_steps is 0: the policy never "
+                            "drafts (use kind: none)")
+        return make
+
+
+POLICY_KINDS = (NonePolicy, FixedPolicy, TreePolicyCfg, LadderPolicy, AdaptivePolicy,
+                SglangAdaptivePolicy)
 Policy = kind_union(POLICY_KINDS)

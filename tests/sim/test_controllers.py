@@ -1,0 +1,136 @@
+"""The engines' speculation controllers decide as their source does, on hand-made batch
+sequences, and run from the engines' own command lines.
+
+SGLang's ``--speculative-adaptive``: the sglang 0.5.14 wheel on PyPI,
+sglang/srt/speculative/adaptive_spec_params.py (``AdaptiveStepSlot.update`` and
+``_recompute_params``, ``AdaptiveSpeculativeParams._route``) and server_args.py
+(``_generate_decode_cuda_graph_batch_sizes``, the speculative list)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sim.cli import main
+from sim.controllers import SglangAdaptive, sglang_capture_sizes
+from sim.engines.sglang import parse_sglang
+from specdec.errors import UserError
+
+
+def _feed(policy: SglangAdaptive, n: int, accepted: int, batches: int) -> list[int]:
+    """Verify ``batches`` decode batches of ``n`` requests that each accepted ``accepted``
+    drafts; the steps each batch drafted."""
+    drafted = []
+    for _ in range(batches):
+        drafted.append(int(policy.shape(n).sum()))
+        policy.observe(np.full(n, accepted), policy.shape(n))
+    return drafted
+
+
+def test_a_slot_steps_up_after_its_warm_up_and_down_when_acceptance_falls():
+    # slot "1" of the default config: candidates [1, 3, 7], down_hysteresis -0.25; starts
+    # at --speculative-num-steps 3 with its EMA at 3 - 1 = 2
+    p = SglangAdaptive(3, capture_sizes=sglang_capture_sizes(48))
+    # every request accepts 3: EMA_k = 3 - 0.8^k; 10 warm-up batches, then a decision every
+    # 5: at batch 15 the EMA (2.96) is above 3 - 0.5 + 0 (the rise threshold): 7 steps
+    assert _feed(p, 4, 3, 15) == [3] * 15
+    assert p.steps(4) == 7
+    # then none accepted: EMA 2.96 x 0.8^5 = 0.97 at batch 20; at or below 3's drop
+    # threshold (3 - 0.5 - 0.25 = 2.25), above 1's (1 - 0.5 - 0.25 = 0.25): 3 steps
+    assert _feed(p, 4, 0, 5) == [7] * 5
+    assert p.steps(4) == 3
+    # the other slots never saw a batch: still where they started
+    assert (p.steps(8), p.steps(32), p.steps(64)) == (3, 1, 0)
+
+
+def test_a_slot_with_zero_steps_turns_speculation_off_and_probes_back_up():
+    # slot "8": candidates [0, 1, 3], no hysteresis; starts at 3 (EMA 2)
+    p = SglangAdaptive(3, capture_sizes=sglang_capture_sizes(48))
+    _feed(p, 8, 0, 15)  # EMA 2 x 0.8^15 = 0.07 <= 1 - 0.5 and <= 0.5: down to 0
+    assert p.steps(8) == 0
+    # at 0 steps the EMA stands still; 5 batches on, it probes the next candidate up
+    assert _feed(p, 8, 0, 5) == [0] * 5
+    assert p.steps(8) == 1
+
+
+def test_a_batch_is_padded_to_a_cuda_graph_size_before_its_slot_is_chosen():
+    cap = sglang_capture_sizes(48)
+    assert cap == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32,
+                   40, 44, 48]
+    p = SglangAdaptive(3, capture_sizes=cap)
+    # slots by smallest size 1, 8, 32, 64: 31 pads to 32, 33 to 40 (slot 32), 9 to 10
+    assert [p.slot_for(n) for n in (1, 7, 8, 9, 31, 33, 48)] == [0, 0, 1, 1, 2, 2, 2]
+    # without graphs (or past the largest) a batch keeps its size
+    plain = SglangAdaptive(3)
+    assert [plain.slot_for(n) for n in (31, 63, 64, 500)] == [1, 2, 3, 3]
+    # max_running 62: SGLang adds it to the list, so 61 pads to 62 (slot 32), not 64
+    assert SglangAdaptive(3, capture_sizes=sglang_capture_sizes(62)).slot_for(61) == 2
+
+
+def test_the_ceiling_caps_a_decision_that_does_not_raise_the_steps():
+    slots = {"1": {"candidate_steps": [1, 2, 4, 6], "ceiling_coeff": 1.0}}
+    p = SglangAdaptive(6, slots)
+    # EMA from 5 toward 2: at batch 15 it is 2 + 3 x 0.8^15 = 2.105, at or below 4's drop
+    # threshold (4 - 0.5 - 0.25), above 2's (1.25): 2 steps; the ceiling, ceil(2.105 x 1)
+    # = 3, does not bind
+    _feed(p, 1, 2, 15)
+    assert p.steps(1) == 2
+    q = SglangAdaptive(6, {"1": {"candidate_steps": [1, 4, 6], "ceiling_coeff": 0.5}},
+                       {"down_hysteresis": -3.0})
+    # EMA from 5 toward 4: 4.035 at batch 15, above 4's drop threshold (4 - 0.5 - 3): the
+    # steps stay at 6, a decision that does not raise them, so the ceiling applies:
+    # ceil(4.035 x 0.5) = 3, and the candidates above it are left: 1 step
+    _feed(q, 1, 4, 15)
+    assert q.steps(1) == 1
+
+
+def test_sglangs_adaptive_launch_becomes_the_controller(tmp_path):
+    cfg = tmp_path / "adaptive.json"
+    cfg.write_text(json.dumps({"ema_alpha": 0.3, "strategy": "ema",
+                               "1": {"candidate_steps": [2, 4]},
+                               "16": {"candidate_steps": [0, 2], "up_hysteresis": 0.5}}))
+    line = ("python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+            "--speculative-algorithm EAGLE3 --speculative-draft-model-path x "
+            f"--speculative-adaptive --speculative-adaptive-config {cfg}")
+    p = parse_sglang(line, lambda m: "llama-3.1-8b")
+    policy = json.loads(dict(t.split("=", 1) for t in p.sets)["variants"])[1]["policy"]
+    assert policy == {"kind": "sglang_adaptive", "ema_alpha": 0.3, "steps": 2,
+                      "slots": {"1": {"candidate_steps": [2, 4]},
+                                "16": {"candidate_steps": [0, 2], "up_hysteresis": 0.5}}}
+    assert any("strategy: SGLang 0.5.14 does not read it" in n for n in p.notes)
+    # top-k > 1: SGLang falls back to the static tree
+    tree = parse_sglang(line + " --speculative-eagle-topk 4", lambda m: "llama-3.1-8b")
+    assert '"kind": "tree"' in dict(t.split("=", 1) for t in tree.sets)["variants"]
+    assert any("falls back to the static parameters" in n for n in tree.notes)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"x": 1}', "at least one integer-string batch-size key"),
+    ('{"1": {"candidate_steps": []}}', "candidate_steps must be a non-empty list"),
+    ('{"1": {"candidate_steps": [-1]}}', "candidate_steps must be a non-empty list"),
+    ('{"1": {"candidate_steps": [0]}}', "every candidate_steps is 0"),
+    ('{"1": {"candidate_steps": [1]}, "1": {}}', "1: given twice"),
+    ("[1]", "must be a JSON object"),
+])
+def test_a_bad_adaptive_config_is_refused(tmp_path, text, match):
+    cfg = tmp_path / "a.json"
+    cfg.write_text(text)
+    with pytest.raises(UserError, match=match):
+        parse_sglang("python3 -m sglang.launch_server --model-path m --speculative-algorithm "
+                     f"EAGLE --speculative-adaptive --speculative-adaptive-config {cfg}",
+                     lambda m: "llama-3.1-8b")
+
+
+def test_an_adaptive_sglang_launch_runs(tmp_path, capsys):
+    assert main(["run", "--from-sglang",
+                 "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+                 "--speculative-algorithm EAGLE3 --speculative-draft-model-path x "
+                 "--speculative-adaptive", "--set", "run.requests=60",
+                 "--set", "acceptance={kind: iid, alpha: 0.8}", "--no-report", "--json",
+                 "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    spec = doc["variants"][1]
+    assert spec["mean_acceptance_length"] > 1.5
+    assert any("SGLang's default slots" in n for n in doc["notes"])
