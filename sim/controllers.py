@@ -3,6 +3,9 @@
 
 - ``SglangAdaptive``: SGLang's ``--speculative-adaptive``, the number of EAGLE steps per
   decode batch from an EMA of accepted drafts kept per batch-size slot.
+- ``TrtllmSpeculation``: TensorRT-LLM's speculative config's controls: ``draft_len_schedule``
+  (batch size to draft length), ``max_concurrency`` and the acceptance-rate gate that
+  switches speculation off for good.
 
 vLLM's Dynamic SD (``num_speculative_tokens_per_batch_size``) is ``sim.policies.BatchLadder``.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -191,3 +195,87 @@ def check_sglang_slots(slots: Mapping, what: str) -> None:
                 for s in steps):
             raise UserError(f"{what}: {key}: candidate_steps must be a non-empty list of "
                             f"integers 0..{MAX_STEPS}, got {steps!r}")
+
+
+class TrtllmSpeculation:
+    """TensorRT-LLM's speculation controls (its LLM API ``DecodingBaseConfig`` fields, as
+    the TensorRT-LLM 1.3.0rc29 LLM API reference describes them; github NVIDIA/TensorRT-LLM
+    PR #10860, merged 2026-03-13, "Dynamic draft length on spec decode one-model path"):
+
+    - ``draft_len_schedule`` {batch size: draft length}: a batch of b requests drafts the
+      length of the first key at or above b; past the largest key it drafts none (its
+      example {4: 4, 8: 2, 32: 1}: 1-4 draft 4, 5-8 2, 9-32 1, 33 on 0);
+    - ``max_concurrency`` M: speculation off above M requests (the schedule {M:
+      max_draft_len});
+    - ``acceptance_rate_threshold`` with ``acceptance_rate_window_size`` N: once the mean
+      acceptance rate (accepted / drafted tokens) of the last N iterations that drafted
+      falls below the threshold, speculation is off for good.
+
+    The batch size is the executor's active requests (``len(active_requests)``, prefills
+    included), SpecSim's running requests as the step starts."""
+
+    uses_draft = True
+    pads_admissions = False
+
+    def __init__(self, max_draft_len: int, schedule: Mapping[int, int] | None = None,
+                 max_concurrency: int | None = None, window: int = 0,
+                 threshold: float | None = None) -> None:
+        if schedule is not None and max_concurrency is not None:
+            raise UserError("policy: draft_len_schedule and max_concurrency are exclusive "
+                            "(TensorRT-LLM refuses both)")
+        if max_concurrency is not None:
+            schedule = {int(max_concurrency): max_draft_len}
+        self.max_draft_len = int(max_draft_len)
+        self._keys: list[int] = []
+        self._lengths: list[int] = []
+        if schedule is not None:
+            keys = sorted(int(k) for k in schedule)
+            if not keys or keys[0] < 1:
+                raise UserError(f"policy.draft_len_schedule: batch sizes >= 1, got {keys}")
+            lengths = [int(schedule[k]) for k in keys]
+            if any(not 0 <= v <= max_draft_len for v in lengths):
+                raise UserError(f"policy.draft_len_schedule: draft lengths 0..max_draft_len "
+                                f"({max_draft_len}), got {lengths}")
+            if lengths[0] != max_draft_len:
+                raise UserError(f"policy.draft_len_schedule: the smallest batch size must "
+                                f"draft max_draft_len ({max_draft_len}), got {lengths[0]}")
+            self._keys, self._lengths = keys, lengths
+        self.window = int(window)
+        self.threshold = threshold
+        self._rates: deque = deque(maxlen=max(self.window, 1))
+        self.disabled = False  # the acceptance gate closed, for good
+        self.max_depth = self.max_nodes = self.max_draft_len
+        self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
+
+    def draft_len(self, batch: int) -> int:
+        """The draft length for ``batch`` active requests (0 once the gate closed)."""
+        if self.disabled:
+            return 0
+        if not self._keys:
+            return self.max_draft_len
+        i = bisect.bisect_left(self._keys, batch)
+        return self._lengths[i] if i < len(self._keys) else 0
+
+    def shape(self, n: int, context: np.ndarray | None = None,
+              history: np.ndarray | None = None, running: int | None = None,
+              scheduled: np.ndarray | None = None) -> np.ndarray:
+        """int64 [max_draft_len]: the chain of this batch's draft length."""
+        return self._rows[self.draft_len(n if running is None else running)]
+
+    def observe(self, accepted: np.ndarray, row: np.ndarray) -> None:
+        """An iteration's acceptance rate into the gate's window (iterations that drafted)."""
+        if self.threshold is None or self.window <= 0 or self.disabled:
+            return
+        drafted = int((row > 0).sum()) if row.ndim == 2 else int((row > 0).sum()) * len(
+            accepted)
+        if drafted == 0:
+            return
+        self._rates.append(float(accepted.sum()) / drafted)
+        if len(self._rates) == self.window and \
+                sum(self._rates) / self.window < self.threshold:
+            self.disabled = True
+
+    @property
+    def deepest_row(self) -> np.ndarray:
+        """int64 [max_draft_len]: the deepest chain this policy drafts."""
+        return self._rows[-1]

@@ -27,7 +27,8 @@ not done by default. The variants (and the load points) run side by side on --wo
 processes, with the same records as one after the other.
 
 A real deployment can be given as its command lines instead of scenario fields:
---from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...")
+--from-vllm "vllm serve MODEL ..." (or --from-sglang "python -m sglang.launch_server ...",
+or --from-trtllm "trtllm-serve MODEL --config FILE ...")
 takes the model, parallelism, batching limits, prefix caching (on by default in both),
 --gpu-memory-utilization (SGLang: --mem-fraction-static), KV dtype, quantization and the
 --speculative-config drafter (a speculative_token_tree that is an expansion tree becomes
@@ -70,6 +71,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--from-sglang", default=None, metavar="CMD",
                    help="a 'python -m sglang.launch_server ...' command line as the "
                         "deployment")
+    p.add_argument("--from-trtllm", default=None, metavar="CMD",
+                   help="a 'trtllm-serve MODEL ...' command line (with its --config YAML) "
+                        "as the deployment")
     p.add_argument("--bench", default=None, metavar="CMD",
                    help="a 'vllm bench serve ...' command line as the workload")
     p.add_argument("--out", default=None,
@@ -212,12 +216,15 @@ def _import_report() -> None:
 def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     """The (override, label) pairs and notes the engines' command lines give."""
     from hardware.catalog import load_catalog
-    from sim.engines import bench, sglang, vllm
+    from sim.engines import bench, sglang, trtllm, vllm
     from sim.engines.common import checkpoint_precision_sets, online_fp8_sets
     from specdec.errors import UserError
 
-    if args.from_vllm is not None and args.from_sglang is not None:
-        raise UserError("--from-vllm, --from-sglang: give one deployment")
+    given = [f for f, v in (("--from-vllm", args.from_vllm), ("--from-sglang",
+                                                               args.from_sglang),
+                            ("--from-trtllm", args.from_trtllm)) if v is not None]
+    if len(given) > 1:
+        raise UserError(f"{', '.join(given)}: give one deployment")
     catalog = load_catalog()
 
     def resolve(model_id: str) -> str:
@@ -232,7 +239,8 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     sets, notes = [], []
     for flag, text, parse in (("--from-vllm", args.from_vllm, vllm.parse_vllm_serve),
                               ("--from-sglang", args.from_sglang,
-                               lambda t, r: sglang.parse_sglang(t, r, has_mtp))):
+                               lambda t, r: sglang.parse_sglang(t, r, has_mtp)),
+                              ("--from-trtllm", args.from_trtllm, trtllm.parse_trtllm)):
         if text is not None:  # an empty one (an unset variable) is the parser's error
             parsed = parse(text, resolve)
             online_fp8_sets(parsed, catalog)

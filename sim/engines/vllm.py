@@ -433,8 +433,7 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
         return []
     target, method = json.loads(values["models.target"]), json.loads(values["models.method"])
     variant = json.loads(values["variants"])[1]
-    k = variant["policy"].get("gamma") or variant["policy"].get("steps")
-    p = matching(method, target, k)
+    p = matching(method, target, _deepest(variant["policy"]))
     if p is None:
         notes.append(f"{flag}: no acceptance preset measured for {method} on {target}: the "
                      "scenario's acceptance model is used (set acceptance)")
@@ -443,6 +442,20 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
     notes.append(f"{flag}: acceptance: preset {p.name} ({p.dataset}, k {p.k}; {p.source}); "
                  "--set acceptance=... gives your own")
     return [(text, f"{flag} (acceptance preset {p.name})")]
+
+
+def _deepest(policy: dict) -> int:
+    """The most tokens a policy of an engine's command line drafts per step: a chain's γ,
+    a tree's steps, a controller's largest draft length."""
+    from sim.controllers import SGLANG_DEFAULT_SLOTS
+
+    if policy["kind"] == "sglang_adaptive":
+        slots = policy.get("slots") or SGLANG_DEFAULT_SLOTS
+        return max(max(v["candidate_steps"]) for v in slots.values())
+    for key in ("gamma", "steps", "max_draft_len", "num_speculative_tokens"):
+        if policy.get(key):
+            return policy[key]
+    return max(g for _, _, g in policy["ladder"])
 
 
 def _hf_id(model) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, PosInt, Shape, Strict, kind_union
 from sim.limits import MAX_TREE_NODES, draft_nodes
@@ -209,6 +209,44 @@ class SglangAdaptivePolicy(Strict):
         return make
 
 
+class TrtllmPolicy(Strict):
+    """TensorRT-LLM's speculative config: ``max_draft_len`` and its controls
+    (``sim.controllers.TrtllmSpeculation``): a draft length by batch size, speculation off
+    above a concurrency, and the acceptance-rate gate that switches it off for good."""
+
+    kind: Literal["trtllm"]
+    max_draft_len: Gamma
+    # {batch size: draft length}: the first key at or above the batch, 0 past the largest
+    draft_len_schedule: dict[PosInt, Steps] | None = Field(None, min_length=1,
+                                                            max_length=MAX_GAMMA + 1)
+    max_concurrency: PosInt | None = None  # speculation off above this many requests
+    acceptance_rate_window_size: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
+    acceptance_rate_threshold: Annotated[float, Field(ge=0, le=1)] | None = None
+    chains_only: ClassVar[bool] = True
+
+    @field_validator("draft_len_schedule", mode="before")
+    @classmethod
+    def _keys_as_numbers(cls, value):
+        """Batch sizes written as strings (JSON's keys, ``--set`` of a JSON object) are
+        read as the integers they spell."""
+        if isinstance(value, dict):
+            return {int(k) if isinstance(k, str) and k.isdigit() else k: v
+                    for k, v in value.items()}
+        return value
+
+    def build(self, acceptance):
+        """A factory of ``sim.controllers.TrtllmSpeculation`` (checked now)."""
+        from sim.controllers import TrtllmSpeculation
+
+        def make():
+            return TrtllmSpeculation(self.max_draft_len, self.draft_len_schedule,
+                                     self.max_concurrency, self.acceptance_rate_window_size,
+                                     self.acceptance_rate_threshold)
+
+        make()
+        return make
+
+
 POLICY_KINDS = (NonePolicy, FixedPolicy, TreePolicyCfg, LadderPolicy, AdaptivePolicy,
-                SglangAdaptivePolicy)
+                SglangAdaptivePolicy, TrtllmPolicy)
 Policy = kind_union(POLICY_KINDS)

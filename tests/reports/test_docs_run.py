@@ -77,6 +77,7 @@ COMMANDS = {
     ("docs/how-to/simulate-an-engine-deployment.md", r'--from-vllm "\$SERVE"'),
     ("docs/how-to/simulate-an-engine-deployment.md", r'--from-vllm "\$FORCED"'),
     ("docs/how-to/simulate-an-engine-deployment.md", r"--from-sglang"),
+    ("docs/how-to/simulate-an-engine-deployment.md", r'--from-trtllm "\$TRT"'),
     ("docs/how-to/replay-a-public-trace.md", r"^specsim run scenarios/mooncake-trace\.yaml$"),
     ("docs/how-to/replay-a-public-trace.md", r"workload\.time_scale=1,2,4"),
     ("docs/how-to/record-a-trace.md", r"--out runs/my-trace\.npz"),
@@ -421,6 +422,18 @@ def test_sglang_command_line(tmp_path, capsys, monkeypatch):
     """(Its report once failed to write: the resolved scenario's default
     ``scheduler.vllm_release`` beside SGLang's order did not validate again.)"""
     _run_and_compare(ENGINE, r"--from-sglang", tmp_path, capsys, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_trtllm_command_line(tmp_path, capsys, monkeypatch):
+    """The page's TensorRT-LLM config, written where its command reads it, runs."""
+    config = next(body for _, body, _ in _fences((ROOT / ENGINE).read_text())
+                  if body.startswith("# trt.yaml"))
+    (tmp_path / "trt.yaml").write_text(config)
+    argv, _ = _command(ENGINE, r'--from-trtllm "\$TRT"')
+    printed = _run(argv, capsys, monkeypatch, tmp_path / "out", cwd=tmp_path)
+    assert "with TensorRT-LLM's controls" in printed
 
 
 def test_vllm_forced_acceptance(tmp_path, capsys, monkeypatch):

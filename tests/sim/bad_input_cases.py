@@ -509,6 +509,28 @@ CASES = [
     ("ladder-empty", {"s.yaml": "variants: [{name: l, policy: {kind: batch_ladder, "
                                 "ladder: []}}]\n"},
      ["run", "{tmp}/s.yaml"], "variants.0.policy.ladder: needs at least 1 item(s), got []"),
+    ("sglang-adaptive-slot-key", {"s.yaml": "variants: [{name: a, policy: {kind: "
+                                            "sglang_adaptive, slots: {x1: {candidate_steps: "
+                                            "[1]}}}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.policy.slots.x1.[key]"),
+    ("sglang-adaptive-never", {"s.yaml": "variants: [{name: a, policy: {kind: "
+                                         "sglang_adaptive, slots: {'1': {candidate_steps: "
+                                         "[0]}}}}]\n"},
+     ["run", "{tmp}/s.yaml"], "policy.slots: every candidate_steps is 0"),
+    ("trtllm-schedule-first", {"s.yaml": "variants: [{name: t, policy: {kind: trtllm, "
+                                         "max_draft_len: 4, draft_len_schedule: {4: 2}}}]\n"},
+     ["run", "{tmp}/s.yaml"],
+     "policy.draft_len_schedule: the smallest batch size must draft max_draft_len (4)"),
+    ("trtllm-threshold", {"s.yaml": "variants: [{name: t, policy: {kind: trtllm, "
+                                    "max_draft_len: 4, acceptance_rate_threshold: 1.5}}]\n"},
+     ["run", "{tmp}/s.yaml"], "variants.0.policy.acceptance_rate_threshold: must be <= 1"),
+    ("trtllm-no-config-file", {}, ["run", "--from-trtllm", "trtllm-serve "
+                                   "meta-llama/Llama-3.1-8B-Instruct --config {tmp}/none.yaml"],
+     "none.yaml: cannot read TensorRT-LLM config: No such file or directory"),
+    ("trtllm-two-models", {}, ["run", "--from-trtllm", "trtllm-serve a b"],
+     "--from-trtllm: one MODEL is required, got ['a', 'b']"),
+    ("trtllm-and-vllm", {}, ["run", "--from-trtllm", "trtllm-serve a", "--from-vllm",
+                             "vllm serve a"], "--from-vllm, --from-trtllm: give one deployment"),
     ("adaptive-smoothing-zero", {"s.yaml": "variants: [{name: a, policy: {kind: adaptive, "
                                            "smoothing: 0}}]\n"},
      ["run", "{tmp}/s.yaml"], "variants.0.policy.smoothing: must be > 0, got 0"),

@@ -134,3 +134,128 @@ def test_an_adaptive_sglang_launch_runs(tmp_path, capsys):
     spec = doc["variants"][1]
     assert spec["mean_acceptance_length"] > 1.5
     assert any("SGLang's default slots" in n for n in doc["notes"])
+
+
+# TensorRT-LLM: the draft_len_schedule example of github NVIDIA/TensorRT-LLM PR #10860
+# ("Dynamic draft length on spec decode one-model path", merged 2026-03-13): {4: 4, 8: 2,
+# 32: 1} drafts 4 at batch 1-4, 2 at 5-8, 1 at 9-32 and none from 33; max_concurrency M is
+# {M: max_draft_len}; the acceptance-rate gate (TensorRT-LLM 1.3.0rc29 LLM API reference,
+# acceptance_rate_threshold): off for good once the mean over the last N iterations that
+# drafted falls below the threshold
+
+
+def test_tensorrt_llms_schedule_and_concurrency_cap():
+    from sim.controllers import TrtllmSpeculation
+
+    p = TrtllmSpeculation(4, {4: 4, 8: 2, 32: 1})
+    assert [p.draft_len(b) for b in (1, 4, 5, 8, 9, 32, 33, 500)] == [4, 4, 2, 2, 1, 1, 0, 0]
+    assert int(p.shape(3, running=6).sum()) == 2  # the active requests, not the decoders
+    cap = TrtllmSpeculation(3, max_concurrency=16)
+    assert [cap.draft_len(b) for b in (1, 16, 17)] == [3, 3, 0]
+    for bad, match in (({4: 2, 8: 4}, "smallest batch size must draft max_draft_len"),
+                       ({4: 4, 8: 5}, r"draft lengths 0..max_draft_len")):
+        with pytest.raises(UserError, match=match):
+            TrtllmSpeculation(4, bad)
+    with pytest.raises(UserError, match="exclusive"):
+        TrtllmSpeculation(4, {4: 4}, max_concurrency=8)
+
+
+def test_tensorrt_llms_acceptance_gate_switches_speculation_off_for_good():
+    from sim.controllers import TrtllmSpeculation
+
+    p = TrtllmSpeculation(4, window=3, threshold=0.5)
+    row = p.shape(2)
+    # rates 0.75, 0.25, 0.5: mean 0.5, not below; then 0.125: mean of the last three 0.29
+    for accepted, closed in (([3, 3], False), ([1, 1], False), ([2, 2], False),
+                             ([1, 0], True)):
+        p.observe(np.array(accepted), row)
+        assert p.disabled is closed
+    assert p.draft_len(1) == 0
+    p.observe(np.array([4, 4]), row)  # nothing reopens it
+    assert p.disabled
+    # an iteration that drafted nothing is not a sample
+    q = TrtllmSpeculation(4, window=1, threshold=0.5)
+    q.observe(np.array([0, 0]), np.zeros(4, dtype=np.int64))
+    assert not q.disabled
+
+
+def _trtllm(tmp_path, yaml_text: str, flags: str = ""):
+    from sim.engines.trtllm import parse_trtllm
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml_text)
+    p = parse_trtllm(f"trtllm-serve meta-llama/Llama-3.1-8B-Instruct --config {cfg} {flags}",
+                     lambda m: {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+                                "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b"}[m])
+    return p, {k: json.loads(v) for k, v in (t.split("=", 1) for t in p.sets)}
+
+
+def test_a_trtllm_serve_line_and_its_config_become_the_scenario(tmp_path):
+    p, s = _trtllm(tmp_path, "speculative_config: {decoding_type: MTP, "
+                             "num_nextn_predict_layers: 3, max_concurrency: 32}\n"
+                             "kv_cache_config: {free_gpu_memory_fraction: 0.8, dtype: fp8}\n"
+                             "enable_chunked_prefill: true\nmax_num_tokens: 4096\n",
+                   "--tp_size 8 --max_batch_size 128")
+    assert s["deployment.tp"] == 8 and s["deployment.kv_bits"] == 8
+    assert (s["scheduler.max_num_seqs"], s["scheduler.max_batched_tokens"],
+            s["scheduler.chunked_prefill"]) == (128, 4096, True)
+    assert s["deployment.gpu_memory_utilization"] == 0.8
+    assert s["variants"][1] == {"name": "mtp", "drafter": {"method": "mtp"},
+                                "policy": {"kind": "trtllm", "max_draft_len": 3,
+                                           "max_concurrency": 32}}
+    # without controls a fixed chain; the engine's defaults where nothing is given
+    _, plain = _trtllm(tmp_path, "speculative_config: {decoding_type: DraftTarget, "
+                                 "max_draft_len: 3, speculative_model_dir: "
+                                 "meta-llama/Llama-3.2-1B-Instruct}\n")
+    assert plain["variants"][1]["policy"] == {"kind": "fixed", "gamma": 3}
+    assert plain["variants"][1]["drafter"] == {"method": "draft_model", "model": "llama-3.2-1b"}
+    assert (plain["scheduler.max_num_seqs"], plain["scheduler.max_batched_tokens"],
+            plain["scheduler.chunked_prefill"]) == (2048, 8192, False)
+
+
+@pytest.mark.parametrize("yaml_text, flags, match", [
+    ("speculative_config: {decoding_type: Medusa, max_draft_len: 3}\n", "",
+     "decoding_type: one of MTP, Eagle3, Eagle, NGram, DraftTarget"),
+    ("speculative_config: {decoding_type: Eagle3}\n", "", "max_draft_len"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3, acceptance_window: 8}\n",
+     "", "acceptance_window: the older acceptance gate"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3, foo: 1}\n", "",
+     "foo: not modelled"),
+    ("enable_attention_dp: true\n", "", "enable_attention_dp: not a TensorRT-LLM option"),
+    ("max_batch_size: 0\n", "", "max_batch_size: an integer >= 1"),
+    ("{}\n", "--backend tensorrt", "SpecSim models the PyTorch backend"),
+    ("{}\n", "--gpus_per_node 8", "--gpus_per_node: not a trtllm-serve flag"),
+])
+def test_a_trtllm_line_specsim_cannot_model_is_refused(tmp_path, yaml_text, flags, match):
+    with pytest.raises(UserError, match=match):
+        _trtllm(tmp_path, yaml_text, flags)
+
+
+def test_a_trtllm_launch_with_its_controls_runs(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("speculative_config: {decoding_type: Eagle3, max_draft_len: 4, "
+                   "draft_len_schedule: {4: 4, 8: 2, 32: 1}}\n")
+    assert main(["run", "--from-trtllm",
+                 f"trtllm-serve meta-llama/Llama-3.1-8B-Instruct --config {cfg}",
+                 "--set", "run.requests=60", "--set", "acceptance={kind: iid, alpha: 0.8}",
+                 "--no-report", "--json", "--out", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["variants"][1]["name"] == "eagle3"
+    assert doc["variants"][1]["mean_acceptance_length"] > 1.5
+
+
+@pytest.mark.parametrize("flag, line", [
+    ("--from-vllm", "vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config "
+                    "'{\"method\": \"eagle3\", \"num_speculative_tokens\": 4, "
+                    "\"num_speculative_tokens_per_batch_size\": [[1, 8, 4], [9, 64, 1]]}'"),
+    ("--from-sglang", "python3 -m sglang.launch_server --model-path "
+                      "meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 "
+                      "--speculative-draft-model-path x --speculative-adaptive"),
+])
+def test_a_controller_takes_the_acceptance_preset_of_its_deepest_draft(flag, line, tmp_path,
+                                                                       capsys):
+    # (a controller's policy has no gamma: the preset lookup raised a TypeError)
+    assert main(["run", flag, line, "--set", "run.requests=30", "--no-report", "--json",
+                 "--out", str(tmp_path / "r")]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("acceptance: preset" in n or "no acceptance preset" in n for n in notes)

@@ -1,0 +1,244 @@
+"""``trtllm-serve MODEL [flags]`` with its ``--config`` (``--extra_llm_api_options``) YAML as
+a scenario: TensorRT-LLM's PyTorch backend, its speculative config and its controls.
+
+Flags from TensorRT-LLM's ``tensorrt_llm/commands/serve.py`` (github NVIDIA/TensorRT-LLM
+@00209af1, ``get_llm_args`` and the ``serve`` command's options); the defaults it takes
+from ``BuildConfig`` (tensorrt_llm/builder.py @008b2b8d: ``max_batch_size`` 2048,
+``max_num_tokens`` 8192) and ``KvCacheConfig`` (``free_gpu_memory_fraction`` 0.9, as
+``get_llm_args`` passes it). The YAML's keys are the LLM API's (``TorchLlmArgs``); the
+speculative config's are ``DecodingBaseConfig``'s and its subclasses' (TensorRT-LLM
+1.3.0rc29's LLM API reference): ``decoding_type`` MTP, Eagle3 (Eagle its alias), NGram or
+DraftTarget, ``max_draft_len`` (MTP: ``num_nextn_predict_layers``), and the controls
+``draft_len_schedule``, ``max_concurrency``, ``acceptance_rate_window_size`` and
+``acceptance_rate_threshold`` (``sim.controllers.TrtllmSpeculation``).
+
+TensorRT-LLM schedules with its own capacity scheduler (GUARANTEED_NO_EVICT: a request is
+admitted only with KV for its whole output) and, by default, without chunked prefill;
+SpecSim runs vLLM v1's order with chunked prefill off, and says so in the notes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sim.engines.common import KV_DTYPES, NO_EFFECT, Parsed, flags_of, float_flag, int_flag
+from specdec.errors import UserError
+
+DEFAULT_MAX_BATCH = 2048
+DEFAULT_MAX_TOKENS = 8192
+# decoding_type -> SpecSim's drafting method
+TRTLLM_METHODS = {"MTP": "mtp", "Eagle3": "eagle3", "Eagle": "eagle3", "NGram": "ngram",
+                  "DraftTarget": "draft_model"}
+_NO_EFFECT = {"--host", "--port", "--tokenizer", "--served-model-name", "--log-level",
+              "--trust-remote-code", "--num-postprocess-workers", "--reasoning-parser",
+              "--tool-parser", "--chat-template", "--revision", "--metadata-server-config-file"}
+# LLM API keys that do not change what SpecSim simulates
+_YAML_NO_EFFECT = {"print_iter_log", "return_perf_metrics", "enable_iter_perf_stats",
+                   "trust_remote_code", "stream_interval", "num_postprocess_workers"}
+# speculative-config keys that change what is accepted, not the timing
+_SPEC_NO_TIMING = {"is_public_pool", "is_keep_all", "is_use_oldest", "max_matching_ngram_size",
+                   "use_relaxed_acceptance_for_thinking", "relaxed_topk", "relaxed_delta",
+                   "eagle3_one_model", "load_format"}
+_CONTROLS = ("draft_len_schedule", "max_concurrency", "acceptance_rate_window_size",
+             "acceptance_rate_threshold")
+
+
+def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
+    """``trtllm-serve MODEL [flags]`` as overrides (the YAML of ``--config`` read too)."""
+    from sim.engines.common import split
+
+    what = "--from-trtllm"
+    out = Parsed(what)
+    words = split(text, what, ("trtllm-serve",))
+    pos, flags = flags_of(words, what, {"--trust-remote-code"})
+    if "serve" in pos[:1]:  # "trtllm-serve serve MODEL" is the same command
+        pos = pos[1:]
+    if len(pos) != 1:
+        raise UserError(f"{what}: one MODEL is required, got {pos}")
+    target = resolve_model(pos[0])
+    out.set("models.target", target)
+    out.set("name", "trtllm-" + pos[0].rstrip("/").split("/")[-1].lower())
+    out.set("deployment.framework", "trtllm")
+    out.set("scheduler.order", "vllm_v1")
+    out.notes.append("scheduler: TensorRT-LLM's capacity scheduler (GUARANTEED_NO_EVICT) is "
+                     "not modelled; SpecSim runs vLLM v1's order with its budget and limits")
+    limits = {"max_batch_size": DEFAULT_MAX_BATCH, "max_num_tokens": DEFAULT_MAX_TOKENS,
+              "enable_chunked_prefill": False}
+    config = flags.pop("--config", None)
+    extra = flags.pop("--extra-llm-api-options", None)
+    if config is not None and extra is not None:
+        raise UserError(f"{what}: --config, --extra_llm_api_options: give one (the second "
+                        "is the first's old name)")
+    backend = flags.pop("--backend", "pytorch")
+    if backend != "pytorch":
+        raise UserError(f"{what}: --backend {backend}: SpecSim models the PyTorch backend")
+    mapping = {"--tp-size": "deployment.tp", "--pp-size": "deployment.pp",
+               "--ep-size": "deployment.ep"}
+    for name, value in flags.items():
+        if name in mapping:
+            out.set(mapping[name], _number(int_flag, name, value, what))
+        elif name == "--max-batch-size":
+            limits["max_batch_size"] = _number(int_flag, name, value, what)
+        elif name == "--max-num-tokens":
+            limits["max_num_tokens"] = _number(int_flag, name, value, what)
+        elif name == "--max-seq-len":
+            out.set("scheduler.max_model_len", _number(int_flag, name, value, what))
+        elif name in ("--kv-cache-free-gpu-memory-fraction", "--free-gpu-memory-fraction"):
+            out.set("deployment.gpu_memory_utilization", _number(float_flag, name, value, what))
+            out.notes.append(f"{_shown(name)}: the share of free memory after the weights, "
+                             "taken as "
+                             "the share of the GPU the weights and KV cache may fill")
+        elif name in _NO_EFFECT or name in NO_EFFECT:
+            out.notes.append(f"{_shown(name)}: not used by the simulation")
+        else:
+            raise UserError(f"{what}: {_shown(name)}: not a trtllm-serve flag SpecSim models")
+    spec = None
+    path = config or extra
+    if path is not None:
+        spec = _yaml(out, Path(path), limits, what)
+    out.set("scheduler.max_num_seqs", limits["max_batch_size"])
+    out.set("scheduler.max_batched_tokens", limits["max_num_tokens"])
+    out.set("scheduler.chunked_prefill", bool(limits["enable_chunked_prefill"]))
+    none = {"name": "none", "policy": {"kind": "none"}}
+    if spec is None:
+        out.set("variants", [none])
+        return out
+    variant = _speculation(out, spec, resolve_model, what)
+    out.set("models.method", variant["drafter"]["method"])
+    out.set("models.draft", None)
+    out.set("variants", [none, variant])
+    return out
+
+
+def _yaml(out: Parsed, path: Path, limits: dict, what: str) -> dict | None:
+    """The ``--config`` YAML's keys into ``out`` and ``limits``; its speculative config."""
+    from sim.loading import read_yaml
+
+    try:
+        doc = read_yaml(path, "TensorRT-LLM config")
+    except UserError as e:
+        raise UserError(f"{what}: --config {e}") from None
+    where = f"{what}: {path}"
+    spec = None
+    for key, value in doc.items():
+        if key in ("max_batch_size", "max_num_tokens"):
+            limits[key] = _int(value, f"{where}: {key}")
+        elif key == "enable_chunked_prefill":
+            limits[key] = _bool(value, f"{where}: {key}")
+        elif key == "speculative_config":
+            if not isinstance(value, dict):
+                raise UserError(f"{where}: speculative_config: a mapping")
+            spec = value
+        elif key == "kv_cache_config":
+            _kv_cache(out, value, f"{where}: kv_cache_config")
+        elif key in ("tensor_parallel_size", "pipeline_parallel_size",
+                     "moe_expert_parallel_size"):
+            field = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
+                     "moe_expert_parallel_size": "ep"}[key]
+            out.set(f"deployment.{field}", _int(value, f"{where}: {key}"))
+        elif key in ("cuda_graph_config", "disable_overlap_scheduler"):
+            out.notes.append(f"{path}: {key}: not priced (SpecSim prices a step's host work "
+                             "the same with and without CUDA graphs or the overlap scheduler)")
+        elif key in _YAML_NO_EFFECT:
+            out.notes.append(f"{path}: {key}: not used by the simulation")
+        else:
+            raise UserError(f"{where}: {key}: not a TensorRT-LLM option SpecSim models")
+    return spec
+
+
+def _kv_cache(out: Parsed, cfg, where: str) -> None:
+    if not isinstance(cfg, dict):
+        raise UserError(f"{where}: a mapping")
+    for key, value in cfg.items():
+        if key == "free_gpu_memory_fraction":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 < value <= 1:
+                raise UserError(f"{where}: free_gpu_memory_fraction: a number in (0, 1], "
+                                f"got {value!r}")
+            out.set("deployment.gpu_memory_utilization", float(value))
+        elif key == "dtype":
+            if value not in KV_DTYPES:
+                raise UserError(f"{where}: dtype: one of {', '.join(KV_DTYPES)}, got "
+                                f"{value!r}")
+            out.set("deployment.kv_bits", KV_DTYPES[value])
+        elif key == "enable_block_reuse":
+            out.set("scheduler.prefix_caching", _bool(value, f"{where}: {key}"))
+        else:
+            raise UserError(f"{where}: {key}: not a KV cache option SpecSim models")
+
+
+def _speculation(out: Parsed, spec: dict, resolve_model, what: str) -> dict:
+    """The speculative variant of a ``speculative_config`` mapping."""
+    spec = dict(spec)
+    where = f"{what}: speculative_config"
+    kind = spec.pop("decoding_type", None)
+    if kind not in TRTLLM_METHODS:
+        raise UserError(f"{where}: decoding_type: one of {', '.join(TRTLLM_METHODS)}, got "
+                        f"{kind!r}")
+    method = TRTLLM_METHODS[kind]
+    k = spec.pop("max_draft_len", None)
+    layers = spec.pop("num_nextn_predict_layers", None)
+    if method == "mtp" and layers is not None:
+        k = layers if k is None else k  # MTP drafts one token per next-n module run
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise UserError(f"{where}: max_draft_len (MTP: num_nextn_predict_layers): an integer "
+                        f">= 1 is required, got {k!r}")
+    drafter: dict = {"method": method}
+    model = spec.pop("speculative_model", None) or spec.pop("speculative_model_dir", None)
+    if method == "draft_model":
+        if model is None:
+            raise UserError(f"{where}: speculative_model: required for DraftTarget")
+        drafter["model"] = resolve_model(model)
+    elif model is not None:
+        out.notes.append(f"speculative_model {model}: the {kind} head is priced from the "
+                         "target's shape")
+    if method == "ngram":
+        drafter["proposal_rate"] = 1.0
+        out.notes.append("NGram: every step drafts (proposal_rate 1; set "
+                         "variants.1.drafter.proposal_rate for prompts without matches)")
+    for key in sorted(spec):
+        if key in _SPEC_NO_TIMING:
+            out.notes.append(f"speculative_config {key}: changes what is accepted, which "
+                             "comes from the scenario's acceptance model")
+            spec.pop(key)
+    policy: dict = {"kind": "trtllm", "max_draft_len": k}
+    for key in _CONTROLS:
+        if key in spec:
+            policy[key] = spec.pop(key)
+    for old in ("acceptance_window", "acceptance_length_threshold"):
+        if old in spec:
+            raise UserError(f"{where}: {old}: the older acceptance gate (per finished request) "
+                            "is not modelled; acceptance_rate_window_size and "
+                            "acceptance_rate_threshold are")
+    if spec:
+        raise UserError(f"{where}: {sorted(spec)[0]}: not modelled")
+    if len(policy) == 2:
+        policy = {"kind": "fixed", "gamma": k}
+    out.notes.append(f"speculation: {kind}, {k} draft tokens per step"
+                     + (" with TensorRT-LLM's controls" if policy["kind"] == "trtllm" else ""))
+    return {"name": kind.lower(), "policy": policy, "drafter": drafter}
+
+
+def _shown(name: str) -> str:
+    """A flag as trtllm-serve spells it (``--tp_size``; ``flags_of`` reads it as
+    ``--tp-size``)."""
+    return "--" + name.removeprefix("--").replace("-", "_")
+
+
+def _number(read, name: str, value: str, what: str):
+    """A flag's value read by ``int_flag`` or ``float_flag``, its errors naming the flag as
+    trtllm-serve spells it."""
+    return read({_shown(name): value}, _shown(name), what)
+
+
+def _int(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{where}: an integer >= 1, got {value!r}")
+    return value
+
+
+def _bool(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: true or false, got {value!r}")
+    return value
