@@ -148,6 +148,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"  serve it: {best['vllm_serve']}")
         if best["vllm_serve_notes"]:
             print(f"  ({best['vllm_serve_notes']})")
+        print(f"  or with SGLang: {best['sglang_launch']}")
+        if best["sglang_launch_notes"]:
+            print(f"  ({best['sglang_launch_notes']})")
+        print(f"  or with TensorRT-LLM: {best['trtllm_serve']}")
+        print("  and this config.yaml:")
+        for line in best["trtllm_config"].splitlines():
+            print(f"    {line}")
+        if best["trtllm_serve_notes"]:
+            print(f"  ({best['trtllm_serve_notes']})")
         front = ", ".join(table.loc[table["pareto"], "candidate"])
         print(f"Pareto front (tokens/s per GPU vs per-user tokens/s): {front}")
     else:

@@ -19,6 +19,7 @@ from sim.engines.common import (
     precision_flag,
     split,
 )
+from sim.engines.vllm import deepest, hf_id
 from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
 SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
@@ -298,3 +299,77 @@ def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[flo
 
     # P(rounded clamped length >= j + 1) = P(N(length, 1) >= j + 0.5), j = 1..steps
     return [1.0 - phi(j + 0.5 - length) for j in range(1, steps + 1)]
+
+
+def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
+    """The ``python3 -m sglang.launch_server`` line that realises ``variant`` of
+    ``scenario``, and what it cannot say (notes): the inverse of :func:`parse_sglang` where
+    SGLang has a knob."""
+    import shlex
+
+    d, lim, notes = scenario.deployment, scenario.scheduler, []
+    target = catalog.model(scenario.models.target)
+    words = ["python3", "-m", "sglang.launch_server", "--model-path", hf_id(target)]
+    if d.tp > 1:
+        words += ["--tp-size", str(d.tp)]
+    if d.pp > 1:
+        words += ["--pp-size", str(d.pp)]
+    words += ["--max-running-requests", str(lim.max_num_seqs)]
+    if lim.chunked_prefill:
+        words += ["--chunked-prefill-size", str(lim.max_batched_tokens)]
+    else:
+        words += ["--chunked-prefill-size", "-1", "--max-prefill-tokens",
+                  str(lim.max_batched_tokens)]
+    if not lim.prefix_caching:
+        words.append("--disable-radix-cache")
+    if d.gpu_memory_utilization != 0.9:
+        words += ["--mem-fraction-static", f"{d.gpu_memory_utilization:g}"]
+    if d.kv_bits == 8:
+        words += ["--kv-cache-dtype", "fp8_e4m3"]
+    if lim.order != "prefill_first":
+        notes.append(f"scheduling: SGLang schedules prefill batches first (scheduler.order "
+                     f"prefill_first); the scenario ran {lim.order}")
+    words += _speculation_flags(scenario, variant, notes)
+    return shlex.join(words), notes
+
+
+_ALGORITHMS = {ours: flag for flag, ours in SGLANG_METHODS.items()}
+
+
+def _speculation_flags(scenario, variant, notes: list[str]) -> list[str]:
+    """SGLang's speculative flags for ``variant``'s policy and drafter."""
+    policy = variant.policy
+    if policy.kind == "none":
+        return []
+    drafter = variant.drafter or scenario.models.drafter()
+    algo = _ALGORITHMS.get(drafter.method)
+    if algo is None:
+        notes.append(f"drafting method {drafter.method}: SGLang has no such algorithm")
+        return []
+    words = ["--speculative-algorithm", algo]
+    if drafter.method == "draft_model":
+        words += ["--speculative-draft-model-path",
+                  f"<{getattr(drafter, 'model', None) or scenario.models.draft}>"]
+    elif drafter.method in ("eagle", "eagle3"):
+        words += ["--speculative-draft-model-path",
+                  f"<an {drafter.method} head trained for {scenario.models.target}>"]
+    if policy.kind == "sglang_adaptive":
+        words.append("--speculative-adaptive")
+        if policy.steps is not None:
+            words += ["--speculative-num-steps", str(policy.steps)]
+        if policy.slots is not None or policy.cuda_graph_bs is not None:
+            notes.append("sglang_adaptive: write its slots and thresholds to a JSON file "
+                         "for --speculative-adaptive-config")
+        return words
+    if policy.kind == "fixed":
+        steps, topk = policy.gamma, 1
+    elif policy.kind == "tree" and len(set(policy.shape[1:])) <= 1 and \
+            set(policy.shape[1:]) <= {1}:
+        steps, topk = len(policy.shape), policy.shape[0]
+    else:
+        depth = deepest(policy.model_dump())
+        notes.append(f"policy {policy.kind}: SGLang has no such knob; the line drafts a fixed "
+                     f"chain of its deepest shape ({depth})")
+        steps, topk = depth, 1
+    return [*words, "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
+            str(topk), "--speculative-num-draft-tokens", str(steps * topk + 1)]

@@ -242,3 +242,83 @@ def _bool(value, where: str) -> bool:
     if not isinstance(value, bool):
         raise UserError(f"{where}: true or false, got {value!r}")
     return value
+
+
+_DECODING = {"mtp": "MTP", "eagle3": "Eagle3", "eagle": "Eagle3", "ngram": "NGram",
+             "draft_model": "DraftTarget"}
+
+
+def serve_command(scenario, variant, catalog) -> tuple[str, str, list[str]]:
+    """The ``trtllm-serve`` line and its ``--config`` YAML (``config.yaml``) that realise
+    ``variant`` of ``scenario``, and what they cannot say (notes): the inverse of
+    :func:`parse_trtllm` where TensorRT-LLM has a knob."""
+    import shlex
+
+    import yaml
+
+    from sim.engines.vllm import hf_id
+
+    d, lim, notes = scenario.deployment, scenario.scheduler, []
+    target = catalog.model(scenario.models.target)
+    words = ["trtllm-serve", hf_id(target)]
+    for flag, value, default in (("--tp_size", d.tp, 1), ("--pp_size", d.pp, 1),
+                                 ("--ep_size", d.ep, 1)):
+        if value != default:
+            words += [flag, str(value)]
+    words += ["--max_batch_size", str(lim.max_num_seqs), "--max_num_tokens",
+              str(lim.max_batched_tokens)]
+    if lim.max_model_len is not None:
+        words += ["--max_seq_len", str(lim.max_model_len)]
+    config: dict = {}
+    if lim.chunked_prefill:
+        config["enable_chunked_prefill"] = True
+    kv: dict = {"enable_block_reuse": bool(lim.prefix_caching)}
+    if d.gpu_memory_utilization != 0.9:
+        kv["free_gpu_memory_fraction"] = d.gpu_memory_utilization
+    if d.kv_bits == 8:
+        kv["dtype"] = "fp8"
+    config["kv_cache_config"] = kv
+    spec = _speculative_config(scenario, variant, notes)
+    if spec is not None:
+        config["speculative_config"] = spec
+    words += ["--config", "config.yaml"]
+    notes.append("scheduling: TensorRT-LLM's own capacity scheduler, which SpecSim does not "
+                 "model (the simulation ran vLLM v1's order)")
+    return shlex.join(words), yaml.safe_dump(config, sort_keys=False), notes
+
+
+def _speculative_config(scenario, variant, notes: list[str]) -> dict | None:
+    """The ``speculative_config`` mapping of ``variant``, or None without speculation."""
+    policy = variant.policy
+    if policy.kind == "none":
+        return None
+    drafter = variant.drafter or scenario.models.drafter()
+    kind = _DECODING.get(drafter.method)
+    if kind is None:
+        notes.append(f"drafting method {drafter.method}: TensorRT-LLM's PyTorch backend has "
+                     "no such decoding_type")
+        return None
+    spec: dict = {"decoding_type": kind}
+    if drafter.method == "draft_model":
+        spec["speculative_model"] = f"<{getattr(drafter, 'model', None) or scenario.models.draft}>"
+    elif drafter.method in ("eagle", "eagle3"):
+        spec["speculative_model"] = f"<an Eagle3 head trained for {scenario.models.target}>"
+    if policy.kind == "trtllm":
+        spec["max_draft_len"] = policy.max_draft_len
+        for key in ("draft_len_schedule", "max_concurrency", "acceptance_rate_threshold"):
+            if getattr(policy, key) is not None:
+                spec[key] = getattr(policy, key)
+        if policy.acceptance_rate_window_size:
+            spec["acceptance_rate_window_size"] = policy.acceptance_rate_window_size
+    elif policy.kind == "fixed":
+        spec["max_draft_len"] = policy.gamma
+    else:
+        from sim.engines.vllm import deepest
+
+        depth = deepest(policy.model_dump())
+        notes.append(f"policy {policy.kind}: TensorRT-LLM has no such knob; the config drafts "
+                     f"a fixed chain of its deepest shape ({depth})")
+        spec["max_draft_len"] = depth
+    if kind == "MTP":
+        spec["num_nextn_predict_layers"] = spec.pop("max_draft_len")
+    return spec

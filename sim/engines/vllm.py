@@ -433,7 +433,7 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
         return []
     target, method = json.loads(values["models.target"]), json.loads(values["models.method"])
     variant = json.loads(values["variants"])[1]
-    p = matching(method, target, _deepest(variant["policy"]))
+    p = matching(method, target, deepest(variant["policy"]))
     if p is None:
         notes.append(f"{flag}: no acceptance preset measured for {method} on {target}: the "
                      "scenario's acceptance model is used (set acceptance)")
@@ -444,21 +444,26 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
     return [(text, f"{flag} (acceptance preset {p.name})")]
 
 
-def _deepest(policy: dict) -> int:
-    """The most tokens a policy of an engine's command line drafts per step: a chain's γ,
-    a tree's steps, a controller's largest draft length."""
+def deepest(policy: dict) -> int:
+    """The most tokens a policy (a scenario's ``policy`` as a mapping) drafts per step: a
+    chain's γ, a tree's depth, a ladder's K, a controller's largest draft."""
     from sim.controllers import SGLANG_DEFAULT_SLOTS
 
-    if policy["kind"] == "sglang_adaptive":
+    kind = policy["kind"]
+    if kind == "sglang_adaptive":
         slots = policy.get("slots") or SGLANG_DEFAULT_SLOTS
         return max(max(v["candidate_steps"]) for v in slots.values())
-    for key in ("gamma", "steps", "max_draft_len", "num_speculative_tokens"):
+    if kind == "tree":
+        return len(policy.get("expansion") or []) or policy["steps"]
+    if kind == "batch_ladder":
+        return policy.get("num_speculative_tokens") or max(g for _, _, g in policy["ladder"])
+    for key in ("gamma", "max_draft_len", "max_gamma"):
         if policy.get(key):
             return policy[key]
-    return max(g for _, _, g in policy["ladder"])
+    return 0
 
 
-def _hf_id(model) -> str:
+def hf_id(model) -> str:
     """A catalog model's Hugging Face id (its first alias with an organisation), else its id."""
     return next((a for a in model.aliases if "/" in a), model.id)
 
@@ -468,7 +473,7 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     it cannot say (notes). The inverse of :func:`parse_vllm_serve` where vLLM has a knob."""
     d, lim, notes = scenario.deployment, scenario.scheduler, []
     target = catalog.model(scenario.models.target)
-    words = ["vllm", "serve", _hf_id(target)]
+    words = ["vllm", "serve", hf_id(target)]
     if d.tp > 1:
         words += ["--tensor-parallel-size", str(d.tp)]
     if d.pp > 1:
@@ -526,7 +531,7 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
     drafter = variant.drafter or scenario.models.drafter()
     spec: dict = {"method": drafter.method}
     if drafter.method == "draft_model":
-        spec["model"] = _hf_id(catalog.model(getattr(drafter, "model", None)
+        spec["model"] = hf_id(catalog.model(getattr(drafter, "model", None)
                                              or scenario.models.draft))
         if getattr(drafter, "tp", 1) > 1:
             spec["draft_tensor_parallel_size"] = drafter.tp

@@ -40,6 +40,8 @@ import numpy as np
 import pandas as pd
 
 from hardware import load_catalog
+from sim.engines.sglang import launch_command
+from sim.engines.trtllm import serve_command as trtllm_serve
 from sim.engines.vllm import serve_command
 from sim.loading import display_path, read_yaml, validate_overridden
 from sim.paths import resolve_file
@@ -272,8 +274,14 @@ def _candidate_row(base: dict, cand: Candidate, sc, slo: dict[str, float], sourc
     tpot = s.get("tpot_mean_s")
     row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
     row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
-    row["vllm_serve"], notes = serve_command(sc, sc.variants[0], _catalog(sc))
+    catalog = _catalog(sc)
+    row["vllm_serve"], notes = serve_command(sc, sc.variants[0], catalog)
     row["vllm_serve_notes"] = "; ".join(notes)
+    row["sglang_launch"], notes = launch_command(sc, sc.variants[0], catalog)
+    row["sglang_launch_notes"] = "; ".join(notes)
+    row["trtllm_serve"], row["trtllm_config"], notes = trtllm_serve(sc, sc.variants[0],
+                                                                     catalog)
+    row["trtllm_serve_notes"] = "; ".join(notes)
     if target_rate is not None:
         n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
         row["replicas_for_target"] = n

@@ -259,3 +259,92 @@ def test_a_controller_takes_the_acceptance_preset_of_its_deepest_draft(flag, lin
                  "--out", str(tmp_path / "r")]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any("acceptance: preset" in n or "no acceptance preset" in n for n in notes)
+
+
+# The engines' configurations SpecSim writes read back as the scenario they came from.
+
+def _scenario(sets):
+    from sim.loading import load_scenario
+
+    return load_scenario(None, sets)
+
+
+@pytest.mark.parametrize("policy", [
+    {"kind": "fixed", "gamma": 3},
+    {"kind": "tree", "steps": 3, "topk": 4},
+    {"kind": "sglang_adaptive", "steps": 3},
+])
+def test_the_sglang_launch_line_reads_back_as_its_scenario(policy):
+    from hardware.catalog import load_catalog
+    from sim.engines.sglang import launch_command
+
+    sc = _scenario(["models.method=eagle3", "models.draft=null", "deployment.tp=2",
+                    "scheduler.order=prefill_first", "scheduler.max_num_seqs=48",
+                    "scheduler.prefix_caching=false",
+                    f"variants=[{json.dumps({'name': 'v', 'policy': policy})}]"])
+    line, notes = launch_command(sc, sc.variants[0], load_catalog())
+    p = parse_sglang(line.replace("<an eagle3 head trained for llama-3-8b>", "x"),
+                     lambda m: "llama-3-8b")
+    got = {k: json.loads(v) for k, v in (t.split("=", 1) for t in p.sets)}
+    assert got["deployment.tp"] == 2 and got["scheduler.max_num_seqs"] == 48
+    assert got["scheduler.prefix_caching"] is False
+    want = {"kind": "tree", "expansion": [4, 1, 1]} if policy["kind"] == "tree" else policy
+    back = got["variants"][1]["policy"]
+    if back["kind"] == "tree":
+        back = {"kind": "tree", "expansion": [back["topk"]] + [1] * (back["steps"] - 1)}
+    assert back == want
+    assert not notes
+
+
+@pytest.mark.parametrize("policy", [
+    {"kind": "fixed", "gamma": 3},
+    {"kind": "trtllm", "max_draft_len": 4, "draft_len_schedule": {4: 4, 16: 2},
+     "acceptance_rate_window_size": 10, "acceptance_rate_threshold": 0.2},
+    {"kind": "trtllm", "max_draft_len": 2, "max_concurrency": 32},
+])
+def test_the_trtllm_serve_line_and_config_read_back_as_their_scenario(policy, tmp_path):
+    from hardware.catalog import load_catalog
+    from sim.engines.trtllm import parse_trtllm, serve_command
+
+    sc = _scenario(["models.method=eagle3", "models.draft=null", "deployment.tp=2",
+                    "scheduler.max_num_seqs=64", "scheduler.chunked_prefill=false",
+                    "deployment.kv_bits=8",
+                    f"variants=[{json.dumps({'name': 'v', 'policy': policy})}]"])
+    line, config, _ = serve_command(sc, sc.variants[0], load_catalog())
+    (tmp_path / "config.yaml").write_text(config)
+    p = parse_trtllm(line.replace("--config config.yaml", f"--config {tmp_path}/config.yaml"),
+                     lambda m: "llama-3-8b")
+    got = {k: json.loads(v) for k, v in (t.split("=", 1) for t in p.sets)}
+    assert (got["deployment.tp"], got["scheduler.max_num_seqs"], got["deployment.kv_bits"],
+            got["scheduler.chunked_prefill"]) == (2, 64, 8, False)
+    back = got["variants"][1]["policy"]
+    if "draft_len_schedule" in back:
+        back["draft_len_schedule"] = {int(k): v for k, v in back["draft_len_schedule"].items()}
+    assert back == policy
+
+
+@pytest.mark.parametrize("policy", [
+    {"kind": "fixed", "gamma": 3},
+    {"kind": "batch_ladder", "ladder": [[1, 4, 3], [5, 1000, 1]], "num_speculative_tokens": 3},
+])
+def test_the_vllm_line_specsim_writes_simulates_as_the_scenario_did(policy, tmp_path, capsys):
+    """specsim plan prints the vllm serve line of its cheapest candidate: fed back through
+    --from-vllm it gives the same simulated result as the candidate's scenario."""
+    from hardware.catalog import load_catalog
+    from sim.engines.vllm import serve_command
+
+    sets = ["run.requests=60", "acceptance={kind: iid, alpha: 0.75}",
+            "scheduler.max_num_seqs=32", "scheduler.max_batched_tokens=2048",
+            f"variants=[{json.dumps({'name': 'v', 'policy': policy})}]"]
+    line, _ = serve_command(_scenario(sets), _scenario(sets).variants[0], load_catalog())
+
+    def run(*args):
+        assert main(["run", *args, "--no-report", "--json", "--out",
+                     str(tmp_path / str(len(list(tmp_path.iterdir()))))]) == 0
+        return json.loads(capsys.readouterr().out)["variants"]
+
+    direct = run(*(w for s in sets for w in ("--set", s)))[0]
+    replayed = run("--from-vllm", line, "--set", "run.requests=60",
+                   "--set", "acceptance={kind: iid, alpha: 0.75}")[1]
+    numbers = {k for k, v in direct.items() if isinstance(v, (int, float))}
+    assert numbers and {k: direct[k] for k in numbers} == {k: replayed[k] for k in numbers}
