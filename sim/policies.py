@@ -214,13 +214,13 @@ class BatchLadder:
         """Nothing to learn."""
 
     @property
-    def walk_ladder(self) -> tuple[np.ndarray, bool] | None:
-        """(γ by batch size, whether the size counts the running requests) where
-        ``sim.steady_walk`` can compute this policy's shapes itself (not sticky, not keyed
-        on the last step), else None."""
-        if self.sticky or self.key == "scheduled":
+    def walk_ladder(self) -> tuple[np.ndarray, str] | None:
+        """(γ by batch size, what the size counts: ``key``) where ``sim.steady_walk`` can
+        compute this policy's shapes itself (not sticky: a sticky ladder keeps per request
+        whether it was switched off), else None."""
+        if self.sticky:
             return None
-        return self.gamma_by_batch, self.key == "running"
+        return self.gamma_by_batch, self.key
 
     @property
     def deepest_row(self) -> np.ndarray:

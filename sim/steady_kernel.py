@@ -37,7 +37,7 @@ from sim import kernels
 from sim.kernels import base, rules
 from sim.kernels import stretch as _stretch_module
 from sim.kernels import walk as _walk_module
-from sim.kernels.base import ADAPTIVE, LADDER, OUTPUT, PARAM_NAMES, TARGET
+from sim.kernels.base import ADAPTIVE, LADDER, LADDER_KEYS, OUTPUT, PARAM_NAMES, TARGET
 from workloads import acceptance
 
 __all__ = ["ADAPTIVE", "LADDER", "PARAM_NAMES", "available", "compiled", "compiled_walk",
@@ -246,7 +246,7 @@ def _jit_walk(numba, cache: bool, draws: bool):
     acceptance is drawn (``draws``: speculating) or not (not speculating): one waiting
     request of two prompt and two output tokens."""
     kernel = _jitted(numba, cache, walk)
-    st = np.zeros((1, base.slots.N_COLS), dtype=np.int64)
+    st = np.zeros((1, base.slots.N_COLS + 1), dtype=np.int64)  # (SCHEDULED last)
     st[0, TARGET] = st[0, OUTPUT] = 2
     kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
            np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, _V1, 4, 4, True, 1, 1, 0.0,
@@ -263,7 +263,8 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used;
     ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here; ``ladder``:
-    a batch ladder's γ by batch size and whether the size counts the running requests;
+    a batch ladder's γ by batch size and what the size counts (``BatchLadder.key``, one of
+    ``LADDER_KEYS``);
     ``propose``: a lookup drafter's proposal rate, with ``prng`` the generator its matches
     are drawn from and ``host_s`` its host seconds per decoder; None: a draft drafts
     every step, and ``prng`` is a generator never drawn from, so that the walk is
@@ -271,7 +272,7 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     lookup = (-1.0, _NEVER_DRAWN, 0.0) if propose is None else \
         (float(propose), prng, float(host_s))
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, False, None, 0,
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, 0, None, 0,
                 0.0, _NO_ROW, np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)), *lookup)
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
@@ -281,10 +282,10 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     nodes = int(np.cumprod(row).sum())
     draws = tables[0] != acceptance.KERNEL_RUNS
     mode = ADAPTIVE if smoothing is not None else LADDER if ladder is not None else 0
-    steps, by_running = ladder if ladder is not None else (_NO_ROW, False)
+    steps, key = ladder if ladder is not None else (_NO_ROW, LADDER_KEYS[0])
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
             bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),
-            np.asarray(steps, dtype=np.int64), bool(by_running), rng if draws else None,
+            np.asarray(steps, dtype=np.int64), LADDER_KEYS.index(key), rng if draws else None,
             *tables, *lookup)
 
 

@@ -13,13 +13,15 @@ after another finished takes the slot ``Replica.admit`` would give it (the walk 
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 A speculating replica walks too where ``params`` says so (a static policy, an adaptive one
-over chains or a batch ladder, a draft model or EAGLE head drafting serially -- one, or one
-per GPU of a TP target -- or Medusa's heads, or a lookup drafter under a static policy,
-measured one-stage timings, an acceptance model with ``kernel_tables``): each decoder
-verifies the policy's shape, the walk prices the draft's passes as
-``sim.draft_pricing.shared_shape_seconds`` does, and each verify's accepted depth is drawn
-from the replica's own generator in running order (so the generator ends where the
-reference path leaves it) or replayed from a trace. A lookup drafter's decoders find a
+over chains or a batch ladder (one keyed on the step that last scheduled each sequence
+gives each its own γ: the walk's rows carry ``Replica.scheduled_in`` in a column past the
+state's), a draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
+target -- or Medusa's heads, or a lookup drafter under a static policy, measured one-stage
+timings, an acceptance model with ``kernel_tables``): each decoder verifies the policy's
+shape, the walk prices the draft's passes as ``sim.draft_pricing.shared_shape_seconds``
+does (with a γ per decoder, as ``per_sequence_seconds`` does), and each verify's accepted
+depth is drawn from the replica's own generator in running order (so the generator ends
+where the reference path leaves it) or replayed from a trace. A lookup drafter's decoders find a
 match each with the drafter's proposal rate, drawn in running order from the replica's
 ``propose_rng`` as ``Replica._proposals`` draws them; one without a match verifies its last
 token only. Matches drawn for an iteration the walk stops before are taken back (``plan``
@@ -61,6 +63,7 @@ import numpy as np
 
 from hardware.spec_cost import SPEC_FIELDS
 from sim import gate, steady, steady_kernel
+from sim.kernels.base import SCHEDULED
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
 
@@ -96,8 +99,9 @@ def params(r) -> tuple | str:
 
     Without speculation: a replica of ``sim.steady`` (``sim.gate.steady``). With: a static
     policy (the same shape for every batch, nothing learned), an adaptive one over chains
-    (``AdaptiveGamma.walk_smoothing``) or a batch ladder (``BatchLadder.walk_ladder``; both
-    with drafts kept in step every step), a draft drafting serially (a draft model or EAGLE
+    (``AdaptiveGamma.walk_smoothing``) or a batch ladder, whatever its key
+    (``BatchLadder.walk_ladder``, not sticky; both with drafts kept in step every step), a
+    draft drafting serially (a draft model or EAGLE
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
     drafting ahead, never switched off for a request) or a lookup drafter (n-gram, suffix:
     no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, no
@@ -182,8 +186,9 @@ def plan(r, fn) -> Walk | None:
             ids = np.concatenate((ids, coming))
             arr_at = np.concatenate((arr_at, times))
             w, next_at = len(ids), beyond
-    rows = np.zeros((n + w, N_COLS), dtype=np.int64)
-    rows[:n] = st
+    rows = np.zeros((n + w, N_COLS + 1), dtype=np.int64)  # the state, then SCHEDULED
+    rows[:n, :N_COLS] = st
+    rows[:n, SCHEDULED] = r.scheduled_in[run]
     slots = np.empty(n + w, dtype=np.int64)
     slots[:n] = run
     stack = np.empty(lim.max_num_seqs, dtype=np.int64)  # Replica._free_slots, with room
@@ -277,7 +282,8 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
     """Write iterations ``i0:i1`` of walk ``w`` into replica ``r``: the admissions (in the
     first part), the finished ``f0:f1`` (``Replica.finish``: recorded, their slots and
     blocks freed), then the rows ``alive`` after them (``st``, ``last``: their rows and
-    last emissions then; ``first``: whose first token came in these iterations), the KV
+    last emissions then, with the size of the step that last scheduled each:
+    ``Replica.scheduled_in``; ``first``: whose first token came in these iterations), the KV
     pool's ``free`` blocks, the free-slot ``stack`` (the order ``Replica.admit`` and
     ``finish`` left it in), the ``gaps``, the iteration rows and the liveness guard."""
     log = r.log
@@ -290,15 +296,18 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
         log.first_scheduled_at[w.st[n:n + a, RID]] = w.floats[0, w.adm_iter]  # their start
     if f1 > f0:
         fin = w.finished[f0:f1]
-        done = w.st[fin]  # [F, N_COLS]: a finished row is left as it finished
+        done = w.st[fin]  # [F, N_COLS + 1]: a finished row is left as it finished
         r.kv.free_blocks = free - int(_sum(done[:, BLOCKS]))  # finish gives them back
-        r.retire(slots[fin], done, w.finished_at[f0:f1])
+        r.scheduled_in[slots[fin]] = done[:, SCHEDULED]
+        r.retire(slots[fin], done[:, :N_COLS], w.finished_at[f0:f1])
     if _any(first):
         got = first.nonzero()[0]
         log.first_token_at[w.st[got, RID]] = w.first_at[got]
     rows = alive.nonzero()[0]
     at = slots[rows]
-    r.state[at] = st[rows]
+    now = st[rows]  # [R, N_COLS + 1]
+    r.state[at] = now[:, :N_COLS]
+    r.scheduled_in[at] = now[:, SCHEDULED]
     r.active[at] = True
     r.last_chunk_at[at] = last[rows]
     r.n_active = len(rows)

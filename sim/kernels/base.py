@@ -24,14 +24,23 @@ from workloads import acceptance
 # The state columns the kernel reads, written out here: numba bakes them into the compiled
 # code, so a column moved in sim.slots must be moved here too (checked on import).
 TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS = 1, 2, 3, 4, 5, 6, 7, 13
-if (TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS) != (
+# The walk's rows carry one column past the state's: the number of requests scheduled by
+# the step that last scheduled the row (``Replica.scheduled_in``, what a batch ladder keyed
+# on ``scheduled`` reads).
+SCHEDULED = 21
+if (TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS, SCHEDULED) != (
         slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.STREAM,
-        slots.BLOCKS, slots.COUNTS):
+        slots.BLOCKS, slots.COUNTS, slots.N_COLS):
     raise ImportError("sim/kernels/base.py: its state columns differ from sim/slots.py's")
 # the acceptance kind drawn as one geometric run (workloads.acceptance, likewise written out)
 GEOMETRIC = 2
 # walk's shape modes besides a static policy's (0)
 ADAPTIVE, LADDER = 1, 2
+# what a batch ladder's size counts (``BatchLadder.key``, in this order): the sequences
+# decoding in the step, the requests running as it starts, or -- per sequence -- the
+# requests scheduled by the step that last scheduled it
+LADDER_KEYS = ("decoding", "running", "scheduled")
+BY_DECODING, BY_RUNNING, BY_SCHEDULED = 0, 1, 2
 if GEOMETRIC != acceptance.KERNEL_GEOMETRIC:
     raise ImportError("sim/kernels/base.py: its acceptance kinds differ from "
                       "workloads/acceptance.py's")

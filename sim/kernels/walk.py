@@ -10,19 +10,23 @@ from sim.draft_pricing import passes_capacity
 from sim.kernels.base import (
     ADAPTIVE,
     BLOCKS,
+    BY_DECODING,
+    BY_SCHEDULED,
     COUNTS,
     EMITTED,
     FILLED,
     GEOMETRIC,
     KV,
+    LADDER,
     OUTPUT,
+    SCHEDULED,
     STREAM,
     TARGET,
     accepted_depth,
     decode_one,
     pass_seconds,
 )
-from sim.kernels.drafting import adaptive_gamma, draft_seconds
+from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds
 from sim.kernels.rules import (
     DRAFT_SLOTS,
     FULL_ISL,
@@ -47,7 +51,7 @@ from sim.kernels.rules import (
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
-         mode, alpha, smoothing, ladder, by_running, rng, kind, p_geo, runs, ring, tape,
+         mode, alpha, smoothing, ladder, key, rng, kind, p_geo, runs, ring, tape,
          table, propose, prng, host_s, tp, dp, sp):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
@@ -61,8 +65,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     the batch (the target pass, and with a draft its ``shared_shape_seconds``), then
     ``sim.step.advance`` -- iteration after iteration, on the batch's own rows.
 
-    ``st`` int64 [n + n_wait, N_COLS]: the running rows in running order, then ``n_wait``
-    requests in queue order (RID, TARGET, OUTPUT, STREAM set), updated in place; each of
+    ``st`` int64 [n + n_wait, N_COLS + 1]: the running rows in running order (their last
+    column ``SCHEDULED``: ``Replica.scheduled_in``), then ``n_wait`` requests in queue order
+    (RID, TARGET, OUTPUT, STREAM set), updated in place; each of
     these is in the queue from ``arr_at`` (float64 [n_wait]; -inf: it waits now), and the
     first request beyond them from ``next_at`` (-inf: one waits now; inf: none before
     ``horizon``). An arrival is seen by the iterations that start after it; one at the very
@@ -81,9 +86,18 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     (``ADAPTIVE``): each iteration's chain is ``AdaptiveGamma``'s (``adaptive_gamma``,
     ``row`` the deepest: its γ ones), its α̂ folded in after each verify as ``observe``
     folds it (EMA weight ``smoothing``, from ``alpha``); ``mode`` 2 (``LADDER``): the chain
-    of ``ladder[batch size]`` (``BatchLadder``: the running requests with ``by_running``,
-    else the decoding ones; its last γ past its end); with either, γ = 0 feeds each draft
-    its new token (``draft_sync: every_step``). A tree's
+    of ``ladder[batch size]`` (``BatchLadder``; its last γ past its end), the size as
+    ``key`` counts it (``base.LADDER_KEYS``): the decoding rows (``BY_DECODING``) or the
+    running ones (``BY_RUNNING``) as the iteration starts, one γ for the batch; or, with
+    ``BY_SCHEDULED``, each decoder's own: the requests scheduled by the iteration that last
+    scheduled it (its ``SCHEDULED`` column, which each iteration sets on every row it
+    schedules to its batch size, as ``Replica.form_batch`` does). Decoders of different γ
+    are priced as ``IterationPricer.price`` prices a shape per sequence (each verify a
+    causal run of its own; the draft's passes ``chain_rows_seconds``, the engine's
+    overheads for those with γ > 0 and the deepest's passes) and each draws its depth on
+    its own chain, a γ = 0 one on a row of zeros where another drafts (as
+    ``sim.step.verify`` draws a batch's rows). With any of them, γ = 0 feeds each draft its
+    new token (``draft_sync: every_step``). A tree's
     verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for a chain: causal); each
     decoder's accepted depth comes from the acceptance model's ``kernel_tables``
     (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
@@ -151,6 +165,14 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     take = np.zeros(rows, dtype=np.int64)
     found = np.ones(rows, dtype=np.bool_)  # whose decoder drafts this iteration (a match)
     no_row = np.zeros_like(row)  # the shape of a decoder without a match
+    # a ladder keyed on the step that last scheduled each row: a γ per decoder, its chain
+    per_row = mode == LADDER and key == BY_SCHEDULED
+    gam = np.zeros(rows, dtype=np.int64)  # each decoder's γ this iteration (per_row)
+    chains = np.zeros((max_g + 1, len(row)), dtype=np.int64)  # [γ, m]: the chain of each γ
+    for g in range(max_g + 1):
+        chains[g, :g] = 1
+    levels_n = np.zeros((max(reps, 1), max(max_g, 1)), dtype=np.int64)  # per draft replica
+    levels_ctx = np.zeros((max(reps, 1), max(max_g, 1)), dtype=np.int64)  # and level
     proposed, spare = 0, 0  # matches drawn for the iterations run, and for one not run
     decoding = np.zeros(rows, dtype=np.bool_)
     alive = np.zeros(rows, dtype=np.bool_)
@@ -171,13 +193,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
-        if mode:  # the policy's shape for this iteration (asked first, as it is)
+        if mode and not per_row:  # the policy's shape for this iteration (asked first)
             if mode == ADAPTIVE:
                 g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
                                    group_n, group_ctx, tp, dp, sp, passes, ones, chain_s)
             else:
                 size = n_alive
-                if not by_running:  # the decoding rows
+                if key == BY_DECODING:  # the decoding rows
                     size = 0
                     for o in range(n_alive):
                         if st[order[o], TARGET] == st[order[o], FILLED]:
@@ -214,14 +236,27 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         extra = 0
         cut = False
         n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
-        n_spec, n_one, c_one = 0, 0, 0  # decoders with a draft; without, and their context
+        n_spec, c_dec = 0, 0  # decoders of the shared shape; every decoder's context
+        # the decoders that verify a shape of their own (a lookup drafter's without a match,
+        # or a γ per decoder): their count and sums, a prefill chunk's of their verify
+        o_n, o_new, o_ctx, o_new_ctx, o_sq = 0, 0, 0, 0, 0
+        # a γ per decoder: those with γ > 0, Σ γ, the deepest; those at γ = 0, their context
+        n_draft, drafts, deepest, n_idle, c_idle = 0, 0, 0, 0, 0
         group_n[:] = 0
         group_ctx[:] = 0
+        if per_row:
+            levels_n[:] = 0
+            levels_ctx[:] = 0
         for o in range(n_alive):
             i = order[o]
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
-            verify_i = verify if found[i] else 1
+            if per_row and left == 0:  # BatchLadder.shape: its last step's size, its γ
+                size = st[i, SCHEDULED]
+                gam[i] = ladder[size if size < len(ladder) else len(ladder) - 1]
+                verify_i = 1 + gam[i]
+            else:
+                verify_i = verify if found[i] else 1
             want = wanted(left, verify_i, most)
             got = share(want, budget, in_slots)
             if got <= 0:
@@ -234,16 +269,34 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             extra += grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
             decoding[i] = left == 0
             if left == 0:
-                if reps > 1:  # the draft replica this decoder's drafts go to
-                    group_n[n_dec % reps] += 1
-                    group_ctx[n_dec % reps] += st[i, KV]
+                ctx = st[i, KV]
+                grp = n_dec % reps  # the draft replica this decoder's drafts go to
+                if reps > 1:
+                    group_n[grp] += 1
+                    group_ctx[grp] += ctx
                 n_dec += 1
-                if found[i]:
+                c_dec += ctx
+                if found[i] and not per_row:
                     n_spec += 1
-                    s_ctx += st[i, KV]
+                    s_ctx += ctx
                 else:
-                    n_one += 1
-                    c_one += st[i, KV]
+                    o_n += 1
+                    o_new += verify_i
+                    o_ctx += ctx
+                    o_new_ctx += verify_i * ctx
+                    o_sq += verify_i * verify_i
+                if per_row:
+                    g = gam[i]
+                    if g > 0:
+                        n_draft += 1
+                        drafts += g
+                        deepest = g if g > deepest else deepest
+                    else:
+                        n_idle += 1
+                        c_idle += ctx
+                    for j in range(g):  # the draft passes that feed it
+                        levels_n[grp, j] += 1
+                        levels_ctx[grp, j] += ctx
             else:
                 prefilling[n_pre] = i
                 n_pre += 1
@@ -286,10 +339,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if beyond or n_dec + n_pre == 0:
             break  # a request the walk does not hold or may not see, or nothing to run
         # IterationPricer.price: the target pass of the verifies and the prefill chunks (a
-        # decoder without a match verifies one token: its sums are a one-token chunk's)
-        new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_spec, p_new + n_one,
-                                          p_ctx + c_one, p_new_ctx + c_one, p_sq + n_one,
-                                          n_pre + n_one)
+        # decoder with a shape of its own, a chain (causal), is priced as a chunk of its
+        # verify; integer sums, so the same floats as _per_sequence's arrays give)
+        new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_spec, p_new + o_new,
+                                          p_ctx + o_ctx, p_new_ctx + o_new_ctx, p_sq + o_sq,
+                                          n_pre + o_n)
         v, code = pass_seconds(new, kv, keys, seqs, tp, bound)
         # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
@@ -297,6 +351,17 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             d += round_seconds(sp, n_spec, 0, tri >= 0.0)
             if host_s:  # Replica.price: the host's drafting, every decoder
                 d += host_s * n_dec
+        elif per_row:  # _per_sequence: draft_pricing.per_sequence_seconds, round_s
+            if one_pass or n_draft == 0:  # the heads' one pass, or no draft: no shapes
+                d = draft_seconds(n_dec, n_pre, c_dec, p_new, p_ctx, p_new_ctx, p_sq,
+                                  all_feeds[:1 if n_draft else 0], tri, reps, one_pass,
+                                  group_n, group_ctx, dp, passes)
+            else:
+                d = chain_rows_seconds(n_dec, c_dec, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
+                                       levels_n, levels_ctx, deepest, n_idle, c_idle, reps,
+                                       dp, passes)
+            if n_draft > 0:
+                d += round_seconds(sp, n_draft, 1 if one_pass else deepest, False)
         elif nodes > 0 or mode:
             d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
                               reps, one_pass, group_n, group_ctx, dp, passes)
@@ -336,17 +401,21 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         short = 0  # verifies that rejected a guess (AdaptiveGamma.observe's "checked")
         fin_before = nf
         running = n_alive  # the rows of this iteration: order[:running]
+        size = n_dec + n_pre  # the rows it schedules remember it (Replica.form_batch)
+        # whether its verifies draw depths: some decoder verifies a draft
+        draws = n_draft > 0 if per_row else not ((nodes == 0 and not mode) or n_spec == 0)
         for o in range(running):  # decoders, in running order
             i = order[o]
             if take[i] == 0 or not decoding[i]:
                 continue
+            st[i, SCHEDULED] = size
             # the grant: blocks for the verify and the lookahead
             held = st[i, BLOCKS] + grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
                                          block_size)
-            if (nodes == 0 and not mode) or n_spec == 0:  # no draft in the batch: no draws
+            if not draws:  # no draft in the batch: no draws
                 keep = decode_one(st, i, held, block_size, v1[ROLLS_BACK])
                 out += 1
-            elif nodes == 0:  # the policy's γ = 0 this iteration: a verify of one token
+            elif nodes == 0 and not per_row:  # the policy's γ = 0 this iteration: one token
                 st[i, COUNTS] += 1
                 step = emitted(0, st[i, OUTPUT] - st[i, EMITTED])
                 out += step
@@ -355,8 +424,14 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 keep = kept_blocks(st[i, KV], held, block_size, v1[ROLLS_BACK])
                 st[i, BLOCKS] = keep
             else:  # the verify: counters, the accepted depth, emit, roll the KV back
-                # (a lookup drafter's decoder without a match: a shape of zeros, drawn too)
-                shape, deep, drafted = (row, depth, nodes) if found[i] else (no_row, 0, 0)
+                # (a lookup drafter's decoder without a match: a shape of zeros, drawn too; a
+                # γ per decoder: its chain, a γ = 0 one a row of zeros, drawn too)
+                if per_row:
+                    shape, deep, drafted = chains[gam[i]], gam[i], gam[i]
+                elif found[i]:
+                    shape, deep, drafted = row, depth, nodes
+                else:
+                    shape, deep, drafted = no_row, 0, 0
                 if rng is None:  # a replayed run (no draws)
                     acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
                 elif kind == GEOMETRIC:  # the run before the first rejection, at once
@@ -396,6 +471,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                                        block_size)
             st[i, FILLED] += take[i]
             st[i, KV] += take[i]
+            st[i, SCHEDULED] = size
             take[i] = 0
             if st[i, FILLED] >= st[i, TARGET]:  # the pass that completes it samples a token
                 st[i, EMITTED] += 1
@@ -426,8 +502,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         ints[1, k] = n_dec + n_pre  # batch_size, decode_seqs, prefill_tokens,
         ints[2, k] = n_dec  # verify_tokens, drafted_tokens, accepted_tokens,
         ints[3, k] = p_new  # emitted_tokens, the bound's code, KV blocks used
-        ints[4, k] = n_spec * verify + n_one
-        ints[5, k] = n_spec * nodes
+        ints[4, k] = n_spec * verify + o_new
+        ints[5, k] = n_spec * nodes + drafts
         ints[6, k] = accepted
         ints[7, k] = out
         ints[8, k] = code

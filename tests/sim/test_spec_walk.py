@@ -28,6 +28,11 @@ FIXED = "variants=[{name: fixed-g4, policy: {kind: fixed, gamma: 4}}]"
 # a lookup drafter (method, γ, proposal rate, host seconds per sequence)
 LOOKUP = ("variants=[{{name: l, drafter: {{method: {0}, proposal_rate: {2}, "
           "cpu_s_per_seq: {3}}}, policy: {{kind: fixed, gamma: {1}}}}}]")
+# a budget of 16 tokens for short requests: decoders left out of a step (a batch ladder's
+# decoders then verify the γ's of different steps)
+TIGHT = ("workload.rate_per_s=10", "scheduler.max_batched_tokens=16", "scheduler.chunk_tokens=8",
+         "workload.prompt={kind: uniform, low: 10, high: 60}",
+         "workload.output={kind: uniform, low: 20, high: 100}")
 CASES = {
     # the shipped default: greedy replay of a recorded trace (no draws)
     "trace-chain": ["run.requests=120", FIXED],
@@ -99,6 +104,33 @@ CASES = {
                         "workload.rate_per_s=30",
                         "variants=[{name: l, policy: {kind: batch_ladder, ladder: [[1, 4, 5], "
                         "[5, 8, 2], [9, 12, 0], [13, 256, 1]], key: decoding}}]"],
+    # vLLM 0.33's ladder (key: scheduled, the default): each decoder's γ by the size of the
+    # step that last scheduled it; speculation off (γ = 0) past 12 requests
+    "ladder-scheduled": ["run.requests=150", BURSTY, "workload.rate_per_s=30",
+                         "variants=[{name: l, policy: {kind: batch_ladder, "
+                         "ladder: [[1, 4, 5], [5, 12, 2], [13, 256, 0]]}}]"],
+    # ... a ladder with gaps (a size between rows takes the γ of the row below), i.i.d. α
+    # (geometric runs, a γ = 0 row's drawn too where others draft)
+    "ladder-scheduled-gap": ["run.requests=150", "acceptance={kind: iid, alpha: 0.7}",
+                             "workload.rate_per_s=30",
+                             "variants=[{name: l, policy: {kind: batch_ladder, ladder: "
+                             "[[1, 2, 4], [5, 8, 0], [11, 14, 3], [20, 256, 1]]}}]"],
+    # ... a 16-token budget: the decoders it leaves out of a step keep their last step's
+    # size, so a step's decoders verify different γ's (speculation off between two rungs)
+    "ladder-scheduled-tight": ["run.requests=100", BURSTY, *TIGHT,
+                               "variants=[{name: l, policy: {kind: batch_ladder, "
+                               "ladder: [[1, 3, 3], [4, 5, 0], [6, 256, 2]]}}]"],
+    # ... on a TP-4 target with a draft per GPU (each replica's passes over its own γ's)
+    "ladder-scheduled-replicas": ["scenario=plan-llama70b", "run.requests=80", *TIGHT,
+                                  "variants=[{name: l, policy: {kind: batch_ladder, "
+                                  "ladder: [[1, 3, 3], [4, 5, 0], [6, 256, 2]]}}]"],
+    # ... with Medusa's heads (one pass whatever the γ's)
+    "ladder-scheduled-medusa": ["run.requests=80", 'models.target="vicuna-7b"',
+                                "models.draft=null", *TIGHT, "scheduler.max_batched_tokens=12",
+                                "acceptance={kind: positional, rates: [0.8, 0.6, 0.5, 0.4]}",
+                                "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
+                                "policy: {kind: batch_ladder, ladder: [[1, 3, 3], [4, 5, 0], "
+                                "[6, 256, 2]]}}]"],
     # a ladder that never drafts: no walk (nothing to draw), the reference path's records
     "ladder-off": ["run.requests=40", "acceptance={kind: iid, alpha: 0.7}",
                    "variants=[{name: l, policy: {kind: batch_ladder, "
@@ -146,6 +178,8 @@ CASES = {
 NO_WALK = {"ladder-off", "ladder-sticky", "adaptive-width", "adaptive-per-seq",
            "adaptive-catch-up", "ngram-adaptive", "ngram-catch-up"}
 LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut"}
+# cases whose steps' decoders verify different γ's (a ladder keyed on the scheduled step)
+MIXED_GAMMA = {"ladder-scheduled-tight", "ladder-scheduled-replicas", "ladder-scheduled-medusa"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -153,6 +187,7 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady_kernel, steady_walk
     from sim.build import setups
+    from sim.policies import BatchLadder
     from sim.runner import simulate_variants
 
     if steady_kernel.compiled_walk() is None:
@@ -179,8 +214,18 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
         return got
 
     monkeypatch.setattr(steady_walk, "plan", counted)
+    mixed = []  # per run, the steps whose decoders' γ's differ (formed by the reference)
+    real_shape = BatchLadder.shape
+
+    def shape(self, *args, **kwargs):
+        got = real_shape(self, *args, **kwargs)
+        mixed[-1] += got.ndim == 2
+        return got
+
+    monkeypatch.setattr(BatchLadder, "shape", shape)
     runs = []
     for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
+        mixed.append(0)
         runs.append(simulate_variants(setups(sc), sc.run.horizon_s, progress,
                                       path=PATHS["compiled" if on else "reference"]))
         if not on:
@@ -200,6 +245,8 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
         assert runs[0][0].requests.columns["preemptions"].sum() > 0
     if case == "queued":
         assert seen["reused"] > 0, seen
+    if case in MIXED_GAMMA:  # steps of mixed γ's, most of them formed by the walk
+        assert mixed[0] > 20 and mixed[1] < mixed[0] / 2, mixed
     if case == "horizon":
         assert seen["split"] > 0, seen
         assert not runs[0][0].requests.columns["finished"].all()
