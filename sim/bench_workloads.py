@@ -5,9 +5,10 @@ Every other one is a small variation of one of them -- its ``base`` -- stated as
 ``--set`` overrides that make it, each a realistic setting of one engine feature that the
 compiled fast paths leave to the reference scheduler (or once did): several replicas,
 prefix caching, pipeline stages, n-gram and suffix drafters, adaptive trees and
-per-sequence γ, drafting ahead, a closed loop, preemption, task mixes, sticky ladders,
-roofline timing and trees replayed from a sampling trace. ``specsim bench --workload
-all`` runs them all and prints each one's µs per iteration beside its base's.
+per-sequence γ, drafting ahead, a closed loop, preemption, task mixes, batch ladders
+(sticky or not), roofline timing and trees replayed from a sampling trace. ``specsim
+bench --workload all`` runs them all and prints each one's µs per iteration beside its
+base's.
 
 Each speculative variation sets its own arrival rate (or users) so that, like its base,
 it keeps about 64 sequences running on each replica: a time-weighted batch of 61-66 on
@@ -121,6 +122,12 @@ WORKLOADS: dict[str, Workload] = {
          "chat: {weight: 2, acceptance: {kind: iid, alpha: 0.7}}, "
          "reasoning: {weight: 1, acceptance: {kind: bursty, easy_alpha: 0.9, "
          "hard_alpha: 0.2}}}}", "workload.rate_per_s=32"), 2_400),
+    # vLLM 0.33's num_speculative_tokens_per_batch_size (key: scheduled, the default): each
+    # sequence drafts the γ of the size of the step that last scheduled it
+    "ladder": Workload(
+        _SPEC, "a batch ladder (gamma 4, 2, off above 80 scheduled), vLLM 0.33",
+        ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
+         "[81, 100000, 0]]}", "workload.rate_per_s=31.7"), 2_800),
     # vLLM v0's num_speculative_tokens_per_batch_size, sticky: a request switched off by a
     # batch above 80 never speculates again (3,000 requests: 35% spend most steps off)
     "sticky-ladder": Workload(
