@@ -33,7 +33,7 @@ def _run(name: str, requests: int, sets=(), path=PATHS["reference"]):
 def test_the_table_holds_the_issues_cases_each_a_variation_of_a_base():
     assert {"replicas-8", "prefix-cache", "pipeline", "ngram", "per-seq-gamma",
             "adaptive-tree", "suffix", "replicas-2", "parallel-drafting", "closed-loop",
-            "preemption", "task-mix", "sticky-ladder", "roofline", "trace-tree"} \
+            "preemption", "task-mix", "ladder", "sticky-ladder", "roofline", "trace-tree"} \
         <= set(VARIATIONS)
     for name, w in WORKLOADS.items():
         assert w.base in BASES and (w.base == name) == (name in BASES), name
@@ -79,6 +79,10 @@ def test_the_features_are_exercised():
     assert _run("preemption", 400).requests.column("preemptions").sum() > 0
     rq = _run("sticky-ladder", 1000).requests.columns
     assert (rq["draft_steps"] < rq["verify_steps"] / 2).any()  # some switched off for good
+    it = _run("ladder", 1000).iterations.columns  # each rung of the ladder drafts in steps
+    dec, drafted = np.asarray(it["decode_seqs"]), np.asarray(it["drafted_tokens"])
+    for gamma in (4, 2, 0):
+        assert ((dec > 0) & (drafted == gamma * dec)).any(), gamma
     v = _run("replicas-8", 200)
     assert set(v.requests.column("replica").tolist()) == set(range(8))
     tasks = set(_run("task-mix", 100).requests.column("task").tolist())
