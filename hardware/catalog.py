@@ -165,7 +165,8 @@ def release_name_ok(release: object) -> bool:
 # the drafting methods, named once: the scenario's ``models.method`` and drafter kinds
 # (sim.scenario.DEFAULT_DRAFTERS, sim.drafters), the speculation rows' ``method``
 # (hardware.timing.spec_rows) and the engines' speculation overheads below take these
-DRAFT_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix")
+DRAFT_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix",
+                 "dflash")
 SPEC_METHODS = ("default", *DRAFT_METHODS)  # ``draft_step_s`` keys: a method, or default
 
 

@@ -16,7 +16,10 @@ In both cases an iteration costs draft time + verify time; the replicas run in p
 the slowest replica's group decides the draft time.
 
 A ``one_pass`` drafter (Medusa's heads) proposes every position at once: one pass over one
-row per sequence in the batch, whatever the chain or tree (``sim.draft_pricing``).
+row per sequence in the batch, whatever the chain or tree (``sim.draft_pricing``). A
+``block`` one (DFlash) does too, over K + 1 queries per row (the bonus token and a mask per
+draft position, K the deepest shape's depth), each attending its row's context and the
+whole block (``block_pass``).
 
 A chain of γ drafts is γ draft passes; pass i feeds each still-drafting sequence one token
 at context ``ctx + i``. An expansion tree ⟨k1..km⟩ costs m draft passes, one per level: pass
@@ -44,6 +47,8 @@ __all__ = [
     "tree_nodes",
     "chain_draft_seconds",
     "head_pass",
+    "block_pass",
+    "block_seconds",
     "one_pass_seconds",
     "tree_draft_prefix_seconds",
     "tree_draft_seconds",
@@ -66,6 +71,8 @@ class DraftSetup:
     placement: str = "colocated"
     replicas: int = 1
     one_pass: bool = False  # every draft position from one pass (Medusa heads)
+    # with one_pass: that pass is a block drafter's (DFlash), K + 1 queries per row
+    block: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -75,15 +82,17 @@ class DraftSetup:
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, numbers.Integral) \
                 or self.replicas < 1:
             raise UserError(f"draft replicas: must be an integer >= 1, got {self.replicas!r}")
+        if self.block and not self.one_pass:
+            raise UserError("draft block: a block drafter proposes in one pass (one_pass)")
 
     @classmethod
     def colocated_with(cls, draft: CostModel, target: CostModel,
-                       one_pass: bool = False) -> DraftSetup:
+                       one_pass: bool = False, block: bool = False) -> DraftSetup:
         """The draft replicated on every GPU of ``target`` (SpecInfer's arrangement)."""
         if draft.dep.n_gpus != 1:
             raise UserError("a co-located draft runs one replica per GPU: give it tp = pp = 1")
         return cls(cost=draft, placement="colocated", replicas=target.dep.n_gpus,
-                   one_pass=one_pass)
+                   one_pass=one_pass or block, block=block)
 
 
 def tree_level_sizes(widths: Sequence[int]) -> list[int]:
@@ -104,6 +113,28 @@ def tree_nodes(widths: Sequence[int]) -> int:
 def _groups(n_seq: int, replicas: int) -> list[slice]:
     """Round-robin split of sequence indices over replicas (empty groups dropped)."""
     return [slice(r, None, replicas) for r in range(min(replicas, n_seq))]
+
+
+def block_pass(depth, s_ctx, rows):
+    """(Σ new, Σ KV read, attended keys, sequences) of a block drafter's pass (DFlash) for
+    shapes ``depth`` positions deep over ``rows`` rows with ``s_ctx`` context among them:
+    ``depth`` + 1 queries per row (vLLM's ``1 + num_speculative_tokens``), each attending its
+    row's context and every query of the block (non-causal: ``batch_pass``'s depth-``depth``
+    tree term). Plain scalars, for the compiled kernels too."""
+    q = depth + 1.0
+    return batch_pass(q, 0, depth, s_ctx, rows, True, 0.0, 0.0, 0.0, 0.0, 0)
+
+
+def block_seconds(setup: DraftSetup, depth: int, context: np.ndarray) -> float:
+    """Seconds of a block drafter's pass for shapes ``depth`` deep over the rows of
+    ``context`` (their cached tokens), split round robin over the replicas (the slowest
+    group); 0 when nothing is drafted."""
+    ctx = np.asarray(context, dtype=np.float64)  # [n_rows]
+    if depth <= 0 or not ctx.size:
+        return 0.0
+    return max(setup.cost.pass_seconds_at(*block_pass(depth, float(ctx[g].sum()),
+                                                      float(ctx[g].size)))
+               for g in _groups(ctx.size, setup.replicas))
 
 
 def one_pass_seconds(setup: DraftSetup, rows: int) -> float:
@@ -135,6 +166,8 @@ def chain_draft_seconds(
     gam = np.broadcast_to(np.asarray(gamma), ctx.shape)  # [n_seq]
     if ctx.ndim != 1 or (gam < 0).any():
         raise UserError("draft chain: context must be 1-D and gamma >= 0")
+    if setup.block:  # one block for every sequence, as deep as the deepest chain
+        return block_seconds(setup, int(gam.max(initial=0)), ctx)
     if setup.one_pass:  # every position at once, for every sequence
         return one_pass_seconds(setup, ctx.size) if (gam > 0).any() else 0.0
     worst = 0.0
@@ -168,6 +201,8 @@ def tree_draft_prefix_seconds(setup: DraftSetup, widths: Sequence[int],
     (the adaptive policy prices every chain depth from the deepest one's passes)."""
     sizes = tree_level_sizes(widths)
     ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
+    if setup.block:  # a block as deep as the first j levels
+        return [block_seconds(setup, j, ctx) for j in range(len(sizes))]
     if setup.one_pass:  # head i's top-k_i: the whole tree from one pass
         one = one_pass_seconds(setup, ctx.size)
         return [0.0] + [one] * (len(sizes) - 1)
@@ -205,6 +240,8 @@ def tree_rows_draft_seconds(setup: DraftSetup, widths: np.ndarray, context: np.n
     ctx = np.asarray(context, dtype=np.float64)  # [n_seq]
     if w.ndim != 2 or w.shape[0] != ctx.size or (w < 0).any():
         raise UserError("draft trees: widths must be [n_seq, m] and >= 0")
+    if setup.block:  # one block as deep as the deepest tree
+        return block_seconds(setup, int((w > 0).sum(axis=1).max(initial=0)), ctx)
     if setup.one_pass:  # every position of every tree from one pass
         return one_pass_seconds(setup, ctx.size) if (w[:, :1] > 0).any() else 0.0
     feed = level_feeds(w)  # [n, m]

@@ -16,6 +16,13 @@ A ``one_pass`` drafter (Medusa's heads) is not autoregressive: when any decoding
 speculates, its heads run once on the last hidden state of every sequence in the batch
 (vLLM's Medusa proposer takes one row per scheduled request, vllm/v1/spec_decode/medusa.py)
 and propose every position of any chain or tree; it keeps no KV, so it ingests nothing.
+
+A ``block`` drafter (DFlash) is one-pass too, but its pass attends: when any decoding sequence
+speculates, every row of the batch (decoding and prefilling, as vLLM's DFlash proposer takes
+every scheduled request) feeds K + 1 queries -- the bonus token and a mask per draft
+position, K the deepest shape's depth (vLLM's ``num_speculative_tokens``) -- attending its
+context and the block (``hardware.draft.block_pass``). Its context KV is projected from the
+target's hidden states, not drafted, so it ingests nothing and prices no prefill pass.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.cost import batch_pass
-from hardware.draft import head_pass
+from hardware.draft import block_pass, head_pass
 from sim.shapes import causal_keys, draft_feeds, tree_key_term
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
@@ -66,7 +73,8 @@ def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_su
     group_n, group_ctx = _replica_groups(dec_context, draft.replicas)
     passes = np.empty((passes_capacity(len(feeds), draft.replicas), 7))
     k = draft_passes(passes, n_dec, s_ctx, feeds, tree_key_term(row) is not None, sync or 0,
-                     draft.replicas, group_n, group_ctx, draft.one_pass, n_pre, *pre_sums)
+                     draft.replicas, group_n, group_ctx, draft.one_pass, n_pre, *pre_sums,
+                     draft.block)
     _price(draft.cost, passes, k)
     return draft_total(passes, k)
 
@@ -81,6 +89,15 @@ def chain_prefix_seconds(draft, depth: int, dec_context: np.ndarray) -> list[flo
         return [0.0] * (depth + 1)
     group_n, group_ctx = _replica_groups(dec_context, draft.replicas)
     passes = np.empty((passes_capacity(depth, draft.replicas), 7))
+    if draft.block:  # no prefix of passes: a block as deep as each γ
+        out = [0.0]
+        for g in range(1, depth + 1):
+            k = draft_passes(passes, n_dec, float(_sum(dec_context)), [1] * g, False, 0,
+                             draft.replicas, group_n, group_ctx, True, 0, 0.0, 0.0, 0.0, 0.0,
+                             True)
+            _price(draft.cost, passes, k)
+            out.append(draft_total(passes, k))
+        return out
     k = draft_passes(passes, n_dec, float(_sum(dec_context)), [1] * depth, False, 0,
                      draft.replicas, group_n, group_ctx, draft.one_pass, 0, 0.0, 0.0, 0.0,
                      0.0)
@@ -112,7 +129,7 @@ def _price(cost, passes: np.ndarray, k: int) -> None:
 
 
 def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx, one_pass,
-                 n_pre, p_new, p_ctx, p_new_ctx, p_sq):
+                 n_pre, p_new, p_ctx, p_new_ctx, p_sq, block=False):
     """The draft's passes of one iteration in which every one of ``n_dec`` decoding
     sequences (``s_ctx`` context in all) drafts the shape whose serial passes feed
     ``feeds`` tokens each (``tree``: the nodes of a token tree), beside ``n_pre`` prefill
@@ -131,9 +148,27 @@ def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx
       of their own after them (GROUP -1).
     - ``one_pass`` (Medusa's heads): one pass over every row, split over the replicas,
       when any sequence speculates (``hardware.draft.head_pass``).
+    - ``block`` (with ``one_pass``; DFlash): one pass when any sequence speculates, each
+      row ``len(feeds)`` + 1 queries over its context (``hardware.draft.block_pass``); the
+      prefilling rows' queries follow their chunks (Σ context ``p_ctx + p_new``), in the
+      pass with one replica, in a pass of their own after the groups with several.
 
     ``draft_total`` combines their seconds: the slowest group, then the passes after."""
     k = 0
+    if block:
+        if n_dec == 0 or len(feeds) == 0:
+            return k
+        depth = len(feeds)
+        if reps <= 1:
+            return _row(out, k, block_pass(depth, s_ctx + (p_ctx + p_new), n_dec + n_pre), 0,
+                        0)
+        for g in range(reps):
+            if group_n[g] == 0:
+                break
+            k = _row(out, k, block_pass(depth, group_ctx[g], group_n[g]), g, 0)
+        if n_pre > 0:
+            k = _row(out, k, block_pass(depth, p_ctx + p_new, n_pre), -1, 0)
+        return k
     if one_pass:
         if n_dec > 0 and len(feeds) > 0:
             k = _row(out, k, head_pass(n_dec + n_pre, reps), 0, 0)
@@ -233,6 +268,15 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
     sequences with shallower shapes drop out of later passes; ``sync`` int64 [D] adds the
     tokens each sequence's draft ingests in the first pass."""
     dcost = draft.cost
+    if draft.block:  # one block as deep as the deepest shape, over every row
+        depth = int((widths > 0).sum(axis=1).max(initial=0))
+        group_n, group_ctx = _replica_groups(dec_context, draft.replicas)
+        passes = np.empty((passes_capacity(1, draft.replicas), 7))
+        k = draft_passes(passes, len(dec_context), float(_sum(dec_context)), [1] * depth,
+                         False, 0, draft.replicas, group_n, group_ctx, True, len(pre_chunks),
+                         *prefill_sums(pre_context, pre_chunks), True)
+        _price(dcost, passes, k)
+        return draft_total(passes, k)
     if draft.one_pass:
         from hardware.draft import one_pass_seconds
 

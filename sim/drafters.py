@@ -28,6 +28,21 @@
   just its last token); ``cpu_s_per_seq`` is the CPU time per sequence per step, 0 unless
   set (not measured here).
 
+- ``dflash``: a block drafter conditioned on the target's hidden states (DFlash, Chen et al.
+  2026, arXiv 2602.06036; vLLM ``dflash``, SGLang ``DFLASH``): ``layers`` decoder layers of
+  the target's shape (5 in the published drafters) that propose all K draft positions in
+  *one* pass over K + 1 queries per request -- the bonus token and a mask token per position
+  (vllm/v1/spec_decode/dflash.py, ``num_query_per_req = 1 + num_speculative_tokens``;
+  SGLang's ``[bs, block_size]`` with block_size = K + 1) -- each attending its request's
+  context and the whole block (non-causal). The context's draft KV is a projection of the
+  target's hidden states (``precompute_and_store_context_kv``), not a draft forward pass;
+  the fusing projection's weights are priced with the layers, its per-context-token work is
+  not. No input slots beyond the target's (``max_num_new_slots_for_drafting`` 0: "DFlash
+  drafts in a separate query pass"), K + 1 lookahead slots (``num_lookahead_tokens``: the
+  bonus query and one per draft token), async scheduling (V1 runner), and, unlike EAGLE,
+  no trailing-block drop in the prefix cache (``needs_eagle_block_drop``: its draft KV
+  depends on the target's hidden state alone), so not ``eagle_type`` here.
+
 A head's extra input projection and wider attention input are priced as extra MLP width of
 the same parameter count (same weight bytes and FLOPs per token; the GEMM shapes differ).
 """
@@ -55,17 +70,20 @@ class MethodTraits:
       budget beside its tokens (vllm/config/speculative.py,
       ``SpeculativeConfig.max_num_new_slots_for_drafting``: 1 for draft_model, which feeds
       the draft one more token than the target; K for PARD and K - 1 for parallel EAGLE,
-      which SpecSim does not model; 0 for the others);
+      which SpecSim does not model; 0 for the others, DFlash included);
+    - ``extra_lookahead``: KV lookahead slots beyond one per draft token
+      (``VllmConfig.num_lookahead_tokens``: 1 for DFlash's bonus query);
     - ``eagle_type``: vLLM's ``use_eagle()`` (EAGLE, EAGLE-3, MTP), whose prefix-cache
       block hashes cover the next token too (``sim.prefix_cache``);
     - ``on_cpu``: proposes on the host, no GPU pass (n-gram, suffix);
     - ``async_ok``: vLLM's V1 model runner schedules it asynchronously
       (``VllmConfig.__post_init__`` in vllm/config/vllm.py: EAGLE types incl. MTP, GPU
-      n-gram and draft models; not a host n-gram or suffix proposer, nor Medusa;
+      n-gram, draft models and DFlash; not a host n-gram or suffix proposer, nor Medusa;
       ``sim.async_scheduling``).
     """
 
     input_slots: int = 0
+    extra_lookahead: int = 0
     eagle_type: bool = False
     on_cpu: bool = False
     async_ok: bool = True
@@ -79,6 +97,7 @@ TRAITS = {
     "medusa": MethodTraits(async_ok=False),
     "ngram": MethodTraits(on_cpu=True, async_ok=False),
     "suffix": MethodTraits(on_cpu=True, async_ok=False),
+    "dflash": MethodTraits(extra_lookahead=1),
 }
 if tuple(TRAITS) != METHODS:
     raise ImportError("sim/drafters.py: TRAITS must name hardware.catalog.DRAFT_METHODS, "
@@ -100,9 +119,13 @@ def input_slots(drafter, uses_draft: bool) -> int:
 def lookahead_slots(drafter, policy) -> int:
     """KV slots a scheduled request reserves for its next verify's drafts (vLLM's
     ``num_lookahead_tokens``): the policy's most draft tokens, where a model drafts them
-    (``drafter`` None, a plain draft model, or one with ``lookahead``), else 0."""
+    (``drafter`` None, a plain draft model, or one with ``lookahead``), plus the method's
+    ``extra_lookahead``; else 0."""
     reserve = policy.uses_draft and (drafter is None or drafter.lookahead)
-    return int(policy.max_nodes) if reserve else 0
+    if not reserve:
+        return 0
+    extra = 0 if drafter is None else TRAITS[drafter.method].extra_lookahead
+    return int(policy.max_nodes) + extra
 
 
 @dataclass(frozen=True)

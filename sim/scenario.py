@@ -30,6 +30,7 @@ from sim.kinds.base import (
     Tokens,
 )
 from sim.kinds.drafters import (
+    DFlashDrafter,
     DrafterCfg,
     DraftModelDrafter,
     EagleDrafter,
@@ -88,6 +89,7 @@ DEFAULT_DRAFTERS = {
     "medusa": MedusaDrafter(method="medusa"),
     "ngram": LookupDrafter(method="ngram"),
     "suffix": LookupDrafter(method="suffix"),
+    "dflash": DFlashDrafter(method="dflash"),
 }
 
 

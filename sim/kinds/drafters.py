@@ -124,6 +124,44 @@ class MedusaDrafter(Strict):
         return Drafter("medusa", setup, lookahead=False)
 
 
+class DFlashDrafter(Strict):
+    """A block drafter on the target's hidden states (vLLM ``dflash``, SGLang ``DFLASH``):
+    ``layers`` decoder layers of the target's shape and the target's lm_head, proposing every
+    draft position in one pass of K + 1 queries per request; ``target_layers`` hidden states
+    fused into its context (``sim.drafters``)."""
+
+    method: Literal["dflash"]
+    # z-lab's drafters: 5 layers, 5 fused target layers (github z-lab/dflash
+    # tests/fixtures/dflash2-config.json @0a7587c04af47b56024ef80f44c0926e795a540b:
+    # num_hidden_layers 5, dflash_config.target_layer_ids of 5; z-lab/dflash issue #11 on
+    # z-lab/Qwen3-8B-DFlash-b16: "the number of layers (currently 5)")
+    layers: Gamma = 5  # drafter decoder layers (z-lab's drafters: 5)
+    target_layers: Gamma = 5  # target hidden states fused into its context (z-lab's: 5)
+
+    def build(self, target, draft_model, make_cost, placement: str):
+        """A ``Drafter`` pricing the block pass (``sim.draft_pricing``)."""
+        from hardware.catalog import ModelSpec
+        from hardware.draft import DraftSetup
+        from sim.drafters import Drafter, head_config
+
+        if placement != "colocated":
+            raise ValueError("dflash: the drafter reads the target's hidden states, so it "
+                             "runs on its GPUs (deployment.draft_placement colocated)")
+        c = target.dep.model.config
+        cfg = head_config(c, "eagle", self.layers)  # the target's layer shape and lm_head
+        # the fc fusing target_layers hidden states (target_layers x h -> h), as extra MLP
+        # width over the layers (same weight bytes; its FLOPs counted per query, not per
+        # context token)
+        h = c.hidden_size
+        fc = self.target_layers * h * h
+        cfg = cfg.model_copy(update={
+            "intermediate_size": c.intermediate_size + round(fc / (3 * h * self.layers))})
+        spec = ModelSpec(id=f"{target.dep.model.id}-dflash", config=cfg,
+                         source=f"{self.layers}-layer DFlash drafter of {target.dep.model.id}")
+        setup = DraftSetup.colocated_with(make_cost(spec, 1), target, block=True)
+        return Drafter("dflash", setup)
+
+
 class LookupDrafter(Strict):
     """CPU drafting by matching: prompt lookup / n-gram (vLLM ``ngram``, its
     ``prompt_lookup_min/max``) or suffix decoding (``suffix``)."""
@@ -141,5 +179,6 @@ class LookupDrafter(Strict):
                        cpu_s_per_seq=self.cpu_s_per_seq)
 
 
-DRAFTER_KINDS = (DraftModelDrafter, EagleDrafter, MtpDrafter, MedusaDrafter, LookupDrafter)
+DRAFTER_KINDS = (DraftModelDrafter, EagleDrafter, MtpDrafter, MedusaDrafter, LookupDrafter,
+                 DFlashDrafter)
 DrafterCfg = kind_union(DRAFTER_KINDS, key="method")
