@@ -23,7 +23,12 @@ from sim.engines.vllm import deepest, hf_id
 from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
 SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
-                  "STANDALONE": "draft_model", "NGRAM": "ngram"}
+                  "STANDALONE": "draft_model", "NGRAM": "ngram", "DFLASH": "dflash"}
+# DFLASH's block (verify window) when neither --speculative-num-draft-tokens nor
+# --speculative-dflash-block-size is given and the draft config names none: 16, its K 15
+# (python/sglang/srt/arg_groups/speculative_hook.py, SGLang 0.5.14 wheel; it reads the draft
+# config's block_size first, 16 in z-lab's -b16 drafters)
+DFLASH_BLOCK = 16
 
 
 # SGLang's chunked_prefill_size when unset, for GPUs of 60-160 GiB (H100, H200, A100-80GB;
@@ -126,7 +131,7 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
                              "most runs")
     mapping = {"--tp-size": "deployment.tp", "--tp": "deployment.tp",
                "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
-    algo = steps = topk = ndraft = draft_path = adaptive_cfg = None
+    algo = steps = topk = ndraft = draft_path = adaptive_cfg = block = None
     adaptive = flags.pop("--speculative-adaptive", None) is not None
     for name, value in flags.items():
         if precision_flag(out, name, value, what):  # --kv-cache-dtype, --quantization
@@ -141,6 +146,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
             topk = int_flag(flags, name, what)
         elif name == "--speculative-num-draft-tokens":
             ndraft = int_flag(flags, name, what)
+        elif name == "--speculative-dflash-block-size":
+            block = int_flag(flags, name, what)
         elif name == "--speculative-draft-model-path":
             draft_path = value
         elif name == "--speculative-adaptive-config":
@@ -176,6 +183,10 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
         out.notes.append("--speculative-adaptive: SGLang 0.5.14 runs it for EAGLE and "
                          "EAGLE3 with --speculative-eagle-topk 1 only, and falls back to the "
                          "static parameters here")
+    if ours == "dflash":
+        return _dflash(out, env, ndraft, block, steps, topk, draft_path, none, what)
+    if block is not None:
+        raise UserError(f"{what}: --speculative-dflash-block-size: DFLASH only")
     if adaptive:
         policy = sglang_adaptive_policy(out, adaptive_cfg, steps, what)
         slots = policy.get("slots", SGLANG_DEFAULT_SLOTS)
@@ -250,6 +261,46 @@ def sglang_adaptive_policy(out: Parsed, path: str | None, steps: int | None,
         every = sorted({s for v in slots.values() for s in v["candidate_steps"]})
         policy["steps"] = every[len(every) // 2]
     return policy
+
+
+def _dflash(out: Parsed, env: dict, ndraft, block, steps, topk, draft_path, none,
+            what: str) -> Parsed:
+    """``--speculative-algorithm DFLASH``: a block of ``--speculative-dflash-block-size``
+    (an alias of ``--speculative-num-draft-tokens``, which must match) tokens per verify,
+    the current token and K = block - 1 drafts from one draft pass
+    (python/sglang/srt/arg_groups/speculative_hook.py; dflash_worker_v2.py drafts
+    ``[bs, block_size]``); num_steps and topk are forced to 1 there."""
+    if block is not None and ndraft is not None and block != ndraft:
+        raise UserError(f"{what}: --speculative-dflash-block-size {block} and "
+                        f"--speculative-num-draft-tokens {ndraft}: SGLang requires them equal")
+    size = block or ndraft
+    if size is None:
+        size = DFLASH_BLOCK
+        out.notes.append(f"DFLASH block size unset: {DFLASH_BLOCK} (SGLang reads the draft "
+                         "config's block_size, else 16): give --speculative-num-draft-tokens "
+                         "for another drafter")
+    if size < 2:
+        raise UserError(f"{what}: --speculative-num-draft-tokens: DFLASH needs a block of "
+                        f"at least 2 (the current token and a draft), got {size}")
+    for name, value in (("--speculative-num-steps", steps), ("--speculative-eagle-topk", topk)):
+        if value not in (None, 1):
+            out.notes.append(f"{name} {value}: SGLang overrides it to 1 for DFLASH")
+    if draft_path is None:
+        raise UserError(f"{what}: --speculative-draft-model-path: required for DFLASH")
+    out.notes.append(f"--speculative-draft-model-path {draft_path}: the DFLASH drafter is "
+                     "priced from the target's shape (drafter.layers, 5 by default)")
+    k = size - 1
+    if env.get("SGLANG_SIMULATE_ACC_LEN") is not None:
+        # only the EAGLE verify path reads it (speculative/eagle_utils.py, spec_utils.py)
+        raise UserError(f"{what}: SGLANG_SIMULATE_ACC_LEN: SGLang's DFLASH worker does not "
+                        "simulate acceptance; give the scenario's acceptance instead")
+    simulated_acceptance(env, k, what)  # its other variables checked
+    variant = {"name": "dflash", "policy": {"kind": "fixed", "gamma": k},
+               "drafter": {"method": "dflash"}}
+    out.set("models.method", "dflash")
+    out.set("models.draft", None)
+    out.set("variants", [none, variant])
+    return out
 
 
 SIMULATE_METHODS = ("match-expected", "multinomial")

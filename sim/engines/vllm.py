@@ -27,7 +27,7 @@ from specdec.errors import KeyGivenTwice, UserError, unique_keys
 # vLLM's speculative methods -> SpecSim's drafter methods
 VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
                 "mtp": "mtp", "deepseek_mtp": "mtp", "medusa": "medusa", "ngram": "ngram",
-                "suffix": "suffix"}
+                "suffix": "suffix", "dflash": "dflash"}
 
 
 def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
@@ -207,6 +207,13 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
         raise UserError(f"{what}: --speculative-config: num_speculative_tokens: an integer "
                         f">= 1 is required, got {k!r}")
     ours = VLLM_METHODS[method]
+    # vllm/config/speculative.py: dflash always drafts in parallel (parallel_drafting set
+    # True for it); for EAGLE types (P-EAGLE, K - 1 input slots) and draft models (PARD, K
+    # slots) parallel drafting is not modelled
+    parallel = cfg.pop("parallel_drafting", False)
+    if parallel and ours != "dflash":
+        raise UserError(f"{what}: --speculative-config: parallel_drafting: not modelled for "
+                        f"{method} (P-EAGLE, PARD); dflash's block drafting is")
     drafter: dict = {"method": ours}
     draft_model = cfg.pop("model", None)
     if ours == "draft_model":
@@ -219,6 +226,10 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     elif draft_model is not None:
         out.notes.append(f"--speculative-config model {draft_model}: the {method} head is "
                          "priced from the target's shape")
+    if ours == "dflash":
+        out.notes.append(f"dflash: one draft pass of {k + 1} queries per request (the bonus "
+                         f"token and {k} masks), {k + 1} lookahead slots; priced as "
+                         "drafter.layers (5, z-lab's) layers of the target's shape")
     if ours == "medusa":  # the checkpoint's num_heads is not on the command line
         if "speculative_token_tree" in cfg:
             raise UserError(f"{what}: --speculative-config: speculative_token_tree: vLLM's "
