@@ -404,6 +404,9 @@ def _speculation_flags(scenario, variant, notes: list[str]) -> list[str]:
     elif drafter.method in ("eagle", "eagle3"):
         words += ["--speculative-draft-model-path",
                   f"<an {drafter.method} head trained for {scenario.models.target}>"]
+    elif drafter.method == "dflash":  # its block: --speculative-num-draft-tokens below
+        words += ["--speculative-draft-model-path",
+                  f"<a DFlash drafter trained for {scenario.models.target}>"]
     if policy.kind == "sglang_adaptive":
         words.append("--speculative-adaptive")
         if policy.steps is not None:

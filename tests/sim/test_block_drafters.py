@@ -227,3 +227,20 @@ def test_a_dflash_run_gives_the_reference_records_on_the_compiled_path():
                 write=False, engine_path=PATHS[p])[0].variants[0].requests
             for p in ("reference", "compiled")]
     assert [r.finished_at for r in runs[0]] == [r.finished_at for r in runs[1]]
+
+
+def test_the_sglang_launch_line_of_a_dflash_variant_reads_back():
+    from hardware.catalog import load_catalog
+    from sim.engines.sglang import launch_command
+    from sim.loading import load_scenario
+
+    sc = load_scenario(None, ["models.method=dflash", "models.draft=null",
+                              "scheduler.order=prefill_first",
+                              "variants=[{name: d, policy: {kind: fixed, gamma: 7}}]"])
+    line, notes = launch_command(sc, sc.variants[0], load_catalog())
+    assert "--speculative-algorithm DFLASH" in line and not notes
+    p = parse_sglang(line.replace("<a DFlash drafter trained for llama-3-8b>", "x"),
+                     lambda m: "llama-3-8b")
+    assert _sets(p)["variants"][1] == {"name": "dflash",
+                                       "policy": {"kind": "fixed", "gamma": 7},
+                                       "drafter": {"method": "dflash"}}
