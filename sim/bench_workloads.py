@@ -85,13 +85,13 @@ WORKLOADS: dict[str, Workload] = {
         ("models.target=llama-3.1-8b", "variants.0.policy.gamma=5",
          "variants.0.drafter={method: ngram}",
          "variants.0.acceptance={kind: preset, name: ngram-llama-3.1-8b-code-edit-k5}",
-         "workload.rate_per_s=55.7"), 2_000),
+         "workload.rate_per_s=55.7"), 5_000),
     "suffix": Workload(
         _SPEC, "suffix decoding, gamma 1, vLLM's measured MT-Bench rates",
         ("models.target=llama-3.1-8b", "variants.0.policy.gamma=1",
          "variants.0.drafter={method: suffix}",
          "variants.0.acceptance={kind: preset, name: suffix-llama-3.1-8b-mtbench-k1}",
-         "workload.rate_per_s=35.8"), 1_000),
+         "workload.rate_per_s=35.8"), 5_000),
     "adaptive-tree": Workload(
         _SPEC, "adaptive gamma <= 8 and root width <= 3, chosen every iteration",
         ("variants.0.policy={kind: adaptive, max_gamma: 8, smoothing: 0.05, max_width: 3}",
@@ -127,7 +127,7 @@ WORKLOADS: dict[str, Workload] = {
     "ladder": Workload(
         _SPEC, "a batch ladder (gamma 4, 2, off above 80 scheduled), vLLM 0.33",
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
-         "[81, 100000, 0]]}", "workload.rate_per_s=31.7"), 2_800),
+         "[81, 100000, 0]]}", "workload.rate_per_s=31.7"), 4_500),
     # vLLM v0's num_speculative_tokens_per_batch_size, sticky: a request switched off by a
     # batch above 80 never speculates again (3,000 requests: 35% spend most steps off)
     "sticky-ladder": Workload(
