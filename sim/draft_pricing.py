@@ -261,6 +261,73 @@ def draft_prefix(passes, k, out):
             out[j] = out[j - 1]
 
 
+def chain_rows_passes(out, n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq, levels_n,
+                      levels_ctx, depth, n_idle, c_idle, reps):
+    """The draft's passes when each of the ``n_dec`` decoding sequences (``s_ctx`` context
+    in all) drafts a chain of its own γ, at least one γ > 0 and the deepest ``depth``,
+    every sequence at γ = 0 ingesting its new token (``draft_sync: every_step``;
+    ``n_idle`` of them, ``c_idle`` context), beside ``n_pre`` prefill chunks with their
+    sums; written into ``out`` as ``draft_passes`` writes its rows, their count returned.
+    ``levels_n[g, j]``, ``levels_ctx[g, j]``: the sequences of draft replica g (split
+    round robin) whose γ is past j, and their context.
+
+    - one draft replica: pass 0 feeds every sequence one token (its root, or the token a
+      γ = 0 sequence ingests) with the prefill chunks; pass j > 0 one token to each
+      sequence whose γ is past j, after the j it fed before (the shallower drop out);
+    - ``reps`` > 1: each replica's passes, as above without the ingest and the chunks (the
+      slowest replica's sum counts, ``draft_total``), then the ingest of the γ = 0
+      sequences and the chunks, each a pass of its own (GROUP -1).
+
+    ``per_sequence_seconds`` (the reference pricer) and the compiled walk
+    (``sim.kernels.drafting.chain_rows_seconds``) both price these rows. Medusa's heads
+    and a block drafter run one pass whatever the shapes (``draft_passes``)."""
+    if reps > 1:
+        k = 0
+        for g in range(reps):
+            for j in range(depth):
+                if levels_n[g, j] == 0:
+                    break
+                k = _row(out, k, batch_pass(1, j, j, levels_ctx[g, j], levels_n[g, j],
+                                               False, 0.0, 0.0, 0.0, 0.0, 0), g, j)
+        if n_idle > 0:  # the γ = 0 sequences' new tokens
+            k = _row(out, k, batch_pass(1, 0, 0, c_idle, n_idle, False, 0.0, 0.0, 0.0,
+                                           0.0, 0), -1, 0)
+        if n_pre > 0:
+            k = _row(out, k, batch_pass(0, 0, 0, 0.0, 0, False, p_new, p_ctx, p_new_ctx,
+                                           p_sq, n_pre), -1, 0)
+    else:
+        k = _row(out, 0, batch_pass(1, 0, 0, s_ctx, n_dec, False, p_new, p_ctx, p_new_ctx,
+                                       p_sq, n_pre), 0, 0)
+        for j in range(1, depth):
+            k = _row(out, k, batch_pass(1, j, j, levels_ctx[0, j], levels_n[0, j], False,
+                                           0.0, 0.0, 0.0, 0.0, 0), 0, j)
+    return k
+
+
+def _chain_rows_seconds(draft, gam: np.ndarray, dec_context: np.ndarray,
+                        pre_context: np.ndarray, pre_chunks: np.ndarray,
+                        idle: np.ndarray) -> float:
+    """``chain_rows_passes`` priced on ``draft``'s cost model for chains of ``gam`` [D]
+    draft tokens (``idle`` bool [D]: a γ = 0 sequence whose draft ingests its token)."""
+    reps = max(draft.replicas, 1)
+    depth = int(gam.max())
+    levels_n = np.zeros((reps, depth), dtype=np.int64)
+    levels_ctx = np.zeros((reps, depth), dtype=np.int64)
+    for g in range(min(reps, len(gam))):
+        mine, ctx = gam[g::reps], dec_context[g::reps]
+        for j in range(depth):
+            live = mine > j
+            levels_n[g, j] = int(_sum(live))
+            levels_ctx[g, j] = int(_sum(ctx[live]))
+    p_new, p_ctx, p_new_ctx, p_sq = prefill_sums(pre_context, pre_chunks)
+    out = np.empty((passes_capacity(depth, reps), 7))
+    k = chain_rows_passes(out, len(gam), int(_sum(dec_context)), len(pre_chunks), p_new, p_ctx,
+                          p_new_ctx, p_sq, levels_n, levels_ctx, depth, int(_sum(idle)),
+                          int(_sum(dec_context[idle])), reps)
+    _price(draft.cost, out, k)
+    return draft_total(out, k)
+
+
 def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
                          pre_context: np.ndarray, pre_chunks: np.ndarray,
                          sync: np.ndarray | None = None) -> float:
@@ -283,6 +350,14 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
         speculating = bool(widths.size and (widths[:, 0] > 0).any())
         return one_pass_seconds(draft, len(dec_context) + len(pre_chunks)) \
             if speculating else 0.0
+    gam = (widths > 0).sum(axis=1)  # [D]
+    if len(gam) and int(gam.max()) > 0 and not (widths > 1).any():
+        # chains, the draft of every sequence at γ = 0 ingesting its token (every_step)
+        # and no other: the passes the compiled walk prices
+        extra = np.zeros(len(gam), dtype=np.int64) if sync is None else sync
+        if (extra[gam > 0] == 0).all() and (extra[gam == 0] == 1).all():
+            return _chain_rows_seconds(draft, gam, dec_context, pre_context, pre_chunks,
+                                       extra > 0)
     if widths.shape[1] == 0:  # no levels at all: at most the ingest pass
         widths = np.zeros((len(dec_context), 1), dtype=np.int64)
     from hardware.draft import level_feeds

@@ -15,7 +15,7 @@ from sim.draft_pricing import (
     NEW,
     SECONDS,
     SEQS,
-    _row,
+    chain_rows_passes,
     draft_passes,
     draft_prefix,
     draft_total,
@@ -41,44 +41,13 @@ def draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri
 
 def chain_rows_seconds(n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq, levels_n,
                        levels_ctx, depth, n_idle, c_idle, reps, dp, passes):
-    """``sim.draft_pricing.per_sequence_seconds`` of one iteration in which each of the
-    ``n_dec`` decoding sequences (``s_ctx`` context in all) drafts a chain of its own γ,
-    at least one γ > 0 and the deepest ``depth``, every sequence at γ = 0 ingesting its
-    new token (``draft_sync: every_step``; ``n_idle`` of them, ``c_idle`` context),
-    beside ``n_pre`` prefill chunks with their sums. ``levels_n[g, j]``,
-    ``levels_ctx[g, j]``: the sequences of draft replica g (split round robin) whose γ
-    is past j, and their context. Its passes are ``per_sequence_seconds``':
-
-    - one draft replica: pass 0 feeds every sequence one token (its root, or the token a
-      γ = 0 sequence ingests) with the prefill chunks; pass j > 0 one token to each
-      sequence whose γ is past j, after the j it fed before (the shallower drop out);
-    - ``reps`` > 1: ``hardware.draft.chain_draft_seconds`` (each replica's passes, as
-      above without the ingest and the chunks; the slowest replica), then the ingest of
-      the γ = 0 sequences and the chunks, each a pass of its own (GROUP -1).
-
-    (Medusa's heads run one pass whatever the shapes: ``draft_seconds`` prices it.)
-    ``passes``: scratch rows (``passes_capacity``), priced on the draft's timing ``dp``
-    and combined by ``draft_total``."""
-    if reps > 1:
-        k = 0
-        for g in range(reps):
-            for j in range(depth):
-                if levels_n[g, j] == 0:
-                    break
-                k = _row(passes, k, batch_pass(1, j, j, levels_ctx[g, j], levels_n[g, j],
-                                               False, 0.0, 0.0, 0.0, 0.0, 0), g, j)
-        if n_idle > 0:  # the γ = 0 sequences' new tokens
-            k = _row(passes, k, batch_pass(1, 0, 0, c_idle, n_idle, False, 0.0, 0.0, 0.0,
-                                           0.0, 0), -1, 0)
-        if n_pre > 0:
-            k = _row(passes, k, batch_pass(0, 0, 0, 0.0, 0, False, p_new, p_ctx, p_new_ctx,
-                                           p_sq, n_pre), -1, 0)
-    else:
-        k = _row(passes, 0, batch_pass(1, 0, 0, s_ctx, n_dec, False, p_new, p_ctx, p_new_ctx,
-                                       p_sq, n_pre), 0, 0)
-        for j in range(1, depth):
-            k = _row(passes, k, batch_pass(1, j, j, levels_ctx[0, j], levels_n[0, j], False,
-                                           0.0, 0.0, 0.0, 0.0, 0), 0, j)
+    """``sim.draft_pricing.per_sequence_seconds`` of one iteration in which each decoding
+    sequence drafts a chain of its own γ: the passes ``sim.draft_pricing.chain_rows_passes``
+    lists (the reference pricer's, the same function), priced on the draft's timing
+    ``dp`` and combined by ``draft_total``. ``passes``: scratch rows
+    (``passes_capacity``)."""
+    k = chain_rows_passes(passes, n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
+                          levels_n, levels_ctx, depth, n_idle, c_idle, reps)
     _price(passes, k, dp)
     return draft_total(passes, k)
 

@@ -97,6 +97,20 @@ def test_per_sequence_pricing_agrees_with_the_uniform_path_and_hardware(models, 
     draft_s, verify_s, _ = pricer.price(widths, ctx, EMPTY, EMPTY)
     assert draft_s == pytest.approx(chain_draft_seconds(draft, gammas, ctx), rel=1e-12)
     assert verify_s == pytest.approx(target.pass_seconds(1 + gammas, ctx), rel=1e-12)
+    # the draft of the γ = 0 sequence ingesting its token (draft_sync every_step): the
+    # passes sim.draft_pricing.chain_rows_passes lists, which the compiled walk prices too
+    from sim.draft_pricing import per_sequence_seconds
+
+    idle = (gammas == 0).astype(np.int64)
+    ones = np.ones(len(ctx), dtype=np.int64)
+    if replicas == 1:  # pass 0 feeds every sequence, pass j those deeper than j
+        by_hand = sum(draft.cost.pass_seconds(ones[gammas > j], (ctx + j)[gammas > j])
+                      for j in range(1, 3)) + draft.cost.pass_seconds(ones, ctx)
+    else:  # each replica's chains, then the ingest as a pass of its own
+        by_hand = chain_draft_seconds(draft, gammas, ctx) + draft.cost.pass_seconds(
+            ones[gammas == 0], ctx[gammas == 0])
+    got = per_sequence_seconds(draft, widths, ctx, EMPTY, EMPTY, sync=idle)
+    assert got == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_a_tree_verify_is_priced_under_the_tree_mask(models):
