@@ -56,7 +56,7 @@ from hardware.heads import head_config, medusa_config
 from specdec.errors import UserError
 
 __all__ = ["METHODS", "TRAITS", "MethodTraits", "CPU_METHODS", "INPUT_SLOTS", "EAGLE_TYPE",
-           "ASYNC_METHODS", "Drafter",
+           "ASYNC_METHODS", "Drafter", "engine_names",
            "head_config", "input_slots", "lookahead_slots", "medusa_config"]
 
 METHODS = DRAFT_METHODS  # (hardware.catalog names them once)
@@ -79,7 +79,11 @@ class MethodTraits:
     - ``async_ok``: vLLM's V1 model runner schedules it asynchronously
       (``VllmConfig.__post_init__`` in vllm/config/vllm.py: EAGLE types incl. MTP, GPU
       n-gram, draft models and DFlash; not a host n-gram or suffix proposer, nor Medusa;
-      ``sim.async_scheduling``).
+      ``sim.async_scheduling``);
+    - ``vllm``, ``sglang``, ``trtllm``: the engines' names for it on their command lines
+      (vLLM's ``--speculative-config`` ``method``, SGLang's ``--speculative-algorithm``,
+      TensorRT-LLM's ``decoding_type``), the first the one SpecSim writes; none: the engine
+      has no such method. The engines' parsers and writers read them (``engine_names``).
     """
 
     input_slots: int = 0
@@ -87,17 +91,25 @@ class MethodTraits:
     eagle_type: bool = False
     on_cpu: bool = False
     async_ok: bool = True
+    vllm: tuple[str, ...] = ()
+    sglang: tuple[str, ...] = ()
+    trtllm: tuple[str, ...] = ()
 
 
 TRAITS = {
-    "draft_model": MethodTraits(input_slots=1),
-    "eagle": MethodTraits(eagle_type=True),
-    "eagle3": MethodTraits(eagle_type=True),
-    "mtp": MethodTraits(eagle_type=True),
-    "medusa": MethodTraits(async_ok=False),
-    "ngram": MethodTraits(on_cpu=True, async_ok=False),
-    "suffix": MethodTraits(on_cpu=True, async_ok=False),
-    "dflash": MethodTraits(extra_lookahead=1),
+    "draft_model": MethodTraits(input_slots=1, vllm=("draft_model",), sglang=("STANDALONE",),
+                                trtllm=("DraftTarget",)),
+    "eagle": MethodTraits(eagle_type=True, vllm=("eagle",), sglang=("EAGLE",)),
+    # TensorRT-LLM's PyTorch backend takes Eagle as Eagle3's alias
+    "eagle3": MethodTraits(eagle_type=True, vllm=("eagle3",), sglang=("EAGLE3",),
+                           trtllm=("Eagle3", "Eagle")),
+    "mtp": MethodTraits(eagle_type=True, vllm=("mtp", "deepseek_mtp"), sglang=("NEXTN",),
+                        trtllm=("MTP",)),
+    "medusa": MethodTraits(async_ok=False, vllm=("medusa",)),
+    "ngram": MethodTraits(on_cpu=True, async_ok=False, vllm=("ngram",), sglang=("NGRAM",),
+                          trtllm=("NGram",)),
+    "suffix": MethodTraits(on_cpu=True, async_ok=False, vllm=("suffix",)),
+    "dflash": MethodTraits(extra_lookahead=1, vllm=("dflash",), sglang=("DFLASH",)),
 }
 if tuple(TRAITS) != METHODS:
     raise ImportError("sim/drafters.py: TRAITS must name hardware.catalog.DRAFT_METHODS, "
@@ -107,6 +119,12 @@ INPUT_SLOTS = {m: t.input_slots for m, t in TRAITS.items() if t.input_slots}
 EAGLE_TYPE = tuple(m for m, t in TRAITS.items() if t.eagle_type)
 CPU_METHODS = tuple(m for m, t in TRAITS.items() if t.on_cpu)
 ASYNC_METHODS = tuple(m for m, t in TRAITS.items() if t.async_ok)
+
+
+def engine_names(engine: str) -> dict[str, str]:
+    """{``engine``'s name for a drafting method: SpecSim's method} for ``engine`` vllm,
+    sglang or trtllm (``MethodTraits``' names), in ``TRAITS``' order."""
+    return {name: m for m, t in TRAITS.items() for name in getattr(t, engine)}
 
 
 def input_slots(drafter, uses_draft: bool) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.controllers import SGLANG_DEFAULT_SLOTS, check_sglang_slots
+from sim.drafters import TRAITS, engine_names
 from sim.engines.common import (
     NO_EFFECT,
     Parsed,
@@ -22,8 +23,7 @@ from sim.engines.common import (
 from sim.engines.vllm import deepest, hf_id
 from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
-SGLANG_METHODS = {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp",
-                  "STANDALONE": "draft_model", "NGRAM": "ngram", "DFLASH": "dflash"}
+SGLANG_METHODS = engine_names("sglang")  # --speculative-algorithm -> SpecSim's method
 # DFLASH's block (verify window) when neither --speculative-num-draft-tokens nor
 # --speculative-dflash-block-size is given and the draft config names none: 16, its K 15
 # (python/sglang/srt/arg_groups/speculative_hook.py, SGLang 0.5.14 wheel; it reads the draft
@@ -384,7 +384,7 @@ def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     return shlex.join(words), notes
 
 
-_ALGORITHMS = {ours: flag for flag, ours in SGLANG_METHODS.items()}
+_ALGORITHMS = {m: t.sglang[0] for m, t in TRAITS.items() if t.sglang}  # what it writes
 
 
 def _speculation_flags(scenario, variant, notes: list[str]) -> list[str]:

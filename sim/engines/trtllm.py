@@ -22,14 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from sim.drafters import TRAITS, engine_names
 from sim.engines.common import KV_DTYPES, NO_EFFECT, Parsed, flags_of, float_flag, int_flag
 from specdec.errors import UserError
 
 DEFAULT_MAX_BATCH = 2048
 DEFAULT_MAX_TOKENS = 8192
 # decoding_type -> SpecSim's drafting method
-TRTLLM_METHODS = {"MTP": "mtp", "Eagle3": "eagle3", "Eagle": "eagle3", "NGram": "ngram",
-                  "DraftTarget": "draft_model"}
+TRTLLM_METHODS = engine_names("trtllm")
 _NO_EFFECT = {"--host", "--port", "--tokenizer", "--served-model-name", "--log-level",
               "--trust-remote-code", "--num-postprocess-workers", "--reasoning-parser",
               "--tool-parser", "--chat-template", "--revision", "--metadata-server-config-file"}
@@ -244,8 +244,7 @@ def _bool(value, where: str) -> bool:
     return value
 
 
-_DECODING = {"mtp": "MTP", "eagle3": "Eagle3", "eagle": "Eagle3", "ngram": "NGram",
-             "draft_model": "DraftTarget"}
+_DECODING = {m: t.trtllm[0] for m, t in TRAITS.items() if t.trtllm}  # what it writes
 
 
 def serve_command(scenario, variant, catalog) -> tuple[str, str, list[str]]:

@@ -9,7 +9,7 @@ import json
 import shlex
 from collections.abc import Callable
 
-from sim.drafters import ASYNC_METHODS
+from sim.drafters import ASYNC_METHODS, engine_names
 from sim.engines.common import (
     NO_EFFECT,
     Parsed,
@@ -25,9 +25,7 @@ from sim.limits import MAX_GAMMA, MAX_TREE_NODES, draft_nodes
 from specdec.errors import KeyGivenTwice, UserError, unique_keys
 
 # vLLM's speculative methods -> SpecSim's drafter methods
-VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3",
-                "mtp": "mtp", "deepseek_mtp": "mtp", "medusa": "medusa", "ngram": "ngram",
-                "suffix": "suffix", "dflash": "dflash"}
+VLLM_METHODS = engine_names("vllm")  # --speculative-config method -> SpecSim's
 
 
 def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:

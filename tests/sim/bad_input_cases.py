@@ -632,7 +632,7 @@ CASES = [
     ("sglang-algorithm-bogus", {}, ["run", "--from-sglang", "python -m sglang.launch_server "
                                     "--model-path meta-llama/Llama-3.1-8B "
                                     "--speculative-algorithm MAGIC"],
-     "--speculative-algorithm: one of EAGLE"),
+     "--speculative-algorithm: one of STANDALONE, EAGLE, EAGLE3, NEXTN, NGRAM, DFLASH"),
     ("bench-ratio-one", {}, ["run", "--bench", "vllm bench serve --random-range-ratio 1"],
      "--bench: --random-range-ratio: must be in [0, 1), got 1"),
     ("bench-prompts-huge", {}, ["run", "--bench", "vllm bench serve --num-prompts 1000000000000"],

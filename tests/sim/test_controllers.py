@@ -215,7 +215,7 @@ def test_a_trtllm_serve_line_and_its_config_become_the_scenario(tmp_path):
 
 @pytest.mark.parametrize("yaml_text, flags, match", [
     ("speculative_config: {decoding_type: Medusa, max_draft_len: 3}\n", "",
-     "decoding_type: one of MTP, Eagle3, Eagle, NGram, DraftTarget"),
+     "decoding_type: one of DraftTarget, Eagle3, Eagle, MTP, NGram"),
     ("speculative_config: {decoding_type: Eagle3}\n", "", "max_draft_len"),
     ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3, acceptance_window: 8}\n",
      "", "acceptance_window: the older acceptance gate"),

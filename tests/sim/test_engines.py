@@ -727,3 +727,23 @@ def test_a_dynamic_sd_run_round_trips_through_the_vllm_config(tmp_path, capsys):
                              "--speculative-config '" + json.dumps(spec) + "'",
                              lambda m: _ids(m + "-Instruct" if m.endswith("1B") else m))
     assert _sets(again)["variants"][1]["policy"] == s["variants"][1]["policy"]
+
+
+def test_the_engines_method_names_come_from_the_method_traits():
+    # a drafting method's engine names are in its one MethodTraits record: the three
+    # engines' parsers read them from there, and each name parses to its method
+    from sim.drafters import TRAITS, engine_names
+    from sim.engines.sglang import SGLANG_METHODS
+    from sim.engines.trtllm import TRTLLM_METHODS
+    from sim.engines.vllm import VLLM_METHODS
+
+    assert (VLLM_METHODS, SGLANG_METHODS, TRTLLM_METHODS) == tuple(
+        engine_names(e) for e in ("vllm", "sglang", "trtllm"))
+    assert set(VLLM_METHODS.values()) == set(TRAITS)  # vLLM serves every method
+    for name, method in VLLM_METHODS.items():
+        spec = {"method": name, "num_speculative_tokens": 2}
+        if method == "draft_model":
+            spec["model"] = "meta-llama/Llama-3.2-1B-Instruct"
+        p = parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                             f"--speculative-config '{json.dumps(spec)}'", _ids)
+        assert _sets(p)["models.method"] == method
