@@ -41,6 +41,19 @@ SGLANG_SLOT_DEFAULTS = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches"
 MAX_STEPS = 64
 
 
+def sglang_initial_steps(slots: Mapping[str, Mapping]) -> int:
+    """The steps a slot starts from when ``--speculative-num-steps`` is unset: the middle
+    of every slot's candidates together (SGLang 0.5.14's
+    ``_init_adaptive_speculative_params``, arg_groups/speculative_hook.py)."""
+    every = sorted({s for v in slots.values() for s in v["candidate_steps"]})
+    return every[len(every) // 2]
+
+
+def sglang_deepest(slots: Mapping[str, Mapping]) -> int:
+    """The most steps any slot may draft."""
+    return max(max(v["candidate_steps"]) for v in slots.values())
+
+
 def sglang_capture_sizes(max_running: int) -> list[int]:
     """The decode batch sizes SGLang 0.5.14 captures CUDA graphs for with speculation
     (``ServerArgs._generate_decode_cuda_graph_batch_sizes``, its speculative list: 1-8,
@@ -148,7 +161,7 @@ class SglangAdaptive:
                             "{'1': {candidate_steps: [1, 3, 7]}}")
         self._keys = sorted(int(k) for k in slots)
         self._slots = [_Slot(initial_steps, {**cfg, **slots[str(k)]}) for k in self._keys]
-        self.max_depth = self.max_nodes = max(max(s.candidates) for s in self._slots)
+        self.max_depth = self.max_nodes = sglang_deepest(slots)
         self._capture = sorted(capture_sizes)
         self._rows = [chain(g, self.max_depth) for g in range(self.max_depth + 1)]
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.controllers import SGLANG_DEFAULT_SLOTS, check_sglang_slots
+from sim.controllers import SGLANG_SLOT_DEFAULTS, check_sglang_slots, sglang_initial_steps
 from sim.drafters import TRAITS, engine_names
 from sim.engines.common import (
     NO_EFFECT,
@@ -189,8 +189,7 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
         raise UserError(f"{what}: --speculative-dflash-block-size: DFLASH only")
     if adaptive:
         policy = sglang_adaptive_policy(out, adaptive_cfg, steps, what)
-        slots = policy.get("slots", SGLANG_DEFAULT_SLOTS)
-        steps = max(max(v["candidate_steps"]) for v in slots.values())  # the deepest
+        steps = deepest(policy)
         if steps == 0:
             raise UserError(f"{what}: --speculative-adaptive-config {adaptive_cfg}: every "
                             "candidate_steps is 0: nothing speculates")
@@ -218,8 +217,7 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
     return out
 
 
-ADAPTIVE_SHARED = ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis",
-                   "up_hysteresis", "ceiling_coeff")
+ADAPTIVE_SHARED = tuple(SGLANG_SLOT_DEFAULTS)  # the config file's shared thresholds
 
 
 def sglang_adaptive_policy(out: Parsed, path: str | None, steps: int | None,
@@ -258,8 +256,7 @@ def sglang_adaptive_policy(out: Parsed, path: str | None, steps: int | None,
             out.notes.append(f"--speculative-adaptive-config: {key}: SGLang 0.5.14 does not "
                              "read it")
     if steps is None:
-        every = sorted({s for v in slots.values() for s in v["candidate_steps"]})
-        policy["steps"] = every[len(every) // 2]
+        policy["steps"] = sglang_initial_steps(slots)
     return policy
 
 

@@ -23,7 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.drafters import TRAITS, engine_names
-from sim.engines.common import KV_DTYPES, NO_EFFECT, Parsed, flags_of, float_flag, int_flag
+from sim.engines.common import (
+    KV_DTYPES,
+    NO_EFFECT,
+    Parsed,
+    flags_of,
+    float_flag,
+    int_flag,
+    split,
+)
 from specdec.errors import UserError
 
 DEFAULT_MAX_BATCH = 2048
@@ -46,8 +54,6 @@ _CONTROLS = ("draft_len_schedule", "max_concurrency", "acceptance_rate_window_si
 
 def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     """``trtllm-serve MODEL [flags]`` as overrides (the YAML of ``--config`` read too)."""
-    from sim.engines.common import split
-
     what = "--from-trtllm"
     out = Parsed(what)
     words = split(text, what, ("trtllm-serve",))
@@ -87,8 +93,7 @@ def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
         elif name in ("--kv-cache-free-gpu-memory-fraction", "--free-gpu-memory-fraction"):
             out.set("deployment.gpu_memory_utilization", _number(float_flag, name, value, what))
             out.notes.append(f"{_shown(name)}: the share of free memory after the weights, "
-                             "taken as "
-                             "the share of the GPU the weights and KV cache may fill")
+                             "taken as the share of the GPU the weights and KV cache may fill")
         elif name in _NO_EFFECT or name in NO_EFFECT:
             out.notes.append(f"{_shown(name)}: not used by the simulation")
         else:

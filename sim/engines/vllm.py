@@ -456,12 +456,11 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
 def deepest(policy: dict) -> int:
     """The most tokens a policy (a scenario's ``policy`` as a mapping) drafts per step: a
     chain's γ, a tree's depth, a ladder's K, a controller's largest draft."""
-    from sim.controllers import SGLANG_DEFAULT_SLOTS
+    from sim.controllers import SGLANG_DEFAULT_SLOTS, sglang_deepest
 
     kind = policy["kind"]
     if kind == "sglang_adaptive":
-        slots = policy.get("slots") or SGLANG_DEFAULT_SLOTS
-        return max(max(v["candidate_steps"]) for v in slots.values())
+        return sglang_deepest(policy.get("slots") or SGLANG_DEFAULT_SLOTS)
     if kind == "tree":
         return len(policy.get("expansion") or []) or policy["steps"]
     if kind == "batch_ladder":

@@ -12,6 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from sim.controllers import SGLANG_SLOT_DEFAULTS
 from sim.kinds.base import MAX_COUNT, MAX_GAMMA, Gamma, PosInt, Shape, Strict, kind_union
 from sim.limits import MAX_TREE_NODES, draft_nodes
 
@@ -140,6 +141,9 @@ Steps = Annotated[int, Field(ge=0, le=MAX_GAMMA)]  # SGLang's steps; 0: no draft
 Hysteresis = Annotated[float, Field(ge=-MAX_GAMMA, le=MAX_GAMMA)]
 
 
+_SLOT = SGLANG_SLOT_DEFAULTS  # SGLang's defaults for a slot's thresholds
+
+
 class SglangSlot(Strict):
     """One batch-size slot of SGLang's adaptive config: its candidate steps, and any of
     the shared thresholds it sets for itself."""
@@ -164,12 +168,12 @@ class SglangAdaptivePolicy(Strict):
     # --speculative-adaptive-config's slots by smallest batch size (null: SGLang's default)
     slots: dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], SglangSlot] | None = \
         Field(None, min_length=1, max_length=MAX_GAMMA + 1)
-    ema_alpha: Annotated[float, Field(gt=0, le=1)] = 0.2
-    update_interval: Annotated[int, Field(ge=1, le=MAX_COUNT)] = 5
-    warmup_batches: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 10
-    down_hysteresis: Hysteresis = -0.25
-    up_hysteresis: Hysteresis = 0.0
-    ceiling_coeff: Annotated[float, Field(ge=0, le=MAX_GAMMA)] = 0.0
+    ema_alpha: Annotated[float, Field(gt=0, le=1)] = _SLOT["ema_alpha"]
+    update_interval: Annotated[int, Field(ge=1, le=MAX_COUNT)] = _SLOT["update_interval"]
+    warmup_batches: Annotated[int, Field(ge=0, le=MAX_COUNT)] = _SLOT["warmup_batches"]
+    down_hysteresis: Hysteresis = _SLOT["down_hysteresis"]
+    up_hysteresis: Hysteresis = _SLOT["up_hysteresis"]
+    ceiling_coeff: Annotated[float, Field(ge=0, le=MAX_GAMMA)] = _SLOT["ceiling_coeff"]
     # the decode batch sizes with CUDA graphs, a batch padded up to one before its slot is
     # chosen (null: SGLang's speculative list up to scheduler.max_num_seqs)
     cuda_graph_bs: Annotated[list[PosInt], Field(min_length=1, max_length=4096)] | None = None
@@ -186,16 +190,11 @@ class SglangAdaptivePolicy(Strict):
 
     def build(self, acceptance, max_running: int):
         """A factory of ``sim.controllers.SglangAdaptive`` (checked now, at build time)."""
-        from sim.controllers import SglangAdaptive, sglang_capture_sizes
+        from sim.controllers import SglangAdaptive, sglang_capture_sizes, sglang_initial_steps
 
         slots = self.slot_table()
-        shared = {k: getattr(self, k) for k in ("ema_alpha", "update_interval",
-                                                "warmup_batches", "down_hysteresis",
-                                                "up_hysteresis", "ceiling_coeff")}
-        steps = self.steps
-        if steps is None:  # SGLang's _init_adaptive_speculative_params
-            every = sorted({s for v in slots.values() for s in v["candidate_steps"]})
-            steps = every[len(every) // 2]
+        shared = {k: getattr(self, k) for k in SGLANG_SLOT_DEFAULTS}
+        steps = sglang_initial_steps(slots) if self.steps is None else self.steps
         capture = self.cuda_graph_bs or sglang_capture_sizes(max_running)
 
         def make():
