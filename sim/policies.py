@@ -8,8 +8,9 @@ engine broadcasts the row to the acceptance model's per-sequence ``widths`` [D, 
 acceptance of each sequence is still drawn separately); a per-sequence policy returns
 int64 [D, m] instead, one row per sequence. ``shape(n, context, history)`` gets the number
 of decoding sequences, their cached tokens and their history (int64 [D, 2]: accepted and
-checked guesses so far), the number of running requests (``running``) and the number of
-requests the replica's last step scheduled (``scheduled``).
+checked guesses so far), the number of running requests (``running``) and, per decoding
+sequence, the number of requests the step that last scheduled it scheduled (``scheduled``,
+int64 [D]: ``Replica.scheduled_in``).
 
 - ``NoSpeculation``: plain decoding.
 - ``FixedGamma``: vLLM's ``num_speculative_tokens``.
@@ -73,7 +74,7 @@ class NoSpeculation:
 
     def shape(self, n: int, context: np.ndarray | None = None,
               history: np.ndarray | None = None, running: int | None = None,
-              scheduled: int | None = None) -> np.ndarray:
+              scheduled: np.ndarray | None = None) -> np.ndarray:
         """int64 [0]: no levels."""
         return self.row
 
@@ -94,7 +95,7 @@ class _Static:
 
     def shape(self, n: int, context: np.ndarray | None = None,
               history: np.ndarray | None = None, running: int | None = None,
-              scheduled: int | None = None) -> np.ndarray:
+              scheduled: np.ndarray | None = None) -> np.ndarray:
         """int64 [m]: always the same row."""
         return self.row
 
@@ -284,7 +285,7 @@ class AdaptiveGamma:
 
     def shape(self, n: int, context: np.ndarray | None = None,
               history: np.ndarray | None = None, running: int | None = None,
-              scheduled: int | None = None) -> np.ndarray:
+              scheduled: np.ndarray | None = None) -> np.ndarray:
         """int64 [max_gamma]: the goodput-best shape for this batch."""
         if n == 0 or self.price is None:
             return self._rows[0]
