@@ -244,6 +244,9 @@ class FrameworkSpec(_Frozen):
     shared experts on a second CUDA stream beside its routed experts, so the layer's
     experts cost the longer of the two rather than their sum (0: never;
     ``shared_expert_source`` says where the engine does it).
+    ``moe_ep_within_tp``: the engine may split its TP group between expert parallelism
+    and expert shards (``ep`` dividing ``tp``: ``Deployment.moe_tp``); False, as vLLM,
+    whose EP group is TP x DP, refuses it (``moe_parallel_source`` says where).
     ``versions``: releases with overheads of their own (:class:`FrameworkVersion`), priced
     as ``<id>@<version>`` (:meth:`Catalog.framework`); ``version`` is the release the entry
     stands for (the kernel tables' for the shipped engines).
@@ -269,6 +272,8 @@ class FrameworkSpec(_Frozen):
     memory: EngineMemory | None = None
     shared_expert_stream_tokens: int = Field(default=0, ge=0)
     shared_expert_source: str | None = None
+    moe_ep_within_tp: bool = False
+    moe_parallel_source: str | None = None
     speculation: SpecOverheads | None = None
     source: str
 

@@ -137,6 +137,11 @@ class CostModel:
             gpu.node_link if ep_span > gpu.gpus_per_node else gpu.scale_up_link)
         self.host_link = catalog.link(gpu.host_link)
         self.framework = catalog.framework(dep.framework)
+        if 1 < dep.ep < dep.tp and not self.framework.moe_ep_within_tp:
+            raise UserError(f"deployment: ep: {dep.ep} below tp {dep.tp} splits the TP group "
+                            f"between experts and their shards, which {self.framework.name} "
+                            f"does not do (ep 1 or a multiple of tp; SGLang and TensorRT-LLM "
+                            f"split it)")
         self.layouts = stage_layouts(dep)
         self._counts = stage_counts(dep, self.layouts)
         if dep.offload_fraction == "auto":

@@ -29,9 +29,18 @@ use. Assumptions (each one a choice, stated where it is made):
   the serving engine whose kernel tables and overheads it uses (a catalog id).
 - Mixture of experts (vLLM's semantics, vllm/model_executor/layers/fused_moe/config.py
   ``FusedMoEParallelConfig.make``): with ``ep`` 1 every routed expert is split over the
-  ``tp`` GPUs like any MLP; with expert parallelism each GPU holds ``E / ep`` whole experts.
-  vLLM's ``--enable-expert-parallel`` sets the EP size to TP x DP, so ``ep`` must be 1 or a
-  multiple of ``tp``: ``ep == tp`` is EP at data-parallel size 1 (attention TP-split, every
+  ``tp`` GPUs like any MLP; with expert parallelism each GPU holds ``E / ep`` experts, each
+  split ``moe_tp`` ways. vLLM's ``--enable-expert-parallel`` sets the EP size to TP x DP,
+  so under vLLM ``ep`` must be 1 or a multiple of ``tp`` (``moe_tp`` 1). SGLang and
+  TensorRT-LLM also split the TP group itself between the two: ``ep`` dividing ``tp``
+  leaves ``moe_tp = tp / ep`` GPUs to share each expert (SGLang: ``moe_tp_size = tp_size //
+  ep_size``, sgl-project/sglang python/sglang/srt/distributed/parallel_state.py in release
+  0.5.14; TensorRT-LLM: ``moe_tp_size = tp_size // moe_ep_size`` unless given,
+  NVIDIA/TensorRT-LLM tensorrt_llm/mapping.py @05ebebb2, ``Mapping.__init__``), e.g. tp 8 /
+  ep 4: four groups of 64 of DeepSeek-V3's 256 experts, each expert split over 2 GPUs. The
+  attention stays TP-split and the MoE output is all-reduced over the TP group, as at
+  ``ep == tp`` (which engine allows it: the framework's ``moe_ep_within_tp``, checked by
+  the cost model). ``ep == tp`` is EP at data-parallel size 1 (attention TP-split, every
   rank sees every token, the MoE output all-reduced over the TP group as without EP: no
   all-to-all, ``use_all2all_kernels`` needs DP > 1); ``ep = tp x dp`` adds ``dp``
   data-parallel attention groups (``--data-parallel-size dp``): each holds the attention,
@@ -176,9 +185,10 @@ class Deployment:
         if not experts:
             raise UserError(f"deployment: ep: {self.model.id} has no experts; ep must be 1, "
                             f"got {ep}")
-        if ep % tp:
-            raise UserError(f"deployment: ep: must be 1 or a multiple of tp {tp} (vLLM's "
-                            f"expert parallelism spans TP x DP GPUs), got {ep}")
+        if ep % tp and tp % ep:
+            raise UserError(f"deployment: ep: must divide tp {tp} (the TP group split "
+                            f"between experts and their shards) or be a multiple of it "
+                            f"(data-parallel attention groups), got {ep}")
         if experts % ep:
             raise UserError(f"deployment: ep: {ep} does not divide the {experts} routed "
                             f"experts of {self.model.id}")
@@ -187,6 +197,12 @@ class Deployment:
     def attention_dp(self) -> int:
         """Data-parallel attention groups: ep / tp when ep exceeds tp, else 1."""
         return self.ep // self.tp if self.ep > self.tp else 1
+
+    @property
+    def moe_tp(self) -> int:
+        """GPUs that split each routed expert: tp with no expert parallelism, tp / ep where
+        ep divides tp, 1 where ep spans the TP group or more."""
+        return self.tp // self.ep if self.ep <= self.tp else 1
 
     @property
     def n_gpus(self) -> int:
@@ -260,8 +276,8 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
     kv_proj = shape.kv_proj_params * kv_heads // shape.n_kv_heads
     layer = (shape.layer_params - shape.kv_proj_params) // tp + kv_proj
     # MoE blocks: the non-expert part as above (the router replicated), plus this GPU's
-    # experts: E / ep whole ones under EP, all E split over tp without (vLLM)
-    moe_tp = tp if dep.ep == 1 else 1
+    # experts: E / ep of them, each split moe_tp ways (all E over tp without EP)
+    moe_tp = dep.moe_tp
     local_experts = shape.n_experts // dep.ep
     moe_layer = (shape.moe_fixed_params - shape.kv_proj_params - shape.moe_replicated_params
                  ) // tp + kv_proj + shape.moe_replicated_params

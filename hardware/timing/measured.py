@@ -591,8 +591,9 @@ def _moe_tables(dep, system: str, backend: str, quant: str, framework):
     or None where the framework does not do that, and the GEMM mode that priced the GEMMs,
     ``quant`` or what :func:`_linear_table` fell back to) of an MoE model: an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
-    experts' fused-MoE kernel at moe_tp / moe_ep as vLLM shards them (``ep`` 1: every
-    expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU)."""
+    experts' fused-MoE kernel at moe_tp / moe_ep as the engine shards them (``ep`` 1: every
+    expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU; ``ep`` dividing tp: E/ep
+    per GPU, each split tp/ep ways, ``Deployment.moe_tp``)."""
     shape, cfg = dep.model.shape, dep.model.config
     if dep.attention_dp > 1:
         raise aic.TablesUnavailable(f"ep {dep.ep} > tp {dep.tp} (data-parallel attention "
@@ -611,7 +612,7 @@ def _moe_tables(dep, system: str, backend: str, quant: str, framework):
         shared, quant = _linear_table(system, backend, shared_g, quant)
     router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")
     width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
-    moe_tp, moe_ep = (dep.tp, 1) if dep.ep == 1 else (1, dep.ep)
+    moe_tp, moe_ep = dep.moe_tp, dep.ep
     routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
                            moe_tp, moe_ep, moe_quant, moe_distribution(cfg))
     summed = tuple(a + b + c + d for a, b, c, d in zip(fixed, router, shared, routed,

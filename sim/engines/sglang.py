@@ -93,7 +93,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
     pos, flags = flags_of(split(text, what, head, env), what, {"--trust-remote-code",
                                                                 "--enable-metrics",
                                                                 "--disable-radix-cache",
-                                                                "--speculative-adaptive"})
+                                                                "--speculative-adaptive",
+                                                                "--enable-dp-attention"})
     if pos:
         raise UserError(f"{what}: unexpected words {pos}")
     model = flags.pop("--model-path", None) or flags.pop("--model", None)
@@ -129,8 +130,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
                              "(it takes up to 4096 for larger pools, never more than half "
                              "the pool's tokens); its admission by free KV binds first in "
                              "most runs")
-    mapping = {"--tp-size": "deployment.tp", "--tp": "deployment.tp",
-               "--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
+    mapping = {"--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
+    _layout(out, flags, what)
     algo = steps = topk = ndraft = draft_path = adaptive_cfg = block = None
     adaptive = flags.pop("--speculative-adaptive", None) is not None
     for name, value in flags.items():
@@ -349,6 +350,53 @@ def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[flo
     return [1.0 - phi(j + 0.5 - length) for j in range(1, steps + 1)]
 
 
+def _layout(out: Parsed, flags: dict, what: str) -> None:
+    """SGLang's parallel layout (its flags taken from ``flags``) as the deployment's tp and
+    ep. ``--tp-size`` is the world of GPUs; ``--ep-size`` (at most it) splits it between
+    experts and their shards, ``moe_tp_size = tp_size // ep_size``
+    (python/sglang/srt/distributed/parallel_state.py, release 0.5.14); with
+    ``--enable-dp-attention``, ``--dp-size`` groups of ``tp_size / dp_size`` GPUs each run
+    the attention on their own requests: SpecSim's tp of one group and ep the world, which
+    needs whole experts (``--ep-size`` = ``--tp-size``). ``--dp-size`` without it (that many
+    replicas) is not read: set the scenario's replicas instead."""
+    world = ep = dp = 1
+    for name in ("--tp-size", "--tp"):
+        if name in flags:
+            world = int_flag(flags, name, what)
+            flags.pop(name)
+    for name in ("--ep-size", "--ep", "--expert-parallel-size"):
+        if name in flags:
+            ep = int_flag(flags, name, what)
+            flags.pop(name)
+    dp_attention = flags.pop("--enable-dp-attention", None) is not None
+    for name in ("--dp-size", "--dp"):
+        if name in flags:
+            dp = int_flag(flags, name, what)
+            flags.pop(name)
+            if not dp_attention and dp > 1:
+                raise UserError(f"{what}: {name} {dp} without --enable-dp-attention: that "
+                                f"many replicas behind SGLang's router; set the scenario's "
+                                f"deployment.replicas instead")
+    if world % ep:
+        raise UserError(f"{what}: --ep-size {ep}: must divide --tp-size {world} (SGLang's "
+                        f"moe_tp_size = tp_size // ep_size)")
+    tp = world
+    if dp_attention and dp > 1:
+        if world % dp:
+            raise UserError(f"{what}: --dp-size {dp}: must divide --tp-size {world}")
+        if ep != world:
+            raise UserError(f"{what}: --enable-dp-attention with --ep-size {ep} below "
+                            f"--tp-size {world} (experts split {world // ep} ways) is not "
+                            f"modelled: SpecSim's data-parallel attention takes whole experts "
+                            f"(--ep-size {world})")
+        tp = world // dp
+        out.notes.append(f"--enable-dp-attention: {dp} attention groups of tp {tp}: one "
+                         f"scheduler over them, assumed evenly loaded (SGLang runs one per "
+                         f"group)")
+    out.set("deployment.tp", tp)
+    out.set("deployment.ep", ep)
+
+
 def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     """The ``python3 -m sglang.launch_server`` line that realises ``variant`` of
     ``scenario``, and what it cannot say (notes): the inverse of :func:`parse_sglang` where
@@ -358,8 +406,14 @@ def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     d, lim, notes = scenario.deployment, scenario.scheduler, []
     target = catalog.model(scenario.models.target)
     words = ["python3", "-m", "sglang.launch_server", "--model-path", hf_id(target)]
-    if d.tp > 1:
-        words += ["--tp-size", str(d.tp)]
+    if d.ep > d.tp:  # data-parallel attention: the world of GPUs, in groups of tp
+        words += ["--tp-size", str(d.ep), "--dp-size", str(d.ep // d.tp),
+                  "--enable-dp-attention", "--ep-size", str(d.ep)]
+    else:
+        if d.tp > 1:
+            words += ["--tp-size", str(d.tp)]
+        if d.ep > 1:
+            words += ["--ep-size", str(d.ep)]
     if d.pp > 1:
         words += ["--pp-size", str(d.pp)]
     words += ["--max-running-requests", str(lim.max_num_seqs)]

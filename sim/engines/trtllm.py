@@ -79,11 +79,15 @@ def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     backend = flags.pop("--backend", "pytorch")
     if backend != "pytorch":
         raise UserError(f"{what}: --backend {backend}: SpecSim models the PyTorch backend")
-    mapping = {"--tp-size": "deployment.tp", "--pp-size": "deployment.pp",
-               "--ep-size": "deployment.ep"}
+    # the layout, settled once the YAML (whose keys win) is read: _layout
+    layout = {"tensor_parallel_size": 1, "moe_expert_parallel_size": None,
+              "moe_tensor_parallel_size": None, "enable_attention_dp": False}
+    sizes = {"--tp-size": "tensor_parallel_size", "--ep-size": "moe_expert_parallel_size"}
     for name, value in flags.items():
-        if name in mapping:
-            out.set(mapping[name], _number(int_flag, name, value, what))
+        if name in sizes:
+            layout[sizes[name]] = _number(int_flag, name, value, what)
+        elif name == "--pp-size":
+            out.set("deployment.pp", _number(int_flag, name, value, what))
         elif name == "--max-batch-size":
             limits["max_batch_size"] = _number(int_flag, name, value, what)
         elif name == "--max-num-tokens":
@@ -101,7 +105,8 @@ def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     spec = None
     path = config or extra
     if path is not None:
-        spec = _yaml(out, Path(path), limits, what)
+        spec = _yaml(out, Path(path), limits, layout, what)
+    _layout(out, layout, f"{what}: {path}" if path is not None else what)
     out.set("scheduler.max_num_seqs", limits["max_batch_size"])
     out.set("scheduler.max_batched_tokens", limits["max_num_tokens"])
     out.set("scheduler.chunked_prefill", bool(limits["enable_chunked_prefill"]))
@@ -116,8 +121,9 @@ def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     return out
 
 
-def _yaml(out: Parsed, path: Path, limits: dict, what: str) -> dict | None:
-    """The ``--config`` YAML's keys into ``out`` and ``limits``; its speculative config."""
+def _yaml(out: Parsed, path: Path, limits: dict, layout: dict, what: str) -> dict | None:
+    """The ``--config`` YAML's keys into ``out``, ``limits`` and ``layout``; its speculative
+    config."""
     from sim.loading import read_yaml
 
     try:
@@ -137,11 +143,13 @@ def _yaml(out: Parsed, path: Path, limits: dict, what: str) -> dict | None:
             spec = value
         elif key == "kv_cache_config":
             _kv_cache(out, value, f"{where}: kv_cache_config")
-        elif key in ("tensor_parallel_size", "pipeline_parallel_size",
-                     "moe_expert_parallel_size"):
-            field = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
-                     "moe_expert_parallel_size": "ep"}[key]
-            out.set(f"deployment.{field}", _int(value, f"{where}: {key}"))
+        elif key == "pipeline_parallel_size":
+            out.set("deployment.pp", _int(value, f"{where}: {key}"))
+        elif key in ("tensor_parallel_size", "moe_expert_parallel_size",
+                     "moe_tensor_parallel_size"):
+            layout[key] = _int(value, f"{where}: {key}")
+        elif key == "enable_attention_dp":
+            layout[key] = _bool(value, f"{where}: {key}")
         elif key in ("cuda_graph_config", "disable_overlap_scheduler"):
             out.notes.append(f"{path}: {key}: not priced (SpecSim prices a step's host work "
                              "the same with and without CUDA graphs or the overlap scheduler)")
@@ -237,6 +245,36 @@ def _number(read, name: str, value: str, what: str):
     return read({_shown(name): value}, _shown(name), what)
 
 
+def _layout(out: Parsed, layout: dict, where: str) -> None:
+    """The TP group's split as TensorRT-LLM's ``Mapping`` makes it (tensorrt_llm/mapping.py
+    @05ebebb2, ``Mapping.__init__``): ``moe_tensor_parallel_size`` x
+    ``moe_expert_parallel_size`` = ``tensor_parallel_size``, the one not given the quotient
+    (neither: every expert split over the group). With ``enable_attention_dp`` each rank
+    runs the attention on its own requests: SpecSim's tp 1 with ep the group's size (whole
+    experts; ``hardware.deployment``), which needs ``moe_tensor_parallel_size`` 1."""
+    tp, ep = layout["tensor_parallel_size"], layout["moe_expert_parallel_size"]
+    moe_tp = layout["moe_tensor_parallel_size"]
+    if ep is None:
+        ep = 1 if moe_tp is None else tp // moe_tp
+    if moe_tp is None:
+        moe_tp = tp // ep
+    if moe_tp * ep != tp:
+        raise UserError(f"{where}: moe_tensor_parallel_size x moe_expert_parallel_size: "
+                        f"{moe_tp} x {ep} must equal tensor_parallel_size {tp}")
+    if layout["enable_attention_dp"] and tp > 1:
+        if moe_tp != 1:
+            raise UserError(f"{where}: enable_attention_dp: with experts split "
+                            f"{moe_tp} ways (moe_tensor_parallel_size {moe_tp}) is not "
+                            f"modelled: SpecSim's data-parallel attention takes whole "
+                            f"experts (moe_expert_parallel_size {tp})")
+        out.notes.append(f"enable_attention_dp: {tp} attention ranks of their own, "
+                         f"priced as tp 1, ep {tp}: one scheduler over the {tp} groups, "
+                         f"assumed evenly loaded (TensorRT-LLM balances them itself)")
+        tp = 1
+    out.set("deployment.tp", tp)
+    out.set("deployment.ep", ep)
+
+
 def _int(value, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{where}: an integer >= 1, got {value!r}")
@@ -265,7 +303,16 @@ def serve_command(scenario, variant, catalog) -> tuple[str, str, list[str]]:
     d, lim, notes = scenario.deployment, scenario.scheduler, []
     target = catalog.model(scenario.models.target)
     words = ["trtllm-serve", hf_id(target)]
-    for flag, value, default in (("--tp_size", d.tp, 1), ("--pp_size", d.pp, 1),
+    config: dict = {}
+    tp = d.tp
+    if d.ep > d.tp:  # data-parallel attention: every rank of the world its own attention
+        config["enable_attention_dp"] = True
+        tp = d.ep
+        if d.tp > 1:
+            notes.append(f"deployment: tp {d.tp} within each of {d.ep // d.tp} data-parallel "
+                         f"attention groups: TensorRT-LLM's attention DP runs each rank's "
+                         f"attention alone (tp 1)")
+    for flag, value, default in (("--tp_size", tp, 1), ("--pp_size", d.pp, 1),
                                  ("--ep_size", d.ep, 1)):
         if value != default:
             words += [flag, str(value)]
@@ -273,7 +320,6 @@ def serve_command(scenario, variant, catalog) -> tuple[str, str, list[str]]:
               str(lim.max_batched_tokens)]
     if lim.max_model_len is not None:
         words += ["--max_seq_len", str(lim.max_model_len)]
-    config: dict = {}
     if lim.chunked_prefill:
         config["enable_chunked_prefill"] = True
     kv: dict = {"enable_block_reuse": bool(lim.prefix_caching)}

@@ -172,8 +172,10 @@ def test_ep_all_to_all_costs_time_only_with_data_parallel_attention(timing):
 
 
 def test_bad_ep_is_refused_with_the_reason():
-    with pytest.raises(UserError, match="ep: must be 1 or a multiple of tp 8"):
+    with pytest.raises(UserError, match="ep: must divide tp 8 .* or be a multiple of it"):
         _cost(ep=12)
+    with pytest.raises(UserError, match="ep: 4 below tp 8 splits the TP group .* vLLM does"):
+        _cost(ep=4, framework="vllm")
     with pytest.raises(UserError, match="ep: 48 does not divide the 256 routed experts"):
         _cost(ep=48, tp=8)
     cat = load_catalog()
