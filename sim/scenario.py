@@ -29,18 +29,11 @@ from sim.kinds.base import (
     Strict,
     Tokens,
 )
-from sim.kinds.drafters import (
-    DFlashDrafter,
-    DrafterCfg,
-    DraftModelDrafter,
-    EagleDrafter,
-    LookupDrafter,
-    MedusaDrafter,
-    MtpDrafter,
-)
+from sim.kinds.drafters import DrafterCfg
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
 from sim.limits import MAX_NAME
+from sim.methods import DEFAULT_DRAFTERS  # each method's own (models.method's drafter)
 from sim.scheduling import ORDERS
 
 # a scenario's or variant's name: it names folders (runs/<name>-<time>, the variants'), so
@@ -81,16 +74,6 @@ class Models(Strict):
         return DEFAULT_DRAFTERS[self.method]
 
 
-DEFAULT_DRAFTERS = {
-    "draft_model": DraftModelDrafter(method="draft_model"),
-    "eagle": EagleDrafter(method="eagle"),
-    "eagle3": EagleDrafter(method="eagle3"),
-    "mtp": MtpDrafter(method="mtp"),
-    "medusa": MedusaDrafter(method="medusa"),
-    "ngram": LookupDrafter(method="ngram"),
-    "suffix": LookupDrafter(method="suffix"),
-    "dflash": DFlashDrafter(method="dflash"),
-}
 
 
 class Deployment(Strict):

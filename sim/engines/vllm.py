@@ -9,7 +9,7 @@ import json
 import shlex
 from collections.abc import Callable
 
-from sim.drafters import ASYNC_METHODS, engine_names
+from sim.drafters import ASYNC_METHODS, TRAITS, engine_names
 from sim.engines.common import (
     NO_EFFECT,
     Parsed,
@@ -270,9 +270,8 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
                                                                        else ""))
 
 
-# the methods whose V1 proposers take a K per step (vLLM 0.33.0 wheel, vllm/config/vllm.py,
-# VllmConfig._maybe_disable_dynamic_sd_for_v1: any other falls back to the static K)
-DYNAMIC_SD_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+# the methods whose V1 proposers take a K per step (MethodTraits.dynamic_k)
+DYNAMIC_SD_METHODS = tuple(m for m, t in TRAITS.items() if t.dynamic_k)
 
 
 def _dynamic_sd(out: Parsed, ladder, k: int, method: str, tree: bool, what: str) -> dict:

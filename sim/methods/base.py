@@ -1,0 +1,55 @@
+"""What every drafting method's module uses: its traits record and the placement of a
+drafting model beside the target (``sim.methods``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MethodTraits:
+    """What a drafting method is to vLLM's scheduler (0.33), one record per method.
+
+    - ``input_slots``: slots each scheduled request's drafter takes from the step's token
+      budget beside its tokens (vllm/config/speculative.py,
+      ``SpeculativeConfig.max_num_new_slots_for_drafting``: 1 for draft_model, which feeds
+      the draft one more token than the target; K for PARD and K - 1 for parallel EAGLE,
+      which SpecSim does not model; 0 for the others, DFlash included);
+    - ``extra_lookahead``: KV lookahead slots beyond one per draft token
+      (``VllmConfig.num_lookahead_tokens``: 1 for DFlash's bonus query);
+    - ``eagle_type``: vLLM's ``use_eagle()`` (EAGLE, EAGLE-3, MTP), whose prefix-cache
+      block hashes cover the next token too (``sim.prefix_cache``);
+    - ``on_cpu``: proposes on the host, no GPU pass (n-gram, suffix);
+    - ``async_ok``: vLLM's V1 model runner schedules it asynchronously
+      (``VllmConfig.__post_init__`` in vllm/config/vllm.py: EAGLE types incl. MTP, GPU
+      n-gram, draft models and DFlash; not a host n-gram or suffix proposer, nor Medusa;
+      ``sim.async_scheduling``);
+    - ``dynamic_k``: vLLM's V1 proposer drafts a K of the step's choosing, so Dynamic SD
+      (``num_speculative_tokens_per_batch_size``) varies it (vLLM 0.33.0,
+      vllm/config/vllm.py, ``VllmConfig._maybe_disable_dynamic_sd_for_v1``: n-gram, EAGLE,
+      EAGLE-3, MTP, draft models and DFlash; any other falls back to the static K);
+    - ``vllm``, ``sglang``, ``trtllm``: the engines' names for it on their command lines
+      (vLLM's ``--speculative-config`` ``method``, SGLang's ``--speculative-algorithm``,
+      TensorRT-LLM's ``decoding_type``), the first the one SpecSim writes; none: the engine
+      has no such method. The engines' parsers and writers read them (``engine_names``).
+    """
+
+    input_slots: int = 0
+    extra_lookahead: int = 0
+    eagle_type: bool = False
+    on_cpu: bool = False
+    async_ok: bool = True
+    dynamic_k: bool = False
+    vllm: tuple[str, ...] = ()
+    sglang: tuple[str, ...] = ()
+    trtllm: tuple[str, ...] = ()
+
+
+def colocated_or_separate(cost, target, placement: str):
+    """The ``hardware.DraftSetup`` of a drafting model priced by ``cost``: on a GPU of its
+    own (``placement`` separate) or one copy beside each of the target's GPUs."""
+    from hardware.draft import DraftSetup
+
+    if placement == "separate":
+        return DraftSetup(cost=cost, placement="separate")
+    return DraftSetup.colocated_with(cost, target)
