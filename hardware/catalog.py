@@ -162,9 +162,10 @@ def release_name_ok(release: object) -> bool:
         and "@" not in release
 
 
-# the drafting methods, named once: the scenario's ``models.method`` and drafter kinds
-# (sim.scenario.DEFAULT_DRAFTERS, sim.drafters), the speculation rows' ``method``
-# (hardware.timing.spec_rows) and the engines' speculation overheads below take these
+# the drafting methods, named once (a method's registration: sim.methods imports the
+# module sim/methods/<name>.py of each, its drafter kind, defaults and traits): the
+# scenario's ``models.method``, the speculation rows' ``method`` (hardware.timing.spec_rows)
+# and the engines' speculation overheads below take these
 DRAFT_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram", "suffix",
                  "dflash")
 SPEC_METHODS = ("default", *DRAFT_METHODS)  # ``draft_step_s`` keys: a method, or default
