@@ -47,7 +47,8 @@ GROUP_FIELDS = ("category", "model", "gpu", "framework", "framework_version", "t
 CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)",
               "C": "max-load throughput (static batch or trtllm-bench)",
               "D": "offloaded decode",
-              "E": "speculative decoding (speedup; speculative TPOT)"}
+              "E": "speculative decoding (speedup; speculative TPOT)",
+              "F": "Blackwell batched decode (TPOT at concurrency)"}
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,17 @@ def test_nvlink5_joins_the_gpus_of_a_server_or_an_nvl72_rack(gpu_id):
 
 
 @pytest.mark.parametrize("gpu_id", sorted(SYSTEMS))
-def test_each_entry_names_its_datasheet_and_says_it_is_not_validated(gpu_id):
+def test_each_entry_names_its_datasheet_and_says_where_it_is_validated(gpu_id):
+    """B200 and B300 against category F's serving runs, GB200 and GB300 against none; each
+    roofline fitted on its own kernel tables (specsim calibrate --tables), as h100's."""
     source = CAT.gpu(gpu_id).source
-    assert "datasheet" in source and "Not validated" in source
-    assert CAT.gpu(gpu_id).roofline is None  # datasheet only, not fitted
+    assert "datasheet" in source
+    validated = gpu_id in ("b200", "b300")
+    assert ("Validated on category F" in source) == validated
+    assert ("Not validated" in source) == (not validated)
+    roofline = CAT.gpu(gpu_id).roofline
+    assert roofline.calibrated and "kernel tables of b200, b300, gb200, gb300" in \
+        roofline.source
 
 
 @pytest.mark.parametrize(("gpu_id", "framework", "version"), [
