@@ -112,6 +112,12 @@ def verify_pass(verify, tri, s_ctx, n_seq, p_new, p_ctx, p_new_ctx, p_sq, n_pre)
     return new, kv, keys, n
 
 
+def _per_token(c) -> float:
+    """The bytes a stage's KV pool counts per cached token: its full layers' KV, or where a
+    model has none (every layer a window), its window layers' (a bound)."""
+    return c.kv_bytes_per_token or c.window_kv_bytes_per_token
+
+
 class CostModel:
     """Prices forward passes of ``dep``; refuses deployments that cannot run.
 
@@ -165,13 +171,50 @@ class CostModel:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV bytes one cached token takes over all layers at ``dep.kv_bits`` (logical, once)."""
+        """KV bytes one cached token takes over the layers whose cache grows with the
+        context (all of them but window and linear-attention layers, ``hardware.layers``)
+        at ``dep.kv_bits`` (logical, once)."""
         return self.dep.model.shape.kv_values_per_token * self.dep.kv_bits // 8
 
     @property
     def stage_kv_bytes_per_token(self) -> tuple[float, ...]:
-        """KV bytes one cached token takes on ONE GPU of each stage (after TP split)."""
+        """KV bytes one cached token takes on ONE GPU of each stage (after TP split), in
+        the layers whose cache grows with the context."""
         return tuple(c.kv_bytes_per_token for c in self._counts)
+
+    def bounded_kv_bytes(self, stage: int, kv_tokens: float) -> float:
+        """Bytes stage ``stage``'s GPU needs, beyond the full layers' per-token KV, for
+        ``kv_tokens`` cached tokens spread over ``dep.max_seqs`` running sequences in the
+        worst way: its window layers hold min(tokens, sequences x window) tokens, its
+        linear-attention layers a state per sequence (0 for a model whose every layer is
+        full attention, and for no tokens)."""
+        c = self._counts[stage]
+        if kv_tokens <= 0 or not (c.window or c.state_bytes_per_seq):
+            return 0.0
+        seqs = self.dep.max_seqs
+        held = min(kv_tokens, seqs * c.window) if c.kv_bytes_per_token else 0.0
+        return c.window_kv_bytes_per_token * held + seqs * c.state_bytes_per_seq
+
+    def stage_tokens_that_fit(self, stage: int, free_bytes: float,
+                              extra_per_token: float = 0.0) -> float:
+        """The most cached tokens whose KV fits ``free_bytes`` of stage ``stage``'s GPU,
+        each also taking ``extra_per_token`` bytes (a co-located draft's KV), however they
+        are spread over ``dep.max_seqs`` sequences: the inverse of per-token KV plus
+        :meth:`bounded_kv_bytes`."""
+        c = self._counts[stage]
+        per_token = _per_token(c) + extra_per_token
+        if not (c.window or c.state_bytes_per_seq):
+            return free_bytes / per_token
+        seqs = self.dep.max_seqs
+        free = free_bytes - seqs * c.state_bytes_per_seq
+        if not c.kv_bytes_per_token:  # every layer a window: counted per token (a bound)
+            return free / per_token
+        # up to seqs x window tokens every window layer holds each one; beyond, no more
+        tokens = free / (per_token + c.window_kv_bytes_per_token)
+        cap = seqs * c.window
+        if tokens <= cap:
+            return tokens
+        return (free - c.window_kv_bytes_per_token * cap) / per_token
 
     def resident_weight_bytes(self) -> tuple[int, ...]:
         """Weight bytes each stage's GPU keeps in its memory (offloaded part excluded; with
@@ -184,12 +227,14 @@ class CostModel:
         """Cached tokens that fit after weights, workspace and ``reserve_bytes`` per GPU.
 
         The tightest stage decides (every token has KV on every stage). Never negative.
+        A model with window or linear-attention layers: the most tokens that fit however
+        they are spread over ``dep.max_seqs`` sequences (:meth:`stage_tokens_that_fit`) --
+        an approximation of vLLM's hybrid KV cache manager, which pages each kind of layer
+        in a group of its own (docs/timing.md).
         """
         usable = self.dep.usable_bytes_per_gpu - reserve_bytes
-        tokens = min(
-            (usable - w) // c.kv_bytes_per_token
-            for w, c in zip(self.resident_weight_bytes(), self._counts, strict=True)
-        )
+        tokens = min(self.stage_tokens_that_fit(s, usable - w)
+                     for s, w in enumerate(self.resident_weight_bytes()))
         return max(int(tokens), 0)
 
     def kv_capacity_blocks(self, block_tokens: int = 16, reserve_bytes: int = 0) -> int:
@@ -202,15 +247,16 @@ class CostModel:
         ``subject`` replaces the model id that starts the message (e.g. to say that it is a
         draft that does not fit next to its target). The GiB figures get as many decimals
         as it takes for "needs" to read larger than "available" (exact bytes if 3 are not
-        enough).
+        enough). With any KV, a model with window or linear-attention layers also needs
+        their bounded memory for ``dep.max_seqs`` sequences (:meth:`bounded_kv_bytes`,
+        counted in the message's KV).
         """
         usable = self.dep.usable_bytes_per_gpu - reserve_bytes
         for s, (w, c) in enumerate(zip(self.resident_weight_bytes(), self._counts,
                                        strict=True)):
-            need = w + kv_tokens * c.kv_bytes_per_token
-            if need > usable:
-                raise fit_error(self.dep, s, w, kv_tokens, kv_tokens * c.kv_bytes_per_token,
-                                reserve_bytes, subject)
+            kv = kv_tokens * _per_token(c) + self.bounded_kv_bytes(s, kv_tokens)
+            if w + kv > usable:
+                raise fit_error(self.dep, s, w, kv_tokens, kv, reserve_bytes, subject)
 
     # ---- pricing --------------------------------------------------------------------------
     #

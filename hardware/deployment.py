@@ -92,7 +92,10 @@ class Deployment:
     its clients) adds the framework's per-sequence streaming cost to the target's passes
     (a draft's passes never pay it); False is an offline run. ``fp8_scales`` (``tensor``,
     ``block``, ``dynamic``; ``None``: the model's ``fp8_scales``) picks the FP8 W8A8 kernel
-    the measured timing prices (:attr:`fp8_scaling`).
+    the measured timing prices (:attr:`fp8_scaling`). ``max_seqs`` (vLLM's
+    ``--max-num-seqs``, default 256) is how many sequences run at once: a model with
+    window or linear-attention layers keeps their bounded memory for each of them
+    (``hardware.cost.CostModel.kv_capacity_tokens``).
     """
 
     model: ModelSpec
@@ -114,6 +117,7 @@ class Deployment:
     ep: int = 1
     streaming: bool = True
     fp8_scales: str | None = None
+    max_seqs: int = 256
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -143,6 +147,8 @@ class Deployment:
         _check(_is_int(self.ep) and self.ep >= 1, "ep", "must be an integer >= 1", self.ep)
         _check(isinstance(self.streaming, bool), "streaming", "must be true or false",
                self.streaming)
+        _check(_is_int(self.max_seqs) and self.max_seqs >= 1, "max_seqs",
+               "must be an integer >= 1", self.max_seqs)
         _check(self.fp8_scales is None or self.fp8_scales in FP8_SCALES, "fp8_scales",
                f"must be one of {', '.join(FP8_SCALES)} (or null: the model's)",
                self.fp8_scales)
@@ -163,6 +169,10 @@ class Deployment:
             raise UserError(
                 f"{self.model.id}: tp {self.tp} does not divide num_attention_heads {heads}"
             )
+        linear = cfg.linear_num_key_heads if self.model.shape.linear_state else None
+        if linear and linear % self.tp:
+            raise UserError(f"{self.model.id}: tp {self.tp} does not divide "
+                            f"linear_num_key_heads {linear} (the linear-attention heads)")
         if kv % self.tp and self.tp % kv:
             raise UserError(
                 f"{self.model.id}: tp {self.tp} neither divides num_key_value_heads {kv} "
@@ -260,6 +270,15 @@ class StageLayout:
     routed_params: int = 0
     routed_flop_params: float = 0.0
     unquantized_params: int = 0
+    # attention that is not full (hardware.layers): the stage's window and linear layers,
+    # the K and V values its window layers cache per token (for at most the model's window
+    # of each sequence; ``kv_values_per_token`` is then the full layers' alone), its linear
+    # layers' state values per sequence and their FLOPs per token on this GPU
+    window_layers: int = 0
+    linear_layers: int = 0
+    window_kv_values_per_token: int = 0
+    state_values_per_seq: int = 0
+    linear_flops_per_token: float = 0.0
 
     def stored_bytes(self, weight_bits: int) -> float:
         """Bytes of the weights this stage stores at ``weight_bits`` (the embedding and
@@ -292,7 +311,11 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
         n_moe = sum(shape.moe_layers[start:start + n])
         start += n
         head = math.ceil(shape.head_params / tp) if last else 0
-        streamed = (n - n_moe) * layer + n_moe * moe_layer + head
+        full, window, linear = shape.kinds_of(start - n, n)
+        # a linear-attention layer: its own parameters split over tp (no KV heads to keep)
+        linear_extra = linear * ((shape.linear_delta_params + shape.kv_proj_params) // tp
+                                 - kv_proj)
+        streamed = (n - n_moe) * layer + n_moe * moe_layer + head + linear_extra
         # A tied lm_head on a single stage is the embedding matrix itself: stored once.
         tied_once = dep.model.config.tied and first and last
         embedding = shape.embedding_params if first else 0
@@ -306,7 +329,7 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                 layers=n,
                 streamed_params=streamed,
                 stored_params=stored,
-                kv_values_per_token=n * shape.kv_values_per_layer(kv_heads),
+                kv_values_per_token=full * shape.kv_values_per_layer(kv_heads),
                 attn_heads=shape.n_heads // tp,
                 first=first,
                 last=last,
@@ -314,6 +337,11 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                 routed_params=n_moe * routed_layer,
                 routed_flop_params=n_moe * routed_flops,
                 unquantized_params=math.ceil(embedding / tp) + head,
+                window_layers=window,
+                linear_layers=linear,
+                window_kv_values_per_token=window * shape.kv_values_per_layer(kv_heads),
+                state_values_per_seq=linear * shape.linear_state // tp,
+                linear_flops_per_token=linear * shape.linear_flops / tp,
             )
         )
     return tuple(layouts)

@@ -294,12 +294,8 @@ def colocated_kv_capacity_tokens(target: CostModel, draft: DraftSetup) -> int:
         return target.kv_capacity_tokens()
     d_weights, d_kv = _draft_per_gpu(draft)
     usable = target.dep.usable_bytes_per_gpu - d_weights
-    tokens = min(
-        (usable - w) / (kv + d_kv)
-        for w, kv in zip(
-            target.resident_weight_bytes(), target.stage_kv_bytes_per_token, strict=True
-        )
-    )
+    tokens = min(target.stage_tokens_that_fit(s, usable - w, d_kv)
+                 for s, w in enumerate(target.resident_weight_bytes()))
     return max(int(tokens), 0)
 
 

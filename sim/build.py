@@ -153,7 +153,8 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
                    tp=d.tp, pp=d.pp, ep=d.ep, weight_bits=d.weight_bits, kv_bits=d.kv_bits,
                    offload_fraction=d.offload_fraction, offload_pin_memory=d.offload_pin_memory,
                    compute_dtype=d.compute_dtype, fp8_scales=d.fp8_scales,
-                   workspace_fraction=1.0 - d.gpu_memory_utilization, **timing),
+                   workspace_fraction=1.0 - d.gpu_memory_utilization,
+                   max_seqs=sc.scheduler.max_num_seqs, **timing),
         catalog,
     )
     block = sc.scheduler.block_size

@@ -16,7 +16,7 @@ from hardware.deployment import TIMINGS, Deployment, StageLayout
 
 __all__ = ["TIMINGS", "HEAD_TOKENS_PER_SEQ", "Breakdown", "StageCounts", "stage_counts",
            "framework_seq_s", "framework_step_s", "elementwise_s_per_token", "ACT_BYTES",
-           "largest", "head_tokens"]
+           "largest", "head_tokens", "STATE_BYTES", "windowed"]
 
 # Logits are computed only where a token is sampled: every token of a decode or a verify
 # (a chain of <= 7 guesses, a tree of up to ~30 nodes), the last token of a prefill chunk.
@@ -61,6 +61,27 @@ class StageCounts:
     routed_flop_per_token: float = 0.0
     expert_miss: float = 1.0
     dp: int = 1
+    # attention that is not full (hardware.layers; zeros: every layer full). Window layers:
+    # their KV bytes per token and attention FLOPs per key, for at most ``window`` tokens
+    # of each sequence (``kv_bytes_per_token`` and ``flop_per_key`` are then the full
+    # layers' alone); linear layers: their state bytes per sequence, read and written once
+    # per pass (their FLOPs per token are in ``flop_per_token``)
+    window: int = 0
+    window_kv_bytes_per_token: float = 0.0
+    window_flop_per_key: float = 0.0
+    state_bytes_per_seq: float = 0.0
+
+    @property
+    def seq_reserve_bytes(self) -> float:
+        """Bytes one running sequence holds at most beyond its per-token KV: its window
+        layers' window of KV and its linear layers' state."""
+        return self.window * self.window_kv_bytes_per_token + self.state_bytes_per_seq
+
+
+# the linear-attention state's bytes per value: vLLM keeps it in the model's dtype unless
+# --mamba-ssm-cache-dtype says otherwise (MambaStateDtypeCalculator,
+# vllm/model_executor/layers/mamba/mamba_utils.py), whatever --kv-cache-dtype says
+STATE_BYTES = 2
 
 
 def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[StageCounts, ...]:
@@ -81,8 +102,10 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             layers=lay.layers,
             body_params=lay.streamed_params - h,
             head_params=h,
-            flop_per_token=2.0 * lay.streamed_params / dp + 2.0 * lay.routed_flop_params,
-            flop_per_key=lay.layers * lay.attn_heads * shape.key_flops_per_head / dp,
+            flop_per_token=2.0 * lay.streamed_params / dp + 2.0 * lay.routed_flop_params
+            + lay.linear_flops_per_token / dp,
+            flop_per_key=(lay.layers - lay.window_layers - lay.linear_layers) * lay.attn_heads
+            * shape.key_flops_per_head / dp,
             weight_bytes=lay.streamed_params * wb,
             kv_bytes_per_token=lay.kv_values_per_token * kvb / dp,
             stored_bytes=lay.stored_bytes(dep.weight_bits),
@@ -93,8 +116,27 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             routed_flop_per_token=2.0 * lay.routed_flop_params,
             expert_miss=miss,
             dp=dp,
+            window=shape.window if lay.window_layers else 0,
+            window_kv_bytes_per_token=lay.window_kv_values_per_token * kvb / dp,
+            window_flop_per_key=lay.window_layers * lay.attn_heads * shape.key_flops_per_head
+            / dp,
+            state_bytes_per_seq=lay.state_values_per_seq * STATE_BYTES / dp,
         ))
     return tuple(out)
+
+
+def windowed(new: float, kv: float, keys: float, n: float, window: float
+             ) -> tuple[float, float]:
+    """(KV entries read or written, attended keys) of a pass's window layers, from the
+    pass's sums over ``n`` sequences: each sequence reads at most ``window`` cached tokens
+    and each new token attends at most ``window`` keys, as min(Σ ctx, n·window) + new and
+    min(keys, new·window). From the sums alone the batch's sequences cannot be told apart:
+    exact when every sequence is on the same side of the window, and never below the
+    per-sequence sum otherwise (min is concave), so a mixed batch is priced a little high."""
+    ctx = kv - new
+    cap = n * window
+    keys_cap = new * window
+    return (ctx if ctx < cap else cap) + new, keys if keys < keys_cap else keys_cap
 
 
 def elementwise_s_per_token(framework, dep: Deployment, c: StageCounts) -> float:

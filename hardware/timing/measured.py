@@ -78,6 +78,9 @@ _LAST = len(_LENGTHS) - 1
 # the tables' GEMM mode of a 16-bit or weight-only format (FP8: :func:`gemm_quant`)
 _QUANT = {"w16": "bfloat16", "int8": "int8_wo", "int4": "int4_wo"}
 _FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
+# the families whose blocks the tables price (block_gemms, moe_block_gemms, the MLA tables)
+_MEASURED_TYPES = (*LLAMA_TYPES, "opt", "medusa", "mixtral", "qwen3_moe", "deepseek_v3",
+                   "deepseek_v2", "glm4_moe")
 
 
 # the tables' FP8 W8A8 GEMM mode by how the deployment scales its values: per-tensor with
@@ -130,7 +133,7 @@ def block_gemms(dep) -> tuple[tuple[int, int], ...]:
         return ((h, h),)
     q = shape.n_heads // tp * d
     kv = dep.kv_heads_per_gpu * d
-    if cfg.model_type in (*LLAMA_TYPES, "mixtral", "qwen3_moe"):
+    if cfg.model_type in (*LLAMA_TYPES, "mixtral", "qwen3_moe", "glm4_moe"):
         inter = cfg.intermediate_size // tp
         return ((q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter))
     ffn = cfg.ffn_dim // tp
@@ -200,6 +203,14 @@ class MeasuredTiming:
             raise aic.TablesUnavailable(f"gpu {gpu.id} has no measured kernel tables")
         if backend is None:
             raise aic.TablesUnavailable(f"framework {framework.name} has no kernel tables")
+        if shape.layer_kinds:
+            raise aic.TablesUnavailable(
+                f"{dep.model.id} has {shape.n_window_layers} window and "
+                f"{shape.n_linear_layers} linear-attention layers, and the tables' attention "
+                f"rows attend to the whole context (docs/timing.md)")
+        if dep.model.config.model_type not in _MEASURED_TYPES:
+            raise aic.TablesUnavailable(f"the {dep.model.config.model_type} family's blocks "
+                                        f"are not priced from the tables")
         if tp > gpu.gpus_per_node:
             raise aic.TablesUnavailable(f"tp {tp} spans servers; the tables cover one "
                                         f"server of {gpu.gpus_per_node} GPUs")

@@ -24,7 +24,9 @@ A pass through the pipeline costs the sum of its stages plus one activation hop
 constants the cost model reproduces the lecture's numbers (6.15 ms, 1.000, c = 0.23, 3.7x,
 0.73x, 1.03x, 1.64x, 18.7 ms, 1.30x); ``hardware/speedup.py`` says why the widest tree at
 batch 16 is 0.629x rather than 0.64x. Nothing here depends on the framework, and the batch's
-sequence count is ignored (the paper GPU has no per-sequence term).
+sequence count is ignored (the paper GPU has no per-sequence term). A model with window or
+linear-attention layers (``hardware.layers``) is refused: the lecture's formula has every
+layer attend to the whole context.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from hardware.moe import a2a_bytes_per_token
 from hardware.timing.analytic import HOST_S, SHARP, analytic_params, stage_parts
 from hardware.timing.base import Breakdown, largest
+from specdec.errors import UserError
 
 __all__ = ["PaperTiming", "ACTIVATION_BYTES"]
 
@@ -66,7 +69,8 @@ def _vector(st: _Stage) -> tuple[float, ...]:
     terms (zeros, which add exactly nothing: the lecture's numbers are unchanged)."""
     return (st.compute_s_per_token, 0.0, st.compute_s_per_key, st.weight_s,
             st.memory_s_per_kv_token, st.comm_fixed_s, st.comm_per_token_s, st.host_s,
-            st.overhead_s, 0.0, SHARP, 1.0 / SHARP, 1.0, st.routed_s, st.miss, 0.0, 0.0, 0.0)
+            st.overhead_s, 0.0, SHARP, 1.0 / SHARP, 1.0, st.routed_s, st.miss, 0.0, 0.0, 0.0,
+            0.0, 0.0, 0.0, 0.0)
 
 
 class PaperTiming:
@@ -77,6 +81,11 @@ class PaperTiming:
     def __init__(self, dep, counts, tp_link, pp_link, host_link, offload_fraction: float,
                  ep_link=None):
         gpu, shape, tp = dep.gpu, dep.model.shape, dep.tp
+        if shape.layer_kinds:
+            raise UserError(
+                f"timing: paper: the lecture's paper GPU prices every layer attending to the "
+                f"whole context; {dep.model.id} has {shape.n_window_layers} window and "
+                f"{shape.n_linear_layers} linear-attention layers (use roofline or auto)")
         inv_flops_per_s = 1.0 / (gpu.peak(dep.dtype) * gpu.eta_compute)
         inv_bytes_per_s = 1.0 / (gpu.hbm_bytes_per_s * gpu.eta_memory)
         ring_steps = 2 * (tp - 1)

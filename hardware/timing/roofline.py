@@ -10,6 +10,12 @@ links, ``FrameworkSpec`` of the serving engine):
               layer's shard per GPU; eta_w by format: 16-bit, fp8 W8A8, int8 or int4
               weight-only) + head bytes (16-bit) the same way + KV entries · KV bytes /
               (HBM·eta_kv);
+- a model whose attention is not full everywhere (``hardware.layers``): the full layers
+  price the KV entries and keys above; its window layers read min(Σ ctx, sequences·window)
+  + new KV entries and attend min(keys, new·window) keys (``base.windowed``: exact when
+  every sequence is on one side of the window, a little high for a batch mixing both);
+  its linear-attention layers read and write their state once per sequence per pass (2 x
+  the state bytes at eta_kv) and add their recurrence's FLOPs per token;
 - gpu_s     = (compute_s^p + memory_s^p)^(1/p), p = ``corner``: the two roofs meet in a
               rounded corner, i.e. the compute efficiency falls as the arithmetic intensity
               nears the ridge;
@@ -124,6 +130,22 @@ class _Stage:
     miss: float = 1.0  # MoE: 1 - k/E
     per_kv_len: float = 0.0  # per_kv x kv_half_seqs: the few-sequence loss, per mean length
     elem_per_token_s: float = 0.0  # the elementwise kernels (base.elementwise_s_per_token)
+    # window layers (their KV read and keys, capped at ``window`` per sequence / per new
+    # token) and linear layers' state per sequence (hardware.timing.base.windowed)
+    per_kv_window: float = 0.0
+    per_key_window: float = 0.0
+    window: float = 0.0
+    state_per_seq_s: float = 0.0
+
+
+def _window_terms(c, flops_per_s: float, kv_bw: float) -> dict:
+    """A stage's window and linear-attention terms (zeros where every layer is full): its
+    window layers' KV at the KV bandwidth, their keys at the compute rate, and its linear
+    layers' state read and written once per sequence per pass."""
+    return {"per_kv_window": c.window_kv_bytes_per_token / kv_bw,
+            "per_key_window": c.window_flop_per_key / flops_per_s,
+            "window": float(c.window),
+            "state_per_seq_s": 2.0 * c.state_bytes_per_seq / kv_bw}
 
 
 def _vector(st: _Stage) -> tuple[float, ...]:
@@ -131,7 +153,8 @@ def _vector(st: _Stage) -> tuple[float, ...]:
     return (st.per_token, st.per_head_token, st.per_key, st.weight_s, st.per_kv,
             st.comm_fixed_s, st.comm_per_token_s, st.host_s, st.fixed_s, st.per_seq_s, st.p,
             st.inv_p, float(st.overlap), st.routed_s, st.miss, st.per_kv_len,
-            st.elem_per_token_s, float(HEAD_TOKENS_PER_SEQ))
+            st.elem_per_token_s, float(HEAD_TOKENS_PER_SEQ), st.per_kv_window,
+            st.per_key_window, st.window, st.state_per_seq_s)
 
 
 class RooflineTiming:
@@ -186,6 +209,7 @@ class RooflineTiming:
                 per_seq_s=per_seq_s,
                 p=rp.corner, inv_p=1.0 / rp.corner, overlap=framework.offload_overlap,
                 elem_per_token_s=elementwise_s_per_token(framework, dep, c),
+                **_window_terms(c, flops_per_s, kv_bw),
             ))
         self._stages = tuple(stages)
         self._vectors = tuple(_vector(st) for st in stages)  # what the formula reads
@@ -293,4 +317,5 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
         routed_s=c.routed_bytes / w_bw,
         miss=c.expert_miss,
         elem_per_token_s=elementwise_s_per_token(framework, dep, c),
+        **_window_terms(c, flops_per_s, kv_bw),
     )

@@ -53,6 +53,17 @@ NOMINAL = {
     # Kimi-K2's card: "1 trillion total parameters" (one digit: 1.026T), "32 billion
     # activated" (checked below)
     "kimi-k2": (1.0e12, 0.03),
+    # DeepSeek-V3's architecture, its published 671B
+    "deepseek-r1": (671e9, 0.01), "deepseek-v3.1": (671e9, 0.01),
+    # gpt-oss model card (arXiv:2508.10925) Table 1: 116.83B and 20.91B, to half its last digit
+    "gpt-oss-120b": (116.83e9, 0.00005), "gpt-oss-20b": (20.91e9, 0.00025),
+    # GLM-4.5's "355B" (352.8B without the MTP layer) and GLM-4.5-Air's "106B"
+    "glm-4.5": (355e9, 0.01), "glm-4.5-air": (106e9, 0.01),
+    # Llama-4 Scout's "109B" includes its vision encoder, which is not counted (107.8B);
+    # Maverick's "400B"
+    "llama-4-scout": (109e9, 0.015), "llama-4-maverick": (400e9, 0.01),
+    # Qwen3-Next's "80B" (79.7B without the MTP layer)
+    "qwen3-next-80b-a3b": (80e9, 0.01),
 }
 
 
@@ -221,15 +232,15 @@ def test_qwen3_dense_is_llamas_block_with_q_and_k_norms(tmp_path):
     assert shape.layer_params - model_shape(as_llama).layer_params == 2 * 128
     fields = qwen.config.model_dump(exclude_unset=True)
     cfg = tmp_path / "config.json"
-    # sliding windows from layer 32 on: not modelled, refused
+    # sliding windows from layer 32 on: 32 full layers, 32 of a 4096-token window
     cfg.write_text(json.dumps({**fields, "use_sliding_window": True, "sliding_window": 4096,
                                "max_window_layers": 32}))
-    with pytest.raises(UserError, match="use_sliding_window.*max_window_layers 32 of 64"):
-        load_hf_config(cfg)
+    windowed = model_shape(load_hf_config(cfg))
+    assert windowed.kinds_of(0, 64) == (32, 32, 0) and windowed.window == 4096
     # switched on, but no layer reaches max_window_layers (the released configs' 64 of 64)
     cfg.write_text(json.dumps({**fields, "use_sliding_window": True, "sliding_window": 4096,
                                "max_window_layers": 64}))
-    assert load_hf_config(cfg) == qwen.config
+    assert model_shape(load_hf_config(cfg)) == shape
     # head_dim is required: Qwen3's is not hidden / heads (5120 / 64 = 80, not 128)
     cfg.write_text(json.dumps({k: v for k, v in fields.items() if k != "head_dim"}))
     with pytest.raises(UserError, match="qwen3 models need head_dim"):
