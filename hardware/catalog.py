@@ -53,7 +53,7 @@ _SECTIONS = ("gpus", "links", "models", "frameworks")
 # Mappings inside an entry that a user file overrides field by field (not replaced whole).
 _NESTED = ("roofline", "collective", "memory", "speculation")
 
-Dtype = Literal["bf16", "fp16", "fp8", "int8"]
+Dtype = Literal["bf16", "fp16", "fp8", "fp4", "int8"]
 
 
 class _Frozen(BaseModel):
@@ -88,6 +88,9 @@ class RooflineParams(_Frozen):
     eta_fp8: Fraction
     eta_int8: Fraction
     eta_int4: Fraction
+    # FP4 W4A4 (compute_dtype fp4, Blackwell); absent: eta_fp8's value (no GPU with an FP4
+    # peak has a calibrated roofline yet)
+    eta_fp4: Fraction | None = None
     weights_half_bytes: float = Field(ge=0)
     eta_kv: Fraction
     kv_half_seqs: float = Field(default=0.0, ge=0)
@@ -378,12 +381,24 @@ class ModelSpec(_Frozen):
     # says activation_scheme dynamic without weight blocks; vLLM's and SGLang's
     # --quantization fp8 on a 16-bit checkpoint, deployment.fp8_scales)
     fp8_scales: Literal["tensor", "block", "dynamic"] = "tensor"
+    # a checkpoint of 4-bit floating-point weights: its block-scale format (nvfp4 = E2M1
+    # values with one FP8 E4M3 scale per 16, mxfp4 = E2M1 with one E8M0 scale per 32;
+    # null: none, 4-bit weights are then int4) and which weights it quantizes (all but the
+    # embedding and lm_head, or only the routed experts, as gpt-oss's quantization_config
+    # leaves attention and the router in bf16)
+    fp4_format: Literal["nvfp4", "mxfp4"] | None = None
+    quantized: Literal["all", "experts"] = "all"
 
     @model_validator(mode="after")
     def _precision(self) -> ModelSpec:
         if self.compute_dtype == "fp8" and self.weight_bits != 8:
             raise ValueError(f"compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
                              f"{self.weight_bits}")
+        if self.fp4_format is not None and self.weight_bits != 4:
+            raise ValueError(f"fp4_format: FP4 weights need weight_bits 4, got "
+                             f"{self.weight_bits}")
+        if self.quantized == "experts" and not self.config.routed_experts:
+            raise ValueError("quantized: experts: the model has no routed experts")
         return self
 
     def precision(self, weight_bits: int | None,

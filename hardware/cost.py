@@ -220,7 +220,7 @@ class CostModel:
         """Weight bytes each stage's GPU keeps in its memory (offloaded part excluded; with
         ``offload_fraction: auto``, the streaming buffer included)."""
         keep = 1.0 - self.offload_fraction
-        return tuple(int(lay.stored_bytes(self.dep.weight_bits) * keep) + buf
+        return tuple(int(lay.stored_bytes(self.dep.stored_bits) * keep) + buf
                      for lay, buf in zip(self.layouts, self._buffer_bytes, strict=True))
 
     def kv_capacity_tokens(self, reserve_bytes: int = 0) -> int:

@@ -12,10 +12,18 @@ use. Assumptions (each one a choice, stated where it is made):
 - Pipeline parallelism splits the blocks into ``pp`` contiguous stages as evenly as possible
   (earlier stages take the remainder); the embedding table sits on the first stage, the final
   norm and lm_head on the last (a tied matrix is then stored on both).
-- ``weight_bits`` applies to every stored parameter (quantisation scales are not counted);
-  compute stays in the 16-bit dtype unless ``compute_dtype`` says otherwise (weight-only
-  quantisation, as in the lecture's 8-bit Llama-3-70B example); ``compute_dtype: fp8`` is
-  FP8 W8A8 and needs 8-bit weights.
+- ``weight_bits`` applies to every stored parameter but the embedding and lm_head (int8
+  and int4 group scales are not counted); compute stays in the 16-bit dtype unless
+  ``compute_dtype`` says otherwise (weight-only quantisation, as in the lecture's 8-bit
+  Llama-3-70B example); ``compute_dtype: fp8`` is FP8 W8A8 and needs 8-bit weights.
+- FP4 (``fp4_format``: ``nvfp4`` or ``mxfp4``, or the model's where its checkpoint ships
+  FP4 and ``weight_bits`` is 4) stores each 4-bit value with its block scales: NVFP4 one
+  FP8 E4M3 scale per 16 values (4.5 bits a weight), MXFP4 one E8M0 scale per 32 (4.25
+  bits) (:data:`FP4_BITS`). ``compute_dtype: fp4`` runs the GEMMs at the GPU's FP4 peak
+  (W4A4, Blackwell); without it the weights are dequantised to the 16-bit dtype in the
+  kernel (weight-only, as vLLM's Marlin MXFP4 path runs gpt-oss on Hopper). A checkpoint
+  that quantizes only its routed experts (``ModelSpec.quantized``: gpt-oss) keeps every
+  other weight in 16 bits.
 - Offloading keeps ``offload_fraction`` of each GPU's weights in host memory; they occupy no
   GPU memory (the workspace margin covers the streaming buffer). ``offload_fraction="auto"``
   lets the cost model offload just enough whole layers to fit (``hardware.memory``).
@@ -65,12 +73,18 @@ if TYPE_CHECKING:  # annotations only: importing the catalog (pydantic, YAML) is
     from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 
 __all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB", "TIMINGS",
-           "COMPUTE_DTYPES", "FP8_SCALES"]
+           "COMPUTE_DTYPES", "FP8_SCALES", "FP4_BITS"]
 
 GIB = 2**30
 TIMINGS = ("auto", "measured", "roofline", "paper")
-COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp4")
 FP8_SCALES = ("tensor", "block", "dynamic")
+# bits one FP4 weight takes with its share of the block scales: NVFP4 4 + 8/16 (an FP8
+# E4M3 scale per 16 values), MXFP4 4 + 8/32 (an E8M0 scale per 32; OCP Microscaling
+# Formats (MX) v1.0; NVIDIA's NVFP4: the TensorRT Model Optimizer docs, and the group_size
+# 16 of NVFP4 checkpoints' hf_quant_config.json, e.g. nvidia/DeepSeek-V3.1-NVFP4 as vendored
+# in aiconfigurator-core 0.12.0)
+FP4_BITS = {"nvfp4": 4.0 + 8.0 / 16, "mxfp4": 4.0 + 8.0 / 32}
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,7 @@ class Deployment:
     streaming: bool = True
     fp8_scales: str | None = None
     max_seqs: int = 256
+    fp4_format: str | None = None
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -152,6 +167,12 @@ class Deployment:
         _check(self.fp8_scales is None or self.fp8_scales in FP8_SCALES, "fp8_scales",
                f"must be one of {', '.join(FP8_SCALES)} (or null: the model's)",
                self.fp8_scales)
+        _check(self.fp4_format is None or self.fp4_format in FP4_BITS, "fp4_format",
+               f"must be one of {', '.join(FP4_BITS)} (or null: the model's)",
+               self.fp4_format)
+        if self.fp4_format is not None and self.weight_bits != 4:
+            raise UserError(f"deployment: fp4_format: FP4 weights need weight_bits 4, got "
+                            f"{self.weight_bits}")
         self._check_ep()
         if self.pp > cfg.num_hidden_layers:
             raise UserError(
@@ -178,12 +199,21 @@ class Deployment:
                 f"{self.model.id}: tp {self.tp} neither divides num_key_value_heads {kv} "
                 f"nor is a multiple of it (KV heads cannot be split or replicated evenly)"
             )
+        if self.dtype == "fp4" and "fp4" not in self.gpu.peak_flops_per_s:
+            raise UserError(f"deployment: compute_dtype: gpu {self.gpu.id} has no FP4 peak "
+                            f"(FP4 tensor cores are Blackwell's); leave compute_dtype unset to "
+                            f"run FP4 weights weight-only (dequantised to 16 bits), got 'fp4'")
         self.gpu.peak(self.dtype)  # a dtype the chip lacks is refused here
         if self.dtype == "fp8" and self.weight_bits != 8:
             raise UserError(
                 f"deployment: compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
                 f"{self.weight_bits}"
             )
+        if self.dtype == "fp4" and self.fp4 is None:
+            raise UserError(
+                f"deployment: compute_dtype: fp4 (W4A4) needs FP4 weights: weight_bits 4 and "
+                f"an fp4_format (nvfp4 or mxfp4), got weight_bits {self.weight_bits}"
+                + ("" if self.weight_bits != 4 else " without an fp4_format"))
         if self.fp8_scales is not None and self.dtype != "fp8":
             raise UserError(f"deployment: fp8_scales: only FP8 W8A8 has them (compute_dtype "
                             f"fp8), got {self.fp8_scales!r} with compute_dtype {self.dtype}")
@@ -225,6 +255,43 @@ class Deployment:
         ``fp8_scales`` where the deployment says (``dynamic``: a 16-bit checkpoint quantized
         when loaded, vLLM's and SGLang's ``--quantization fp8``), else the model's."""
         return self.fp8_scales or self.model.fp8_scales
+
+    @property
+    def fp4(self) -> str | None:
+        """The FP4 block-scale format of the weights (``nvfp4``, ``mxfp4``), or None: the
+        deployment's ``fp4_format``, else the model's where it ships FP4 at 4 bits."""
+        if self.fp4_format is not None:
+            return self.fp4_format
+        return self.model.fp4_format if self.weight_bits == 4 else None
+
+    @property
+    def stored_bits(self) -> float:
+        """Bits one quantised weight takes in memory, FP4 block scales included."""
+        fp4 = self.fp4
+        return FP4_BITS[fp4] if fp4 is not None else float(self.weight_bits)
+
+    @property
+    def experts_only(self) -> bool:
+        """Whether only the routed experts are quantised (the checkpoint's own FP4 format
+        of a model that quantizes nothing else): every other weight stays 16-bit."""
+        fp4 = self.fp4
+        return fp4 is not None and fp4 == self.model.fp4_format \
+            and self.model.quantized == "experts"
+
+    @property
+    def dense_bits(self) -> float:
+        """Bits of the weights other than the routed experts (and the 16-bit embedding and
+        lm_head): 16 where only the experts are quantised, else :attr:`stored_bits`."""
+        return 16.0 if self.experts_only else self.stored_bits
+
+    @property
+    def weight_label(self) -> str:
+        """How the weights are stored, for messages: '16 bits', 'MXFP4 (4.25 bits)'."""
+        fp4 = self.fp4
+        if fp4 is None:
+            return f"{self.weight_bits} bits"
+        return f"{fp4.upper()} ({FP4_BITS[fp4]:g} bits)" + (
+            " experts" if self.experts_only else "")
 
     @property
     def dtype(self) -> str:
@@ -280,9 +347,10 @@ class StageLayout:
     state_values_per_seq: int = 0
     linear_flops_per_token: float = 0.0
 
-    def stored_bytes(self, weight_bits: int) -> float:
+    def stored_bytes(self, weight_bits: float) -> float:
         """Bytes of the weights this stage stores at ``weight_bits`` (the embedding and
-        lm_head at 16 bits or more)."""
+        lm_head at 16 bits or more; with only the routed experts quantised, every other
+        weight)."""
         quantized = self.stored_params - self.unquantized_params
         return (quantized * weight_bits + self.unquantized_params * max(weight_bits, 16)) / 8
 
@@ -336,7 +404,8 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                 moe_layers=n_moe,
                 routed_params=n_moe * routed_layer,
                 routed_flop_params=n_moe * routed_flops,
-                unquantized_params=math.ceil(embedding / tp) + head,
+                unquantized_params=stored - n_moe * routed_layer if dep.experts_only
+                else math.ceil(embedding / tp) + head,
                 window_layers=window,
                 linear_layers=linear,
                 window_kv_values_per_token=window * shape.kv_values_per_layer(kv_heads),

@@ -37,7 +37,7 @@ def fit_error(dep: Deployment, stage: int, weight_bytes: float, kv_tokens: int,
     return UserError(
         f"{subject or dep.model.id} does not fit on {dep.tp}x{dep.pp} "
         f"{dep.gpu.id}{where}: needs {gib(total)} GiB per GPU (weights "
-        f"{gib(weight_bytes)} GiB at {dep.weight_bits} bits"
+        f"{gib(weight_bytes)} GiB at {dep.weight_label}"
         + (" with the embedding and lm_head at 16" if dep.weight_bits < 16 else "")
         + f" + KV for {kv_tokens} tokens "
         f"{gib(kv_bytes)} GiB"
@@ -66,7 +66,8 @@ def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
     usable = dep.usable_bytes_per_gpu
     fraction = 0.0
     for c in counts:
-        layer_bytes = (c.body_params + c.routed_params) / c.layers * dep.weight_bits / 8
+        layer_bytes = (c.body_params * dep.dense_bits + c.routed_params * dep.stored_bits
+                       ) / c.layers / 8
         kv = max(dep.kv_tokens * c.kv_bytes_per_token, AUTO_KV_FRACTION * usable)
         excess = c.stored_bytes + kv - usable
         if excess <= 0:
@@ -76,5 +77,6 @@ def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
         fraction = max(fraction, blocks * layer_bytes / c.stored_bytes)
     if fraction == 0.0:
         return 0.0, tuple(0 for _ in counts)
-    return fraction, tuple(int(AUTO_BUFFER_LAYERS * (c.body_params + c.routed_params) / c.layers
-                               * dep.weight_bits / 8) for c in counts)
+    return fraction, tuple(int(AUTO_BUFFER_LAYERS * (c.body_params * dep.dense_bits
+                                                     + c.routed_params * dep.stored_bits)
+                               / c.layers / 8) for c in counts)

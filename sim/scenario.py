@@ -93,8 +93,14 @@ class Deployment(Strict):
     draft_weight_bits: Literal[4, 8, 16] | None = None  # the draft's; null = weight_bits
     kv_bits: Literal[8, 16] = 16
     # fp8 = FP8 W8A8 (needs weight_bits 8; the draft computes in fp8 only at 8 bits too);
-    # null = the GPU's 16-bit dtype (bf16, fp16 on a T4)
-    compute_dtype: Literal["bf16", "fp8"] | None = None
+    # fp4 = FP4 W4A4 at the GPU's FP4 peak (Blackwell; needs FP4 weights: weight_bits 4 and
+    # an fp4_format, the target's only); null = the GPU's 16-bit dtype (bf16, fp16 on a T4)
+    compute_dtype: Literal["bf16", "fp8", "fp4"] | None = None
+    # 4-bit weights as FP4 with block scales: nvfp4 (an FP8 scale per 16 values, 4.5 bits a
+    # weight) or mxfp4 (an E8M0 scale per 32, 4.25 bits); null = the model's where its
+    # checkpoint ships FP4 (gpt-oss: mxfp4), else int4. Without compute_dtype fp4 they run
+    # weight-only, dequantised to 16 bits (vLLM's Marlin MXFP4 path on Hopper)
+    fp4_format: Literal["nvfp4", "mxfp4"] | None = None
     # how FP8 W8A8 (compute_dtype fp8) scales its values, which picks the measured FP8 GEMM
     # kernel of the target's linear layers (attention, dense MLP, shared experts; the
     # routed experts and DeepSeek's MLA block keep their own FP8 tables): null = the
@@ -146,6 +152,12 @@ class Deployment(Strict):
     def _fp8_needs_8_bits(self):
         if self.compute_dtype == "fp8" and self.weight_bits != 8:
             raise ValueError(f"compute_dtype: fp8 (W8A8) needs weight_bits 8, got "
+                             f"{self.weight_bits}")
+        if self.fp4_format is not None and self.weight_bits != 4:
+            raise ValueError(f"fp4_format: FP4 weights need weight_bits 4, got "
+                             f"{self.weight_bits}")
+        if self.compute_dtype == "fp4" and self.weight_bits != 4:
+            raise ValueError(f"compute_dtype: fp4 (W4A4) needs weight_bits 4, got "
                              f"{self.weight_bits}")
         if self.fp8_scales is not None and self.compute_dtype != "fp8":
             raise ValueError(f"fp8_scales: only FP8 W8A8 has them (compute_dtype fp8), got "

@@ -92,7 +92,9 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
     (``routed_flop_params`` per token on this GPU); a dense model has dp 1 and no experts.
     """
     shape, dp = dep.model.shape, dep.attention_dp
-    wb, kvb = dep.weight_bits / 8, dep.kv_bits / 8
+    # the routed experts at the stored bits (FP4 block scales included), the rest at the
+    # dense bits (16 where only the experts are quantised)
+    wb, rb, kvb = dep.dense_bits / 8, dep.stored_bits / 8, dep.kv_bits / 8
     head = math.ceil(shape.head_params / dep.tp)
     miss = 1.0 - shape.top_k / shape.n_experts if shape.n_experts else 1.0
     out = []
@@ -108,11 +110,11 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             * shape.key_flops_per_head / dp,
             weight_bytes=lay.streamed_params * wb,
             kv_bytes_per_token=lay.kv_values_per_token * kvb / dp,
-            stored_bytes=lay.stored_bytes(dep.weight_bits),
+            stored_bytes=lay.stored_bytes(dep.stored_bits),
             moe_layers=lay.moe_layers,
             local_experts=shape.n_experts // dep.ep,
             routed_params=lay.routed_params,
-            routed_bytes=lay.routed_params * wb,
+            routed_bytes=lay.routed_params * rb,
             routed_flop_per_token=2.0 * lay.routed_flop_params,
             expert_miss=miss,
             dp=dp,

@@ -208,6 +208,9 @@ class MeasuredTiming:
                 f"{dep.model.id} has {shape.n_window_layers} window and "
                 f"{shape.n_linear_layers} linear-attention layers, and the tables' attention "
                 f"rows attend to the whole context (docs/timing.md)")
+        if dep.fp4 is not None:
+            raise aic.TablesUnavailable(f"{dep.fp4} weights are not mapped to the tables' FP4 "
+                                        f"GEMM and MoE rows")
         if dep.model.config.model_type not in _MEASURED_TYPES:
             raise aic.TablesUnavailable(f"the {dep.model.config.model_type} family's blocks "
                                         f"are not priced from the tables")

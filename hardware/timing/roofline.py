@@ -8,7 +8,10 @@ links, ``FrameworkSpec`` of the serving engine):
               (logits only where a token is sampled);
 - memory_s  = block weight bytes / (HBM·eta_w·S/(S + weights_half_bytes))   (S: one
               layer's shard per GPU; eta_w by format: 16-bit, fp8 W8A8, int8 or int4
-              weight-only) + head bytes (16-bit) the same way + KV entries · KV bytes /
+              weight-only; FP4 W4A4 at eta_fp4, absent eta_fp8; FP4 weights without
+              FP4 compute as 4-bit weight-only, eta_int4; FP4 bytes with their block
+              scales, and only the experts' where only they are quantised) + head bytes
+              (16-bit) the same way + KV entries · KV bytes /
               (HBM·eta_kv);
 - a model whose attention is not full everywhere (``hardware.layers``): the full layers
   price the KV entries and keys above; its window layers read min(Σ ctx, sequences·window)
@@ -101,12 +104,14 @@ def host_bytes_per_s(host_link: LinkSpec, rp: RooflineParams, dep, framework) ->
 
 
 def weight_format(weight_bits: int, dtype: str) -> str:
-    """'w16', 'fp8' (8-bit weights computing in fp8), 'int8' or 'int4' (weight-only)."""
+    """'w16', 'fp8' (8-bit weights computing in fp8), 'int8', 'fp4' (4-bit weights
+    computing in fp4: W4A4) or 'int4' (4-bit weight-only, FP4 weights on a GPU without
+    FP4 tensor cores included)."""
     if weight_bits == 16:
         return "w16"
     if weight_bits == 8:
         return "fp8" if dtype == "fp8" else "int8"
-    return "int4"
+    return "fp4" if dtype == "fp4" else "int4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +174,7 @@ class RooflineTiming:
         tc, pc = collective_params(tp_link), collective_params(pp_link)
         fmt = weight_format(dep.weight_bits, dep.dtype)
         eta_w = {"w16": rp.eta_weights, "fp8": rp.eta_fp8, "int8": rp.eta_int8,
-                 "int4": rp.eta_int4}[fmt]
+                 "int4": rp.eta_int4, "fp4": rp.eta_fp4 or rp.eta_fp8}[fmt]
         flops_per_s = gpu.peak(dep.dtype) * rp.eta_compute
         # 16-bit weights stream at eta_weights whatever the format of the blocks
         w_bw, h_bw = gpu.hbm_bytes_per_s * eta_w, gpu.hbm_bytes_per_s * rp.eta_weights
@@ -186,7 +191,7 @@ class RooflineTiming:
                                          offload_fraction, framework, eta_w, step_s,
                                          per_seq_s))
                 continue
-            body_bytes = c.body_params * dep.weight_bits / 8
+            body_bytes = c.body_params * dep.dense_bits / 8
             head_bytes = c.head_params * HEAD_BITS / 8
             # a shard of S bytes streams at eta·S/(S + half): + half bytes per layer
             weight_s = (body_bytes + c.layers * half) / w_bw \
@@ -291,7 +296,11 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
     head_bytes = c.head_params * HEAD_BITS / 8
     # every block one shard as for a dense model, plus the fused-MoE kernel of each MoE
     # layer as a shard of its own: its touched experts + weights_half_bytes
-    weight_s = (c.body_params * dep.weight_bits / 8 + (c.layers + c.moe_layers) * half) / w_bw \
+    # the dense part at its own bits (16 where only the experts are quantised, streaming at
+    # eta_weights then), the experts at the quantised format's
+    dense_bw = h_bw if dep.experts_only else w_bw
+    weight_s = c.body_params * dep.dense_bits / 8 / dense_bw \
+        + (c.layers + c.moe_layers) * half / w_bw \
         + ((head_bytes + half) / h_bw if head_bytes else 0.0)
     all_reduces = 2 * c.layers if tp > 1 else 0
     a2a = 2 * c.moe_layers if dp > 1 else 0  # dispatch + combine per MoE layer

@@ -138,7 +138,7 @@ BAD = [
      "gpus.my-gpu.eta_compute: Input should be less than or equal to 1, got 1.5"),
     (GPU_OK.replace("hbm_bytes_per_s:", "hbm_bandwidth:"),
      "gpus.my-gpu.hbm_bandwidth: Extra inputs are not permitted"),
-    (GPU_OK.replace("{bf16: 1.0e+14}", "{fp4: 1.0e+14}"), "gpus.my-gpu.peak_flops_per_s.fp4"),
+    (GPU_OK.replace("{bf16: 1.0e+14}", "{fp6: 1.0e+14}"), "gpus.my-gpu.peak_flops_per_s.fp6"),
     (GPU_OK.replace("{bf16: 1.0e+14}", "{bf16: fast}"),
      "gpus.my-gpu.peak_flops_per_s.bf16: Input should be a valid number"),
     (GPU_OK.replace("host_link: pcie4-x16", "host_link: pcie9"),
