@@ -23,6 +23,7 @@ from hardware.deployment import Deployment, stage_layouts
 from hardware.memory import auto_offload, fit_error
 from hardware.moe import distinct_experts, touched_share
 from hardware.timing import make_timing, stage_counts
+from hardware.timing.base import windowed
 from hardware.timing.paper import ACTIVATION_BYTES
 from specdec.errors import UserError
 
@@ -359,6 +360,13 @@ class CostModel:
         flops = gpus * sum(c.flop_per_token * sum_new + c.flop_per_key * sum_keys
                            for c in self._counts)
         hbm = gpus * sum(c.weight_bytes + c.kv_bytes_per_token * kv_tokens for c in self._counts)
+        n = float(new.size)
+        for c in self._counts:  # window layers (capped reads and keys), linear-layer states
+            if c.window:
+                kv_w, keys_w = windowed(sum_new, kv_tokens, sum_keys, n, c.window)
+                flops += gpus * c.window_flop_per_key * keys_w
+                hbm += gpus * c.window_kv_bytes_per_token * kv_w
+            hbm += gpus * 2.0 * c.state_bytes_per_seq * n
         shape = self.dep.model.shape
         experts = 0.0
         if shape.n_experts:  # the routed experts this pass's tokens touch are read too

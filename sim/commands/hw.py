@@ -201,8 +201,9 @@ def run_step(args: argparse.Namespace) -> int:
     ms = 1e3
     tree = f" (tree <{args.tree}>)" if args.tree is not None else ""
     ep = f", ep {dep.ep}" if dep.ep > 1 else ""
+    weights = dep.weight_label.replace(" bits", "-bit")  # "16-bit", "MXFP4 (4.25-bit) experts"
     print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}{ep}, "
-          f"{dep.weight_bits}-bit weights, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
+          f"{weights} weights, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
           f"{cost.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
           f"over context {args.context}")
     print(f"  timing         {pc.note}")

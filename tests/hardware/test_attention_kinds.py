@@ -125,6 +125,13 @@ def test_sliding_window_attention_cost_is_flat_beyond_the_window():
     assert decode[2] == decode[3] == decode[4]  # at and beyond it: flat
     prefill = [cost.uniform_pass_seconds(1, 512, ctx) for ctx in (1000, 20_000)]
     assert prefill[0] == prefill[1]
+    # the breakdown's bytes and FLOPs too: 16 sequences read 16 x 128 cached entries + 16 new
+    near, far = (cost.pass_cost(np.ones(16), np.full(16, ctx)) for ctx in (128.0, 9000.0))
+    assert near.hbm_bytes == far.hbm_bytes and near.flops == far.flops
+    c = cost._counts[0]
+    assert far.hbm_bytes == pytest.approx(
+        c.weight_bytes + c.routed_bytes * (1 - c.expert_miss ** 16)
+        + c.window_kv_bytes_per_token * 16 * 129)
     # gpt-oss itself: half its layers are full, so its decode still grows, by the full
     # layers' KV alone
     oss = CostModel(Deployment(model=CAT.model("gpt-oss-20b"), gpu=CAT.gpu("h100"),
