@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_registered_method_is_a_module_of_its_own():
-    from sim.kinds.drafters import DRAFTER_KINDS
     from sim.kinds.base import tags_of
+    from sim.kinds.drafters import DRAFTER_KINDS
     from sim.methods import DEFAULT_DRAFTERS, MODULES, TRAITS
 
     assert tuple(MODULES) == tuple(TRAITS) == tuple(DEFAULT_DRAFTERS) == DRAFT_METHODS
