@@ -35,6 +35,23 @@ Candidates file (YAML):
 Without --candidates, each variant of the scenario is a candidate on its own deployment.
 Each row's run_args re-runs it: specsim run SCENARIO <run_args>.
 
+Or a search space (a candidates file with a search: section instead; see
+scenarios/plan-search-llama8b.yaml and docs/how-to/choose-a-speculation-setup.md):
+  search:
+    gpus: [h100, h200]                # x tp: the deployments (or deployments: [{name, set}])
+    tp: [1, 2]
+    methods: {eagle3: {drafter: {method: eagle3}, acceptance: {kind: preset, name: ...}}}
+    k: [1, 2, 3, 4]                   # draft lengths
+    trees: [[2, 1, 1]]                # optional expansion trees
+    controllers: [fixed, vllm_ladder, trtllm, sglang_adaptive, adaptive]
+    off_above: [32, 64]               # ladder / trtllm: speculation off above this batch
+Each deployment also runs without speculation. Rates are found on a grid of 19% steps and
+only the candidates that could still come first are refined to --rel-tol (each row says its
+precision). The answer adds the crossover: the request rate above which the best
+speculative candidate stops beating its deployment without speculation on
+--crossover-metric (by at least 1%), found by simulation, and what its controller does
+there; and the winner's vLLM, SGLang and TensorRT-LLM configurations.
+
 example:
   specsim plan scenarios/plan-llama70b.yaml --candidates scenarios/plan-candidates.yaml \\
       --slo ttft_p99=2s,tpot_p99=50ms --target-rate 30
@@ -64,6 +81,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace --out if SpecSim wrote it (its .specsim-output marker "
                         "lists all it holds); any other folder is refused")
+    p.add_argument("--crossover-metric", default=None,
+                   help="a search's crossover compares this latency (ttft, tpot, itl or e2e; "
+                        "p50 or p99; default: the SLO's TPOT percentile, else tpot_p50)")
+    p.add_argument("--top", type=int, default=15,
+                   help="rows of a search's table printed (all are in plan.csv; default 15)")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--workers", type=int, default=None, metavar="N",
@@ -79,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     tqdm.monitor_interval = 0  # no monitor thread: the worker processes are forked
 
     from reports.tables import json_records, write_table
+    from sim.commands._plan_search import searched
     from sim.loading import display_path, read_yaml, validate_overridden
     from sim.output import default_run_dir, rebased, staged_folder
     from sim.studies.plan import (
@@ -88,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
         plan,
         slo_from_scenario,
     )
+    from sim.studies.plan_space import load_search
 
     args.workers = workers_flag(args.workers)
     if not 0 < args.rel_tol < 1:
@@ -102,6 +126,9 @@ def main(args: argparse.Namespace) -> int:
     base = scenario.model_dump(mode="json")
     # an empty --slo or --candidates (an unset variable) is refused, not taken as absent
     slo = parse_slo(args.slo) if args.slo is not None else slo_from_scenario(scenario)
+    space = load_search(args.candidates, base) if args.candidates is not None else None
+    if space is not None:
+        return searched(args, scenario, base, space, slo, doc, source)
     if args.candidates is not None:
         candidates = load_candidates(args.candidates)
     else:

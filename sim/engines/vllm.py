@@ -576,6 +576,5 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
     else:
         notes.append(f"policy {policy.kind}: vLLM has no such knob; the command drafts a "
                      "fixed chain of the policy's deepest shape")
-        spec["num_speculative_tokens"] = int(getattr(policy, "max_gamma", 0)
-                                             or len(policy.expansion or []) or policy.steps)
+        spec["num_speculative_tokens"] = deepest(policy.model_dump())
     return spec

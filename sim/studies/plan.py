@@ -191,36 +191,72 @@ class RateSearch:
 KEEP_UP = 0.5  # a passing trial must complete at least this share of the offered rate
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One run of a candidate at one rate: whether it met the SLO, its summary (with
+    ``output_tokens_per_request``), the SLO percentiles, and what its policy did
+    (``controller_stats``)."""
+
+    ok: bool
+    summary: dict
+    measured: dict
+    controller: dict
+
+
+def controller_stats(totals) -> dict:
+    """What a run's policy did, from its iterations' totals: the mean draft length per
+    decoding sequence step (``mean_k``), the share of those steps that drafted none
+    (``off_share``) and the time-weighted batch (``batch``)."""
+    seqs = np.asarray(totals.seqs_by_gamma, dtype=np.float64)  # [max gamma + 1]
+    steps = float(seqs.sum())
+    return {"mean_k": float(seqs @ np.arange(len(seqs))) / steps if steps else 0.0,
+            "off_share": float(seqs[0]) / steps if steps else 1.0,
+            "batch": totals.batch_size_s / totals.busy_s if totals.busy_s else 0.0}
+
+
+def run_trial(base: dict, cand: Candidate, rate: float, slo: dict[str, float], source: str,
+              doc: dict | None = None, sets=(), keep_up: bool = True) -> Trial:
+    """Run ``cand`` at ``rate`` and check ``slo``; with ``keep_up``, a pass that does not
+    keep up (completes under ``KEEP_UP`` of the offered rate) is refused (``UserError``:
+    the run is too short or the SLO too loose to find a limit)."""
+    # the summary and the request records: the iteration rows are not kept
+    res = run_setups(*build_for(base, cand, rate, source, doc, sets), iteration_rows=False)
+    reqs = res.variants[0].requests
+    ok, measured = measure_slo(reqs, slo)
+    summary = dict(res.summaries[0])
+    summary["output_tokens_per_request"] = float(np.mean(reqs.column("output_tokens")))
+    ends = np.sort(reqs.column("finished_at")[reqs.column("finished")])
+    done = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] \
+        else math.inf
+    if keep_up and ok and done < KEEP_UP * rate:
+        span = float(reqs.column("arrival_at").max(initial=0.0))
+        raise UserError(
+            f"{source}: candidate {cand.name}: the SLO still holds at {rate:.4g} req/s, but "
+            f"the run completes only {done:.4g} req/s ({len(reqs)} requests arrive within "
+            f"{span:.3g} s): the run is too short or the SLO too loose to find a rate "
+            f"limit; raise run.requests or tighten the SLO")
+    return Trial(ok, summary, measured, controller_stats(res.variants[0].totals))
+
+
+def check_arrivals(base: dict, source: str) -> None:
+    """Refuse a scenario whose arrivals do not follow ``workload.rate_per_s``."""
+    if base.get("workload", {}).get("arrivals") not in ("poisson", "gamma"):
+        raise UserError(f"{source}: workload.arrivals: plan needs rate-driven arrivals "
+                        f"(poisson or gamma), got {base.get('workload', {}).get('arrivals')!r}")
+
+
 def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
                 rel_tol: float = 0.05, max_steps: int = 40, doc: dict | None = None,
                 sets=()) -> RateSearch:
     """Bisection over the arrival rate for the highest rate that meets ``slo``. ``doc`` and
     ``sets``: the file's document and ``--set`` overrides behind ``base``, for errors."""
-    if base.get("workload", {}).get("arrivals") not in ("poisson", "gamma"):
-        raise UserError(f"{source}: workload.arrivals: plan needs rate-driven arrivals "
-                        f"(poisson or gamma), got {base.get('workload', {}).get('arrivals')!r}")
+    check_arrivals(base, source)
     cache: dict[float, tuple] = {}
 
     def trial(rate: float) -> bool:
-        # the summary and the request records: the iteration rows are not kept
-        res = run_setups(*build_for(base, cand, rate, source, doc, sets),
-                         iteration_rows=False)
-        reqs = res.variants[0].requests
-        ok, measured = measure_slo(reqs, slo)
-        summary = dict(res.summaries[0])
-        summary["output_tokens_per_request"] = float(np.mean(reqs.column("output_tokens")))
-        cache[rate] = (ok, summary, measured)
-        ends = np.sort(reqs.column("finished_at")[reqs.column("finished")])
-        done = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] \
-            else math.inf
-        if ok and done < KEEP_UP * rate:
-            span = float(reqs.column("arrival_at").max(initial=0.0))
-            raise UserError(
-                f"{source}: candidate {cand.name}: the SLO still holds at {rate:.4g} req/s, but "
-                f"the run completes only {done:.4g} req/s ({len(reqs)} requests arrive within "
-                f"{span:.3g} s): the run is too short or the SLO too loose to find a rate "
-                f"limit; raise run.requests or tighten the SLO")
-        return ok
+        t = run_trial(base, cand, rate, slo, source, doc, sets)
+        cache[rate] = (t.ok, t.summary, t.measured)
+        return t.ok
 
     lo, hi = 0.0, math.inf
     rate = float(base["workload"]["rate_per_s"])
@@ -243,7 +279,7 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
     return RateSearch(lo, hi, len(cache), summary, measured)
 
 
-def _gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
+def gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
     """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate's built scenario ``sc``."""
     d = sc.deployment
     dp = d.ep // d.tp if d.ep > d.tp else 1  # data-parallel attention groups (MoE)
@@ -256,8 +292,15 @@ def _candidate_row(base: dict, cand: Candidate, sc, slo: dict[str, float], sourc
                    rel_tol: float, doc: dict | None, sets, target_rate: float | None) -> dict:
     """The plan's row for one candidate (``sc``: it built at the scenario's rate): its rate
     limit under ``slo``, what that costs, and how to run it."""
-    gpu, gpus, price = _gpu_price(sc, cand)
     found = search_rate(base, cand, slo, source, rel_tol, doc=doc, sets=sets)
+    return candidate_row(cand, sc, found, rel_tol, target_rate)
+
+
+def candidate_row(cand: Candidate, sc, found: RateSearch, rel_tol: float,
+                  target_rate: float | None) -> dict:
+    """The plan's row for ``cand`` (``sc``: its built scenario) given its rate search
+    ``found``: the rate limit, what that costs, and how to run it."""
+    gpu, gpus, price = gpu_price(sc, cand)
     s = found.summary or {}
     per_hour = price * gpus
     # Sustained output rate: requests/s x output tokens per request (the run's own
@@ -331,6 +374,13 @@ def plan(base: dict, candidates: list[Candidate], slo: dict[str, float], source:
         raise Interrupted(f"{len(done)} of {len(candidates)} plan candidates had finished"
                           + (f" ({', '.join(done)})" if done else "")
                           + "; nothing was written") from None
+    return ranked(rows, target_rate)
+
+
+def ranked(rows: list[dict], target_rate: float | None) -> pd.DataFrame:
+    """The rows as a table, cheapest first (per target rate if given, else per million
+    output tokens; ties: the higher rate first), infeasible last, with ``rank``, the
+    ``cheapest`` mark and the ``pareto`` front."""
     table = pd.DataFrame(rows)
     key = "usd_per_hour_for_target" if target_rate is not None else "usd_per_million_tokens"
     table = table.sort_values([key, "max_rate_per_s"], ascending=[True, False],

@@ -12,11 +12,12 @@ from sim.cli import main
 from sim.loading import load_scenario, repo_root
 from sim.runner import run_scenario
 
-# Every scenario file under scenarios/ (candidate lists for `specsim plan`, which hold a
-# top-level `candidates` key, are overrides for a scenario, not scenarios themselves).
+# Every scenario file under scenarios/ (candidate lists and search spaces for `specsim plan`,
+# which hold a top-level `candidates` or `search` key, are overrides for a scenario, not
+# scenarios themselves).
 SCENARIOS = sorted(
     p for p in (repo_root() / "scenarios").rglob("*.yaml")
-    if "candidates" not in (yaml.safe_load(p.read_text()) or {})
+    if not {"candidates", "search"} & set(yaml.safe_load(p.read_text()) or {})
 )
 KEYS = {"name", "requests", "finished", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
         "tpot_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s",
