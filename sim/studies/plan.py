@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from hardware import load_catalog
+from sim.build import setups
 from sim.engines.sglang import launch_command
 from sim.engines.trtllm import serve_command as trtllm_serve
 from sim.engines.vllm import serve_command
@@ -214,13 +215,30 @@ def controller_stats(totals) -> dict:
             "batch": totals.batch_size_s / totals.busy_s if totals.busy_s else 0.0}
 
 
+def at_rate(scenario, rate: float, source: str):
+    """``(scenario, setups)`` of a validated ``scenario`` (a candidate's, built once) at
+    ``rate``: only the rate changes, so it is not validated again (``rate`` > 0)."""
+    sc = scenario.model_copy(update={"workload": scenario.workload.model_copy(
+        update={"rate_per_s": float(rate)})})
+    return sc, setups(sc, source)
+
+
 def run_trial(base: dict, cand: Candidate, rate: float, slo: dict[str, float], source: str,
-              doc: dict | None = None, sets=(), keep_up: bool = True) -> Trial:
+              doc: dict | None = None, sets=(), keep_up: bool = True,
+              scenario=None) -> Trial:
     """Run ``cand`` at ``rate`` and check ``slo``; with ``keep_up``, a pass that does not
     keep up (completes under ``KEEP_UP`` of the offered rate) is refused (``UserError``:
-    the run is too short or the SLO too loose to find a limit)."""
+    the run is too short or the SLO too loose to find a limit). ``scenario``: the
+    candidate's validated scenario at another rate, to build from (``at_rate``) instead of
+    validating its overrides again."""
+    try:
+        built = at_rate(scenario, rate, source) if scenario is not None else None
+    except UserError:  # named by the override that brought it in, below
+        built = None
+    if built is None:
+        built = build_for(base, cand, rate, source, doc, sets)
     # the summary and the request records: the iteration rows are not kept
-    res = run_setups(*build_for(base, cand, rate, source, doc, sets), iteration_rows=False)
+    res = run_setups(*built, iteration_rows=False)
     reqs = res.variants[0].requests
     ok, measured = measure_slo(reqs, slo)
     summary = dict(res.summaries[0])

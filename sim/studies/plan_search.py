@@ -4,24 +4,29 @@ above which speculation stops paying.
 
 Each candidate runs at the scenario's seed and request count, as in ``sim.studies.plan``,
 on a fixed grid of rates r0 · 2^(i/4) (r0: the scenario's ``workload.rate_per_s``; a step
-of 19%):
+of 19%; from r0 / 16 up). A walk tests a grid point, then steps 1, 2, 4, 4, ... points up
+while the SLO holds (down while it does not), then bisects the grid to two neighbouring
+points, the lower passing and the higher failing.
 
-1. **Baselines**: each deployment's candidate without speculation walks the grid from r0:
-   steps of 1, 2, 4, 4, ... grid points up while the SLO holds (down while it does not), then
-   bisects the grid to two neighbouring points, the higher failing.
-2. **Speculative candidates** walk the same way from their deployment's passing point
-   (speculation moves the limit by tens of percent, so a few runs find it).
-3. **Refinement**: a candidate is dropped when even its failing point (a bound on its limit
-   where passing is monotone in the rate) costs more than another candidate at that one's
-   passing point; the rest, and likewise among the speculative candidates, are bisected
-   until the failing rate is within ``rel_tol`` of the passing one. Every row says its
-   precision (``rel_tol``: fail / pass - 1) and whether it was refined.
+1. **Baselines**: each deployment's candidate without speculation walks from r0.
+2. **Chains** (fixed chains, trees, SpecSim's adaptive policy) walk from their baseline's
+   passing point, and **controllers** (vLLM ladders, TensorRT-LLM, SGLang) from their
+   fixed chain's (same method and K). A walk stops early (``dominated``) at a failing
+   rate where its (cost, -rate) is no better than the best some candidate walked before
+   it reaches for sure: where passing is monotone in the rate, its limit is below that
+   rate and it cannot come first.
+3. **Refinement**: of the rest, those that could still come first, overall or among the
+   speculative ones (their cost at the failing point beats the best cost at a passing
+   point), are bisected until the failing rate is within ``rel_tol`` of the passing one.
+   Every row says its ``status`` (refined, coarse, dominated) and its precision
+   (``rel_tol``: fail rate / pass rate - 1).
 4. **Crossover**: the best speculative candidate and its deployment's baseline run on the
-   grid from half the baseline's limit to past both limits (the runs of stages 1-2
-   reused); the crossover is bisected (to ``rel_tol``) between the last grid rate where
-   speculation beats the baseline on ``metric`` (at least ``MARGIN`` lower) and the first
-   where it does not. What the candidate's controller does there (its mean K, the share of
-   decoding steps it drafts nothing, the batch) comes from that run.
+   grid from half the baseline's limit to past both limits, and on up to twice that while
+   speculation still beats (the runs of stages 1-2 reused); the crossover is bisected (to
+   ``rel_tol``) between the last rate where speculation beats the baseline on ``metric``
+   (at least ``MARGIN`` lower) and the first where it does not. What the candidate's
+   controller does there (its mean K, the share of decoding steps it drafts nothing, the
+   batch) comes from that run.
 
 Runs are deterministic; the table and the answer are the same for any number of workers.
 """
@@ -49,7 +54,7 @@ from sim.studies.plan_space import Space
 from specdec.errors import Interrupted, UserError
 
 STEPS = 4  # grid points per doubling of the rate
-LOWEST = -10 * STEPS  # the grid's lowest point: r0 / 1024
+LOWEST = -4 * STEPS  # the grid's lowest point: r0 / 16
 SCAN_BELOW = STEPS  # the crossover scan starts at half the baseline's limit
 UNLOADED = 1.5  # a mean batch below this: the replica is all but idle
 MARGIN = 0.01  # speculation beats the baseline when its metric is at least 1% lower
@@ -77,12 +82,13 @@ def _top(r0: float) -> int:
     return int(math.floor(STEPS * math.log2(MAX_RATE / r0)))
 
 
-def walk(job: Job, cand: Candidate, start: int, bound: tuple | None = None) -> tuple:
+def walk(job: Job, cand: Candidate, sc, start: int, bound: tuple | None = None) -> tuple:
     """(highest passing grid point, lowest failing one above it, {rate: Trial}, stopped):
     steps of 1, 2, 4, 4, ... grid points (at most a doubling) from ``start``, then
     bisection of the grid. None: no point passed (or none failed) within the grid, or a
     failing run was all but idle (a mean batch under ``UNLOADED``: no lower rate meets the
-    SLO). ``bound`` = (best key, USD per hour, target rate): the walk stops (``stopped``)
+    SLO). ``sc``: the candidate's validated scenario. ``bound`` = (best key, USD per
+    hour, target rate): the walk stops (``stopped``)
     at a failing rate where the candidate's (cost, -rate) is no better than the best key,
     which some candidate reaches for sure."""
     r0 = float(job.base["workload"]["rate_per_s"])
@@ -91,7 +97,7 @@ def walk(job: Job, cand: Candidate, start: int, bound: tuple | None = None) -> t
     def ok(i: int) -> bool:
         rate = grid_rate(r0, i)
         trials[rate] = run_trial(job.base, cand, rate, job.slo, job.source, job.doc,
-                                 job.sets)
+                                 job.sets, scenario=sc)
         return trials[rate].ok
 
     def beaten(i: int) -> bool:
@@ -136,21 +142,22 @@ def walk(job: Job, cand: Candidate, start: int, bound: tuple | None = None) -> t
     return lo, hi, trials, False
 
 
-def refine(job: Job, cand: Candidate, lo: float, hi: float, rel_tol: float) -> dict:
+def refine(job: Job, cand: Candidate, sc, lo: float, hi: float, rel_tol: float) -> dict:
     """{rate: Trial} of bisecting between a passing ``lo`` and a failing ``hi`` until
     ``hi`` <= ``lo`` (1 + ``rel_tol``)."""
     trials: dict[float, Trial] = {}
     while hi > lo * (1 + rel_tol):
         mid = 0.5 * (lo + hi)
-        trials[mid] = run_trial(job.base, cand, mid, job.slo, job.source, job.doc, job.sets)
+        trials[mid] = run_trial(job.base, cand, mid, job.slo, job.source, job.doc, job.sets,
+                                scenario=sc)
         lo, hi = (mid, hi) if trials[mid].ok else (lo, mid)
     return trials
 
 
-def _trial(job: Job, cand: Candidate, rate: float) -> Trial:
+def _trial(job: Job, cand: Candidate, sc, rate: float) -> Trial:
     """A crossover run: its latencies are compared, whether or not it meets the SLO."""
     return run_trial(job.base, cand, rate, job.slo, job.source, job.doc, job.sets,
-                     keep_up=False)
+                     keep_up=False, scenario=sc)
 
 
 class _Runner:
@@ -254,7 +261,7 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
                     stopped.add(n)
 
         base_names = [space.baseline(d).name for d in space.deployments]
-        walks("baselines", base_names, [(job, cands[n], 0) for n in base_names])
+        walks("baselines", base_names, [(job, cands[n], built[n], 0) for n in base_names])
         # then the fixed chains, trees and SpecSim's adaptive policy from their baseline's
         # limit; then the engines' controllers from their fixed chain's (same method, K)
         chains = [n for n in cands if point[n].controller in ("fixed", "adaptive")]
@@ -265,7 +272,7 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
             best = _best(done, lo, {n: (per_hour[n], _tokens(trials[n], lo[n])) for n in done},
                          target_rate)
             walks(stage, names, [
-                (job, cands[n], _start(n, point, walked),
+                (job, cands[n], built[n], _start(n, point, walked),
                  (best, per_hour[n], target_rate) if math.isfinite(best[0]) else None)
                 for n in names])
         # 3: refine the candidates that could still come first, overall and among the
@@ -278,7 +285,7 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
             _survivors(speculative, lo, hi, costs, target_rate)
         keep = [n for n in cands if n in keep and 0 < lo[n] and hi[n] < math.inf]
         for n, t in zip(keep, run("refine", refine, [
-                (job, cands[n], lo[n], hi[n], rel_tol) for n in keep]), strict=True):
+                (job, cands[n], built[n], lo[n], hi[n], rel_tol) for n in keep]), strict=True):
             trials[n].update(t)
             lo[n], hi[n] = _bounds(trials[n], lo[n], hi[n])
         rows = []
@@ -296,7 +303,8 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
             rows.append(row)
         table = ranked(rows, target_rate)
         # 4: the crossover of the best speculative candidate against its baseline
-        cross = _crossover(table, space, walked, trials, job, run, r0, rel_tol, metric)
+        cross = _crossover(table, space, walked, trials, job, run, r0, rel_tol, metric,
+                           built)
     except KeyboardInterrupt:
         raise Interrupted("plan search interrupted; nothing was written") from None
     answer = {"candidates": len(cands), "deployments": len(space.deployments),
@@ -336,7 +344,7 @@ def _tokens(trials: dict, rate: float) -> float:
 
 
 def _crossover(table, space: Space, walked: dict, trials: dict, job: Job, run: _Runner,
-               r0: float, rel_tol: float, metric: str) -> dict | None:
+               r0: float, rel_tol: float, metric: str, built: dict) -> dict | None:
     """The crossover of the best speculative row against its deployment's baseline (see
     the module docstring); None when no speculative candidate meets the SLO at all."""
     spec = table[table["controller"] != "off"]
@@ -360,14 +368,19 @@ def _crossover(table, space: Space, walked: dict, trials: dict, job: Job, run: _
 
     def fill(points: list[float]) -> None:
         todo = [(n, r) for r in points for n in (s_name, b_name) if r not in trials[n]]
-        for (n, r), t in zip(todo, run("crossover", _trial, [(job, cands[n], r)
-                                                            for n, r in todo]), strict=True):
+        for (n, r), t in zip(todo, run("crossover", _trial, [
+                (job, cands[n], built[n], r) for n, r in todo]), strict=True):
             trials[n][r] = t
 
     def beats(r: float) -> bool:
         return trials[s_name][r].summary[key] <= (1 - MARGIN) * trials[b_name][r].summary[key]
 
     fill(rates)
+    for i in range(last + 1, last + 1 + STEPS):  # still beating: on, up to a doubling more
+        if not all(beats(r) for r in rates):
+            break
+        rates.append(grid_rate(r0, i))
+        fill(rates[-1:])
     verdicts = [beats(r) for r in rates]
     cut = next((i for i, v in enumerate(verdicts) if not v), None)
     found, lo, hi = "always", rates[-1], None
