@@ -45,6 +45,10 @@ def test_yaml_examples_validate(page, block):
     doc = yaml.safe_load(textwrap.dedent(block))
     assert isinstance(doc, dict)
     doc.pop("sweep", None)  # the sweep command's own block
+    if "search" in doc:  # a plan's search space, checked as specsim plan reads it
+        from sim.studies.plan_space import parse_search
+
+        parse_search(doc.pop("search"), str(page))
     validate(doc, str(page))  # partial scenarios are overrides over the defaults
 
 

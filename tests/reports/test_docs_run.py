@@ -37,7 +37,8 @@ quotes in the sections on FP8 scales, MoE experts and the Blackwell GPUs are run
 other inline commands (the validation and calibration figures) are not checked here.
 
 Marked slow, to keep the default run near 25 s on two cores: the plan (about 10 s alone,
-more from a cold cache), the three claims commands (about 35 s), the runs that show no
+more from a cold cache) and the two 200-candidate searches of choose-a-speculation-setup.md
+(about a minute each), the three claims commands (about 35 s), the runs that show no
 output (the Mooncake replay, two sweeps, the write-a-scenario runs: 3 to 7 s each) and
 timing.md's B200 table and served runs (4 s each). Every test runs under pytest-timeout:
 the project's 120 s, or the longer limit marked on a slow one.
@@ -74,6 +75,8 @@ COMMANDS = {
     ("docs/tutorial.md", r"batch_ladder"),
     ("README.md", r"&& specsim run$"),
     ("docs/how-to/plan-capacity.md", r"^specsim plan"),
+    ("docs/how-to/choose-a-speculation-setup.md", r"--top 10$"),
+    ("docs/how-to/choose-a-speculation-setup.md", r"tpot_p99=30ms$"),
     ("docs/how-to/simulate-an-engine-deployment.md", r'--from-vllm "\$SERVE"'),
     ("docs/how-to/simulate-an-engine-deployment.md", r'--from-vllm "\$FORCED"'),
     ("docs/how-to/simulate-an-engine-deployment.md", r"--from-sglang"),
@@ -412,6 +415,24 @@ def test_plan_capacity(tmp_path, capsys, monkeypatch):
             [rate["h100-tp4-chain4"], rate["h100-tp4-none"]],
         "({} and {} against {} on the H200 TP2)":
             [rate["h200-tp2-adaptive"], rate["h200-tp2-chain4"], rate["h200-tp2-none"]]})
+
+
+CHOOSE = "docs/how-to/choose-a-speculation-setup.md"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("part", [r"--top 10$", r"tpot_p99=30ms$"])
+def test_choose_a_speculation_setup(part, tmp_path, capsys, monkeypatch):
+    """The 200-candidate search, as the page runs it (about a minute each on two cores)."""
+    printed = _run_and_compare(CHOOSE, part, tmp_path, capsys, monkeypatch,
+                               shown_out="runs/plan-plan-llama8b-<time>")
+    if part == r"--top 10$":
+        cross = re.search(r"turn speculation off above (\S+) req/s \(it no longer beats at "
+                          r"(\S+);", printed).groups()
+        _check_quotes(CHOOSE, {
+            "EAGLE-3 with K = 1 beats plain decoding's TPOT p99 up to {} requests/s on one "
+            "H100 and no longer does at {}": list(cross)})
 
 
 def test_vllm_command_line(tmp_path, capsys, monkeypatch):
