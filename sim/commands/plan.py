@@ -45,16 +45,19 @@ scenarios/plan-search-llama8b.yaml and docs/how-to/choose-a-speculation-setup.md
     trees: [[2, 1, 1]]                # optional expansion trees
     controllers: [fixed, vllm_ladder, trtllm, sglang_adaptive, adaptive]
     off_above: [32, 64]               # ladder / trtllm: speculation off above this batch
-Each deployment also runs without speculation. Rates are found on a grid of 19% steps and
-only the candidates that could still come first are refined to --rel-tol (each row says its
-precision). The answer adds the crossover: the request rate above which the best
-speculative candidate stops beating its deployment without speculation on
---crossover-metric (by at least 1%), found by simulation, and what its controller does
-there; and the winner's vLLM, SGLang and TensorRT-LLM configurations.
+Each deployment also runs without speculation. Rates are found on a grid of 19% steps; a
+candidate stops where another is cheaper for sure (dominated), and only those that could
+still come first are refined to --rel-tol (each row says its status and precision). The
+answer adds the crossover: the request rate above which the best speculative candidate
+stops beating its deployment without speculation on --crossover-metric (by at least 1%),
+found by simulation, and what its controller does there; and the winner's vLLM, SGLang and
+TensorRT-LLM configurations.
 
-example:
+examples:
   specsim plan scenarios/plan-llama70b.yaml --candidates scenarios/plan-candidates.yaml \\
       --slo ttft_p99=2s,tpot_p99=50ms --target-rate 30
+  specsim plan scenarios/plan-llama8b.yaml --candidates scenarios/plan-search-llama8b.yaml \\
+      --target-rate 100 --workers 2
 """
 
 _SHOWN = ("rank", "candidate", "gpu", "gpus", "policy", "max_rate_per_s", "usd_per_hour",

@@ -161,11 +161,11 @@ def _trial(job: Job, cand: Candidate, sc, rate: float) -> Trial:
 
 
 class _Runner:
-    """Runs one stage's tasks on the workers (or here, with one), counting runs and
-    reporting ``progress(stage, done, total)``."""
+    """Runs one stage's tasks on the workers (or here, with one), in order of the tasks
+    whatever order they finish in, reporting ``progress(stage, done, total)``."""
 
     def __init__(self, workers: int, progress: Callable | None) -> None:
-        self.workers, self.progress, self.runs = workers, progress, 0
+        self.workers, self.progress = workers, progress
 
     def __call__(self, stage: str, fn: Callable, args: list[tuple]) -> list:
         out: list = [None] * len(args)
@@ -248,8 +248,8 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
         for n in cands:
             _, gpus, price = gpu_price(built[n], cands[n])
             per_hour[n] = gpus * price
-        # 1-2: the grid walks, the baselines first; the others start at their baseline's
-        # limit and stop where a baseline beats them for sure
+        # 1-2: the grid walks, the baselines first; a later stage's walks stop where a
+        # candidate of an earlier stage beats them for sure
         walked: dict[str, tuple] = {}
         stopped: set[str] = set()
 

@@ -11,11 +11,15 @@ search:
   methods:                  # drafting methods by name: the drafter and the acceptance
     eagle3: {drafter: {method: eagle3}, acceptance: {kind: preset, name: ...}}
     draft: {}               # {}: the scenario's own models.method, draft and acceptance
-  k: [1, 2, 3, 4]           # draft lengths (a chain's K, a controller's largest)
+  k: [1, 2, 3, 4]           # draft lengths (a chain's K, a controller's largest; default
+                            # [2, 3, 4])
   trees: [[2, 1, 1]]        # expansion trees <k1..km>, drafted every step
-  controllers: [fixed, vllm_ladder, trtllm, sglang_adaptive, adaptive]
+  controllers: [fixed, vllm_ladder, trtllm, sglang_adaptive, adaptive]   # default [fixed]
   off_above: [32, 64]       # vllm_ladder, trtllm: speculation off above this batch size
 ```
+
+``controllers`` may instead map each name to its own ``k`` and ``off_above`` (unset: the
+section's): ``{fixed: {k: [1, 2]}, vllm_ladder: {k: [3], off_above: [32]}, adaptive:}``.
 
 Every deployment gets one candidate without speculation (``<deployment>-off``): the
 baseline a speculative candidate's crossover is measured against. Each method then runs
@@ -244,6 +248,11 @@ def expand(s: Search, base: dict, src: str) -> Space:
                                            f"{src} search.methods.{mname} on {dep} ({tag})",
                                            dict(variant)))
                     points.append(Point(dep, mname, ctl, **fields))
+    names = [c.name for c in cands]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise UserError(f"{src}: search: candidate names {twice} come out twice (a "
+                        f"deployment's and a method's names run together): rename one")
     if len(cands) > MAX_CANDIDATES:
         raise UserError(f"{src}: search: expands to {len(cands)} candidates; at most "
                         f"{MAX_CANDIDATES}")

@@ -91,6 +91,8 @@ def test_the_shipped_search_has_200_candidates():
     ({"methods": {"e": {"drafter": {"method": "telepathy"}}}},
      "c.yaml: search.methods.e.drafter.method: one of"),
     ({"methods": {"e": {}}, "colour": "red"}, "c.yaml: search.colour"),
+    ({"deployments": [{"name": "a"}, {"name": "a-x"}], "methods": {"x-k2": {}, "k2": {}},
+      "k": [2]}, "c.yaml: search: candidate names ['a-x-k2-k2'] come out twice"),
 ])
 def test_a_bad_search_is_one_line_naming_file_and_field(section, expected):
     from specdec.errors import UserError
@@ -242,3 +244,24 @@ def test_a_bad_search_on_the_command_line_is_exit_2_one_line(tmp_path, capsys):
     assert main(["plan", str(scenario), "--candidates", str(cands), "--no-progress",
                  "--crossover-metric", "vibes", "--out", str(tmp_path / "o")]) == 2
     assert "--crossover-metric: one of" in capsys.readouterr().err
+
+
+def test_the_text_answer_names_the_winner_its_configs_and_the_crossover(tmp_path, capsys):
+    scenario, cands = _tiny(tmp_path, SMALL)
+    assert main(["plan", str(scenario), "--candidates", str(cands), "--no-progress",
+                 "--workers", "1", "--top", "3", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[1].startswith("searched 8 candidates on 2 deployments: ")
+    assert "(5 more rows in " in text and (tmp_path / "o" / "plan.csv").exists()
+    best = next(ln for ln in lines if ln.startswith("* cheapest: "))
+    name = best.removeprefix("* cheapest: ").split(";")[0]
+    config = next(ln for ln in lines if ln.startswith("  vLLM --speculative-config: "))
+    spec = json.loads(config.removeprefix("  vLLM --speculative-config: "))
+    assert spec["method"] == "draft_model" and spec["num_speculative_tokens"] == int(name[-1])
+    assert any(ln.startswith("  SGLang: python3 -m sglang.launch_server ") for ln in lines)
+    assert any(ln.startswith("  TensorRT-LLM: trtllm-serve ") for ln in lines)
+    assert any(ln.startswith("crossover on tpot_p99: ") for ln in lines)
+    assert main(["plan", str(scenario), "--candidates", str(cands), "--no-progress",
+                 "--top", "0", "--out", str(tmp_path / "p")]) == 2
+    assert "--top: must be >= 1, got 0" in capsys.readouterr().err
