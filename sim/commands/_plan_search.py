@@ -151,6 +151,14 @@ def _print_crossover(cross: dict | None, table, rel_tol: float) -> None:
         if cross["beats_again_at_per_s"] is not None:
             print(f"  (it beats again at {cross['beats_again_at_per_s']:.3g} req/s: the "
                   f"comparison is not monotone in the rate)")
+    if cross["controllers_there"]:
+        print(f"  the other controllers' best at {cross['controllers_there'][0]['rate_per_s']:.3g}"
+              f" req/s on {cross['deployment']}:")
+        for c in cross["controllers_there"]:
+            print(f"    {c['candidate']} ({c['controller']}): K = {c['mean_k']:.2f} on "
+                  f"average, none in {c['off_share']:.0%} of decoding steps, batch "
+                  f"{c['batch']:.1f}; {metric} {c['value'] * 1e3:.3g} ms "
+                  f"({'beats' if c['beats'] else 'does not beat'} no speculation)")
     row = table[table["candidate"] == cross["speculative"]].iloc[0]
     if not row["cheapest"]:
         print(f"  best speculative candidate: {row['candidate']} (rank {row['rank']})")

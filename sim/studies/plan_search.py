@@ -26,7 +26,8 @@ points, the lower passing and the higher failing.
    ``rel_tol``) between the last rate where speculation beats the baseline on ``metric``
    (at least ``MARGIN`` lower) and the first where it does not. What the candidate's
    controller does there (its mean K, the share of decoding steps it drafts nothing, the
-   batch) comes from that run.
+   batch) comes from that run; so does what the best candidate of each other controller
+   on that deployment does at that rate (one run each).
 
 Runs are deterministic; the table and the answer are the same for any number of workers.
 """
@@ -400,9 +401,25 @@ def _crossover(table, space: Space, walked: dict, trials: dict, job: Job, run: _
         return {"rate_per_s": r, "speculative": s.summary[key], "baseline": b.summary[key],
                 "beats": beats(r), **s.controller, "baseline_batch": b.controller["batch"]}
 
+    # what each engine controller does at that rate: the best-ranked of each kind there
+    at = hi if hi is not None else lo
+    ranked_here = table[(table["deployment"] == dep) & ~table["controller"].isin(
+        ["off", "fixed", spec.iloc[0]["controller"]])]
+    others = list(ranked_here.drop_duplicates("controller")["candidate"])
+    todo = [n for n in others if at not in trials[n]]
+    for n, t in zip(todo, run("controllers", _trial, [(job, cands[n], built[n], at)
+                                                     for n in todo]), strict=True):
+        trials[n][at] = t
+    controllers = [{"candidate": n, "controller": table.loc[table["candidate"] == n,
+                                                            "controller"].iloc[0],
+                    "rate_per_s": at, "value": trials[n][at].summary[key],
+                    "beats": trials[n][at].summary[key]
+                    <= (1 - MARGIN) * trials[b_name][at].summary[key],
+                    **trials[n][at].controller} for n in others]
     return {"speculative": s_name, "baseline": b_name, "deployment": dep, "metric": metric,
             "margin": MARGIN, "found": found, "beats_up_to_per_s": lo, "stops_at_per_s": hi,
             "beats_again_at_per_s": again, "all_beaten": beaten,
             "controller": spec.iloc[0]["controller"],
             "at_crossover": state(hi) if hi is not None else None,
-            "scan": [state(r) for r in sorted(set(rates) | ({lo, hi} - {None}))]}
+            "scan": [state(r) for r in sorted(set(rates) | ({lo, hi} - {None}))],
+            "controllers_there": controllers}

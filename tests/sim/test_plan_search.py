@@ -149,6 +149,13 @@ def test_a_search_gives_the_same_answer_for_any_number_of_workers(tmp_path, caps
             assert r["fail_rate_per_s"] == pytest.approx(r["max_rate_per_s"] * 2 ** 0.25)
     assert rows[0]["status"] == "refined"
     assert one["search"]["candidates"] == 8 and one["search"]["runs"] > 8
+    # at the crossover, what the deployment's best ladder does (the other controller here)
+    cross = one["search"]["crossover"]
+    there = cross["controllers_there"]
+    assert [c["controller"] for c in there] == ["vllm_ladder"]
+    assert there[0]["candidate"].startswith(cross["deployment"] + "-d-ladder-k3-off16")
+    assert there[0]["rate_per_s"] == (cross["stops_at_per_s"] or cross["beats_up_to_per_s"])
+    assert 0 <= there[0]["mean_k"] <= 3 and 0 <= there[0]["off_share"] <= 1
 
 
 def test_the_winner_meets_the_slo_at_its_rate_and_not_above(tmp_path, capsys):
