@@ -3,9 +3,10 @@
 Each study is a module above the engine (``sim.runner``, ``sim.build``) and beside the
 command line, which stays a thin layer over them: parameter sweeps (``sweep``), the
 latency-vs-load curve (``load_curve``), the run report (``run_report``, with the acceptance
-replay of ``acceptance_replay``), speedup grids (``grid``), capacity planning (``plan``) and
-the papers' claims (``claims`` and its groups). Studies may use ``reports`` to tabulate and
-draw; ``reports`` never imports a study or the engine.
+replay of ``acceptance_replay``), speedup grids (``grid``), capacity planning (``plan``; over
+a search space: ``plan_space``, ``plan_walk``, ``plan_search``) and the papers' claims
+(``claims`` and its groups). Studies may use ``reports`` to tabulate and draw; ``reports``
+never imports a study or the engine.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ _EXPORTS = {
     "parse_slo": "sim.studies.plan",
     "load_candidates": "sim.studies.plan",
     "search_rate": "sim.studies.plan",
+    "load_search": "sim.studies.plan_space",
+    "search_plan": "sim.studies.plan_search",
     "run_claims": "sim.studies.claims",
 }
 

@@ -35,11 +35,7 @@ Runs are deterministic; the table and the answer are the same for any number of 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from sim.limits import MAX_RATE
-from sim.pool import in_processes
 from sim.studies.plan import (
     Candidate,
     RateSearch,
@@ -52,171 +48,29 @@ from sim.studies.plan import (
     run_trial,
 )
 from sim.studies.plan_space import Space
+from sim.studies.plan_walk import (
+    STEPS,
+    Job,
+    Runner,
+    best_key,
+    bounds,
+    grid_rate,
+    refine,
+    survivors,
+    walk,
+)
 from specdec.errors import Interrupted, UserError
 
-STEPS = 4  # grid points per doubling of the rate
-LOWEST = -4 * STEPS  # the grid's lowest point: r0 / 16
 SCAN_BELOW = STEPS  # the crossover scan starts at half the baseline's limit
-UNLOADED = 1.5  # a mean batch below this: the replica is all but idle
 MARGIN = 0.01  # speculation beats the baseline when its metric is at least 1% lower
 METRICS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99",
            "e2e_p50", "e2e_p99")
-
-
-@dataclass(frozen=True)
-class Job:
-    """What every worker needs besides the candidate: the resolved scenario and the SLO."""
-
-    base: dict
-    slo: dict
-    source: str
-    doc: dict | None
-    sets: tuple
-
-
-def grid_rate(r0: float, i: int) -> float:
-    """The rate of grid point ``i``."""
-    return r0 * 2.0 ** (i / STEPS)
-
-
-def _top(r0: float) -> int:
-    return int(math.floor(STEPS * math.log2(MAX_RATE / r0)))
-
-
-def walk(job: Job, cand: Candidate, sc, start: int, bound: tuple | None = None) -> tuple:
-    """(highest passing grid point, lowest failing one above it, {rate: Trial}, stopped):
-    steps of 1, 2, 4, 4, ... grid points (at most a doubling) from ``start``, then
-    bisection of the grid. None: no point passed (or none failed) within the grid, or a
-    failing run was all but idle (a mean batch under ``UNLOADED``: no lower rate meets the
-    SLO). ``sc``: the candidate's validated scenario. ``bound`` = (best key, USD per
-    hour, target rate): the walk stops (``stopped``)
-    at a failing rate where the candidate's (cost, -rate) is no better than the best key,
-    which some candidate reaches for sure."""
-    r0 = float(job.base["workload"]["rate_per_s"])
-    trials: dict[float, Trial] = {}
-
-    def ok(i: int) -> bool:
-        rate = grid_rate(r0, i)
-        trials[rate] = run_trial(job.base, cand, rate, job.slo, job.source, job.doc,
-                                 job.sets, scenario=sc)
-        return trials[rate].ok
-
-    def beaten(i: int) -> bool:
-        if bound is None:
-            return False
-        best, per_hour, target = bound
-        rate = grid_rate(r0, i)
-        tokens = trials[rate].summary["output_tokens_per_request"]
-        return (_cost(per_hour, tokens, rate, target), -rate) >= best
-
-    lo: int | None
-    hi: int | None
-    step, top = 1, _top(r0)
-    if ok(start):
-        lo, hi = start, None
-        while hi is None and lo < top:
-            i = min(lo + step, top)
-            if ok(i):
-                lo, step = i, min(step * 2, STEPS)  # at most doubling the rate
-            else:
-                hi = i
-        if hi is not None and beaten(hi):
-            return lo, hi, trials, True
-    else:
-        lo, hi = None, start
-        while lo is None and hi > LOWEST:
-            if beaten(hi):
-                return None, hi, trials, True
-            if trials[grid_rate(r0, hi)].controller["batch"] < UNLOADED:
-                break  # it fails with the GPU all but idle: a lower rate cannot help
-            i = max(hi - step, LOWEST)
-            if ok(i):
-                lo = i
-            else:
-                hi, step = i, min(step * 2, STEPS)
-    while lo is not None and hi is not None and hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, hi, trials, False
-
-
-def refine(job: Job, cand: Candidate, sc, lo: float, hi: float, rel_tol: float) -> dict:
-    """{rate: Trial} of bisecting between a passing ``lo`` and a failing ``hi`` until
-    ``hi`` <= ``lo`` (1 + ``rel_tol``)."""
-    trials: dict[float, Trial] = {}
-    while hi > lo * (1 + rel_tol):
-        mid = 0.5 * (lo + hi)
-        trials[mid] = run_trial(job.base, cand, mid, job.slo, job.source, job.doc, job.sets,
-                                scenario=sc)
-        lo, hi = (mid, hi) if trials[mid].ok else (lo, mid)
-    return trials
 
 
 def _trial(job: Job, cand: Candidate, sc, rate: float) -> Trial:
     """A crossover run: its latencies are compared, whether or not it meets the SLO."""
     return run_trial(job.base, cand, rate, job.slo, job.source, job.doc, job.sets,
                      keep_up=False, scenario=sc)
-
-
-class _Runner:
-    """Runs one stage's tasks on the workers (or here, with one), in order of the tasks
-    whatever order they finish in, reporting ``progress(stage, done, total)``."""
-
-    def __init__(self, workers: int, progress: Callable | None) -> None:
-        self.workers, self.progress = workers, progress
-
-    def __call__(self, stage: str, fn: Callable, args: list[tuple]) -> list:
-        out: list = [None] * len(args)
-        count = [0]
-
-        def done(i: int, res) -> None:
-            out[i] = res
-            count[0] += 1
-            if self.progress:
-                self.progress(stage, count[0], len(args))
-
-        if self.workers == 1 or len(args) < 2:
-            for i, a in enumerate(args):
-                done(i, fn(*a))
-        else:
-            in_processes(fn, args, min(self.workers, len(args)), done)
-        return out
-
-
-def _bounds(trials: dict, lo: float, hi: float) -> tuple[float, float]:
-    """The highest passing and lowest failing rate of ``trials`` within [lo, hi]."""
-    passing = [r for r, t in trials.items() if t.ok and lo <= r <= hi]
-    failing = [r for r, t in trials.items() if not t.ok and lo <= r <= hi]
-    return max(passing, default=lo), min(failing, default=hi)
-
-
-def _cost(per_hour: float, tokens: float, rate: float, target: float | None) -> float:
-    """The ranking cost at ``rate`` of a candidate costing ``per_hour`` USD an hour whose
-    requests bring ``tokens`` output tokens: USD an hour for the replicas a ``target``
-    rate needs, else USD per million output tokens."""
-    if rate <= 0 or not tokens:
-        return math.inf
-    if target is not None:
-        return math.ceil(target / rate) * per_hour
-    return per_hour / (rate * tokens * 3600) * 1e6
-
-
-def _best(names, lo: dict, costs: dict, target) -> tuple[float, float]:
-    """The best (cost, -rate) of ``names`` at their passing rates."""
-    return min(((_cost(*costs[n], lo[n], target), -lo[n]) for n in names),
-               default=(math.inf, 0.0))
-
-
-def _survivors(names: list[str], lo: dict, hi: dict, costs: dict, target) -> set[str]:
-    """The candidates no other beats for sure: each one's (cost, -rate) at its failing rate
-    against the best at a passing rate."""
-    best = _best(names, lo, costs, target)
-    if math.isinf(best[0]):
-        return set()
-    return {n for n in names if (_cost(*costs[n], hi[n], target), -hi[n]) < best}
 
 
 def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
@@ -237,7 +91,7 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
     check_arrivals(base, source)
     r0 = float(base["workload"]["rate_per_s"])
     job = Job(base, slo, source, doc, tuple(sets))
-    run = _Runner(workers, progress)
+    run = Runner(workers, progress)
     cands = {c.name: c for c in space.candidates}
     point = {c.name: p for c, p in zip(space.candidates, space.points, strict=True)}
     trials: dict[str, dict[float, Trial]] = {n: {} for n in cands}
@@ -270,7 +124,7 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
         for stage, names in (("chains", chains), ("controllers", rest)):
             lo, _ = _rates(walked, r0)
             done = [n for n in walked if lo[n] > 0]
-            best = _best(done, lo, {n: (per_hour[n], _tokens(trials[n], lo[n])) for n in done},
+            best = best_key(done, lo, {n: (per_hour[n], _tokens(trials[n], lo[n])) for n in done},
                          target_rate)
             walks(stage, names, [
                 (job, cands[n], built[n], _start(n, point, walked),
@@ -282,13 +136,13 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
         costs = {n: (per_hour[n], _tokens(trials[n], lo[n])) for n in cands}
         searched = [n for n in cands if n not in stopped]
         speculative = [n for n in searched if point[n].method is not None]
-        keep = _survivors(searched, lo, hi, costs, target_rate) | \
-            _survivors(speculative, lo, hi, costs, target_rate)
+        keep = survivors(searched, lo, hi, costs, target_rate) | \
+            survivors(speculative, lo, hi, costs, target_rate)
         keep = [n for n in cands if n in keep and 0 < lo[n] and hi[n] < math.inf]
         for n, t in zip(keep, run("refine", refine, [
                 (job, cands[n], built[n], lo[n], hi[n], rel_tol) for n in keep]), strict=True):
             trials[n].update(t)
-            lo[n], hi[n] = _bounds(trials[n], lo[n], hi[n])
+            lo[n], hi[n] = bounds(trials[n], lo[n], hi[n])
         rows = []
         for n, c in cands.items():
             at = trials[n].get(lo[n])
@@ -344,7 +198,7 @@ def _tokens(trials: dict, rate: float) -> float:
     return trials[rate].summary["output_tokens_per_request"] if rate in trials else 0.0
 
 
-def _crossover(table, space: Space, walked: dict, trials: dict, job: Job, run: _Runner,
+def _crossover(table, space: Space, walked: dict, trials: dict, job: Job, run: Runner,
                r0: float, rel_tol: float, metric: str, built: dict) -> dict | None:
     """The crossover of the best speculative row against its deployment's baseline (see
     the module docstring); None when no speculative candidate meets the SLO at all."""
