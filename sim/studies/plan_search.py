@@ -261,8 +261,8 @@ def _crossover(table, space: Space, walked: dict, trials: dict, job: Job, run: R
         ["off", "fixed", spec.iloc[0]["controller"]])]
     others = list(ranked_here.drop_duplicates("controller")["candidate"])
     todo = [n for n in others if at not in trials[n]]
-    for n, t in zip(todo, run("controllers", _trial, [(job, cands[n], built[n], at)
-                                                     for n in todo]), strict=True):
+    args = [(job, cands[n], built[n], at) for n in todo]
+    for n, t in zip(todo, run("controllers at crossover", _trial, args), strict=True):
         trials[n][at] = t
     controllers = [{"candidate": n, "controller": table.loc[table["candidate"] == n,
                                                             "controller"].iloc[0],
