@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from sim import gate
 from sim.engine_path import AUTO, EnginePath
 from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
@@ -98,6 +99,10 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
         else:
             replicas.append(Replica(*args, path=path))
     router = Router(replicas, setup.router, setup.router_weight)
+    why = gate.router(setup.router) if len(replicas) > 1 else None
+    if why is not None:
+        for r in replicas:
+            r.keep_off(why)
     arrived = [0]
     if setup.closed_loop_users:
         finished: dict = {}

@@ -17,8 +17,9 @@ from sim import steady_kernel
 
 def shared(r) -> str | None:
     """What keeps replica ``r`` off every fast path: they are compiled kernels, and cover
-    one pipeline stage of vLLM v1's order without a prefix cache, drafting ahead or a
-    sticky ladder (each needs state the fast paths do not hold)."""
+    one pipeline stage of vLLM v1's order without drafting ahead or a sticky ladder (each
+    needs state the fast paths do not hold; a prefix cache keeps a replica off the steady
+    stretch only: ``steady``)."""
     if not steady_kernel.available():
         return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
     if r.stages != 1:
@@ -27,8 +28,6 @@ def shared(r) -> str | None:
         return f"scheduler.order {r.limits.order}"
     if r.limits.async_scheduling:
         return "async scheduling (a step is scheduled before the last one's outcome)"
-    if r.prefix is not None:
-        return "prefix caching (the cache's LRU changes with every grant)"
     if r.overlap:
         return "a draft drafting ahead of the verify"
     if r.sticky_off:
@@ -36,8 +35,25 @@ def shared(r) -> str | None:
     return None
 
 
+def router(kind: str) -> str | None:
+    """What keeps every replica behind a router of ``kind`` off the fast paths, or None:
+    Dynamo's KV router reads each replica's KV pool and prefix cache at every arrival,
+    while an iteration runs, and the fast paths write them once per walk or stretch."""
+    if kind == "kv_aware":
+        return "a kv_aware router (it reads the KV pool while an iteration runs)"
+    return None
+
+
 def steady(r) -> str | None:
     """Why ``sim.steady`` cannot run ``r``'s decode-only stretches, or None."""
+    why = _plain(r)
+    if why is None and r.prefix is not None:  # (the walk takes its iterations)
+        return "prefix caching (a steady stretch does not hold the cache)"
+    return why
+
+
+def _plain(r) -> str | None:
+    """What keeps replica ``r`` off the fast paths of plain decoding, or None."""
     if not r.path.fast:
         return "off on this engine path"
     if r.policy.uses_draft or r.pricer.draft is not None:
@@ -54,7 +70,7 @@ def walk(r) -> str | None:
     if not r.path.fast:
         return "off on this engine path"
     if not r.policy.uses_draft:
-        why = steady(r)
+        why = _plain(r)
         return None if why is None else f"not steady: {why}"
     policy = r.policy
     varies = (getattr(policy, "walk_smoothing", None) is not None

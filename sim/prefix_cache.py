@@ -45,12 +45,13 @@ content keys of ``workloads.prefix_blocks`` in place of hashes of token ids:
 - **allocate**: blocks come off the head of the free queue; a cached block taken there is
   evicted.
 
-The free queue is an ``OrderedDict`` whose entries are either one cached block (its copy
-id, >= 0) or a run of uncached blocks (a negative id and a count): runs freed one after the
-other merge, so the decode path (blocks taken and rolled back every iteration) costs a dict
-operation or two per iteration, and the per-block work is at admission, at the scheduling of
-prompt chunks and at release. ``free_blocks`` counts every block in the queue (vLLM's
-``get_num_free_blocks``: evictable cached blocks are free), so the schedulers are unchanged.
+The cache lives in one int64 array whose functions (``sim.kernels.prefix``: the free queue
+as a doubly linked list of cached blocks and runs of uncached ones, runs freed one after
+the other merged, so the decode path costs a node or two per iteration; a table from each
+key to its cached copies) are the one statement of these rules: this pool calls them as
+Python, the compiled walk (``sim.steady_walk``) compiled. ``free_blocks`` counts every
+block in the queue (vLLM's ``get_num_free_blocks``: evictable cached blocks are free), so
+the schedulers are unchanged.
 
 A block computed while an identical one is cached is cached too: vLLM does not
 de-duplicate (``BlockHashToBlockMap``: a hash maps to every block that holds it, and a
@@ -65,14 +66,24 @@ extra keys.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
+from sim.kernels import prefix as pc
+from sim.kernels.prefix import (
+    pc_attach,
+    pc_cache,
+    pc_free_slot,
+    pc_keep_committed,
+    pc_lookup,
+    pc_new,
+    pc_pop,
+    pc_push_run,
+)
 from sim.kernels.rules import kept_blocks
 from sim.kv import BlockManager
 
 _sum = np.add.reduce
+_NO_LOG = np.zeros(0, dtype=np.int64)  # the reference path takes nothing back
 
 
 class PrefixCachingBlockManager(BlockManager):
@@ -83,118 +94,55 @@ class PrefixCachingBlockManager(BlockManager):
     ``block_starts``): request ``rid``'s full prompt blocks are ``keys[starts[rid]:
     starts[rid + 1]]``. ``blocks[slot]`` counts every block a slot's sequence uses, shared
     ones included; ``free_blocks`` the blocks in the free queue (free or evictable).
+    ``width``: the most blocks one slot may cache (default: the pool's); ``mem`` holds the
+    cache (``sim.kernels.prefix``).
     """
 
     def __init__(self, capacity_blocks: int, block_size: int, n_slots: int,
                  keys: np.ndarray, starts: np.ndarray, blocks: np.ndarray | None = None,
                  rolls_back: bool = True, unhashed_first: bool = False,
-                 drop_last_hit: bool = False, next_token_hash: bool = False) -> None:
+                 drop_last_hit: bool = False, next_token_hash: bool = False,
+                 width: int | None = None) -> None:
         super().__init__(capacity_blocks, block_size, n_slots, blocks, rolls_back)
         # freed uncached blocks go to the head of the free queue (vLLM 0.33), not the tail
-        self.unhashed_first = unhashed_first
+        self.unhashed_first = int(unhashed_first)
         # a hit loses its last block (vLLM up to 0.20 with an EAGLE-type drafter, whose
         # draft needs the hidden states of the last block's tokens recomputed)
-        self.drop_last_hit = drop_last_hit
+        self.drop_last_hit = int(drop_last_hit)
         # a block is hashed with the token after it (vLLM 0.33 with an EAGLE-type drafter)
-        self.next_token_hash = next_token_hash
+        self.next_token_hash = int(next_token_hash)
         if len(keys) and int(keys.min()) < 0:
             raise ValueError("block keys must be >= 0")
-        self._keys, self._starts = keys, starts
-        # a cached block is a copy, id >= 0, of a key: copy -> references (0: in the free
-        # queue), copy -> its key, key -> its first cached copy (the one a lookup finds)
-        # and, for the few keys with more, key -> the others, the first cached first
-        self._ref: dict[int, int] = {}
-        self._key: dict[int, int] = {}
-        self._first: dict[int, int] = {}
-        self._more: dict[int, list[int]] = {}
-        self._next_copy = 0
-        # the free queue, least recently freed first: id >= 0 -> 1 (a cached copy),
-        # id < 0 -> a run of that many uncached blocks
-        self._queue: OrderedDict[int, int] = OrderedDict({-1: self.capacity_blocks})
-        self._next_run = -2
-        self._held: list[list[int]] = [[] for _ in range(n_slots)]  # cached copies, in order
-        self._done = [0] * n_slots  # leading blocks each slot has found, cached or computed
-        # request rid's block j past its full prompt blocks has key _out + rid * 2**40 + j:
+        self._keys = np.ascontiguousarray(keys, dtype=np.int64)
+        self._starts = np.ascontiguousarray(starts, dtype=np.int64)
+        # request rid's block j past its full prompt blocks has key out + rid * 2**40 + j:
         # above every prompt key, distinct per (rid, j) (a request holds < 2**40 blocks)
-        self._out = int(keys.max()) + 1 if len(keys) else 0
-        self.evicted_blocks = 0  # cached blocks evicted so far
+        out = self._out = int(keys.max()) + 1 if len(keys) else 0
+        cap = self.capacity_blocks
+        width = cap if width is None else max(1, min(int(width), cap))
+        self.mem = pc_new(cap, self.block_size, n_slots, width, self.unhashed_first,
+                          self.drop_last_hit, self.next_token_hash, out)
 
-    # -- the free queue ---------------------------------------------------------------
-    def _pop(self, n: int) -> None:
-        """Take ``n`` blocks off the head of the free queue, evicting cached ones."""
-        q = self._queue
-        while n:
-            c, count = q.popitem(last=False)
-            if c >= 0:  # a cached copy: its content is forgotten
-                del self._ref[c]
-                key = self._key.pop(c)
-                more = self._more.get(key)
-                if more is None:
-                    del self._first[key]
-                else:
-                    if self._first[key] == c:
-                        self._first[key] = more.pop(0)
-                    else:
-                        more.remove(c)
-                    if not more:
-                        del self._more[key]
-                self.evicted_blocks += 1
-                n -= 1
-            elif count > n:
-                q[c] = count - n
-                q.move_to_end(c, last=False)
-                n = 0
-            else:
-                n -= count
-
-    def _push_run(self, n: int, head: bool = False) -> None:
-        """Put ``n`` uncached blocks at the tail, or the ``head``, of the free queue (merged
-        with a run already there)."""
-        if n <= 0:
-            return
-        q = self._queue
-        end = (next(iter(q)) if head else next(reversed(q))) if q else 0
-        if end < 0:
-            q[end] += n
-        else:
-            q[self._next_run] = n
-            if head:
-                q.move_to_end(self._next_run, last=False)
-            self._next_run -= 1
-
-    def _free_slot(self, s: int, held: int) -> int:
-        """Drop slot ``s``'s references to its ``held`` blocks; returns the blocks freed."""
-        copies = self._held[s]
-        own = held - len(copies)
-        self._push_run(own, self.unhashed_first)
-        freed = own
-        ref, q = self._ref, self._queue
-        for c in reversed(copies):  # vLLM frees a request's blocks last first
-            r = ref[c] - 1
-            if r < 0:
-                raise RuntimeError(f"prefix cache: block {self._key[c]} has negative "
-                                   "references")
-            ref[c] = r
-            if r == 0:
-                q[c] = 1
-                freed += 1
-        self._held[s] = []
-        self._done[s] = 0
-        return freed
+    @property
+    def evicted_blocks(self) -> int:
+        """Cached blocks evicted so far."""
+        return int(self.mem[pc.EVICTED])
 
     # -- BlockManager, with the free queue -------------------------------------------
     def grant(self, slots: np.ndarray, held: np.ndarray, extra: np.ndarray) -> None:
         total = int(_sum(extra))
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
-        self._pop(total)
+        if total:
+            pc_pop(self.mem, _NO_LOG, total)
         self.blocks[slots] = held + extra
         self.free_blocks -= total
 
     def take(self, slot: int, n: int) -> None:
         if n > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {n} blocks, {self.free_blocks} free")
-        self._pop(n)
+        if n:
+            pc_pop(self.mem, _NO_LOG, n)
         self.blocks[slot] += n
         self.free_blocks -= n
 
@@ -206,18 +154,19 @@ class PrefixCachingBlockManager(BlockManager):
             return held
         keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         n = int(_sum(held - keep))
-        self._push_run(n, self.unhashed_first)  # blocks of rejected draft tokens: uncached
+        # blocks of rejected draft tokens: uncached
+        pc_push_run(self.mem, _NO_LOG, n, self.unhashed_first)
         self.free_blocks += n
         return keep
 
     def release(self, slots: np.ndarray | int) -> None:
         for s in np.atleast_1d(slots).tolist():
-            self.free_blocks += self._free_slot(s, int(self.blocks[s]))
+            self.free_blocks += int(pc_free_slot(self.mem, _NO_LOG, s, int(self.blocks[s])))
             self.blocks[s] = 0
 
     def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
         for s, h in zip(slots.tolist(), held.tolist(), strict=True):
-            self.free_blocks += self._free_slot(s, h)
+            self.free_blocks += int(pc_free_slot(self.mem, _NO_LOG, s, h))
         if self.free_blocks > self.capacity_blocks:
             raise RuntimeError(f"KV pool over capacity: {self.free_blocks} free of "
                                f"{self.capacity_blocks}")
@@ -228,49 +177,15 @@ class PrefixCachingBlockManager(BlockManager):
         ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
         a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
         last token is always recomputed), less its last with ``drop_last_hit``."""
-        cap = (tokens - 1) // self.block_size
-        ref, copies = self._ref, self._first
-        found = []  # the references of its leading cached blocks (each key's first copy)
-        for key in self._keys_of(rid, 0, cap):
-            c = copies.get(key)
-            if c is None:
-                break
-            found.append(ref[c])
-        if self.drop_last_hit and found:
-            found.pop()
-        return len(found), sum(r == 0 for r in found)
-
-    def _keys_of(self, rid: int, lo: int, hi: int) -> list:
-        """The keys of request ``rid``'s blocks ``lo`` to ``hi`` - 1 (prompt, then output);
-        with ``next_token_hash`` each with the token after the block: (key, the next prompt
-        block's key, or -(rid + 1) for the request's own tail or output)."""
-        a = int(self._starts[rid])
-        n_prompt = int(self._starts[rid + 1]) - a
-        keys = self._keys[a + lo:a + min(hi, n_prompt)].tolist()
-        if hi > n_prompt:
-            base = self._out + (rid << 40)
-            keys += range(base + max(lo, n_prompt), base + hi)
-        if not self.next_token_hash:
-            return keys
-        nxt = self._keys[a + lo + 1:a + min(hi, n_prompt - 1) + 1].tolist()  # prompt's next
-        own = -(rid + 1)
-        return [(k, nxt[i] if i < len(nxt) else own) for i, k in enumerate(keys)]
+        hit, idle = pc_lookup(self.mem, self._keys, self._starts, rid, tokens)
+        return int(hit), int(idle)
 
     def attach(self, slot: int, rid: int, hit: int) -> None:
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
         blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
         ``get_one_block``); unreferenced ones leave the free queue."""
-        first = self._first
-        held = [first[key] for key in self._keys_of(rid, 0, hit)]
-        ref, q = self._ref, self._queue
-        for c in held:
-            r = ref[c]
-            if r == 0:
-                del q[c]
-                self.free_blocks -= 1
-            ref[c] = r + 1
-        self._held[slot] = held
-        self._done[slot] = hit
+        self.free_blocks -= int(pc_attach(self.mem, _NO_LOG, self._keys, self._starts, slot,
+                                          rid, hit))
         self.blocks[slot] = hit
 
     def cache(self, slots: np.ndarray, rids: np.ndarray, computed: np.ndarray,
@@ -280,11 +195,10 @@ class PrefixCachingBlockManager(BlockManager):
         request has (a block hashed with the token after it waits for that token: a
         prompt's last block for the first output token, as vLLM's block hasher does;
         default: more than they hold)."""
-        if self.next_token_hash and known is not None:
-            computed = np.minimum(computed, known - 1)
-        for s, rid, c in zip(slots.tolist(), rids.tolist(), computed.tolist(), strict=True):
-            n_prompt = int(self._starts[rid + 1] - self._starts[rid])
-            self._cache_upto(s, rid, min(c // self.block_size, n_prompt))
+        known = [-1] * len(slots) if known is None else known.tolist()
+        for s, rid, c, k in zip(slots.tolist(), rids.tolist(), computed.tolist(), known,
+                                strict=True):
+            pc_cache(self.mem, _NO_LOG, self._keys, self._starts, s, rid, c, k)
 
     def keep_committed(self, slot: int, rid: int, kv_tokens: int,
                        known: int | None = None) -> None:
@@ -294,47 +208,55 @@ class PrefixCachingBlockManager(BlockManager):
         ``known`` tokens the request has (default: more than it holds): a block hashed with
         the token after it needs that token too (an output not back yet under async
         scheduling)."""
-        if known is not None:
-            kv_tokens = min(kv_tokens, known - self.next_token_hash)
-        self._cache_upto(slot, rid, kv_tokens // self.block_size)
-
-    def _cache_upto(self, s: int, rid: int, upto: int) -> None:
-        """Cache slot ``s``'s leading ``upto`` blocks, each a copy of its own (a key another
-        request has cached meanwhile gets a second copy)."""
-        done = self._done[s]
-        if upto <= done:
-            return
-        ref, held, key_of, first = self._ref, self._held[s], self._key, self._first
-        c = self._next_copy
-        for key in self._keys_of(rid, done, upto):
-            ref[c] = 1
-            key_of[c] = key
-            if key in first:
-                self._more.setdefault(key, []).append(c)
-            else:
-                first[key] = c
-            held.append(c)
-            c += 1
-        self._next_copy = c
-        self._done[s] = upto
+        pc_keep_committed(self.mem, _NO_LOG, self._keys, self._starts, slot, rid, kv_tokens,
+                          -1 if known is None else known)
 
     # -- checks -----------------------------------------------------------------------
+    def _at(self, node: int, field: int) -> int:
+        """A field of ``node``'s record (``sim.kernels.prefix``: PREV ... CHAIN)."""
+        return int(self.mem[int(self.mem[pc.NODES]) + pc.STRIDE * node + field])
+
+    def _copies(self) -> dict[int, tuple[int, int]]:
+        """{copy: (key, next)} of every cached copy, each identity's in chain order."""
+        m = self.mem
+        out = {}
+        for h in range(int(m[pc.MASK_]) + 1):
+            t = int(m[pc.TABLE]) + pc.T_STRIDE * h
+            c = int(m[t + pc.T_HEAD])
+            ident = (int(m[t + pc.T_KEY]), int(m[t + pc.T_NXT]))
+            while c >= 0:
+                if c in out:
+                    raise RuntimeError(f"prefix cache: copy {c} is in two chains")
+                out[c] = ident
+                c = self._at(c, pc.CHAIN)
+        return out
+
+    def reference_counts(self) -> dict[int, int]:
+        """{copy: references} of every cached copy (0: in the free queue)."""
+        return {c: self._at(c, pc.REF) for c in self._copies()}
+
     def cached_blocks(self) -> int:
         """Blocks whose content is cached (referenced or waiting in the free queue)."""
-        return len(self._ref)
+        return int(self.mem[pc.CACHED])
 
     def cached_keys(self) -> list[int]:
         """The key of each cached block (a key as often as it has copies)."""
-        return [_block_key(k) for k in self._key.values()]
+        return [key for key, _ in self._copies().values()]
 
     def references(self, key: int) -> int:
         """The references to ``key``'s cached copies (0: none, or none cached)."""
-        return sum(self._ref[c] for c, k in self._key.items() if _block_key(k) == key)
+        return sum(self._at(c, pc.REF) for c, (k, _) in self._copies().items() if k == key)
 
-    def _copies_of(self, key: int) -> list[int]:
-        """``key``'s cached copies, the first cached first."""
-        first = self._first.get(key)
-        return [] if first is None else [first, *self._more.get(key, ())]
+    def _queue(self) -> list[tuple[int, int]]:
+        """The free queue, head first: (node, blocks) (a copy < capacity, else a run)."""
+        cap = self.capacity_blocks
+        out, node = [], self._at(2 * cap, pc.NEXT)
+        while node != 2 * cap:
+            if len(out) > 2 * cap:
+                raise RuntimeError("prefix cache: the free queue does not end")
+            out.append((node, 1 if node < cap else self._at(node, pc.COUNT)))
+            node = self._at(node, pc.NEXT)
+        return out
 
     def check(self) -> None:
         """Raise ``RuntimeError`` unless the pool's accounting holds: the free queue holds
@@ -342,41 +264,41 @@ class PrefixCachingBlockManager(BlockManager):
         reference count is the number of slots holding the block and never negative, a
         cached block is in the free queue iff nothing references it, and the copies of
         each key are those with that key."""
-        q, ref = self._queue, self._ref
-        copies = {k: self._copies_of(k) for k in self._first}
-        if set(self._more) - set(self._first) \
-                or sorted(c for cs in copies.values() for c in cs) != sorted(self._key) \
-                or any(self._key[c] != k for k, cs in copies.items() for c in cs) \
-                or set(self._key) != set(ref):
+        m, cap = self.mem, self.capacity_blocks
+        copies = self._copies()
+        if any((self._at(c, pc.KEY), self._at(c, pc.NXT)) != ident
+               for c, ident in copies.items()) or len(copies) != int(m[pc.CACHED]) \
+                or len(copies) + int(m[pc.N_COPIES]) != cap:
             raise RuntimeError("prefix cache: the copies and their keys disagree")
-        if sum(q.values()) != self.free_blocks:
-            raise RuntimeError(f"free queue holds {sum(q.values())} blocks, free_blocks "
-                               f"{self.free_blocks}")
+        queue = self._queue()
+        if sum(n for _, n in queue) != self.free_blocks:
+            raise RuntimeError(f"free queue holds {sum(n for _, n in queue)} blocks, "
+                               f"free_blocks {self.free_blocks}")
+        if sum(1 for node, _ in queue if node >= cap) + int(m[pc.N_RUNS]) != cap:
+            raise RuntimeError("prefix cache: runs lost")
+        queued = {node for node, _ in queue if node < cap}
         counts: dict[int, int] = {}
         own = 0
-        for s, held in enumerate(self._held):
-            own += int(self.blocks[s]) - len(held)
-            if int(self.blocks[s]) < len(held):
-                raise RuntimeError(f"slot {s} holds {len(held)} cached blocks of "
+        width = int(m[pc.W_])
+        for s in range(len(self.blocks)):
+            done = int(m[m[pc.DONE] + s])
+            own += int(self.blocks[s]) - done
+            if int(self.blocks[s]) < done:
+                raise RuntimeError(f"slot {s} holds {done} cached blocks of "
                                    f"{int(self.blocks[s])}")
-            for c in held:
+            for j in range(done):
+                c = int(m[m[pc.HELD] + s * width + j])
                 counts[c] = counts.get(c, 0) + 1
-        for c, r in ref.items():
+        for c in copies:
+            r = self._at(c, pc.REF)
             if r < 0 or r != counts.get(c, 0):
-                raise RuntimeError(f"block {self._key[c]} (copy {c}): {r} references, held "
+                raise RuntimeError(f"block {copies[c][0]} (copy {c}): {r} references, held "
                                    f"by {counts.get(c, 0)}")
-            if (r == 0) != (c in q):
-                raise RuntimeError(f"block {self._key[c]} (copy {c}): {r} references, in "
-                                   f"free queue {c in q}")
-        if set(counts) - set(ref):
-            raise RuntimeError("a slot holds a block that is not cached")
-        used = own + sum(1 for r in ref.values() if r > 0)
-        if used + self.free_blocks != self.capacity_blocks:
-            raise RuntimeError(f"{used} used + {self.free_blocks} free != "
-                               f"{self.capacity_blocks} blocks")
-
-
-def _block_key(ident) -> int:
-    """The block key of a cached copy's identity (``_keys_of``: a key, or with
-    ``next_token_hash`` a (key, next) pair)."""
-    return ident[0] if isinstance(ident, tuple) else ident
+            if (r == 0) != (c in queued):
+                raise RuntimeError(f"block {copies[c][0]} (copy {c}): {r} references, in "
+                                   f"free queue {c in queued}")
+        if set(counts) - set(copies) or queued - set(copies):
+            raise RuntimeError("a slot or the free queue holds a block that is not cached")
+        used = own + sum(1 for c in copies if self._at(c, pc.REF) > 0)
+        if used + self.free_blocks != cap:
+            raise RuntimeError(f"{used} used + {self.free_blocks} free != {cap} blocks")

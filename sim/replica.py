@@ -179,6 +179,7 @@ class Replica:
         self._walk = walk if isinstance(walk, tuple) else None
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
+        self._walk_log = None  # and its prefix cache's undo log (steady_walk._prefix)
         self.compiled_iterations = 0  # iterations the compiled kernels formed (the rest: not)
         self.process = env.process(self.run())
 
@@ -187,6 +188,11 @@ class Replica:
         it where an iteration allows; a walk without an arrival feed -- replicas behind a
         router that reads their load, a closed loop -- stops at each arrival)."""
         return dict(self._off)
+
+    def keep_off(self, why: str) -> None:
+        """Take no fast path (``why``: ``sim.gate.router``'s reason)."""
+        self._off = {path: off or why for path, off in self._off.items()}
+        self._steady, self._walk = False, None
 
     @property
     def walks(self) -> bool:
@@ -419,20 +425,23 @@ class Replica:
         all or float64 [F], one each)."""
         self.retire(fin, self.state[fin], now)
 
-    def retire(self, fin: np.ndarray, st: np.ndarray, now: float | np.ndarray) -> None:
+    def retire(self, fin: np.ndarray, st: np.ndarray, now: float | np.ndarray,
+               freed: bool = False) -> None:
         """``finish`` the slots ``fin`` whose rows were ``st`` ([F, N_COLS]) when they
-        finished (``sim.steady_walk``: rows it kept apart from the state)."""
+        finished (``sim.steady_walk``: rows it kept apart from the state; ``freed``: whose
+        blocks it has cached and freed in the prefix cache already)."""
         rids = st[:, RID]
         log = self.log
         log.finished_at[rids] = now
         log.emitted[rids] = st[:, EMITTED]
         log.counts[rids] = st[:, COUNTS:]  # [F, N_COUNTERS]
-        if self.prefix is not None:  # its full blocks of computed tokens, output too
+        if self.prefix is not None and not freed:  # its full blocks of computed tokens
             tokens = self.table.prompt_tokens[rids] + st[:, EMITTED] - 1
             for s, rid, n in zip(fin.tolist(), rids.tolist(), tokens.tolist(), strict=True):
                 self.prefix.keep_committed(s, rid, n)
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
-        self.kv.free_slots(fin, st[:, BLOCKS])
+        if not freed:
+            self.kv.free_slots(fin, st[:, BLOCKS])
         self.active[fin] = False
         self._order = None
         self._free_slots.extend(fin.tolist())

@@ -40,8 +40,8 @@ from sim.kernels import walk as _walk_module
 from sim.kernels.base import ADAPTIVE, LADDER, LADDER_KEYS, OUTPUT, PARAM_NAMES, TARGET
 from workloads import acceptance
 
-__all__ = ["ADAPTIVE", "LADDER", "PARAM_NAMES", "available", "compiled", "compiled_walk",
-           "stretch", "walk", "walk_shape"]
+__all__ = ["ADAPTIVE", "LADDER", "NO_PREFIX", "PARAM_NAMES", "available", "compiled",
+           "compiled_walk", "stretch", "walk", "walk_shape"]
 
 stretch = _stretch_module.stretch
 walk = _walk_module.walk
@@ -251,8 +251,14 @@ def _jit_walk(numba, cache: bool, draws: bool):
     kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
            np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, _V1, 4, 4, True, 1, 1, 0.0,
            1.0,
-           2, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS, _NO_SPEC)
+           2, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS, _NO_SPEC,
+           *NO_PREFIX)
     return kernel
+
+
+# walk's prefix-cache arguments without a prefix cache (mem, keys, starts, the prompts'
+# tokens, the undo log)
+NO_PREFIX = tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
 
 
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,

@@ -50,7 +50,16 @@ arrival ends the walk as any event does.
 
 The walk also stops before an iteration that would preempt, admit a request resumed after
 a preemption (its recompute is counted apart) or one beyond those it was given, or when a
-running sequence is re-prefilling after a preemption: the reference path takes those. The
+running sequence is re-prefilling after a preemption: the reference path takes those.
+
+With prefix caching (``Replica.prefix``) the walk changes the cache as the reference
+scheduler does, by the same functions (``sim.kernels.prefix``, on the pool's one array
+``mem``): an admission looks up its prompt's cached blocks and prefills after them, the
+grants take blocks off the free queue (evicting), prompt blocks are cached as their chunks
+are scheduled, and a finished request's blocks are cached and freed; the replica's pool
+then only takes the free count back (``Replica.retire`` with ``freed``). An iteration the
+walk leaves to the reference path after making its scheduling changes (an admission when
+the event comes, one it may not see) has them taken back from the replica's undo log. The
 walk's records are compared with the reference's for every shipped scenario
 (``tests/sim/test_golden.py``).
 """
@@ -64,6 +73,8 @@ import numpy as np
 from hardware.spec_cost import SPEC_FIELDS
 from sim import gate, steady, steady_kernel
 from sim.kernels.base import SCHEDULED
+from sim.kernels.prefix import LOG_PER_BLOCK
+from sim.kernels.prefix import W_ as WIDTH
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
 
@@ -104,10 +115,12 @@ def params(r) -> tuple | str:
     draft drafting serially (a draft model or EAGLE
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
     drafting ahead, never switched off for a request) or a lookup drafter (n-gram, suffix:
-    no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, no
-    prefix cache, the vLLM v1 order, and an acceptance model with ``kernel_tables`` for the
-    shape. Either way the target's timing and the draft's must be one-stage ones the kernels
-    price (``kernel_params``: measured, roofline or paper)."""
+    no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, the
+    vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape. With a
+    prefix cache or without (``_prefix``: the walk makes the cache's changes with its own
+    functions, ``sim.kernels.prefix``). Either way the target's timing and the draft's
+    must be one-stage ones the kernels price (``kernel_params``: measured, roofline or
+    paper)."""
     why = gate.walk(r)
     if why is not None:
         return why
@@ -211,7 +224,7 @@ def plan(r, fn) -> Walk | None:
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
              horizon, MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r),
-             *shape[1:])
+             *shape[1:], *_prefix(r))
     if before is not None and got[_SPARE]:
         r.propose_rng.bit_generator.state = before
         r.propose_rng.random(got[_SPARE - 1])  # the matches of the iterations it ran
@@ -234,6 +247,21 @@ MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _prefix(r) -> tuple:
+    """The walk's prefix-cache arguments for replica ``r``: its cache's ``mem``, the
+    prompts' block keys, their starts and their tokens, and its undo log (a buffer per replica, big
+    enough for the changes of an iteration of many admissions), or none."""
+    cache = r.prefix
+    if cache is None:
+        return steady_kernel.NO_PREFIX
+    if r._walk_log is None:
+        lim = r.limits
+        entries = LOG_PER_BLOCK * (4 * lim.max_batched_tokens // lim.block_size
+                                   + 4 * lim.max_num_seqs + 8 * int(cache.mem[WIDTH]) + 256)
+        r._walk_log = np.zeros(2 * entries + 1, dtype=np.int64)
+    return cache.mem, cache._keys, cache._starts, r.table.prompt_tokens, r._walk_log
 
 
 def _gaps(r) -> np.ndarray:
@@ -297,9 +325,11 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
     if f1 > f0:
         fin = w.finished[f0:f1]
         done = w.st[fin]  # [F, N_COLS + 1]: a finished row is left as it finished
-        r.kv.free_blocks = free - int(_sum(done[:, BLOCKS]))  # finish gives them back
+        # finish gives them back (with a prefix cache the walk has cached and freed them)
+        freed = r.prefix is not None
+        r.kv.free_blocks = free if freed else free - int(_sum(done[:, BLOCKS]))
         r.scheduled_in[slots[fin]] = done[:, SCHEDULED]
-        r.retire(slots[fin], done[:, :N_COLS], w.finished_at[f0:f1])
+        r.retire(slots[fin], done[:, :N_COLS], w.finished_at[f0:f1], freed)
     if _any(first):
         got = first.nonzero()[0]
         log.first_token_at[w.st[got, RID]] = w.first_at[got]

@@ -12,6 +12,7 @@ from sim.kernels.base import (
     BLOCKS,
     BY_DECODING,
     BY_SCHEDULED,
+    CACHED,
     COUNTS,
     EMITTED,
     FILLED,
@@ -19,6 +20,7 @@ from sim.kernels.base import (
     KV,
     LADDER,
     OUTPUT,
+    RID,
     SCHEDULED,
     STREAM,
     TARGET,
@@ -27,6 +29,19 @@ from sim.kernels.base import (
     pass_seconds,
 )
 from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds
+from sim.kernels.prefix import (
+    LOG_PER_BLOCK,
+    UNHASHED_FIRST,
+    pc_attach,
+    pc_cache,
+    pc_free_slot,
+    pc_keep_committed,
+    pc_lookup,
+    pc_pop,
+    pc_push_run,
+    pc_room,
+    pc_undo,
+)
 from sim.kernels.rules import (
     DRAFT_SLOTS,
     FULL_ISL,
@@ -52,7 +67,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
          mode, alpha, smoothing, ladder, key, rng, kind, p_geo, runs, ring, tape,
-         table, propose, prng, host_s, tp, dp, sp):
+         table, propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
@@ -124,6 +139,17 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     accepting nothing). With ``propose`` < 0 every decoder drafts ``row`` and ``prng`` is
     never drawn from.
 
+    With a prefix cache (``pc`` not empty: ``sim.prefix_cache``'s ``mem``, the prompts'
+    block keys ``pkeys`` and ``pstarts``, their tokens ``prompts``: a request resumed
+    after a preemption prefilled its output too), each iteration makes the cache's changes as the
+    scheduler makes them, by the same functions (``sim.kernels.prefix``): the grants' blocks
+    off the free queue, the running rows' prompt blocks cached, then each admission's
+    lookup (its prefill starts after its hit, ``CACHED``), references, blocks and first
+    chunk's blocks cached; after the advance, a finished row's blocks of computed tokens
+    cached and its blocks freed (``Replica.finish``). Those of an iteration it stops
+    before after all are taken back from the log ``plog`` (where it is too short for them,
+    it stops before making them).
+
     It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
     draft cut by the budget, a request beyond those it holds to admit, nothing to
     schedule) or that admits and ends at or after ``horizon``; after an iteration that
@@ -144,6 +170,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     it stopped before, which the caller takes back: the reference path draws them again).
     """
     rows = st.shape[0]
+    caching = len(pc) > 0
+    hits = np.zeros(rows, dtype=np.int64)  # each admitted row's cached tokens
+    no_log = plog[:0].copy()  # the changes of an iteration that runs are not taken back
     new_ahead = lookahead if v1[NEW_LOOKAHEAD] else 0  # an admission's lookahead slots
     in_slots = v1[DRAFT_SLOTS]  # input slots a scheduled request takes beside its tokens
     verify = 1 + nodes
@@ -306,6 +335,15 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 p_sq += got * got
         if cut or extra > free or ng + n_dec > len(gaps):
             break  # someone must be preempted (the full scheduler), or no room for gaps
+        if caching:  # the grants (BlockManager.grant), then cache_prefills
+            plog[0] = 0
+            if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1):
+                break  # a log too short to take them back
+            pc_pop(pc, plog, extra)
+            for o in range(n_pre):
+                i = prefilling[o]
+                pc_cache(pc, plog, pkeys, pstarts, slots[i], st[i, RID], st[i, KV] + take[i],
+                         prompts[st[i, RID]] + st[i, EMITTED])
         # 3. admissions (nobody was preempted), counted before anything changes
         f = free - extra
         a = 0
@@ -321,22 +359,43 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
                 break
-            if pad and padding(st[n + w, TARGET], 0, pad, scheduled, running_pre):
+            target = st[n + w, TARGET]
+            hit, idle = 0, 0
+            if caching:  # its leading cached blocks (admit_waiting)
+                if pc_room(plog) < LOG_PER_BLOCK * (2 * blocks_for(target + new_ahead,
+                                                                   block_size) + 4):
+                    beyond = True  # a log too short to take it back
+                    break
+                hit, idle = pc_lookup(pc, pkeys, pstarts, st[n + w, RID], target)
+            cached = hit * block_size
+            todo = target - cached
+            if pad and padding(todo, cached, pad, scheduled, running_pre):
                 beyond = True  # padded to a verify: the reference forms it
                 break
-            chunk = first_chunk(st[n + w, TARGET], most, budget - in_slots, chunked)
-            need = admission(st[n + w, TARGET], 0, chunk, 0, new_ahead, 0, 0, f,
+            chunk = first_chunk(todo, most, budget - in_slots, chunked)
+            need = admission(target, cached, chunk, 0, new_ahead, hit, idle, f,
                              budget - in_slots, v1[FULL_ISL], block_size)
             if need < 0:
                 break
+            if caching:  # in the slot Replica.admit gives it: attach, take, cache
+                s = stack[n_free - 1 - a]
+                if hit > 0:
+                    f -= pc_attach(pc, plog, pkeys, pstarts, s, st[n + w, RID], hit)
+                pc_pop(pc, plog, need)
+                pc_cache(pc, plog, pkeys, pstarts, s, st[n + w, RID], cached + chunk, target)
             take[n + w] = chunk
+            hits[n + w] = cached
             a += 1
             budget -= spent(chunk, in_slots)
             f -= need
             n_pre += 1
             p_new += chunk
+            p_ctx += cached
+            p_new_ctx += chunk * cached
             p_sq += chunk * chunk
         if beyond or n_dec + n_pre == 0:
+            if caching:
+                pc_undo(pc, plog)
             break  # a request the walk does not hold or may not see, or nothing to run
         # IterationPricer.price: the target pass of the verifies and the prefill chunks (a
         # decoder with a shape of its own, a chain (causal), is priced as a chunk of its
@@ -370,6 +429,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         end = t + (d + v)
         last = not end < horizon
         if last and a:
+            if caching:
+                pc_undo(pc, plog)
             break  # an admission when the event comes: the scheduler's
         if last and k:  # the state when it starts: where the replica stops for the event
             k_split, ng_split, nf_split = k, ng, nf
@@ -389,7 +450,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             order[n_alive + j] = i
             alive[i] = True
             decoding[i] = False
-            st[i, BLOCKS] = blocks_for(take[i] + new_ahead, block_size)
+            st[i, FILLED] = st[i, KV] = st[i, CACHED] = hits[i]
+            st[i, BLOCKS] = blocks_for(hits[i] + take[i] + new_ahead, block_size)
             adm_iter[adm + j] = k
             n_free -= 1
             slots[i] = stack[n_free]
@@ -400,6 +462,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         accepted = 0
         short = 0  # verifies that rejected a guess (AdaptiveGamma.observe's "checked")
         fin_before = nf
+        back = 0  # blocks of rejected drafts the verifies give back (with rolls_back)
         running = n_alive  # the rows of this iteration: order[:running]
         size = n_dec + n_pre  # the rows it schedules remember it (Replica.form_batch)
         # whether its verifies draw depths: some decoder verifies a draft
@@ -455,13 +518,15 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 keep = kept_blocks(st[i, KV], held, block_size, v1[ROLLS_BACK])
                 st[i, BLOCKS] = keep
             free += held - keep
+            back += held - keep
             gaps[ng] = end - last_end[i]
             ng += 1
             last_end[i] = end
             if st[i, EMITTED] >= st[i, OUTPUT]:
                 alive[i] = False
                 n_alive -= 1
-                free += keep
+                if not caching:  # (the cache frees them below)
+                    free += keep
                 fin[nf], fin_at[nf] = i, end
                 nf += 1
         for o in range(n_pre):  # prefill chunks: running ones in order, then admitted
@@ -481,9 +546,19 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 if st[i, EMITTED] >= st[i, OUTPUT]:
                     alive[i] = False
                     n_alive -= 1
-                    free += st[i, BLOCKS]
+                    if not caching:
+                        free += st[i, BLOCKS]
                     fin[nf], fin_at[nf] = i, end
                     nf += 1
+        if caching:  # BlockManager.rolled_back's run, then Replica.finish (retire)
+            pc_push_run(pc, no_log, back, pc[UNHASHED_FIRST])
+            for j in range(fin_before, nf):  # its full blocks of computed tokens cached
+                i = fin[j]
+                pc_keep_committed(pc, no_log, pkeys, pstarts, slots[i], st[i, RID],
+                                  prompts[st[i, RID]] + st[i, EMITTED] - 1, -1)
+            for j in range(fin_before, nf):  # then its blocks freed
+                i = fin[j]
+                free += pc_free_slot(pc, no_log, slots[i], st[i, BLOCKS])
         if mode == ADAPTIVE and nodes > 0 and n_dec > 0 and accepted + short > 0:  # observe
             alpha += smoothing * (accepted / (accepted + short) - alpha)
         if nf > fin_before:

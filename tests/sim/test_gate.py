@@ -45,7 +45,7 @@ def _taken(monkeypatch, sc, path):
 
 @pytest.mark.parametrize("sets, needle", [
     ([], None),
-    (["scheduler.prefix_caching=true"], "prefix caching"),
+    (["deployment.replicas=2", "deployment.router=kv_aware"], "kv_aware router"),
     (["scheduler.order=decode_first"], "scheduler.order decode_first"),
 ])
 def test_the_gate_says_which_fast_paths_a_run_takes(sets, needle, monkeypatch):
@@ -121,6 +121,20 @@ def test_a_batch_ladder_walks_whatever_its_key(policy, sets, needle, monkeypatch
     assert why is None if needle is None else needle in why, why
 
 
+def test_prefix_caching_walks_and_keeps_off_the_steady_stretch(monkeypatch):
+    """A prefix-caching replica walks, speculating or not (the walk drives the cache's own
+    functions, ``sim.kernels.prefix``); the steady stretch, which does not hold the
+    cache, stays closed, with the reason."""
+    sc = load_scenario(DEFAULT, [*SMALL, "scheduler.prefix_caching=true",
+                                 "workload.shared_prefix_tokens=200",
+                                 "workload.shared_prefix_groups=2"])
+    taken, reasons = _taken(monkeypatch, sc, PATHS["compiled"])
+    for name in taken:
+        assert reasons[name]["walk"] is None and taken[name]["walk"] > 0, (name, reasons)
+        assert taken[name]["steady"] == 0
+    assert reasons["none"]["steady"].startswith("prefix caching")
+
+
 def test_the_reference_path_takes_no_fast_path(monkeypatch):
     sc = load_scenario(DEFAULT, SMALL)
     taken, reasons = _taken(monkeypatch, sc, PATHS["reference"])
@@ -136,7 +150,7 @@ def test_bench_prints_the_fast_paths_and_takes_overrides(capsys):
                  "--set", "scheduler.prefix_caching=true"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["sets"] == ["scheduler.prefix_caching=true"]
-    assert got["fast_paths"]["walk"].startswith("prefix caching")
+    assert got["fast_paths"]["walk"] is None, got  # prefix caching walks
     assert main(["bench", "--requests", "30"]) == 0
     out = capsys.readouterr().out
     assert "walk              taken" in out

@@ -149,9 +149,26 @@ LOOKUP = {
                         "cpu_s_per_seq: 1e-4}, policy: {kind: fixed, gamma: 3}}]"],
 }
 
+# prefix caching (sim.prefix_cache) with speculation: an EAGLE-type drafter, whose blocks
+# vLLM 0.33 hashes with the token after them and whose hit loses its last block up to 0.20
+# (which also frees uncached blocks to the tail of the free queue, not its head), and a
+# pool so small that requests are preempted and resumed (their committed blocks cached)
+_SHARED = ["scheduler.prefix_caching=true", "workload.shared_prefix_tokens=200",
+           "workload.shared_prefix_groups=3", "workload.prompt={kind: uniform, low: 20, "
+           "high: 300}"]
+_EAGLE = "variants=[{name: e, drafter: {method: eagle3}, policy: {kind: fixed, gamma: 3}}]"
+PREFIX = {
+    "prefix-eagle-0.33": ["run.requests=60", *_SHARED, _EAGLE],
+    "prefix-eagle-0.20": ["run.requests=60", *_SHARED, _EAGLE,
+                          "scheduler.vllm_release='0.20'"],
+    "prefix-preempting": ["run.requests=60", *_SHARED, "workload.rate_per_s=200",
+                          "scheduler.num_gpu_blocks_override=120"],
+}
+
 
 @pytest.mark.parametrize("scenario", [*_shipped_scenarios(), "bench-decode-heavy",
                                       "bench-speculative", "bench-ngram", "bench-suffix",
+                                      "bench-prefix-cache", *PREFIX,
                                       *LOOKUP, "default-preempting", "round-robin-replicas",
                                       "decode-preempting", "decode-cut"])
 def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch, tmp_path):
@@ -172,8 +189,9 @@ def test_fast_paths_give_the_records_of_the_reference_path(scenario, monkeypatch
     elif scenario in CASES:
         name, sets = CASES[scenario]
         sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml", sets)
-    elif scenario in LOOKUP:
-        sc = load_scenario(repo_root() / "scenarios" / "default.yaml", LOOKUP[scenario])
+    elif scenario in LOOKUP or scenario in PREFIX:
+        sets = LOOKUP.get(scenario) or PREFIX[scenario]
+        sc = load_scenario(repo_root() / "scenarios" / "default.yaml", sets)
     elif scenario.startswith("decode-"):
         sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
                            DECODE_PREEMPTING if scenario == "decode-preempting" else DECODE_CUT)
@@ -313,6 +331,13 @@ WALK_CASES = {
     # more requests than slots: a queue the walk admits from as sequences finish
     "queued": ["run.requests=80", "workload.rate_per_s=400", "scheduler.max_num_seqs=8",
                "workload.output={kind: uniform, low: 1, high: 30}"],
+    # prefix caching: prompts behind shared prefixes, vLLM 0.33's free queue (uncached
+    # blocks first) and 0.20's, and a pool so small that requests are preempted
+    "prefix": ["run.requests=80", *_SHARED, "workload.rate_per_s=60"],
+    "prefix-0.20": ["run.requests=80", *_SHARED, "workload.rate_per_s=60",
+                    "scheduler.vllm_release='0.20'"],
+    "prefix-preempting": ["run.requests=60", *_SHARED, "workload.rate_per_s=200",
+                          "scheduler.num_gpu_blocks_override=120"],
     # a closed loop: a finish submits the next request
     "closed-loop": ["run.requests=60",
                     "workload={arrivals: closed_loop, users: 6, think_mean_s: 0.05, "
@@ -375,7 +400,7 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
         assert seen["feed"]["past arrivals"] > 0 and seen["feed"]["reused"] > 0, seen
     if case in ("chunked", "preempting"):  # arrivals while they run
         assert seen["no feed"]["split"] > 0, seen
-    if case == "preempting":
+    if case.endswith("preempting"):
         assert runs[0][0].requests.columns["preemptions"].sum() > 0
 
 

@@ -347,7 +347,7 @@ def test_shared_blocks_are_counted_once_and_freed_with_their_last_reference():
     assert pool.used_blocks == 3 and pool.references(int(pool._keys[0])) == 1
     _finish(pool, 2)
     assert pool.used_blocks == 0 and pool.free_blocks == 12
-    assert all(r == 0 for r in pool._ref.values())
+    assert all(r == 0 for r in pool.reference_counts().values())
 
 
 def test_preemption_drops_references_and_the_cached_blocks_survive(checked, engine_path):
@@ -422,7 +422,7 @@ def test_the_pool_accounting_holds_under_random_admission_completion_and_preempt
     pool, = pools
     pool.check()
     assert pool.free_blocks == pool.capacity_blocks  # everything finished: nothing held
-    assert all(r == 0 for r in pool._ref.values())
+    assert all(r == 0 for r in pool.reference_counts().values())
 
 
 # -- a shared system prompt: the hit rate the workload implies -------------------------------
