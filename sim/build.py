@@ -62,9 +62,10 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
         stream = acceptance.new_streams(len(cols), stream_rng)
         task = np.zeros(len(cols), dtype=np.int64)
     keys = starts = None
-    if sc.scheduler.prefix_caching:  # which prompt blocks hold the same tokens
-        keys, starts = prompt_block_keys(specs if specs is not None else cols.specs(),
-                                         sc.scheduler.block_size)
+    if sc.scheduler.prefix_caching and specs is not None:  # which blocks hold the same tokens
+        # (drawn columns share nothing: every block its own key, numbered by its place, as
+        # sim.replica.make_prefix_cache numbers them without an array)
+        keys, starts = prompt_block_keys(specs, sc.scheduler.block_size)
     return RequestTable(
         arrival_at=cols.arrival_at,
         prompt_tokens=cols.prompt_tokens,

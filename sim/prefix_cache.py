@@ -92,7 +92,9 @@ class PrefixCachingBlockManager(BlockManager):
 
     ``keys``, ``starts``: the prompts' block keys (``RequestTable.block_keys`` and
     ``block_starts``): request ``rid``'s full prompt blocks are ``keys[starts[rid]:
-    starts[rid + 1]]``. ``blocks[slot]`` counts every block a slot's sequence uses, shared
+    starts[rid + 1]]`` (``keys`` empty: prompts that share nothing, each block its own
+    key, ``starts[rid] + j``, as ``workloads.prefix_blocks.unique_block_keys`` numbers
+    them, without the array). ``blocks[slot]`` counts every block a slot's sequence uses, shared
     ones included; ``free_blocks`` the blocks in the free queue (free or evictable).
     ``width``: the most blocks one slot may cache (default: the pool's); ``mem`` holds the
     cache (``sim.kernels.prefix``).
@@ -117,7 +119,7 @@ class PrefixCachingBlockManager(BlockManager):
         self._starts = np.ascontiguousarray(starts, dtype=np.int64)
         # request rid's block j past its full prompt blocks has key out + rid * 2**40 + j:
         # above every prompt key, distinct per (rid, j) (a request holds < 2**40 blocks)
-        out = self._out = int(keys.max()) + 1 if len(keys) else 0
+        out = self._out = int(keys.max()) + 1 if len(keys) else int(starts[-1])
         cap = self.capacity_blocks
         width = cap if width is None else max(1, min(int(width), cap))
         self.mem = pc_new(cap, self.block_size, n_slots, width, self.unhashed_first,

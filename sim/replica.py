@@ -43,7 +43,6 @@ from sim.slots import (
     TARGET,
 )
 from sim.step import advance, draft_sync
-from workloads.prefix_blocks import unique_block_keys
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -485,16 +484,22 @@ def make_prefix_cache(table: RequestTable, limits: SchedulerLimits, capacity_blo
     if not limits.prefix_caching:
         return None
     keys, starts = table.block_keys, table.block_starts
-    if keys is None:
-        keys, starts = unique_block_keys(table.prompt_tokens, limits.block_size)
+    if keys is None:  # (their keys are their places: no array of them, per replica)
+        starts = np.zeros(len(table) + 1, dtype=np.int64)
+        np.cumsum(table.prompt_tokens // limits.block_size, out=starts[1:])
+        keys = starts[:0]
     if not np.array_equal(np.diff(starts), table.prompt_tokens // limits.block_size):
         raise RuntimeError(f"block keys were made for another block size than "
                            f"{limits.block_size}")
+    # the most blocks a slot caches: its committed tokens', at most its prompt and output
+    width = int(((table.prompt_tokens + table.output_tokens) // limits.block_size).max()) \
+        if len(table) else 1
     return PrefixCachingBlockManager(capacity_blocks, limits.block_size, n_slots, keys,
                                      starts, blocks=blocks, rolls_back=limits.rolls_back,
                                      unhashed_first=limits.unhashed_first,
                                      drop_last_hit=eagle_type and limits.drops_eagle_block,
-                                     next_token_hash=eagle_type and limits.hashes_next_token)
+                                     next_token_hash=eagle_type and limits.hashes_next_token,
+                                     width=width)
 
 
 def stall_limit(table: RequestTable, limits: SchedulerLimits, stages: int = 1) -> int:

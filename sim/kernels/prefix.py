@@ -105,15 +105,23 @@ def pc_node(mem, node):
 
 # -- identities and the table of copies --------------------------------------------------
 def pc_ident(mem, keys, starts, rid, j):
-    """(key, next) of request ``rid``'s block ``j``: its prompt block's key, or past its
-    full prompt blocks an output key of its own; with ``next_token_hash`` the next prompt
-    block's key, or -(rid + 1) for its own tail or output (else 0)."""
+    """(key, next) of request ``rid``'s block ``j``: its prompt block's key (``keys`` empty:
+    prompts that share nothing, each block keyed by its place, ``starts[rid] + j``), or
+    past its full prompt blocks an output key of its own; with ``next_token_hash`` the
+    next prompt block's key, or -(rid + 1) for its own tail or output (else 0)."""
     a = starts[rid]
     n_prompt = starts[rid + 1] - a
-    key = keys[a + j] if j < n_prompt else mem[OUT_] + (rid << 40) + j
+    own = len(keys) == 0
+    if j < n_prompt:
+        key = a + j if own else keys[a + j]
+    else:
+        key = mem[OUT_] + (rid << 40) + j
     nxt = 0
     if mem[NEXT_TOKEN_HASH]:
-        nxt = keys[a + j + 1] if j + 1 < n_prompt else -(rid + 1)
+        if j + 1 < n_prompt:
+            nxt = a + j + 1 if own else keys[a + j + 1]
+        else:
+            nxt = -(rid + 1)
     return key, nxt
 
 
