@@ -74,7 +74,7 @@ WORKLOADS: dict[str, Workload] = {
         _SPEC, "prefix caching; prompts open with one of 8 shared 384-token prefixes",
         ("scheduler.prefix_caching=true", "workload.prompt={kind: fixed, tokens: 128}",
          "workload.shared_prefix_tokens=384", "workload.shared_prefix_groups=8",
-         "workload.rate_per_s=36.8"), 2_000),
+         "workload.rate_per_s=36.8"), 3_000),
     "pipeline": Workload(
         _SPEC, "the target in 2 pipeline stages (pp 2)",
         ("deployment.pp=2", "workload.rate_per_s=37.2"), 1_600),

@@ -295,6 +295,37 @@ def test_eviction_takes_the_least_recently_freed_blocks_a_requests_last_first():
     pool.check()
 
 
+def test_the_walks_undo_log_takes_back_lookups_attaches_evictions_and_caching():
+    # The compiled walk notes every change of an iteration it may yet hand to the reference
+    # path (sim.kernels.prefix.pc_put with a log) and takes them back (pc_undo): the pool's
+    # array is then what it was, byte for byte, and the same changes made again without a
+    # log leave it as they left it with one.
+    from sim.kernels.prefix import pc_attach, pc_cache, pc_lookup, pc_pop, pc_undo
+
+    pool = _pool([9, 9, 9, 12], capacity=7, ids=[(5,), (5,), (6,), (5, 6)], block_size=4)
+    _run(pool, 0, 0, 9)
+    _finish(pool, 0)
+    _run(pool, 1, 2, 9)
+    before = pool.mem.copy()
+    log = np.zeros(2 * 500 + 1, dtype=np.int64)
+
+    def iteration(log):  # an admission of request 1 into slot 2: a hit, a pop, caching
+        hit, idle = pc_lookup(pool.mem, pool._keys, pool._starts, 1, 9)
+        assert (hit, idle) == (1, 1)
+        pc_attach(pool.mem, log, pool._keys, pool._starts, 2, 1, hit)
+        pc_pop(pool.mem, log, 3)  # past the uncached blocks: evicts cached ones
+        pc_cache(pool.mem, log, pool._keys, pool._starts, 2, 1, 9, 9)
+
+    evicted = pool.evicted_blocks
+    iteration(log)
+    assert log[0] > 0 and pool.evicted_blocks > evicted
+    after = pool.mem.copy()
+    pc_undo(pool.mem, log)
+    assert log[0] == 0 and np.array_equal(pool.mem, before)
+    iteration(log[:0])
+    assert np.array_equal(pool.mem, after)
+
+
 def test_uncached_blocks_are_reused_first_in_0_33():
     # The sequence above under vLLM 0.33's BlockPool.free_blocks: a freed request's
     # uncached blocks (the partial third) go to the head of the free queue, its cached ones
