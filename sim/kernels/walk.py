@@ -344,7 +344,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 i = prefilling[o]
                 pc_cache(pc, plog, pkeys, pstarts, slots[i], st[i, RID], st[i, KV] + take[i],
                          prompts[st[i, RID]] + st[i, EMITTED])
-        # 3. admissions (nobody was preempted), counted before anything changes
+        # 3. admissions (nobody was preempted), counted before anything changes (but the
+        # prefix cache, whose changes the log takes back)
         f = free - extra
         a = 0
         beyond = False
