@@ -124,6 +124,10 @@ class PrefixCachingBlockManager(BlockManager):
         width = cap if width is None else max(1, min(int(width), cap))
         self.mem = pc_new(cap, self.block_size, n_slots, width, self.unhashed_first,
                           self.drop_last_hit, self.next_token_hash, out)
+        # the same memory as Python sees it fastest (an element a Python int, not a numpy
+        # scalar): what this pool passes the functions; the compiled walk takes the arrays
+        self._m, self._k, self._s = (memoryview(a) for a in (self.mem, self._keys,
+                                                               self._starts))
 
     @property
     def evicted_blocks(self) -> int:
@@ -136,7 +140,7 @@ class PrefixCachingBlockManager(BlockManager):
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
         if total:
-            pc_pop(self.mem, _NO_LOG, total)
+            pc_pop(self._m, _NO_LOG, total)
         self.blocks[slots] = held + extra
         self.free_blocks -= total
 
@@ -144,7 +148,7 @@ class PrefixCachingBlockManager(BlockManager):
         if n > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {n} blocks, {self.free_blocks} free")
         if n:
-            pc_pop(self.mem, _NO_LOG, n)
+            pc_pop(self._m, _NO_LOG, n)
         self.blocks[slot] += n
         self.free_blocks -= n
 
@@ -157,18 +161,18 @@ class PrefixCachingBlockManager(BlockManager):
         keep = kept_blocks(tokens, held, self.block_size, self.rolls_back)
         n = int(_sum(held - keep))
         # blocks of rejected draft tokens: uncached
-        pc_push_run(self.mem, _NO_LOG, n, self.unhashed_first)
+        pc_push_run(self._m, _NO_LOG, n, self.unhashed_first)
         self.free_blocks += n
         return keep
 
     def release(self, slots: np.ndarray | int) -> None:
         for s in np.atleast_1d(slots).tolist():
-            self.free_blocks += int(pc_free_slot(self.mem, _NO_LOG, s, int(self.blocks[s])))
+            self.free_blocks += int(pc_free_slot(self._m, _NO_LOG, s, int(self.blocks[s])))
             self.blocks[s] = 0
 
     def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
         for s, h in zip(slots.tolist(), held.tolist(), strict=True):
-            self.free_blocks += int(pc_free_slot(self.mem, _NO_LOG, s, h))
+            self.free_blocks += int(pc_free_slot(self._m, _NO_LOG, s, h))
         if self.free_blocks > self.capacity_blocks:
             raise RuntimeError(f"KV pool over capacity: {self.free_blocks} free of "
                                f"{self.capacity_blocks}")
@@ -179,14 +183,14 @@ class PrefixCachingBlockManager(BlockManager):
         ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
         a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
         last token is always recomputed), less its last with ``drop_last_hit``."""
-        hit, idle = pc_lookup(self.mem, self._keys, self._starts, rid, tokens)
+        hit, idle = pc_lookup(self._m, self._k, self._s, rid, tokens)
         return int(hit), int(idle)
 
     def attach(self, slot: int, rid: int, hit: int) -> None:
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
         blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
         ``get_one_block``); unreferenced ones leave the free queue."""
-        self.free_blocks -= int(pc_attach(self.mem, _NO_LOG, self._keys, self._starts, slot,
+        self.free_blocks -= int(pc_attach(self._m, _NO_LOG, self._k, self._s, slot,
                                           rid, hit))
         self.blocks[slot] = hit
 
@@ -200,7 +204,7 @@ class PrefixCachingBlockManager(BlockManager):
         known = [-1] * len(slots) if known is None else known.tolist()
         for s, rid, c, k in zip(slots.tolist(), rids.tolist(), computed.tolist(), known,
                                 strict=True):
-            pc_cache(self.mem, _NO_LOG, self._keys, self._starts, s, rid, c, k)
+            pc_cache(self._m, _NO_LOG, self._k, self._s, s, rid, c, k)
 
     def keep_committed(self, slot: int, rid: int, kv_tokens: int,
                        known: int | None = None) -> None:
@@ -210,7 +214,7 @@ class PrefixCachingBlockManager(BlockManager):
         ``known`` tokens the request has (default: more than it holds): a block hashed with
         the token after it needs that token too (an output not back yet under async
         scheduling)."""
-        pc_keep_committed(self.mem, _NO_LOG, self._keys, self._starts, slot, rid, kv_tokens,
+        pc_keep_committed(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
                           -1 if known is None else known)
 
     # -- checks -----------------------------------------------------------------------
