@@ -6,12 +6,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from specdec.errors import KeyGivenTwice, UserError, unique_keys
+from specdec.errors import UserError, json_object
 
 __all__ = ["format_validation", "hf_json", "read_utf8"]
 
@@ -55,14 +54,4 @@ def read_utf8(path: Path, what: str, rule: str) -> str:
 def hf_json(path: Path) -> dict:
     """The JSON object in ``path`` (a ``config.json``); one-line UserErrors otherwise."""
     text = read_utf8(path, "model config", "a config.json must be UTF-8 JSON")
-    try:
-        raw = json.loads(text, object_pairs_hook=unique_keys)
-    except KeyGivenTwice as err:
-        raise UserError(f"{path}: {err.key}: given twice") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not valid JSON: {err.msg} at line {err.lineno}") from None
-    except RecursionError:  # json recurses once per level
-        raise UserError(f"{path}: nested too deeply to be a config.json") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a config.json must hold a JSON object")
-    return raw
+    return json_object(text, str(path))

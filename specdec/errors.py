@@ -31,6 +31,26 @@ def unique_keys(pairs: list[tuple]) -> dict:
     return obj
 
 
+def json_object(text: str, where: str) -> dict:
+    """The JSON object ``text`` holds, read as user input is (a key given twice refused,
+    not kept last), or a one-line :class:`UserError` that starts with ``where`` (the file
+    or flag): invalid JSON with the parser's reason and line, a key given twice, nesting
+    too deep for the parser, or JSON that is not an object."""
+    import json
+
+    try:
+        obj = json.loads(text, object_pairs_hook=unique_keys)
+    except KeyGivenTwice as err:
+        raise UserError(f"{where}: {err.key}: given twice") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: not valid JSON: {err.msg} at line {err.lineno}") from None
+    except RecursionError:  # json recurses once per level
+        raise UserError(f"{where}: nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: must be a JSON object")
+    return obj
+
+
 class UserError(ValueError):
     """Bad input: a scenario, catalog, trace, argument or flag.
 

@@ -3,7 +3,6 @@ SGLang's ``python/sglang/srt/server_args.py``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from sim.engines.common import (
     split,
 )
 from sim.engines.vllm import deepest, hf_id
-from specdec.errors import KeyGivenTwice, UserError, unique_keys
+from specdec.errors import UserError, json_object
 
 SGLANG_METHODS = engine_names("sglang")  # --speculative-algorithm -> SpecSim's method
 # DFLASH's block (verify window) when neither --speculative-num-draft-tokens nor
@@ -238,15 +237,7 @@ def sglang_adaptive_policy(out: Parsed, path: str | None, steps: int | None,
         text = Path(path).read_text()
     except OSError as e:
         raise UserError(f"{name}: cannot read it ({e.strerror})") from None
-    try:
-        cfg = json.loads(text, object_pairs_hook=unique_keys)
-    except KeyGivenTwice as e:
-        raise UserError(f"{name}: {e.key}: given twice") from None
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise UserError(f"{name}: not JSON: {getattr(e, 'msg', 'nested too deeply')}") \
-            from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{name}: must be a JSON object")
+    cfg = json_object(text, name)
     slots = {k: v for k, v in cfg.items() if k.isdigit()}
     check_sglang_slots(slots, name)
     policy["slots"] = slots

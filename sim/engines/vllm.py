@@ -22,7 +22,7 @@ from sim.engines.common import (
     split,
 )
 from sim.limits import MAX_GAMMA, MAX_TREE_NODES, draft_nodes
-from specdec.errors import KeyGivenTwice, UserError, unique_keys
+from specdec.errors import UserError, json_object
 
 # vLLM's speculative methods -> SpecSim's drafter methods
 VLLM_METHODS = engine_names("vllm")  # --speculative-config method -> SpecSim's
@@ -186,16 +186,7 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
     if spec is None:
         out.set("variants", [none])
         return
-    try:
-        cfg = json.loads(spec, object_pairs_hook=unique_keys)
-    except KeyGivenTwice as e:
-        raise UserError(f"{what}: --speculative-config: {e.key}: given twice") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{what}: --speculative-config: not JSON: {e.msg}") from None
-    except RecursionError:  # json recurses once per level
-        raise UserError(f"{what}: --speculative-config: nested too deeply") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{what}: --speculative-config: must be a JSON object")
+    cfg = json_object(spec, f"{what}: --speculative-config")
     method = cfg.pop("method", None) or ("draft_model" if "model" in cfg else None)
     if method not in VLLM_METHODS:
         raise UserError(f"{what}: --speculative-config: method: one of "

@@ -183,7 +183,7 @@ def test_opt_config_defaults_to_tied_embeddings(tmp_path):
         ({**LLAMA3_8B_CONFIG, "model_type": "gpt2"}, "config.json: model_type: Input should be"),
         ({**LLAMA3_8B_CONFIG, "num_hidden_layers": 0}, "num_hidden_layers: Input should be"),
         ({**LLAMA3_8B_CONFIG, "num_key_value_heads": 5}, "not a multiple of num_key_value_heads 5"),
-        ([1, 2], "must hold a JSON object"),
+        ([1, 2], "must be a JSON object"),
     ],
 )
 def test_bad_hf_config_is_one_line_naming_file_and_field(tmp_path, body, expect):

@@ -198,7 +198,7 @@ CASES = [
      "unknown model 'acme/none'"),
     ("vllm-not-vllm", {}, ["run", "--from-vllm", "python serve.py"], "must start with"),
     ("vllm-bad-json", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
-                                                 "--speculative-config '{x'"], "not JSON"),
+                                                 "--speculative-config '{x'"], "not valid JSON"),
     # the covering tree <21,...> of 21^7 nodes was listed before any check: MemoryError
     ("vllm-tree-huge", {}, ["run", "--from-vllm", "vllm serve meta-llama/Llama-3.1-8B "
                             "--speculative-config '{\"method\": \"eagle\", "
@@ -303,7 +303,7 @@ CASES = [
      ["run", "{tmp}/s.yaml"], "g.json: line 1: nested too deeply"),
     ("config-json-deep", {"config.json": "[" * 100000 + "]" * 100000},
      ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
-      "--context", "1"], "config.json: nested too deeply to be a config.json"),
+      "--context", "1"], "config.json: nested too deeply"),
     # refused while the grid is computed: no progress bar before the line, and no runs/
     # folder left behind (staged_folder made it to hold the grid)
     ("grid-theta-negative", {}, ["grid", "--target", "llama-3-8b", "--draft", "llama-3.2-1b",
@@ -700,7 +700,7 @@ CASES = [
       "--context", "1"], "config.json: hidden_size: Input should be a finite number"),
     ("config-json-a-list", {"config.json": "[1, 2]"},
      ["hw", "step", "--model", "{tmp}/config.json", "--gpu", "h100", "--batch", "1",
-      "--context", "1"], "config.json: a config.json must hold a JSON object"),
+      "--context", "1"], "config.json: must be a JSON object"),
     ("trace-sigma-inf", {}, ["trace", "--sigma", "inf"], "--sigma: must be finite and >= 0"),
     ("trace-out-not-npz", {}, ["trace", "--out", "{tmp}/x.txt"],
      "--out: trace files end in .npz"),
