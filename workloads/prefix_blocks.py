@@ -41,6 +41,9 @@ def prompt_block_keys(specs: Sequence[RequestSpec], block_size: int
     np.cumsum(full, out=starts[1:])
     keys = np.empty(int(starts[-1]), dtype=np.int64)
     interned: dict[tuple, int] = {}
+    # (ids, trace block tokens, shared blocks) -> their keys: a chain already walked interns
+    # nothing new, so a request that repeats one (a shared system prompt) copies its keys
+    walked: dict[tuple, np.ndarray] = {}
     next_key = 0
     for i, s in enumerate(specs):
         n, at = int(full[i]), int(starts[i])
@@ -49,17 +52,23 @@ def prompt_block_keys(specs: Sequence[RequestSpec], block_size: int
             t = int(s.hash_block_tokens)
             covered = min(len(s.hash_ids) * t, s.prompt_tokens)
             shared = min(n, covered // block_size)
-            ids = s.hash_ids
-            parent, reached = -1, 0  # the previous block's key; trace blocks it reached into
-            for j in range(shared):
-                last = ((j + 1) * block_size - 1) // t + 1  # trace blocks up to block j's end
-                link = (parent, tuple(ids[reached:last]), j)
-                key = interned.get(link)
-                if key is None:
-                    key = interned[link] = next_key
-                    next_key += 1
-                keys[at + j] = parent = key
-                reached = last
+            ids = tuple(s.hash_ids)
+            chain = (ids, t, shared)
+            seen = walked.get(chain)
+            if seen is not None:
+                keys[at:at + shared] = seen
+            else:
+                parent, reached = -1, 0  # the previous block's key; trace blocks it reached
+                for j in range(shared):
+                    last = ((j + 1) * block_size - 1) // t + 1  # trace blocks to block j's end
+                    link = (parent, ids[reached:last], j)
+                    key = interned.get(link)
+                    if key is None:
+                        key = interned[link] = next_key
+                        next_key += 1
+                    keys[at + j] = parent = key
+                    reached = last
+                walked[chain] = keys[at:at + shared]
         own = n - shared  # the request's own blocks: keys nobody else has
         keys[at + shared:at + n] = np.arange(next_key, next_key + own, dtype=np.int64)
         next_key += own
