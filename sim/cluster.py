@@ -102,7 +102,9 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
     why = gate.router(setup.router) if len(replicas) > 1 else None
     if why is not None:
         for r in replicas:
-            r.keep_off(why)
+            r.keep_off(why, ("steady",))
+            r.strict_walk = True
+            r.peers = [p for p in replicas if p is not r]
     arrived = [0]
     if setup.closed_loop_users:
         finished: dict = {}

@@ -157,6 +157,10 @@ class Replica:
         self._wake: simpy.Event | None = None
         self.on_finish = None  # called with the ids of finished requests (closed loops)
         self.feed = None  # sim.router.ArrivalFeed: its arrivals known ahead (sim.cluster)
+        # a router reads the pool while an iteration runs: a walk ends before an iteration
+        # an event would come in (sim.cluster, for Dynamo's KV router)
+        self.strict_walk = False
+        self.peers: list = []  # the other replicas behind its router (sim.cluster)
         self.stall_limit = stall_limit(table, limits, self.stages)
         self._stalled = 0  # iterations in a row that emitted no token
         if hasattr(policy, "price"):
@@ -188,10 +192,14 @@ class Replica:
         router that reads their load, a closed loop -- stops at each arrival)."""
         return dict(self._off)
 
-    def keep_off(self, why: str) -> None:
-        """Take no fast path (``why``: ``sim.gate.router``'s reason)."""
-        self._off = {path: off or why for path, off in self._off.items()}
-        self._steady, self._walk = False, None
+    def keep_off(self, why: str, paths=("steady", "walk")) -> None:
+        """Take none of ``paths`` (``why``: ``sim.gate.router``'s reason)."""
+        self._off = {path: (off or why) if path in paths else off
+                     for path, off in self._off.items()}
+        if "steady" in paths:
+            self._steady = False
+        if "walk" in paths:
+            self._walk = None
 
     @property
     def walks(self) -> bool:

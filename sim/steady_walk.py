@@ -46,7 +46,12 @@ arrival times, and an iteration admits those that came before it started. An arr
 the very instant an iteration ends (after the walk's first) may be seen by the next
 iteration or not, as SimPy orders the two events: the walk stops there.
 Without a feed (replicas behind a router that reads their load, a closed loop) the next
-arrival ends the walk as any event does.
+arrival ends the walk as any event does. Behind Dynamo's KV router (``kv_aware``), which
+reads each replica's pool and prefix cache when a request arrives, mid-iteration, where
+the reference path has made the iteration's grants and a walk writes them when it ends,
+the walk also stops *before* an iteration an event would come in (``Replica.strict_walk``:
+the reference path runs it), and its horizon passes over the other replicas' own events,
+which change nothing of its state (``Replica.peers``).
 
 The walk also stops before an iteration that would preempt, admit a request resumed after
 a preemption (its recompute is counted apart) or one beyond those it was given, or when a
@@ -191,7 +196,7 @@ def plan(r, fn) -> Walk | None:
     feed = r.feed
     arr_at = np.full(w, -np.inf)
     if feed is None:
-        horizon = float(r.env.peek())  # (an event's time may be an int: one specialisation)
+        horizon = float(_next_event(r))  # (an event's time may be an int: one specialisation)
     else:
         horizon, coming, times, beyond = feed.look(MAX_ROWS - w)
         horizon = float(horizon)
@@ -223,7 +228,8 @@ def plan(r, fn) -> Walk | None:
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
-             horizon, MAX_STEPS, r.on_finish is not None, r.pricer.record_bound, _gaps(r),
+             horizon, MAX_STEPS, r.on_finish is not None, r.strict_walk, r.pricer.record_bound,
+             _gaps(r),
              *shape[1:], *_prefix(r))
     if before is not None and got[_SPARE]:
         r.propose_rng.bit_generator.state = before
@@ -270,6 +276,23 @@ def _gaps(r) -> np.ndarray:
     if buf is None:
         buf = r._walk_gaps = np.empty(GAPS)
     return buf
+
+
+def _next_event(r) -> float:
+    """When the next event that can touch replica ``r`` comes, for a walk without an arrival
+    feed: the next of anyone's (``env.peek()``), or where ``r.strict_walk`` (its router
+    reads the pool only when a request arrives) the next but the other replicas' own
+    iterations (``r.peers``' processes), which change nothing of ``r``'s. Reads SimPy's
+    event queue as ``sim.router.ArrivalFeed.look`` does; without it, ``env.peek()``."""
+    env = r.env
+    if not (r.strict_walk and r.peers):
+        return env.peek()
+    theirs = {id(p.process.target) for p in r.peers}
+    try:
+        return min((item[0] for item in env._queue if id(item[3]) not in theirs),
+                   default=float("inf"))
+    except (AttributeError, IndexError, TypeError):
+        return env.peek()
 
 
 def run(r, w: Walk):

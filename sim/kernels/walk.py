@@ -65,7 +65,8 @@ from sim.kernels.rules import (
 
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
-         horizon, max_steps, first_finish, bound, gaps, row, nodes, feeds, tri, reps, one_pass,
+         horizon, max_steps, first_finish, strict, bound, gaps, row, nodes, feeds, tri, reps,
+         one_pass,
          mode, alpha, smoothing, ladder, key, rng, kind, p_geo, runs, ring, tape,
          table, propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
@@ -152,7 +153,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
 
     It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
     draft cut by the budget, a request beyond those it holds to admit, nothing to
-    schedule) or that admits and ends at or after ``horizon``; after an iteration that
+    schedule) or that admits and ends at or after ``horizon`` (with ``strict``, any that
+    ends there: a router that reads the pool while an iteration runs, Dynamo's KV router,
+    sees it as the reference path leaves it, its grants made); after an iteration that
     ends there (the event comes while it runs), after ``max_steps``, with
     ``first_finish`` after the first that finishes a request, or when nobody is left.
 
@@ -429,10 +432,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
         end = t + (d + v)
         last = not end < horizon
-        if last and a:
+        if last and (a or strict):
             if caching:
                 pc_undo(pc, plog)
-            break  # an admission when the event comes: the scheduler's
+            break  # an admission when the event comes (the scheduler's), or a router reads
         if last and k:  # the state when it starts: where the replica stops for the event
             k_split, ng_split, nf_split = k, ng, nf
             st_split = st.copy()
