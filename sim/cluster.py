@@ -104,7 +104,8 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
         for r in replicas:
             r.keep_off(why, ("steady",))
             r.strict_walk = True
-            r.peers = [p for p in replicas if p is not r]
+            if not setup.closed_loop_users:  # (a peer's finish sends a closed loop's next)
+                r.peers = [p for p in replicas if p is not r]
     arrived = [0]
     if setup.closed_loop_users:
         finished: dict = {}
