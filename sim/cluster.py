@@ -102,7 +102,7 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
     why = gate.router(setup.router) if len(replicas) > 1 else None
     if why is not None:
         for r in replicas:
-            r.keep_off(why, ("steady",))
+            r.keep_off_steady(why)
             r.strict_walk = True
             if not setup.closed_loop_users:  # (a peer's finish sends a closed loop's next)
                 r.peers = [p for p in replicas if p is not r]

@@ -192,14 +192,10 @@ class Replica:
         router that reads their load, a closed loop -- stops at each arrival)."""
         return dict(self._off)
 
-    def keep_off(self, why: str, paths=("steady", "walk")) -> None:
-        """Take none of ``paths`` (``why``: ``sim.gate.router``'s reason)."""
-        self._off = {path: (off or why) if path in paths else off
-                     for path, off in self._off.items()}
-        if "steady" in paths:
-            self._steady = False
-        if "walk" in paths:
-            self._walk = None
+    def keep_off_steady(self, why: str) -> None:
+        """Take no steady stretch (``why``: ``sim.gate.router``'s reason)."""
+        self._off["steady"] = self._off["steady"] or why
+        self._steady = False
 
     @property
     def walks(self) -> bool:

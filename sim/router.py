@@ -151,17 +151,10 @@ class ArrivalFeed:
         (``Environment._queue``: (time, priority, id, event) entries, a handful in a run
         with one replica); a SimPy that keeps it otherwise gets the next event of anyone
         (``env.peek()``) and no look past it: walks then stop at every arrival."""
-        mine = self.process.target
-        theirs = {id(r.process.target) for r in self.others}
-        horizon, wake = math.inf, None
-        try:
-            for item in self.env._queue:
-                if item[3] is mine:
-                    wake = item[0]  # when the arrival process wakes next
-                elif item[0] < horizon and id(item[3]) not in theirs:
-                    horizon = item[0]
-        except (AttributeError, IndexError, TypeError):
+        got = next_event_past(self.env, self.others, self.process)
+        if got is None:
             return self.env.peek(), _NONE, [], math.inf
+        horizon, wake = got  # (wake: when the arrival process wakes next)
         first = self.counter[0]
         times: list[float] = []
         n = self.replicas
@@ -187,6 +180,26 @@ class ArrivalFeed:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def next_event_past(env: simpy.Environment, others: Sequence, own=None):
+    """(when the next event in ``env``'s queue comes that is neither a process of
+    ``others`` (anything with a ``process``) waiting nor ``own`` (a process) waiting, inf
+    if none; when ``own`` wakes, None if it is not waiting), or None where SimPy keeps its
+    queue otherwise (``Environment._queue``: (time, priority, id, event) entries) and only
+    ``env.peek()`` can be had."""
+    mine = None if own is None else own.target
+    theirs = {id(r.process.target) for r in others}
+    horizon, wake = math.inf, None
+    try:
+        for item in env._queue:
+            if mine is not None and item[3] is mine:
+                wake = item[0]
+            elif item[0] < horizon and id(item[3]) not in theirs:
+                horizon = item[0]
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return horizon, wake
 
 
 def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,

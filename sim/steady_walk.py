@@ -80,6 +80,7 @@ from sim import gate, steady, steady_kernel
 from sim.kernels.base import SCHEDULED
 from sim.kernels.prefix import LOG_PER_BLOCK
 from sim.kernels.prefix import W_ as WIDTH
+from sim.router import next_event_past
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
 
@@ -282,17 +283,10 @@ def _next_event(r) -> float:
     """When the next event that can touch replica ``r`` comes, for a walk without an arrival
     feed: the next of anyone's (``env.peek()``), or where ``r.strict_walk`` (its router
     reads the pool only when a request arrives) the next but the other replicas' own
-    iterations (``r.peers``' processes), which change nothing of ``r``'s. Reads SimPy's
-    event queue as ``sim.router.ArrivalFeed.look`` does; without it, ``env.peek()``."""
-    env = r.env
-    if not (r.strict_walk and r.peers):
-        return env.peek()
-    theirs = {id(p.process.target) for p in r.peers}
-    try:
-        return min((item[0] for item in env._queue if id(item[3]) not in theirs),
-                   default=float("inf"))
-    except (AttributeError, IndexError, TypeError):
-        return env.peek()
+    iterations (``r.peers``' processes), which change nothing of ``r``'s
+    (``sim.router.next_event_past``, as ``ArrivalFeed.look`` reads the queue)."""
+    got = next_event_past(r.env, r.peers) if r.strict_walk and r.peers else None
+    return r.env.peek() if got is None else got[0]
 
 
 def run(r, w: Walk):
