@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -285,16 +286,28 @@ def search_rate(base: dict, cand: Candidate, slo: dict[str, float], source: str,
             hi, rate = rate, rate / 2
         if lo > 0 and hi < math.inf:
             break
-    while lo > 0 and hi < math.inf and hi > lo * (1 + rel_tol) and len(cache) < max_steps:
-        mid = 0.5 * (lo + hi)
-        if trial(mid):
-            lo = mid
-        else:
-            hi = mid
+    if lo > 0 and hi < math.inf:
+        lo, hi = bisect(trial, lo, hi, rel_tol, max_steps - len(cache))
     if lo == 0.0:
         return RateSearch(0.0, hi, len(cache), None, {})
     _, summary, measured = cache[lo]
     return RateSearch(lo, hi, len(cache), summary, measured)
+
+
+def bisect(trial: Callable[[float], bool], lo: float, hi: float, rel_tol: float,
+           budget: float = math.inf) -> tuple[float, float]:
+    """(passing, failing) rate after halving [``lo``, ``hi``] -- ``lo`` passing, ``hi``
+    failing, ``trial(rate)`` whether a rate passes -- until ``hi`` <= ``lo`` (1 +
+    ``rel_tol``) or ``budget`` trials have run."""
+    runs = 0
+    while hi > lo * (1 + rel_tol) and runs < budget:
+        mid = 0.5 * (lo + hi)
+        runs += 1
+        if trial(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
 
 
 def gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:

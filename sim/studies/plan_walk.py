@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sim.limits import MAX_RATE
 from sim.pool import in_processes
-from sim.studies.plan import Candidate, Trial, run_trial
+from sim.studies.plan import Candidate, Trial, bisect, run_trial
 
 STEPS = 4  # grid points per doubling of the rate
 LOWEST = -4 * STEPS  # the grid's lowest point: r0 / 16
@@ -101,11 +101,13 @@ def refine(job: Job, cand: Candidate, sc, lo: float, hi: float, rel_tol: float) 
     """{rate: Trial} of bisecting between a passing ``lo`` and a failing ``hi`` until
     ``hi`` <= ``lo`` (1 + ``rel_tol``)."""
     trials: dict[float, Trial] = {}
-    while hi > lo * (1 + rel_tol):
-        mid = 0.5 * (lo + hi)
-        trials[mid] = run_trial(job.base, cand, mid, job.slo, job.source, job.doc, job.sets,
-                                scenario=sc)
-        lo, hi = (mid, hi) if trials[mid].ok else (lo, mid)
+
+    def trial(rate: float) -> bool:
+        trials[rate] = run_trial(job.base, cand, rate, job.slo, job.source, job.doc, job.sets,
+                                 scenario=sc)
+        return trials[rate].ok
+
+    bisect(trial, lo, hi, rel_tol)
     return trials
 
 
