@@ -61,7 +61,10 @@ class Blocks:
     routed experts (attention, norms, dense MLP or router + shared experts);
     ``replicated_params``: the part of every block each TP rank keeps whole (MLA's
     down-projections; 0 otherwise), ``moe_replicated_params`` the router's, MoE blocks
-    only; ``expert_params``: one routed expert; ``moe_layers``: which blocks are MoE.
+    only; ``expert_params``: one routed expert; ``moe_layers``: which blocks are MoE;
+    ``attn_params``: the attention part of a block (its projections and their norms, an
+    MTP module's input projection), which a checkpoint quantizing only the MLPs keeps in
+    16 bits.
     """
 
     dense_params: int
@@ -75,6 +78,7 @@ class Blocks:
     kv_latent: int
     key_flops_per_head: int
     linear_delta_params: int = 0  # a linear-attention layer's params less a full one's
+    attn_params: int = 0
 
 
 def _is_moe(cfg, i: int) -> bool:
@@ -173,6 +177,7 @@ def block_counts(cfg) -> Blocks:
         key_flops_per_head=key_flops,
         linear_delta_params=(_linear_attention(cfg) - attn
                              if cfg.linear_num_value_heads is not None else 0),
+        attn_params=attn,
     )
 
 

@@ -384,10 +384,11 @@ class ModelSpec(_Frozen):
     # a checkpoint of 4-bit floating-point weights: its block-scale format (nvfp4 = E2M1
     # values with one FP8 E4M3 scale per 16, mxfp4 = E2M1 with one E8M0 scale per 32;
     # null: none, 4-bit weights are then int4) and which weights it quantizes (all but the
-    # embedding and lm_head, or only the routed experts, as gpt-oss's quantization_config
-    # leaves attention and the router in bf16)
+    # embedding and lm_head; mlp: the MLPs and experts, attention and router in bf16; or
+    # only the routed experts, as gpt-oss's quantization_config leaves attention and the
+    # router in bf16)
     fp4_format: Literal["nvfp4", "mxfp4"] | None = None
-    quantized: Literal["all", "experts"] = "all"
+    quantized: Literal["all", "mlp", "experts"] = "all"
 
     @model_validator(mode="after")
     def _precision(self) -> ModelSpec:

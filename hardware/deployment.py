@@ -21,9 +21,15 @@ use. Assumptions (each one a choice, stated where it is made):
   FP8 E4M3 scale per 16 values (4.5 bits a weight), MXFP4 one E8M0 scale per 32 (4.25
   bits) (:data:`FP4_BITS`). ``compute_dtype: fp4`` runs the GEMMs at the GPU's FP4 peak
   (W4A4, Blackwell); without it the weights are dequantised to the 16-bit dtype in the
-  kernel (weight-only, as vLLM's Marlin MXFP4 path runs gpt-oss on Hopper). A checkpoint
-  that quantizes only its routed experts (``ModelSpec.quantized``: gpt-oss) keeps every
-  other weight in 16 bits.
+  kernel (weight-only, as vLLM's Marlin MXFP4 path runs gpt-oss on Hopper).
+- Which weights ``weight_bits`` applies to (:attr:`Deployment.quantized_scope`): ``all``
+  (every block weight), ``mlp`` (the MLPs: dense MLPs, shared and routed experts; the
+  attention projections and the router stay 16-bit, as TensorRT-LLM's min-latency
+  DeepSeek-R1 recipe keeps attention in BF16 over NVFP4 MLPs,
+  NVIDIA/TensorRT-LLM docs/source/blogs/tech_blog/blog1_Pushing_Latency_Boundaries_…
+  @01c4ece9, "Precision Strategy") or ``experts`` (the routed experts alone, as gpt-oss's
+  checkpoint ships them). The deployment's ``quantized`` says; unset, a checkpoint's own
+  FP4 format keeps the model's ``quantized`` and anything else quantizes ``all``.
 - Offloading keeps ``offload_fraction`` of each GPU's weights in host memory; they occupy no
   GPU memory (the workspace margin covers the streaming buffer). ``offload_fraction="auto"``
   lets the cost model offload just enough whole layers to fit (``hardware.memory``).
@@ -85,6 +91,9 @@ FP8_SCALES = ("tensor", "block", "dynamic")
 # 16 of NVFP4 checkpoints' hf_quant_config.json, e.g. nvidia/DeepSeek-V3.1-NVFP4 as vendored
 # in aiconfigurator-core 0.12.0)
 FP4_BITS = {"nvfp4": 4.0 + 8.0 / 16, "mxfp4": 4.0 + 8.0 / 32}
+# which weights weight_bits applies to (Deployment.quantized_scope)
+QUANTIZED = ("all", "mlp", "experts")
+QUANTIZED_LABEL = {"mlp": "MLPs", "experts": "experts"}
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,7 @@ class Deployment:
     fp8_scales: str | None = None
     max_seqs: int = 256
     fp4_format: str | None = None
+    quantized: str | None = None
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -173,6 +183,15 @@ class Deployment:
         if self.fp4_format is not None and self.weight_bits != 4:
             raise UserError(f"deployment: fp4_format: FP4 weights need weight_bits 4, got "
                             f"{self.weight_bits}")
+        _check(self.quantized is None or self.quantized in QUANTIZED, "quantized",
+               f"must be one of {', '.join(QUANTIZED)} (or null: the checkpoint's)",
+               self.quantized)
+        if self.quantized not in (None, "all") and self.weight_bits == 16:
+            raise UserError(f"deployment: quantized: {self.quantized} names the weights "
+                            f"weight_bits quantizes, but weight_bits is 16")
+        if self.quantized == "experts" and not cfg.routed_experts:
+            raise UserError(f"deployment: quantized: experts: {self.model.id} has no routed "
+                            f"experts")
         self._check_ep()
         if self.pp > cfg.num_hidden_layers:
             raise UserError(
@@ -271,27 +290,31 @@ class Deployment:
         return FP4_BITS[fp4] if fp4 is not None else float(self.weight_bits)
 
     @property
-    def experts_only(self) -> bool:
-        """Whether only the routed experts are quantised (the checkpoint's own FP4 format
-        of a model that quantizes nothing else): every other weight stays 16-bit."""
+    def quantized_scope(self) -> str:
+        """Which weights :attr:`stored_bits` applies to (``all``, ``mlp``, ``experts``; the
+        rest stay 16-bit): the deployment's ``quantized``, else the model's where the
+        deployment runs the checkpoint's own FP4 format (gpt-oss: its experts), else all."""
+        if self.quantized is not None:
+            return self.quantized
         fp4 = self.fp4
-        return fp4 is not None and fp4 == self.model.fp4_format \
-            and self.model.quantized == "experts"
+        if fp4 is not None and fp4 == self.model.fp4_format:
+            return self.model.quantized
+        return "all"
 
     @property
-    def dense_bits(self) -> float:
-        """Bits of the weights other than the routed experts (and the 16-bit embedding and
-        lm_head): 16 where only the experts are quantised, else :attr:`stored_bits`."""
-        return 16.0 if self.experts_only else self.stored_bits
+    def experts_only(self) -> bool:
+        """Whether only the routed experts are quantised: every other weight stays 16-bit."""
+        return self.quantized_scope == "experts"
 
     @property
     def weight_label(self) -> str:
-        """How the weights are stored, for messages: '16 bits', 'MXFP4 (4.25 bits)'."""
+        """How the weights are stored, for messages: '16 bits', 'NVFP4 (4.5 bits)',
+        'MXFP4 (4.25 bits), experts only'."""
         fp4 = self.fp4
-        if fp4 is None:
-            return f"{self.weight_bits} bits"
-        return f"{fp4.upper()} ({FP4_BITS[fp4]:g} bits)" + (
-            " experts" if self.experts_only else "")
+        label = f"{self.weight_bits} bits" if fp4 is None \
+            else f"{fp4.upper()} ({FP4_BITS[fp4]:g} bits)"
+        scope = self.quantized_scope
+        return label if scope == "all" else f"{label}, {QUANTIZED_LABEL[scope]} only"
 
     @property
     def dtype(self) -> str:
@@ -323,7 +346,10 @@ class StageLayout:
     ``unquantized_params`` are the stage's share of the embedding table and the lm_head:
     quantised checkpoints keep them in 16 bits (ModelOpt FP8, AWQ, GPTQ; vLLM's and
     TensorRT-LLM's quantisation methods leave both unquantised), so they are stored at
-    16 bits whatever ``weight_bits`` says (:meth:`stored_bytes`).
+    16 bits whatever ``weight_bits`` says (:meth:`stored_bytes`), with ``wide_params``:
+    the streamed block weights outside the deployment's ``quantized_scope`` (none for
+    ``all``; attention and router for ``mlp``; every block weight but the routed experts
+    for ``experts``).
     """
 
     layers: int
@@ -346,6 +372,7 @@ class StageLayout:
     window_kv_values_per_token: int = 0
     state_values_per_seq: int = 0
     linear_flops_per_token: float = 0.0
+    wide_params: int = 0
 
     def stored_bytes(self, weight_bits: float) -> float:
         """Bytes of the weights this stage stores at ``weight_bits`` (the embedding and
@@ -370,6 +397,9 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                  ) // tp + kv_proj + shape.moe_replicated_params
     routed_layer = local_experts * (shape.expert_params // moe_tp)
     routed_flops = shape.top_k * shape.expert_params / (dep.ep * moe_tp)
+    scope = dep.quantized_scope
+    # one full-attention block's attention weights on this GPU (split as the block is)
+    attn = (shape.attn_params - shape.kv_proj_params) // tp + kv_proj
     base, extra = divmod(shape.n_layers, dep.pp)
     layouts = []
     start = 0
@@ -392,6 +422,10 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                 dep.model.config.word_embed_proj_dim or shape.hidden
             )
         stored = streamed + math.ceil(embedding / tp) + n_moe * routed_layer
+        if scope == "mlp":
+            wide = n * attn + linear_extra + n_moe * shape.moe_replicated_params
+        else:
+            wide = streamed - head if scope == "experts" else 0
         layouts.append(
             StageLayout(
                 layers=n,
@@ -404,8 +438,8 @@ def stage_layouts(dep: Deployment) -> tuple[StageLayout, ...]:
                 moe_layers=n_moe,
                 routed_params=n_moe * routed_layer,
                 routed_flop_params=n_moe * routed_flops,
-                unquantized_params=stored - n_moe * routed_layer if dep.experts_only
-                else math.ceil(embedding / tp) + head,
+                unquantized_params=math.ceil(embedding / tp) + head + wide,
+                wide_params=wide,
                 window_layers=window,
                 linear_layers=linear,
                 window_kv_values_per_token=window * shape.kv_values_per_layer(kv_heads),

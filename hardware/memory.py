@@ -66,8 +66,7 @@ def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
     usable = dep.usable_bytes_per_gpu
     fraction = 0.0
     for c in counts:
-        layer_bytes = (c.body_params * dep.dense_bits + c.routed_params * dep.stored_bits
-                       ) / c.layers / 8
+        layer_bytes = (c.body_wide_bytes + c.body_narrow_bytes + c.routed_bytes) / c.layers
         kv = max(dep.kv_tokens * c.kv_bytes_per_token, AUTO_KV_FRACTION * usable)
         excess = c.stored_bytes + kv - usable
         if excess <= 0:
@@ -77,6 +76,6 @@ def auto_offload(dep: Deployment, counts) -> tuple[float, tuple[int, ...]]:
         fraction = max(fraction, blocks * layer_bytes / c.stored_bytes)
     if fraction == 0.0:
         return 0.0, tuple(0 for _ in counts)
-    return fraction, tuple(int(AUTO_BUFFER_LAYERS * (c.body_params * dep.dense_bits
-                                                     + c.routed_params * dep.stored_bits)
-                               / c.layers / 8) for c in counts)
+    return fraction, tuple(int(AUTO_BUFFER_LAYERS * (c.body_wide_bytes + c.body_narrow_bytes
+                                                     + c.routed_bytes) / c.layers)
+                           for c in counts)

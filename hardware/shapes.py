@@ -74,6 +74,10 @@ class ModelShape:
     linear_delta_params: int = 0
     linear_state: int = 0
     linear_flops: int = 0
+    # the attention part of a full-attention block (projections with their biases and
+    # norms; ``kv_proj_params`` is part of it): what a checkpoint quantizing only the MLPs
+    # keeps in 16 bits (``Deployment.quantized_scope`` "mlp")
+    attn_params: int = 0
 
     def kinds_of(self, start: int, n: int) -> tuple[int, int, int]:
         """(full, window, linear) layer counts among layers ``start`` .. ``start + n - 1``."""
@@ -183,6 +187,7 @@ def model_shape(cfg) -> ModelShape:
         head_params=head,
         embedding_params=embedding,
         total_params=total,
+        attn_params=attn,
         **_attention_kinds(cfg, 0),
     )
 
@@ -240,7 +245,8 @@ def _moe_shape(cfg) -> ModelShape:
         moe_layers=b.moe_layers, moe_fixed_params=b.moe_fixed_params,
         moe_replicated_params=b.moe_replicated_params, expert_params=b.expert_params,
         n_experts=b.n_experts, top_k=b.top_k, kv_latent=b.kv_latent,
-        attn_key_flops=b.key_flops_per_head if cfg.mla else 0, **kinds,
+        attn_key_flops=b.key_flops_per_head if cfg.mla else 0, attn_params=b.attn_params,
+        **kinds,
     )
 
 

@@ -155,7 +155,8 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
                    offload_fraction=d.offload_fraction, offload_pin_memory=d.offload_pin_memory,
                    compute_dtype=d.compute_dtype, fp8_scales=d.fp8_scales,
                    workspace_fraction=1.0 - d.gpu_memory_utilization,
-                   max_seqs=sc.scheduler.max_num_seqs, fp4_format=d.fp4_format, **timing),
+                   max_seqs=sc.scheduler.max_num_seqs, fp4_format=d.fp4_format,
+                   quantized=d.quantized, **timing),
         catalog,
     )
     block = sc.scheduler.block_size

@@ -101,6 +101,11 @@ class Deployment(Strict):
     # checkpoint ships FP4 (gpt-oss: mxfp4), else int4. Without compute_dtype fp4 they run
     # weight-only, dequantised to 16 bits (vLLM's Marlin MXFP4 path on Hopper)
     fp4_format: Literal["nvfp4", "mxfp4"] | None = None
+    # which of the target's weights weight_bits quantizes: all (every block weight; the
+    # embedding and lm_head stay 16-bit), mlp (dense MLPs and experts; attention and router
+    # 16-bit, TensorRT-LLM's min-latency DeepSeek-R1 recipe), experts (the routed experts
+    # alone, gpt-oss's checkpoint); null = the checkpoint's where it ships FP4, else all
+    quantized: Literal["all", "mlp", "experts"] | None = None
     # how FP8 W8A8 (compute_dtype fp8) scales its values, which picks the measured FP8 GEMM
     # kernel of the target's linear layers (attention, dense MLP, shared experts; the
     # routed experts and DeepSeek's MLA block keep their own FP8 tables): null = the

@@ -37,9 +37,11 @@ class StageCounts:
     """Per-GPU work of one pipeline stage, split the way the backends price it.
 
     ``body_params`` are the stage's transformer blocks (read every pass, 2 FLOPs per
-    token each), ``head_params`` what follows the last block (final norm, lm_head; last
-    stage only); ``flop_per_key`` is the attention arithmetic per attended key
-    (QK^T and AV over every query head the GPU holds).
+    token each; an MoE stage's without its routed experts), ``body_wide_bytes`` the bytes
+    of those kept in 16 bits (outside the deployment's ``quantized_scope``) and
+    ``body_narrow_bytes`` the rest's at the stored bits; ``head_params`` what follows the
+    last block (final norm, lm_head; last stage only); ``flop_per_key`` is the attention
+    arithmetic per attended key (QK^T and AV over every query head the GPU holds).
     """
 
     layers: int
@@ -50,6 +52,8 @@ class StageCounts:
     weight_bytes: float
     kv_bytes_per_token: float
     stored_bytes: float
+    body_wide_bytes: float
+    body_narrow_bytes: float
     # MoE (defaults: a dense stage). ``routed_bytes``: every local routed expert's bytes
     # (a pass reads the share ``1 - expert_miss ** tokens`` it touches, hardware.moe);
     # ``dp`` attention groups share the replica's tokens, KV and sequences evenly, so the
@@ -92,14 +96,18 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
     (``routed_flop_params`` per token on this GPU); a dense model has dp 1 and no experts.
     """
     shape, dp = dep.model.shape, dep.attention_dp
-    # the routed experts at the stored bits (FP4 block scales included), the rest at the
-    # dense bits (16 where only the experts are quantised)
-    wb, rb, kvb = dep.dense_bits / 8, dep.stored_bits / 8, dep.kv_bits / 8
+    # the quantised weights at the stored bits (FP4 block scales included), those outside
+    # the quantized scope at 16 (the lm_head too then; with every weight quantised it is
+    # counted at the stored bits here, the backends price its reads at HEAD_BITS)
+    qb, kvb = dep.stored_bits / 8, dep.kv_bits / 8
+    hb = qb if dep.quantized_scope == "all" else 2.0
     head = math.ceil(shape.head_params / dep.tp)
     miss = 1.0 - shape.top_k / shape.n_experts if shape.n_experts else 1.0
     out = []
     for lay in layouts:
         h = head if lay.last else 0
+        wide_bytes = 2.0 * lay.wide_params
+        narrow_bytes = (lay.streamed_params - h - lay.wide_params) * qb
         out.append(StageCounts(
             layers=lay.layers,
             body_params=lay.streamed_params - h,
@@ -108,13 +116,15 @@ def stage_counts(dep: Deployment, layouts: tuple[StageLayout, ...]) -> tuple[Sta
             + lay.linear_flops_per_token / dp,
             flop_per_key=(lay.layers - lay.window_layers - lay.linear_layers) * lay.attn_heads
             * shape.key_flops_per_head / dp,
-            weight_bytes=lay.streamed_params * wb,
+            weight_bytes=wide_bytes + narrow_bytes + h * hb,
             kv_bytes_per_token=lay.kv_values_per_token * kvb / dp,
             stored_bytes=lay.stored_bytes(dep.stored_bits),
+            body_wide_bytes=wide_bytes,
+            body_narrow_bytes=narrow_bytes,
             moe_layers=lay.moe_layers,
             local_experts=shape.n_experts // dep.ep,
             routed_params=lay.routed_params,
-            routed_bytes=lay.routed_params * rb,
+            routed_bytes=lay.routed_params * qb,
             routed_flop_per_token=2.0 * lay.routed_flop_params,
             expert_miss=miss,
             dp=dp,

@@ -211,6 +211,9 @@ class MeasuredTiming:
         if dep.fp4 is not None:
             raise aic.TablesUnavailable(f"{dep.fp4} weights are not mapped to the tables' FP4 "
                                         f"GEMM and MoE rows")
+        if dep.quantized_scope != "all":
+            raise aic.TablesUnavailable(f"only the {dep.quantized_scope} quantised: the tables "
+                                        f"price a block's GEMMs in one mode")
         if dep.model.config.model_type not in _MEASURED_TYPES:
             raise aic.TablesUnavailable(f"the {dep.model.config.model_type} family's blocks "
                                         f"are not priced from the tables")

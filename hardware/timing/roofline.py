@@ -191,10 +191,11 @@ class RooflineTiming:
                                          offload_fraction, framework, eta_w, step_s,
                                          per_seq_s))
                 continue
-            body_bytes = c.body_params * dep.dense_bits / 8
             head_bytes = c.head_params * HEAD_BITS / 8
-            # a shard of S bytes streams at eta·S/(S + half): + half bytes per layer
-            weight_s = (body_bytes + c.layers * half) / w_bw \
+            # a shard of S bytes streams at eta·S/(S + half): + half bytes per layer; the
+            # weights kept in 16 bits at the 16-bit efficiency
+            weight_s = (c.body_narrow_bytes + c.layers * half) / w_bw \
+                + c.body_wide_bytes / h_bw \
                 + ((head_bytes + half) / h_bw if head_bytes else 0.0)
             all_reduces = 2 * c.layers if tp > 1 else 0
             offloaded = offload_fraction * c.weight_bytes
@@ -296,10 +297,9 @@ def _moe_stage(dep, c, rp, tc, ec, tp_link, ep_link, host_link, offload_fraction
     head_bytes = c.head_params * HEAD_BITS / 8
     # every block one shard as for a dense model, plus the fused-MoE kernel of each MoE
     # layer as a shard of its own: its touched experts + weights_half_bytes
-    # the dense part at its own bits (16 where only the experts are quantised, streaming at
-    # eta_weights then), the experts at the quantised format's
-    dense_bw = h_bw if dep.experts_only else w_bw
-    weight_s = c.body_params * dep.dense_bits / 8 / dense_bw \
+    # the weights kept in 16 bits (outside the quantized scope) streaming at eta_weights,
+    # the quantised ones and the experts at the quantised format's
+    weight_s = c.body_narrow_bytes / w_bw + c.body_wide_bytes / h_bw \
         + (c.layers + c.moe_layers) * half / w_bw \
         + ((head_bytes + half) / h_bw if head_bytes else 0.0)
     all_reduces = 2 * c.layers if tp > 1 else 0

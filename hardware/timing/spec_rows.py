@@ -7,7 +7,11 @@ tests timing and engine behaviour alone, not acceptance. Columns:
 
 - ``category`` (E), ``framework`` and ``framework_version`` (as in the other rows),
   ``model`` (the target, a catalog id), ``gpu``, ``tp``, ``ep``, ``weight_bits``,
-  ``kv_bits``, ``compute_dtype`` (empty: the GPU's 16-bit dtype);
+  ``kv_bits``, ``compute_dtype`` (empty: the GPU's 16-bit dtype); optional
+  ``fp4_format`` (``nvfp4``, ``mxfp4``: 4-bit weights as FP4), ``quantized`` (which of
+  the target's weights ``weight_bits`` quantizes: ``all``, ``mlp``, ``experts``; empty:
+  ``hardware.deployment.Deployment.quantized_scope``'s default) and ``draft_weight_bits``
+  (an MTP module's or a head's bits; empty: the target's);
 - ``method``: ``draft_model``, ``eagle``, ``eagle3``, ``mtp``, ``medusa``, ``ngram`` or
   ``suffix``; ``draft``: the draft model's catalog id for ``draft_model``, else the head's
   name (informational); ``draft_vocab``: an EAGLE-3 head's vocabulary (empty: 32000);
@@ -46,7 +50,7 @@ import numpy as np
 
 from hardware.catalog import DRAFT_METHODS, Catalog, ModelSpec
 from hardware.cost import CostModel
-from hardware.deployment import Deployment
+from hardware.deployment import FP4_BITS, QUANTIZED, Deployment
 from hardware.draft import (
     DraftSetup,
     chain_draft_seconds,
@@ -63,7 +67,8 @@ __all__ = ["SPEC_COLUMNS", "SpecRow", "SpecPrediction", "read_spec_rows", "predi
            "spec_costs", "is_spec_csv"]
 
 SPEC_COLUMNS = ("category", "framework", "framework_version", "model", "gpu", "tp", "ep",
-                "weight_bits", "kv_bits", "compute_dtype", "method", "draft", "draft_vocab",
+                "weight_bits", "kv_bits", "compute_dtype", "fp4_format", "quantized",
+                "draft_weight_bits", "method", "draft", "draft_vocab",
                 "shape", "acceptance_length", "load", "batch", "context", "output_tokens",
                 "metric", "measured_base", "measured_spec", "split", "source", "notes")
 _REQUIRED = ("model", "gpu", "tp", "method", "shape", "acceptance_length", "load", "batch",
@@ -102,6 +107,9 @@ class SpecRow:
     weight_bits: int = 16
     kv_bits: int = 16
     compute_dtype: str | None = None
+    fp4_format: str | None = None
+    quantized: str | None = None
+    draft_weight_bits: int | None = None
     draft: str = ""
     draft_vocab: int | None = None
     split: str = "fit"
@@ -233,6 +241,12 @@ def _row(path: Path, line: int, get: dict[str, str]) -> SpecRow:
                         f"vocabulary; method is {method}")
     if method == "draft_model" and not get.get("draft"):
         raise UserError(f"{where}: draft: give the draft model's catalog id for draft_model")
+    choices = {"fp4_format": FP4_BITS, "quantized": QUANTIZED}
+    for name, allowed in choices.items():
+        if get.get(name) and get[name] not in allowed:
+            raise UserError(f"{where}: {name}: must be one of {', '.join(allowed)} (or "
+                            f"empty), got {get[name]!r}")
+    draft_bits = get.get("draft_weight_bits") or ""
     return SpecRow(
         line=line, model=get["model"], gpu=get["gpu"], tp=integer("tp", 1),
         method=method, steps=steps, topk=topk, verify_tokens=verify, acceptance_length=al,
@@ -241,7 +255,10 @@ def _row(path: Path, line: int, get: dict[str, str]) -> SpecRow:
         measured_spec=spec, source=get["source"], shape=shape, framework=framework,
         framework_version=get.get("framework_version", ""), ep=integer("ep", 1, "1"),
         weight_bits=integer("weight_bits", 1, "16"), kv_bits=integer("kv_bits", 1, "16"),
-        compute_dtype=get.get("compute_dtype") or None, draft=get.get("draft", ""),
+        compute_dtype=get.get("compute_dtype") or None,
+        fp4_format=get.get("fp4_format") or None, quantized=get.get("quantized") or None,
+        draft_weight_bits=integer("draft_weight_bits", 1) if draft_bits else None,
+        draft=get.get("draft", ""),
         draft_vocab=integer("draft_vocab", 1) if vocab else None, split=split,
         category=get.get("category") or "E", notes=get.get("notes", ""), path=str(path))
 
@@ -278,13 +295,21 @@ def spec_costs(row: SpecRow, catalog: Catalog, timing: str = "auto"
     target_spec = catalog.model(row.model)
     bits, dtype = target_spec.precision(row.weight_bits, row.compute_dtype)
 
-    def deployment(model, tp: int, ep: int = 1, step_overhead: bool = True) -> Deployment:
+    def deployment(model, tp: int, ep: int = 1, step_overhead: bool = True,
+                   draft: bool = True) -> Deployment:
+        """The target's deployment, or with ``draft`` a drafter's on the same GPUs: its
+        own ``draft_weight_bits`` where the row gives them, the target's precision else
+        (the target's FP4 format and quantized scope are the target's alone)."""
+        b = row.draft_weight_bits if draft and row.draft_weight_bits else bits
+        own = not draft or b == bits
         return Deployment(model=model, gpu=catalog.gpu(row.gpu), tp=tp, ep=ep,
-                          weight_bits=bits, kv_bits=row.kv_bits,
-                          compute_dtype=dtype if bits == 8 else None, timing=timing,
-                          framework=framework, step_overhead=step_overhead)
+                          weight_bits=b, kv_bits=row.kv_bits,
+                          compute_dtype=dtype if own and b in (4, 8) else None,
+                          fp4_format=row.fp4_format if own else None,
+                          quantized=row.quantized if not draft else None,
+                          timing=timing, framework=framework, step_overhead=step_overhead)
 
-    target = CostModel(deployment(target_spec, row.tp, row.ep), catalog)
+    target = CostModel(deployment(target_spec, row.tp, row.ep, draft=False), catalog)
     spec = for_cost(target, row.method)
     if row.method in ("ngram", "suffix"):
         return target, None, spec

@@ -100,6 +100,15 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                    help="bits per weight (default: the precision the catalog says the "
                         "checkpoint ships in, 16 unless it names one -- DeepSeek-V3: 8, with "
                         "FP8 compute; 8/4 = weight-only quantisation)")
+    p.add_argument("--fp4-format", choices=("nvfp4", "mxfp4"),
+                   help="4-bit weights as FP4 with block scales: nvfp4 (4.5 bits a weight) or "
+                        "mxfp4 (4.25) (default: the checkpoint's where it ships FP4, else "
+                        "int4) (deployment.fp4_format)")
+    p.add_argument("--quantized", choices=("all", "mlp", "experts"),
+                   help="which weights --weight-bits quantizes: all block weights, the MLPs "
+                        "and experts (attention and router stay 16-bit), or the routed "
+                        "experts alone (default: the checkpoint's where it ships FP4, else "
+                        "all) (deployment.quantized)")
     p.add_argument("--kv-bits", type=int, default=16, choices=(16, 8),
                    help="bits per cached K/V value (default 16)")
     p.add_argument("--offload", default="0", metavar="FRACTION",
@@ -153,6 +162,8 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
         fp8_scales=args.fp8_scales,
         timing=args.timing,
         framework=args.framework,
+        fp4_format=args.fp4_format,
+        quantized=args.quantized,
     )
     return CostModel(dep, catalog)
 
@@ -174,7 +185,8 @@ def run_step(args: argparse.Namespace) -> int:
     capacity = cost.kv_capacity_tokens()
     result = {
         "model": dep.model.id, "gpu": dep.gpu.id, "tp": dep.tp, "pp": dep.pp,
-        "weight_bits": dep.weight_bits, "kv_bits": dep.kv_bits,
+        "weight_bits": dep.weight_bits, "fp4_format": dep.fp4,
+        "quantized": dep.quantized_scope, "kv_bits": dep.kv_bits,
         "compute_dtype": dep.dtype, "fp8_scales": dep.fp8_scaling, "timing": dep.timing,
         "framework": dep.framework,
         "offload_fraction": cost.offload_fraction,
@@ -201,9 +213,11 @@ def run_step(args: argparse.Namespace) -> int:
     ms = 1e3
     tree = f" (tree <{args.tree}>)" if args.tree is not None else ""
     ep = f", ep {dep.ep}" if dep.ep > 1 else ""
-    weights = dep.weight_label.replace(" bits", "-bit")  # "16-bit", "MXFP4 (4.25-bit) experts"
+    # "16-bit weights", "MXFP4 (4.25-bit) weights, experts only"
+    bits, _, scope = dep.weight_label.replace(" bits", "-bit").partition(", ")
+    weights = f"{bits} weights" + (f", {scope}" if scope else "")
     print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}{ep}, "
-          f"{weights} weights, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
+          f"{weights}, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
           f"{cost.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
           f"over context {args.context}")
     print(f"  timing         {pc.note}")

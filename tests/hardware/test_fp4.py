@@ -35,7 +35,7 @@ def test_fp4_weight_bytes_by_hand(fmt, bits):
 def test_gpt_oss_quantizes_only_its_experts_and_fits_one_h100():
     model = CAT.model("gpt-oss-120b")
     dep = Deployment(model=model, gpu=CAT.gpu("h100"), weight_bits=4)  # the model's MXFP4
-    assert dep.fp4 == "mxfp4" and dep.experts_only and dep.dense_bits == 16
+    assert dep.fp4 == "mxfp4" and dep.experts_only and dep.quantized_scope == "experts"
     s = model.shape
     routed = s.n_moe_layers * s.n_experts * s.expert_params
     expect = routed * 4.25 / 8 + (s.total_params - routed) * 2

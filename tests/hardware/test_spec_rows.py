@@ -117,17 +117,18 @@ def test_category_e_meets_its_bounds_held_out_on_the_shipped_rows():
     """docs/timing.md, Speculation: the speedup held out, its bias, per method and engine."""
     e = validate_spec(CAT)
     s = e.summary
-    assert s["all"]["rows"] == 137 and s["all"]["test_rows"] == 75
+    assert s["all"]["rows"] == 142 and s["all"]["test_rows"] == 78
     # pinned at what the rows measure (the issue asks <= 8%, every group <= 12%, signed
     # within 3%); with the 74 rows before the vLLM load sweeps: 1.3%, groups <= 1.4%
     assert s["all"]["speedup_test"] <= 0.03  # 2.3%
-    assert abs(s["all"]["speedup_signed_test"]) <= 0.01  # -0.6%: no systematic optimism
+    assert abs(s["all"]["speedup_signed_test"]) <= 0.01  # -0.2%: no systematic optimism
     for name, g in s.items():
         if g["test_rows"]:
             assert g["speedup_test"] <= 0.04, name  # vLLM 3.4%
-    # the speculative TPOT: 9.1% held out (the issue asks <= 8%: not met). Where the plain
-    # runs are off (SGLang's H200 rows, 12.5%) it carries their error; on the Qwen3-32B
-    # load sweeps (plain 2.7%) the EAGLE-3 head is priced too slow (docs/timing.md)
+    # the speculative TPOT: 9.8% held out (the issue asks <= 8%: not met). Where the plain
+    # runs are off (SGLang's H200 rows, 12.5%; TensorRT-LLM's B200 MTP rows, 50%) it
+    # carries their error; on the Qwen3-32B load sweeps (plain 2.7%) the EAGLE-3 head is
+    # priced too slow (docs/timing.md)
     assert s["all"]["tpot_test"] <= 0.10
     assert s["framework:sglang"]["tpot_test"] == pytest.approx(
         s["framework:sglang"]["base_test"], abs=0.02)
@@ -156,7 +157,7 @@ def test_validate_prints_category_e_and_its_rows(capsys):
     assert "framework:sglang" in out and "E rows:" in out
     assert main(["validate", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["spec_summary"]["all"]["rows"] == 137 and len(doc["spec_rows"]) == 137
+    assert doc["spec_summary"]["all"]["rows"] == 142 and len(doc["spec_rows"]) == 142
 
 
 def test_calibrate_fits_a_users_speculative_runs_and_writes_a_catalog(tmp_path, capsys):

@@ -440,6 +440,12 @@ CASES = [
     ("fp4-compute-on-h100", {"s.yaml": "deployment: {weight_bits: 4, fp4_format: nvfp4, "
                                        "compute_dtype: fp4}\n"},
      ["run", "{tmp}/s.yaml"], "compute_dtype: gpu h100 has no FP4 peak"),
+    ("quantized-bad", {"s.yaml": "deployment: {weight_bits: 8, quantized: attention}\n"},
+     ["run", "{tmp}/s.yaml"],
+     "deployment.quantized: must be one of 'all', 'mlp' or 'experts', got 'attention'"),
+    ("quantized-16-bit", {"s.yaml": "deployment: {quantized: mlp}\n"},
+     ["run", "{tmp}/s.yaml"], "quantized: mlp names the weights weight_bits quantizes, but "
+                              "weight_bits is 16"),
     ("offload-word", {"s.yaml": "deployment: {offload_fraction: some}\n"},
      ["run", "{tmp}/s.yaml"], "deployment.offload_fraction"),
     ("gpu-memory-nan", {"s.yaml": "deployment: {gpu_memory_utilization: .nan}\n"},
