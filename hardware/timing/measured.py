@@ -77,6 +77,9 @@ _LENGTHS = tuple(float(s) for s in aic.DECODE_LENGTHS)
 _LAST = len(_LENGTHS) - 1
 # the tables' GEMM mode of a 16-bit or weight-only format (FP8: :func:`gemm_quant`)
 _QUANT = {"w16": "bfloat16", "int8": "int8_wo", "int4": "int4_wo"}
+# the tables' mode of FP4 W4A4 (compute_dtype fp4): NVFP4 GEMMs, fused-MoE and MLA rows;
+# MXFP4 and FP4 weight-only (W4A16) are not mapped
+_FP4_QUANT = {"nvfp4": "nvfp4"}
 _FIXED_CACHE = 4096  # (new, n) pairs a one-stage timing remembers the fixed part of
 # the families whose blocks the tables price (block_gemms, moe_block_gemms, the MLA tables)
 _MEASURED_TYPES = (*LLAMA_TYPES, "opt", "medusa", "mixtral", "qwen3_moe", "deepseek_v3",
@@ -91,25 +94,64 @@ _MEASURED_TYPES = (*LLAMA_TYPES, "opt", "medusa", "mixtral", "qwen3_moe", "deeps
 _FP8_QUANT = {"tensor": "fp8_static", "dynamic": "fp8", "block": "fp8_block"}
 
 
-def gemm_quant(fp8_scales: str, fmt: str) -> str:
+def gemm_quant(fp8_scales: str, fmt: str, fp4: str | None = None) -> str:
     """The tables' GEMM mode for a weight format (``roofline.weight_format``): FP8 W8A8 as
     the deployment's ``fp8_scales`` says (``Deployment.fp8_scaling``: ``tensor`` ->
-    ``fp8_static``, ``dynamic`` -> ``fp8``, ``block`` -> ``fp8_block``)."""
+    ``fp8_static``, ``dynamic`` -> ``fp8``, ``block`` -> ``fp8_block``); FP4 W4A4 as its
+    block format ``fp4`` (``nvfp4``). TablesUnavailable for FP4 the tables do not map."""
     if fmt == "fp8":
         return _FP8_QUANT[fp8_scales]
+    if fp4 is not None:
+        if fmt != "fp4" or fp4 not in _FP4_QUANT:
+            raise aic.TablesUnavailable(
+                f"{fp4} weights{'' if fmt == 'fp4' else ' run weight-only'} are not mapped "
+                f"to the tables' FP4 rows (NVFP4 W4A4, compute_dtype fp4, is)")
+        return _FP4_QUANT[fp4]
     return _QUANT[fmt]
 
 
 def _linear_table(system: str, backend: str, gemms, quant: str) -> tuple[tuple, str]:
     """(:func:`aic.layer_table` of ``gemms`` in ``quant``, the mode that priced it): where
     the tables hold no compute-scale rows to derive static per-tensor FP8 from, its
-    measured dynamic-scale kernel (``fp8``), which costs a little more."""
+    measured dynamic-scale kernel (``fp8``), which costs a little more. No GEMMs: zeros."""
+    if not gemms:
+        return tuple(0.0 for _ in aic.GRID), quant
     try:
         return aic.layer_table(system, backend, gemms, quant), quant
     except aic.TablesUnavailable:
         if quant != "fp8_static":
             raise
         return aic.layer_table(system, backend, gemms, "fp8"), "fp8"
+
+
+def _scoped_modes(dep, quant: str) -> tuple[str, str]:
+    """(the attention GEMMs' mode, the MLP GEMMs' mode) of ``dep``: ``quant`` where its
+    ``quantized_scope`` quantizes them, bfloat16 where the weights stay 16-bit."""
+    scope = dep.quantized_scope
+    return (quant if scope == "all" else "bfloat16",
+            "bfloat16" if scope == "experts" else quant)
+
+
+def _parts_table(system: str, backend: str, gemms, n_attn: int, modes: tuple[str, str]
+                 ) -> tuple[tuple, str]:
+    """(the seconds over the grid of ``gemms``, their first ``n_attn`` the attention's in
+    ``modes[0]``, the rest the MLP's in ``modes[1]``, and the modes for notes): one table
+    where the modes agree (the same sums, in the same order, as before the scopes)."""
+    attn, mlp = gemms[:n_attn], gemms[n_attn:]
+    if modes[0] == modes[1]:
+        table, q = _linear_table(system, backend, gemms, modes[0])
+        return table, q
+    a, qa = _linear_table(system, backend, attn, modes[0])
+    m, qm = _linear_table(system, backend, mlp, modes[1])
+    return tuple(x + y for x, y in zip(a, m, strict=True)), _modes_label(
+        qa if attn else None, qm if mlp else None)
+
+
+def _modes_label(attn: str | None, mlp: str | None) -> str:
+    """The GEMM modes that priced a block, for notes: one mode, or each part's."""
+    if attn is None or mlp is None or attn == mlp:
+        return attn or mlp or "no"
+    return f"{attn} attention, {mlp} MLP"
 
 
 def _interp(vals: tuple[float, ...], x: float) -> float:
@@ -144,11 +186,11 @@ _Gemms = tuple[tuple[int, int], ...]
 
 
 def moe_block_gemms(dep) -> tuple[_Gemms, _Gemms, _Gemms]:
-    """(n, k) of the GEMMs of an MoE model on one GPU: a dense block's, an MoE block's
-    own (attention) and its shared experts' (empty without any; ``_moe_tables`` may run
-    them beside the routed ones), routed experts and router excluded (the MoE table and a
-    16-bit GEMM price those). MLA's projections are in its module tables
-    (``aic.mla_fit``), so not here."""
+    """(n, k) of the GEMMs of an MoE model on one GPU: a block's attention (both kinds of
+    block), a dense block's MLP (empty where every block is MoE) and an MoE block's shared
+    experts (empty without any; ``_moe_tables`` may run them beside the routed ones),
+    routed experts and router excluded (the MoE table and a 16-bit GEMM price those).
+    MLA's projections are in its module tables (``aic.mla_fit``), so not here."""
     cfg, shape, tp = dep.model.config, dep.model.shape, dep.tp
     h = shape.hidden
     attn = () if cfg.mla else block_gemms(dep)[:2]
@@ -157,7 +199,7 @@ def moe_block_gemms(dep) -> tuple[_Gemms, _Gemms, _Gemms]:
         inter = cfg.intermediate_size // tp
         dense = ((2 * inter, h), (h, inter))
     shared = (cfg.n_shared_experts or 0) * (cfg.moe_intermediate_size or 0) // tp
-    return attn + dense, attn, ((2 * shared, h), (h, shared)) if shared else ()
+    return attn, dense, ((2 * shared, h), (h, shared)) if shared else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,12 +250,6 @@ class MeasuredTiming:
                 f"{dep.model.id} has {shape.n_window_layers} window and "
                 f"{shape.n_linear_layers} linear-attention layers, and the tables' attention "
                 f"rows attend to the whole context (docs/timing.md)")
-        if dep.fp4 is not None:
-            raise aic.TablesUnavailable(f"{dep.fp4} weights are not mapped to the tables' FP4 "
-                                        f"GEMM and MoE rows")
-        if dep.quantized_scope != "all":
-            raise aic.TablesUnavailable(f"only the {dep.quantized_scope} quantised: the tables "
-                                        f"price a block's GEMMs in one mode")
         if dep.model.config.model_type not in _MEASURED_TYPES:
             raise aic.TablesUnavailable(f"the {dep.model.config.model_type} family's blocks "
                                         f"are not priced from the tables")
@@ -226,11 +262,13 @@ class MeasuredTiming:
         fmt = weight_format(dep.weight_bits, dep.dtype)
         version = aic.framework_version(system, backend)
         moe_beside = None
-        quant = gemm_quant(dep.fp8_scaling, fmt)
+        quant = gemm_quant(dep.fp8_scaling, fmt, dep.fp4)
+        modes = _scoped_modes(dep, quant)
         if shape.n_experts:
-            dense, moe, moe_beside, quant = _moe_tables(dep, system, backend, quant, framework)
+            dense, moe, moe_beside, used = _moe_tables(dep, system, backend, quant, modes,
+                                                       framework)
         else:
-            dense, quant = _linear_table(system, backend, block_gemms(dep), quant)
+            dense, used = _parts_table(system, backend, block_gemms(dep), 2, modes)
             moe = None
         ar = aic.allreduce_table(system, backend, shape.hidden, tp) if tp > 1 else None
         proj = dep.model.config.word_embed_proj_dim or shape.hidden
@@ -239,15 +277,15 @@ class MeasuredTiming:
         lm_heads = dep.model.config.num_heads or 1  # Medusa: one lm_head per head
         if lm_heads > 1:
             head = tuple(lm_heads * x for x in head)
-        decode = None
+        decode, mla = None, None
         if not shape.n_heads:  # Medusa heads: no attention
             att, att_median, att_worst = (0.0,) * 5, 0.0, 0.0
         elif dep.model.config.mla:
-            if fmt not in ("w16", "fp8"):
-                raise aic.TablesUnavailable(f"the MLA module tables have no {quant} GEMMs")
+            mla = _MLA_QUANT.get(modes[0])
+            if mla is None:
+                raise aic.TablesUnavailable(f"the MLA module tables have no {modes[0]} GEMMs")
             *att, att_median, att_worst = aic.mla_fit(
-                system, backend, shape.n_heads // tp, dep.kv_bits,
-                "bfloat16" if fmt == "w16" else "fp8_block")
+                system, backend, shape.n_heads // tp, dep.kv_bits, mla)
         else:
             *flat, p_new, p_key, att_median, att_worst = aic.attention_model(
                 system, backend, shape.n_heads // tp, dep.kv_heads_per_gpu, shape.d_head,
@@ -305,8 +343,8 @@ class MeasuredTiming:
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
         self._hop_per_token_s = shape.hidden * ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
-        kinds = f"{quant} GEMMs" + ("; MoE kernel tables" if moe else "") \
-            + ("; MLA module tables" if dep.model.config.mla else "")
+        kinds = f"{used} GEMMs" + ("; MoE kernel tables" if moe else "") \
+            + (f"; MLA module tables, {mla} GEMMs" if dep.model.config.mla else "")
         if decode is not None:
             fit = (f"; decode attention tabulated, prefill fit median {att_median:.0%}, "
                    f"worst {att_worst:.0%}")
@@ -561,7 +599,11 @@ def _stage_params(st: _Stage) -> tuple:
 # the routed experts' kernel for a GEMM mode (int8/int4 weight-only: no such MoE rows); the
 # MoE tables do not split per-tensor FP8 into static and dynamic activation scales
 _MOE_QUANT = {"bfloat16": "bfloat16", "fp8_static": "fp8", "fp8": "fp8",
-              "fp8_block": "fp8_block"}
+              "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+# the MLA module tables' GEMM mode by the attention GEMMs' mode (an FP8 checkpoint's MLA
+# is DeepSeek-V3's block-scaled FP8)
+_MLA_QUANT = {"bfloat16": "bfloat16", "fp8_static": "fp8_block", "fp8": "fp8_block",
+              "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 
 
 def moe_distribution(cfg) -> str:
@@ -593,7 +635,7 @@ def _expert_read_floor(block: tuple[float, ...], dep, width: int, moe_tp: int,
     assumes that read is not hidden behind the block's latency-bound kernels (a choice,
     docs/timing.md)."""
     shape = dep.model.shape
-    expert_bytes = 3 * shape.hidden * width * dep.weight_bits / 8 / moe_tp  # one GPU's share
+    expert_bytes = 3 * shape.hidden * width * dep.stored_bits / 8 / moe_tp  # one GPU's share
     layer_bytes = expert_bytes * shape.n_experts / moe_ep  # every local expert, one layer
     miss = 1.0 - shape.top_k / shape.n_experts
     per_s = layer_bytes / dep.gpu.hbm_bytes_per_s
@@ -602,11 +644,13 @@ def _expert_read_floor(block: tuple[float, ...], dep, width: int, moe_tp: int,
                  for n, b in zip(aic.GRID, block, strict=True))
 
 
-def _moe_tables(dep, system: str, backend: str, quant: str, framework):
+def _moe_tables(dep, system: str, backend: str, quant: str, modes: tuple[str, str],
+                framework):
     """(a dense block's, an MoE block's seconds over the grid, an MoE block's with its
     shared experts on a second stream beside the routed ones -- the longer of the two --
-    or None where the framework does not do that, and the GEMM mode that priced the GEMMs,
-    ``quant`` or what :func:`_linear_table` fell back to) of an MoE model: an MoE
+    or None where the framework does not do that, and the GEMM modes that priced the
+    GEMMs, for notes) of an MoE model, its routed experts in ``quant``, its attention and
+    MLP GEMMs in ``modes`` (:func:`_scoped_modes`): an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
     experts' fused-MoE kernel at moe_tp / moe_ep as the engine shards them (``ep`` 1: every
     expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU; ``ep`` dividing tp: E/ep
@@ -617,16 +661,13 @@ def _moe_tables(dep, system: str, backend: str, quant: str, framework):
                                     "with all-to-all) is not priced from the tables")
     if quant not in _MOE_QUANT:
         raise aic.TablesUnavailable(f"no {quant} MoE kernel tables")
-    dense_g, own_g, shared_g = moe_block_gemms(dep)
-    zero = tuple(0.0 for _ in aic.GRID)
+    attn_g, dense_g, shared_g = moe_block_gemms(dep)
     moe_quant = _MOE_QUANT[quant]
-    dense = fixed = shared = zero
-    if dense_g:
-        dense, quant = _linear_table(system, backend, dense_g, quant)
-    if own_g:
-        fixed, quant = _linear_table(system, backend, own_g, quant)
-    if shared_g:
-        shared, quant = _linear_table(system, backend, shared_g, quant)
+    dense, used = _parts_table(system, backend, attn_g + dense_g, len(attn_g), modes)
+    fixed, _ = _linear_table(system, backend, attn_g, modes[0])
+    shared, q_shared = _linear_table(system, backend, shared_g, modes[1])
+    if not dense_g and shared_g:
+        used = _modes_label(used if attn_g else None, q_shared)
     router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")
     width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
     moe_tp, moe_ep = dep.moe_tp, dep.ep
@@ -636,8 +677,8 @@ def _moe_tables(dep, system: str, backend: str, quant: str, framework):
                                                         strict=True))
     summed = _expert_read_floor(summed, dep, width, moe_tp, moe_ep)
     if not (framework.shared_expert_stream_tokens and shared_g):
-        return dense, summed, None, quant
+        return dense, summed, None, used
     # the shared experts on a second stream: the longer of them and the routed ones
     beside = tuple(a + b + max(c, d) for a, b, c, d in zip(fixed, router, shared, routed,
                                                             strict=True))
-    return dense, summed, _expert_read_floor(beside, dep, width, moe_tp, moe_ep), quant
+    return dense, summed, _expert_read_floor(beside, dep, width, moe_tp, moe_ep), used

@@ -23,9 +23,10 @@ def add_timing_flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
                         "pass (default vllm; see 'hw list'); <id>@<release> takes a "
                         "release's own overheads where the catalog lists it, e.g. "
                         "trtllm@1.0.0rc3")
-    p.add_argument("--compute-dtype", choices=("bf16", "fp8"),
+    p.add_argument("--compute-dtype", choices=("bf16", "fp8", "fp4"),
                    help="dtype of the matrix multiplies (default the GPU's 16-bit dtype; "
-                        "fp8 = FP8 W8A8, needs --weight-bits 8)")
+                        "fp8 = FP8 W8A8, needs --weight-bits 8; fp4 = FP4 W4A4 on "
+                        "Blackwell, needs FP4 weights: --weight-bits 4 and an FP4 format)")
 
 
 def offload_value(text: str, flag: str = "--offload") -> float | str:

@@ -72,11 +72,65 @@ def test_fp4_compute_runs_at_the_fp4_peak_on_blackwell_only():
         Deployment(model=model, gpu=CAT.gpu("b200"), weight_bits=8, fp4_format="mxfp4")
 
 
-def test_fp4_is_priced_by_the_roofline_not_the_tables():
-    dep = Deployment(model=CAT.model("llama-3-8b"), gpu=CAT.gpu("h100"), weight_bits=4,
-                     fp4_format="mxfp4")
-    cost = CostModel(dep, CAT)
-    assert cost.backend == "roofline" and "mxfp4" in cost.timing.note
+def test_mxfp4_and_weight_only_fp4_are_priced_by_the_roofline_not_the_tables():
+    for gpu, fmt, dtype in (("h100", "mxfp4", None), ("b200", "nvfp4", None),
+                            ("b200", "mxfp4", "fp4")):
+        dep = Deployment(model=CAT.model("llama-3-8b"), gpu=CAT.gpu(gpu), weight_bits=4,
+                         fp4_format=fmt, compute_dtype=dtype)
+        cost = CostModel(dep, CAT)
+        assert cost.backend == "roofline" and fmt in cost.timing.note, (gpu, fmt, dtype)
+
+
+def _nvfp4(model: str, timing: str, **kw) -> CostModel:
+    dep = Deployment(model=CAT.model(model), gpu=CAT.gpu("b200"), weight_bits=4,
+                     fp4_format="nvfp4", compute_dtype="fp4", timing=timing, **kw)
+    return CostModel(dep, CAT)
+
+
+def _gemm_s(cost: CostModel) -> float:
+    """The GEMM seconds (blocks and lm_head) of a decode step of 8 sequences."""
+    return cost.pass_cost([1.0] * 8, [1024.0] * 8).parts["gemm_s"]
+
+
+def test_nvfp4_w4a4_reads_the_tables_nvfp4_rows_on_blackwell():
+    from hardware.timing import aic
+    from hardware.timing.measured import block_gemms
+
+    cost = _nvfp4("llama-3.1-8b", "measured")
+    assert cost.backend == "measured" and "nvfp4 GEMMs" in cost.timing.note
+    bf16 = CostModel(Deployment(model=CAT.model("llama-3.1-8b"), gpu=CAT.gpu("b200"),
+                                timing="measured"), CAT)
+    # the 32 blocks' GEMMs are the tables' NVFP4 rows instead of their BF16 ones (the
+    # lm_head is 16-bit in both)
+    g, i = block_gemms(cost.dep), aic.GRID.index(8)
+    rows = aic.layer_table("b200_sxm", "vllm", g, "nvfp4")[i] \
+        - aic.layer_table("b200_sxm", "vllm", g, "bfloat16")[i]
+    assert rows != 0.0
+    assert _gemm_s(cost) - _gemm_s(bf16) == pytest.approx(32 * rows, rel=1e-9)
+
+
+def test_nvfp4_mlps_keep_the_attention_gemms_in_bf16():
+    from hardware.timing import aic
+    from hardware.timing.measured import block_gemms
+
+    every = _nvfp4("llama-3.1-8b", "measured")
+    mlp = _nvfp4("llama-3.1-8b", "measured", quantized="mlp")
+    attn, i = block_gemms(mlp.dep)[:2], aic.GRID.index(8)
+    rows = aic.layer_table("b200_sxm", "vllm", attn, "bfloat16")[i] \
+        - aic.layer_table("b200_sxm", "vllm", attn, "nvfp4")[i]
+    assert _gemm_s(mlp) - _gemm_s(every) == pytest.approx(32 * rows, rel=1e-9)
+    assert "bfloat16 attention, nvfp4 MLP GEMMs" in mlp.timing.note
+
+
+def test_nvfp4_deepseek_reads_the_nvfp4_moe_and_mla_rows():
+    every = _nvfp4("deepseek-r1", "measured", tp=8, ep=4, framework="trtllm")
+    assert "MLA module tables, nvfp4 GEMMs" in every.timing.note
+    mlp = _nvfp4("deepseek-r1", "measured", tp=8, ep=4, framework="trtllm",
+                 quantized="mlp")
+    assert "MLA module tables, bfloat16 GEMMs" in mlp.timing.note
+    # the routed experts are NVFP4 in both: the steps differ by the attention alone
+    one = every.pass_cost([1.0], [2048.0]).seconds, mlp.pass_cost([1.0], [2048.0]).seconds
+    assert one[0] != one[1]
 
 
 def test_a_bad_fp4_format_in_a_catalog_file_is_one_line(tmp_path):

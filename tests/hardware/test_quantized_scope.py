@@ -76,11 +76,11 @@ def test_a_bad_scope_is_one_line(model, kw, match):
     assert "\n" not in str(err.value)
 
 
-def test_the_tables_do_not_price_a_partly_quantized_block():
+def test_the_tables_price_a_partly_quantized_block_part_by_part():
     cost = CostModel(Deployment(model=CAT.model("llama-3.1-8b"), gpu=CAT.gpu("h100"),
                                 weight_bits=8, compute_dtype="fp8", quantized="mlp"), CAT)
-    pc = cost.pass_cost([1], [1024])
-    assert pc.backend == "roofline" and "only the mlp quantised" in pc.note
+    assert cost.backend == "measured"
+    assert "bfloat16 attention, fp8" in cost.timing.note and "MLP GEMMs" in cost.timing.note
 
 
 def test_a_speculative_row_states_its_scope_and_its_drafters_bits(tmp_path):

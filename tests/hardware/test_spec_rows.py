@@ -126,7 +126,7 @@ def test_category_e_meets_its_bounds_held_out_on_the_shipped_rows():
         if g["test_rows"]:
             assert g["speedup_test"] <= 0.04, name  # vLLM 3.4%
     # the speculative TPOT: 9.8% held out (the issue asks <= 8%: not met). Where the plain
-    # runs are off (SGLang's H200 rows, 12.5%; TensorRT-LLM's B200 MTP rows, 50%) it
+    # runs are off (SGLang's H200 rows, 12.5%; TensorRT-LLM's B200 MTP rows, 68%) it
     # carries their error; on the Qwen3-32B load sweeps (plain 2.7%) the EAGLE-3 head is
     # priced too slow (docs/timing.md)
     assert s["all"]["tpot_test"] <= 0.10
