@@ -121,7 +121,7 @@ WORKLOADS: dict[str, Workload] = {
          "code: {weight: 1, acceptance: {kind: iid, alpha: 0.9}}, "
          "chat: {weight: 2, acceptance: {kind: iid, alpha: 0.7}}, "
          "reasoning: {weight: 1, acceptance: {kind: bursty, easy_alpha: 0.9, "
-         "hard_alpha: 0.2}}}}", "workload.rate_per_s=32"), 2_400),
+         "hard_alpha: 0.2}}}}", "workload.rate_per_s=32"), 20_000),
     # vLLM 0.33's num_speculative_tokens_per_batch_size (key: scheduled, the default): each
     # sequence drafts the γ of the size of the step that last scheduled it
     "ladder": Workload(

@@ -268,7 +268,8 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
                host_s: float = 0.0) -> tuple:
     """``walk``'s arguments from ``row`` to ``host_s``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
-    ``AcceptanceModel.kernel_tables``, whose kind decides whether ``rng`` is used;
+    the acceptance model's ``kernel_tables`` for each of its tasks and its task bits, as
+    ``stack_tables`` takes them, whose kinds decide whether ``rng`` is used;
     ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here; ``ladder``:
     a batch ladder's γ by batch size and what the size counts (``BatchLadder.key``, one of
     ``LADDER_KEYS``);
@@ -279,21 +280,46 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     lookup = (-1.0, _NEVER_DRAWN, 0.0) if propose is None else \
         (float(propose), prng, float(host_s))
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, 0, None, 0,
-                0.0, _NO_ROW, np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1)), *lookup)
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, 0, None,
+                *stack_tables(((acceptance.KERNEL_RUNS, 0.0, np.zeros(1, dtype=np.int64),
+                                np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1))),), 0),
+                *lookup)
     if row is None:  # a chain of one guess, always accepted (the warm-up)
         row, feeds, rng = np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), \
             np.random.default_rng(0)
-        tables = (acceptance.KERNEL_LEVELS, 0.0, _NO_ROW, np.zeros(2, dtype=np.uint8), 1,
-                  np.ones((1, 2)))
+        tables = ((acceptance.KERNEL_LEVELS, 0.0, _NO_ROW, np.zeros(2, dtype=np.uint8), 1,
+                   np.ones((1, 2))),), 0
     nodes = int(np.cumprod(row).sum())
-    draws = tables[0] != acceptance.KERNEL_RUNS
+    stack = stack_tables(*tables)
+    draws = bool((stack[0][:, base.KIND] != acceptance.KERNEL_RUNS).any())
     mode = ADAPTIVE if smoothing is not None else LADDER if ladder is not None else 0
     steps, key = ladder if ladder is not None else (_NO_ROW, LADDER_KEYS[0])
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
             bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),
             np.asarray(steps, dtype=np.int64), LADDER_KEYS.index(key), rng if draws else None,
-            *tables, *lookup)
+            *stack, *lookup)
+
+
+def stack_tables(tasks, bits: int) -> tuple:
+    """``walk``'s acceptance arguments from ``meta`` to ``bits``: the ``kernel_tables``
+    of each task of an acceptance model (``tasks``, in task order; one for a model without
+    tasks, ``bits`` 0), stacked -- ``meta`` int64 [T, 5] (per task its kind, its tape and
+    where its runs, its ring and its table's rows start: ``base.KIND`` ...), ``p_geo``
+    float64 [T] and the runs (int64), rings (uint8) and tables (float64 [R, C], each task's
+    padded with zeros to the widest) one after another -- and ``bits``, the stream's low
+    bits that hold its task (``workloads.task_mix.TASK_BITS``)."""
+    meta = np.zeros((len(tasks), 5), dtype=np.int64)
+    width = max(t[5].shape[1] for t in tasks)
+    at = np.zeros(3, dtype=np.int64)  # where the next task's runs, ring and rows start
+    for i, (kind, _, runs, ring, tape, table) in enumerate(tasks):
+        meta[i] = kind, tape, *at
+        at += len(runs), len(ring), len(table)
+    tables = [np.pad(np.asarray(t[5], dtype=np.float64), ((0, 0), (0, width - t[5].shape[1])))
+              for t in tasks]
+    return (meta, np.array([t[1] for t in tasks], dtype=np.float64),
+            np.concatenate([np.asarray(t[2], dtype=np.int64) for t in tasks]),
+            np.concatenate([np.asarray(t[3], dtype=np.uint8) for t in tasks]),
+            np.ascontiguousarray(np.concatenate(tables)), int(bits))
 
 
 _NO_ROW = np.zeros(0, dtype=np.int64)

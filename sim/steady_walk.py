@@ -17,7 +17,8 @@ over chains or a batch ladder (one keyed on the step that last scheduled each se
 gives each its own γ: the walk's rows carry ``Replica.scheduled_in`` in a column past the
 state's), a draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
 target -- or Medusa's heads, or a lookup drafter under a static policy, measured one-stage
-timings, an acceptance model with ``kernel_tables``): each decoder verifies the policy's
+timings, an acceptance model with ``kernel_tables``, or a task mix whose tasks' models
+all have them): each decoder verifies the policy's
 shape, the walk prices the draft's passes as ``sim.draft_pricing.shared_shape_seconds``
 does (with a γ per decoder, as ``per_sequence_seconds`` does), and each verify's accepted
 depth is drawn from the replica's own generator in running order (so the generator ends
@@ -122,7 +123,8 @@ def params(r) -> tuple | str:
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
     drafting ahead, never switched off for a request) or a lookup drafter (n-gram, suffix:
     no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, the
-    vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape. With a
+    vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape (a task
+    mix: each task's model). With a
     prefix cache or without (``_prefix``: the walk makes the cache's changes with its own
     functions, ``sim.kernels.prefix``). Either way the target's timing and the draft's
     must be one-stage ones the kernels price (``kernel_params``: measured, roofline or
@@ -150,7 +152,7 @@ def params(r) -> tuple | str:
         if dp is None:
             return "a draft timing the kernels do not price (they price one stage)"
         reps, one_pass = draft.replicas, draft.one_pass
-    tables = r.acceptance.kernel_tables(row)
+    tables = _kernel_tables(r.acceptance, row)
     if tables is None:
         return f"an acceptance model without kernel tables ({type(r.acceptance).__name__})"
     feeds = np.array(draft_feeds(row), dtype=np.int64)
@@ -159,6 +161,17 @@ def params(r) -> tuple | str:
                                                    ladder, r.proposal_rate, r.propose_rng,
                                                    r.cpu_s_per_seq),
             target, dp, _spec_params(r))
+
+
+def _kernel_tables(model, row: np.ndarray) -> tuple | None:
+    """The ``kernel_tables`` of acceptance model ``model`` for shape ``row``, one per task,
+    and its task bits (``steady_kernel.stack_tables``' arguments): a task mix's
+    (``kernel_tasks``), else the model's own as one task; None where some has none."""
+    tasks = getattr(model, "kernel_tasks", None)
+    if tasks is not None:
+        return tasks(row)
+    one = model.kernel_tables(row)
+    return None if one is None else ((one,), 0)
 
 
 def compiled(r):

@@ -81,6 +81,10 @@ class AcceptanceModel(abc.ABC):
         - ``KERNEL_RUNS``: nothing is drawn; the depth is ``min(depth, runs[(s + t) % L])``;
         - ``KERNEL_GEOMETRIC``: one geometric draw with success probability ``p``, less
           one, capped at the depth.
+
+        A ``KERNEL_LEVELS`` model with ``p`` > 0 draws one geometric run instead where every
+        row of a :meth:`draw` call is a chain (:class:`IIDAcceptance`: a task mix asks it
+        for some rows of a batch only, which may all be chains where ``row`` is a tree).
         """
         return None
 
@@ -211,9 +215,10 @@ class IIDAcceptance(AcceptanceModel):
         if not within_tables(row):
             return None
         ring = np.zeros(len(row), dtype=np.uint8)  # one level probability for all levels
-        if int(row.max()) <= 1 and self.alpha < 1.0:
-            return KERNEL_GEOMETRIC, 1.0 - self.alpha, NO_RUNS, ring, 1, self._table
-        return KERNEL_LEVELS, 0.0, NO_RUNS, ring, 1, self._table
+        p = 1.0 - self.alpha if self.alpha < 1.0 else 0.0  # draw's geometric run, for chains
+        if int(row.max()) <= 1 and p > 0.0:
+            return KERNEL_GEOMETRIC, p, NO_RUNS, ring, 1, self._table
+        return KERNEL_LEVELS, p, NO_RUNS, ring, 1, self._table
 
     def draw(self, streams, positions, widths, rng):
         """Accepted depth per sequence: the leading run of independent level successes.

@@ -81,6 +81,17 @@ class TaskMixAcceptance(AcceptanceModel):
             out[mask] = self.models[i].draw(inner[mask], positions[mask], widths[mask], rng)
         return out
 
+    def kernel_tasks(self, row: np.ndarray) -> tuple | None:
+        """What a compiled engine needs to give :meth:`draw`'s depths for shape ``row``: each
+        task's model's ``kernel_tables``, in task order, and ``TASK_BITS`` (a stream's task
+        is its low bits, the task model's stream the rest); None where a task's model has
+        none. :meth:`draw` asks the tasks in order, each for its rows in batch order, so a
+        compiled engine draws the batch's depths task after task."""
+        tables = tuple(m.kernel_tables(row) for m in self.models)
+        if any(t is None for t in tables):
+            return None
+        return tables, TASK_BITS
+
     @property
     def mean_alpha(self) -> float:
         """Weight-averaged per-task mean α."""

@@ -33,8 +33,12 @@ if (RID, TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS, CACHED, SC
         slots.RID, slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT, slots.STREAM,
         slots.BLOCKS, slots.COUNTS, slots.CACHED, slots.N_COLS):
     raise ImportError("sim/kernels/base.py: its state columns differ from sim/slots.py's")
-# the acceptance kind drawn as one geometric run (workloads.acceptance, likewise written out)
-GEOMETRIC = 2
+# the acceptance kinds (workloads.acceptance, likewise written out): level draws against a
+# table, replayed runs, a geometric run
+LEVELS, RUNS, GEOMETRIC = 0, 1, 2
+# the columns of a stack of acceptance tables' ``meta`` (one row per task): the kind, the
+# tape, and where the task's runs, ring and table rows start in the stack's arrays
+KIND, TAPE, RUNS_AT, RING_AT, TABLE_AT = 0, 1, 2, 3, 4
 # walk's shape modes besides a static policy's (0)
 ADAPTIVE, LADDER = 1, 2
 # what a batch ladder's size counts (``BatchLadder.key``, in this order): the sequences
@@ -42,7 +46,8 @@ ADAPTIVE, LADDER = 1, 2
 # requests scheduled by the step that last scheduled it
 LADDER_KEYS = ("decoding", "running", "scheduled")
 BY_DECODING, BY_RUNNING, BY_SCHEDULED = 0, 1, 2
-if GEOMETRIC != acceptance.KERNEL_GEOMETRIC:
+if (LEVELS, RUNS, GEOMETRIC) != (acceptance.KERNEL_LEVELS, acceptance.KERNEL_RUNS,
+                                 acceptance.KERNEL_GEOMETRIC):
     raise ImportError("sim/kernels/base.py: its acceptance kinds differ from "
                       "workloads/acceptance.py's")
 
@@ -105,18 +110,31 @@ def decode_one(st, i, held, block_size, rolls_back):
     return keep
 
 
-def accepted_depth(rng, stream, position, row, ring, tape, table):
-    """``AcceptanceModel.draw`` for one sequence of a batch drawn in order, by the level
-    table of ``kernel_tables``: m uniforms (one per level, as ``rng.random((B, m))`` takes
-    them row by row) against the coverage of each guessed position's regime; the leading
-    run of successes."""
-    start = (stream + position) % tape
+def accepted_depth(rng, stream, position, row, meta, p_geo, runs, ring, table, bits, geo):
+    """``AcceptanceModel.draw`` for one sequence of a batch drawn in order, by its task's
+    tables (a stack of ``kernel_tables``, one per task: ``sim.steady_kernel.stack_tables``;
+    the task is the stream's low ``bits`` bits, its own stream the rest; one task and no
+    bits for a model without tasks): a replayed run (with ``rng`` None, every task's), one
+    geometric draw (``geo``: this task's rows of the call are drawn so), or m uniforms (one
+    per level, as ``rng.random((B, m))`` takes them row by row) against the coverage of
+    each guessed position's regime, the depth the leading run of successes. Not capped at
+    the depth."""
+    task = stream & ((1 << bits) - 1)
+    start = ((stream >> bits) + position) % meta[task, TAPE]
+    if rng is None:
+        return runs[meta[task, RUNS_AT] + start]
+    if meta[task, KIND] == RUNS:
+        return runs[meta[task, RUNS_AT] + start]
+    if geo:
+        return rng.geometric(p_geo[task]) - 1
+    at = meta[task, RING_AT] + start
+    rows = meta[task, TABLE_AT]
     acc = 0
     run = True
     for j in range(len(row)):
         u = rng.random()
         if run:
-            if u < table[ring[start + j], row[j]]:
+            if u < table[rows + ring[at + j], row[j]]:
                 acc += 1
             else:
                 run = False

@@ -17,8 +17,10 @@ from sim.kernels.base import (
     EMITTED,
     FILLED,
     GEOMETRIC,
+    KIND,
     KV,
     LADDER,
+    LEVELS,
     OUTPUT,
     RID,
     SCHEDULED,
@@ -67,8 +69,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, strict, bound, gaps, row, nodes, feeds, tri, reps,
          one_pass,
-         mode, alpha, smoothing, ladder, key, rng, kind, p_geo, runs, ring, tape,
-         table, propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
+         mode, alpha, smoothing, ladder, key, rng, meta, p_geo, runs, ring, table, bits,
+         propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
@@ -115,12 +117,16 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     ``sim.step.verify`` draws a batch's rows). With any of them, γ = 0 feeds each draft its
     new token (``draft_sync: every_step``). A tree's
     verify attends ``tri`` (``sim.shapes.tree_key_term``; < 0 for a chain: causal); each
-    decoder's accepted depth comes from the acceptance model's ``kernel_tables``
-    (``kind``, ``p_geo``, ``runs``, ``ring``, ``tape``, ``table``):
-    drawn from ``rng`` (a ``numpy.random.Generator``, the replica's) in running order --
-    one uniform per level against ``table`` (``accepted_depth``), or one geometric draw with
-    success probability ``p_geo`` (``kind`` 2) -- or, with ``rng`` None, the replayed run
-    ``runs[(stream + position) % tape]``, each capped at the depth;
+    decoder's accepted depth comes from the acceptance model's ``kernel_tables``, one per
+    task (``meta``, ``p_geo``, ``runs``, ``ring``, ``table``, ``bits``:
+    ``sim.steady_kernel.stack_tables``; one task for a model without tasks), as
+    ``TaskMixAcceptance.draw`` asks each task's model for its rows: the tasks in order, each
+    task's decoders in running order -- drawn from ``rng`` (a ``numpy.random.Generator``,
+    the replica's): one uniform per level against the task's table (``accepted_depth``), or
+    one geometric draw with success probability ``p_geo`` (a ``GEOMETRIC`` task, or a
+    ``LEVELS`` one with ``p_geo`` > 0 whose decoders in this verify all have chains, as
+    ``IIDAcceptance.draw`` decides on the rows it is given) -- or, with ``rng`` None, the
+    replayed run, each capped at the depth;
     ``tp`` and ``dp`` are the target's and the draft's timing parameters
     (their ``kernel_params``: measured or analytic), ``sp`` the framework's speculative overheads
     (``hardware.spec_cost.round_seconds``'s parameters, added to the drafting of every
@@ -195,6 +201,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     fin = np.empty(rows, dtype=np.int64)
     fin_at = np.empty(rows)
     take = np.zeros(rows, dtype=np.int64)
+    acc_of = np.zeros(rows, dtype=np.int64)  # each decoder's accepted depth this iteration
+    task_mask = (1 << bits) - 1
     found = np.ones(rows, dtype=np.bool_)  # whose decoder drafts this iteration (a match)
     no_row = np.zeros_like(row)  # the shape of a decoder without a match
     # a ladder keyed on the step that last scheduled each row: a γ per decoder, its chain
@@ -471,6 +479,37 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         size = n_dec + n_pre  # the rows it schedules remember it (Replica.form_batch)
         # whether its verifies draw depths: some decoder verifies a draft
         draws = n_draft > 0 if per_row else not ((nodes == 0 and not mode) or n_spec == 0)
+        if draws and (nodes > 0 or per_row):  # the depths, task after task (a task mix's)
+            wide = False  # a static shape wider than a chain (per_row: chains)
+            if not per_row:
+                for j in range(len(row)):
+                    if row[j] > 1:
+                        wide = True
+            for tsk in range(len(p_geo)):
+                geo = meta[tsk, KIND] == GEOMETRIC
+                if meta[tsk, KIND] == LEVELS and p_geo[tsk] > 0.0:
+                    geo = True  # unless one of its decoders verifies a wide shape
+                    if wide:
+                        for o in range(running):
+                            i = order[o]
+                            if (take[i] > 0 and decoding[i] and found[i]
+                                    and (st[i, STREAM] & task_mask) == tsk):
+                                geo = False
+                                break
+                for o in range(running):
+                    i = order[o]
+                    if take[i] == 0 or not decoding[i]:
+                        continue
+                    if (st[i, STREAM] & task_mask) != tsk:
+                        continue
+                    if per_row:
+                        shape = chains[gam[i]]
+                    elif found[i]:
+                        shape = row
+                    else:
+                        shape = no_row
+                    acc_of[i] = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], shape,
+                                               meta, p_geo, runs, ring, table, bits, geo)
         for o in range(running):  # decoders, in running order
             i = order[o]
             if take[i] == 0 or not decoding[i]:
@@ -494,18 +533,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 # (a lookup drafter's decoder without a match: a shape of zeros, drawn too; a
                 # γ per decoder: its chain, a γ = 0 one a row of zeros, drawn too)
                 if per_row:
-                    shape, deep, drafted = chains[gam[i]], gam[i], gam[i]
+                    deep, drafted = gam[i], gam[i]
                 elif found[i]:
-                    shape, deep, drafted = row, depth, nodes
+                    deep, drafted = depth, nodes
                 else:
-                    shape, deep, drafted = no_row, 0, 0
-                if rng is None:  # a replayed run (no draws)
-                    acc = runs[(st[i, STREAM] + st[i, EMITTED]) % tape]
-                elif kind == GEOMETRIC:  # the run before the first rejection, at once
-                    acc = rng.geometric(p_geo) - 1
-                else:
-                    acc = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], shape, ring,
-                                         tape, table)
+                    deep, drafted = 0, 0
+                acc = acc_of[i]  # (drawn above, on the same shape)
                 if acc > deep:
                     acc = deep
                 st[i, COUNTS] += 1

@@ -201,3 +201,20 @@ def test_bench_says_what_share_of_the_iterations_the_kernels_formed():
     assert compiled["compiled_share"] > 0.9 and reference["compiled_share"] == 0.0
     tight = run_bench(300, workload="preemption", path=PATHS["compiled"])
     assert 0.0 < tight["compiled_share"] < 1.0
+
+
+# the workloads whose every iteration the compiled kernels form (at any number of requests)
+ALL_COMPILED = ("speculative", "decode-heavy", "replicas-2", "replicas-8", "prefix-cache",
+                "ngram", "suffix", "task-mix", "ladder", "roofline")
+
+
+@pytest.mark.parametrize("name", ALL_COMPILED)
+def test_the_compiled_workloads_stay_compiled(name):
+    """No fall-back reason and every iteration compiled on the compiled path (a kernel
+    numba fails to build, or a gate closed, would show here)."""
+    pytest.importorskip("numba", reason="the kernels are compiled with numba")
+    pytest.importorskip("aiconfigurator_core", reason="the kernels price measured timings")
+    got = run_bench(60, workload=name, path=PATHS["compiled"])
+    assert got["engine_path"] == "compiled" and got["fallback"] is None, got["fallback"]
+    assert got["fast_paths"]["walk"] is None
+    assert got["compiled_share"] == 1.0

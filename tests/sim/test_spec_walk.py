@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import pytest
 
+from sim.bench import bench_scenario
 from sim.engine_path import PATHS
 from sim.loading import load_scenario, repo_root
 from tests.sim.test_golden import _assert_same_runs
 
-BURSTY = "acceptance={kind: bursty, easy_alpha: 0.9, hard_alpha: 0.3}"
+BURSTY_MODEL = "kind: bursty, easy_alpha: 0.9, hard_alpha: 0.3"
+BURSTY = f"acceptance={{{BURSTY_MODEL}}}"
+# a task mix: two i.i.d. tasks, a bursty one and the default's trace, replayed
+MIX = ("code: {weight: 1, acceptance: {kind: iid, alpha: 0.9}}, "
+       "chat: {weight: 2, acceptance: {kind: iid, alpha: 0.6}}, "
+       f"reasoning: {{weight: 1, acceptance: {{{BURSTY_MODEL}}}}}, "
+       "replay: {weight: 1, acceptance: {kind: trace, file: "
+       "workloads/traces/perturbed-0.1-greedy.npz}}")
 FIXED = "variants=[{name: fixed-g4, policy: {kind: fixed, gamma: 4}}]"
 # a lookup drafter (method, γ, proposal rate, host seconds per sequence)
 LOOKUP = ("variants=[{{name: l, drafter: {{method: {0}, proposal_rate: {2}, "
@@ -152,6 +160,23 @@ CASES = {
     "ngram-cut": ["run.requests=60", BURSTY, LOOKUP.format("ngram", 4, 0.6, 1e-4),
                   "scheduler.max_batched_tokens=41", "scheduler.chunk_tokens=16",
                   "workload.rate_per_s=50", "workload.prompt={kind: uniform, low: 20, high: 200}"],
+    # a task mix: each request's task picks its model (its stream's low bits), each task's
+    # rows drawn after the tasks before it (geometric runs, levels, replayed runs)
+    "task-mix": ["run.requests=150", FIXED, f"acceptance={{kind: task_mix, tasks: {{{MIX}}}}}"],
+    # ... a tree: i.i.d. levels one uniform each, bursty and positional ones
+    "task-mix-tree": ["run.requests=100", "acceptance={kind: task_mix, tasks: {"
+                      "a: {weight: 1, acceptance: {kind: iid, alpha: 0.6}}, "
+                      "b: {weight: 1, acceptance: {kind: positional, rates: [0.9, 0.5]}}, "
+                      f"c: {{weight: 1, acceptance: {{{BURSTY_MODEL}}}}}}}}}",
+                      "variants=[{name: tree, policy: {kind: tree, expansion: [2, 2, 1]}}]"],
+    # ... a lookup drafter's tree: a task whose rows in a step are all without a match has
+    # only chains (of zeros), which an i.i.d. model draws as geometric runs
+    "task-mix-ngram-tree": ["run.requests=80", "acceptance={kind: task_mix, tasks: {"
+                            "a: {weight: 1, acceptance: {kind: iid, alpha: 0.9}}, "
+                            f"b: {{weight: 1, acceptance: {{{BURSTY_MODEL}}}}}}}}}",
+                            "variants=[{name: t, drafter: {method: ngram, proposal_rate: 0.3, "
+                            "cpu_s_per_seq: 1e-4}, "
+                            "policy: {kind: tree, expansion: [2, 2, 1]}}]"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
     # policies the walk leaves to the reference path (NO_WALK): a sticky ladder, adaptive
@@ -177,7 +202,8 @@ CASES = {
 }
 NO_WALK = {"ladder-off", "ladder-sticky", "adaptive-width", "adaptive-per-seq",
            "adaptive-catch-up", "ngram-adaptive", "ngram-catch-up"}
-LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut"}
+LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut",
+                "task-mix-ngram-tree"}
 # cases whose steps' decoders verify different γ's (a ladder keyed on the scheduled step)
 MIXED_GAMMA = {"ladder-scheduled-tight", "ladder-scheduled-replicas", "ladder-scheduled-medusa"}
 
@@ -348,3 +374,27 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
             if moved == 3:
                 break
     assert moved == 3
+
+
+# bench workloads (``sim.bench_workloads``) the walk once left to the reference path
+ONCE_REFERENCE = ("task-mix",)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", ONCE_REFERENCE)
+def test_a_bench_workload_walks_every_iteration_as_the_reference_runs_it(name, seed):
+    """Every record of the workload the same on both paths, at 300 requests, and every
+    iteration formed by the compiled walk."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady_kernel
+    from sim.build import setups
+    from sim.runner import run_setups
+
+    if steady_kernel.compiled_walk(True) is None:
+        pytest.skip("the walk is compiled only with numba")
+    sc = bench_scenario(300, seed, name)
+    ref, comp = (run_setups(sc, setups(sc, "bench"), engine_path=PATHS[path]).variants
+                 for path in ("reference", "compiled"))
+    _assert_same_runs(ref, comp)
+    assert ref[0].compiled_iterations == 0
+    assert comp[0].compiled_iterations == len(comp[0].iterations) > 0
