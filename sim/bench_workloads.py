@@ -142,5 +142,5 @@ WORKLOADS: dict[str, Workload] = {
         _SPEC, "a tree <3,1,1,1>, acceptance replayed from a sampling trace",
         ("acceptance={kind: trace, file: workloads/traces/perturbed-0.3-t0.5.npz, "
          "mode: sampling}", "variants.0.policy={kind: tree, expansion: [3, 1, 1, 1]}",
-         "workload.rate_per_s=21.7"), 2_100),
+         "workload.rate_per_s=21.7"), 15_000),
 }

@@ -22,7 +22,8 @@ all have them): each decoder verifies the policy's
 shape, the walk prices the draft's passes as ``sim.draft_pricing.shared_shape_seconds``
 does (with a γ per decoder, as ``per_sequence_seconds`` does), and each verify's accepted
 depth is drawn from the replica's own generator in running order (so the generator ends
-where the reference path leaves it) or replayed from a trace. A lookup drafter's decoders find a
+where the reference path leaves it; a sampling trace's against its recorded acceptance) or
+replayed from a greedy trace. A lookup drafter's decoders find a
 match each with the drafter's proposal rate, drawn in running order from the replica's
 ``propose_rng`` as ``Replica._proposals`` draws them; one without a match verifies its last
 token only. Matches drawn for an iteration the walk stops before are taken back (``plan``

@@ -25,8 +25,9 @@ from specdec.errors import UserError
 from workloads.coverage import PowerCoverage, WidthModel, check_probability
 
 # AcceptanceModel.kernel_tables' kinds: level draws against a table, replayed runs, a
-# geometric run; and the widest level and deepest shape its tables cover
-KERNEL_LEVELS, KERNEL_RUNS, KERNEL_GEOMETRIC = 0, 1, 2
+# geometric run, level draws against a recorded trace's positions; and the widest level and
+# deepest shape its tables cover
+KERNEL_LEVELS, KERNEL_RUNS, KERNEL_GEOMETRIC, KERNEL_SAMPLED = 0, 1, 2, 3
 TABLE_WIDTH = 16
 TABLE_DEPTH = 64
 NO_RUNS = np.zeros(0, dtype=np.int64)
@@ -80,7 +81,11 @@ class AcceptanceModel(abc.ABC):
           depth being the leading run (``sim.kernels.base.accepted_depth``);
         - ``KERNEL_RUNS``: nothing is drawn; the depth is ``min(depth, runs[(s + t) % L])``;
         - ``KERNEL_GEOMETRIC``: one geometric draw with success probability ``p``, less
-          one, capped at the depth.
+          one, capped at the depth;
+        - ``KERNEL_SAMPLED``: as ``KERNEL_LEVELS``, one uniform per level, but guess j is
+          accepted when it is below ``table[start + j, row[j]]`` (a row per position of a
+          trace of ``tape`` positions, ``start = (s + t) % tape``) and ``start + j`` is
+          before ``runs[start]`` (the end of ``start``'s recorded sequence).
 
         A ``KERNEL_LEVELS`` model with ``p`` > 0 draws one geometric run instead where every
         row of a :meth:`draw` call is a chain (:class:`IIDAcceptance`: a task mix asks it

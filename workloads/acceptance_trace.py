@@ -27,6 +27,7 @@ from specdec.errors import UserError
 from specdec.traces import AcceptanceTrace, replay_chain, replay_tree, replay_tree_sampled
 from workloads.acceptance import (
     KERNEL_RUNS,
+    KERNEL_SAMPLED,
     AcceptanceModel,
     check_widths,
     depths,
@@ -88,6 +89,7 @@ class TraceAcceptance(AcceptanceModel):
         self._mean_alpha = float(
             np.mean(self.ranks == 0) if mode == "greedy" else self.accept_prob[:, 0].mean()
         )
+        self._sampled = None  # kernel_tables' of the sampling mode, made on first use
 
     @property
     def size(self) -> int:
@@ -146,10 +148,23 @@ class TraceAcceptance(AcceptanceModel):
         return replay_tree_sampled(self.trace, start, w, rng)
 
     def kernel_tables(self, row: np.ndarray) -> tuple | None:
-        """Greedy chains as ``AcceptanceModel.kernel_tables``: the run of rank-0 positions
-        from each trace position (``replay_chain``, no draws); None for trees and the
-        sampling mode."""
-        if self.mode != "greedy" or not len(row) or int(row.max()) > 1:
+        """``AcceptanceModel.kernel_tables``: greedy chains the run of rank-0 positions
+        from each trace position (``replay_chain``, no draws); the sampling mode, any shape
+        it can replay (no level wider than its K), ``replay_tree_sampled``'s draws: one
+        uniform per level against the recorded acceptance of the level's width, at positions
+        inside the verify's sequence. None for greedy trees."""
+        if not len(row):
+            return None
+        if self.mode == "sampling":
+            if int(row.max()) > self.max_width:
+                return None  # (draw says why)
+            if self._sampled is None:
+                table = np.zeros((self.size, self.max_width + 1))  # [n, K + 1]: width 0 fails
+                table[:, 1:] = self.accept_prob
+                self._sampled = (KERNEL_SAMPLED, 0.0, self.trace.seq_end, _NO_RING,
+                                 self.size, table)
+            return self._sampled
+        if int(row.max()) > 1:
             return None
         return KERNEL_RUNS, 0.0, self.trace.run0, _NO_RING, self.size, _NO_TABLE
 

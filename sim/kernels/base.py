@@ -35,7 +35,7 @@ if (RID, TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS, CACHED, SC
     raise ImportError("sim/kernels/base.py: its state columns differ from sim/slots.py's")
 # the acceptance kinds (workloads.acceptance, likewise written out): level draws against a
 # table, replayed runs, a geometric run
-LEVELS, RUNS, GEOMETRIC = 0, 1, 2
+LEVELS, RUNS, GEOMETRIC, SAMPLED = 0, 1, 2, 3
 # the columns of a stack of acceptance tables' ``meta`` (one row per task): the kind, the
 # tape, and where the task's runs, ring and table rows start in the stack's arrays
 KIND, TAPE, RUNS_AT, RING_AT, TABLE_AT = 0, 1, 2, 3, 4
@@ -46,8 +46,9 @@ ADAPTIVE, LADDER = 1, 2
 # requests scheduled by the step that last scheduled it
 LADDER_KEYS = ("decoding", "running", "scheduled")
 BY_DECODING, BY_RUNNING, BY_SCHEDULED = 0, 1, 2
-if (LEVELS, RUNS, GEOMETRIC) != (acceptance.KERNEL_LEVELS, acceptance.KERNEL_RUNS,
-                                 acceptance.KERNEL_GEOMETRIC):
+if (LEVELS, RUNS, GEOMETRIC, SAMPLED) != (acceptance.KERNEL_LEVELS, acceptance.KERNEL_RUNS,
+                                          acceptance.KERNEL_GEOMETRIC,
+                                          acceptance.KERNEL_SAMPLED):
     raise ImportError("sim/kernels/base.py: its acceptance kinds differ from "
                       "workloads/acceptance.py's")
 
@@ -117,8 +118,10 @@ def accepted_depth(rng, stream, position, row, meta, p_geo, runs, ring, table, b
     bits for a model without tasks): a replayed run (with ``rng`` None, every task's), one
     geometric draw (``geo``: this task's rows of the call are drawn so), or m uniforms (one
     per level, as ``rng.random((B, m))`` takes them row by row) against the coverage of
-    each guessed position's regime, the depth the leading run of successes. Not capped at
-    the depth."""
+    each guessed position's regime -- or, ``SAMPLED``, against a sampling trace's recorded
+    acceptance at the guessed position, inside the sequence the verify starts in
+    (``specdec.traces.replay_tree_sampled``) -- the depth the leading run of successes.
+    Not capped at the depth."""
     task = stream & ((1 << bits) - 1)
     start = ((stream >> bits) + position) % meta[task, TAPE]
     if rng is None:
@@ -127,10 +130,20 @@ def accepted_depth(rng, stream, position, row, meta, p_geo, runs, ring, table, b
         return runs[meta[task, RUNS_AT] + start]
     if geo:
         return rng.geometric(p_geo[task]) - 1
-    at = meta[task, RING_AT] + start
     rows = meta[task, TABLE_AT]
     acc = 0
     run = True
+    if meta[task, KIND] == SAMPLED:
+        end = runs[meta[task, RUNS_AT] + start]  # the end of the recorded sequence
+        for j in range(len(row)):
+            u = rng.random()
+            if run:
+                if start + j < end and u < table[rows + start + j, row[j]]:
+                    acc += 1
+                else:
+                    run = False
+        return acc
+    at = meta[task, RING_AT] + start
     for j in range(len(row)):
         u = rng.random()
         if run:

@@ -26,6 +26,8 @@ from tests.sim.test_golden import _assert_same_runs
 
 BURSTY_MODEL = "kind: bursty, easy_alpha: 0.9, hard_alpha: 0.3"
 BURSTY = f"acceptance={{{BURSTY_MODEL}}}"
+# a sampling trace (temperature 0.5), replayed with draws
+SAMPLING = "kind: trace, file: workloads/traces/perturbed-0.3-t0.5.npz, mode: sampling"
 # a task mix: two i.i.d. tasks, a bursty one and the default's trace, replayed
 MIX = ("code: {weight: 1, acceptance: {kind: iid, alpha: 0.9}}, "
        "chat: {weight: 2, acceptance: {kind: iid, alpha: 0.6}}, "
@@ -177,6 +179,15 @@ CASES = {
                             "variants=[{name: t, drafter: {method: ngram, proposal_rate: 0.3, "
                             "cpu_s_per_seq: 1e-4}, "
                             "policy: {kind: tree, expansion: [2, 2, 1]}}]"],
+    # a sampling trace's recorded acceptance by width, a tree (one uniform per level, none
+    # accepted past the end of a recorded sequence)
+    "trace-sampling-tree": ["run.requests=100", f"acceptance={{{SAMPLING}}}",
+                            "variants=[{name: tree, policy: {kind: tree, expansion: [3, 1, 2]}}]"],
+    # ... a task of a mix beside i.i.d. and bursty ones, on a chain
+    "task-mix-sampling": ["run.requests=120", FIXED, "acceptance={kind: task_mix, tasks: {"
+                          "a: {weight: 1, acceptance: {kind: iid, alpha: 0.7}}, "
+                          f"b: {{weight: 2, acceptance: {{{SAMPLING}}}}}, "
+                          f"c: {{weight: 1, acceptance: {{{BURSTY_MODEL}}}}}}}}}"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
     # policies the walk leaves to the reference path (NO_WALK): a sticky ladder, adaptive
@@ -377,7 +388,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
 
 
 # bench workloads (``sim.bench_workloads``) the walk once left to the reference path
-ONCE_REFERENCE = ("task-mix",)
+ONCE_REFERENCE = ("task-mix", "trace-tree")
 
 
 @pytest.mark.parametrize("seed", [0, 1])

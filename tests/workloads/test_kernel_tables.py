@@ -11,6 +11,7 @@ from workloads.acceptance import (
     KERNEL_GEOMETRIC,
     KERNEL_LEVELS,
     KERNEL_RUNS,
+    KERNEL_SAMPLED,
     IIDAcceptance,
     PositionalAcceptance,
 )
@@ -30,6 +31,14 @@ def _by_contract(tables, streams, positions, row, rng) -> np.ndarray:
             acc = int(runs[(s + t) % tape])
         elif kind == KERNEL_GEOMETRIC:
             acc = int(rng.geometric(p)) - 1
+        elif kind == KERNEL_SAMPLED:
+            start, acc, run = (s + t) % tape, 0, True
+            for j in range(len(row)):
+                u = rng.random()
+                if run and start + j < runs[start] and u < table[start + j, row[j]]:
+                    acc += 1
+                else:
+                    run = False
         else:
             assert kind == KERNEL_LEVELS
             start, acc, run = (s + t) % tape, 0, True
@@ -43,10 +52,10 @@ def _by_contract(tables, streams, positions, row, rng) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _trace():
+def _trace(name: str = "perturbed-0.1-greedy"):
     from sim.loading import repo_root
 
-    return load_trace(repo_root() / "workloads" / "traces" / "perturbed-0.1-greedy.npz")
+    return load_trace(repo_root() / "workloads" / "traces" / f"{name}.npz")
 
 
 MODELS = {
@@ -56,6 +65,7 @@ MODELS = {
     "positional": lambda rng: PositionalAcceptance([0.9, 0.6, 0.75]),
     "bursty": lambda rng: BurstyAcceptance(0.95, 0.3, 40.0, 20.0, rng, tape_tokens=1 << 14),
     "trace": lambda rng: TraceAcceptance(_trace(), "greedy"),
+    "trace-sampling": lambda rng: TraceAcceptance(_trace("perturbed-0.3-t0.5"), "sampling"),
 }
 ROWS = {"chain": [1, 1, 1, 1], "tree": [3, 2, 1], "deep": [1] * 7, "padded": [2, 1, 0, 0]}
 
@@ -98,4 +108,7 @@ def test_no_tables_past_their_width_or_depth_or_for_no_guess():
     trace = TraceAcceptance(_trace(), "greedy")  # replayed runs: chains of any depth
     assert trace.kernel_tables(none) is None and trace.kernel_tables(wide) is None
     assert trace.kernel_tables(deep) is not None
-    assert TraceAcceptance(_trace(), "sampling").kernel_tables(np.ones(3, np.int64)) is None
+    sampling = TraceAcceptance(_trace("perturbed-0.3-t0.5"), "sampling")  # any tree to its K
+    assert sampling.kernel_tables(np.array([sampling.max_width, 1], np.int64)) is not None
+    assert sampling.kernel_tables(np.array([sampling.max_width + 1], np.int64)) is None
+    assert sampling.kernel_tables(none) is None
