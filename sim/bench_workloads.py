@@ -133,7 +133,7 @@ WORKLOADS: dict[str, Workload] = {
     "sticky-ladder": Workload(
         _SPEC, "a sticky batch ladder (gamma 4, 2, off above 80 sequences), vLLM v0",
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
-         "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=31"), 2_000),
+         "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=31"), 20_000),
     "roofline": Workload(
         _SPEC, "priced by the roofline timing instead of the measured one",
         ("deployment.timing=roofline", "workload.rate_per_s=26.2"), 30_000),

@@ -17,9 +17,9 @@ from sim import steady_kernel
 
 def shared(r) -> str | None:
     """What keeps replica ``r`` off every fast path: they are compiled kernels, and cover
-    one pipeline stage of vLLM v1's order without drafting ahead or a sticky ladder (each
-    needs state the fast paths do not hold; a prefix cache keeps a replica off the steady
-    stretch only: ``steady``)."""
+    one pipeline stage of vLLM v1's order without drafting ahead (which needs state the
+    fast paths do not hold; a prefix cache keeps a replica off the steady stretch only:
+    ``steady``)."""
     if not steady_kernel.available():
         return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
     if r.stages != 1:
@@ -30,8 +30,6 @@ def shared(r) -> str | None:
         return "async scheduling (a step is scheduled before the last one's outcome)"
     if r.overlap:
         return "a draft drafting ahead of the verify"
-    if r.sticky_off:
-        return "a sticky ladder (speculation switched off per request)"
     return None
 
 
@@ -78,8 +76,6 @@ def walk(r) -> str | None:
     varies = (getattr(policy, "walk_smoothing", None) is not None
               or getattr(policy, "walk_ladder", None) is not None)
     if not (getattr(policy, "static", False) or varies):
-        if r.sticky_off:  # a batch ladder, but one that keeps state per request
-            return shared(r)
         return f"a {type(policy).__name__} policy (its shape is not static, an adaptive " \
                "chain or a batch ladder)"
     lookup = r.proposal_rate is not None  # n-gram, suffix: matches drawn per step

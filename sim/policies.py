@@ -215,12 +215,10 @@ class BatchLadder:
         """Nothing to learn."""
 
     @property
-    def walk_ladder(self) -> tuple[np.ndarray, str] | None:
+    def walk_ladder(self) -> tuple[np.ndarray, str]:
         """(γ by batch size, what the size counts: ``key``) where ``sim.steady_walk`` can
-        compute this policy's shapes itself (not sticky: a sticky ladder keeps per request
-        whether it was switched off), else None."""
-        if self.sticky:
-            return None
+        compute this policy's shapes itself (sticky or not: the walk's rows carry whether
+        a sticky ladder switched a request off, ``Replica.draft_shapes``' ``SPEC_OFF``)."""
         return self.gamma_by_batch, self.key
 
     @property

@@ -265,14 +265,15 @@ NO_PREFIX = tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,
                reps: int = 1, one_pass: bool = False, smoothing: float | None = None,
                ladder: tuple | None = None, propose: float | None = None, prng=None,
-               host_s: float = 0.0) -> tuple:
+               host_s: float = 0.0, sticky: bool = False) -> tuple:
     """``walk``'s arguments from ``row`` to ``host_s``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     the acceptance model's ``kernel_tables`` for each of its tasks and its task bits, as
     ``stack_tables`` takes them, whose kinds decide whether ``rng`` is used;
     ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here; ``ladder``:
     a batch ladder's γ by batch size and what the size counts (``BatchLadder.key``, one of
-    ``LADDER_KEYS``);
+    ``LADDER_KEYS``), ``sticky`` whether a request it once gives γ = 0 never drafts again
+    (vLLM v0's; the walk's rows carry ``SPEC_OFF``);
     ``propose``: a lookup drafter's proposal rate, with ``prng`` the generator its matches
     are drawn from and ``host_s`` its host seconds per decoder; None: a draft drafts
     every step, and ``prng`` is a generator never drawn from, so that the walk is
@@ -280,7 +281,7 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     lookup = (-1.0, _NEVER_DRAWN, 0.0) if propose is None else \
         (float(propose), prng, float(host_s))
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, 0, None,
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, 0, False, None,
                 *stack_tables(((acceptance.KERNEL_RUNS, 0.0, np.zeros(1, dtype=np.int64),
                                 np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1))),), 0),
                 *lookup)
@@ -296,7 +297,8 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     steps, key = ladder if ladder is not None else (_NO_ROW, LADDER_KEYS[0])
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
             bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),
-            np.asarray(steps, dtype=np.int64), LADDER_KEYS.index(key), rng if draws else None,
+            np.asarray(steps, dtype=np.int64), LADDER_KEYS.index(key), bool(sticky),
+            rng if draws else None,
             *stack, *lookup)
 
 

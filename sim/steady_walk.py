@@ -15,7 +15,8 @@ replica's free-slot stack as ``admit`` and ``finish`` use it).
 A speculating replica walks too where ``params`` says so (a static policy, an adaptive one
 over chains or a batch ladder (one keyed on the step that last scheduled each sequence
 gives each its own γ: the walk's rows carry ``Replica.scheduled_in`` in a column past the
-state's), a draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
+state's; a sticky one switches a request off for good, in its row's ``SPEC_OFF``), a
+draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
 target -- or Medusa's heads, or a lookup drafter under a static policy, measured one-stage
 timings, an acceptance model with ``kernel_tables``, or a task mix whose tasks' models
 all have them): each decoder verifies the policy's
@@ -119,10 +120,10 @@ def params(r) -> tuple | str:
     Without speculation: a replica of ``sim.steady`` (``sim.gate.steady``). With: a static
     policy (the same shape for every batch, nothing learned), an adaptive one over chains
     (``AdaptiveGamma.walk_smoothing``) or a batch ladder, whatever its key
-    (``BatchLadder.walk_ladder``, not sticky; both with drafts kept in step every step), a
+    (``BatchLadder.walk_ladder``, sticky or not; both with drafts kept in step every step), a
     draft drafting serially (a draft model or EAGLE
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
-    drafting ahead, never switched off for a request) or a lookup drafter (n-gram, suffix:
+    drafting ahead) or a lookup drafter (n-gram, suffix:
     no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, the
     vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape (a task
     mix: each task's model). With a
@@ -140,7 +141,7 @@ def params(r) -> tuple | str:
         return (0, *steady_kernel.walk_shape(False), target, target, _NO_SPEC)
     policy, draft = r.policy, r.pricer.draft
     adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy of chains
-    ladder = getattr(policy, "walk_ladder", None)  # a batch ladder (not sticky)
+    ladder = getattr(policy, "walk_ladder", None)  # a batch ladder (sticky or not)
     varies = adaptive is not None or ladder is not None  # a shape per iteration
     row = policy.deepest_row if varies else policy.shape(1)
     if not (row > 0).any():  # it never drafts (a ladder of γ 0 only)
@@ -160,7 +161,7 @@ def params(r) -> tuple | str:
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
                                                    r.rng, tables, reps, one_pass, adaptive,
                                                    ladder, r.proposal_rate, r.propose_rng,
-                                                   r.cpu_s_per_seq),
+                                                   r.cpu_s_per_seq, r.sticky_off),
             target, dp, _spec_params(r))
 
 
@@ -262,7 +263,7 @@ _NO_SPEC = np.zeros(len(SPEC_FIELDS))
 
 # where params' tuple holds the shape mode, the policy's α̂, the generator and a lookup
 # drafter's proposal rate; where the walk's answer holds the matches it drew and did not use
-_MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 12, 19
+_MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 13, 20
 _SPARE = 14
 MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)

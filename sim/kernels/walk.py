@@ -24,6 +24,7 @@ from sim.kernels.base import (
     OUTPUT,
     RID,
     SCHEDULED,
+    SPEC_OFF,
     STREAM,
     TARGET,
     accepted_depth,
@@ -69,7 +70,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, strict, bound, gaps, row, nodes, feeds, tri, reps,
          one_pass,
-         mode, alpha, smoothing, ladder, key, rng, meta, p_geo, runs, ring, table, bits,
+         mode, alpha, smoothing, ladder, key, sticky, rng, meta, p_geo, runs, ring, table, bits,
          propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
@@ -109,7 +110,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     running ones (``BY_RUNNING``) as the iteration starts, one γ for the batch; or, with
     ``BY_SCHEDULED``, each decoder's own: the requests scheduled by the iteration that last
     scheduled it (its ``SCHEDULED`` column, which each iteration sets on every row it
-    schedules to its batch size, as ``Replica.form_batch`` does). Decoders of different γ
+    schedules to its batch size, as ``Replica.form_batch`` does). With ``sticky`` (vLLM
+    v0's sticky ladder) a decoder's γ is 0 once the ladder gave it 0 (its ``SPEC_OFF``, set
+    for every decoding row the ladder gives 0 as ``Replica.draft_shapes`` sets it), each
+    decoder's own whatever the key; an iteration with rows switched off beside others
+    drafting prices only the drafting rows' passes (``per_sequence_seconds``' general path,
+    whose rows switched off feed the draft nothing; with ``reps`` > 1 the walk stops
+    before it). Decoders of different γ
     are priced as ``IterationPricer.price`` prices a shape per sequence (each verify a
     causal run of its own; the draft's passes ``chain_rows_seconds``, the engine's
     overheads for those with γ > 0 and the deepest's passes) and each draws its depth on
@@ -206,7 +213,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     found = np.ones(rows, dtype=np.bool_)  # whose decoder drafts this iteration (a match)
     no_row = np.zeros_like(row)  # the shape of a decoder without a match
     # a ladder keyed on the step that last scheduled each row: a γ per decoder, its chain
-    per_row = mode == LADDER and key == BY_SCHEDULED
+    # (or a sticky ladder: each decoder's γ the ladder's, 0 once it was switched off)
+    per_row = mode == LADDER and (key == BY_SCHEDULED or sticky)
+    g_all = 0  # a sticky ladder's γ for the batch (keyed on the running or decoding rows)
     gam = np.zeros(rows, dtype=np.int64)  # each decoder's γ this iteration (per_row)
     chains = np.zeros((max_g + 1, len(row)), dtype=np.int64)  # [γ, m]: the chain of each γ
     for g in range(max_g + 1):
@@ -233,7 +242,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
-        if mode and not per_row:  # the policy's shape for this iteration (asked first)
+        if mode and not (per_row and key == BY_SCHEDULED):  # the policy's shape (first)
             if mode == ADAPTIVE:
                 g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
                                    group_n, group_ctx, tp, dp, sp, passes, ones, chain_s)
@@ -245,9 +254,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         if st[order[o], TARGET] == st[order[o], FILLED]:
                             size += 1
                 g = ladder[size if size < len(ladder) else len(ladder) - 1]
-            nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
-            for j in range(max_g):
-                row[j] = 1 if j < g else 0
+            if per_row:  # sticky: each decoder's, unless it was switched off
+                g_all = g
+            else:
+                nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
+                for j in range(max_g):
+                    row[j] = 1 if j < g else 0
         # the most tokens a request may take this step (long_prefill_token_threshold, which
         # cuts a verify too): it counts the requests running or waiting as the step starts
         requests = n_alive
@@ -292,8 +304,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
             if per_row and left == 0:  # BatchLadder.shape: its last step's size, its γ
-                size = st[i, SCHEDULED]
-                gam[i] = ladder[size if size < len(ladder) else len(ladder) - 1]
+                if key == BY_SCHEDULED:
+                    size = st[i, SCHEDULED]
+                    gam[i] = ladder[size if size < len(ladder) else len(ladder) - 1]
+                else:
+                    gam[i] = g_all
+                if sticky and st[i, SPEC_OFF]:  # Replica.draft_shapes: none once switched off
+                    gam[i] = 0
                 verify_i = 1 + gam[i]
             else:
                 verify_i = verify if found[i] else 1
@@ -346,6 +363,14 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 p_sq += got * got
         if cut or extra > free or ng + n_dec > len(gaps):
             break  # someone must be preempted (the full scheduler), or no room for gaps
+        # a sticky ladder's requests switched off beside others drafting: the reference
+        # prices each row's own passes, those switched off feeding none
+        # (per_sequence_seconds' general path), here one draft replica's alone (where none
+        # drafts, plan_vllm_v1 makes the rows one shape of zeros: each draft ingests its
+        # token, as without a sticky ladder)
+        off_rows = sticky and n_idle > 0 and n_draft > 0
+        if off_rows and reps > 1 and not one_pass:
+            break
         if caching:  # the grants (BlockManager.grant), then cache_prefills
             plog[0] = 0
             if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1):
@@ -423,7 +448,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if host_s:  # Replica.price: the host's drafting, every decoder
                 d += host_s * n_dec
         elif per_row:  # _per_sequence: draft_pricing.per_sequence_seconds, round_s
-            if one_pass or n_draft == 0:  # the heads' one pass, or no draft: no shapes
+            if off_rows and not one_pass:  # only the drafting rows' passes (and the chunks')
+                d = chain_rows_seconds(n_draft, levels_ctx[0, 0], n_pre, p_new, p_ctx,
+                                       p_new_ctx, p_sq, levels_n, levels_ctx, deepest, 0, 0,
+                                       1, dp, passes)
+            elif one_pass or n_draft == 0:  # the heads' one pass, or no draft: no shapes
                 d = draft_seconds(n_dec, n_pre, c_dec, p_new, p_ctx, p_new_ctx, p_sq,
                                   all_feeds[:1 if n_draft else 0], tri, reps, one_pass,
                                   group_n, group_ctx, dp, passes)
@@ -455,6 +484,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         # the iteration runs: admissions, grants (below), then sim.step.advance
         proposed += spare
         spare = 0
+        if sticky:  # Replica.draft_shapes: a decoder the ladder gives γ = 0 is off for good
+            for o in range(n_alive):
+                i = order[o]
+                if st[i, TARGET] == st[i, FILLED] and gam[i] == 0:
+                    st[i, SPEC_OFF] = 1
         pre_running = n_pre - a  # the running rows' prefills; then the admitted rows'
         for j in range(a):
             i = n + adm + j

@@ -190,11 +190,37 @@ CASES = {
                           f"c: {{weight: 1, acceptance: {{{BURSTY_MODEL}}}}}}}}}"],
     # a horizon: the walk stops there, the requests still running are written back
     "horizon": ["run.requests=200", BURSTY, FIXED, "run.horizon_s=6.2782"],
-    # policies the walk leaves to the reference path (NO_WALK): a sticky ladder, adaptive
-    # trees, per-sequence γ, an adaptive policy drafting under catch_up
+    # vLLM v0's sticky ladder: a request the ladder once gives γ = 0 never drafts again
+    # (its rows' SPEC_OFF); those switched off beside others drafting feed the draft nothing
     "ladder-sticky": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                       "variants=[{name: l, policy: {kind: batch_ladder, "
                       "ladder: [[1, 3, 3], [4, 100000, 0]], sticky: true}}]"],
+    # ... keyed on the running requests, i.i.d. α (geometric runs)
+    "ladder-sticky-running": ["run.requests=100", "acceptance={kind: iid, alpha: 0.7}",
+                              "workload.rate_per_s=20",
+                              "variants=[{name: l, policy: {kind: batch_ladder, ladder: "
+                              "[[1, 3, 4], [4, 6, 2], [7, 100000, 0]], key: running, "
+                              "sticky: true}}]"],
+    # ... a 16-token budget (decoders left out of a step), the decoding rows as the key
+    "ladder-sticky-tight": ["run.requests=100", BURSTY, *TIGHT,
+                            "variants=[{name: l, policy: {kind: batch_ladder, ladder: "
+                            "[[1, 1, 3], [2, 3, 2], [4, 256, 0]], key: decoding, "
+                            "sticky: true}}]"],
+    # ... Medusa's heads (one pass, whoever drafts)
+    "ladder-sticky-medusa": ["run.requests=80", 'models.target="vicuna-7b"', "models.draft=null",
+                             "workload.prompt.max_tokens=1024", "workload.output.max_tokens=512",
+                             "acceptance={kind: positional, rates: [0.8, 0.6, 0.5, 0.4]}",
+                             "workload.rate_per_s=20",
+                             "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
+                             "policy: {kind: batch_ladder, ladder: [[1, 3, 3], [4, 100000, 0]], "
+                             "sticky: true}}]"],
+    # ... a draft per GPU of a TP-4 target: a step with requests switched off beside others
+    # drafting is left to the reference path
+    "ladder-sticky-replicas": ["scenario=plan-llama70b", "run.requests=80", *TIGHT,
+                               "variants=[{name: l, policy: {kind: batch_ladder, "
+                               "ladder: [[1, 3, 3], [4, 5, 0], [6, 256, 2]], sticky: true}}]"],
+    # policies the walk leaves to the reference path (NO_WALK): adaptive trees, per-sequence
+    # γ, an adaptive policy drafting under catch_up
     "adaptive-width": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                        "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
                        "max_width: 2}}]"],
@@ -211,7 +237,7 @@ CASES = {
     "ngram-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                        "scheduler.draft_sync=catch_up", LOOKUP.format("ngram", 4, 0.5, 0.0)],
 }
-NO_WALK = {"ladder-off", "ladder-sticky", "adaptive-width", "adaptive-per-seq",
+NO_WALK = {"ladder-off", "adaptive-width", "adaptive-per-seq",
            "adaptive-catch-up", "ngram-adaptive", "ngram-catch-up"}
 LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut",
                 "task-mix-ngram-tree"}
@@ -274,12 +300,17 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
         assert seen["walks"] == 0, seen
         return
     assert seen["walks"] > 0 and seen["admitted"] > 0 and seen["mixed"] > 0, seen
-    if case in ("cut", "preempting", "catch-up-cut", "ngram-cut"):  # the reference took some
+    if case in ("cut", "preempting", "catch-up-cut", "ngram-cut", "ladder-sticky-replicas"):
+        # the reference took some
         assert seen["iterations"] < 2 * iterations, (seen, iterations)
     else:
         assert seen["iterations"] > 1.5 * iterations, (seen, iterations)
     if case == "preempting":
         assert runs[0][0].requests.columns["preemptions"].sum() > 0
+    if case.startswith("ladder-sticky"):  # requests switched off for most of their steps
+        req = runs[0][0].requests.columns
+        assert (req["draft_steps"] > 0).any()
+        assert (req["draft_steps"] < req["verify_steps"] / 2).any()
     if case == "queued":
         assert seen["reused"] > 0, seen
     if case in MIXED_GAMMA:  # steps of mixed γ's, most of them formed by the walk
@@ -388,7 +419,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
 
 
 # bench workloads (``sim.bench_workloads``) the walk once left to the reference path
-ONCE_REFERENCE = ("task-mix", "trace-tree")
+ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
