@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from sim.commands._plan_text import interval_note, needed, ranges
+
 _SHOWN = ("rank", "candidate", "gpus", "rate_per_s", "status", "usd_per_million_tokens")
 
 
@@ -40,7 +42,8 @@ def searched(args, scenario, base: dict, space, slo: dict, doc: dict, source: st
         try:
             table, answer = search_plan(base, space, slo, source, args.target_rate,
                                         args.rel_tol, args.crossover_metric, progress, doc,
-                                        args.overrides, args.workers)
+                                        args.overrides, args.workers,
+                                        None if args.no_interval else args.acceptance_spread)
         finally:
             for bar in bars.values():
                 bar.close()
@@ -69,7 +72,9 @@ def _print(args, table, answer: dict, slo: dict, source: str, paths) -> None:
           f"that of the rate shown); {answer['dominated']} dominated (stopped at a failing "
           f"rate where another candidate is cheaper for sure); the "
           f"{answer['refined']} that could still come first refined to within "
-          f"{answer['rel_tol']:.0%}")
+          f"{answer['rel_tol']:.0%}" + ("" if answer["interval"] is None else
+                                         f"; {answer['interval']['runs']} runs for their "
+                                         f"ranges"))
     cols = list(_SHOWN)
     if args.target_rate is not None:
         cols += ["replicas_for_target", "usd_per_hour_for_target"]
@@ -79,8 +84,17 @@ def _print(args, table, answer: dict, slo: dict, source: str, paths) -> None:
                            zip(shown["max_rate_per_s"], shown["fail_rate_per_s"],
                                shown["status"], strict=True)]
     shown = shown[cols]
+    interval = answer["interval"] is not None
+    if interval:
+        shown.insert(cols.index("rate_per_s") + 1, "rate_range", ranges(
+            table.head(args.top), "max_rate_low_per_s", "max_rate_high_per_s"))
+        if args.target_rate is not None:
+            shown.insert(len(shown.columns) - 1, "gpus_needed", needed(table.head(args.top)))
     shown.insert(0, "", ["*" if c else "" for c in table["cheapest"].head(args.top)])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    if interval:
+        print(interval_note(answer["interval"]["acceptance_spread"]) + "; only for the "
+              "refined rows")
     if len(table) > args.top:
         print(f"({len(table) - args.top} more rows in {paths[0]})")
     best = table.iloc[0]
@@ -89,6 +103,12 @@ def _print(args, table, answer: dict, slo: dict, source: str, paths) -> None:
     else:
         print(f"* cheapest: {best['candidate']}; re-run: specsim run {source} "
               f"{best['run_args']}")
+        if interval and best["max_rate_low_per_s"] == best["max_rate_low_per_s"]:
+            print(f"  it serves {best['max_rate_per_s']:.3g} req/s (range "
+                  f"{best['max_rate_low_per_s']:.3g}-{best['max_rate_high_per_s']:.3g})"
+                  + ("" if args.target_rate is None else
+                     f"; {args.target_rate:g} req/s need {needed(best.to_frame().T)[0]} "
+                     f"GPUs"))
         _configs(best)
     _print_crossover(answer["crossover"], table, args.rel_tol)
     print(f"table: {paths[0]}")

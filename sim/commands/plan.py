@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.commands._lists import file_path, scenario_path, workers_flag
+from sim.commands._plan_text import interval_note, needed, ranges
 from sim.commands._sets import add_set_flag
 from sim.limits import MAX_RATE, MAX_WORKERS
 from specdec.errors import UserError
@@ -53,6 +54,19 @@ stops beating its deployment without speculation on --crossover-metric (by at le
 found by simulation, and what its controller does there; and the winner's vLLM, SGLang and
 TensorRT-LLM configurations.
 
+Interval: each capacity figure (the highest rate, the replicas and GPUs a --target-rate
+needs) comes with a low-high range: the rate limit found again with the step times x (1 +
+e) and the acceptance at its low end, and with x (1 - e) and its high end. e is the
+held-out median |error| of the timing on the speculative decoding runs of `specsim
+validate` (category E): of their speculative TPOT for a speculative candidate (its
+drafting method's rows where it has some), of the same runs' TPOT without speculation for
+one without. The acceptance's ends: a task_mix's least and most accepting task, and every
+per-guess rate x (1 -/+ --acceptance-spread) (default 0: the presets state no range). It
+is the range of answers at the ends of these spreads, not a confidence interval, and it
+leaves out the spread over seeds. A list of candidates gets one for each; a search for
+the rows refined to --rel-tol (the others' rates are known only to the grid's 19%).
+--no-interval skips it (two more searches a row).
+
 examples:
   specsim plan scenarios/plan-llama70b.yaml --candidates scenarios/plan-candidates.yaml \\
       --slo ttft_p99=2s,tpot_p99=50ms --target-rate 30
@@ -89,6 +103,11 @@ def add_parser(subparsers) -> None:
                         "p50 or p99; default: the SLO's TPOT percentile, else tpot_p50)")
     p.add_argument("--top", type=int, default=15,
                    help="rows of a search's table printed (all are in plan.csv; default 15)")
+    p.add_argument("--acceptance-spread", type=float, default=0.0, metavar="F",
+                   help="the interval's acceptance ends: every per-guess acceptance rate x "
+                        "(1 - F) and x (1 + F), at most 1 (0 <= F < 1; default 0)")
+    p.add_argument("--no-interval", action="store_true",
+                   help="no interval on the capacity figures (faster)")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--workers", type=int, default=None, metavar="N",
@@ -119,6 +138,9 @@ def main(args: argparse.Namespace) -> int:
     args.workers = workers_flag(args.workers)
     if not 0 < args.rel_tol < 1:
         raise UserError(f"--rel-tol: must be in (0, 1), got {args.rel_tol}")
+    if not 0 <= args.acceptance_spread < 1:
+        raise UserError(f"--acceptance-spread: must be >= 0 and < 1, got "
+                        f"{args.acceptance_spread:g}")
     if args.target_rate is not None and not 0 < args.target_rate <= MAX_RATE:
         raise UserError(f"--target-rate: requests/s, must be > 0 and <= {MAX_RATE:g}, got "
                         f"{args.target_rate:g}")
@@ -150,6 +172,8 @@ def main(args: argparse.Namespace) -> int:
                          workers=args.workers)
         finally:
             bar.close()
+        if not args.no_interval:
+            table = _intervals(args, table, base, candidates, slo, source, doc)
         paths = write_table(table, tmp / "plan")
         if table["pareto"].any():
             from reports import figures
@@ -162,16 +186,25 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         rows = json_records(table)
         print(json.dumps({"slo": slo, "rel_tol": args.rel_tol, "target_rate": args.target_rate,
+                          "interval": None if args.no_interval else
+                          {"acceptance_spread": args.acceptance_spread},
                           "rows": rows, "files": [str(p) for p in paths]}, indent=2))
         return 0
     cols = list(_SHOWN)
     if args.target_rate is not None:
         cols += ["replicas_for_target", "usd_per_hour_for_target"]
     shown = table[cols].copy()
+    if not args.no_interval:
+        shown.insert(cols.index("max_rate_per_s") + 1, "rate_range", ranges(
+            table, "max_rate_low_per_s", "max_rate_high_per_s"))
+        if args.target_rate is not None:
+            shown.insert(len(shown.columns) - 1, "gpus_needed", needed(table))
     shown.insert(0, "", ["*" if c else "" for c in table["cheapest"]])
     print(f"SLO: {slo_text}; rates within {args.rel_tol:.0%} (fixed seed "
           f"{scenario.run.seed}, {scenario.run.requests} requests per run)")
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    if not args.no_interval:
+        print(interval_note(args.acceptance_spread))
     best = table.iloc[0]
     if best["cheapest"]:
         print(f"* cheapest: {best['candidate']}; re-run: specsim run {source} {best['run_args']}")
@@ -193,3 +226,27 @@ def main(args: argparse.Namespace) -> int:
         print("no candidate meets the SLO at any rate tried")
     print(f"table: {paths[0]}")
     return 0
+
+
+def _intervals(args, table, base: dict, candidates, slo: dict, source: str, doc: dict):
+    """The table with each candidate's interval (``sim.studies.plan_interval``)."""
+    from tqdm import tqdm
+
+    from sim.studies.plan_interval import candidate_intervals
+
+    bar = tqdm(total=2 * len(candidates), desc="plan interval", unit="search",
+               file=sys.stderr, disable=args.no_progress)
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        table, _ = candidate_intervals(table, base, candidates, slo, source,
+                                       args.acceptance_spread, args.rel_tol,
+                                       args.target_rate, doc, args.overrides, args.workers,
+                                       progress)
+    finally:
+        bar.close()
+    return table
+

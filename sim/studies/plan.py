@@ -196,13 +196,15 @@ KEEP_UP = 0.5  # a passing trial must complete at least this share of the offere
 @dataclass(frozen=True)
 class Trial:
     """One run of a candidate at one rate: whether it met the SLO, its summary (with
-    ``output_tokens_per_request``), the SLO percentiles, and what its policy did
-    (``controller_stats``)."""
+    ``output_tokens_per_request``), the SLO percentiles, what its policy did
+    (``controller_stats``), and whether it kept up (completed at least ``KEEP_UP`` of the
+    offered rate)."""
 
     ok: bool
     summary: dict
     measured: dict
     controller: dict
+    keeps_up: bool = True
 
 
 def controller_stats(totals) -> dict:
@@ -247,14 +249,15 @@ def run_trial(base: dict, cand: Candidate, rate: float, slo: dict[str, float], s
     ends = np.sort(reqs.column("finished_at")[reqs.column("finished")])
     done = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] \
         else math.inf
-    if keep_up and ok and done < KEEP_UP * rate:
+    keeps_up = done >= KEEP_UP * rate
+    if keep_up and ok and not keeps_up:
         span = float(reqs.column("arrival_at").max(initial=0.0))
         raise UserError(
             f"{source}: candidate {cand.name}: the SLO still holds at {rate:.4g} req/s, but "
             f"the run completes only {done:.4g} req/s ({len(reqs)} requests arrive within "
             f"{span:.3g} s): the run is too short or the SLO too loose to find a rate "
             f"limit; raise run.requests or tighten the SLO")
-    return Trial(ok, summary, measured, controller_stats(res.variants[0].totals))
+    return Trial(ok, summary, measured, controller_stats(res.variants[0].totals), keeps_up)
 
 
 def check_arrivals(base: dict, source: str) -> None:
@@ -359,6 +362,7 @@ def candidate_row(cand: Candidate, sc, found: RateSearch, rel_tol: float,
     if target_rate is not None:
         n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
         row["replicas_for_target"] = n
+        row["gpus_for_target"] = n * gpus if n else math.inf
         row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
     row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
     return row

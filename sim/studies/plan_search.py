@@ -28,6 +28,9 @@ points, the lower passing and the higher failing.
    controller does there (its mean K, the share of decoding steps it drafts nothing, the
    batch) comes from that run; so does what the best candidate of each other controller
    on that deployment does at that rate (one run each).
+5. **Interval**: each refined candidate's rate limit found again with the acceptance and
+   the timing at the ends of their spreads (``sim.studies.plan_interval``); a coarse or
+   dominated row's rate is known only to the grid's step, about as wide, and gets none.
 
 Runs are deterministic; the table and the answer are the same for any number of workers.
 """
@@ -47,6 +50,7 @@ from sim.studies.plan import (
     ranked,
     run_trial,
 )
+from sim.studies.plan_interval import add_intervals
 from sim.studies.plan_space import Space
 from sim.studies.plan_walk import (
     STEPS,
@@ -76,11 +80,12 @@ def _trial(job: Job, cand: Candidate, sc, rate: float) -> Trial:
 def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
                 target_rate: float | None = None, rel_tol: float = 0.05,
                 metric: str | None = None, progress=None, doc: dict | None = None,
-                sets=(), workers: int = 1) -> tuple:
+                sets=(), workers: int = 1, spread: float | None = 0.0) -> tuple:
     """(table, answer) of the staged search (module docstring) over ``space``: the table as
     ``sim.studies.plan.plan`` ranks it, with ``refined`` and ``controller``/``k``/
     ``off_above``/``method``/``deployment`` columns; ``answer`` the counts and the
-    crossover (``crossover``)."""
+    crossover (``crossover``). With ``spread`` (the stated acceptance spread; None: no
+    interval), the refined rows get ``sim.studies.plan_interval``'s interval columns."""
     if not slo:
         raise UserError(f"{source}: no SLO: give --slo or set slo: in the scenario")
     if metric is None:  # the SLO's own TPOT percentile, else the median
@@ -160,12 +165,20 @@ def search_plan(base: dict, space: Space, slo: dict[str, float], source: str,
         # 4: the crossover of the best speculative candidate against its baseline
         cross = _crossover(table, space, walked, trials, job, run, r0, rel_tol, metric,
                            built)
+        # 5: the interval of each refined row (the others' rates are known to the grid's
+        # step only, as wide as most intervals)
+        interval_runs = 0
+        if spread is not None:
+            table, interval_runs = add_intervals(table, keep, cands, built, job, spread,
+                                                 rel_tol, target_rate, run)
     except KeyboardInterrupt:
         raise Interrupted("plan search interrupted; nothing was written") from None
     answer = {"candidates": len(cands), "deployments": len(space.deployments),
               "skipped": dict(space.skipped), "runs": sum(len(t) for t in trials.values()),
               "refined": len(keep), "dominated": len(stopped),
-              "grid_step": 2 ** (1 / STEPS) - 1, "rel_tol": rel_tol, "crossover": cross}
+              "grid_step": 2 ** (1 / STEPS) - 1, "rel_tol": rel_tol, "crossover": cross,
+              "interval": None if spread is None else {"acceptance_spread": spread,
+                                                       "runs": interval_runs}}
     return table, answer
 
 
