@@ -45,7 +45,7 @@ from sim.limits import MAX_RATE
 from sim.paths import resolve_file
 from sim.studies.plan import Candidate, bisect, build_for, run_trial
 from sim.studies.plan_walk import Job, Runner
-from specdec.errors import UserError
+from specdec.errors import Interrupted, UserError
 from workloads.acceptance import IIDAcceptance, PositionalAcceptance
 from workloads.presets import preset
 
@@ -244,7 +244,12 @@ def candidate_intervals(table, base: dict, candidates: list[Candidate], slo: dic
     """``add_intervals`` for every row of ``sim.studies.plan.plan``'s table of
     ``candidates`` (each built again at the scenario's rate)."""
     r0 = float(base["workload"]["rate_per_s"])
-    built = {c.name: build_for(base, c, r0, source, doc, sets)[0] for c in candidates}
-    return add_intervals(table, [c.name for c in candidates], {c.name: c for c in candidates},
-                         built, Job(base, slo, source, doc, tuple(sets)), spread, rel_tol,
-                         target_rate, Runner(workers, progress))
+    try:
+        built = {c.name: build_for(base, c, r0, source, doc, sets)[0] for c in candidates}
+        return add_intervals(table, [c.name for c in candidates],
+                             {c.name: c for c in candidates}, built,
+                             Job(base, slo, source, doc, tuple(sets)), spread, rel_tol,
+                             target_rate, Runner(workers, progress))
+    except KeyboardInterrupt:
+        raise Interrupted("plan interrupted while finding the ranges; nothing was "
+                          "written") from None
