@@ -111,6 +111,15 @@ def test_acceptance_ends_scale_every_per_guess_rate_and_pick_a_mixs_extreme_task
     assert (lo["alpha"], hi["alpha"]) == (0.6, 0.9)
     lo, hi = acceptance_ends(mix, 0.5, "c")
     assert (lo["alpha"], hi["alpha"]) == (pytest.approx(0.3), 1.0)
+    # an n-gram preset's rates are over the steps it proposed on: not spread on their own
+    from specdec.errors import UserError
+
+    with pytest.raises(UserError, match="^--acceptance-spread: cands.yaml candidates.0 x: "
+                                        "preset ngram-llama-3.1-8b-code-edit-k5's rates"):
+        acceptance_ends({"kind": "preset", "name": "ngram-llama-3.1-8b-code-edit-k5"}, 0.1,
+                        "cands.yaml candidates.0 x")
+    assert acceptance_ends({"kind": "preset", "name": "ngram-llama-3.1-8b-code-edit-k5"},
+                           0.0, "c")[0]["kind"] == "preset"
 
 
 def test_the_timing_error_is_validates_held_out_median_for_the_method():
