@@ -18,7 +18,11 @@ the first block is required, the second optional):
   expert-parallel GPUs of an MoE model, as ``specsim hw step --ep`` takes them (1 splits
   every expert over the ``tp`` GPUs, ``tp`` gives each GPU whole experts, a larger multiple
   of ``tp`` adds data-parallel attention groups; other values are refused when the row is
-  priced); ``pin_memory`` (``true``
+  priced); ``fp4_format`` (``nvfp4`` or ``mxfp4``; empty: the model's, where its
+  checkpoint ships FP4): 4-bit weights as FP4, which needs ``weight_bits`` 4;
+  ``quantized`` (``all``, ``mlp`` or ``experts``; empty: ``all``, or the model's for its own
+  FP4 checkpoint): which weights ``weight_bits`` applies to, the rest 16-bit
+  (:attr:`hardware.deployment.Deployment.quantized_scope`); ``pin_memory`` (``true``
   default, or ``false``): whether offloaded weights sit in pinned host memory;
   ``streaming`` (``true`` default, or ``false``): whether the run streamed its tokens to a
   client (a server benchmark) or ran offline (``trtllm-bench throughput``, a generate
@@ -47,6 +51,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from hardware.deployment import FP4_BITS, QUANTIZED
 from hardware.models import read_utf8
 from specdec.errors import UserError
 
@@ -54,8 +59,8 @@ __all__ = ["MeasuredRow", "read_rows", "REQUIRED", "OPTIONAL", "METRICS"]
 
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
-OPTIONAL = ("framework", "framework_version", "ep", "pin_memory", "streaming", "metric",
-            "output_tokens", "requests", "max_num_tokens", "kv_fraction",
+OPTIONAL = ("framework", "framework_version", "ep", "fp4_format", "quantized", "pin_memory",
+            "streaming", "metric", "output_tokens", "requests", "max_num_tokens", "kv_fraction",
             "cuda_graph_batch_sizes", "split", "category", "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
@@ -81,6 +86,8 @@ class MeasuredRow:
     framework: str = "vllm"
     framework_version: str = ""
     ep: int = 1
+    fp4_format: str | None = None
+    quantized: str | None = None
     pin_memory: bool = True
     streaming: bool = True
     metric: str = "step_s"
@@ -142,6 +149,25 @@ def _sizes(path, line, name, text) -> tuple[int, ...]:
                             f"got {text!r}")
         sizes.append(size)
     return tuple(sizes)
+
+
+def _scope(path, line, get, weight_bits) -> tuple[str | None, str | None]:
+    """The optional ``fp4_format`` and ``quantized`` (None when empty, today's meaning);
+    FP4 needs 4-bit weights and a scope short of ``all`` needs quantised ones."""
+    fp4 = get.get("fp4_format") or None
+    scope = get.get("quantized") or None
+    for name, value, allowed in (("fp4_format", fp4, FP4_BITS), ("quantized", scope,
+                                                                  QUANTIZED)):
+        if value is not None and value not in allowed:
+            raise UserError(f"{path}: line {line}: {name}: must be one of "
+                            f"{', '.join(allowed)} (or empty), got {value!r}")
+    if fp4 is not None and weight_bits != 4:
+        raise UserError(f"{path}: line {line}: fp4_format: FP4 weights need weight_bits 4, "
+                        f"got {weight_bits}")
+    if scope not in (None, "all") and weight_bits == 16:
+        raise UserError(f"{path}: line {line}: quantized: {scope} names the weights "
+                        f"weight_bits quantizes, but weight_bits is 16")
+    return fp4, scope
 
 
 def check_columns(path: Path, header: list[str]) -> None:
@@ -221,10 +247,12 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if "@" in framework:
         raise UserError(f"{path}: line {line}: framework: {framework!r}: give the engine "
                         f"alone here and its release in the framework_version column")
+    weight_bits = _int(path, line, "weight_bits", get["weight_bits"], 1)
+    fp4_format, quantized = _scope(path, line, get, weight_bits)
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
         tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),
-        weight_bits=_int(path, line, "weight_bits", get["weight_bits"], 1),
+        weight_bits=weight_bits,
         kv_bits=_int(path, line, "kv_bits", get["kv_bits"], 1),
         compute_dtype=get["compute_dtype"] or None,
         batch=_int(path, line, "batch", get["batch"], 1),
@@ -233,7 +261,8 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         offload=offload, measured=measured, source=get["source"],
         framework=framework,
         framework_version=get.get("framework_version", ""),
-        ep=_int(path, line, "ep", get.get("ep") or "1", 1), pin_memory=pin,
+        ep=_int(path, line, "ep", get.get("ep") or "1", 1), fp4_format=fp4_format,
+        quantized=quantized, pin_memory=pin,
         streaming=streaming,
         metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,

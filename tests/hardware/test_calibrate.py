@@ -81,6 +81,58 @@ def test_an_ep_column_prices_the_row_under_expert_parallelism(tmp_path):
     assert str(err.value) == f"{path}: line 3: ep: must be >= 1, got 0"
 
 
+FP4_HEAD = ["model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
+            "context", "tokens", "offload", "measured_s", "source", "framework", "ep",
+            "fp4_format", "quantized"]
+
+
+def _fp4_rows(path, cells):
+    """DeepSeek-V3 on 8 B200s under TensorRT-LLM (tp 8, ep 8, a decode of 16 sequences at
+    context 2048) with the given (weight_bits, compute_dtype, fp4_format, quantized)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FP4_HEAD)
+        for bits, dtype, fmt, scope in cells:
+            w.writerow(["deepseek-v3", "b200", 8, 1, bits, 16, dtype, 16, 2048, 1, 0, 0.02,
+                        "test", "trtllm", 8, fmt, scope])
+    return path
+
+
+def test_fp4_columns_price_the_row_with_them(tmp_path):
+    """fp4_format and quantized (empty: today's meaning, the model's checkpoint) reach the
+    row's deployment: NVFP4 W4A4 with the MLPs alone quantised is priced from the tables'
+    NVFP4 rows and costs a step apart from every block weight in NVFP4 and from the FP8
+    checkpoint."""
+    pytest.importorskip("aiconfigurator_core", reason="the tables price NVFP4 W4A4")
+    rows = read_rows(_fp4_rows(tmp_path / "m.csv", [
+        (8, "fp8", "", ""), (4, "fp4", "nvfp4", "all"), (4, "fp4", "nvfp4", "mlp")]))
+    assert [(r.fp4_format, r.quantized) for r in rows] == \
+        [(None, None), ("nvfp4", "all"), ("nvfp4", "mlp")]
+    costs = [row_cost(r, CAT, "measured") for r in rows]
+    assert [(c.dep.fp4, c.dep.quantized_scope) for c in costs] == \
+        [(None, "all"), ("nvfp4", "all"), ("nvfp4", "mlp")]
+    steps = [c.uniform_pass_seconds(16, 1, 2048) for c in costs]
+    assert len(set(steps)) == 3
+    pred, backends = predictions(rows, CAT)
+    assert backends == ["measured"] * 3 and len(set(pred)) == 3
+
+
+@pytest.mark.parametrize(("cells", "message"), [
+    ((4, "fp4", "nvfp8", "mlp"),
+     "fp4_format: must be one of nvfp4, mxfp4 (or empty), got 'nvfp8'"),
+    ((4, "fp4", "nvfp4", "attention"),
+     "quantized: must be one of all, mlp, experts (or empty), got 'attention'"),
+    ((8, "fp8", "nvfp4", ""), "fp4_format: FP4 weights need weight_bits 4, got 8"),
+    ((16, "", "", "experts"),
+     "quantized: experts names the weights weight_bits quantizes, but weight_bits is 16"),
+])
+def test_a_bad_fp4_column_is_one_line_naming_file_line_and_column(tmp_path, cells, message):
+    path = _fp4_rows(tmp_path / "m.csv", [(8, "fp8", "", ""), cells])
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == f"{path}: line 3: {message}"
+
+
 def test_a_missing_column_is_named(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("model,gpu\nx,y\n")
