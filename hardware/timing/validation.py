@@ -2,7 +2,7 @@
 
 ``hardware/data/validation.csv`` holds public measurements (each row's ``source`` says
 where: repository + path + commit, paper + table, vendor page; ``notes`` how the number was
-converted and what was assumed) in :mod:`hardware.timing.rows`' columns, in four
+converted and what was assumed) in :mod:`hardware.timing.rows`' columns, in these
 categories:
 
 - ``A`` batch-1 decode (TP 1-8, 16-, 8- and 4-bit weights, FP8),
@@ -12,6 +12,8 @@ categories:
   (throughput-maximising) size (output tokens/s per GPU), and offline ``trtllm-bench``
   runs with every request queued at once (total output tokens/s),
 - ``D`` offloaded decode: weights streamed from host memory,
+- ``F`` and ``G`` Blackwell batched decode (TPOT at concurrency) in FP8 and in NVFP4
+  W4A4, nothing fitted on them (docs/timing.md, "Blackwell GPUs"),
 
 and, in ``hardware/data/validation_spec.csv`` (:mod:`hardware.timing.spec_rows`' columns),
 
@@ -48,7 +50,8 @@ CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)"
               "C": "max-load throughput (static batch or trtllm-bench)",
               "D": "offloaded decode",
               "E": "speculative decoding (speedup; speculative TPOT)",
-              "F": "Blackwell batched decode (TPOT at concurrency)"}
+              "F": "Blackwell batched decode (TPOT at concurrency)",
+              "G": "Blackwell FP4 batched decode (TPOT at concurrency)"}
 
 
 @dataclass(frozen=True)
