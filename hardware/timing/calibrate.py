@@ -205,8 +205,10 @@ def default_fields(rows: list[MeasuredRow], catalog: Catalog, timing: str = "aut
         gpu = catalog.gpu(r.gpu)
         dtype = r.compute_dtype or gpu.default_dtype
         fmt = weight_format(r.weight_bits, dtype)
+        # FP4 W4A4 streams at eta_fp4, absent eta_fp8 (roofline.py): no GPU sets eta_fp4,
+        # which is not a fittable field, so eta_fp8 is the field such a row pins
         name = {"w16": "eta_weights", "fp8": "eta_fp8", "int8": "eta_int8",
-                "int4": "eta_int4"}[fmt]
+                "int4": "eta_int4", "fp4": "eta_fp8"}[fmt]
         fields.append(f"gpus.{gpu.id}.roofline.{name}")
         if r.offload:
             host = "eta_host" if r.pin_memory else "eta_host_pageable"

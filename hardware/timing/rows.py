@@ -59,9 +59,9 @@ __all__ = ["MeasuredRow", "read_rows", "REQUIRED", "OPTIONAL", "METRICS"]
 
 REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source")
-OPTIONAL = ("framework", "framework_version", "ep", "fp4_format", "quantized", "pin_memory",
-            "streaming", "metric", "output_tokens", "requests", "max_num_tokens", "kv_fraction",
-            "cuda_graph_batch_sizes", "split", "category", "notes")
+OPTIONAL = ("framework", "framework_version", "ep", "pin_memory", "streaming", "metric",
+            "output_tokens", "requests", "max_num_tokens", "kv_fraction",
+            "cuda_graph_batch_sizes", "fp4_format", "quantized", "split", "category", "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
