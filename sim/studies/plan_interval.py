@@ -3,14 +3,16 @@ again with the acceptance and the timing at the ends of their spreads.
 
 What spreads:
 
-- **timing**: every step time × (1 ± e), e the held-out median |error| that ``specsim
-  validate`` prints for category E (``hardware.timing.validation.validate_spec``, the
-  one place it is computed): of the speculative runs' TPOT for a speculative candidate
-  (its drafting method's rows, else all), of the same runs without speculation for one
-  without. A run's times come only from the timing model and the arrivals (plan needs
-  rate-driven arrivals), so the run with every step time × s at rate r is the run at
-  rate r·s with every time × s: a rate r meets the SLO at timing × s where rate r·s meets
-  it with each limit ÷ s (``run.horizon_s`` ÷ s too). Pricing is not touched.
+- **timing**: every step time × (1 ± e), e the held-out median |error| of category E's
+  rows as ``specsim validate`` computes them (``hardware.timing.validation.validate_spec``,
+  the one place they are computed): of the speculative runs' TPOT for a speculative
+  candidate, of the same runs without speculation for one without; over the rows of the
+  candidate's engine and drafting method where three or more are held out, else of its
+  engine, else all (:func:`timing_error`). A run's times come only from the timing model
+  and the arrivals (plan needs rate-driven arrivals), so the run with every step time × s
+  at rate r is the run at rate r·s with every time × s: a rate r meets the SLO at timing
+  × s where rate r·s meets it with each limit ÷ s (``run.horizon_s`` ÷ s too). Pricing is
+  not touched.
 - **acceptance** (speculative candidates only): a ``task_mix`` spreads over its tasks: the
   low end gives every request the task whose model accepts least (mean α), the high end
   the one that accepts most. ``spread`` (``--acceptance-spread``, default 0) is a stated
@@ -53,22 +55,37 @@ LOWEST = 1 / 16  # an end is searched down to this share of the candidate's rate
 GROW = 2 ** 0.25  # the first step outward: the search grid's 19%, doubling after
 
 
+MIN_ROWS = 3  # held-out rows a group needs for its own median (else the wider group's)
+
+
 @lru_cache(maxsize=8)
-def _spec_errors(catalog: str | None, timing: str) -> dict:
+def _spec_errors(catalog: str | None, timing: str):
     return validate_spec(load_catalog([resolve_file(catalog)] if catalog else None),
-                         timing=timing).summary
+                         timing=timing)
 
 
 def timing_error(sc, method: str | None) -> float:
     """The held-out median |error| of category E's TPOT for a candidate's validated
-    scenario ``sc``: the speculative runs' of drafting method ``method`` (else of all
-    methods), or, with ``method`` None, the runs' without speculation."""
+    scenario ``sc``: with ``method`` (a drafting method) the speculative runs' TPOT, with
+    ``method`` None the same runs' TPOT without speculation; over the held-out rows of the
+    candidate's engine and method where at least ``MIN_ROWS`` have it, else of its engine,
+    else of the method, else of all (an engine's error is the one its deployments carry:
+    the rows of another engine on another GPU say little of it)."""
     d = sc.deployment
-    summary = _spec_errors(d.catalog, d.timing)
-    if method is None:
-        return summary["all"]["base_test"] or 0.0
-    mine = summary.get(f"method:{method}", {}).get("tpot_test")
-    return mine if mine is not None else summary["all"]["tpot_test"] or 0.0
+    e = _spec_errors(d.catalog, d.timing)
+    engine = d.framework.partition("@")[0]
+    errors = e.base_error if method is None else e.tpot_error
+    test = [r.split == "test" for r in e.rows]
+    groups = ((engine, method), (engine, None), (None, method), (None, None))
+    for f, m in groups:
+        if method is None and m is not None:
+            continue
+        vals = [abs(x) for r, x, t in zip(e.rows, errors, test, strict=True)
+                if t and not math.isnan(x) and (f is None or r.framework == f)
+                and (m is None or r.method == m)]
+        if len(vals) >= MIN_ROWS or (f is None and m is None):
+            return float(np.median(vals)) if vals else 0.0
+    return 0.0
 
 
 def _scaled(p: float, factor: float) -> float:
