@@ -16,6 +16,7 @@ import yaml
 from sim.cli import main
 from sim.loading import load_scenario, repo_root
 from sim.studies.plan_interval import acceptance_ends, timing_error
+from tests.sim.test_plan_search import _tiny
 
 SCENARIO = repo_root() / "scenarios" / "plan-llama70b.yaml"
 LLAMA8B = repo_root() / "scenarios" / "plan-llama8b.yaml"
@@ -227,17 +228,9 @@ def test_a_spread_on_acceptance_without_rates_names_the_candidate(tmp_path, caps
 
 
 def test_a_search_gives_its_refined_rows_a_range(tmp_path, capsys):
-    doc = yaml.safe_load(SCENARIO.read_text())
-    doc["run"]["requests"] = 200
-    doc["deployment"]["timing"] = "paper"
-    doc["workload"]["output"]["max_tokens"] = 192
-    doc["slo"] = {"ttft_p99_s": 0.5, "tpot_p99_s": 0.03}
-    scenario = tmp_path / "base.yaml"
-    scenario.write_text(yaml.safe_dump(doc))
-    cands = tmp_path / "search.yaml"
-    cands.write_text(yaml.safe_dump({"search": {
+    scenario, cands = _tiny(tmp_path, {
         "deployments": [{"name": "a", "set": {"deployment.gpu": "h100", "deployment.tp": 4}}],
-        "methods": {"d": {}}, "k": [1, 3]}}))
+        "methods": {"d": {}}, "k": [1, 3]})
     out = tmp_path / "o"
     assert main(["plan", str(scenario), "--candidates", str(cands), "--no-progress",
                  "--target-rate", "40", "--out", str(out)]) == 0

@@ -138,12 +138,12 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert code == 0
     doc = json.loads(out)
     assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 825, "C": 79,
-                                                                 "D": 16, "F": 92}
-    assert len(doc["rows"]) == 1059 and all(r["source"] for r in doc["rows"])
+                                                                 "D": 16, "F": 92, "G": 247}
+    assert len(doc["rows"]) == 1306 and all(r["source"] for r in doc["rows"])
     # --by: one entry per (model, gpu, framework), every row in exactly one, its numbers
     # those of its rows
     groups = {(g["model"], g["gpu"], g["framework"]): g for g in doc["groups"]}
-    assert sum(g["rows"] for g in groups.values()) == 1059
+    assert sum(g["rows"] for g in groups.values()) == 1306
     g = groups[("qwen3-32b", "h100", "vllm")]
     mine = [r for r in doc["rows"] if (r["model"], r["gpu"], r["framework"]) ==
             ("qwen3-32b", "h100", "vllm")]
@@ -152,12 +152,12 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert g["worst"] == pytest.approx(max(abs(r["error"]) for r in mine))
     assert sum(r["framework_version"] == "1.0.0rc3" for r in doc["rows"]) == 361
     code, out, _ = run(capsys, "validate", "--by", "framework,framework_version")
-    assert "A batch-1 decode" in out and "1059 rows" in out
+    assert "A batch-1 decode" in out and "1306 rows" in out
     assert "rows (fit / held out)" in out and "825 (414 / 411)" in out
     assert "by framework, framework_version: rows (held out), median signed error" in out
     lines = out.splitlines()
     assert any(re.match(r"trtllm +1\.0\.0rc3 +361 \(179\)", line) for line in lines)
-    assert any(re.match(r"vllm +- +110 \( 56\)", line) for line in lines)  # not stated
+    assert any(re.match(r"vllm +- +170 \( 88\)", line) for line in lines)  # not stated
     code, _, err = run(capsys, "validate", "--by", "model,size")
     assert code == 2 and "--by: 'size' is not a row field to group on" in err
 
