@@ -41,7 +41,8 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from hardware import load_catalog
-from hardware.timing.validation import validate_spec
+from hardware.timing.spec_rows import read_spec_rows
+from hardware.timing.validation import SPEC_VALIDATION_CSV, validate_spec
 from sim.kinds.acceptance import Acceptance
 from sim.limits import MAX_RATE
 from sim.paths import resolve_file
@@ -58,10 +59,18 @@ GROW = 2 ** 0.25  # the first step outward: the search grid's 19%, doubling afte
 MIN_ROWS = 3  # held-out rows a group needs for its own median (else the wider group's)
 
 
-@lru_cache(maxsize=8)
-def _spec_errors(catalog: str | None, timing: str):
-    return validate_spec(load_catalog([resolve_file(catalog)] if catalog else None),
-                         timing=timing)
+@lru_cache(maxsize=16)
+def _spec_errors(catalog: str | None, timing: str, engine: str | None):
+    """Category E priced (``validate_spec``): the rows of ``engine`` (None: every row; an
+    engine without rows: None). Pricing one engine's rows alone keeps a plan from paying
+    for the others' (the B200 and H200 kernel tables take seconds to read)."""
+    rows = read_spec_rows(SPEC_VALIDATION_CSV)
+    if engine is not None:
+        rows = [r for r in rows if r.framework == engine]
+        if not rows:
+            return None
+    cat = load_catalog([resolve_file(catalog)] if catalog else None)
+    return validate_spec(cat, rows=rows, timing=timing)
 
 
 def timing_error(sc, method: str | None) -> float:
@@ -72,17 +81,17 @@ def timing_error(sc, method: str | None) -> float:
     else of the method, else of all (an engine's error is the one its deployments carry:
     the rows of another engine on another GPU say little of it)."""
     d = sc.deployment
-    e = _spec_errors(d.catalog, d.timing)
     engine = d.framework.partition("@")[0]
-    errors = e.base_error if method is None else e.tpot_error
-    test = [r.split == "test" for r in e.rows]
     groups = ((engine, method), (engine, None), (None, method), (None, None))
     for f, m in groups:
         if method is None and m is not None:
             continue
-        vals = [abs(x) for r, x, t in zip(e.rows, errors, test, strict=True)
-                if t and not math.isnan(x) and (f is None or r.framework == f)
-                and (m is None or r.method == m)]
+        e = _spec_errors(d.catalog, d.timing, f)
+        if e is None:
+            continue
+        errors = e.base_error if method is None else e.tpot_error
+        vals = [abs(x) for r, x in zip(e.rows, errors, strict=True)
+                if r.split == "test" and not math.isnan(x) and (m is None or r.method == m)]
         if len(vals) >= MIN_ROWS or (f is None and m is None):
             return float(np.median(vals)) if vals else 0.0
     return 0.0
