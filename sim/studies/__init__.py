@@ -4,7 +4,8 @@ Each study is a module above the engine (``sim.runner``, ``sim.build``) and besi
 command line, which stays a thin layer over them: parameter sweeps (``sweep``), the
 latency-vs-load curve (``load_curve``), the run report (``run_report``, with the acceptance
 replay of ``acceptance_replay``), speedup grids (``grid``), capacity planning (``plan``; over
-a search space: ``plan_space``, ``plan_walk``, ``plan_search``) and the papers' claims
+a search space: ``plan_space``, ``plan_walk``, ``plan_search``; the ranges on its answers:
+``plan_interval``) and the papers' claims
 (``claims`` and its groups). Studies may use ``reports`` to tabulate and draw; ``reports``
 never imports a study or the engine.
 """
