@@ -94,7 +94,7 @@ def _gemm_s(cost: CostModel) -> float:
 
 def test_nvfp4_w4a4_reads_the_tables_nvfp4_rows_on_blackwell():
     from hardware.timing import aic
-    from hardware.timing.measured import block_gemms
+    from hardware.timing.measured_blocks import block_gemms
 
     cost = _nvfp4("llama-3.1-8b", "measured")
     assert cost.backend == "measured" and "nvfp4 GEMMs" in cost.timing.note
@@ -111,7 +111,7 @@ def test_nvfp4_w4a4_reads_the_tables_nvfp4_rows_on_blackwell():
 
 def test_nvfp4_mlps_keep_the_attention_gemms_in_bf16():
     from hardware.timing import aic
-    from hardware.timing.measured import block_gemms
+    from hardware.timing.measured_blocks import block_gemms
 
     every = _nvfp4("llama-3.1-8b", "measured")
     mlp = _nvfp4("llama-3.1-8b", "measured", quantized="mlp")

@@ -259,7 +259,7 @@ def test_the_measured_moe_kernel_is_read_under_aiconfigurators_routing():
     pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
     from hardware import load_catalog
     from hardware.timing import aic
-    from hardware.timing.measured import moe_distribution
+    from hardware.timing.measured_blocks import moe_distribution
 
     cat = load_catalog()
     assert moe_distribution(cat.model("deepseek-v3").config) == "power_law_1.01"

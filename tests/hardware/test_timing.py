@@ -280,7 +280,7 @@ def test_the_measured_kernel_curves_never_fall_with_the_token_count():
     instead, so no curve falls, and a rising stretch keeps its measured values."""
     tables()
     from hardware.timing import aic
-    from hardware.timing.measured import block_gemms
+    from hardware.timing.measured_blocks import block_gemms
 
     dep = Deployment(model=CAT.model("llama-3.1-70b"), gpu=CAT.gpu("h200"), weight_bits=8,
                      compute_dtype="fp8")
@@ -310,7 +310,7 @@ def test_fp8_w8a8_runs_the_kernel_of_the_checkpoints_scales():
     block-scaled kernel; 16-bit and weight-only formats keep their own tables."""
     tables()
     from hardware.timing import aic
-    from hardware.timing.measured import block_gemms, gemm_quant
+    from hardware.timing.measured_blocks import block_gemms, gemm_quant
 
     llama, ds = CAT.model("llama-3.1-70b"), CAT.model("deepseek-v3")
     assert (llama.fp8_scales, ds.fp8_scales) == ("tensor", "block")
