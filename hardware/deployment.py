@@ -309,11 +309,18 @@ class Deployment:
     @property
     def weight_label(self) -> str:
         """How the weights are stored, for messages: '16 bits', 'NVFP4 (4.5 bits)',
-        'MXFP4 (4.25 bits), experts only'."""
+        'MXFP4 (4.25 bits), experts only' (:meth:`weights_label`)."""
+        return self.weights_label()
+
+    def weights_label(self, noun: str = "", bits: str = " bits") -> str:
+        """:attr:`weight_label` with ``noun`` after the format (before the scope) and
+        ``bits`` for the unit: ``weights_label(" weights", "-bit")`` is '16-bit weights',
+        'MXFP4 (4.25-bit) weights, experts only'."""
         fp4 = self.fp4
-        label = f"{self.weight_bits} bits" if fp4 is None \
-            else f"{fp4.upper()} ({FP4_BITS[fp4]:g} bits)"
+        label = f"{self.weight_bits}{bits}" if fp4 is None \
+            else f"{fp4.upper()} ({FP4_BITS[fp4]:g}{bits})"
         scope = self.quantized_scope
+        label += noun
         return label if scope == "all" else f"{label}, {QUANTIZED_LABEL[scope]} only"
 
     @property

@@ -151,9 +151,10 @@ def _sizes(path, line, name, text) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def _scope(path, line, get, weight_bits) -> tuple[str | None, str | None]:
-    """The optional ``fp4_format`` and ``quantized`` (None when empty, today's meaning);
-    FP4 needs 4-bit weights and a scope short of ``all`` needs quantised ones."""
+def precision_columns(path, line, get, weight_bits) -> tuple[str | None, str | None]:
+    """A measurement row's optional ``fp4_format`` and ``quantized`` (None when empty,
+    today's meaning), for this module's rows and ``hardware.timing.spec_rows``': FP4 needs
+    4-bit weights and a scope short of ``all`` needs quantised ones."""
     fp4 = get.get("fp4_format") or None
     scope = get.get("quantized") or None
     for name, value, allowed in (("fp4_format", fp4, FP4_BITS), ("quantized", scope,
@@ -248,7 +249,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         raise UserError(f"{path}: line {line}: framework: {framework!r}: give the engine "
                         f"alone here and its release in the framework_version column")
     weight_bits = _int(path, line, "weight_bits", get["weight_bits"], 1)
-    fp4_format, quantized = _scope(path, line, get, weight_bits)
+    fp4_format, quantized = precision_columns(path, line, get, weight_bits)
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
         tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),

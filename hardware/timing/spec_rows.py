@@ -50,7 +50,7 @@ import numpy as np
 
 from hardware.catalog import DRAFT_METHODS, Catalog, ModelSpec
 from hardware.cost import CostModel
-from hardware.deployment import FP4_BITS, QUANTIZED, Deployment
+from hardware.deployment import Deployment
 from hardware.draft import (
     DraftSetup,
     chain_draft_seconds,
@@ -60,7 +60,7 @@ from hardware.draft import (
 from hardware.heads import head_config, medusa_config
 from hardware.models import read_utf8
 from hardware.spec_cost import SpecRound, for_cost, serial_passes
-from hardware.timing.rows import check_cells, check_columns
+from hardware.timing.rows import check_cells, check_columns, precision_columns
 from specdec.errors import UserError
 
 __all__ = ["SPEC_COLUMNS", "SpecRow", "SpecPrediction", "read_spec_rows", "predict_spec",
@@ -241,11 +241,8 @@ def _row(path: Path, line: int, get: dict[str, str]) -> SpecRow:
                         f"vocabulary; method is {method}")
     if method == "draft_model" and not get.get("draft"):
         raise UserError(f"{where}: draft: give the draft model's catalog id for draft_model")
-    choices = {"fp4_format": FP4_BITS, "quantized": QUANTIZED}
-    for name, allowed in choices.items():
-        if get.get(name) and get[name] not in allowed:
-            raise UserError(f"{where}: {name}: must be one of {', '.join(allowed)} (or "
-                            f"empty), got {get[name]!r}")
+    weight_bits = integer("weight_bits", 1, "16")
+    fp4_format, quantized = precision_columns(path, line, get, weight_bits)
     draft_bits = get.get("draft_weight_bits") or ""
     return SpecRow(
         line=line, model=get["model"], gpu=get["gpu"], tp=integer("tp", 1),
@@ -254,9 +251,9 @@ def _row(path: Path, line: int, get: dict[str, str]) -> SpecRow:
         output_tokens=integer("output_tokens", 2), metric=metric, measured_base=base,
         measured_spec=spec, source=get["source"], shape=shape, framework=framework,
         framework_version=get.get("framework_version", ""), ep=integer("ep", 1, "1"),
-        weight_bits=integer("weight_bits", 1, "16"), kv_bits=integer("kv_bits", 1, "16"),
+        weight_bits=weight_bits, kv_bits=integer("kv_bits", 1, "16"),
         compute_dtype=get.get("compute_dtype") or None,
-        fp4_format=get.get("fp4_format") or None, quantized=get.get("quantized") or None,
+        fp4_format=fp4_format, quantized=quantized,
         draft_weight_bits=integer("draft_weight_bits", 1) if draft_bits else None,
         draft=get.get("draft", ""),
         draft_vocab=integer("draft_vocab", 1) if vocab else None, split=split,

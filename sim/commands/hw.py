@@ -213,9 +213,7 @@ def run_step(args: argparse.Namespace) -> int:
     ms = 1e3
     tree = f" (tree <{args.tree}>)" if args.tree is not None else ""
     ep = f", ep {dep.ep}" if dep.ep > 1 else ""
-    # "16-bit weights", "MXFP4 (4.25-bit) weights, experts only"
-    bits, _, scope = dep.weight_label.replace(" bits", "-bit").partition(", ")
-    weights = f"{bits} weights" + (f", {scope}" if scope else "")
+    weights = dep.weights_label(" weights", "-bit")
     print(f"{dep.model.id} on {dep.n_gpus} x {dep.gpu.id} (tp {dep.tp}, pp {dep.pp}{ep}, "
           f"{weights}, {dep.dtype} compute, {dep.kv_bits}-bit KV, offload "
           f"{cost.offload_fraction:g}): batch {args.batch} x {tokens} new tokens{tree} "
