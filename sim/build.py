@@ -322,7 +322,18 @@ def _check_async(sc: Scenario, source: str, method, variant: str) -> None:
 
 
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
-    """[(variant name, Setup)] for every variant of ``sc``, sharing one request table."""
+    """[(variant name, Setup)] for every variant of ``sc``, sharing one request table (a
+    P/D scenario's: its decode pool's, with the prefill pool's in ``disagg``,
+    ``sim.disagg.pool_setups``)."""
+    if sc.disaggregation is not None:
+        from sim.disagg import pool_setups
+
+        return pool_setups(sc, source, record_bound, _one_pool)
+    return _one_pool(sc, source, record_bound)
+
+
+def _one_pool(sc: Scenario, source: str, record_bound: bool):
+    """``setups`` of a scenario whose replicas all prefill and decode."""
     from hardware.draft import check_same_vocab
     from hardware.spec_cost import for_cost
 

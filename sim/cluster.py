@@ -58,6 +58,9 @@ class Setup:
     # the framework's speculative overheads for the drafter (hardware.spec_cost.SpecRound)
     spec: object | None = None
     notes: tuple[str, ...] = ()  # warnings found building it (added to the run's summary)
+    # prefill/decode disaggregation (sim.disagg.PdSetup: the prefill pool, the link): this
+    # Setup is then the decode pool's
+    disagg: object | None = None
 
 
 @dataclass
@@ -71,13 +74,20 @@ class Cluster:
     router: Router
     log: RunLog
     arrived: list[int]
+    pd: object | None = None  # sim.disagg.PdRun: the prefill pool and the transfers
 
 
 def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
          iteration_rows: bool = True) -> Cluster:
     """Create the replicas, the router and the arrival process in ``env``; ``path``: the
     fast paths the replicas may take (``sim.engine_path``: the same records on each);
-    ``iteration_rows``: whether the log keeps the iteration rows or only their totals."""
+    ``iteration_rows``: whether the log keeps the iteration rows or only their totals.
+    A P/D setup (``disagg``) is wired by ``sim.disagg.wire``."""
+    if setup.disagg is not None:
+        from sim import disagg
+
+        replicas, router, log, arrived, run = disagg.wire(env, setup, path, iteration_rows)
+        return Cluster(env, setup, setup.table, replicas, router, log, arrived, pd=run)
     table = setup.table
     if setup.closed_loop_users:
         # the users write arrival times as they send: give this run its own copy

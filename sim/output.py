@@ -284,14 +284,18 @@ def writing(out: Path):
 
 
 def write_variant(tmp: Path, variant, out: Path) -> None:
-    """A variant's records, ``<variant>/requests.csv`` and ``iterations.csv``, into the
-    staged folder ``tmp`` of ``out`` (``sim.runner.run`` writes each where it was simulated,
-    while the others still run)."""
+    """A variant's records, ``<variant>/requests.csv`` and ``iterations.csv`` (and a P/D
+    run's ``transfers.csv`` and ``prefill-iterations.csv``), into the staged folder ``tmp``
+    of ``out`` (``sim.runner.run`` writes each where it was simulated, while the others
+    still run)."""
     with writing(out):
         d = tmp / variant.name
         d.mkdir(exist_ok=True)
         write_records(d / "requests.csv", variant.requests)
         write_records(d / "iterations.csv", variant.iterations)
+        if variant.transfers is not None:  # a P/D run (sim.disagg)
+            write_records(d / "transfers.csv", variant.transfers)
+            write_records(d / "prefill-iterations.csv", variant.prefill_iteration_rows)
 
 
 def finish_run(result, tmp: Path, out: Path, source: str, overrides: list[str],

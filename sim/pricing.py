@@ -112,18 +112,22 @@ class IterationPricer:
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
               pre_chunks: np.ndarray, bound: bool | None = None, sync=None,
-              ready: np.ndarray | None = None) -> tuple[float, float, str]:
+              ready: np.ndarray | None = None, draft_pre=None) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) for one iteration.
 
         row int64 [m]: every decoding sequence's shape, or int64 [D, m]: one per sequence;
         dec_context int64 [D]: their cached tokens; pre_context, pre_chunks int64 [P]: cached
         tokens and this iteration's chunk of the prefilling sequences; ``sync``: tokens the
         draft ingests per decoding sequence besides its root (a scalar or int64 [D]);
-        ``ready`` bool [D] (with overlap): whose guesses were drafted ahead.
+        ``ready`` bool [D] (with overlap): whose guesses were drafted ahead; ``draft_pre``:
+        (context, chunk) int64 [P] the draft prefills instead of ``pre_context`` and
+        ``pre_chunks``, where it has tokens of its own to catch up on (a decode replica
+        whose draft KV was not sent with the target's, ``sim.disagg``).
         """
         if row.ndim == 2 or isinstance(sync, np.ndarray):
             return self._per_sequence(_rows(row, len(dec_context)), dec_context, pre_context,
-                                      pre_chunks, bound, sync=sync, ready=ready)
+                                      pre_chunks, bound, sync=sync, ready=ready,
+                                      draft_pre=draft_pre)
         n_dec = len(dec_context)
         s_ctx = float(_sum(dec_context))
         pre = prefill_sums(pre_context, pre_chunks)
@@ -142,8 +146,10 @@ class IterationPricer:
             if self.overlap and ready is not None and shape_info(row)[0]:
                 return self._per_sequence(_rows(row, n_dec), dec_context, pre_context,
                                           pre_chunks, bound, ready=ready)
-            draft_s = shared_shape_seconds(self.draft, row, dec_context, pre, len(pre_chunks),
-                                           sync, s_ctx)
+            draft_s = shared_shape_seconds(
+                self.draft, row, dec_context,
+                pre if draft_pre is None else prefill_sums(*draft_pre), len(pre_chunks),
+                sync, s_ctx)
         if self.spec_params is not None and verify > 1:
             draft_s += self.round_s(n_dec, shape_info(row)[0], tri is not None)
         return draft_s, verify_s, label
@@ -192,12 +198,12 @@ class IterationPricer:
         return draft_s, cost
 
     def _per_sequence(self, widths, dec_context, pre_context, pre_chunks, bound, stages=False,
-                      sync=None, ready=None):
+                      sync=None, ready=None, draft_pre=None):
         """The general path: a shape per decoding sequence (widths int64 [D, m]).
 
         Verify: 1 + that sequence's nodes each. Draft: ``sim.draft_pricing``, with the
-        overlap when the draft drafts ahead. Returns what ``price`` (or, with ``stages``,
-        ``price_stages``) returns.
+        overlap when the draft drafts ahead (``draft_pre``: as ``price``'s). Returns what
+        ``price`` (or, with ``stages``, ``price_stages``) returns.
         """
         sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level
         new = np.concatenate((1 + sizes.sum(axis=1), pre_chunks))  # [D + P]
@@ -225,8 +231,9 @@ class IterationPricer:
                 draft_s = serial + (self._ahead_excess if ready.any() else 0.0)
                 self._ahead_excess = max(0.0, ahead - verify_s)
             else:
-                draft_s = per_sequence_seconds(self.draft, widths, dec_context, pre_context,
-                                               pre_chunks, sync)
+                d_ctx, d_chunks = (pre_context, pre_chunks) if draft_pre is None else draft_pre
+                draft_s = per_sequence_seconds(self.draft, widths, dec_context, d_ctx,
+                                               d_chunks, sync)
         if self.spec_params is not None and widths.size:
             levels = (widths > 0).sum(axis=1)  # [D]
             n_spec = int((levels > 0).sum())

@@ -92,6 +92,29 @@ class IterationRecord:
     kv_blocks_used: int
 
 
+@dataclass(frozen=True, slots=True)
+class TransferRecord:
+    """One request of a P/D deployment (``sim.disagg``): the prefill replica that computed
+    its prompt and when it finished (``prefill_done_at``), the decode replica it went to,
+    when that replica held blocks for its KV and started loading it (``load_start_at``),
+    when the link took it (``sent_at``; later where the link was busy) and when it arrived
+    (``kv_ready_at``), the bytes the decode replica received, the prompt tokens the decode
+    replica's draft ran through because its KV was not sent (``draft_kv: recompute``) and
+    how many times its KV was sent (1; 0 where the run ended first). A request the run
+    ended before any of these has nan (and -1 for the replicas)."""
+
+    id: int
+    prefill_replica: int
+    decode_replica: int
+    prefill_done_at: float
+    load_start_at: float
+    sent_at: float
+    kv_ready_at: float
+    kv_bytes: float
+    draft_prefill_tokens: int
+    transfers: int
+
+
 def field_names(record_type: type) -> list[str]:
     """Column names of a record type, in declaration order (for CSV headers)."""
     return [f.name for f in fields(record_type)]

@@ -141,6 +141,12 @@ class Replica:
         self.n_active = 0
         self._admitted = 0  # admission counter: the ``running`` order of vLLM v1
         self.waiting: deque[int] = deque()
+        # a decode replica of a P/D deployment (sim.disagg.DecodeReplica): requests whose
+        # prompt KV is on a prefill replica, those of them holding blocks while it loads
+        # (vLLM's kv_holding_waiting, in order) and those whose load has finished
+        self.remote: dict = {}
+        self.holding: deque[int] = deque()
+        self.loaded: set[int] = set()
         # async scheduling (sim.async_scheduling): steps in flight that will sample a token
         # for each slot (vLLM's num_output_placeholders > 0), and whether the last
         # scheduling preempted
@@ -211,8 +217,7 @@ class Replica:
         self.outstanding_requests += 1
         tab = self.table
         self.outstanding_tokens += tab.prompt_tokens.item(rid) + tab.output_tokens.item(rid)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        self.wake()
 
     # -- the scheduler's side ---------------------------------------------------------
     def schedulable(self) -> np.ndarray:
@@ -341,10 +346,8 @@ class Replica:
             return
         env = self.env
         while True:
-            if self.n_active == 0 and not self.waiting:
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
+            if self.n_active == 0 and not self.waiting and not self.loaded:
+                yield from self._sleep()
             if self._steady or self._walk is not None:  # several iterations at once
                 fn = steady_walk.compiled(self)
                 # a walk that sees the arrivals ahead covers the steady stretches too
@@ -366,6 +369,9 @@ class Replica:
                 if batch.preempted:  # vLLM v1 admits nobody in the step that preempted
                     self.check_progress(0)
                     continue
+                if len(self.loaded) < len(self.holding):  # a KV load in flight wakes it (P/D)
+                    yield from self._sleep()
+                    continue
                 raise RuntimeError(f"replica {self.index}: nothing schedulable with work queued")
             draft_s, verify_s, bound = self.price(batch)
             if decoding:  # admissions that leave the batch steady after them
@@ -375,6 +381,17 @@ class Replica:
                     continue
             yield env.timeout(draft_s + verify_s)
             self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
+
+    def _sleep(self):
+        """Wait until ``submit`` (or a finished KV load, ``sim.disagg``) wakes the loop."""
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
+
+    def wake(self) -> None:
+        """Wake the loop if it sleeps."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
 
     def _pass_stretch(self, stretch):
         """Let a steady stretch's iterations pass, one event each, then write it (and the
@@ -391,10 +408,15 @@ class Replica:
         sync, ready = draft_sync(self, batch)
         draft_s, verify_s, bound = self.pricer.price(
             batch.row, batch.dec_context, batch.pre_context, batch.priced_chunks, sync=sync,
-            ready=ready)
+            ready=ready, draft_pre=self.draft_pre(batch))
         if self.cpu_s_per_seq and self.policy.uses_draft:  # CPU drafting, every sequence
             draft_s += self.cpu_s_per_seq * len(batch.dec_slots)
         return draft_s, verify_s, bound
+
+    def draft_pre(self, batch):
+        """(context, chunk) int64 [P] the draft prefills this iteration where they are not
+        the target's (``IterationPricer.price``): None here (``sim.disagg``)."""
+        return None
 
     def finish_iteration(self, batch, start_at: float, draft_s: float, verify_s: float,
                          bound: str) -> None:

@@ -36,6 +36,10 @@ class VariantResult:
     # iterations the compiled kernels formed (``sim.steady``, ``sim.steady_walk``); the
     # others the reference scheduler did (the records are the same either way)
     compiled_iterations: int = 0
+    # a P/D run (``sim.disagg``): one TransferRecord per request, and the prefill pool's
+    # iterations (``requests`` and ``iterations`` are then the decode pool's)
+    transfers: Records | None = None
+    prefill_iteration_rows: Records[IterationRecord] | None = None
 
     @property
     def iterations(self) -> Records[IterationRecord]:
@@ -74,9 +78,15 @@ def simulate(
         if horizon_s is None:
             env.run()
             progress(env.now, env.now)
-    for replica in cluster.replicas:
+    pd = cluster.pd
+    for replica in cluster.replicas + (pd.prefill if pd is not None else []):
         replica.flush_running()
     log = cluster.log
+    extra = {}
+    if pd is not None:
+        extra = {"transfers": pd.log.records(cluster.arrived[0]),
+                 "prefill_iteration_rows": pd.plog.iteration_records(len(pd.prefill))
+                 if iteration_rows else None}
     return VariantResult(
         name=name,
         requests=log.request_records(cluster.table, cluster.arrived[0]),
@@ -86,6 +96,7 @@ def simulate(
         totals=log.iterations.totals(),
         itl_counts=log.itl.counts,
         compiled_iterations=sum(r.compiled_iterations for r in cluster.replicas),
+        **extra,
     )
 
 
@@ -229,7 +240,7 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
     (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile`` and
     ``keep``; on ``engine_path``, ``sim.engine_path``; keeping the iteration rows or only
     their totals, ``iteration_rows``). The summaries read the totals either way."""
-    from sim.summary import add_speedups, slo_verdict, summarize
+    from sim.summary import add_speedups, slo_verdict, summarize, transfer_stats
 
     summaries = []
     horizon = scenario.run.horizon_s
@@ -243,6 +254,8 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
                          drafting=kinds[name] != "none",
                          prefix_caching=setup.limits.prefix_caching)
+        if res.transfers is not None:  # a P/D run
+            summ.update(transfer_stats(res.transfers))
         summ["warnings"] = [*setup.notes, *summ["warnings"]]  # what building it found
         summ["slo"] = slo_verdict(summ, scenario.slo.ttft_p99_s, scenario.slo.tpot_p99_s)
         summaries.append(summ)

@@ -29,6 +29,7 @@ from sim.kinds.base import (
     Strict,
     Tokens,
 )
+from sim.kinds.disagg import Disaggregation
 from sim.kinds.drafters import DrafterCfg
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
@@ -286,6 +287,9 @@ class Scenario(Strict):
     )
     run: Run = Run()
     slo: Slo = Slo()
+    # prefill and decode on pools of their own, the KV sent between them (sim.disagg);
+    # null: every replica does both
+    disaggregation: Disaggregation | None = None
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -313,4 +317,22 @@ class Scenario(Strict):
             if trees:
                 raise ValueError(f"deployment.draft_overlap: 'parallel' drafts chains only; "
                                  f"variants {trees} draft trees or per-sequence shapes")
+        if self.disaggregation is not None:
+            self._check_disaggregation()
         return self
+
+    def _check_disaggregation(self) -> None:
+        """What a P/D scenario cannot combine with (not modelled there yet)."""
+        d, s = self.deployment, self.scheduler
+        if d.replicas != 1:
+            raise ValueError(f"deployment.replicas: with disaggregation the pools give the "
+                             f"replica counts (disaggregation.prefill.replicas, "
+                             f"decode.replicas); leave it 1, got {d.replicas}")
+        refused = (("deployment.pp", d.pp > 1, "pipeline stages"),
+                   ("deployment.draft_overlap", d.draft_overlap == "parallel",
+                    "a draft drafting ahead on its own GPU"),
+                   ("scheduler.async_scheduling", s.async_scheduling, "async scheduling"),
+                   ("workload", self.workload.closed_loop() is not None, "a closed loop"))
+        for field, bad, what in refused:
+            if bad:
+                raise ValueError(f"{field}: {what} with disaggregation is not modelled")

@@ -190,6 +190,22 @@ def summarize(name: str, requests: Records[RequestRecord], totals: IterationTota
     return summary
 
 
+def transfer_stats(transfers) -> dict:
+    """A P/D run's KV hand-offs (``sim.disagg``, its ``TransferRecord`` s): percentiles of
+    the time on the link (``kv_transfer``: sent to arrived) and of the whole wait from the
+    prefill's end until the KV is on the decode replica (``kv_wait``: the decode replica's
+    queue for blocks and the link's included), and the prompt tokens decode replicas ran
+    through their drafts because the draft's KV stayed behind."""
+    c = transfers.columns
+    done = ~np.isnan(c["kv_ready_at"])
+    on_link = (c["kv_ready_at"] - c["sent_at"])[done]
+    wait = (c["kv_ready_at"] - c["prefill_done_at"])[done]
+    return {"kv_transfer_p50_s": _pct(on_link, 50), "kv_transfer_p99_s": _pct(on_link, 99),
+            "kv_wait_p50_s": _pct(wait, 50), "kv_wait_p99_s": _pct(wait, 99),
+            "kv_transfer_bytes": float(c["kv_bytes"].sum()),
+            "draft_prefill_tokens": int(c["draft_prefill_tokens"].sum())}
+
+
 def slo_verdict(summary: dict, ttft_p99_s: float | None, tpot_p99_s: float | None) -> str | None:
     """"met" / "missed" for a scenario's SLO (p99 TTFT and TPOT targets), or None without one.
 

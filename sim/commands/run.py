@@ -369,6 +369,12 @@ _ROWS = (
      lambda s: f"{s['preemptions']} ({s['recomputed_tokens']})"),
     ("prefix cache hit rate (cached tokens)", lambda s: (
         f"{_num(s['prefix_hit_rate'], '{:.3f}')} ({s['prefix_cached_tokens']})")),
+    ("KV wait p50 / p99 (ms)", lambda s: " / ".join(
+        _num(None if s[k] is None else s[k] * 1e3, "{:.1f}")
+        for k in ("kv_wait_p50_s", "kv_wait_p99_s"))),
+    ("KV on the link p50 / p99 (ms)", lambda s: " / ".join(
+        _num(None if s[k] is None else s[k] * 1e3, "{:.2f}")
+        for k in ("kv_transfer_p50_s", "kv_transfer_p99_s"))),
     ("acceptance rate (vLLM)", lambda s: _num(s["acceptance_rate"], "{:.3f}")),
     ("mean acceptance length (vLLM)", lambda s: _num(s["mean_acceptance_length"], "{:.3f}")),
     ("tokens/verify measured", lambda s: _num(s["tokens_per_verify"], "{:.3f}")),
@@ -396,8 +402,10 @@ def format_table(summaries: list[dict]) -> str:
     """The summary as an aligned text table, one column per variant."""
     names = [s["name"] for s in summaries]
     caching = any(s.get("prefix_cached_tokens") is not None for s in summaries)
+    pd = any("kv_wait_p50_s" in s for s in summaries)  # a P/D run (sim.disagg)
     cells = [[label] + [fn(s) for s in summaries] for label, fn in _ROWS
-             if caching or not label.startswith("prefix cache")]
+             if (caching or not label.startswith("prefix cache"))
+             and (pd or not label.startswith("KV "))]
     header = [""] + names
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)

@@ -3,6 +3,7 @@ waiting queue and the preemption loop."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -199,34 +200,58 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     with speculation) a request with one token to compute takes ``rules.padding``'s
     placeholder drafts beside it, in the budget and the blocks; one that cannot stops the
     admissions (``scheduled``: the running requests scheduled in the step, ``prefilling``
-    those of them that continue their prefill)."""
+    those of them that continue their prefill). On a P/D decode replica
+    (``sim.disagg.DecodeReplica``) a waiting request whose prompt KV is on a prefill
+    replica holds blocks for it and starts loading it instead (``start_load``; taking no
+    slot and no budget), and those whose KV has arrived are admitted first, in the order
+    they started, with all but their last prompt token computed (vLLM's
+    ``kv_holding_waiting``)."""
     new_slots, new_chunks, new_cached, new_pads = [], [], [], []
     cache = r.prefix
     bs = lim.block_size
     ahead = r.lookahead if lim.new_lookahead else 0
     cap = lim.chunk_tokens if cap is None else cap
     slots = r.draft_slots
-    while r.waiting and r.n_active < lim.max_num_seqs and budget > slots:
-        rid = r.waiting[0]
+    # a P/D decode replica (sim.disagg.DecodeReplica) first admits, in order, the requests
+    # holding blocks whose KV has arrived (vLLM drains kv_holding_waiting first)
+    ready = deque(rid for rid in r.holding if rid in r.loaded) if r.loaded else None
+    while (ready or r.waiting) and r.n_active < lim.max_num_seqs and budget > slots:
+        queue = ready or r.waiting
+        rid = queue[0]
+        if queue is r.waiting and r.remote and rid in r.remote:
+            # its prompt's KV is on a prefill replica: hold blocks for it while it loads
+            if not r.start_load(rid):
+                break
+            r.waiting.popleft()
+            continue
         target = r.prefill_target_of(rid)
         hit = idle = 0
-        if cache is not None:
-            hit, idle = cache.lookup(rid, target)
-        cached = hit * bs
+        if queue is ready:  # its held blocks back to the pool, to be taken as its own
+            cached = r.release_hold(rid)
+        else:
+            if cache is not None:
+                hit, idle = cache.lookup(rid, target)
+            cached = hit * bs
         todo = target - cached
         chunk = first_chunk(todo, cap, budget - slots, lim.chunked_prefill)
         pads = rules.padding(todo, cached, pad, scheduled, prefilling) if pad else 0
         need = rules.admission(target, cached, chunk, pads, ahead, hit, idle, r.kv.free_blocks,
                                budget - slots, lim.full_isl, bs)
         if need < 0:
+            if queue is ready:
+                r.hold_again(rid)
             break
         if reserved is not None:
             left = int(r.table.output_tokens[rid]) - (target - int(r.table.prompt_tokens[rid]))
             whole = int(blocks_for(target + min(max(left, 0), output_clip), bs)) - hit
             if whole + idle + reserved > r.kv.free_blocks:
+                if queue is ready:
+                    r.hold_again(rid)
                 break
             reserved += whole - need
-        r.waiting.popleft()
+        queue.popleft()
+        if queue is ready:
+            r.unhold(rid)
         slot = r.admit(rid, target, cached)
         if hit:
             cache.attach(slot, rid, hit)

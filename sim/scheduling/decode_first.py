@@ -106,7 +106,7 @@ def plan_decode_first(r) -> Batch:
     cache_prefills(r, pre, pctx, chunks)
 
     # 4. admissions, first come first served (context: what the prefix cache held, or 0).
-    if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
+    if (r.waiting or r.loaded) and budget > 0 and r.n_active < lim.max_num_seqs:
         new_pre, new_chunks, new_ctx, _ = admit_waiting(r, lim, budget)
         if len(new_pre):
             if len(pre):

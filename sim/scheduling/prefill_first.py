@@ -119,7 +119,7 @@ def plan_prefill_first(r) -> Batch:
             pre, pctx, chunks = pre[keep], pctx[keep], chunks[keep]
         cache_prefills(r, pre, pctx, chunks)
         budget -= int(_sum(chunks))
-    if r.waiting and budget > 0 and r.n_active < lim.max_num_seqs:
+    if (r.waiting or r.loaded) and budget > 0 and r.n_active < lim.max_num_seqs:
         new_pre, new_chunks, new_ctx, _ = admit_waiting(r, lim, budget, _reserved(r),
                                                      CLIP_MAX_NEW_TOKENS)
         if len(new_pre):

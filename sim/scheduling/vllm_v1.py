@@ -115,7 +115,8 @@ def plan_vllm_v1(r) -> Batch:
     # 3. admissions, only when nobody was preempted (a one-token admission padded to a
     # verify: rules.padding)
     pads = NONE
-    if not preempted and r.waiting and budget > slots and r.n_active < lim.max_num_seqs:
+    if not preempted and (r.waiting or r.loaded) and budget > slots \
+            and r.n_active < lim.max_num_seqs:
         new_pre, new_chunks, new_ctx, new_pads = admit_waiting(
             r, lim, budget, cap=cap, pad=r.pad_tokens, scheduled=len(sched),
             prefilling=len(pre))

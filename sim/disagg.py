@@ -1,0 +1,424 @@
+"""Disaggregated prefill and decode (xPyD): two pools of replicas and the KV between them.
+
+A request arrives at the prefill pool (``deployment.router`` picks the replica), is
+prefilled there as a request of one output token (vLLM's P/D proxy sends the prefill
+instance ``max_tokens`` 1 and drops its token), and is handed to a decode replica
+(``disaggregation.decode_router``). The decode replica follows vLLM 0.33's NixlConnector
+flow (vllm/v1/core/sched/scheduler.py, ``Scheduler.schedule`` and
+``_update_waiting_for_remote_kv``):
+
+- when its scheduler reaches the request in the waiting queue it allocates blocks for the
+  whole prompt, if they fit beside the request's first verify (else it admits nobody
+  further, first come first served), and starts loading the KV; the request holds those
+  blocks but takes no slot of the running batch and none of the step's tokens;
+- the load ends after the transfer (below); at the next scheduling step the request is
+  admitted before any waiting request (vLLM drains ``kv_holding_waiting`` first) with all
+  but its last prompt token computed: that token is recomputed to sample the first output
+  token, on the decode replica (its TTFT);
+- preempted there, it recomputes its prompt and output there (the remote KV is gone).
+
+**The transfer.** Each GPU's share of the KV crosses ``disaggregation.link`` (default: the
+GPUs' ``node_link``, a NIC per GPU) at once, so a prompt of n tokens takes
+``latency_s + n × max(b_P, b_D) / bytes_per_s``, b_P and b_D the KV bytes per token on one
+GPU of a prefill and of a decode replica (the pool with fewer GPUs sends or receives more
+per NIC). A transfer holds its prefill replica's NICs and its decode replica's: transfers
+from or to one replica queue first come first served; others run side by side.
+
+**Speculation.** Both pools run the variant's drafter (vLLM refuses to pair prefill and
+decode workers whose model-based speculation differs, vllm-project/vllm PR #49230). The
+prefill pool never verifies (one output token), so its K is moot; it runs the drafter
+over the prompt. With ``draft_kv: transfer`` the draft's KV per token crosses with the
+target's; with ``recompute`` it does not, and the request's first iteration on the decode
+replica runs the draft over its whole prompt before drafting (vLLM with Gemma-4's MTP
+drafter, vllm-project/vllm issue #54926), which shows in that iteration's ``draft_s``, in
+the TTFT, and in the request's ``draft_prefill_tokens`` (``transfers.csv``).
+
+**Not modelled (departures).** vLLM's prefill replica keeps a request's blocks until the
+decode side has read them (NIXL's delayed free); SpecSim frees them when the prefill ends.
+SGLang's flow differs: the decode server preallocates before the prefill starts (its
+bootstrap queue), the prefill server sends each chunk's KV as the chunk completes
+(``send_kv_chunk``, python/sglang/srt/disaggregation/prefill.py, sglang 0.5.14) and the
+first token with the last, so the decode server starts decoding without recomputing a
+token; SpecSim prices every engine with vLLM's flow. No layer-wise overlap of the transfer
+with the prefill, no prefix caching on the decode pool (the prefill pool has the
+scenario's), no pipeline stages, async scheduling or closed loops. P/D runs take the
+reference engine path (no compiled walk).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from sim.kernels.rules import blocks_for
+from sim.log import RunLog
+from sim.records import Records, TransferRecord, field_names
+from sim.replica import Replica
+from sim.router import Router, arrivals
+from sim.slots import COUNTS, OUTPUT
+from specdec.errors import UserError
+
+# why a P/D replica takes no compiled fast path (``specsim bench`` and ``fast_paths``)
+REFERENCE_ONLY = "prefill/decode disaggregation runs on the reference path"
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link a replica's GPUs send or receive KV over, one per GPU."""
+
+    id: str
+    bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class PdSetup:
+    """The P/D half of a decode pool's ``sim.cluster.Setup``: the prefill pool's Setup, the
+    link, and the per-GPU KV bytes per token of each pool (the draft's included where its
+    KV is transferred)."""
+
+    prefill: object  # sim.cluster.Setup of the prefill pool
+    link: Link
+    prefill_bytes_per_token: float
+    decode_bytes_per_token: float
+    draft_kv: str = "transfer"
+    decode_router: str = "least_requests"
+
+    def transfer_s(self, tokens: int) -> float:
+        """Seconds the KV of ``tokens`` prompt tokens takes on the link (module notes)."""
+        per_token = max(self.prefill_bytes_per_token, self.decode_bytes_per_token)
+        return self.link.latency_s + tokens * per_token / self.link.bytes_per_s
+
+    def kv_bytes(self, tokens: int, decode_gpus: int) -> float:
+        """Bytes of the KV of ``tokens`` tokens as a decode replica of ``decode_gpus`` GPUs
+        receives them."""
+        return tokens * self.decode_bytes_per_token * decode_gpus
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A prefilled request on its way to a decode replica."""
+
+    src: int  # its prefill replica
+    tokens: int  # prompt tokens whose KV it brings
+    counters: np.ndarray  # its counters on the prefill replica
+    first_scheduled_at: float
+
+
+class TransferLog:
+    """Per request: where it was prefilled and decoded, and when its KV moved."""
+
+    def __init__(self, n: int) -> None:
+        nan = np.full(n, np.nan)
+        self.prefill_replica = np.full(n, -1, dtype=np.int64)
+        self.decode_replica = np.full(n, -1, dtype=np.int64)
+        self.prefill_done_at = nan.copy()
+        self.load_start_at = nan.copy()
+        self.sent_at = nan.copy()
+        self.kv_ready_at = nan.copy()
+        self.kv_bytes = np.zeros(n)
+        self.draft_prefill_tokens = np.zeros(n, dtype=np.int64)
+        self.transfers = np.zeros(n, dtype=np.int64)
+
+    def records(self, arrived: int) -> Records[TransferRecord]:
+        """One record per request that arrived."""
+        n = arrived
+        cols = (np.arange(n, dtype=np.int64), self.prefill_replica[:n],
+                self.decode_replica[:n], self.prefill_done_at[:n], self.load_start_at[:n],
+                self.sent_at[:n], self.kv_ready_at[:n], self.kv_bytes[:n],
+                self.draft_prefill_tokens[:n], self.transfers[:n])
+        return Records(TransferRecord, dict(zip(field_names(TransferRecord), cols,
+                                                strict=True)))
+
+
+def _off_fast_paths(r: Replica) -> None:
+    r.keep_off_steady(REFERENCE_ONLY)
+    r._walk = None
+    r._off["walk"] = r._off["walk"] or REFERENCE_ONLY
+
+
+class PrefillReplica(Replica):
+    """A replica of the prefill pool: every request it admits writes one token, and when it
+    has, the request leaves for a decode replica (``PdRun.hand_off``)."""
+
+    def __init__(self, *args, pd: PdRun, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_finish = lambda rids: pd.hand_off(self, rids)
+        _off_fast_paths(self)
+
+    def submit(self, rid: int) -> None:
+        super().submit(rid)
+        self.outstanding_tokens -= self.table.output_tokens.item(rid) - 1  # one token here
+
+    def admit(self, rid: int, target: int, cached: int = 0) -> int:
+        s = super().admit(rid, target, cached)
+        self.state[s, OUTPUT] = 1
+        return s
+
+
+class DecodeReplica(Replica):
+    """A replica of the decode pool: its requests' prompt KV comes from the prefill pool
+    (the module notes: vLLM's NixlConnector flow); ``pd``: the run's hand-offs and link."""
+
+    def __init__(self, *args, pd: PdRun, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.pd = pd
+        self._holds: dict[int, int] = {}  # request -> blocks it holds while its KV loads
+        self._draft_prompt: dict[int, int] = {}  # slot -> prompt its draft runs (recompute)
+        self.recompute_draft = pd.pd.draft_kv == "recompute" and self.policy.uses_draft \
+            and self.pricer.draft is not None
+        _off_fast_paths(self)
+
+    def start_load(self, rid: int) -> bool:
+        """Hold blocks for waiting request ``rid``'s prompt KV and start loading it; False
+        (nothing done) where they do not fit beside its first verify's."""
+        inc = self.remote[rid]
+        bs = self.limits.block_size
+        held = int(blocks_for(inc.tokens, bs))
+        if int(blocks_for(inc.tokens + self.lookahead + self.pad_tokens, bs)) \
+                > self.kv.free_blocks:
+            return False
+        self.kv.free_blocks -= held
+        self._holds[rid] = held
+        self.holding.append(rid)
+        self.pd.send(rid, self)
+        return True
+
+    def kv_arrived(self, rid: int) -> None:
+        """``rid``'s KV is here: the next scheduling step may admit it."""
+        self.loaded.add(rid)
+        self.wake()
+
+    def release_hold(self, rid: int) -> int:
+        """Give loaded request ``rid``'s held blocks back to the pool for its admission to
+        take; returns its computed tokens (all but the last prompt token, recomputed to
+        sample the first output token)."""
+        self.kv.returned(self._holds[rid])
+        return self.remote[rid].tokens - 1
+
+    def hold_again(self, rid: int) -> None:
+        """Undo ``release_hold`` (its admission did not fit)."""
+        self.kv.free_blocks -= self._holds[rid]
+
+    def unhold(self, rid: int) -> None:
+        """``rid`` is admitted: it holds no blocks apart any more."""
+        del self._holds[rid]
+        self.holding.remove(rid)
+        self.loaded.discard(rid)
+
+    def admit(self, rid: int, target: int, cached: int = 0) -> int:
+        inc = self.remote.pop(rid, None)
+        s = super().admit(rid, target, cached)
+        if inc is not None:  # first scheduled on its prefill replica; its counters there
+            self.log.first_scheduled_at[rid] = inc.first_scheduled_at
+            self.state[s, COUNTS:] = inc.counters
+            if self.recompute_draft:
+                self._draft_prompt[s] = target
+                self.pd.log.draft_prefill_tokens[rid] = target
+        return s
+
+    def draft_pre(self, batch):
+        """With ``draft_kv: recompute``, the draft runs a newly loaded request's whole
+        prompt in its first iteration here: (context, chunk) of the draft's prefill."""
+        if not self._draft_prompt or not len(batch.pre_slots):
+            return None
+        ctx, chunks = batch.pre_context.copy(), batch.priced_chunks.copy()
+        for i, s in enumerate(batch.pre_slots.tolist()):
+            if self._draft_prompt.pop(s, None) is not None:
+                chunks[i] += ctx[i]
+                ctx[i] = 0
+        return ctx, chunks
+
+
+class PdRun:
+    """A wired P/D deployment's hand-offs and transfers."""
+
+    def __init__(self, env: simpy.Environment, pd: PdSetup, table, plog: RunLog) -> None:
+        self.env = env
+        self.pd = pd
+        self.table = table
+        self.plog = plog  # the prefill pool's log
+        self.log = TransferLog(len(table))
+        self.prefill: list[PrefillReplica] = []
+        self.decode: list[DecodeReplica] = []
+        self.router: Router | None = None  # over the decode pool, once it is wired
+        # each replica's NICs: one transfer at a time from or to it
+        self.egress: list[simpy.Resource] = []
+        self.ingress: list[simpy.Resource] = []
+
+    def add(self, prefill: list, decode: list) -> None:
+        """The pools' replicas, once made."""
+        self.prefill, self.decode = prefill, decode
+        self.router = Router(decode, self.pd.decode_router)
+        self.egress = [simpy.Resource(self.env, 1) for _ in prefill]
+        self.ingress = [simpy.Resource(self.env, 1) for _ in decode]
+
+    def hand_off(self, replica: PrefillReplica, rids: np.ndarray) -> None:
+        """Prefilled requests ``rids`` leave ``replica`` for decode replicas."""
+        now = self.env.now
+        plog, log = replica.log, self.log
+        for rid in rids.tolist():
+            d = self.router.choose(rid)
+            log.prefill_replica[rid] = replica.index
+            log.decode_replica[rid] = d
+            log.prefill_done_at[rid] = now
+            dst = self.decode[d]
+            dst.remote[rid] = Incoming(replica.index, int(self.table.prompt_tokens[rid]),
+                                       plog.counts[rid].copy(),
+                                       float(plog.first_scheduled_at[rid]))
+            dst.submit(rid)
+
+    def send(self, rid: int, dst: DecodeReplica) -> None:
+        """Start moving ``rid``'s KV to ``dst``, which holds blocks for it."""
+        self.env.process(self._send(rid, dst))
+
+    def _send(self, rid: int, dst: DecodeReplica):
+        env, log = self.env, self.log
+        inc = dst.remote[rid]
+        log.load_start_at[rid] = env.now
+        with self.egress[inc.src].request() as out:
+            yield out
+            with self.ingress[dst.index].request() as into:
+                yield into
+                log.sent_at[rid] = env.now
+                yield env.timeout(self.pd.transfer_s(inc.tokens))
+        log.kv_ready_at[rid] = env.now
+        log.kv_bytes[rid] = self.pd.kv_bytes(inc.tokens, dst.pricer.target.dep.n_gpus)
+        log.transfers[rid] += 1
+        dst.kv_arrived(rid)
+
+
+def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
+    """``sim.cluster.wire``'s work for a P/D ``setup`` (the decode pool's, ``setup.disagg``
+    the rest): (the decode pool's replicas, the arrivals' router over the prefill pool,
+    the decode pool's log, the arrival count, the ``PdRun`` with the prefill pool's
+    replicas and log)."""
+    from sim.pricing import IterationPricer
+
+    pd: PdSetup = setup.disagg
+    pre = pd.prefill
+    table = setup.table
+    log = RunLog(len(table), iteration_rows, setup.kv_capacity_blocks)
+    plog = RunLog(len(table), iteration_rows, pre.kv_capacity_blocks)
+    seed = setup.seed
+
+    def rng(i: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(seed.entropy,
+                                                            spawn_key=(*seed.spawn_key, i)))
+
+    run = PdRun(env, pd, table, plog)
+
+    def replica(kind, s, i: int, lg: RunLog, stream: int):
+        pricer = IterationPricer(s.target_cost, s.draft, s.record_bound, False, s.spec)
+        return kind(env, i, s.limits, s.kv_capacity_blocks, pricer, s.make_policy(),
+                    s.acceptance, rng(stream), table, lg, s.draft_sync, False, s.drafter,
+                    path=path, pd=run)
+
+    decode = [replica(DecodeReplica, setup, i, log, i) for i in range(setup.replicas)]
+    prefill = [replica(PrefillReplica, pre, j, plog, setup.replicas + j)
+               for j in range(pre.replicas)]
+    run.add(prefill, decode)
+    router = Router(prefill, setup.router, setup.router_weight)
+    arrived = [0]
+    env.process(arrivals(env, table.arrival_at, router, arrived))
+    return decode, router, log, arrived, run
+
+
+def pool_scenario(sc, role: str, source: str = "scenario"):
+    """The scenario one pool (``role``: prefill or decode) of P/D scenario ``sc`` runs: its
+    ``deployment`` and ``scheduler`` with the pool's changes and replicas, no
+    ``disaggregation``. The decode pool runs without prefix caching (module notes)."""
+    from pydantic import ValidationError
+
+    from sim.loading import format_error
+    from sim.scenario import Deployment, Scheduler
+
+    p = getattr(sc.disaggregation, role)
+    caching = sc.scheduler.prefix_caching and role == "prefill"
+    try:
+        dep = Deployment.model_validate({**sc.deployment.model_dump(),
+                                         **p.deployment_changes(), "replicas": p.replicas})
+        sch = Scheduler.model_validate({**sc.scheduler.model_dump(), **p.scheduler_changes(),
+                                        "prefix_caching": caching})
+    except ValidationError as e:
+        raise UserError(f"{source}: disaggregation.{role}: "
+                        f"{format_error(e.errors()[0])}") from None
+    return sc.model_copy(update={"deployment": dep, "scheduler": sch,
+                                 "disaggregation": None})
+
+
+def pool_setups(sc, source: str, record_bound: bool, build) -> list:
+    """``sim.build.setups`` of a P/D scenario: ``build`` (the one-pool ``setups``) of the
+    prefill pool and of the decode pool (``pool_scenario``), paired variant by variant
+    into the decode pool's Setup with ``disagg`` set."""
+    from hardware.catalog import load_catalog
+    from sim.paths import resolve_file
+
+    dis = sc.disaggregation
+    built_p = build(pool_scenario(sc, "prefill", source), source, record_bound)
+    built_d = build(pool_scenario(sc, "decode", source), source, record_bound)
+    d = sc.deployment
+    catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
+    out = []
+    for (name, sp), (_, sd) in zip(built_p, built_d, strict=True):
+        link_id = dis.link or sd.target_cost.dep.gpu.node_link
+        try:
+            spec = catalog.link(link_id)
+        except UserError as e:
+            raise UserError(f"{source}: disaggregation.link: {e}") from None
+        pd = PdSetup(dataclasses.replace(sp, table=sd.table),
+                     Link(link_id, spec.bytes_per_s, spec.latency_s),
+                     _bytes_per_token(sp, dis.draft_kv), _bytes_per_token(sd, dis.draft_kv),
+                     dis.draft_kv, dis.decode_router)
+        notes = sd.notes
+        if sc.scheduler.prefix_caching:
+            notes = (*notes, "disaggregation: the decode pool runs without prefix caching "
+                             "(not modelled there); the prefill pool has it")
+        out.append((name, dataclasses.replace(sd, disagg=pd, notes=notes)))
+    return out
+
+
+# what each engine adds to a pool's command line: vLLM's NixlConnector with kv_producer on
+# prefill instances and kv_consumer on decode instances (vllm 0.33.0, PyPI wheel:
+# vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py, NixlConnector.__init__,
+# which calls kv_both deprecated); SGLang's --disaggregation-mode (sglang 0.5.14, PyPI
+# wheel: python/sglang/srt/server_args.py)
+_VLLM_KV = "--kv-transfer-config '{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"{}\"}}'"
+POOL_FLAGS = {
+    "vllm": {"prefill": _VLLM_KV.format("kv_producer"),
+             "decode": _VLLM_KV.format("kv_consumer")},
+    "sglang": {role: f"--disaggregation-mode {role}" for role in ("prefill", "decode")},
+}
+
+
+def pool_commands(sc, variant, catalog, engine: str) -> tuple[str, list[str]]:
+    """``engine``'s (vllm, sglang) command line for each pool of P/D scenario ``sc``, as
+    "prefill xN: ... ; decode xM: ...", and what they cannot say (the pools' notes)."""
+    from sim.engines.sglang import launch_command
+    from sim.engines.vllm import serve_command
+
+    command = {"vllm": serve_command, "sglang": launch_command}[engine]
+    lines, notes = [], []
+    for role in ("prefill", "decode"):
+        pool = pool_scenario(sc, role)
+        n = pool.deployment.replicas  # said once, as "xN" (not as replicas behind a balancer)
+        one = pool.model_copy(update={"deployment": pool.deployment.model_copy(
+            update={"replicas": 1})})
+        cmd, said = command(one, variant, catalog)
+        lines.append(f"{role} x{n}: {cmd} {POOL_FLAGS[engine][role]}")
+        notes += said
+    notes.append("a router in front (vLLM's disaggregated proxy, Dynamo, llm-d) sends each "
+                 "request to a prefill server, then to a decode server")
+    return " ; ".join(lines), list(dict.fromkeys(notes))
+
+
+def _bytes_per_token(setup, draft_kv: str) -> float:
+    """KV bytes per token on one GPU of ``setup``'s replicas that a transfer moves: the
+    target's, and a drafting model's or head's where its KV is sent too."""
+    b = float(sum(setup.target_cost.stage_kv_bytes_per_token))
+    if draft_kv == "transfer" and setup.draft is not None:
+        b += float(sum(setup.draft.cost.stage_kv_bytes_per_token))
+    return b
