@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim.commands._plan_text import interval_note, needed, ranges
+from sim.commands._plan_text import interval_note, needed, pool_lines, ranges
 
 _SHOWN = ("rank", "candidate", "gpus", "rate_per_s", "status", "usd_per_million_tokens")
 
@@ -121,14 +121,15 @@ def _configs(row) -> None:
     words = shlex.split(row["vllm_serve"])
     if "--speculative-config" in words:
         print(f"  vLLM --speculative-config: {words[words.index('--speculative-config') + 1]}")
-    print(f"  vLLM: {row['vllm_serve']}")
+    print(f"  vLLM:{pool_lines(row['vllm_serve'])}")
     _notes("vLLM", row["vllm_serve_notes"])
-    print(f"  SGLang: {row['sglang_launch']}")
+    print(f"  SGLang:{pool_lines(row['sglang_launch'])}")
     _notes("SGLang", row["sglang_launch_notes"])
-    print(f"  TensorRT-LLM: {row['trtllm_serve']}")
-    print("  with this config.yaml:")
-    for line in row["trtllm_config"].splitlines():
-        print(f"    {line}")
+    if row["trtllm_serve"]:
+        print(f"  TensorRT-LLM: {row['trtllm_serve']}")
+        print("  with this config.yaml:")
+        for line in row["trtllm_config"].splitlines():
+            print(f"    {line}")
     _notes("TensorRT-LLM", row["trtllm_serve_notes"])
 
 

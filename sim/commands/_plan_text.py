@@ -28,3 +28,11 @@ def interval_note(spread: float) -> str:
         "acceptance as given (a task mix: its least/most accepting task)"
     return (f"ranges: the limit with step times x (1 +/- the timing's held-out error on "
             f"speculative runs, column timing_error) and {acc}; not a confidence interval")
+
+
+def pool_lines(command: str) -> str:
+    """A command after its label: a P/D candidate's lines (``sim.disagg.pool_commands``:
+    one per pool, joined by " ; ") a line each, indented; another's on the label's line."""
+    if " ; " in command:
+        return "\n    ".join(["", *command.split(" ; ")])
+    return f" {command}"

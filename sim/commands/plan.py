@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.commands._lists import file_path, scenario_path, workers_flag
-from sim.commands._plan_text import interval_note, needed, ranges
+from sim.commands._plan_text import interval_note, needed, pool_lines, ranges
 from sim.commands._sets import add_set_flag
 from sim.limits import MAX_RATE, MAX_WORKERS
 from specdec.errors import UserError
@@ -191,6 +191,8 @@ def main(args: argparse.Namespace) -> int:
                           "rows": rows, "files": [str(p) for p in paths]}, indent=2))
         return 0
     cols = list(_SHOWN)
+    if table["pd"].astype(bool).any():  # P/D candidates: their prefill:decode replicas
+        cols.insert(cols.index("gpus") + 1, "pd")
     if args.target_rate is not None:
         cols += ["replicas_for_target", "usd_per_hour_for_target"]
     shown = table[cols].copy()
@@ -208,16 +210,17 @@ def main(args: argparse.Namespace) -> int:
     best = table.iloc[0]
     if best["cheapest"]:
         print(f"* cheapest: {best['candidate']}; re-run: specsim run {source} {best['run_args']}")
-        print(f"  serve it: {best['vllm_serve']}")
+        print(f"  serve it:{pool_lines(best['vllm_serve'])}")
         if best["vllm_serve_notes"]:
             print(f"  ({best['vllm_serve_notes']})")
-        print(f"  or with SGLang: {best['sglang_launch']}")
+        print(f"  or with SGLang:{pool_lines(best['sglang_launch'])}")
         if best["sglang_launch_notes"]:
             print(f"  ({best['sglang_launch_notes']})")
-        print(f"  or with TensorRT-LLM: {best['trtllm_serve']}")
-        print("  and this config.yaml:")
-        for line in best["trtllm_config"].splitlines():
-            print(f"    {line}")
+        if best["trtllm_serve"]:
+            print(f"  or with TensorRT-LLM: {best['trtllm_serve']}")
+            print("  and this config.yaml:")
+            for line in best["trtllm_config"].splitlines():
+                print(f"    {line}")
         if best["trtllm_serve_notes"]:
             print(f"  ({best['trtllm_serve_notes']})")
         front = ", ".join(table.loc[table["pareto"], "candidate"])

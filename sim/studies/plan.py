@@ -314,7 +314,16 @@ def bisect(trial: Callable[[float], bool], lo: float, hi: float, rel_tol: float,
 
 
 def gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
-    """(GPU id, GPUs per replica, USD per GPU-hour) of a candidate's built scenario ``sc``."""
+    """(GPU id, GPUs of all its replicas, USD per GPU-hour) of a candidate's built scenario
+    ``sc``; a P/D one's GPUs are both pools' ("h200+h100" where they differ, at the
+    GPU-weighted mean price)."""
+    if sc.disaggregation is not None:
+        from sim.disagg import pool_scenario
+
+        parts = [gpu_price(pool_scenario(sc, role), cand) for role in ("prefill", "decode")]
+        gpus = sum(n for _, n, _ in parts)
+        return ("+".join(dict.fromkeys(g for g, _, _ in parts)), gpus,
+                sum(n * price for _, n, price in parts) / gpus)
     d = sc.deployment
     dp = d.ep // d.tp if d.ep > d.tp else 1  # data-parallel attention groups (MoE)
     gpus = d.tp * d.pp * dp + (1 if d.draft_placement == "separate"
@@ -340,7 +349,9 @@ def candidate_row(cand: Candidate, sc, found: RateSearch, rel_tol: float,
     # Sustained output rate: requests/s x output tokens per request (the run's own
     # throughput also counts the final drain, when the queue empties).
     thr = found.max_rate_per_s * s.get("output_tokens_per_request", 0.0)
+    dis = sc.disaggregation  # a P/D candidate: its prefill:decode replicas
     row = {"candidate": cand.name, "gpu": gpu, "gpus": gpus,
+           "pd": f"{dis.prefill.replicas}:{dis.decode.replicas}" if dis is not None else "",
            "policy": cand.policy.get("kind"), "max_rate_per_s": found.max_rate_per_s,
            "fail_rate_per_s": found.fail_rate_per_s, "rel_tol": rel_tol,
            "runs": found.runs, "output_tokens_per_s": thr,
@@ -351,20 +362,40 @@ def candidate_row(cand: Candidate, sc, found: RateSearch, rel_tol: float,
     tpot = s.get("tpot_mean_s")
     row["output_tokens_per_s_per_gpu"] = thr / gpus if gpus else math.nan
     row["user_tokens_per_s"] = 1.0 / tpot if tpot else math.nan
-    catalog = _catalog(sc)
-    row["vllm_serve"], notes = serve_command(sc, sc.variants[0], catalog)
-    row["vllm_serve_notes"] = "; ".join(notes)
-    row["sglang_launch"], notes = launch_command(sc, sc.variants[0], catalog)
-    row["sglang_launch_notes"] = "; ".join(notes)
-    row["trtllm_serve"], row["trtllm_config"], notes = trtllm_serve(sc, sc.variants[0],
-                                                                     catalog)
-    row["trtllm_serve_notes"] = "; ".join(notes)
+    row.update(engine_commands(sc, _catalog(sc)))
     if target_rate is not None:
         n = math.ceil(target_rate / found.max_rate_per_s) if found.max_rate_per_s else None
         row["replicas_for_target"] = n
         row["gpus_for_target"] = n * gpus if n else math.inf
         row["usd_per_hour_for_target"] = n * per_hour if n else math.inf
     row["run_args"] = " ".join(f"--set '{a}'" for a in cand.set_args(found.max_rate_per_s))
+    return row
+
+
+def engine_commands(sc, catalog) -> dict:
+    """How to run the built candidate ``sc`` (its one variant) on each engine, with what the
+    command cannot say: ``vllm_serve``, ``sglang_launch``, ``trtllm_serve`` and
+    ``trtllm_config``, each with ``_notes``; for a P/D candidate a line per pool
+    (``sim.disagg.pool_commands``)."""
+    v = sc.variants[0]
+    row = {}
+    if sc.disaggregation is not None:
+        from sim.disagg import pool_commands
+
+        for key, engine in (("vllm_serve", "vllm"), ("sglang_launch", "sglang")):
+            row[key], notes = pool_commands(sc, v, catalog, engine)
+            row[f"{key}_notes"] = "; ".join(notes)
+        row["trtllm_serve"], row["trtllm_config"] = "", ""
+        row["trtllm_serve_notes"] = ("not written for P/D: TensorRT-LLM's disaggregated "
+                                     "serving takes a config of context and generation "
+                                     "servers (trtllm-serve disaggregated)")
+        return row
+    row["vllm_serve"], notes = serve_command(sc, v, catalog)
+    row["vllm_serve_notes"] = "; ".join(notes)
+    row["sglang_launch"], notes = launch_command(sc, v, catalog)
+    row["sglang_launch_notes"] = "; ".join(notes)
+    row["trtllm_serve"], row["trtllm_config"], notes = trtllm_serve(sc, v, catalog)
+    row["trtllm_serve_notes"] = "; ".join(notes)
     return row
 
 

@@ -36,12 +36,13 @@ Commands written inline in prose are not inventoried. The ones whose figures tim
 quotes in the sections on FP8 scales, MoE experts and the Blackwell GPUs are run below; its
 other inline commands (the validation and calibration figures) are not checked here.
 
-Marked slow, to keep the default run near 25 s on two cores: the plan (about 10 s alone,
-more from a cold cache) and the two 200-candidate searches of choose-a-speculation-setup.md
-(about a minute each), the three claims commands (about 35 s), the runs that show no
-output (the Mooncake replay, two sweeps, the write-a-scenario runs: 3 to 7 s each) and
-timing.md's B200 table and served runs (4 s each). Every test runs under pytest-timeout:
-the project's 120 s, or the longer limit marked on a slow one.
+Marked slow, to keep the default run near 25 s on two cores: the plans (about 10 s alone,
+more from a cold cache; the P/D ratio plan about 2.5 minutes) and the two 200-candidate
+searches of choose-a-speculation-setup.md (about a minute each), the three claims commands
+(about 35 s), the runs that show no output (the Mooncake replay, two sweeps, the
+write-a-scenario runs: 3 to 7 s each) and timing.md's B200 table and served runs (4 s
+each). Every test runs under pytest-timeout: the project's 120 s, or the longer limit
+marked on a slow one.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ COMMANDS = {
     ("docs/tutorial.md", r"--method eagle3"),
     ("docs/tutorial.md", r"batch_ladder"),
     ("README.md", r"&& specsim run$"),
-    ("docs/how-to/plan-capacity.md", r"^specsim plan"),
+    ("docs/how-to/plan-capacity.md", r"^specsim plan scenarios/plan-llama70b"),
+    ("docs/how-to/plan-capacity.md", r"^specsim plan scenarios/pd-deepseek"),
     ("docs/how-to/choose-a-speculation-setup.md", r"--top 10$"),
     ("docs/how-to/choose-a-speculation-setup.md", r"tpot_p99=30ms$"),
     ("docs/how-to/simulate-an-engine-deployment.md", r'--from-vllm "\$SERVE"'),
@@ -404,8 +406,8 @@ CLAIMS = "docs/how-to/check-paper-claims.md"
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_plan_capacity(tmp_path, capsys, monkeypatch):
-    printed = _run_and_compare(PLAN, r"^specsim plan", tmp_path, capsys, monkeypatch,
-                               shown_out="runs/plan-plan-llama70b-<time>")
+    printed = _run_and_compare(PLAN, r"^specsim plan scenarios/plan-llama70b", tmp_path,
+                               capsys, monkeypatch, shown_out="runs/plan-plan-llama70b-<time>")
     # rank, candidate, gpu, gpus, policy, max_rate_per_s
     rate = dict(re.findall(r"^[* ] +\d+ +(\S+) +\S+ +\d+ +\S+ +(\S+)", printed, flags=re.M))
     _check_quotes(PLAN, {
@@ -415,6 +417,23 @@ def test_plan_capacity(tmp_path, capsys, monkeypatch):
             [rate["h100-tp4-chain4"], rate["h100-tp4-none"]],
         "({} and {} against {} on the H200 TP2)":
             [rate["h200-tp2-adaptive"], rate["h200-tp2-chain4"], rate["h200-tp2-none"]]})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_plan_a_pd_ratio(tmp_path, capsys, monkeypatch):
+    printed = _run_and_compare(PLAN, r"^specsim plan scenarios/pd-deepseek", tmp_path,
+                               capsys, monkeypatch,
+                               shown_out="runs/plan-pd-deepseek-v3-mtp-<time>")
+    # rank, candidate, gpu, gpus, [pd,] policy, max_rate_per_s
+    rate = dict(re.findall(r"^[* ] +\d+ +(\S+) +\S+ +\d+ +(?:\d+:\d+ +)?\S+ +(\S+)", printed,
+                           flags=re.M))
+    _check_quotes(PLAN, {
+        "1:1 and 1:2 sustain about the same rate ({} and {} requests/s":
+            [rate["1p1d-mtp"], rate["1p2d-mtp"]],
+        "2:2 more than twice it ({})": [rate["2p2d-mtp"]],
+        "the same 24 GPUs sustain {} requests/s": [rate["agg3-mtp"]],
+        "TPOT p99 is at 20 ms already at {} requests/s": [rate["1p2d-off"]]})
 
 
 CHOOSE = "docs/how-to/choose-a-speculation-setup.md"
