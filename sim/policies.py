@@ -60,6 +60,39 @@ def best_chain(n, alpha, seconds):
     return best, best_rate
 
 
+PRIOR_GUESSES = 8  # weight of α̂ in a sequence's own estimate, in guesses (AdaptiveGamma)
+
+
+def cost_ratio(seconds):
+    """c = (T(γ=1) − T(γ=0)) / T(γ=0) from the seconds of each chain γ = 0, 1, ...: the
+    draft-to-verify cost ratio a per-sequence ``AdaptiveGamma`` takes this batch's, or 0
+    where measured kernel times make T(γ=1) the smaller (a one-guess chain's marginal cost
+    is then nothing, not negative: Theorem 3.8 needs c >= 0). Plain scalars: the compiled
+    walk calls it too."""
+    t0 = seconds[0]
+    return max(seconds[1] - t0, 0.0) / t0
+
+
+def sequence_gamma(accepted, checked, alpha, c, gamma_max):
+    """One sequence's γ_i under a per-sequence ``AdaptiveGamma``: ``specdec.optimal_gamma``
+    (the γ in 1..``gamma_max`` maximising S = E(α_i, γ) / (γc + 1), the first on a tie; 0
+    unless α_i > c) at its own α_i = (accepted + 8 α̂) / (checked + 8), its history
+    shrunk toward the batch's estimate ``alpha``. Plain scalars, the same floats as
+    ``optimal_gamma`` over an array (E by Horner's rule from E(0) = 1, S as
+    ``walltime_speedup`` divides): the compiled walk's choice, checked against the policy's
+    own in tests/sim/test_policies.py."""
+    a = (accepted + PRIOR_GUESSES * alpha) / (checked + PRIOR_GUESSES)
+    if not a > c:
+        return 0
+    best, best_s, expected = 1, -1.0, 1.0
+    for g in range(1, gamma_max + 1):
+        expected = 1.0 + a * expected
+        s = expected / (g * c + 1.0)
+        if s > best_s:
+            best, best_s = g, s
+    return best
+
+
 class NoSpeculation:
     """No draft: every decoding sequence verifies just its last token."""
 
@@ -252,7 +285,7 @@ class AdaptiveGamma:
     (exercise 9(c)) and stop spending verify tokens on guesses that will be rejected.
     """
 
-    PRIOR_GUESSES = 8  # weight of α̂ in a sequence's own estimate, in guesses
+    PRIOR_GUESSES = PRIOR_GUESSES  # weight of α̂ in a sequence's own estimate, in guesses
 
     uses_draft = True
 
@@ -309,8 +342,9 @@ class AdaptiveGamma:
     @property
     def walk_smoothing(self) -> float | None:
         """α̂'s EMA weight where ``sim.steady_walk`` can compute this policy's shapes
-        itself (chains, one γ for the batch), else None."""
-        return self.smoothing if self.max_width == 1 and not self.per_sequence else None
+        itself (chains: one γ for the batch, or with ``per_sequence`` each sequence's own,
+        ``sequence_gamma``), else None."""
+        return self.smoothing if self.max_width == 1 else None
 
     @property
     def deepest_row(self) -> np.ndarray:
@@ -329,12 +363,11 @@ class AdaptiveGamma:
 
         k = self.PRIOR_GUESSES
         alpha = (history[:, 0] + k * self.alpha) / (history[:, 1] + k)  # [n]
-        t0 = seconds[0]
         # measured kernel tables are not monotone in the token count at small batches (an
         # m = 4 GEMM can be timed faster than an m = 2 one), so a one-guess chain can price
-        # below no chain: its marginal cost is then nothing, not negative (Theorem 3.8 needs
-        # c >= 0), and every sequence may take the batch's depth
-        c = max(seconds[1] - t0, 0.0) / t0
+        # below no chain: its marginal cost is then nothing (cost_ratio), and every sequence
+        # may take the batch's depth
+        c = cost_ratio(seconds)
         gamma = np.asarray(optimal_gamma(alpha, c, max_gamma=gamma_max), dtype=np.int64)
         return (np.arange(self.max_depth) < gamma[:, None]).astype(np.int64)  # [n, m]
 

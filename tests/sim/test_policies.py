@@ -9,6 +9,8 @@ from sim.policies import (
     FixedGamma,
     NoSpeculation,
     TreePolicy,
+    cost_ratio,
+    sequence_gamma,
     sglang_tree,
 )
 from sim.runner import simulate
@@ -151,6 +153,30 @@ def test_per_sequence_shapes_in_the_engine():
     assert first.verify_tokens == 4 + 3 + 4 + 0 + 1  # roots + (3, 2+2, 0, 1) nodes
     assert first.emitted_tokens == 4 + 3 + 1 + 2
     assert first.drafted_tokens == 3 + 4 + 0 + 1
+
+
+def test_sequence_gamma_is_the_policys_gamma_per_sequence():
+    """The compiled walk's scalar γ_i (``sequence_gamma``, with ``cost_ratio``) is the
+    per-sequence policy's (``specdec.optimal_gamma`` over the batch), on random histories,
+    estimates and costs, ties and edges included (α_i = c, c = 0, a T(1) below T(0))."""
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n, depth = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+        pol = AdaptiveGamma(max_gamma=8, prior_alpha=float(rng.random()), smoothing=0.1,
+                            per_sequence=True)
+        checked = rng.integers(0, 2000, n)
+        accepted = np.minimum(rng.integers(0, 2000, n), checked)
+        if trial % 7 == 0:
+            accepted = checked.copy()  # all accepted: α_i up to 1
+        history = np.stack((accepted, checked), axis=1)
+        t0 = float(rng.uniform(0.005, 0.05))
+        seconds = [t0 + float(rng.uniform(-0.001, 0.02)) * g for g in range(9)]
+        if trial % 5 == 0:  # c such that some α_i == c exactly
+            seconds[1] = t0 + t0 * (accepted[0] + 8 * pol.alpha) / (checked[0] + 8)
+        widths = pol._per_sequence(n, history, depth, seconds)
+        c = cost_ratio(seconds)
+        got = [sequence_gamma(int(a), int(k), pol.alpha, c, depth) for a, k in history]
+        assert (widths > 0).sum(axis=1).tolist() == got, trial
 
 
 def test_adaptive_per_sequence_gives_easy_requests_longer_chains():
