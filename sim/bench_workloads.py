@@ -99,7 +99,7 @@ WORKLOADS: dict[str, Workload] = {
     "per-seq-gamma": Workload(
         _SPEC, "adaptive gamma <= 8 for each sequence, from its own acceptance",
         ("variants.0.policy={kind: adaptive, max_gamma: 8, smoothing: 0.05, "
-         "per_sequence: true}", "workload.rate_per_s=32"), 450),
+         "per_sequence: true}", "workload.rate_per_s=32"), 13_000),
     # PEARL-style: the draft on a GPU of its own drafts the next chain during the verify
     "parallel-drafting": Workload(
         _SPEC, "the draft on a GPU of its own, drafting ahead during the verify",

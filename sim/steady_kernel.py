@@ -37,11 +37,19 @@ from sim import kernels
 from sim.kernels import base, rules
 from sim.kernels import stretch as _stretch_module
 from sim.kernels import walk as _walk_module
-from sim.kernels.base import ADAPTIVE, LADDER, LADDER_KEYS, OUTPUT, PARAM_NAMES, TARGET
+from sim.kernels.base import (
+    ADAPTIVE,
+    ADAPTIVE_SEQ,
+    LADDER,
+    LADDER_KEYS,
+    OUTPUT,
+    PARAM_NAMES,
+    TARGET,
+)
 from workloads import acceptance
 
-__all__ = ["ADAPTIVE", "LADDER", "NO_PREFIX", "PARAM_NAMES", "available", "compiled",
-           "compiled_walk", "stretch", "walk", "walk_shape"]
+__all__ = ["ADAPTIVE", "ADAPTIVE_SEQ", "LADDER", "NO_PREFIX", "PARAM_NAMES", "available",
+           "compiled", "compiled_walk", "stretch", "walk", "walk_shape"]
 
 stretch = _stretch_module.stretch
 walk = _walk_module.walk
@@ -265,12 +273,14 @@ NO_PREFIX = tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,
                reps: int = 1, one_pass: bool = False, smoothing: float | None = None,
                ladder: tuple | None = None, propose: float | None = None, prng=None,
-               host_s: float = 0.0, sticky: bool = False) -> tuple:
+               host_s: float = 0.0, sticky: bool = False,
+               per_sequence: bool = False) -> tuple:
     """``walk``'s arguments from ``row`` to ``host_s``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     the acceptance model's ``kernel_tables`` for each of its tasks and its task bits, as
     ``stack_tables`` takes them, whose kinds decide whether ``rng`` is used;
-    ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here; ``ladder``:
+    ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here, with
+    ``per_sequence`` a γ per sequence (``ADAPTIVE_SEQ``); ``ladder``:
     a batch ladder's γ by batch size and what the size counts (``BatchLadder.key``, one of
     ``LADDER_KEYS``), ``sticky`` whether a request it once gives γ = 0 never drafts again
     (vLLM v0's; the walk's rows carry ``SPEC_OFF``);
@@ -293,7 +303,8 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     nodes = int(np.cumprod(row).sum())
     stack = stack_tables(*tables)
     draws = bool((stack[0][:, base.KIND] != acceptance.KERNEL_RUNS).any())
-    mode = ADAPTIVE if smoothing is not None else LADDER if ladder is not None else 0
+    mode = (ADAPTIVE_SEQ if per_sequence else ADAPTIVE) if smoothing is not None \
+        else LADDER if ladder is not None else 0
     steps, key = ladder if ladder is not None else (_NO_ROW, LADDER_KEYS[0])
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
             bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),

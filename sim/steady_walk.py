@@ -13,9 +13,11 @@ after another finished takes the slot ``Replica.admit`` would give it (the walk 
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 A speculating replica walks too where ``params`` says so (a static policy, an adaptive one
-over chains or a batch ladder (one keyed on the step that last scheduled each sequence
-gives each its own γ: the walk's rows carry ``Replica.scheduled_in`` in a column past the
-state's; a sticky one switches a request off for good, in its row's ``SPEC_OFF``), a
+over chains (with ``per_sequence`` each decoder its own γ at most the batch's, from its
+history, as ``AdaptiveGamma._per_sequence`` gives it) or a batch ladder (one keyed on the
+step that last scheduled each sequence gives each its own γ: the walk's rows carry
+``Replica.scheduled_in`` in a column past the state's; a sticky one switches a request off
+for good, in its row's ``SPEC_OFF``), a
 draft model or EAGLE head drafting serially -- one, or one per GPU of a TP
 target -- or Medusa's heads, or a lookup drafter under a static policy, measured one-stage
 timings, an acceptance model with ``kernel_tables``, or a task mix whose tasks' models
@@ -119,7 +121,7 @@ def params(r) -> tuple | str:
 
     Without speculation: a replica of ``sim.steady`` (``sim.gate.steady``). With: a static
     policy (the same shape for every batch, nothing learned), an adaptive one over chains
-    (``AdaptiveGamma.walk_smoothing``) or a batch ladder, whatever its key
+    (``AdaptiveGamma.walk_smoothing``; per sequence or not) or a batch ladder, whatever its key
     (``BatchLadder.walk_ladder``, sticky or not; both with drafts kept in step every step), a
     draft drafting serially (a draft model or EAGLE
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
@@ -161,7 +163,8 @@ def params(r) -> tuple | str:
     return (r.lookahead, *steady_kernel.walk_shape(True, row, feeds, tree_key_term(row),
                                                    r.rng, tables, reps, one_pass, adaptive,
                                                    ladder, r.proposal_rate, r.propose_rng,
-                                                   r.cpu_s_per_seq, r.sticky_off),
+                                                   r.cpu_s_per_seq, r.sticky_off,
+                                                   getattr(policy, "per_sequence", False)),
             target, dp, _spec_params(r))
 
 
@@ -236,7 +239,7 @@ def plan(r, fn) -> Walk | None:
         rows[n:, STREAM] = tab.stream[ids]
     start = float(r.env.now)  # (0 before any timeout: an int, a second specialisation)
     shape = r._walk
-    if shape[_MODE] == steady_kernel.ADAPTIVE:  # the policy's α̂ now
+    if shape[_MODE] in _LEARNS:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
     # a lookup drafter's matches: where the walk stops before an iteration it drew them for,
     # the generator goes back to where the iterations it ran left it
@@ -265,6 +268,7 @@ _NO_SPEC = np.zeros(len(SPEC_FIELDS))
 # drafter's proposal rate; where the walk's answer holds the matches it drew and did not use
 _MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 13, 20
 _SPARE = 14
+_LEARNS = (steady_kernel.ADAPTIVE, steady_kernel.ADAPTIVE_SEQ)  # modes whose α̂ the walk moves
 MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
@@ -332,7 +336,7 @@ def run(r, w: Walk):
     alive[w.finished[nf:]] = False
     _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,
            gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
-    if r._walk[_MODE] == steady_kernel.ADAPTIVE:  # what observe learned over the walk
+    if r._walk[_MODE] in _LEARNS:  # what observe learned over the walk
         r.policy.alpha = w.alpha
 
 

@@ -41,8 +41,9 @@ LEVELS, RUNS, GEOMETRIC, SAMPLED = 0, 1, 2, 3
 # the columns of a stack of acceptance tables' ``meta`` (one row per task): the kind, the
 # tape, and where the task's runs, ring and table rows start in the stack's arrays
 KIND, TAPE, RUNS_AT, RING_AT, TABLE_AT = 0, 1, 2, 3, 4
-# walk's shape modes besides a static policy's (0)
-ADAPTIVE, LADDER = 1, 2
+# walk's shape modes besides a static policy's (0): an adaptive policy's chain for the
+# batch, a batch ladder's, and an adaptive policy's chain per sequence (``per_sequence``)
+ADAPTIVE, LADDER, ADAPTIVE_SEQ = 1, 2, 3
 # what a batch ladder's size counts (``BatchLadder.key``, in this order): the sequences
 # decoding in the step, the requests running as it starts, or -- per sequence -- the
 # requests scheduled by the step that last scheduled it

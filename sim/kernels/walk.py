@@ -9,6 +9,7 @@ from hardware.spec_cost import round_seconds
 from sim.draft_pricing import passes_capacity
 from sim.kernels.base import (
     ADAPTIVE,
+    ADAPTIVE_SEQ,
     BLOCKS,
     BY_DECODING,
     BY_SCHEDULED,
@@ -64,6 +65,7 @@ from sim.kernels.rules import (
     spent,
     wanted,
 )
+from sim.policies import cost_ratio, sequence_gamma
 
 
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
@@ -116,7 +118,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     decoder's own whatever the key; an iteration with rows switched off beside others
     drafting prices only the drafting rows' passes (``per_sequence_seconds``' general path,
     whose rows switched off feed the draft nothing; with ``reps`` > 1 the walk stops
-    before it). Decoders of different γ
+    before it). ``mode`` 3 (``ADAPTIVE_SEQ``, ``AdaptiveGamma`` with ``per_sequence``):
+    the batch's chain as with ``ADAPTIVE``, then each decoder's own γ at most its depth
+    (``sim.policies.sequence_gamma`` of the decoder's accepted and checked guesses so far,
+    α̂ and the batch's ``cost_ratio``), α̂ folded in after each verify over the decoders'
+    own chains. Decoders of different γ
     are priced as ``IterationPricer.price`` prices a shape per sequence (each verify a
     causal run of its own; the draft's passes ``chain_rows_seconds``, the engine's
     overheads for those with γ > 0 and the deepest's passes) and each draws its depth on
@@ -213,9 +219,14 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     found = np.ones(rows, dtype=np.bool_)  # whose decoder drafts this iteration (a match)
     no_row = np.zeros_like(row)  # the shape of a decoder without a match
     # a ladder keyed on the step that last scheduled each row: a γ per decoder, its chain
-    # (or a sticky ladder: each decoder's γ the ladder's, 0 once it was switched off)
-    per_row = mode == LADDER and (key == BY_SCHEDULED or sticky)
-    g_all = 0  # a sticky ladder's γ for the batch (keyed on the running or decoding rows)
+    # (or a sticky ladder: each decoder's γ the ladder's, 0 once it was switched off; or
+    # an adaptive policy per sequence: each decoder's own γ <= the batch's)
+    per_row = (mode == LADDER and (key == BY_SCHEDULED or sticky)) or mode == ADAPTIVE_SEQ
+    by_step = mode == LADDER and key == BY_SCHEDULED  # no γ for the batch
+    # a sticky ladder's γ for the batch (keyed on the running or decoding rows), or the
+    # adaptive policy's, the most a sequence drafts (ADAPTIVE_SEQ)
+    g_all = 0
+    c_seq = 0.0  # ADAPTIVE_SEQ: this batch's draft-to-verify cost ratio (cost_ratio)
     gam = np.zeros(rows, dtype=np.int64)  # each decoder's γ this iteration (per_row)
     chains = np.zeros((max_g + 1, len(row)), dtype=np.int64)  # [γ, m]: the chain of each γ
     for g in range(max_g + 1):
@@ -242,10 +253,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
-        if mode and not (per_row and key == BY_SCHEDULED):  # the policy's shape (first)
-            if mode == ADAPTIVE:
+        if mode and not by_step:  # the policy's shape (first)
+            if mode == ADAPTIVE or mode == ADAPTIVE_SEQ:
                 g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
                                    group_n, group_ctx, tp, dp, sp, passes, ones, chain_s)
+                if mode == ADAPTIVE_SEQ and g > 0:  # AdaptiveGamma._per_sequence's c
+                    c_seq = cost_ratio(chain_s)
             else:
                 size = n_alive
                 if key == BY_DECODING:  # the decoding rows
@@ -254,8 +267,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         if st[order[o], TARGET] == st[order[o], FILLED]:
                             size += 1
                 g = ladder[size if size < len(ladder) else len(ladder) - 1]
-            if per_row:  # sticky: each decoder's, unless it was switched off
-                g_all = g
+            if per_row:  # sticky: each decoder's, unless it was switched off; per sequence:
+                g_all = g  # each decoder's own, at most this
             else:
                 nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
                 for j in range(max_g):
@@ -304,7 +317,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
             if per_row and left == 0:  # BatchLadder.shape: its last step's size, its γ
-                if key == BY_SCHEDULED:
+                if mode == ADAPTIVE_SEQ:  # AdaptiveGamma._per_sequence, from its history
+                    gam[i] = 0 if g_all == 0 else sequence_gamma(
+                        st[i, COUNTS + 3], st[i, COUNTS + 4], alpha, c_seq, g_all)
+                elif key == BY_SCHEDULED:
                     size = st[i, SCHEDULED]
                     gam[i] = ladder[size if size < len(ladder) else len(ladder) - 1]
                 else:
@@ -630,7 +646,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             for j in range(fin_before, nf):  # then its blocks freed
                 i = fin[j]
                 free += pc_free_slot(pc, no_log, slots[i], st[i, BLOCKS])
-        if mode == ADAPTIVE and nodes > 0 and n_dec > 0 and accepted + short > 0:  # observe
+        if ((mode == ADAPTIVE and nodes > 0) or mode == ADAPTIVE_SEQ) and n_dec > 0 \
+                and accepted + short > 0:  # AdaptiveGamma.observe
             alpha += smoothing * (accepted / (accepted + short) - alpha)
         if nf > fin_before:
             for j in range(fin_before, nf):  # Replica.finish: the slots back, in that order

@@ -173,3 +173,21 @@ def test_bench_help_gives_the_run_size_that_takes_the_kernels_at_once():
     from sim.commands.bench import _HELP as doc
 
     assert f"of {steady.KERNEL_REQUESTS:,} requests or more" in " ".join(doc.split())
+
+
+@pytest.mark.parametrize("policy, sets, needle", [
+    ("{kind: adaptive, max_gamma: 4}", [], None),
+    ("{kind: adaptive, max_gamma: 4, per_sequence: true}", [], None),
+    ("{kind: adaptive, max_gamma: 4, per_sequence: true}", ["scheduler.draft_sync=catch_up"],
+     "draft_sync catch_up with a shape that varies"),
+    ("{kind: adaptive, max_gamma: 4, max_width: 2}", [], "a AdaptiveGamma policy"),
+])
+def test_an_adaptive_policy_walks_over_chains(policy, sets, needle, monkeypatch):
+    """An adaptive policy over chains walks, one γ for the batch or each sequence its own
+    (``per_sequence``); one that also tries trees, or whose drafts catch up, keeps to the
+    reference path with the reason."""
+    sc = load_scenario(DEFAULT, [*SMALL, *sets, f"variants=[{{name: a, policy: {policy}}}]"])
+    taken, reasons = _taken(monkeypatch, sc, PATHS["compiled"])
+    why = reasons["a"]["walk"]
+    assert (taken["a"]["walk"] > 0) == (needle is None), why
+    assert why is None if needle is None else needle in why, why

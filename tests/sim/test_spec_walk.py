@@ -219,14 +219,44 @@ CASES = {
     "ladder-sticky-replicas": ["scenario=plan-llama70b", "run.requests=80", *TIGHT,
                                "variants=[{name: l, policy: {kind: batch_ladder, "
                                "ladder: [[1, 3, 3], [4, 5, 0], [6, 256, 2]], sticky: true}}]"],
-    # policies the walk leaves to the reference path (NO_WALK): adaptive trees, per-sequence
-    # γ, an adaptive policy drafting under catch_up
+    # an adaptive policy per sequence: the batch's γ priced and chosen in the walk, then
+    # each decoder's own γ at most it from its history (decoders of different γ's in a
+    # step, each drawn on its own chain), α̂ learned over the decoders' chains
+    "adaptive-per-seq": ["run.requests=300", BURSTY, "workload.rate_per_s=20",
+                         "variants=[{name: a, policy: {kind: adaptive, max_gamma: 6, "
+                         "smoothing: 0.05, per_sequence: true}}]"],
+    # ... i.i.d. α (one geometric run per decoder, a γ = 0 one's too where others draft)
+    "adaptive-per-seq-iid": ["run.requests=200", "acceptance={kind: iid, alpha: 0.7}",
+                             "workload.rate_per_s=20",
+                             "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                             "per_sequence: true}}]"],
+    # ... a 16-token budget: decoders left out of a step, drafts cut (the reference's)
+    "adaptive-per-seq-tight": ["run.requests=150", BURSTY, *TIGHT,
+                               "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
+                               "per_sequence: true}}]"],
+    # ... on a TP-4 target with a draft per GPU (each replica's passes over its own γ's)
+    "adaptive-per-seq-replicas": ["scenario=plan-llama70b", "run.requests=120",
+                                  f"acceptance={{{BURSTY_MODEL}}}",
+                                  "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                                  "per_sequence: true}}]"],
+    # ... with Medusa's heads (one pass whatever the γ's)
+    "adaptive-per-seq-medusa": ["run.requests=120", 'models.target="vicuna-7b"',
+                                "models.draft=null", "workload.prompt.max_tokens=1024",
+                                "workload.output.max_tokens=512",
+                                "acceptance={kind: positional, rates: [0.9, 0.6, 0.4, 0.3]}",
+                                "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
+                                "policy: {kind: adaptive, max_gamma: 4, "
+                                "per_sequence: true}}]"],
+    # ... a task mix (each task's decoders drawn after the tasks before)
+    "adaptive-per-seq-mix": ["run.requests=150", "workload.rate_per_s=20",
+                             f"acceptance={{kind: task_mix, tasks: {{{MIX}}}}}",
+                             "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                             "per_sequence: true}}]"],
+    # policies the walk leaves to the reference path (NO_WALK): adaptive trees, an adaptive
+    # policy drafting under catch_up
     "adaptive-width": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                        "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
                        "max_width: 2}}]"],
-    "adaptive-per-seq": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
-                         "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
-                         "per_sequence: true}}]"],
     "adaptive-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                           "scheduler.draft_sync=catch_up",
                           "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4}}]"],
@@ -237,12 +267,14 @@ CASES = {
     "ngram-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                        "scheduler.draft_sync=catch_up", LOOKUP.format("ngram", 4, 0.5, 0.0)],
 }
-NO_WALK = {"ladder-off", "adaptive-width", "adaptive-per-seq",
-           "adaptive-catch-up", "ngram-adaptive", "ngram-catch-up"}
+NO_WALK = {"ladder-off", "adaptive-width", "adaptive-catch-up", "ngram-adaptive",
+           "ngram-catch-up"}
 LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut",
                 "task-mix-ngram-tree"}
-# cases whose steps' decoders verify different γ's (a ladder keyed on the scheduled step)
-MIXED_GAMMA = {"ladder-scheduled-tight", "ladder-scheduled-replicas", "ladder-scheduled-medusa"}
+# cases whose steps' decoders verify different γ's (a ladder keyed on the scheduled step,
+# an adaptive policy per sequence)
+MIXED_GAMMA = {"ladder-scheduled-tight", "ladder-scheduled-replicas", "ladder-scheduled-medusa",
+               *(c for c in CASES if c.startswith("adaptive-per-seq"))}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -250,7 +282,7 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady_kernel, steady_walk
     from sim.build import setups
-    from sim.policies import BatchLadder
+    from sim.policies import AdaptiveGamma, BatchLadder
     from sim.runner import simulate_variants
 
     if steady_kernel.compiled_walk() is None:
@@ -278,14 +310,13 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
 
     monkeypatch.setattr(steady_walk, "plan", counted)
     mixed = []  # per run, the steps whose decoders' γ's differ (formed by the reference)
-    real_shape = BatchLadder.shape
+    for policy in (BatchLadder, AdaptiveGamma):
+        def shape(self, *args, _real=policy.shape, **kwargs):
+            got = _real(self, *args, **kwargs)
+            mixed[-1] += got.ndim == 2
+            return got
 
-    def shape(self, *args, **kwargs):
-        got = real_shape(self, *args, **kwargs)
-        mixed[-1] += got.ndim == 2
-        return got
-
-    monkeypatch.setattr(BatchLadder, "shape", shape)
+        monkeypatch.setattr(policy, "shape", shape)
     runs = []
     for on, progress in ((False, None), (True, None), (True, lambda *a: None)):
         mixed.append(0)
@@ -419,7 +450,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
 
 
 # bench workloads (``sim.bench_workloads``) the walk once left to the reference path
-ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder")
+ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
