@@ -86,16 +86,17 @@ class PdSetup:
     decode_bytes_per_token: float
     draft_kv: str = "transfer"
     decode_router: str = "least_requests"
+    decode_gpus: int = 1  # GPUs of a decode replica (the bytes it receives)
 
     def transfer_s(self, tokens: int) -> float:
         """Seconds the KV of ``tokens`` prompt tokens takes on the link (module notes)."""
         per_token = max(self.prefill_bytes_per_token, self.decode_bytes_per_token)
         return self.link.latency_s + tokens * per_token / self.link.bytes_per_s
 
-    def kv_bytes(self, tokens: int, decode_gpus: int) -> float:
-        """Bytes of the KV of ``tokens`` tokens as a decode replica of ``decode_gpus`` GPUs
-        receives them."""
-        return tokens * self.decode_bytes_per_token * decode_gpus
+    def kv_bytes(self, tokens: int) -> float:
+        """Bytes of the KV of ``tokens`` tokens a decode replica receives (on all its
+        GPUs)."""
+        return tokens * self.decode_bytes_per_token * self.decode_gpus
 
 
 @dataclass(frozen=True)
@@ -170,16 +171,31 @@ class DecodeReplica(Replica):
         self._draft_prompt: dict[int, int] = {}  # slot -> prompt its draft runs (recompute)
         self.recompute_draft = pd.pd.draft_kv == "recompute" and self.policy.uses_draft \
             and self.pricer.draft is not None
+        # vLLM's num_speculative_tokens K (its reservations count a step of 1 + K + K)
+        self.spec_tokens = int(self.policy.max_nodes) if self.policy.uses_draft else 0
         _off_fast_paths(self)
 
     def start_load(self, rid: int) -> bool:
         """Hold blocks for waiting request ``rid``'s prompt KV and start loading it; False
-        (nothing done) where they do not fit beside its first verify's."""
+        (nothing done) where they do not fit. vLLM 0.33 (``Scheduler.schedule``,
+        ``_inflight_prefill_reserved_blocks``, ``_spec_decode_step_blocks``) admits an
+        asynchronous load only if its prompt's blocks fit in the free blocks less, for
+        every request still prefilling (loading, or running short of its prompt), the
+        blocks it needs to hold its whole sequence plus a speculative step, and its own
+        speculative step's blocks; a step is 1 + K + K lookahead tokens where K drafts are
+        verified (none without speculation)."""
         inc = self.remote[rid]
         bs = self.limits.block_size
         held = int(blocks_for(inc.tokens, bs))
-        if int(blocks_for(inc.tokens + self.lookahead + self.pad_tokens, bs)) \
-                > self.kv.free_blocks:
+        spec = 1 + self.spec_tokens + self.lookahead if self.spec_tokens else 0
+        reserved = int(blocks_for(spec, bs)) + sum(
+            int(blocks_for(self.remote[r].tokens + spec, bs)) - self._holds[r]
+            for r in self.holding)
+        run = (self.active & (self.prefilled < self.target_prefill)).nonzero()[0]
+        if len(run):
+            reserved += int(np.add.reduce(
+                blocks_for(self.target_prefill[run] + spec, bs) - self.kv.blocks[run]))
+        if held + reserved > self.kv.free_blocks:
             return False
         self.kv.free_blocks -= held
         self._holds[rid] = held
@@ -286,7 +302,7 @@ class PdRun:
                 log.sent_at[rid] = env.now
                 yield env.timeout(self.pd.transfer_s(inc.tokens))
         log.kv_ready_at[rid] = env.now
-        log.kv_bytes[rid] = self.pd.kv_bytes(inc.tokens, dst.pricer.target.dep.n_gpus)
+        log.kv_bytes[rid] = self.pd.kv_bytes(inc.tokens)
         log.transfers[rid] += 1
         dst.kv_arrived(rid)
 
@@ -372,7 +388,7 @@ def pool_setups(sc, source: str, record_bound: bool, build) -> list:
         pd = PdSetup(dataclasses.replace(sp, table=sd.table),
                      Link(link_id, spec.bytes_per_s, spec.latency_s),
                      _bytes_per_token(sp, dis.draft_kv), _bytes_per_token(sd, dis.draft_kv),
-                     dis.draft_kv, dis.decode_router)
+                     dis.draft_kv, dis.decode_router, sd.target_cost.dep.n_gpus)
         notes = sd.notes
         if sc.scheduler.prefix_caching:
             notes = (*notes, "disaggregation: the decode pool runs without prefix caching "

@@ -3,7 +3,7 @@ budgets; (b) tight KV (preemptions); (c) EAGLE with K = 3 under budgets that cut
 (d) tight KV with EAGLE; (e) prefix caching without and with EAGLE; (f) a draft model
 (one input slot per scheduled request); (g) seeded random mixes of all of these; (h) vLLM's
 Dynamic SD ladder (``num_speculative_tokens_per_batch_size``), named and random; every one
-of them again with async scheduling."""
+of them again with async scheduling; (p) a P/D decode replica's, named and random (sync)."""
 
 from __future__ import annotations
 
@@ -161,8 +161,35 @@ def random_ladder(seed: int) -> Workload:
     return replace(w, name=f"h ladder seed {seed}", ladder=tuple(rows), blocks=blocks)
 
 
+def remote(seed: int) -> Workload:
+    """(p): a P/D decode replica: a random mix of (g) without prefix caching (SpecSim's
+    decode pool has none), its prompts prefilled elsewhere, each KV loading 0.5 to 3.5 s
+    from the step that holds blocks for it."""
+    rng = np.random.default_rng([seed, 53])
+    w = random_mix(seed)
+    if w.prefix_caching:
+        w = replace(w, prefix_caching=False, hash_ids=None)
+    return replace(w, name=f"p remote seed {seed}",
+                   remote_s=float(rng.choice([0.5, 1.5, 2.5, 3.5])))
+
+
+def named_remote() -> list[Workload]:
+    """(p), hand-chosen: a P/D decode replica with ample KV, with EAGLE, and with tight KV
+    (loads wait for blocks; decoders are preempted and recompute here)."""
+    return [
+        _mix("p remote", 14, n=12, span=8, prompt=(8, 160), output=(2, 40), remote_s=1.5),
+        _mix("p remote eagle", 15, n=10, span=4, prompt=(8, 60), output=(10, 50),
+             max_batched_tokens=41, remote_s=2.5, **EAGLE),
+        _mix("p remote tight 24 blocks", 16, n=12, span=6, prompt=(16, 120),
+             output=(10, 60), blocks=24, max_batched_tokens=64, remote_s=1.5),
+        _mix("p remote eagle tight 24 blocks", 17, n=12, span=6, prompt=(16, 120),
+             output=(10, 60), blocks=24, max_batched_tokens=64, remote_s=0.5, **EAGLE),
+    ]
+
+
 RANDOM_SEEDS = range(100)
 LADDER_SEEDS = range(40)
+REMOTE_SEEDS = range(30)
 GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES}
 
 
@@ -179,6 +206,8 @@ def sync_workloads() -> list[Workload]:
 
 def all_workloads() -> list[Workload]:
     """Every workload the conformance test runs, in the table's order: each in sync mode,
-    then each again with async scheduling (its name ends in " async")."""
+    then each again with async scheduling (its name ends in " async"), then (p), the P/D
+    decode replica's, sync only (SpecSim refuses async scheduling with disaggregation)."""
     sync = sync_workloads()
-    return sync + [replace(w, name=f"{w.name} async", async_scheduling=True) for w in sync]
+    return (sync + [replace(w, name=f"{w.name} async", async_scheduling=True) for w in sync]
+            + named_remote() + [remote(s) for s in REMOTE_SEEDS])

@@ -2,7 +2,9 @@
 
 The batches are read where the replica forms them: the ``vllm_v1`` entry of
 ``sim.scheduling.ORDERS`` (which ``Replica`` looks up when it is built) and
-``Replica.preempt`` are wrapped for the run and put back after it.
+``Replica.preempt`` are wrapped for the run and put back after it. A P/D decode replica's
+workload (``Workload.remote_s``) runs on one ``sim.disagg.DecodeReplica`` fed its requests
+as prefilled elsewhere.
 """
 
 from __future__ import annotations
@@ -11,13 +13,18 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
+import simpy
 
 from sim import scheduling
+from sim.disagg import DecodeReplica, Incoming, Link, PdRun, PdSetup
 from sim.drafters import Drafter
 from sim.engine_path import PATHS
+from sim.log import RunLog
 from sim.policies import BatchLadder, FixedGamma, NoSpeculation
+from sim.pricing import IterationPricer
 from sim.replica import Replica
 from sim.runner import simulate
+from sim.slots import N_COUNTERS
 from tests.conformance.workload import BLOCK, Step, Workload
 from tests.sim.fakes import FakeCost, setup, table
 
@@ -111,7 +118,41 @@ def run_specsim(w: Workload) -> list[Step]:
     """SpecSim's steps for ``w`` on the reference path, until every request finished."""
     steps: list[Step] = []
     with _recording(steps):
-        res = simulate(specsim_setup(w), path=PATHS["reference"])
-    if not bool(np.all(res.requests.column("finished"))):
+        if w.remote_s:
+            finished = _run_decode_replica(w)
+        else:
+            res = simulate(specsim_setup(w), path=PATHS["reference"])
+            finished = res.requests.column("finished")
+    if not bool(np.all(finished)):
         raise RuntimeError(f"{w.name}: SpecSim left requests unfinished")
     return steps
+
+
+def _run_decode_replica(w: Workload) -> np.ndarray:
+    """A P/D decode replica (``sim.disagg.DecodeReplica``) given each request at its
+    arrival as prefilled elsewhere, its KV loading ``w.remote_s`` seconds over a link no
+    other load shares (the connector vLLM runs with here has no link): whether each
+    finished."""
+    s = specsim_setup(w)
+    env = simpy.Environment()
+    log = RunLog(len(s.table), True, s.kv_capacity_blocks)
+    pd = PdSetup(None, Link("conformance", 1.0, w.remote_s), 0.0, 0.0)
+    run = PdRun(env, pd, s.table, None)
+    pricer = IterationPricer(s.target_cost, s.draft, False, False, s.spec)
+    r = DecodeReplica(env, 0, s.limits, s.kv_capacity_blocks, pricer, s.make_policy(),
+                      s.acceptance, np.random.default_rng(0), s.table, log, s.draft_sync,
+                      False, s.drafter, path=PATHS["reference"], pd=run)
+    run.add([], [r])
+    run.egress = [simpy.Resource(env, capacity=w.n)]  # no queue for the link
+    run.ingress = [simpy.Resource(env, capacity=w.n)]
+
+    def hand_offs():
+        for rid in np.argsort(s.table.arrival_at, kind="stable").tolist():
+            yield env.timeout(float(s.table.arrival_at[rid]) - env.now)
+            r.remote[rid] = Incoming(0, int(s.table.prompt_tokens[rid]),
+                                     np.zeros(N_COUNTERS, dtype=np.int64), env.now)
+            r.submit(rid)
+
+    env.process(hand_offs())
+    env.run()
+    return ~np.isnan(log.finished_at)

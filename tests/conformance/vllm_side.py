@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
+    KVTransferConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
@@ -47,8 +48,8 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheConfig,
     KVCacheGroupSpec,
 )
-from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from tests.conformance.workload import (  # noqa: E402
@@ -110,9 +111,14 @@ class VllmFactory:
             enable_chunked_prefill=w.chunked, async_scheduling=w.async_scheduling,
             is_encoder_decoder=False)
         cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=w.prefix_caching)
+        kv_transfer = None
+        if w.remote_s:  # a P/D decode replica: the pull connector's scheduler side
+            kv_transfer = KVTransferConfig(
+                kv_connector="RemotePrefillConnector", kv_role="kv_consumer",
+                kv_connector_module_path="tests.conformance.remote_connector")
         vc = VllmConfig(scheduler_config=sched, model_config=mc, cache_config=cache,
                         parallel_config=parallel, device_config=DeviceConfig(device="cpu"),
-                        speculative_config=spec)
+                        speculative_config=spec, kv_transfer_config=kv_transfer)
         if vc.scheduler_config.async_scheduling != w.async_scheduling or vc.use_v2_model_runner:
             raise RuntimeError("vLLM changed async scheduling or chose the V2 runner")
         kv = KVCacheConfig(num_blocks=w.blocks, kv_cache_tensors=[], kv_cache_groups=[
@@ -128,6 +134,8 @@ class VllmFactory:
 def _request(w: Workload, rid: int, hasher) -> Request:
     sp = SamplingParams(max_tokens=w.output[rid], ignore_eos=False)
     sp.update_from_generation_config({}, EOS)
+    if w.remote_s:
+        sp.extra_args = {"kv_transfer_params": {"do_remote_prefill": True}}
     return Request(request_id=str(rid), prompt_token_ids=w.prompt_ids(rid), sampling_params=sp,
                    pooling_params=None, arrival_time=w.arrival_at[rid], block_hasher=hasher)
 
@@ -157,6 +165,8 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
     order = sorted(range(w.n), key=lambda i: w.arrival_at[i])
     now, nxt, done = 0.0, 0, 0
     steps: list[Step] = []
+    ready: dict[str, float] = {}  # a P/D decode replica: when each started load ends
+    started: set[str] = set()  # and the loads started so far (one a request)
     while done < w.n:
         while nxt < w.n and w.arrival_at[order[nxt]] <= now:
             s.add_request(_request(w, order[nxt], hasher))
@@ -168,6 +178,25 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
             raise RuntimeError(f"{w.name}: vLLM ran {max_steps} steps without finishing")
         out = s.schedule()
         spec = out.scheduled_spec_decode_tokens
+        kv_out = None
+        if w.remote_s:  # loads this step started; those that end by its end are reported
+            for r, req in s.requests.items():
+                if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS and r not in started:
+                    started.add(r)
+                    ready[r] = now + w.remote_s
+            if not out.total_num_scheduled_tokens:  # nothing runs: on to the next event
+                now = min([*ready.values(), *([w.arrival_at[order[nxt]]] if nxt < w.n
+                                              else [])])
+            end = now + (1.0 if out.total_num_scheduled_tokens else 0.0)
+            arrived = {r for r, t in ready.items() if t <= end}
+            for r in arrived:
+                del ready[r]
+            kv_out = KVConnectorOutput(finished_recving=arrived)
+            if not out.total_num_scheduled_tokens:
+                s.update_from_output(out, ModelRunnerOutput(
+                    req_ids=[], req_id_to_index={}, sampled_token_ids=[],
+                    kv_connector_output=kv_out))
+                continue
         steps.append(_step(out, now))
         ids = list(out.num_scheduled_tokens)
         sampled = []
@@ -181,7 +210,7 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
             sampled.append([OUT_TOKEN] * (a + 1))
         s.update_from_output(out, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled))
+            sampled_token_ids=sampled, kv_connector_output=kv_out))
         done = nxt - len(s.requests)  # a finished request leaves ``requests``
         if w.k:  # K drafts, or the K the ladder gives this step's size (Dynamic SD)
             live = [r for r in ids if r in s.requests]

@@ -53,6 +53,10 @@ class Workload:
     # vLLM's num_speculative_tokens_per_batch_size: rows (first size, last size, K), K at
     # most ``k``; None: ``k`` drafts every step
     ladder: tuple | None = None
+    # > 0: a P/D decode replica (SpecSim's sim.disagg.DecodeReplica, vLLM with a pull KV
+    # connector): each request's prompt was prefilled elsewhere, its arrival is its
+    # hand-off, and its KV loads this many seconds from the step that holds blocks for it
+    remote_s: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_at)
