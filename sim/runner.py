@@ -10,6 +10,7 @@ brought it in.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,7 @@ class VariantResult:
     # iterations (``requests`` and ``iterations`` are then the decode pool's)
     transfers: Records | None = None
     prefill_iteration_rows: Records[IterationRecord] | None = None
+    prefill_totals: IterationTotals | None = None  # the prefill pool's iterations' totals
 
     @property
     def iterations(self) -> Records[IterationRecord]:
@@ -86,7 +88,8 @@ def simulate(
     if pd is not None:
         extra = {"transfers": pd.log.records(cluster.arrived[0]),
                  "prefill_iteration_rows": pd.plog.iteration_records(len(pd.prefill))
-                 if iteration_rows else None}
+                 if iteration_rows else None,
+                 "prefill_totals": pd.plog.iterations.totals()}
     return VariantResult(
         name=name,
         requests=log.request_records(cluster.table, cluster.arrived[0]),
@@ -250,7 +253,11 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
     results = simulate_variants(built, horizon, progress, workers, meanwhile, keep,
                                 engine_path, iteration_rows)
     for (name, setup), res in zip(built, results, strict=True):
-        summ = summarize(name, res.requests, res.totals, res.end_at, chain=chains[name],
+        totals = res.totals
+        if res.prefill_totals is not None:  # P/D: recompute against both pools' prefill
+            totals = dataclasses.replace(totals, prefill_tokens=totals.prefill_tokens
+                                         + res.prefill_totals.prefill_tokens)
+        summ = summarize(name, res.requests, totals, res.end_at, chain=chains[name],
                          itl=res.itl_counts, kv_capacity_blocks=setup.kv_capacity_blocks,
                          drafting=kinds[name] != "none",
                          prefix_caching=setup.limits.prefix_caching)
