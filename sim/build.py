@@ -325,11 +325,48 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table (a
     P/D scenario's: its decode pool's, with the prefill pool's in ``disagg``,
     ``sim.disagg.pool_setups``)."""
+    if sc.scheduler.kv_offload_gib is not None:
+        why = ("prefill/decode disaggregation" if sc.disaggregation is not None else
+               "pipeline parallelism (deployment.pp > 1)" if sc.deployment.pp > 1 else None)
+        if why:
+            raise UserError(f"{source}: scheduler.kv_offload_gib: a CPU tier is not modelled "
+                            f"with {why}; leave it out")
     if sc.disaggregation is not None:
         from sim.disagg import pool_setups
 
         return pool_setups(sc, source, record_bound, _one_pool)
     return _one_pool(sc, source, record_bound)
+
+
+def _tier(sc: Scenario, source: str, target, drafter, variant: str):
+    """The ``sim.offload.TierSpec`` of each replica of ``sc`` (vLLM's
+    ``--kv-offloading-size``) for a variant with ``target``'s cost model and ``drafter``,
+    or None without one."""
+    from hardware.catalog import load_catalog
+    from sim.offload import TierSpec, tier_blocks
+
+    lim = sc.scheduler
+    if lim.kv_offload_gib is None:
+        return None
+    d = sc.deployment
+    catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
+    link_id = lim.kv_offload_link or target.dep.gpu.host_link
+    try:
+        link = catalog.link(link_id)
+    except UserError as e:
+        raise UserError(f"{source}: scheduler.kv_offload_link: {e}") from None
+    # KV bytes per token on one GPU: the target's, and a drafter's in the same blocks
+    per_gpu = float(max(target.stage_kv_bytes_per_token))
+    if drafter is not None and drafter.setup is not None:
+        per_gpu += float(max(drafter.setup.cost.stage_kv_bytes_per_token))
+    blocks = tier_blocks(lim.kv_offload_gib, lim.block_size, per_gpu, target.dep.n_gpus)
+    if blocks < 1:
+        raise UserError(
+            f"{source}: scheduler.kv_offload_gib: {lim.kv_offload_gib} GiB holds no KV block "
+            f"of {lim.block_size} tokens ({per_gpu * lim.block_size * target.dep.n_gpus:.0f} "
+            f"bytes over {target.dep.n_gpus} GPU(s), variant {variant}); give more")
+    return TierSpec(lim.kv_offload_gib, blocks, link_id, link.bytes_per_s, link.latency_s,
+                    per_gpu)
 
 
 def _one_pool(sc: Scenario, source: str, record_bound: bool):
@@ -396,8 +433,10 @@ def _one_pool(sc: Scenario, source: str, record_bound: bool):
                 f"{step - per_request} tokens a step for a request beside the input slots "
                 f"vLLM {lim.vllm_release} gives {drafter.method} drafting, less than variant "
                 f"{v.name!r}'s verify of {max_verify_tokens(probe)} tokens")
+        tier = _tier(sc, source, target, drafter if probe.uses_draft else None, v.name)
         out.append((v.name, Setup(
-            table=tab, limits=limits, kv_capacity_blocks=blocks, target_cost=target,
+            table=tab, limits=limits if tier is None else replace(limits, offload=tier),
+            kv_capacity_blocks=blocks, target_cost=target,
             draft=draft, make_policy=make_policy, acceptance=acc,
             seed=ss[3], replicas=sc.deployment.replicas,
             router=sc.deployment.router,

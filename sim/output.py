@@ -285,7 +285,8 @@ def writing(out: Path):
 
 def write_variant(tmp: Path, variant, out: Path) -> None:
     """A variant's records, ``<variant>/requests.csv`` and ``iterations.csv`` (and a P/D
-    run's ``transfers.csv`` and ``prefill-iterations.csv``), into the staged folder ``tmp``
+    run's ``transfers.csv`` and ``prefill-iterations.csv``, a run with a CPU tier's
+    ``loads.csv`` and ``offload-tiers.csv``), into the staged folder ``tmp``
     of ``out`` (``sim.runner.run`` writes each where it was simulated, while the others
     still run)."""
     with writing(out):
@@ -296,6 +297,9 @@ def write_variant(tmp: Path, variant, out: Path) -> None:
         if variant.transfers is not None:  # a P/D run (sim.disagg)
             write_records(d / "transfers.csv", variant.transfers)
             write_records(d / "prefill-iterations.csv", variant.prefill_iteration_rows)
+        if variant.tiers is not None:  # a CPU tier below the prefix cache (sim.offload)
+            write_records(d / "loads.csv", variant.loads)
+            write_records(d / "offload-tiers.csv", variant.tiers)
 
 
 def finish_run(result, tmp: Path, out: Path, source: str, overrides: list[str],

@@ -128,6 +128,10 @@ class PrefixCachingBlockManager(BlockManager):
         # scalar): what this pool passes the functions; the compiled walk takes the arrays
         self._m, self._k, self._s = (memoryview(a) for a in (self.mem, self._keys,
                                                                self._starts))
+        # a CPU tier below it (``sim.offload.Loads``, which sets these): what it is
+        # offered as blocks are cached, and each slot's blocks offered so far
+        self.tier = None
+        self.offered: np.ndarray | None = None
 
     @property
     def evicted_blocks(self) -> int:
@@ -169,10 +173,14 @@ class PrefixCachingBlockManager(BlockManager):
         for s in np.atleast_1d(slots).tolist():
             self.free_blocks += int(pc_free_slot(self._m, _NO_LOG, s, int(self.blocks[s])))
             self.blocks[s] = 0
+        if self.tier is not None:
+            self.offered[slots] = 0
 
     def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
         for s, h in zip(slots.tolist(), held.tolist(), strict=True):
             self.free_blocks += int(pc_free_slot(self._m, _NO_LOG, s, h))
+        if self.tier is not None:
+            self.offered[slots] = 0
         if self.free_blocks > self.capacity_blocks:
             raise RuntimeError(f"KV pool over capacity: {self.free_blocks} free of "
                                f"{self.capacity_blocks}")
@@ -205,6 +213,8 @@ class PrefixCachingBlockManager(BlockManager):
         for s, rid, c, k in zip(slots.tolist(), rids.tolist(), computed.tolist(), known,
                                 strict=True):
             pc_cache(self._m, _NO_LOG, self._k, self._s, s, rid, c, k)
+            if self.tier is not None:  # stored as computed (sim.offload)
+                self.tier.offer_slot(s, rid)
 
     def keep_committed(self, slot: int, rid: int, kv_tokens: int,
                        known: int | None = None) -> None:
@@ -216,6 +226,23 @@ class PrefixCachingBlockManager(BlockManager):
         scheduling)."""
         pc_keep_committed(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
                           -1 if known is None else known)
+        if self.tier is not None:  # stored as computed (sim.offload)
+            self.tier.offer_slot(slot, rid)
+
+    def move(self, src: int, dst: int) -> None:
+        """Move slot ``src``'s blocks, the copies it references (in block order) and what
+        it offered a tier below into empty slot ``dst``; ``src`` is left empty (a CPU-tier
+        load's blocks, held apart while they loaded, ``sim.offload``)."""
+        m, width = self.mem, int(self.mem[pc.W_])
+        done = int(m[m[pc.DONE] + src])
+        if int(self.blocks[dst]) or int(m[m[pc.DONE] + dst]):
+            raise RuntimeError(f"prefix cache: slot {dst} is not empty")
+        a, b = int(m[pc.HELD]) + src * width, int(m[pc.HELD]) + dst * width
+        m[b:b + done] = m[a:a + done]
+        m[m[pc.DONE] + dst], m[m[pc.DONE] + src] = done, 0
+        self.blocks[dst], self.blocks[src] = self.blocks[src], 0
+        if self.offered is not None:
+            self.offered[dst], self.offered[src] = self.offered[src], 0
 
     # -- checks -----------------------------------------------------------------------
     def _at(self, node: int, field: int) -> int:

@@ -115,6 +115,41 @@ class TransferRecord:
     transfers: int
 
 
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """One load from a replica's CPU tier (``sim.offload``; vLLM's native KV offload): the
+    request, its replica, when it held blocks and started waiting (``start_at``), when the
+    link took it (``sent_at``; later where another load held the link) and when its KV was
+    on the GPU (``ready_at``), the prompt (or, after a preemption, committed) tokens it
+    loaded and those its GPU prefix cache held before them (``gpu_hit_tokens``), and
+    whether it was the request's first scheduling (``first``: the hit counts in
+    ``cpu_hit_rate``; a load after a preemption saves recompute instead)."""
+
+    id: int
+    replica: int
+    start_at: float
+    sent_at: float
+    ready_at: float
+    tokens: int
+    gpu_hit_tokens: int
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TierRecord:
+    """One replica's CPU tier at the end of a run (``sim.offload``): its capacity in
+    blocks, the blocks stored and evicted, the offers dropped because nothing could be
+    evicted, the most blocks it held at once and those it held at the end."""
+
+    replica: int
+    capacity_blocks: int
+    stored_blocks: int
+    evicted_blocks: int
+    dropped_offers: int
+    peak_blocks: int
+    held_blocks: int
+
+
 def field_names(record_type: type) -> list[str]:
     """Column names of a record type, in declaration order (for CSV headers)."""
     return [f.name for f in fields(record_type)]

@@ -22,6 +22,7 @@ from sim.engine_path import AUTO, EnginePath
 from sim.kernels import rules
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
+from sim.offload import REFERENCE_ONLY, Loads
 from sim.prefix_cache import PrefixCachingBlockManager
 from sim.pricing import IterationPricer
 from sim.scheduling import ORDERS, SchedulerLimits
@@ -114,9 +115,13 @@ class Replica:
             if self.proposal_rate is not None else None
         self.sticky_off = bool(getattr(policy, "sticky", False))
         n = limits.max_num_seqs
+        # with a CPU tier (sim.offload), as many rows again past the slots: each holds a
+        # loading request's blocks in the pool (vLLM allocates them as the load starts)
+        holds = n if limits.offload is not None else 0
+        rows = n + holds
         # All per-slot state in one int64 [slots, N_COLS] array, so that a batch's rows are
         # gathered and scattered with one fancy-index operation each; named column views.
-        self.state = np.zeros((n, N_COLS), dtype=np.int64)
+        self.state = np.zeros((rows, N_COLS), dtype=np.int64)
         st = self.state
         self.rid, self.target_prefill, self.prefilled = st[:, RID], st[:, TARGET], st[:, FILLED]
         self.emitted, self.kv_tokens, self.output = st[:, EMITTED], st[:, KV], st[:, OUTPUT]
@@ -126,16 +131,16 @@ class Replica:
         # with prefix caching, the pool keeps prompt blocks by content (sim.prefix_cache)
         eagle_type = policy.uses_draft and drafter is not None \
             and drafter.method in EAGLE_TYPE
-        self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, n, st[:, BLOCKS],
-                                        eagle_type)
+        self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, rows,
+                                        st[:, BLOCKS], eagle_type)
         self.kv = self.prefix or BlockManager(kv_capacity_blocks, limits.block_size, n,
                                               blocks=st[:, BLOCKS],
                                               rolls_back=limits.rolls_back)
-        self.last_chunk_at = np.zeros(n)  # when each slot last emitted (ITL)
+        self.last_chunk_at = np.zeros(rows)  # when each slot last emitted (ITL)
         # how many requests the step that last scheduled each slot scheduled (what a batch
         # ladder keyed on it reads: vLLM drafts a request's next verify at the end of it)
-        self.scheduled_in = np.zeros(n, dtype=np.int64)
-        self.active = np.zeros(n, dtype=bool)
+        self.scheduled_in = np.zeros(rows, dtype=np.int64)
+        self.active = np.zeros(rows, dtype=bool)
         self._order: np.ndarray | None = None  # running_order's answer until it changes
         self._free_slots = list(range(n - 1, -1, -1))
         self.n_active = 0
@@ -150,10 +155,10 @@ class Replica:
         # async scheduling (sim.async_scheduling): steps in flight that will sample a token
         # for each slot (vLLM's num_output_placeholders > 0), and whether the last
         # scheduling preempted
-        self.sampling = np.zeros(n, dtype=np.int64)
+        self.sampling = np.zeros(rows, dtype=np.int64)
         # and the tokens in flight that no output has confirmed (a verify's, placeholder
         # drafts): counted in KV but not cached by a preemption
-        self.unconfirmed = np.zeros(n, dtype=np.int64)
+        self.unconfirmed = np.zeros(rows, dtype=np.int64)
         self.last_preempted = False
         # preempted request -> (tokens it had emitted, its counters, speculation off, last
         # chunk time): carried back to the queue
@@ -183,6 +188,12 @@ class Replica:
             self._steady_params = steady.kernel_params(self)
             if self._steady_params is None:
                 self._off["steady"] = steady.NOT_PRICED
+        # a CPU tier below the prefix cache and its loads (sim.offload), or None
+        self.offload = Loads(self, limits.offload, n, holds) if holds else None
+        if self.offload is not None:  # the compiled paths know no tier
+            self.keep_off_steady(REFERENCE_ONLY)
+            walk = None
+            self._off["walk"] = self._off["walk"] or REFERENCE_ONLY
         self._steady = self._off["steady"] is None  # sim.steady: several iterations at once
         self._steady_kernel = None  # the compiled stretch, once it uses it
         self._walk = walk if isinstance(walk, tuple) else None
@@ -312,6 +323,45 @@ class Replica:
         row[STREAM] = self.table.stream[rid]
         self.n_active += 1
         return s
+
+    # -- KV loads: a CPU tier's (sim.offload); a P/D decode replica overrides them ----
+    def start_load(self, rid: int, hit: int = 0, idle: int = 0, more: int = 0) -> bool:
+        """Hold blocks for waiting request ``rid``: its ``hit`` GPU prefix blocks
+        (``idle`` of them unreferenced) and ``more`` blocks found in the CPU tier, and start
+        loading those; False (nothing done) where they do not fit beside its first verify
+        (``sim.offload.Loads.start``)."""
+        return self.offload.start(rid, self.prefill_target_of(rid), hit, idle, more,
+                                  self.lookahead + self.pad_tokens)
+
+    def kv_arrived(self, rid: int) -> None:
+        """``rid``'s KV is here: the next scheduling step may admit it."""
+        self.loaded.add(rid)
+        self.wake()
+
+    def release_hold(self, rid: int) -> int:
+        """Loaded request ``rid``'s blocks are cached on the GPU; returns its computed
+        tokens (its blocks stay in its hold row: ``held_blocks``)."""
+        return self.offload.release(rid)
+
+    def hold_again(self, rid: int) -> None:
+        """Undo ``release_hold`` (its admission did not fit): nothing to undo here."""
+
+    def unhold(self, rid: int) -> None:
+        """``rid`` is admitted: it waits no more."""
+        self.holding.remove(rid)
+        self.loaded.discard(rid)
+
+    def held_blocks(self, rid: int) -> int:
+        """Blocks loaded request ``rid`` brings to its admission (0: none; a P/D decode
+        replica's go back to the pool first)."""
+        return 0 if self.offload is None else self.offload.held(rid)
+
+    def take_hold(self, rid: int, slot: int) -> None:
+        """Give admitted request ``rid``'s held blocks to its ``slot``; its
+        ``cached_tokens`` are its GPU hit's (its CPU hit is the tier's record)."""
+        gpu = self.offload.take(rid, slot)
+        if not self.state[slot, RESUMED]:
+            self.state[slot, CACHED] = gpu
 
     def preempt(self, s: int) -> None:
         """Preempt by recompute: free the slot and its blocks, requeue at the front (with
@@ -464,6 +514,8 @@ class Replica:
             tokens = self.table.prompt_tokens[rids] + st[:, EMITTED] - 1
             for s, rid, n in zip(fin.tolist(), rids.tolist(), tokens.tolist(), strict=True):
                 self.prefix.keep_committed(s, rid, n)
+                if self.offload is not None:  # its CPU blocks ranked anew
+                    self.offload.finished(s, rid)
         self.state[fin] = 0  # blocks and counters back to zero for the next tenant
         if not freed:
             self.kv.free_slots(fin, st[:, BLOCKS])

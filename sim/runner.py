@@ -19,6 +19,7 @@ import simpy
 from sim.cluster import Setup, wire
 from sim.engine_path import AUTO, EnginePath
 from sim.log import NoIterationRows
+from sim.offload import load_records, tier_records
 from sim.records import IterationRecord, IterationTotals, Records, RequestRecord
 
 
@@ -42,6 +43,10 @@ class VariantResult:
     transfers: Records | None = None
     prefill_iteration_rows: Records[IterationRecord] | None = None
     prefill_totals: IterationTotals | None = None  # the prefill pool's iterations' totals
+    # with a CPU tier below the prefix cache (``sim.offload``): one LoadRecord per load,
+    # one TierRecord per replica
+    loads: Records | None = None
+    tiers: Records | None = None
 
     @property
     def iterations(self) -> Records[IterationRecord]:
@@ -85,6 +90,9 @@ def simulate(
         replica.flush_running()
     log = cluster.log
     extra = {}
+    tiers = tier_records(cluster.replicas)
+    if tiers is not None:
+        extra = {"loads": load_records(cluster.replicas), "tiers": tiers}
     if pd is not None:
         extra = {"transfers": pd.log.records(cluster.arrived[0]),
                  "prefill_iteration_rows": pd.plog.iteration_records(len(pd.prefill))
@@ -243,7 +251,13 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
     (on up to ``workers`` processes: ``simulate_variants``, with its ``meanwhile`` and
     ``keep``; on ``engine_path``, ``sim.engine_path``; keeping the iteration rows or only
     their totals, ``iteration_rows``). The summaries read the totals either way."""
-    from sim.summary import add_speedups, slo_verdict, summarize, transfer_stats
+    from sim.summary import (
+        add_speedups,
+        offload_stats,
+        slo_verdict,
+        summarize,
+        transfer_stats,
+    )
 
     summaries = []
     horizon = scenario.run.horizon_s
@@ -263,6 +277,8 @@ def run_setups(scenario, built, progress=None, workers: int = 1,
                          prefix_caching=setup.limits.prefix_caching)
         if res.transfers is not None:  # a P/D run
             summ.update(transfer_stats(res.transfers))
+        if res.tiers is not None:  # a CPU tier below the prefix cache
+            summ.update(offload_stats(res.loads, res.tiers, res.requests))
         summ["warnings"] = [*setup.notes, *summ["warnings"]]  # what building it found
         summ["slo"] = slo_verdict(summ, scenario.slo.ttft_p99_s, scenario.slo.tpot_p99_s)
         summaries.append(summ)

@@ -23,6 +23,7 @@ from sim.kinds.base import (
     MAX_SEQS,
     DataFile,
     Gpus,
+    Pos,
     PosInt,
     Prob,
     Seconds,
@@ -213,6 +214,14 @@ class Scheduler(Strict):
     # longer one is refused, and the KV pool must hold one such request (vLLM will not
     # start otherwise). null = the target's max_position_embeddings
     max_model_len: PosInt | None = None
+    # vLLM's --kv-offloading-size: GiB of host memory per replica (vLLM: per engine, summed
+    # over its GPUs) for a CPU tier below the prefix cache (vLLM 0.33's native
+    # OffloadingConnector): full blocks are stored there as they are computed, evicted LRU,
+    # and a request whose prefix misses the GPU cache but is found there loads it over
+    # kv_offload_link, waiting meanwhile (sim.offload). Needs prefix_caching; null = none
+    kv_offload_gib: Pos | None = None
+    # the link CPU-tier loads cross (hardware/data/links.yaml); null = the GPU's host_link
+    kv_offload_link: str | None = None
 
     @model_validator(mode="after")
     def _chunk_fits(self):
@@ -227,6 +236,18 @@ class Scheduler(Strict):
         if self.reserve_full_isl and self.vllm_release == "0.11":
             raise ValueError("reserve_full_isl: vLLM 0.11 has no scheduler_reserve_full_isl "
                              "(it came in 0.20); give vllm_release 0.20 or later")
+        if self.kv_offload_gib is not None:
+            why = ("it is a tier below the prefix cache: set prefix_caching true"
+                   if not self.prefix_caching else
+                   f"vLLM's offload is modelled with the vllm_v1 order, got {self.order}"
+                   if self.order != "vllm_v1" else
+                   "not modelled with async_scheduling; set it false"
+                   if self.async_scheduling else None)
+            if why:
+                raise ValueError(f"kv_offload_gib: {why}")
+        elif self.kv_offload_link is not None:
+            raise ValueError("kv_offload_link: a link for the CPU tier's loads, which "
+                             "kv_offload_gib turns on; give it too, or leave this out")
         if self.chunked_prefill and self.chunk_tokens > self.max_batched_tokens:
             raise ValueError(
                 f"chunk_tokens: must be <= max_batched_tokens ({self.max_batched_tokens}),"

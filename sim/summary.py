@@ -206,6 +206,35 @@ def transfer_stats(transfers) -> dict:
             "draft_prefill_tokens": int(c["draft_prefill_tokens"].sum())}
 
 
+def offload_stats(loads, tiers, requests: Records[RequestRecord]) -> dict:
+    """A run with a CPU tier below the prefix cache (``sim.offload``; its ``LoadRecord`` s
+    and ``TierRecord`` s): ``cpu_hit_rate``, the prompt tokens the first scheduling of the
+    scheduled requests loaded from the CPU tier over their prompt tokens (the share
+    ``prefix_hit_rate``, the GPU's, does not count: the two add up to the share not
+    prefilled), the tokens loaded in all (``cpu_loaded_tokens``, loads after a preemption
+    included) and the loads, percentiles of the wait from holding blocks to the KV on the
+    GPU (``cpu_load``: the link's queue included) and of the time on the link, and the
+    tiers' stored, evicted and held blocks and dropped offers (summed over replicas)."""
+    c, t = loads.columns, tiers.columns
+    looked_up = ~np.isnan(_col(requests, "first_scheduled_at"))
+    queried = int(_col(requests, "prompt_tokens", np.int64)[looked_up].sum())
+    first = c["first"] & (c["id"] < len(looked_up))
+    first_ids = c["id"][first]
+    hit = int(c["tokens"][first][looked_up[first_ids]].sum()) if len(first_ids) else 0
+    done = ~np.isnan(c["ready_at"])
+    wait = (c["ready_at"] - c["start_at"])[done]
+    on_link = (c["ready_at"] - c["sent_at"])[done]
+    return {"cpu_hit_rate": hit / queried if queried else None,
+            "cpu_cached_tokens": hit,
+            "cpu_loaded_tokens": int(c["tokens"].sum()), "cpu_loads": len(c["tokens"]),
+            "cpu_load_p50_s": _pct(wait, 50), "cpu_load_p99_s": _pct(wait, 99),
+            "cpu_link_p50_s": _pct(on_link, 50), "cpu_link_p99_s": _pct(on_link, 99),
+            "cpu_stored_blocks": int(t["stored_blocks"].sum()),
+            "cpu_evicted_blocks": int(t["evicted_blocks"].sum()),
+            "cpu_held_blocks": int(t["held_blocks"].sum()),
+            "cpu_dropped_offers": int(t["dropped_offers"].sum())}
+
+
 def slo_verdict(summary: dict, ttft_p99_s: float | None, tpot_p99_s: float | None) -> str | None:
     """"met" / "missed" for a scenario's SLO (p99 TTFT and TPOT targets), or None without one.
 

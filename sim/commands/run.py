@@ -369,6 +369,11 @@ _ROWS = (
      lambda s: f"{s['preemptions']} ({s['recomputed_tokens']})"),
     ("prefix cache hit rate (cached tokens)", lambda s: (
         f"{_num(s['prefix_hit_rate'], '{:.3f}')} ({s['prefix_cached_tokens']})")),
+    ("CPU tier hit rate (loaded tokens)", lambda s: (
+        f"{_num(s['cpu_hit_rate'], '{:.3f}')} ({s['cpu_loaded_tokens']})")),
+    ("CPU tier load p50 / p99 (ms)", lambda s: " / ".join(
+        _num(None if s[k] is None else s[k] * 1e3, "{:.1f}")
+        for k in ("cpu_load_p50_s", "cpu_load_p99_s"))),
     ("KV wait p50 / p99 (ms)", lambda s: " / ".join(
         _num(None if s[k] is None else s[k] * 1e3, "{:.1f}")
         for k in ("kv_wait_p50_s", "kv_wait_p99_s"))),
@@ -403,9 +408,11 @@ def format_table(summaries: list[dict]) -> str:
     names = [s["name"] for s in summaries]
     caching = any(s.get("prefix_cached_tokens") is not None for s in summaries)
     pd = any("kv_wait_p50_s" in s for s in summaries)  # a P/D run (sim.disagg)
+    tier = any("cpu_hit_rate" in s for s in summaries)  # a CPU tier (sim.offload)
     cells = [[label] + [fn(s) for s in summaries] for label, fn in _ROWS
              if (caching or not label.startswith("prefix cache"))
-             and (pd or not label.startswith("KV "))]
+             and (pd or not label.startswith("KV "))
+             and (tier or not label.startswith("CPU tier"))]
     header = [""] + names
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)

@@ -40,6 +40,9 @@ class SchedulerLimits:
     vllm_release: str = "0.33"
     reserve_full_isl: bool | None = None  # None: the release's default
     async_scheduling: bool = False  # vLLM's: step n + 1 scheduled while step n runs
+    # a CPU tier below the prefix cache (sim.offload.TierSpec: vLLM's
+    # --kv-offloading-size), or None
+    offload: object | None = None
 
     @cached_property
     def rolls_back(self) -> bool:
@@ -205,7 +208,11 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     replica holds blocks for it and starts loading it instead (``start_load``; taking no
     slot and no budget), and those whose KV has arrived are admitted first, in the order
     they started, with all but their last prompt token computed (vLLM's
-    ``kv_holding_waiting``)."""
+    ``kv_holding_waiting``). With a CPU tier below the prefix cache (``r.offload``,
+    ``sim.offload``) a waiting request whose blocks past its GPU hit are in the tier holds
+    blocks for both and starts loading them the same way (``start_load``), and is admitted
+    first once loaded, its prefill starting after them; one whose CPU hit another request
+    is loading is passed over this step."""
     new_slots, new_chunks, new_cached, new_pads = [], [], [], []
     cache = r.prefix
     bs = lim.block_size
@@ -215,6 +222,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
     # a P/D decode replica (sim.disagg.DecodeReplica) first admits, in order, the requests
     # holding blocks whose KV has arrived (vLLM drains kv_holding_waiting first)
     ready = deque(rid for rid in r.holding if rid in r.loaded) if r.loaded else None
+    tier = r.offload
+    skipped = []  # waiting requests passed over this step (a CPU hit still loading)
     while (ready or r.waiting) and r.n_active < lim.max_num_seqs and budget > slots:
         queue = ready or r.waiting
         rid = queue[0]
@@ -225,25 +234,36 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
             r.waiting.popleft()
             continue
         target = r.prefill_target_of(rid)
-        hit = idle = 0
+        hit = idle = held = 0
         if queue is ready:  # its held blocks back to the pool, to be taken as its own
             cached = r.release_hold(rid)
+            held = r.held_blocks(rid)  # (a CPU tier's: they stay its own)
         else:
             if cache is not None:
                 hit, idle = cache.lookup(rid, target)
+            if tier is not None:  # blocks past its GPU hit in the CPU tier: load them
+                more, busy = tier.lookup(rid, target, hit)
+                if busy:  # another request loads some of them: it waits (vLLM)
+                    skipped.append(r.waiting.popleft())
+                    continue
+                if more:
+                    if not r.start_load(rid, hit, idle, more):
+                        break
+                    r.waiting.popleft()
+                    continue
             cached = hit * bs
         todo = target - cached
         chunk = first_chunk(todo, cap, budget - slots, lim.chunked_prefill)
         pads = rules.padding(todo, cached, pad, scheduled, prefilling) if pad else 0
-        need = rules.admission(target, cached, chunk, pads, ahead, hit, idle, r.kv.free_blocks,
-                               budget - slots, lim.full_isl, bs)
+        need = rules.admission(target, cached, chunk, pads, ahead, hit + held, idle,
+                               r.kv.free_blocks, budget - slots, lim.full_isl, bs)
         if need < 0:
             if queue is ready:
                 r.hold_again(rid)
             break
         if reserved is not None:
             left = int(r.table.output_tokens[rid]) - (target - int(r.table.prompt_tokens[rid]))
-            whole = int(blocks_for(target + min(max(left, 0), output_clip), bs)) - hit
+            whole = int(blocks_for(target + min(max(left, 0), output_clip), bs)) - hit - held
             if whole + idle + reserved > r.kv.free_blocks:
                 if queue is ready:
                     r.hold_again(rid)
@@ -253,6 +273,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         if queue is ready:
             r.unhold(rid)
         slot = r.admit(rid, target, cached)
+        if held:
+            r.take_hold(rid, slot)
         if hit:
             cache.attach(slot, rid, hit)
         r.kv.take(slot, need)
@@ -264,6 +286,8 @@ def admit_waiting(r, lim: SchedulerLimits, budget: int, reserved: int | None = N
         new_cached.append(cached)
         new_pads.append(pads)
         budget -= chunk + pads + slots
+    if skipped:  # back at the front, in their order (vLLM's step_skipped_waiting)
+        r.waiting.extendleft(reversed(skipped))
     if not new_slots:
         return NONE, NONE, NONE, NONE
     return (np.array(new_slots, dtype=np.int64), np.array(new_chunks, dtype=np.int64),
