@@ -359,12 +359,16 @@ def _tier(sc: Scenario, source: str, target, drafter, variant: str):
     per_gpu = float(max(target.stage_kv_bytes_per_token))
     if drafter is not None and drafter.setup is not None:
         per_gpu += float(max(drafter.setup.cost.stage_kv_bytes_per_token))
-    blocks = tier_blocks(lim.kv_offload_gib, lim.block_size, per_gpu, target.dep.n_gpus)
+    # a copy per GPU, but one of an MLA latent every GPU of a one-node TP group holds alike
+    # (vLLM's replicated_layout: offloading/config.py)
+    dep = target.dep
+    copies = 1 if dep.model.config.mla and dep.tp <= dep.gpu.gpus_per_node else dep.n_gpus
+    blocks = tier_blocks(lim.kv_offload_gib, lim.block_size, per_gpu, copies)
     if blocks < 1:
         raise UserError(
             f"{source}: scheduler.kv_offload_gib: {lim.kv_offload_gib} GiB holds no KV block "
-            f"of {lim.block_size} tokens ({per_gpu * lim.block_size * target.dep.n_gpus:.0f} "
-            f"bytes over {target.dep.n_gpus} GPU(s), variant {variant}); give more")
+            f"of {lim.block_size} tokens ({per_gpu * lim.block_size * copies:.0f} bytes, "
+            f"variant {variant}); give more")
     return TierSpec(lim.kv_offload_gib, blocks, link_id, link.bytes_per_s, link.latency_s,
                     per_gpu)
 

@@ -10,7 +10,9 @@ CPU block pool (``vllm/v1/kv_offload/cpu/manager.py``, ``cpu/spec.py``,
   across all TP ranks" (``vllm/config/cache.py``); ``CPUOffloadingSpec`` divides it into
   chunks of ``blocks_per_chunk`` (1) GPU blocks, each the KV every worker holds for one
   block, rounded up to the host page (4096 bytes): ``capacity = ⌊GiB · 2**30 /
-  round_up(world_size · per-GPU block bytes, 4096)⌋`` (:func:`tier_blocks`).
+  round_up(world_size · per-GPU block bytes, 4096)⌋`` (:func:`tier_blocks`); an MLA
+  model's latent, the same on every GPU of a one-node TP group, is kept once
+  (``replicated_layout``, ``offloading/config.py``).
 - **Stores: as blocks are computed, not on eviction.** Every step, each scheduled request
   offers the CPU tier its full blocks of committed tokens computed so far, its prompt
   blocks found in the GPU prefix cache included (``_build_store_jobs``; the tokens it

@@ -90,6 +90,18 @@ def test_the_tier_holds_the_gib_over_a_blocks_bytes_on_every_gpu():
     assert tier_blocks(1, 16, 1000, 1) == (1 << 30) // 16384
 
 
+def test_an_mla_latent_is_kept_once_for_its_tp_group():
+    """vLLM's replicated_layout: DeepSeek-V3's latent, 35,136 bytes a token (FP8) on each
+    of 8 H200s alike, is offloaded once: 16 tokens make 562,176 bytes, 565,248 a page
+    rounded, so 100 GiB hold 189,959 blocks (not an eighth of that)."""
+    sc = load_scenario(repo_root() / "scenarios" / "pd-deepseek-v3-mtp.yaml", [
+        "disaggregation=null", "scheduler.prefix_caching=true", "scheduler.kv_offload_gib=100",
+        "variants=[{name: none, policy: {kind: none}}]"])
+    (_, s), = setups(sc)
+    assert s.limits.offload.bytes_per_token == 35_136
+    assert s.limits.offload.capacity_blocks == (100 << 30) // 565_248 == 189_959
+
+
 def _evicted_then_reloaded(gib_blocks: int | None):
     """Request 0 (4 blocks of 16: two trace blocks of 32 tokens, ids 1 and 2), then request
     1 (ids 3, 4) whose 5 blocks (prompt and output) evict request 0's from a GPU pool of 5,
