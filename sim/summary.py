@@ -35,7 +35,8 @@ Definitions:
   requests' lookups are kept apart, as vLLM does): Σ ``cached_tokens`` / Σ prompt tokens
   over the requests that were scheduled; ``prefix_cached_tokens``: Σ ``cached_tokens``, the
   prompt tokens not prefilled thanks to the cache. Both ``None`` without
-  ``scheduler.prefix_caching``.
+  ``scheduler.prefix_caching``. With a CPU tier below the cache (``sim.offload``) it
+  stays the GPU's, and ``cpu_hit_rate`` and the loads are :func:`offload_stats`'.
 - ``speedup_vs_none``: mean TPOT of the first variant whose policy is ``none`` over this
   variant's (how much faster decoding is per token), ``speedup_tpot_p99``: the same ratio
   of p99 TPOTs (the tail); ``None`` without such a variant.
