@@ -70,6 +70,12 @@ def parse_vllm_serve(text: str, resolve_model: Callable[[str], str]) -> Parsed:
             continue  # with the step budget, in _batch_defaults
         elif name == "--gpu-memory-utilization":
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
+        elif name == "--kv-offloading-size":  # GiB summed over the TP ranks (sim.offload)
+            out.set("scheduler.kv_offload_gib", float_flag(flags, name, what))
+        elif name == "--kv-offloading-backend":
+            if value != "native":
+                raise UserError(f"{what}: {name} {value}: not modelled; SpecSim's CPU tier "
+                                "is vLLM's native offload (--kv-offloading-backend native)")
         elif name in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
             caching = name == "--enable-prefix-caching"
         elif name in ("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"):
@@ -497,6 +503,11 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
         notes.append(f"scheduling: vLLM {lim.vllm_release}'s rules (scheduler.vllm_release)")
     if d.gpu_memory_utilization != 0.9:  # vLLM's default
         words += ["--gpu-memory-utilization", f"{d.gpu_memory_utilization:g}"]
+    if lim.kv_offload_gib is not None:  # vLLM's native CPU offload (sim.offload)
+        words += ["--kv-offloading-size", f"{lim.kv_offload_gib:g}"]
+        if lim.kv_offload_link is not None:
+            notes.append(f"scheduler.kv_offload_link {lim.kv_offload_link}: the host link is "
+                         "the machine's, not a vLLM flag")
     if d.kv_bits == 8:
         words += ["--kv-cache-dtype", "fp8"]
     if d.weight_bits == 8 and getattr(d, "compute_dtype", "bf16") == "fp8":

@@ -60,6 +60,24 @@ def test_vllm_prefix_caching_flags_round_trip(flag, caching):
     assert flag in command.split()
 
 
+def test_vllm_kv_offloading_size_round_trips():
+    """vLLM's native CPU offload (--kv-offloading-size, GiB over the TP ranks) is the
+    scenario's CPU tier (sim.offload), and the serve line writes it back; another backend
+    is refused."""
+    from sim.engines.vllm import serve_command
+    from sim.loading import load_scenario
+
+    s = _sets(parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                               "--kv-offloading-size 16 --kv-offloading-backend native", _ids))
+    assert s["scheduler.kv_offload_gib"] == 16.0
+    sc = load_scenario(None, ["scheduler.prefix_caching=true", "scheduler.kv_offload_gib=16"])
+    words = serve_command(sc, sc.variants[0], CAT)[0].split()
+    assert words[words.index("--kv-offloading-size") + 1] == "16"
+    with pytest.raises(UserError, match="--kv-offloading-backend lmcache: not modelled"):
+        parse_vllm_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct --kv-offloading-size 8 "
+                         "--kv-offloading-backend lmcache", _ids)
+
+
 @pytest.mark.parametrize("flag, match", [
     ("--swap-space 4", "--swap-space: not a vllm serve flag SpecSim models"),
     ("--quantization bitsandbytes", "--quantization bitsandbytes: not modelled"),
