@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from hardware.kv_transfer import kv_transfer_s
 from sim.kernels.rules import blocks_for
 from sim.log import RunLog
 from sim.records import Records, TransferRecord, field_names
@@ -90,8 +91,9 @@ class PdSetup:
 
     def transfer_s(self, tokens: int) -> float:
         """Seconds the KV of ``tokens`` prompt tokens takes on the link (module notes)."""
-        per_token = max(self.prefill_bytes_per_token, self.decode_bytes_per_token)
-        return self.link.latency_s + tokens * per_token / self.link.bytes_per_s
+        return kv_transfer_s(tokens, self.prefill_bytes_per_token,
+                             self.decode_bytes_per_token, self.link.bytes_per_s,
+                             self.link.latency_s)
 
     def kv_bytes(self, tokens: int) -> float:
         """Bytes of the KV of ``tokens`` tokens a decode replica receives (on all its

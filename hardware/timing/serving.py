@@ -84,7 +84,7 @@ from hardware.deployment import Deployment
 from hardware.timing.rows import MeasuredRow
 from specdec.errors import UserError
 
-__all__ = ["row_cost", "predict", "served_tpot"]
+__all__ = ["row_cost", "predict", "served_tpot", "decode_pool_tpot"]
 
 _DECODE_POINTS = 9
 _MAX_EVENTS = 2_000_000  # a max-load row's schedule: admissions + stretches of decodes
@@ -147,8 +147,7 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
     do in decode steps."""
     fw = cost.framework
     mean = ctx + out / 2
-    # an engine runs only the sequences its KV cache holds; the rest wait (in TTFT)
-    b = max(min(b, kv_tokens / (ctx + out)), 1.0)
+    b = _running(b, kv_tokens, ctx, out)
     per_step, al, spec_step = (1, 1.0, None) if spec is None else spec
 
     def step(x: float) -> float:  # b decodes + x prompt tokens (x / ctx prompts) in one pass
@@ -179,6 +178,23 @@ def _tpot(cost: CostModel, b: float, ctx: float, out: float, budget: int,
     busy = (full * step(room) if full else 0.0) + (step(rest) if rest > 0 else 0.0)
     idle = rounds - full - (1 if rest > 0 else 0)
     return (busy + idle * step(0.0)) / out
+
+
+def _running(b: float, kv_tokens: float, ctx: float, out: float) -> float:
+    """The requests an engine runs of ``b``: only those its KV cache holds at full length
+    (prompt + output); the rest wait, in TTFT."""
+    return max(min(b, kv_tokens / (ctx + out)), 1.0)
+
+
+def decode_pool_tpot(cost: CostModel, batch: float, context: float, output: float) -> float:
+    """Mean seconds per generated token on a decode replica of a disaggregated deployment
+    (prefill and decode pools): ``batch`` sequences (at most what its KV cache holds, as
+    ``tpot_s``) decode at the mean context ``context + output / 2``, one step a token; the
+    replica runs no prompts (the prefill pool does), so the step is ``tpot_s``'s decode
+    step without them."""
+    b = _running(float(batch), float(cost.kv_capacity_tokens()), float(context),
+                 float(output))
+    return _decode(cost, b, context + output / 2)
 
 
 def served_tpot(cost: CostModel, batch: float, context: float, output: float,

@@ -20,7 +20,13 @@ and, in ``hardware/data/validation_spec.csv`` (:mod:`hardware.timing.spec_rows`'
 - ``E`` speculative decoding end to end: a run with speculation beside the same run
   without, the published acceptance length given, so that only timing and engine
   behaviour are tested; its error is that of the speedup and of the speculative TPOT
-  (:func:`validate_spec`).
+  (:func:`validate_spec`),
+
+and, in ``hardware/data/validation_pd.csv`` (:mod:`hardware.timing.pd_rows`' columns),
+
+- ``H`` disaggregated serving: runs with a prefill pool and a decode pool, each run's TTFT
+  and TPOT priced apart (:mod:`hardware.timing.pd_serving`), nothing fitted on them
+  (:func:`validate_pd`; docs/timing.md, "P/D: disaggregated-serving runs").
 
 The split is fixed: a row is in the ``fit`` half the shipped parameters were fitted on
 (``specsim calibrate``) when the CRC-32 of its conditions is even, held out otherwise
@@ -38,11 +44,16 @@ from hardware.catalog import DATA_DIR, Catalog
 from hardware.timing.calibrate import predictions
 from hardware.timing.rows import MeasuredRow, read_rows
 
-__all__ = ["VALIDATION_CSV", "SPEC_VALIDATION_CSV", "CATEGORIES", "GROUP_FIELDS",
-           "Validation", "validate", "group_summary", "SpecValidation", "validate_spec"]
+__all__ = ["VALIDATION_CSV", "SPEC_VALIDATION_CSV", "PD_VALIDATION_CSV", "CATEGORIES",
+           "GROUP_FIELDS", "Validation", "validate", "group_summary", "SpecValidation",
+           "validate_spec", "PdValidation", "validate_pd", "PD_LOAD_BAND"]
 
 VALIDATION_CSV = DATA_DIR / "validation.csv"
 SPEC_VALIDATION_CSV = DATA_DIR / "validation_spec.csv"
+PD_VALIDATION_CSV = DATA_DIR / "validation_pd.csv"
+# category H's TTFT is also reported for runs of at most this many requests in flight per
+# prefill replica and for the rest (docs/timing.md: queueing is not priced)
+PD_LOAD_BAND = 8
 # row fields ``specsim validate --by`` groups on
 GROUP_FIELDS = ("category", "model", "gpu", "framework", "framework_version", "tp", "ep",
                 "metric", "weight_bits")
@@ -51,7 +62,8 @@ CATEGORIES = {"A": "batch-1 decode", "B": "batched decode (TPOT at concurrency)"
               "D": "offloaded decode",
               "E": "speculative decoding (speedup; speculative TPOT)",
               "F": "Blackwell batched decode (TPOT at concurrency)",
-              "G": "Blackwell FP4 batched decode (TPOT at concurrency)"}
+              "G": "Blackwell FP4 batched decode (TPOT at concurrency)",
+              "H": "disaggregated serving (TTFT and TPOT; prefill and decode pools)"}
 
 
 @dataclass(frozen=True)
@@ -163,3 +175,57 @@ def validate_spec(catalog: Catalog, rows=None, timing: str = "auto") -> SpecVali
 def _nan_median(e: np.ndarray) -> float | None:
     e = e[~np.isnan(e)]
     return float(np.median(e)) if e.size else None
+
+
+@dataclass(frozen=True)
+class PdValidation:
+    """Category H: every run's prediction (:class:`hardware.timing.pd_serving.PdPrediction`)
+    and the errors (predicted / measured - 1) of its TPOT and TTFT; ``summary`` by group
+    (``all``, ``framework:<f>``, ``gpu:<g>``, ``precision:<p>``, ``load:<band>``): runs,
+    held-out runs, and per metric the median |error| held out and on the fit half and the
+    median signed error held out and over all the group's runs."""
+
+    rows: list
+    predicted: list
+    tpot_error: np.ndarray
+    ttft_error: np.ndarray
+    summary: dict[str, dict[str, float | int | None]]
+
+
+def _precision(r) -> str:
+    return r.fp4_format or ("fp8" if r.compute_dtype == "fp8" else f"{r.weight_bits}-bit")
+
+
+def _load(r) -> str:
+    per = r.concurrency / r.prefill_workers
+    return f"<={PD_LOAD_BAND}" if per <= PD_LOAD_BAND else f">{PD_LOAD_BAND}"
+
+
+def validate_pd(catalog: Catalog, rows=None, timing: str = "auto") -> PdValidation:
+    """Predict every run of ``validation_pd.csv`` (or ``rows``) with ``timing``."""
+    from hardware.timing.pd_rows import read_pd_rows
+    from hardware.timing.pd_serving import predict_pd
+
+    rows = read_pd_rows(PD_VALIDATION_CSV) if rows is None else rows
+    preds = [predict_pd(r, catalog, timing) for r in rows]
+    tpot = np.array([p.tpot_s / r.measured_tpot - 1.0 for r, p in zip(rows, preds,
+                                                                        strict=True)])
+    ttft = np.array([p.ttft_s / r.measured_ttft - 1.0 for r, p in zip(rows, preds,
+                                                                        strict=True)])
+    test = np.array([r.split == "test" for r in rows], dtype=bool)
+    groups: dict[str, np.ndarray] = {"all": np.ones(len(rows), dtype=bool)}
+    for key, of in (("framework", lambda r: r.framework), ("gpu", lambda r: r.gpu),
+                    ("precision", _precision), ("load", _load)):
+        for value in sorted({of(r) for r in rows}):
+            groups[f"{key}:{value}"] = np.array([of(r) == value for r in rows], dtype=bool)
+    summary = {}
+    for name, mine in groups.items():
+        s: dict[str, float | int | None] = {"rows": int(mine.sum()),
+                                             "test_rows": int((mine & test).sum())}
+        for metric, err in (("tpot", tpot), ("ttft", ttft)):
+            s[f"{metric}_test"] = _nan_median(np.abs(err[mine & test]))
+            s[f"{metric}_fit"] = _nan_median(np.abs(err[mine & ~test]))
+            s[f"{metric}_signed_test"] = _nan_median(err[mine & test])
+            s[f"{metric}_signed_all"] = _nan_median(err[mine])
+        summary[name] = s
+    return PdValidation(rows, preds, tpot, ttft, summary)
