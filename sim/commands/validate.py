@@ -19,6 +19,12 @@ same runs without, the published acceptance length given; for all its rows, per 
 per engine: the median |error| of the speedup held out and on the fit half, its median
 signed error held out (a positive one is optimism), and the median |error| of the
 speculative TPOT held out (with the plain run's, which the TPOT error includes).
+Category H (hardware/data/validation_pd.csv): disaggregated-serving runs, a prefill pool
+and a decode pool; for all its runs, per engine, GPU, precision and requests in flight per
+prefill replica: the median |error| of the TPOT and of the TTFT held out and on the fit
+half, and their median signed errors held out and over all runs (a negative one is
+optimism: the run was slower than priced). Queueing is not priced, so a busy prefill
+pool's TTFT comes out fast.
   specsim validate [--json] [--rows] [--by FIELD,...]
 --catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
 --by model,framework (any of category, model, gpu, framework, framework_version, tp, ep,
@@ -75,7 +81,13 @@ def _by_fields(text: str | None) -> tuple[str, ...]:
 def main(args: argparse.Namespace) -> int:
     """Validate and print."""
     from hardware import load_catalog
-    from hardware.timing.validation import CATEGORIES, group_summary, validate, validate_spec
+    from hardware.timing.validation import (
+        CATEGORIES,
+        group_summary,
+        validate,
+        validate_pd,
+        validate_spec,
+    )
 
     by = _by_fields(args.by)
     catalog = load_catalog(args.catalog)
@@ -83,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
         catalog = catalog.without_releases()
     v = validate(catalog, timing=args.timing)
     ev = validate_spec(catalog, timing=args.timing)
+    hv = validate_pd(catalog, timing=args.timing)
     groups = group_summary(v, by) if by else None
     if args.json:
         print(json.dumps({
@@ -99,6 +112,22 @@ def main(args: argparse.Namespace) -> int:
                            "split": r.split, "source": r.source}
                           for r, p, se, te in zip(ev.rows, ev.predicted, ev.speedup_error,
                                                   ev.tpot_error, strict=True)],
+            "pd_summary": hv.summary,
+            "pd_rows": [{"model": r.model, "gpu": r.gpu, "framework": r.framework,
+                         "framework_version": r.framework_version, "isl": r.isl,
+                         "osl": r.osl, "concurrency": r.concurrency,
+                         "prefill": f"{r.prefill_workers} x tp {r.prefill_tp} ep "
+                                    f"{r.prefill_ep}",
+                         "decode": f"{r.decode_workers} x tp {r.decode_tp} ep {r.decode_ep}",
+                         "decode_batch": r.decode_batch,
+                         "measured_tpot_s": r.measured_tpot, "predicted_tpot_s": p.tpot_s,
+                         "tpot_error": float(te), "measured_ttft_s": r.measured_ttft,
+                         "predicted_ttft_s": p.ttft_s, "ttft_error": float(fe),
+                         "prefill_s": p.prefill_s, "transfer_s": p.transfer_s,
+                         "backends": [p.prefill_backend, p.decode_backend],
+                         "split": r.split, "source": r.source}
+                        for r, p, te, fe in zip(hv.rows, hv.predicted, hv.tpot_error,
+                                                hv.ttft_error, strict=True)],
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
                       "framework": r.framework,
                       "framework_version": r.framework_version, "ep": r.ep, "batch": r.batch,
@@ -135,7 +164,44 @@ def main(args: argparse.Namespace) -> int:
     if groups:
         _print_groups(groups, by)
     _print_spec(ev, args.rows)
+    _print_pd(hv, args.rows)
     return 0
+
+
+def _print_pd(h, rows: bool) -> None:
+    """Category H's lines (and with ``rows`` every run)."""
+    def pct(x) -> str:
+        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
+
+    if rows:
+        print("\nH rows: split model        gpu    framework          isl   osl  conc  "
+              "prefill      decode        batch  TPOT ms meas/pred  error  "
+              "TTFT ms meas/pred (transfer)  error")
+        for r, p, te, fe in zip(h.rows, h.predicted, h.tpot_error, h.ttft_error,
+                                strict=True):
+            fw = f"{r.framework}@{r.framework_version}" if r.framework_version else \
+                r.framework
+            print(f"  {r.split:5s} {r.model:12s} {r.gpu:6s} {fw:18s} {r.isl:5d} {r.osl:5d} "
+                  f"{r.concurrency:5d}  {r.prefill_workers:2d}x{r.prefill_tp}/{r.prefill_ep:<6d}"
+                  f"  {r.decode_workers:2d}x{r.decode_tp}/{r.decode_ep:<6d}  {r.decode_batch:5d}"
+                  f"  {1e3 * r.measured_tpot:7.2f} {1e3 * p.tpot_s:7.2f}  {te:+6.1%}  "
+                  f"{1e3 * r.measured_ttft:7.0f} {1e3 * p.ttft_s:7.0f} "
+                  f"({1e3 * p.transfer_s:5.1f})  {fe:+6.1%}")
+    print("\nH disaggregated serving (prefill and decode pools), nothing fitted; median "
+          "|error| over held-out runs\n(fit half in brackets); signed: median signed "
+          "error held out / over all runs; load: requests in\nflight per prefill replica "
+          "(queueing is not priced: a busy prefill pool's TTFT comes out fast)")
+    print(f"{'group':18s} {'runs (held out)':>15s}  {'TPOT':>15s}  {'signed':>15s}  "
+          f"{'TTFT':>15s}  {'signed':>15s}")
+    for name, s in h.summary.items():
+        cells = []
+        for m in ("tpot", "ttft"):
+            cells.append(f"{pct(s[m + '_test'])} ({pct(s[m + '_fit'])})")
+            cells.append(f"{pct(s[m + '_signed_test'])} / {pct(s[m + '_signed_all'])}")
+        print(f"{name:18s} {s['rows']:>7d} ({s['test_rows']:3d})  "
+              + "  ".join(f"{c:>15s}" for c in cells))
+    print(f"{len(h.rows)} runs; sources in hardware/data/validation_pd.csv (--rows lists "
+          f"them)")
 
 
 def _print_spec(e, rows: bool) -> None:

@@ -151,10 +151,17 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert g["median_signed"] == pytest.approx(float(np.median([r["error"] for r in mine])))
     assert g["worst"] == pytest.approx(max(abs(r["error"]) for r in mine))
     assert sum(r["framework_version"] == "1.0.0rc3" for r in doc["rows"]) == 361
+    # category H: runs of its own, TPOT and TTFT apart
+    assert (doc["pd_summary"]["all"]["rows"], len(doc["pd_rows"])) == (63, 63)
+    h = doc["pd_rows"][0]
+    assert h["tpot_error"] == pytest.approx(h["predicted_tpot_s"] / h["measured_tpot_s"] - 1)
+    assert h["predicted_ttft_s"] == pytest.approx(h["prefill_s"] + h["transfer_s"])
     code, out, _ = run(capsys, "validate", "--by", "framework,framework_version")
     assert "A batch-1 decode" in out and "1306 rows" in out
     assert "rows (fit / held out)" in out and "825 (414 / 411)" in out
     assert "by framework, framework_version: rows (held out), median signed error" in out
+    assert "H disaggregated serving (prefill and decode pools), nothing fitted" in out
+    assert re.search(r"^all +63 \( 37\) +14\.4% \(9\.6%\)", out, flags=re.M)
     lines = out.splitlines()
     assert any(re.match(r"trtllm +1\.0\.0rc3 +361 \(179\)", line) for line in lines)
     assert any(re.match(r"vllm +- +170 \( 88\)", line) for line in lines)  # not stated
