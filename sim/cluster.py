@@ -86,8 +86,9 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
     if setup.disagg is not None:
         from sim import disagg
 
-        replicas, router, log, arrived, run = disagg.wire(env, setup, path, iteration_rows)
-        return Cluster(env, setup, setup.table, replicas, router, log, arrived, pd=run)
+        replicas, router, log, arrived, run, table = disagg.wire(env, setup, path,
+                                                                 iteration_rows)
+        return Cluster(env, setup, table, replicas, router, log, arrived, pd=run)
     table = setup.table
     if setup.closed_loop_users:
         # the users write arrival times as they send: give this run its own copy

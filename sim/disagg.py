@@ -41,8 +41,9 @@ bootstrap queue), the prefill server sends each chunk's KV as the chunk complete
 first token with the last, so the decode server starts decoding without recomputing a
 token; SpecSim prices every engine with vLLM's flow. No layer-wise overlap of the transfer
 with the prefill, no prefix caching on the decode pool (the prefill pool has the
-scenario's), no pipeline stages, async scheduling or closed loops. P/D runs take the
-reference engine path (no compiled walk).
+scenario's), no pipeline stages or async scheduling. P/D runs take the reference engine
+path (no compiled walk); a closed loop's users send to the prefill pool and wait for the
+decode replica to finish.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from sim.kernels.rules import blocks_for
 from sim.log import RunLog
 from sim.records import Records, TransferRecord, field_names
 from sim.replica import Replica
-from sim.router import Router, arrivals
+from sim.router import Router, arrivals, closed_loop_users
 from sim.slots import COUNTS, OUTPUT
 from specdec.errors import UserError
 
@@ -313,12 +314,14 @@ def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
     """``sim.cluster.wire``'s work for a P/D ``setup`` (the decode pool's, ``setup.disagg``
     the rest): (the decode pool's replicas, the arrivals' router over the prefill pool,
     the decode pool's log, the arrival count, the ``PdRun`` with the prefill pool's
-    replicas and log)."""
+    replicas and log, the request table: a closed loop's own copy)."""
     from sim.pricing import IterationPricer
 
     pd: PdSetup = setup.disagg
     pre = pd.prefill
     table = setup.table
+    if setup.closed_loop_users:  # the users write arrival times as they send: a copy
+        table = dataclasses.replace(table, arrival_at=table.arrival_at.copy())
     log = RunLog(len(table), iteration_rows, setup.kv_capacity_blocks)
     plog = RunLog(len(table), iteration_rows, pre.kv_capacity_blocks)
     seed = setup.seed
@@ -341,8 +344,20 @@ def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
     run.add(prefill, decode)
     router = Router(prefill, setup.router, setup.router_weight)
     arrived = [0]
-    env.process(arrivals(env, table.arrival_at, router, arrived))
-    return decode, router, log, arrived, run
+    if setup.closed_loop_users:  # a user sends its next request when its last finishes
+        finished: dict = {}
+
+        def notify(rids) -> None:
+            for rid in rids.tolist():
+                finished.pop(rid).succeed()
+
+        for r in decode:
+            r.on_finish = notify
+        closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
+                          router, arrived, finished)
+    else:
+        env.process(arrivals(env, table.arrival_at, router, arrived))
+    return decode, router, log, arrived, run, table
 
 
 def pool_scenario(sc, role: str, source: str = "scenario"):

@@ -352,8 +352,7 @@ class Scenario(Strict):
         refused = (("deployment.pp", d.pp > 1, "pipeline stages"),
                    ("deployment.draft_overlap", d.draft_overlap == "parallel",
                     "a draft drafting ahead on its own GPU"),
-                   ("scheduler.async_scheduling", s.async_scheduling, "async scheduling"),
-                   ("workload", self.workload.closed_loop() is not None, "a closed loop"))
+                   ("scheduler.async_scheduling", s.async_scheduling, "async scheduling"))
         for field, bad, what in refused:
             if bad:
                 raise ValueError(f"{field}: {what} with disaggregation is not modelled")

@@ -129,6 +129,21 @@ def test_the_shipped_pd_scenario_runs_and_mtp_pays_on_its_decode_pool():
         assert s["finished"] == 60 and s["kv_wait_p50_s"] > s["kv_transfer_p50_s"] > 0
 
 
+def test_a_closed_loop_sends_to_the_prefill_pool_and_waits_for_the_decode_pool():
+    """8 users, none thinking: each request is sent when its user's last one finished on
+    a decode replica, and every request is prefilled, sent and decoded once."""
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml",
+                       [*BASE, "workload={arrivals: closed_loop, users: 8, think_mean_s: 0.0, "
+                        "prompt: {kind: fixed, tokens: 300}, output: {kind: fixed, tokens: 20}}",
+                        "run.requests=60"])
+    for v in run_scenario(sc).variants:
+        _conserved(v)
+        r = v.requests.columns
+        arrive, end = np.sort(r["arrival_at"]), np.sort(r["finished_at"])
+        # the 9th request is sent when the first finishes, the 10th when the second ...
+        np.testing.assert_array_equal(arrive[8:], end[:-8])
+
+
 @pytest.mark.parametrize("sets,problem", [
     (["deployment.replicas=2"], "deployment.replicas: with disaggregation the pools give"),
     (["disaggregation.link=ib-nope"], "disaggregation.link: unknown link 'ib-nope'"),
