@@ -21,7 +21,7 @@ from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
 from sim.replica import Replica
-from sim.router import ArrivalFeed, Router, arrivals, closed_loop_users
+from sim.router import ArrivalFeed, Router, arrivals, closed_loop
 from sim.scheduling import SchedulerLimits
 
 
@@ -119,16 +119,8 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
                 r.peers = [p for p in replicas if p is not r]
     arrived = [0]
     if setup.closed_loop_users:
-        finished: dict = {}
-
-        def notify(rids) -> None:
-            for rid in rids.tolist():
-                finished.pop(rid).succeed()
-
-        for r in replicas:
-            r.on_finish = notify
-        closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
-                          router, arrived, finished)
+        closed_loop(env, setup.closed_loop_users, setup.think_s, table.arrival_at, router,
+                    arrived, replicas)
     else:
         # one replica: every request goes to it (no router to ask), at a time known ahead;
         # so do a round-robin router's (request i to replica i mod n), and nothing one

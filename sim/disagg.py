@@ -59,7 +59,7 @@ from sim.kernels.rules import blocks_for
 from sim.log import RunLog
 from sim.records import Records, TransferRecord, field_names
 from sim.replica import Replica
-from sim.router import Router, arrivals, closed_loop_users
+from sim.router import Router, arrivals, closed_loop
 from sim.slots import COUNTS, OUTPUT
 from specdec.errors import UserError
 
@@ -345,16 +345,8 @@ def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
     router = Router(prefill, setup.router, setup.router_weight)
     arrived = [0]
     if setup.closed_loop_users:  # a user sends its next request when its last finishes
-        finished: dict = {}
-
-        def notify(rids) -> None:
-            for rid in rids.tolist():
-                finished.pop(rid).succeed()
-
-        for r in decode:
-            r.on_finish = notify
-        closed_loop_users(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
-                          router, arrived, finished)
+        closed_loop(env, setup.closed_loop_users, setup.think_s, table.arrival_at, router,
+                    arrived, decode)
     else:
         env.process(arrivals(env, table.arrival_at, router, arrived))
     return decode, router, log, arrived, run, table

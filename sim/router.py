@@ -215,6 +215,21 @@ def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, r
         env.process(_user(env, think, arrival_at, router, counter, finished))
 
 
+def closed_loop(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,
+                counter: list[int], finishers: Sequence) -> None:
+    """``closed_loop_users``, each request's user told when one of ``finishers`` (the
+    replicas where requests finish: their ``on_finish``) finishes it."""
+    finished: dict = {}
+
+    def notify(rids) -> None:
+        for rid in rids.tolist():
+            finished.pop(rid).succeed()
+
+    for r in finishers:
+        r.on_finish = notify
+    closed_loop_users(env, users, think_s, arrival_at, router, counter, finished)
+
+
 def _user(env, think, arrival_at, router: Router, counter: list[int], finished: dict):
     while True:
         yield env.timeout(next(think))

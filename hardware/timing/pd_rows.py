@@ -24,13 +24,11 @@ Every problem is one UserError line naming the file, the line and the column.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hardware.models import read_utf8
-from hardware.timing.rows import check_cells, check_columns, precision_columns
+from hardware.timing.rows import precision_columns, read_table
 from specdec.errors import UserError
 
 __all__ = ["PdRow", "read_pd_rows", "PD_COLUMNS", "FP8_SCALES"]
@@ -83,27 +81,8 @@ class PdRow:
 
 def read_pd_rows(path: str | Path) -> list[PdRow]:
     """The rows of a disaggregated-serving measurements CSV; one-line UserErrors."""
-    path = Path(path)
-    text = read_utf8(path, "measurements file", "a measurements file must be UTF-8 CSV")
-    reader = csv.DictReader(text.splitlines())
-    header = [h.strip() for h in reader.fieldnames or []]
-    missing = [c for c in _REQUIRED if c not in header]
-    if missing:
-        raise UserError(f"{path}: missing column {missing[0]!r} (a disaggregated-serving "
-                        f"measurements file needs {', '.join(_REQUIRED)})")
-    unknown = [c for c in header if c not in PD_COLUMNS]
-    if unknown:
-        raise UserError(f"{path}: unknown column {unknown[0]!r} (columns: "
-                        f"{', '.join(PD_COLUMNS)})")
-    check_columns(path, header)
-    raws = list(reader)
-    for i, raw in enumerate(raws):
-        check_cells(path, i + 2, raw)
-    rows = [_row(path, i + 2, {(k or "").strip(): (v or "").strip()
-                               for k, v in raw.items()}) for i, raw in enumerate(raws)]
-    if not rows:
-        raise UserError(f"{path}: no measurement rows")
-    return rows
+    return read_table(Path(path), _REQUIRED, PD_COLUMNS,
+                      "a disaggregated-serving measurements file", _row)
 
 
 def _row(path: Path, line: int, get: dict[str, str]) -> PdRow:

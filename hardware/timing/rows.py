@@ -187,6 +187,33 @@ def check_cells(path: Path, line: int, raw: dict) -> None:
                         f"{len(raw) - 1} columns")
 
 
+def read_table(path: Path, required, columns, kind: str, make_row) -> list:
+    """The rows of a measurement CSV of ``kind`` ("a speculative measurements file"): its
+    header checked (every ``required`` column, none outside ``columns``, none twice), each
+    row's cell count, then ``make_row(path, line, {column: its stripped text})``; one-line
+    UserErrors naming the file and, for a row, the line."""
+    text = read_utf8(path, "measurements file", "a measurements file must be UTF-8 CSV")
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in reader.fieldnames or []]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise UserError(f"{path}: missing column {missing[0]!r} ({kind} needs "
+                        f"{', '.join(required)})")
+    unknown = [c for c in header if c not in columns]
+    if unknown:
+        raise UserError(f"{path}: unknown column {unknown[0]!r} (columns: "
+                        f"{', '.join(columns)})")
+    check_columns(path, header)
+    raws = list(reader)
+    for i, raw in enumerate(raws):
+        check_cells(path, i + 2, raw)  # extra cells were a list under None: AttributeError
+    rows = [make_row(path, i + 2, {(k or "").strip(): (v or "").strip()
+                                   for k, v in raw.items()}) for i, raw in enumerate(raws)]
+    if not rows:
+        raise UserError(f"{path}: no measurement rows")
+    return rows
+
+
 def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     check_cells(path, line, raw)
     get = {k: (v or "").strip() for k, v in raw.items() if k is not None}

@@ -60,7 +60,7 @@ from hardware.draft import (
 from hardware.heads import head_config, medusa_config
 from hardware.models import read_utf8
 from hardware.spec_cost import SpecRound, for_cost, serial_passes
-from hardware.timing.rows import check_cells, check_columns, precision_columns
+from hardware.timing.rows import precision_columns, read_table
 from specdec.errors import UserError
 
 __all__ = ["SPEC_COLUMNS", "SpecRow", "SpecPrediction", "read_spec_rows", "predict_spec",
@@ -152,27 +152,8 @@ def is_spec_csv(path: str | Path) -> bool:
 
 def read_spec_rows(path: str | Path) -> list[SpecRow]:
     """The rows of a speculative measurement CSV; one-line UserErrors naming the line."""
-    path = Path(path)
-    text = read_utf8(path, "measurements file", "a measurements file must be UTF-8 CSV")
-    reader = csv.DictReader(text.splitlines())
-    header = [h.strip() for h in reader.fieldnames or []]
-    missing = [c for c in _REQUIRED if c not in header]
-    if missing:
-        raise UserError(f"{path}: missing column {missing[0]!r} (a speculative measurements "
-                        f"file needs {', '.join(_REQUIRED)})")
-    unknown = [c for c in header if c not in SPEC_COLUMNS]
-    if unknown:
-        raise UserError(f"{path}: unknown column {unknown[0]!r} (columns: "
-                        f"{', '.join(SPEC_COLUMNS)})")
-    check_columns(path, header)
-    raws = list(reader)
-    for i, raw in enumerate(raws):
-        check_cells(path, i + 2, raw)  # extra cells were a list under None: AttributeError
-    rows = [_row(path, i + 2, {(k or "").strip(): (v or "").strip()
-                               for k, v in raw.items()}) for i, raw in enumerate(raws)]
-    if not rows:
-        raise UserError(f"{path}: no measurement rows")
-    return rows
+    return read_table(Path(path), _REQUIRED, SPEC_COLUMNS,
+                      "a speculative measurements file", _row)
 
 
 def _row(path: Path, line: int, get: dict[str, str]) -> SpecRow:
