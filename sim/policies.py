@@ -60,6 +60,33 @@ def best_chain(n, alpha, seconds):
     return best, best_rate
 
 
+def tree_tokens(alpha, k, depth):
+    """Expected tokens per verify of the tree ⟨k, 1, …, 1⟩ ``depth`` levels deep at i.i.d.
+    α: what ``AdaptiveGamma`` credits a chain widened at its root with,
+    ``workloads.IIDAcceptance(alpha).expected_tokens`` of that shape (coverage
+    1 − (1 − α)^k at the root and 1 − (1 − α)^1 below it, ``PowerCoverage`` with θ = 1).
+    Plain scalars, the same floats: the coverages' running products (``cumprod``) summed
+    as numpy sums a row (term by term below 8 terms; from 8 on, up to its pairwise block
+    of 128 and so for every depth up to ``sim.limits.MAX_GAMMA``, in 8 partial sums
+    combined pairwise, then the rest term by term), plus 1. The compiled walk calls it too;
+    tests/sim/test_policies.py checks it against the model."""
+    top = 1.0 - (1.0 - alpha) ** float(k)
+    one = 1.0 - (1.0 - alpha) ** 1.0
+    lanes = np.zeros(8)
+    blocks = depth - depth % 8 if depth >= 8 else 0  # terms summed in the 8 partial sums
+    total, term = 0.0, 1.0
+    for j in range(depth):
+        term *= top if j == 0 else one
+        if j < blocks:
+            lanes[j % 8] += term  # (0.0 + the lane's first term: that term)
+            if j == blocks - 1:
+                total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
+                    ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+        else:
+            total += term
+    return 1.0 + total
+
+
 PRIOR_GUESSES = 8  # weight of α̂ in a sequence's own estimate, in guesses (AdaptiveGamma)
 
 
@@ -325,13 +352,10 @@ class AdaptiveGamma:
         best = self._rows[g]
         depth = int((best > 0).sum())
         if self.max_width > 1 and depth:
-            from workloads import IIDAcceptance
-
-            model = IIDAcceptance(self.alpha)
             for k in range(2, self.max_width + 1):
                 row = best.copy()
                 row[0] = k
-                rate = n * model.expected_tokens(row[:depth]) / self.price(row, context)
+                rate = n * tree_tokens(self.alpha, k, depth) / self.price(row, context)
                 if rate > best_rate:
                     best, best_rate = row, rate
         if self.per_sequence and depth and history is not None:

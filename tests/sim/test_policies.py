@@ -12,6 +12,7 @@ from sim.policies import (
     cost_ratio,
     sequence_gamma,
     sglang_tree,
+    tree_tokens,
 )
 from sim.runner import simulate
 from sim.shapes import draft_feeds, shape_info, tree_nodes
@@ -177,6 +178,26 @@ def test_sequence_gamma_is_the_policys_gamma_per_sequence():
         c = cost_ratio(seconds)
         got = [sequence_gamma(int(a), int(k), pol.alpha, c, depth) for a, k in history]
         assert (widths > 0).sum(axis=1).tolist() == got, trial
+
+
+def test_tree_tokens_are_the_iid_models_expected_tokens():
+    """The compiled walk's scalar expected tokens of a tree widened at its root
+    (``tree_tokens``, what the adaptive policy credits it with) are the i.i.d. model's
+    own (``IIDAcceptance.expected_tokens`` of ⟨k, 1, …, 1⟩), float for float: every depth
+    up to ``MAX_GAMMA`` (term by term below 8 levels, numpy's 8 partial sums from 8 on),
+    widths 1 to 16, α at 0, 1 and random."""
+    from sim.limits import MAX_GAMMA
+    from workloads import IIDAcceptance
+
+    rng = np.random.default_rng(5)
+    alphas = [0.0, 1.0, 0.5, *rng.random(60).tolist()]
+    for alpha in alphas:
+        model = IIDAcceptance(alpha)
+        for depth in range(1, MAX_GAMMA + 1):
+            for k in (1, 2, 3, int(rng.integers(4, 17))):
+                row = np.array([k] + [1] * (depth - 1))
+                assert tree_tokens(alpha, k, depth) == model.expected_tokens(row), \
+                    (alpha, k, depth)
 
 
 def test_adaptive_per_sequence_gives_easy_requests_longer_chains():
