@@ -95,7 +95,7 @@ WORKLOADS: dict[str, Workload] = {
     "adaptive-tree": Workload(
         _SPEC, "adaptive gamma <= 8 and root width <= 3, chosen every iteration",
         ("variants.0.policy={kind: adaptive, max_gamma: 8, smoothing: 0.05, max_width: 3}",
-         "workload.rate_per_s=35.4"), 1_100),
+         "workload.rate_per_s=35.4"), 11_000),
     "per-seq-gamma": Workload(
         _SPEC, "adaptive gamma <= 8 for each sequence, from its own acceptance",
         ("variants.0.policy={kind: adaptive, max_gamma: 8, smoothing: 0.05, "

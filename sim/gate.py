@@ -76,8 +76,8 @@ def walk(r) -> str | None:
     varies = (getattr(policy, "walk_smoothing", None) is not None
               or getattr(policy, "walk_ladder", None) is not None)
     if not (getattr(policy, "static", False) or varies):
-        return f"a {type(policy).__name__} policy (its shape is not static, an adaptive " \
-               "chain or a batch ladder)"
+        return f"a {type(policy).__name__} policy (its shape is not static, SpecSim's " \
+               "adaptive one or a batch ladder)"
     lookup = r.proposal_rate is not None  # n-gram, suffix: matches drawn per step
     if r.pricer.draft is None and not lookup:
         return "speculation without a draft model"

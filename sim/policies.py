@@ -364,11 +364,11 @@ class AdaptiveGamma:
         return best
 
     @property
-    def walk_smoothing(self) -> float | None:
-        """α̂'s EMA weight where ``sim.steady_walk`` can compute this policy's shapes
-        itself (chains: one γ for the batch, or with ``per_sequence`` each sequence's own,
-        ``sequence_gamma``), else None."""
-        return self.smoothing if self.max_width == 1 else None
+    def walk_smoothing(self) -> float:
+        """α̂'s EMA weight: ``sim.steady_walk`` computes this policy's shapes itself (one
+        chain for the batch, with ``max_width`` > 1 perhaps widened at its root,
+        ``tree_tokens``; or with ``per_sequence`` each sequence's own, ``sequence_gamma``)."""
+        return self.smoothing
 
     @property
     def deepest_row(self) -> np.ndarray:

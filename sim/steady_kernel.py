@@ -274,13 +274,14 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
                reps: int = 1, one_pass: bool = False, smoothing: float | None = None,
                ladder: tuple | None = None, propose: float | None = None, prng=None,
                host_s: float = 0.0, sticky: bool = False,
-               per_sequence: bool = False) -> tuple:
+               per_sequence: bool = False, width: int = 1) -> tuple:
     """``walk``'s arguments from ``row`` to ``host_s``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     the acceptance model's ``kernel_tables`` for each of its tasks and its task bits, as
     ``stack_tables`` takes them, whose kinds decide whether ``rng`` is used;
     ``smoothing``: an adaptive policy's, its α̂ then given per walk: 0.0 here, with
-    ``per_sequence`` a γ per sequence (``ADAPTIVE_SEQ``); ``ladder``:
+    ``per_sequence`` a γ per sequence (``ADAPTIVE_SEQ``), with ``width`` > 1 (its
+    ``max_width``) trees widened at the root tried too; ``ladder``:
     a batch ladder's γ by batch size and what the size counts (``BatchLadder.key``, one of
     ``LADDER_KEYS``), ``sticky`` whether a request it once gives γ = 0 never drafts again
     (vLLM v0's; the walk's rows carry ``SPEC_OFF``);
@@ -291,7 +292,7 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     lookup = (-1.0, _NEVER_DRAWN, 0.0) if propose is None else \
         (float(propose), prng, float(host_s))
     if not spec:
-        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, _NO_ROW, 0, False, None,
+        return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, 1, _NO_ROW, 0, False, None,
                 *stack_tables(((acceptance.KERNEL_RUNS, 0.0, np.zeros(1, dtype=np.int64),
                                 np.zeros(1, dtype=np.uint8), 1, np.zeros((1, 1))),), 0),
                 *lookup)
@@ -308,7 +309,7 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     steps, key = ladder if ladder is not None else (_NO_ROW, LADDER_KEYS[0])
     return (row, nodes, feeds, -1.0 if tri is None else float(tri), int(reps),
             bool(one_pass), mode, 0.0, 0.0 if smoothing is None else float(smoothing),
-            np.asarray(steps, dtype=np.int64), LADDER_KEYS.index(key), bool(sticky),
+            int(width), np.asarray(steps, dtype=np.int64), LADDER_KEYS.index(key), bool(sticky),
             rng if draws else None,
             *stack, *lookup)
 

@@ -13,8 +13,10 @@ after another finished takes the slot ``Replica.admit`` would give it (the walk 
 replica's free-slot stack as ``admit`` and ``finish`` use it).
 
 A speculating replica walks too where ``params`` says so (a static policy, an adaptive one
-over chains (with ``per_sequence`` each decoder its own γ at most the batch's, from its
-history, as ``AdaptiveGamma._per_sequence`` gives it) or a batch ladder (one keyed on the
+(a chain for the batch, with ``max_width`` > 1 perhaps widened at its root into a tree
+⟨k, 1, …, 1⟩, as ``AdaptiveGamma.shape`` prices and chooses them; with ``per_sequence``
+each decoder its own γ at most the batch's, from its history, as
+``AdaptiveGamma._per_sequence`` gives it) or a batch ladder (one keyed on the
 step that last scheduled each sequence gives each its own γ: the walk's rows carry
 ``Replica.scheduled_in`` in a column past the state's; a sticky one switches a request off
 for good, in its row's ``SPEC_OFF``), a
@@ -120,17 +122,18 @@ def params(r) -> tuple | str:
     (``sim.gate.walk``'s, or what its timings and acceptance model lack).
 
     Without speculation: a replica of ``sim.steady`` (``sim.gate.steady``). With: a static
-    policy (the same shape for every batch, nothing learned), an adaptive one over chains
-    (``AdaptiveGamma.walk_smoothing``; per sequence or not) or a batch ladder, whatever its key
+    policy (the same shape for every batch, nothing learned), an adaptive one
+    (``AdaptiveGamma.walk_smoothing``: chains and trees widened at the root, its
+    ``max_width``; per sequence or not) or a batch ladder, whatever its key
     (``BatchLadder.walk_ladder``, sticky or not; both with drafts kept in step every step), a
     draft drafting serially (a draft model or EAGLE
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
     drafting ahead) or a lookup drafter (n-gram, suffix:
     no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, the
-    vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape (a task
-    mix: each task's model). With a
-    prefix cache or without (``_prefix``: the walk makes the cache's changes with its own
-    functions, ``sim.kernels.prefix``). Either way the target's timing and the draft's
+    vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape (an
+    adaptive policy's widest tree; a task mix: each task's model). With a prefix cache or
+    without (``_prefix``: the walk makes the cache's changes with its own functions,
+    ``sim.kernels.prefix``). Either way the target's timing and the draft's
     must be one-stage ones the kernels price (``kernel_params``: measured, roofline or
     paper)."""
     why = gate.walk(r)
@@ -142,12 +145,19 @@ def params(r) -> tuple | str:
     if not r.policy.uses_draft:
         return (0, *steady_kernel.walk_shape(False), target, target, _NO_SPEC)
     policy, draft = r.policy, r.pricer.draft
-    adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy of chains
+    adaptive = getattr(policy, "walk_smoothing", None)  # an adaptive policy
     ladder = getattr(policy, "walk_ladder", None)  # a batch ladder (sticky or not)
     varies = adaptive is not None or ladder is not None  # a shape per iteration
     row = policy.deepest_row if varies else policy.shape(1)
     if not (row > 0).any():  # it never drafts (a ladder of γ 0 only)
         return "a policy that never drafts"
+    # an adaptive policy's widest root (its trees ⟨k, 1, …, 1⟩, k <= max_width): the
+    # acceptance's tables are those of its widest tree, which cover every shape it drafts
+    width = int(getattr(policy, "max_width", 1)) if adaptive is not None else 1
+    widest = row
+    if width > 1:
+        widest = row.copy()
+        widest[0] = width
     if draft is None:  # a lookup drafter (sim.gate.walk): no draft pass to price
         dp, reps, one_pass = target, 1, False
     else:
@@ -156,7 +166,7 @@ def params(r) -> tuple | str:
         if dp is None:
             return "a draft timing the kernels do not price (they price one stage)"
         reps, one_pass = draft.replicas, draft.one_pass
-    tables = _kernel_tables(r.acceptance, row)
+    tables = _kernel_tables(r.acceptance, widest)
     if tables is None:
         return f"an acceptance model without kernel tables ({type(r.acceptance).__name__})"
     feeds = np.array(draft_feeds(row), dtype=np.int64)
@@ -164,7 +174,8 @@ def params(r) -> tuple | str:
                                                    r.rng, tables, reps, one_pass, adaptive,
                                                    ladder, r.proposal_rate, r.propose_rng,
                                                    r.cpu_s_per_seq, r.sticky_off,
-                                                   getattr(policy, "per_sequence", False)),
+                                                   getattr(policy, "per_sequence", False),
+                                                   width),
             target, dp, _spec_params(r))
 
 
@@ -266,7 +277,7 @@ _NO_SPEC = np.zeros(len(SPEC_FIELDS))
 
 # where params' tuple holds the shape mode, the policy's α̂, the generator and a lookup
 # drafter's proposal rate; where the walk's answer holds the matches it drew and did not use
-_MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 13, 20
+_MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 14, 21
 _SPARE = 14
 _LEARNS = (steady_kernel.ADAPTIVE, steady_kernel.ADAPTIVE_SEQ)  # modes whose α̂ the walk moves
 MAX_STEPS = 256  # iterations per walk

@@ -3,11 +3,13 @@ walk prices them: ``sim.draft_pricing.draft_passes`` (which passes run, each
 ``hardware.cost.batch_pass``) priced by ``base.pass_seconds``, combined by its
 ``draft_total``; with a chain per sequence, ``per_sequence_seconds``' passes
 (``chain_rows_seconds``); the choice ``sim.policies.best_chain`` over
-``IterationPricer.decode_chain_seconds``' sums."""
+``IterationPricer.decode_chain_seconds``' sums, then the trees widened at the root that
+``AdaptiveGamma.shape`` tries (``sim.policies.tree_tokens`` over ``IterationPricer.price``'s
+seconds of each: ``tree_seconds``)."""
 
 from __future__ import annotations
 
-from hardware.cost import batch_pass
+from hardware.cost import batch_pass, verify_pass
 from hardware.spec_cost import round_seconds
 from sim.draft_pricing import (
     KEYS,
@@ -22,7 +24,7 @@ from sim.draft_pricing import (
 )
 from sim.kernels.base import FILLED, TARGET, pass_seconds
 from sim.kernels.base import KV as KV_COLUMN
-from sim.policies import best_chain
+from sim.policies import best_chain, tree_tokens
 
 
 def draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri, reps,
@@ -59,13 +61,17 @@ def _price(passes, k, dp):
                                              passes[i, SEQS], dp, False)
 
 
-def adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, group_ctx,
-                   tp, dp, sp, passes, ones, seconds):
-    """``sim.policies.AdaptiveGamma.shape`` for chains: over every decoding row (the
-    scheduler asks the policy before its budget walk), ``best_chain`` of the seconds
+def adaptive_gamma(st, order, n_alive, alpha, max_g, width, reps, one_pass, group_n,
+                   group_ctx, tp, dp, sp, passes, ones, seconds, feeds):
+    """``sim.policies.AdaptiveGamma.shape`` over every decoding row (the scheduler asks
+    the policy before its budget walk): (γ, k), the shape ⟨k, 1, …, 1⟩ γ levels deep (k
+    = 1: the chain γ). First ``best_chain`` of the seconds
     ``IterationPricer.decode_chain_seconds`` gives each chain γ in 0..``max_g`` -- the
     draft passes of the deepest chain (``ones``: its feeds) summed by ``draft_prefix``,
-    the engine's speculative overheads ``sp``, the verify -- into ``seconds``."""
+    the engine's speculative overheads ``sp``, the verify -- into ``seconds``; then, with
+    ``width`` > 1 (``max_width``) and γ > 0, each tree k = 2..``width`` in turn, taken
+    where its ``tree_tokens`` per second beat the best so far (``tree_seconds``; ``feeds``:
+    scratch for its feeds)."""
     nd, sc = 0, 0
     group_n[:] = 0
     group_ctx[:] = 0
@@ -78,7 +84,7 @@ def adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, gr
             nd += 1
             sc += st[i, KV_COLUMN]
     if nd == 0:
-        return 0
+        return 0, 1
     k = draft_passes(passes, nd, sc, ones[:max_g], False, 0, reps, group_n, group_ctx,
                      one_pass, 0, 0.0, 0.0, 0.0, 0.0)
     _price(passes, k, dp)
@@ -88,4 +94,43 @@ def adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass, group_n, gr
         verify, _ = pass_seconds(new, kv, keys, n, tp, False)
         extra = round_seconds(sp, nd, 1 if one_pass else g, False) if g else 0.0
         seconds[g] = seconds[g] + extra + verify
-    return best_chain(nd, alpha, seconds)[0]
+    g, best_rate = best_chain(nd, alpha, seconds)
+    best = 1
+    if g > 0:
+        for w in range(2, width + 1):
+            rate = nd * tree_tokens(alpha, w, g) / tree_seconds(
+                nd, sc, w, g, reps, one_pass, group_n, group_ctx, tp, dp, sp, passes, feeds)
+            if rate > best_rate:
+                best, best_rate = w, rate
+    return g, best
+
+
+def root_tree(k, depth, feeds):
+    """The tree ⟨k, 1, …, 1⟩ ``depth`` levels deep (k > 1): its feeds into ``feeds[:depth]``
+    (``sim.shapes.draft_feeds``: the root, then k nodes a level) and its
+    ``sim.shapes.tree_key_term`` (Σ_l n_l·(l + 1): 1 for the root, k for each level)."""
+    term = 1
+    feeds[0] = 1
+    for j in range(1, depth):
+        feeds[j] = k
+    for j in range(1, depth + 1):
+        term += k * (j + 1)
+    return float(term)
+
+
+def tree_seconds(nd, sc, k, depth, reps, one_pass, group_n, group_ctx, tp, dp, sp, passes,
+                 feeds):
+    """``Replica._price_decode`` of the tree ⟨k, 1, …, 1⟩ ``depth`` levels deep (k > 1) for
+    ``nd`` decoding rows of ``sc`` context and nothing else (``IterationPricer.price``,
+    ``bound=False``): the draft's passes (``draft_seconds``, the groups ``group_n``,
+    ``group_ctx`` of the draft replicas), the engine's speculative overheads for a tree,
+    the target's verify of 1 + k·depth tokens a row under the tree mask. ``feeds``: scratch
+    (``root_tree``)."""
+    tri = root_tree(k, depth, feeds)
+    verify = 1 + k * depth
+    new, kv, keys, n = verify_pass(verify, tri, sc, nd, 0.0, 0.0, 0.0, 0.0, 0)
+    v, _ = pass_seconds(new, kv, keys, n, tp, False)
+    d = draft_seconds(nd, 0, sc, 0.0, 0.0, 0.0, 0.0, feeds[:depth], tri, reps, one_pass,
+                      group_n, group_ctx, dp, passes)
+    d += round_seconds(sp, nd, 1 if one_pass else depth, True)
+    return d + v

@@ -32,7 +32,7 @@ from sim.kernels.base import (
     decode_one,
     pass_seconds,
 )
-from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds
+from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds, root_tree
 from sim.kernels.prefix import (
     LOG_PER_BLOCK,
     UNHASHED_FIRST,
@@ -72,7 +72,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, strict, bound, gaps, row, nodes, feeds, tri, reps,
          one_pass,
-         mode, alpha, smoothing, ladder, key, sticky, rng, meta, p_geo, runs, ring, table, bits,
+         mode, alpha, smoothing, width, ladder, key, sticky, rng, meta, p_geo, runs, ring, table,
+         bits,
          propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
@@ -105,8 +106,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
     the draft, or its heads run in one pass (``one_pass``: ``draft_seconds``). ``mode`` 1
     (``ADAPTIVE``): each iteration's chain is ``AdaptiveGamma``'s (``adaptive_gamma``,
-    ``row`` the deepest: its γ ones), its α̂ folded in after each verify as ``observe``
-    folds it (EMA weight ``smoothing``, from ``alpha``); ``mode`` 2 (``LADDER``): the chain
+    ``row`` the deepest: its γ ones), with ``width`` > 1 (its ``max_width``) perhaps
+    widened at the root into the tree ⟨k, 1, …, 1⟩ (k <= ``width``: the verify under the
+    tree mask, the draft's passes feeding k nodes a level, ``root_tree``), its α̂ folded
+    in after each verify as ``observe`` folds it (EMA weight ``smoothing``, from
+    ``alpha``; after a tree, over its levels 2 and deeper); ``mode`` 2 (``LADDER``): the chain
     of ``ladder[batch size]`` (``BatchLadder``; its last γ past its end), the size as
     ``key`` counts it (``base.LADDER_KEYS``): the decoding rows (``BY_DECODING``) or the
     running ones (``BY_RUNNING``) as the iteration starts, one γ for the batch; or, with
@@ -244,6 +248,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     passes = np.empty((passes_capacity(max(max_g, len(feeds)), reps), 7))  # the draft's
     ones = np.ones(max_g, dtype=np.int64)  # the adaptive policy's deepest chain's feeds
     chain_s = np.zeros(max_g + 1)  # and its seconds per γ
+    tree_feeds = np.zeros(max(max_g, 1), dtype=np.int64)  # its tree's feeds (width > 1)
     n_alive, adm, k, ng, nf = n, 0, 0, 0, 0
     t = now
     k_split, ng_split, nf_split, free_split, nfs_split = 0, 0, 0, 0, 0
@@ -254,9 +259,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
         if mode and not by_step:  # the policy's shape (first)
+            wk = 1  # the root's width (an adaptive policy's tree ⟨wk, 1, …, 1⟩)
             if mode == ADAPTIVE or mode == ADAPTIVE_SEQ:
-                g = adaptive_gamma(st, order, n_alive, alpha, max_g, reps, one_pass,
-                                   group_n, group_ctx, tp, dp, sp, passes, ones, chain_s)
+                g, wk = adaptive_gamma(st, order, n_alive, alpha, max_g, width, reps,
+                                       one_pass, group_n, group_ctx, tp, dp, sp, passes, ones,
+                                       chain_s, tree_feeds)
                 if mode == ADAPTIVE_SEQ and g > 0:  # AdaptiveGamma._per_sequence's c
                     c_seq = cost_ratio(chain_s)
             else:
@@ -270,9 +277,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if per_row:  # sticky: each decoder's, unless it was switched off; per sequence:
                 g_all = g  # each decoder's own, at most this
             else:
-                nodes, depth, verify, feeds = g, g, 1 + g, all_feeds[:g]
+                nodes, depth, verify, feeds, tri = g, g, 1 + g, all_feeds[:g], -1.0
                 for j in range(max_g):
                     row[j] = 1 if j < g else 0
+                if wk > 1:  # the chain widened at its root: a tree
+                    row[0] = wk
+                    tri = root_tree(wk, g, tree_feeds)
+                    nodes, verify, feeds = wk * g, 1 + wk * g, tree_feeds[:g]
         # the most tokens a request may take this step (long_prefill_token_threshold, which
         # cuts a verify too): it counts the requests running or waiting as the step starts
         requests = n_alive
@@ -523,6 +534,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         out = 0
         accepted = 0
         short = 0  # verifies that rejected a guess (AdaptiveGamma.observe's "checked")
+        # an adaptive policy's tree: observe counts its chain levels (2 and deeper) alone
+        rooted = mode == ADAPTIVE and row[0] > 1
+        chain_acc, chain_short = 0, 0  # their accepted guesses, and the rejecting verifies
         fin_before = nf
         back = 0  # blocks of rejected drafts the verifies give back (with rolls_back)
         running = n_alive  # the rows of this iteration: order[:running]
@@ -598,6 +612,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 st[i, COUNTS + 4] += acc + (1 if acc < deep else 0)
                 accepted += acc
                 short += 1 if acc < deep else 0
+                if rooted and acc >= 1:  # past the root's level
+                    chain_acc += acc - 1
+                    chain_short += 1 if acc < deep else 0
                 step = emitted(acc, st[i, OUTPUT] - st[i, EMITTED])
                 out += step
                 st[i, EMITTED] += step
@@ -646,7 +663,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             for j in range(fin_before, nf):  # then its blocks freed
                 i = fin[j]
                 free += pc_free_slot(pc, no_log, slots[i], st[i, BLOCKS])
-        if ((mode == ADAPTIVE and nodes > 0) or mode == ADAPTIVE_SEQ) and n_dec > 0 \
+        if rooted:  # AdaptiveGamma.observe after a tree verify: its levels 2..depth
+            if chain_acc + chain_short > 0:
+                alpha += smoothing * (chain_acc / (chain_acc + chain_short) - alpha)
+        elif ((mode == ADAPTIVE and nodes > 0) or mode == ADAPTIVE_SEQ) and n_dec > 0 \
                 and accepted + short > 0:  # AdaptiveGamma.observe
             alpha += smoothing * (accepted / (accepted + short) - alpha)
         if nf > fin_before:

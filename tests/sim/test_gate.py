@@ -13,6 +13,7 @@ from sim.loading import load_scenario, repo_root
 
 DEFAULT = repo_root() / "scenarios" / "default.yaml"
 SMALL = ["run.requests=40"]
+BURSTY = "acceptance={kind: bursty, easy_alpha: 0.9, hard_alpha: 0.3}"
 
 
 def _taken(monkeypatch, sc, path):
@@ -180,12 +181,18 @@ def test_bench_help_gives_the_run_size_that_takes_the_kernels_at_once():
     ("{kind: adaptive, max_gamma: 4, per_sequence: true}", [], None),
     ("{kind: adaptive, max_gamma: 4, per_sequence: true}", ["scheduler.draft_sync=catch_up"],
      "draft_sync catch_up with a shape that varies"),
-    ("{kind: adaptive, max_gamma: 4, max_width: 2}", [], "a AdaptiveGamma policy"),
+    ("{kind: adaptive, max_gamma: 4, max_width: 2}", [BURSTY], None),
+    ("{kind: adaptive, max_gamma: 4, max_width: 3}", [BURSTY, "scheduler.draft_sync=catch_up"],
+     "draft_sync catch_up with a shape that varies"),
+    # the default's greedy trace replays chains in the walk, not trees
+    ("{kind: adaptive, max_gamma: 4, max_width: 2}", [],
+     "an acceptance model without kernel tables (TraceAcceptance)"),
 ])
-def test_an_adaptive_policy_walks_over_chains(policy, sets, needle, monkeypatch):
-    """An adaptive policy over chains walks, one γ for the batch or each sequence its own
-    (``per_sequence``); one that also tries trees, or whose drafts catch up, keeps to the
-    reference path with the reason."""
+def test_an_adaptive_policy_walks(policy, sets, needle, monkeypatch):
+    """An adaptive policy walks, one γ for the batch (a chain, or with ``max_width`` > 1
+    perhaps a tree widened at its root, where the acceptance model draws trees in the
+    kernels) or each sequence its own (``per_sequence``); one whose drafts catch up, or
+    whose trees only the reference path draws, keeps to it with the reason."""
     sc = load_scenario(DEFAULT, [*SMALL, *sets, f"variants=[{{name: a, policy: {policy}}}]"])
     taken, reasons = _taken(monkeypatch, sc, PATHS["compiled"])
     why = reasons["a"]["walk"]

@@ -9,10 +9,10 @@ what the walk does (admissions, prefill chunks beside verifies, depths drawn fro
 generator -- bursty, i.i.d. and positional models, level by level or as one geometric run --
 or replayed from a trace, chains and trees, a draft model (one, or one per GPU of a TP
 target), an EAGLE-3 head and Medusa's heads, n-gram and suffix lookup (a match drawn per
-decoder and step, host seconds per sequence), static, adaptive and ladder policies, slots
-reused, the split where an event comes) and what it hands back to the reference path (a
-draft the budget cuts or that lags, a preemption, the matches drawn for an iteration it
-leaves).
+decoder and step, host seconds per sequence), static, adaptive (chains, trees widened at the
+root, a γ per sequence) and ladder policies, slots reused, the split where an event comes)
+and what it hands back to the reference path (a draft the budget cuts or that lags, a
+preemption, the matches drawn for an iteration it leaves).
 """
 
 from __future__ import annotations
@@ -252,11 +252,48 @@ CASES = {
                              f"acceptance={{kind: task_mix, tasks: {{{MIX}}}}}",
                              "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
                              "per_sequence: true}}]"],
-    # policies the walk leaves to the reference path (NO_WALK): adaptive trees, an adaptive
-    # policy drafting under catch_up
-    "adaptive-width": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
-                       "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
-                       "max_width: 2}}]"],
+    # an adaptive policy that also tries trees widened at the root (<k, 1, ..., 1>, k up to
+    # max_width): each iteration's chain and trees priced and chosen in the walk, the tree's
+    # verify under the tree mask, α̂ learned from its chain levels; here trees of width 3
+    # whose depth changes
+    "adaptive-tree": ["run.requests=300", BURSTY, "workload.rate_per_s=20",
+                      "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                      "max_width: 3}}]"],
+    # ... i.i.d. α = 0.97: chains (one geometric run per decoder) and trees of width 2 and 3
+    # (one uniform per level) from one iteration to the next
+    "adaptive-tree-iid": ["run.requests=300", "acceptance={kind: iid, alpha: 0.97}",
+                          "workload.rate_per_s=20",
+                          "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                          "max_width: 3}}]"],
+    # ... a 16-token budget: trees cut by it (the reference's), decoders left out of a step
+    "adaptive-tree-tight": ["run.requests=150", BURSTY, *TIGHT,
+                            "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
+                            "max_width: 2}}]"],
+    # ... on a TP-4 target with a draft per GPU (each replica's tree passes), γ = 0 at times
+    "adaptive-tree-replicas": ["scenario=plan-llama70b", "run.requests=200",
+                               "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                               "max_width: 3}}]"],
+    # ... with Medusa's heads (one pass, chain or tree)
+    "adaptive-tree-medusa": ["run.requests=150", 'models.target="vicuna-7b"',
+                             "models.draft=null", "workload.prompt.max_tokens=1024",
+                             "workload.output.max_tokens=512",
+                             "acceptance={kind: positional, rates: [0.7, 0.5, 0.4]}",
+                             "variants=[{name: m, drafter: {method: medusa, heads: 4}, "
+                             "policy: {kind: adaptive, max_gamma: 4, max_width: 3}}]"],
+    # ... a task mix: i.i.d. (geometric runs under a chain, levels under a tree), bursty and
+    # a sampling trace's tasks
+    "adaptive-tree-mix": ["run.requests=300", "workload.rate_per_s=20",
+                          "acceptance={kind: task_mix, tasks: {"
+                          "a: {weight: 1, acceptance: {kind: iid, alpha: 0.95}}, "
+                          f"b: {{weight: 1, acceptance: {{{SAMPLING}}}}}, "
+                          f"c: {{weight: 1, acceptance: {{{BURSTY_MODEL}}}}}}}}}",
+                          "variants=[{name: a, policy: {kind: adaptive, max_gamma: 5, "
+                          "max_width: 3}}]"],
+    # policies the walk leaves to the reference path (NO_WALK): adaptive trees over a greedy
+    # trace (its trees have no kernel tables), an adaptive policy drafting under catch_up
+    "adaptive-tree-greedy": ["run.requests=60", "workload.rate_per_s=20",
+                             "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4, "
+                             "max_width: 2}}]"],
     "adaptive-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                           "scheduler.draft_sync=catch_up",
                           "variants=[{name: a, policy: {kind: adaptive, max_gamma: 4}}]"],
@@ -267,7 +304,7 @@ CASES = {
     "ngram-catch-up": ["run.requests=60", BURSTY, "workload.rate_per_s=20",
                        "scheduler.draft_sync=catch_up", LOOKUP.format("ngram", 4, 0.5, 0.0)],
 }
-NO_WALK = {"ladder-off", "adaptive-width", "adaptive-catch-up", "ngram-adaptive",
+NO_WALK = {"ladder-off", "adaptive-tree-greedy", "adaptive-catch-up", "ngram-adaptive",
            "ngram-catch-up"}
 LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut",
                 "task-mix-ngram-tree"}
@@ -275,6 +312,8 @@ LOOKUP_CASES = {"ngram", "suffix-iid", "ngram-trace", "ngram-tree", "ngram-cut",
 # an adaptive policy per sequence)
 MIXED_GAMMA = {"ladder-scheduled-tight", "ladder-scheduled-replicas", "ladder-scheduled-medusa",
                *(c for c in CASES if c.startswith("adaptive-per-seq"))}
+# cases whose adaptive policy tries trees: (depth, root width) of the shapes it chose
+ADAPTIVE_TREES = {c for c in CASES if c.startswith("adaptive-tree") and c not in NO_WALK}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -310,10 +349,13 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
 
     monkeypatch.setattr(steady_walk, "plan", counted)
     mixed = []  # per run, the steps whose decoders' γ's differ (formed by the reference)
+    chosen = set()  # (depth, root width) of the one shapes of batches the reference formed
     for policy in (BatchLadder, AdaptiveGamma):
         def shape(self, *args, _real=policy.shape, **kwargs):
             got = _real(self, *args, **kwargs)
             mixed[-1] += got.ndim == 2
+            if got.ndim == 1 and len(mixed) == 1:
+                chosen.add((int((got > 0).sum()), int(got[0]) if len(got) else 0))
             return got
 
         monkeypatch.setattr(policy, "shape", shape)
@@ -346,6 +388,11 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
         assert seen["reused"] > 0, seen
     if case in MIXED_GAMMA:  # steps of mixed γ's, most of them formed by the walk
         assert mixed[0] > 20 and mixed[1] < mixed[0] / 2, mixed
+    if case in ADAPTIVE_TREES:  # the choice changes: trees, of more than one depth or width
+        trees = {s for s in chosen if s[1] > 1}
+        assert trees and len(chosen - {(0, 0)}) >= 2, chosen
+        if case == "adaptive-tree-iid":  # chains and trees of both widths
+            assert {w for _, w in chosen} >= {1, 2, 3}, chosen
     if case == "horizon":
         assert seen["split"] > 0, seen
         assert not runs[0][0].requests.columns["finished"].all()
@@ -450,7 +497,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
 
 
 # bench workloads (``sim.bench_workloads``) the walk once left to the reference path
-ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma")
+ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma", "adaptive-tree")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
