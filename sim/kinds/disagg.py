@@ -57,12 +57,13 @@ class Disaggregation(Strict):
     ``link``: a links.yaml id each GPU's share of the KV crosses (null: the GPUs'
     ``node_link``, one NIC per GPU, e.g. InfiniBand NDR on an H100 server; ``nvlink5`` for
     pools in one GB200 NVL72 domain). ``draft_kv``: ``transfer`` sends the drafter's KV of
-    the prompt with the target's (vLLM's NixlConnector with an EAGLE-3 head, vllm-project/
-    vllm PRs #34529 and #35158; SGLang sends the EAGLE/MTP state with the KV); ``recompute``
-    leaves it behind and the decode replica runs the prompt through the drafter before its
-    first draft (vLLM with Gemma-4's MTP drafter, whose KV group NIXL skips: vllm-project/
-    vllm issue #54926). ``decode_router``: how a prefilled request picks its decode replica
-    (the arrivals' router is ``deployment.router``, over the prefill pool).
+    the prompt with the target's (vLLM's NixlConnector with an EAGLE-3 head,
+    vllm-project/vllm PRs #34529 and #35158; SGLang sends the EAGLE/MTP state with the KV);
+    ``recompute`` leaves it behind and the decode replica runs the prompt through the
+    drafter before its first draft (vLLM with Gemma-4's MTP drafter, whose KV group NIXL
+    skips: vllm-project/vllm issue #54926). ``decode_router``: how a prefilled request
+    picks its decode replica (the arrivals' router is ``deployment.router``, over the
+    prefill pool).
     """
 
     prefill: Pool = Pool()
