@@ -24,11 +24,10 @@ Every problem is one UserError line naming the file, the line and the column.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hardware.timing.rows import precision_columns, read_table
+from hardware.timing.rows import cell_int, cell_positive, precision_columns, read_table
 from specdec.errors import UserError
 
 __all__ = ["PdRow", "read_pd_rows", "PD_COLUMNS", "FP8_SCALES"]
@@ -89,24 +88,10 @@ def _row(path: Path, line: int, get: dict[str, str]) -> PdRow:
     where = f"{path}: line {line}"
 
     def integer(name: str, least: int) -> int:
-        text = get.get(name, "")
-        try:
-            value = int(text)
-        except ValueError:
-            raise UserError(f"{where}: {name}: must be an integer, got {text!r}") from None
-        if value < least:
-            raise UserError(f"{where}: {name}: must be >= {least}, got {value}")
-        return value
+        return cell_int(path, line, name, get.get(name, ""), least)
 
     def seconds(name: str) -> float:
-        text = get.get(name, "")
-        try:
-            value = float(text)
-        except ValueError:
-            raise UserError(f"{where}: {name}: must be a number, got {text!r}") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise UserError(f"{where}: {name}: must be a finite number > 0, got {text!r}")
-        return value
+        return cell_positive(path, line, name, get.get(name, ""))
 
     for name in ("model", "gpu", "framework", "source"):
         if not get.get(name):

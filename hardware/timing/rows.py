@@ -48,6 +48,7 @@ Every problem is one UserError line naming the file, the line and the column.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,7 +103,9 @@ class MeasuredRow:
     path: str = ""  # the file the row was read from (for messages)
 
 
-def _int(path, line, name, text, least):
+def cell_int(path, line, name, text, least):
+    """An integer cell of at least ``least``; a one-line UserError naming file, line and
+    column."""
     try:
         value = int(text)
     except ValueError:
@@ -110,6 +113,20 @@ def _int(path, line, name, text, least):
             from None
     if value < least:
         raise UserError(f"{path}: line {line}: {name}: must be >= {least}, got {value}")
+    return value
+
+
+def cell_positive(path, line, name, text) -> float:
+    """A finite number > 0 (a measured time); a one-line UserError naming file, line and
+    column."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{path}: line {line}: {name}: must be a number, got {text!r}") \
+            from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UserError(f"{path}: line {line}: {name}: must be a finite number > 0, got "
+                        f"{text!r}")
     return value
 
 
@@ -246,7 +263,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     split = get.get("split") or "fit"
     if split not in ("fit", "test"):
         raise UserError(f"{path}: line {line}: split: must be fit or test, got {split!r}")
-    out_tokens = _int(path, line, "output_tokens", get.get("output_tokens") or "0", 0)
+    out_tokens = cell_int(path, line, "output_tokens", get.get("output_tokens") or "0", 0)
     if metric != "step_s" and metric != "ttft_s" and out_tokens < 2:
         raise UserError(f"{path}: line {line}: output_tokens: metric {metric} needs >= 2 "
                         f"generated tokens per request, got {out_tokens}")
@@ -261,13 +278,13 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if max_load and not get.get("requests"):
         raise UserError(f"{path}: line {line}: requests: metric {metric} needs the number "
                         f"of requests the run served")
-    requests = _int(path, line, "requests", get["requests"], 1) if max_load else 0
-    context = _int(path, line, "context", get["context"], 0)
+    requests = cell_int(path, line, "requests", get["requests"], 1) if max_load else 0
+    context = cell_int(path, line, "context", get["context"], 0)
     if max_load and context < 1:
         raise UserError(f"{path}: line {line}: context: metric {metric} needs prompts of "
                         f">= 1 token, got {context}")
     budget = get.get("max_num_tokens") or ""
-    max_num_tokens = _int(path, line, "max_num_tokens", budget, 1) if budget else None
+    max_num_tokens = cell_int(path, line, "max_num_tokens", budget, 1) if budget else None
     kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
     graphs = _sizes(path, line, "cuda_graph_batch_sizes",
                     get.get("cuda_graph_batch_sizes") or "")
@@ -275,21 +292,21 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     if "@" in framework:
         raise UserError(f"{path}: line {line}: framework: {framework!r}: give the engine "
                         f"alone here and its release in the framework_version column")
-    weight_bits = _int(path, line, "weight_bits", get["weight_bits"], 1)
+    weight_bits = cell_int(path, line, "weight_bits", get["weight_bits"], 1)
     fp4_format, quantized = precision_columns(path, line, get, weight_bits)
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
-        tp=_int(path, line, "tp", get["tp"], 1), pp=_int(path, line, "pp", get["pp"], 1),
+        tp=cell_int(path, line, "tp", get["tp"], 1), pp=cell_int(path, line, "pp", get["pp"], 1),
         weight_bits=weight_bits,
-        kv_bits=_int(path, line, "kv_bits", get["kv_bits"], 1),
+        kv_bits=cell_int(path, line, "kv_bits", get["kv_bits"], 1),
         compute_dtype=get["compute_dtype"] or None,
-        batch=_int(path, line, "batch", get["batch"], 1),
+        batch=cell_int(path, line, "batch", get["batch"], 1),
         context=context,
-        tokens=_int(path, line, "tokens", get["tokens"], 1),
+        tokens=cell_int(path, line, "tokens", get["tokens"], 1),
         offload=offload, measured=measured, source=get["source"],
         framework=framework,
         framework_version=get.get("framework_version", ""),
-        ep=_int(path, line, "ep", get.get("ep") or "1", 1), fp4_format=fp4_format,
+        ep=cell_int(path, line, "ep", get.get("ep") or "1", 1), fp4_format=fp4_format,
         quantized=quantized, pin_memory=pin,
         streaming=streaming,
         metric=metric,

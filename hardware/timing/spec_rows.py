@@ -41,7 +41,6 @@ framework's overheads for the method) -- over ``acceptance_length`` tokens.
 from __future__ import annotations
 
 import csv
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +59,7 @@ from hardware.draft import (
 from hardware.heads import head_config, medusa_config
 from hardware.models import read_utf8
 from hardware.spec_cost import SpecRound, for_cost, serial_passes
-from hardware.timing.rows import precision_columns, read_table
+from hardware.timing.rows import cell_int, cell_positive, precision_columns, read_table
 from specdec.errors import UserError
 
 __all__ = ["SPEC_COLUMNS", "SpecRow", "SpecPrediction", "read_spec_rows", "predict_spec",
@@ -160,24 +159,10 @@ def _row(path: Path, line: int, get: dict[str, str]) -> SpecRow:
     where = f"{path}: line {line}"
 
     def integer(name: str, least: int, default: str | None = None) -> int:
-        text = get.get(name) or (default or "")
-        try:
-            value = int(text)
-        except ValueError:
-            raise UserError(f"{where}: {name}: must be an integer, got {text!r}") from None
-        if value < least:
-            raise UserError(f"{where}: {name}: must be >= {least}, got {value}")
-        return value
+        return cell_int(path, line, name, get.get(name) or (default or ""), least)
 
     def number(name: str) -> float:
-        text = get.get(name, "")
-        try:
-            value = float(text)
-        except ValueError:
-            raise UserError(f"{where}: {name}: must be a number, got {text!r}") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise UserError(f"{where}: {name}: must be a finite number > 0, got {text!r}")
-        return value
+        return cell_positive(path, line, name, get.get(name, ""))
 
     for name in ("model", "gpu", "source"):
         if not get.get(name):
