@@ -134,6 +134,20 @@ WORKLOADS: dict[str, Workload] = {
         _SPEC, "a sticky batch ladder (gamma 4, 2, off above 80 sequences), vLLM v0",
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
          "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=31"), 20_000),
+    # a prefill replica hands every prompt to one of two decode replicas (sim.disagg)
+    "pd-1p2d": Workload(
+        _SPEC, "prefill/decode disaggregation: 1 prefill and 2 decode replicas",
+        ("disaggregation={prefill: {replicas: 1}, decode: {replicas: 2}}",
+         "workload.rate_per_s=57"), 1_500),
+    # prefix caching with 256 shared 384-token prefixes (6,144 blocks), more than the GPU
+    # pool keeps beside the running requests, and a CPU tier below it (sim.offload):
+    # at 1,500 requests ~28% of the prompt tokens are found on the GPU, ~3% in the tier
+    "cpu-offload": Workload(
+        _SPEC, "prefix caching, 256 shared prefixes, 4,500 GPU blocks, an 8 GiB CPU tier",
+        ("scheduler.prefix_caching=true", "workload.prompt={kind: fixed, tokens: 128}",
+         "workload.shared_prefix_tokens=384", "workload.shared_prefix_groups=256",
+         "workload.rate_per_s=30", "scheduler.num_gpu_blocks_override=4500",
+         "scheduler.kv_offload_gib=8"), 1_500),
     "roofline": Workload(
         _SPEC, "priced by the roofline timing instead of the measured one",
         ("deployment.timing=roofline", "workload.rate_per_s=26.2"), 30_000),
