@@ -206,11 +206,6 @@ class DecodeReplica(Replica):
         self.pd.send(rid, self)
         return True
 
-    def kv_arrived(self, rid: int) -> None:
-        """``rid``'s KV is here: the next scheduling step may admit it."""
-        self.loaded.add(rid)
-        self.wake()
-
     def release_hold(self, rid: int) -> int:
         """Give loaded request ``rid``'s held blocks back to the pool for its admission to
         take; returns its computed tokens (all but the last prompt token, recomputed to
@@ -225,8 +220,7 @@ class DecodeReplica(Replica):
     def unhold(self, rid: int) -> None:
         """``rid`` is admitted: it holds no blocks apart any more."""
         del self._holds[rid]
-        self.holding.remove(rid)
-        self.loaded.discard(rid)
+        super().unhold(rid)
 
     def admit(self, rid: int, target: int, cached: int = 0) -> int:
         inc = self.remote.pop(rid, None)

@@ -358,9 +358,8 @@ _ROWS = (
     ("requests (finished/arrived)", lambda s: f"{s['finished']}/{s['requests']}"),
     ("TTFT p50 / p90 / p99 (ms)", lambda s: _ms(s, "ttft")),
     ("TPOT p50 / p90 / p99 (ms)", lambda s: _ms(s, "tpot")),
-    ("ITL p50 / p99 (ms)", lambda s: " / ".join(
-        _num(None if s[k] is None else s[k] * 1e3, "{:.1f}") for k in ("itl_p50_s", "itl_p99_s"))),
-    ("end-to-end p50 / p90 / p99 (s)", lambda s: _trio(s, "e2e", 1.0, "{:.2f}")),
+    ("ITL p50 / p99 (ms)", lambda s: _percentiles(s, "itl", 1e3, "{:.1f}", (50, 99))),
+    ("end-to-end p50 / p90 / p99 (s)", lambda s: _percentiles(s, "e2e", 1.0, "{:.2f}")),
     ("throughput (tokens/s)", lambda s: _num(s["throughput_tokens_per_s"], "{:.0f}")),
     ("served / offered (req/s)", lambda s: f"{_num(s['served_rate_per_s'], '{:.2f}')} / "
                                            f"{_num(s['offered_rate_per_s'], '{:.2f}')}"),
@@ -371,15 +370,11 @@ _ROWS = (
         f"{_num(s['prefix_hit_rate'], '{:.3f}')} ({s['prefix_cached_tokens']})")),
     ("CPU tier hit rate (loaded tokens)", lambda s: (
         f"{_num(s['cpu_hit_rate'], '{:.3f}')} ({s['cpu_loaded_tokens']})")),
-    ("CPU tier load p50 / p99 (ms)", lambda s: " / ".join(
-        _num(None if s[k] is None else s[k] * 1e3, "{:.1f}")
-        for k in ("cpu_load_p50_s", "cpu_load_p99_s"))),
-    ("KV wait p50 / p99 (ms)", lambda s: " / ".join(
-        _num(None if s[k] is None else s[k] * 1e3, "{:.1f}")
-        for k in ("kv_wait_p50_s", "kv_wait_p99_s"))),
-    ("KV on the link p50 / p99 (ms)", lambda s: " / ".join(
-        _num(None if s[k] is None else s[k] * 1e3, "{:.2f}")
-        for k in ("kv_transfer_p50_s", "kv_transfer_p99_s"))),
+    ("CPU tier load p50 / p99 (ms)",
+     lambda s: _percentiles(s, "cpu_load", 1e3, "{:.1f}", (50, 99))),
+    ("KV wait p50 / p99 (ms)", lambda s: _percentiles(s, "kv_wait", 1e3, "{:.1f}", (50, 99))),
+    ("KV on the link p50 / p99 (ms)",
+     lambda s: _percentiles(s, "kv_transfer", 1e3, "{:.2f}", (50, 99))),
     ("acceptance rate (vLLM)", lambda s: _num(s["acceptance_rate"], "{:.3f}")),
     ("mean acceptance length (vLLM)", lambda s: _num(s["mean_acceptance_length"], "{:.3f}")),
     ("tokens/verify measured", lambda s: _num(s["tokens_per_verify"], "{:.3f}")),
@@ -394,13 +389,14 @@ def _num(v, fmt: str) -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def _trio(s: dict, key: str, scale: float, fmt: str) -> str:
+def _percentiles(s: dict, key: str, scale: float, fmt: str, qs=(50, 90, 99)) -> str:
+    """``key``'s percentiles ``qs`` (``<key>_p<q>_s``) times ``scale``, " / " between."""
     return " / ".join(_num(None if s[f"{key}_p{q}_s"] is None else s[f"{key}_p{q}_s"] * scale,
-                           fmt) for q in (50, 90, 99))
+                           fmt) for q in qs)
 
 
 def _ms(s: dict, key: str) -> str:
-    return _trio(s, key, 1000.0, "{:.1f}")
+    return _percentiles(s, key, 1000.0, "{:.1f}")
 
 
 def format_table(summaries: list[dict]) -> str:
