@@ -324,7 +324,7 @@ def _check_async(sc: Scenario, source: str, method, variant: str) -> None:
 def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
     """[(variant name, Setup)] for every variant of ``sc``, sharing one request table (a
     P/D scenario's: its decode pool's, with the prefill pool's in ``disagg``,
-    ``sim.disagg.pool_setups``)."""
+    ``sim.pd_pools.pool_setups``)."""
     if sc.scheduler.kv_offload_gib is not None:
         why = ("prefill/decode disaggregation" if sc.disaggregation is not None else
                "pipeline parallelism (deployment.pp > 1)" if sc.deployment.pp > 1 else None)
@@ -332,7 +332,7 @@ def setups(sc: Scenario, source: str = "scenario", record_bound: bool = True):
             raise UserError(f"{source}: scheduler.kv_offload_gib: a CPU tier is not modelled "
                             f"with {why}; leave it out")
     if sc.disaggregation is not None:
-        from sim.disagg import pool_setups
+        from sim.pd_pools import pool_setups
 
         return pool_setups(sc, source, record_bound, _one_pool)
     return _one_pool(sc, source, record_bound)

@@ -33,13 +33,13 @@ replica runs the draft over its whole prompt before drafting (vLLM with Gemma-4'
 drafter, vllm-project/vllm issue #54926), which shows in that iteration's ``draft_s``, in
 the TTFT, and in the request's ``draft_prefill_tokens`` (``transfers.csv``).
 
+**SGLang's flow** (``PdSetup.flow``: ``sglang``) is ``sim.pd_sglang``'s: the decode
+replica allocates first, the KV leaves chunk by chunk and the first token rides along;
+``PdRun`` holds the hand-offs of both flows.
+
 **Not modelled (departures).** vLLM's prefill replica keeps a request's blocks until the
 decode side has read them (NIXL's delayed free); SpecSim frees them when the prefill ends.
-SGLang's flow differs: the decode server preallocates before the prefill starts (its
-bootstrap queue), the prefill server sends each chunk's KV as the chunk completes
-(``send_kv_chunk``, python/sglang/srt/disaggregation/prefill.py, sglang 0.5.14) and the
-first token with the last, so the decode server starts decoding without recomputing a
-token; SpecSim prices every engine with vLLM's flow. No layer-wise overlap of the transfer
+TensorRT-LLM's disaggregated serving runs as vLLM's flow. No layer-wise overlap of the transfer
 with the prefill, no prefix caching on the decode pool (the prefill pool has the
 scenario's), no pipeline stages or async scheduling. P/D runs take the reference engine
 path (no compiled walk); a closed loop's users send to the prefill pool and wait for the
@@ -57,11 +57,11 @@ import simpy
 from hardware.kv_transfer import kv_transfer_s
 from sim.kernels.rules import blocks_for
 from sim.log import RunLog
+from sim.pd_sglang import SglangDecodeReplica, SglangPrefillReplica
 from sim.records import Records, TransferRecord, field_names
 from sim.replica import Replica
 from sim.router import Router, arrivals, closed_loop
-from sim.slots import COUNTS, OUTPUT
-from specdec.errors import UserError
+from sim.slots import COUNTS
 
 # why a P/D replica takes no compiled fast path (``specsim bench`` and ``fast_paths``)
 REFERENCE_ONLY = "prefill/decode disaggregation runs on the reference path"
@@ -89,6 +89,7 @@ class PdSetup:
     draft_kv: str = "transfer"
     decode_router: str = "least_requests"
     decode_gpus: int = 1  # GPUs of a decode replica (the bytes it receives)
+    flow: str = "vllm"  # whose hand-off: vllm (this module) or sglang (sim.pd_sglang)
 
     def transfer_s(self, tokens: int) -> float:
         """Seconds the KV of ``tokens`` prompt tokens takes on the link (module notes)."""
@@ -138,29 +139,15 @@ class TransferLog:
                                                 strict=True)))
 
 
-def _off_fast_paths(r: Replica) -> None:
-    r.keep_off_steady(REFERENCE_ONLY)
-    r._walk = None
-    r._off["walk"] = r._off["walk"] or REFERENCE_ONLY
-
-
 class PrefillReplica(Replica):
-    """A replica of the prefill pool: every request it admits writes one token, and when it
-    has, the request leaves for a decode replica (``PdRun.hand_off``)."""
+    """A replica of the prefill pool: every request writes one token here (its table says
+    so: ``wire``), and when it has, the request leaves for a decode replica
+    (``PdRun.hand_off``)."""
 
     def __init__(self, *args, pd: PdRun, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.on_finish = lambda rids: pd.hand_off(self, rids)
-        _off_fast_paths(self)
-
-    def submit(self, rid: int) -> None:
-        super().submit(rid)
-        self.outstanding_tokens -= self.table.output_tokens.item(rid) - 1  # one token here
-
-    def admit(self, rid: int, target: int, cached: int = 0) -> int:
-        s = super().admit(rid, target, cached)
-        self.state[s, OUTPUT] = 1
-        return s
+        self.keep_off_fast_paths(REFERENCE_ONLY)
 
 
 class DecodeReplica(Replica):
@@ -176,7 +163,7 @@ class DecodeReplica(Replica):
             and self.pricer.draft is not None
         # vLLM's num_speculative_tokens K (its reservations count a step of 1 + K + K)
         self.spec_tokens = int(self.policy.max_nodes) if self.policy.uses_draft else 0
-        _off_fast_paths(self)
+        self.keep_off_fast_paths(REFERENCE_ONLY)
 
     def start_load(self, rid: int) -> bool:
         """Hold blocks for waiting request ``rid``'s prompt KV and start loading it; False
@@ -249,6 +236,8 @@ class DecodeReplica(Replica):
 class PdRun:
     """A wired P/D deployment's hand-offs and transfers."""
 
+    reference_only = REFERENCE_ONLY  # what keeps its replicas off the compiled paths
+
     def __init__(self, env: simpy.Environment, pd: PdSetup, table, plog: RunLog) -> None:
         self.env = env
         self.pd = pd
@@ -270,19 +259,62 @@ class PdRun:
         self.ingress = [simpy.Resource(self.env, 1) for _ in decode]
 
     def hand_off(self, replica: PrefillReplica, rids: np.ndarray) -> None:
-        """Prefilled requests ``rids`` leave ``replica`` for decode replicas."""
+        """Prefilled requests ``rids`` leave ``replica`` for decode replicas (vLLM's flow:
+        the decode replica is picked now and loads the KV when its scheduler reaches the
+        request; SGLang's: it was picked at arrival, and the last chunk's KV leaves now)."""
         now = self.env.now
         plog, log = replica.log, self.log
+        sglang = self.pd.flow == "sglang"
         for rid in rids.tolist():
-            d = self.router.choose(rid)
-            log.prefill_replica[rid] = replica.index
-            log.decode_replica[rid] = d
+            if sglang:
+                d = int(log.decode_replica[rid])
+            else:
+                d = self.router.choose(rid)
+                log.prefill_replica[rid] = replica.index
+                log.decode_replica[rid] = d
             log.prefill_done_at[rid] = now
             dst = self.decode[d]
             dst.remote[rid] = Incoming(replica.index, int(self.table.prompt_tokens[rid]),
                                        plog.counts[rid].copy(),
                                        float(plog.first_scheduled_at[rid]))
-            dst.submit(rid)
+            if sglang:
+                self.send_chunk(rid, replica.index, replica.last_chunk(rid), last=True)
+            else:
+                dst.submit(rid)
+
+    def pair(self, replica, rid: int) -> None:
+        """SGLang's flow: new request ``rid`` of prefill ``replica`` is sent to a decode
+        replica too, which allocates for it before the prefill may start."""
+        d = self.router.choose(rid)
+        self.log.prefill_replica[rid] = replica.index
+        self.log.decode_replica[rid] = d
+        self.decode[d].enqueue(rid)
+
+    def allocated(self, rid: int, dst) -> None:
+        """SGLang's flow: ``dst`` holds blocks for ``rid``; its prefill replica may run it."""
+        self.log.load_start_at[rid] = self.env.now
+        self.prefill[int(self.log.prefill_replica[rid])].bootstrapped(rid)
+
+    def send_chunk(self, rid: int, src: int, tokens: int, last: bool = False) -> None:
+        """SGLang's flow: send ``tokens`` prompt tokens' KV of ``rid`` from prefill replica
+        ``src``; the decode replica has it all when the ``last`` send lands."""
+        self.env.process(self._send_chunk(rid, src, tokens, last))
+
+    def _send_chunk(self, rid: int, src: int, tokens: int, last: bool):
+        env, log = self.env, self.log
+        dst = self.decode[int(log.decode_replica[rid])]
+        with self.egress[src].request() as out:
+            yield out
+            with self.ingress[dst.index].request() as into:
+                yield into
+                if np.isnan(log.sent_at[rid]):
+                    log.sent_at[rid] = env.now
+                yield env.timeout(self.pd.transfer_s(tokens))
+        log.kv_bytes[rid] += self.pd.kv_bytes(tokens)
+        log.transfers[rid] += 1
+        if last:
+            log.kv_ready_at[rid] = env.now
+            dst.kv_arrived(rid)
 
     def send(self, rid: int, dst: DecodeReplica) -> None:
         """Start moving ``rid``'s KV to ``dst``, which holds blocks for it."""
@@ -325,15 +357,20 @@ def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
                                                             spawn_key=(*seed.spawn_key, i)))
 
     run = PdRun(env, pd, table, plog)
+    # a prefill replica writes one token of each request (the proxy's max_tokens 1,
+    # SGLang's max_new_tokens 1): its table says so, for its scheduler's estimates too
+    one = dataclasses.replace(table, output_tokens=np.ones_like(table.output_tokens))
 
-    def replica(kind, s, i: int, lg: RunLog, stream: int):
+    def replica(kind, s, i: int, lg: RunLog, stream: int, tab):
         pricer = IterationPricer(s.target_cost, s.draft, s.record_bound, False, s.spec)
         return kind(env, i, s.limits, s.kv_capacity_blocks, pricer, s.make_policy(),
-                    s.acceptance, rng(stream), table, lg, s.draft_sync, False, s.drafter,
+                    s.acceptance, rng(stream), tab, lg, s.draft_sync, False, s.drafter,
                     path=path, pd=run)
 
-    decode = [replica(DecodeReplica, setup, i, log, i) for i in range(setup.replicas)]
-    prefill = [replica(PrefillReplica, pre, j, plog, setup.replicas + j)
+    Decode, Prefill = ((SglangDecodeReplica, SglangPrefillReplica) if pd.flow == "sglang"
+                       else (DecodeReplica, PrefillReplica))
+    decode = [replica(Decode, setup, i, log, i, table) for i in range(setup.replicas)]
+    prefill = [replica(Prefill, pre, j, plog, setup.replicas + j, one)
                for j in range(pre.replicas)]
     run.add(prefill, decode)
     router = Router(prefill, setup.router, setup.router_weight)
@@ -344,100 +381,3 @@ def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
     else:
         env.process(arrivals(env, table.arrival_at, router, arrived))
     return decode, router, log, arrived, run, table
-
-
-def pool_scenario(sc, role: str, source: str = "scenario"):
-    """The scenario one pool (``role``: prefill or decode) of P/D scenario ``sc`` runs: its
-    ``deployment`` and ``scheduler`` with the pool's changes and replicas, no
-    ``disaggregation``. The decode pool runs without prefix caching (module notes)."""
-    from pydantic import ValidationError
-
-    from sim.loading import format_error
-    from sim.scenario import Deployment, Scheduler
-
-    p = getattr(sc.disaggregation, role)
-    caching = sc.scheduler.prefix_caching and role == "prefill"
-    try:
-        dep = Deployment.model_validate({**sc.deployment.model_dump(),
-                                         **p.deployment_changes(), "replicas": p.replicas})
-        sch = Scheduler.model_validate({**sc.scheduler.model_dump(), **p.scheduler_changes(),
-                                        "prefix_caching": caching})
-    except ValidationError as e:
-        raise UserError(f"{source}: disaggregation.{role}: "
-                        f"{format_error(e.errors()[0])}") from None
-    return sc.model_copy(update={"deployment": dep, "scheduler": sch,
-                                 "disaggregation": None})
-
-
-def pool_setups(sc, source: str, record_bound: bool, build) -> list:
-    """``sim.build.setups`` of a P/D scenario: ``build`` (the one-pool ``setups``) of the
-    prefill pool and of the decode pool (``pool_scenario``), paired variant by variant
-    into the decode pool's Setup with ``disagg`` set."""
-    from hardware.catalog import load_catalog
-    from sim.paths import resolve_file
-
-    dis = sc.disaggregation
-    built_p = build(pool_scenario(sc, "prefill", source), source, record_bound)
-    built_d = build(pool_scenario(sc, "decode", source), source, record_bound)
-    d = sc.deployment
-    catalog = load_catalog(extra=str(resolve_file(d.catalog)) if d.catalog else None)
-    out = []
-    for (name, sp), (_, sd) in zip(built_p, built_d, strict=True):
-        link_id = dis.link or sd.target_cost.dep.gpu.node_link
-        try:
-            spec = catalog.link(link_id)
-        except UserError as e:
-            raise UserError(f"{source}: disaggregation.link: {e}") from None
-        pd = PdSetup(dataclasses.replace(sp, table=sd.table),
-                     Link(link_id, spec.bytes_per_s, spec.latency_s),
-                     _bytes_per_token(sp, dis.draft_kv), _bytes_per_token(sd, dis.draft_kv),
-                     dis.draft_kv, dis.decode_router, sd.target_cost.dep.n_gpus)
-        notes = sd.notes
-        if sc.scheduler.prefix_caching:
-            notes = (*notes, "disaggregation: the decode pool runs without prefix caching "
-                             "(not modelled there); the prefill pool has it")
-        out.append((name, dataclasses.replace(sd, disagg=pd, notes=notes)))
-    return out
-
-
-# what each engine adds to a pool's command line: vLLM's NixlConnector with kv_producer on
-# prefill instances and kv_consumer on decode instances (vllm 0.33.0, PyPI wheel:
-# vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py, NixlConnector.__init__,
-# which calls kv_both deprecated); SGLang's --disaggregation-mode (sglang 0.5.14, PyPI
-# wheel: python/sglang/srt/server_args.py)
-_VLLM_KV = "--kv-transfer-config '{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"{}\"}}'"
-POOL_FLAGS = {
-    "vllm": {"prefill": _VLLM_KV.format("kv_producer"),
-             "decode": _VLLM_KV.format("kv_consumer")},
-    "sglang": {role: f"--disaggregation-mode {role}" for role in ("prefill", "decode")},
-}
-
-
-def pool_commands(sc, variant, catalog, engine: str) -> tuple[str, list[str]]:
-    """``engine``'s (vllm, sglang) command line for each pool of P/D scenario ``sc``, as
-    "prefill xN: ... ; decode xM: ...", and what they cannot say (the pools' notes)."""
-    from sim.engines.sglang import launch_command
-    from sim.engines.vllm import serve_command
-
-    command = {"vllm": serve_command, "sglang": launch_command}[engine]
-    lines, notes = [], []
-    for role in ("prefill", "decode"):
-        pool = pool_scenario(sc, role)
-        n = pool.deployment.replicas  # said once, as "xN" (not as replicas behind a balancer)
-        one = pool.model_copy(update={"deployment": pool.deployment.model_copy(
-            update={"replicas": 1})})
-        cmd, said = command(one, variant, catalog)
-        lines.append(f"{role} x{n}: {cmd} {POOL_FLAGS[engine][role]}")
-        notes += said
-    notes.append("a router in front (vLLM's disaggregated proxy, Dynamo, llm-d) sends each "
-                 "request to a prefill server, then to a decode server")
-    return " ; ".join(lines), list(dict.fromkeys(notes))
-
-
-def _bytes_per_token(setup, draft_kv: str) -> float:
-    """KV bytes per token on one GPU of ``setup``'s replicas that a transfer moves: the
-    target's, and a drafting model's or head's where its KV is sent too."""
-    b = float(sum(setup.target_cost.stage_kv_bytes_per_token))
-    if draft_kv == "transfer" and setup.draft is not None:
-        b += float(sum(setup.draft.cost.stage_kv_bytes_per_token))
-    return b

@@ -214,6 +214,13 @@ class Replica:
         self._off["steady"] = self._off["steady"] or why
         self._steady = False
 
+    def keep_off_fast_paths(self, why: str) -> None:
+        """Take no compiled path at all (``why``: what keeps it off, as ``fast_paths``
+        says)."""
+        self.keep_off_steady(why)
+        self._walk = None
+        self._off["walk"] = self._off["walk"] or why
+
     @property
     def walks(self) -> bool:
         """Whether the compiled walk can compute this replica's iterations, several at a
@@ -223,12 +230,16 @@ class Replica:
     # -- the router's side ------------------------------------------------------------
     def submit(self, rid: int) -> None:
         """Queue request ``rid`` here and wake the loop if it is idle."""
+        self.accept(rid)
         self.waiting.append(rid)
+        self.wake()
+
+    def accept(self, rid: int) -> None:
+        """Count request ``rid`` as this replica's (what a router reads of its load)."""
         self.log.replica[rid] = self.index
         self.outstanding_requests += 1
         tab = self.table
         self.outstanding_tokens += tab.prompt_tokens.item(rid) + tab.output_tokens.item(rid)
-        self.wake()
 
     # -- the scheduler's side ---------------------------------------------------------
     def schedulable(self) -> np.ndarray:
@@ -396,8 +407,10 @@ class Replica:
             return
         env = self.env
         while True:
+            self.poll()
             if self.n_active == 0 and not self.waiting and not self.loaded:
                 yield from self._sleep()
+                continue
             if self._steady or self._walk is not None:  # several iterations at once
                 fn = steady_walk.compiled(self)
                 # a walk that sees the arrivals ahead covers the steady stretches too
@@ -431,6 +444,10 @@ class Replica:
                     continue
             yield env.timeout(draft_s + verify_s)
             self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
+
+    def poll(self) -> None:
+        """What the scheduler's loop does before it forms a step, besides the step: nothing
+        here (a P/D decode replica of SGLang's flow takes its queues, ``sim.pd_sglang``)."""
 
     def _sleep(self):
         """Wait until ``submit`` (or a finished KV load, ``sim.disagg``) wakes the loop."""

@@ -31,7 +31,7 @@ def interval_note(spread: float) -> str:
 
 
 def pool_lines(command: str) -> str:
-    """A command after its label: a P/D candidate's lines (``sim.disagg.pool_commands``:
+    """A command after its label: a P/D candidate's lines (``sim.pd_pools.pool_commands``:
     one per pool, joined by " ; ") a line each, indented; another's on the label's line."""
     if " ; " in command:
         return "\n    ".join(["", *command.split(" ; ")])

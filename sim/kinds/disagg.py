@@ -61,9 +61,14 @@ class Disaggregation(Strict):
     vllm-project/vllm PRs #34529 and #35158; SGLang sends the EAGLE/MTP state with the KV);
     ``recompute`` leaves it behind and the decode replica runs the prompt through the
     drafter before its first draft (vLLM with Gemma-4's MTP drafter, whose KV group NIXL
-    skips: vllm-project/vllm issue #54926). ``decode_router``: how a prefilled request
-    picks its decode replica (the arrivals' router is ``deployment.router``, over the
-    prefill pool).
+    skips: vllm-project/vllm issue #54926). ``decode_router``: how a request picks its
+    decode replica (the arrivals' router is ``deployment.router``, over the prefill pool).
+    ``flow``: whose hand-off the pools follow: ``vllm`` (NixlConnector: the decode side
+    picks and loads a request once it is prefilled, and recomputes its last prompt token,
+    ``sim.disagg``) or ``sglang`` (the decode side allocates first, the KV leaves chunk by
+    chunk as the prefill runs, the first token rides along, ``sim.pd_sglang``); null:
+    ``sglang`` where the scheduler runs SGLang's order (``scheduler.order:
+    prefill_first``, what ``--from-sglang`` sets), else ``vllm``.
     """
 
     prefill: Pool = Pool()
@@ -72,3 +77,4 @@ class Disaggregation(Strict):
     draft_kv: Literal["transfer", "recompute"] = "transfer"
     decode_router: Literal["round_robin", "least_requests", "least_tokens"] = \
         "least_requests"
+    flow: Literal["vllm", "sglang"] | None = None

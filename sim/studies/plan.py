@@ -318,7 +318,7 @@ def gpu_price(sc, cand: Candidate) -> tuple[str, int, float]:
     ``sc``; a P/D one's GPUs are both pools' ("h200+h100" where they differ, at the
     GPU-weighted mean price)."""
     if sc.disaggregation is not None:
-        from sim.disagg import pool_scenario
+        from sim.pd_pools import pool_scenario
 
         parts = [gpu_price(pool_scenario(sc, role), cand) for role in ("prefill", "decode")]
         gpus = sum(n for _, n, _ in parts)
@@ -376,11 +376,11 @@ def engine_commands(sc, catalog) -> dict:
     """How to run the built candidate ``sc`` (its one variant) on each engine, with what the
     command cannot say: ``vllm_serve``, ``sglang_launch``, ``trtllm_serve`` and
     ``trtllm_config``, each with ``_notes``; for a P/D candidate a line per pool
-    (``sim.disagg.pool_commands``)."""
+    (``sim.pd_pools.pool_commands``)."""
     v = sc.variants[0]
     row = {}
     if sc.disaggregation is not None:
-        from sim.disagg import pool_commands
+        from sim.pd_pools import pool_commands
 
         for key, engine in (("vllm_serve", "vllm"), ("sglang_launch", "sglang")):
             row[key], notes = pool_commands(sc, v, catalog, engine)
