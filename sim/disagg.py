@@ -307,8 +307,7 @@ class PdRun:
             yield out
             with self.ingress[dst.index].request() as into:
                 yield into
-                if np.isnan(log.sent_at[rid]):
-                    log.sent_at[rid] = env.now
+                log.sent_at[rid] = env.now  # (the last send's: the one a request waits on)
                 yield env.timeout(self.pd.transfer_s(tokens))
         log.kv_bytes[rid] += self.pd.kv_bytes(tokens)
         log.transfers[rid] += 1

@@ -96,12 +96,14 @@ class IterationRecord:
 class TransferRecord:
     """One request of a P/D deployment (``sim.disagg``): the prefill replica that computed
     its prompt and when it finished (``prefill_done_at``), the decode replica it went to,
-    when that replica held blocks for its KV and started loading it (``load_start_at``),
-    when the link took it (``sent_at``; later where the link was busy) and when it arrived
-    (``kv_ready_at``), the bytes the decode replica received, the prompt tokens the decode
-    replica's draft ran through because its KV was not sent (``draft_kv: recompute``) and
-    how many times its KV was sent (1; 0 where the run ended first). A request the run
-    ended before any of these has nan (and -1 for the replicas)."""
+    when that replica held blocks for its KV and started loading it (``load_start_at``;
+    SGLang's flow: allocated for it, before the prefill), when the link took it
+    (``sent_at``; later where the link was busy; SGLang's flow: its last send) and when it
+    arrived (``kv_ready_at``), the bytes the decode replica received, the prompt tokens the
+    decode replica's draft ran through because its KV was not sent (``draft_kv:
+    recompute``) and how many sends carried its KV (vLLM's flow 1, SGLang's one a chunk;
+    0 where the run ended first). A request the run ended before any of these has nan (and
+    -1 for the replicas)."""
 
     id: int
     prefill_replica: int

@@ -46,7 +46,7 @@ from hardware.timing.rows import MeasuredRow, read_rows
 
 __all__ = ["VALIDATION_CSV", "SPEC_VALIDATION_CSV", "PD_VALIDATION_CSV", "CATEGORIES",
            "GROUP_FIELDS", "Validation", "validate", "group_summary", "SpecValidation",
-           "validate_spec", "PdValidation", "validate_pd", "PD_LOAD_BAND"]
+           "validate_spec", "PdValidation", "validate_pd", "pd_summary", "PD_LOAD_BAND"]
 
 VALIDATION_CSV = DATA_DIR / "validation.csv"
 SPEC_VALIDATION_CSV = DATA_DIR / "validation_spec.csv"
@@ -212,6 +212,13 @@ def validate_pd(catalog: Catalog, rows=None, timing: str = "auto") -> PdValidati
                                                                         strict=True)])
     ttft = np.array([p.ttft_s / r.measured_ttft - 1.0 for r, p in zip(rows, preds,
                                                                         strict=True)])
+    return PdValidation(rows, preds, tpot, ttft, pd_summary(rows, tpot, ttft))
+
+
+def pd_summary(rows, tpot: np.ndarray, ttft: np.ndarray) -> dict:
+    """Category H's summary (``PdValidation.summary``) of runs ``rows`` whose TPOT and TTFT
+    errors are ``tpot`` and ``ttft`` (also the simulated check's, ``sim.studies.
+    validate_pd``)."""
     test = np.array([r.split == "test" for r in rows], dtype=bool)
     groups: dict[str, np.ndarray] = {"all": np.ones(len(rows), dtype=bool)}
     for key, of in (("framework", lambda r: r.framework), ("gpu", lambda r: r.gpu),
@@ -228,4 +235,4 @@ def validate_pd(catalog: Catalog, rows=None, timing: str = "auto") -> PdValidati
             s[f"{metric}_signed_test"] = _nan_median(err[mine & test])
             s[f"{metric}_signed_all"] = _nan_median(err[mine])
         summary[name] = s
-    return PdValidation(rows, preds, tpot, ttft, summary)
+    return summary

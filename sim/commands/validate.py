@@ -24,7 +24,10 @@ and a decode pool; for all its runs, per engine, GPU, precision and requests in 
 prefill replica: the median |error| of the TPOT and of the TTFT held out and on the fit
 half, and their median signed errors held out and over all runs (a negative one is
 optimism: the run was slower than priced). Queueing is not priced, so a busy prefill
-pool's TTFT comes out fast.
+pool's TTFT comes out fast. --simulate-pd also replays each of its runs whose client is
+public through the P/D engine, as that client loaded it (a closed loop of the run's
+concurrency, its rounds of requests, its length ranges), and prints the same table for the
+simulated TTFT and TPOT (minutes; --workers N runs N at once).
   specsim validate [--json] [--rows] [--by FIELD,...]
 --catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
 --by model,framework (any of category, model, gpu, framework, framework_version, tp, ep,
@@ -54,6 +57,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--default-overheads", action="store_true",
                    help="price every row with its framework's own overheads, not a listed "
                         "release's (as an unlisted release is priced)")
+    p.add_argument("--simulate-pd", action="store_true",
+                   help="also replay category H's runs through the simulator under their "
+                        "benchmarks' protocols (minutes; sim/studies/validate_pd.py)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes for --simulate-pd (default 1)")
     p.add_argument("--by", metavar="FIELD,...",
                    help="also summarise each group of rows sharing these fields (comma-"
                         "separated: category, model, gpu, framework, framework_version, "
@@ -97,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
     ev = validate_spec(catalog, timing=args.timing)
     hv = validate_pd(catalog, timing=args.timing)
     groups = group_summary(v, by) if by else None
+    sim_h = _simulate_pd(catalog, args) if args.simulate_pd else None
     if args.json:
         print(json.dumps({
             "summary": v.summary, **({"groups": groups} if by else {}),
@@ -128,6 +137,16 @@ def main(args: argparse.Namespace) -> int:
                          "split": r.split, "source": r.source}
                         for r, p, te, fe in zip(hv.rows, hv.predicted, hv.tpot_error,
                                                 hv.ttft_error, strict=True)],
+            **({} if sim_h is None else {
+                "pd_simulated_summary": sim_h.summary,
+                "pd_simulated_rows": [
+                    {"line": r.line, "split": r.split, "measured_ttft_s": r.measured_ttft,
+                     "simulated_ttft_s": x.ttft_s, "ttft_error": float(fe),
+                     "measured_tpot_s": r.measured_tpot, "simulated_tpot_s": x.tpot_s,
+                     "tpot_error": float(te), "requests": x.requests}
+                    for r, x, te, fe in zip(sim_h.rows, sim_h.simulated, sim_h.tpot_error,
+                                            sim_h.ttft_error, strict=True)],
+                "pd_simulated_left_out": [r.line for r in sim_h.left_out]}),
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
                       "framework": r.framework,
                       "framework_version": r.framework_version, "ep": r.ep, "batch": r.batch,
@@ -165,7 +184,45 @@ def main(args: argparse.Namespace) -> int:
         _print_groups(groups, by)
     _print_spec(ev, args.rows)
     _print_pd(hv, args.rows)
+    if sim_h is not None:
+        _print_simulated_pd(sim_h, args.rows)
     return 0
+
+
+def _simulate_pd(catalog, args):
+    """Category H replayed by the simulator (``sim.studies.validate_pd``), progress on
+    stderr."""
+    import sys
+
+    from sim.studies.validate_pd import simulate_pd
+    from specdec.errors import UserError
+
+    if args.workers < 1:
+        raise UserError(f"--workers: at least 1, got {args.workers}")
+
+    def done(i: int, n: int) -> None:
+        print(f"specsim validate: H simulated {i}/{n}", file=sys.stderr, flush=True)
+
+    return simulate_pd(catalog, workers=args.workers, done=done)
+
+
+def _print_simulated_pd(h, rows: bool) -> None:
+    """Category H replayed by the simulator: its lines (and with ``rows`` every run)."""
+    if rows:
+        print("\nH simulated rows: split line  TTFT ms meas/sim   error  TPOT ms meas/sim  "
+              "error")
+        for r, x, te, fe in zip(h.rows, h.simulated, h.tpot_error, h.ttft_error,
+                                strict=True):
+            print(f"  {r.split:5s} {r.line:4d}  {1e3 * r.measured_ttft:7.0f} "
+                  f"{1e3 * x.ttft_s:7.0f}  {fe:+6.1%}  {1e3 * r.measured_tpot:7.2f} "
+                  f"{1e3 * x.tpot_s:7.2f}  {te:+6.1%}")
+    print("\nH simulated: each run replayed by the P/D engine under its client's protocol "
+          "(a closed loop of\nits concurrency, 10 or 8 rounds, lengths uniform on [0.8 L, "
+          "L]; sim/studies/validate_pd.py); mean TTFT\nand TPOT against the measured, "
+          "nothing fitted; median |error| held out (fit half in brackets)")
+    _pd_table(h.summary)
+    print(f"{len(h.rows)} runs replayed; {len(h.left_out)} left out (their client's "
+          f"protocol is not public)")
 
 
 def _print_pd(h, rows: bool) -> None:
@@ -191,17 +248,25 @@ def _print_pd(h, rows: bool) -> None:
           "|error| over held-out runs\n(fit half in brackets); signed: median signed "
           "error held out / over all runs; load: requests in\nflight per prefill replica "
           "(queueing is not priced: a busy prefill pool's TTFT comes out fast)")
+    _pd_table(h.summary)
+    print(f"{len(h.rows)} runs; sources in hardware/data/validation_pd.csv (--rows lists "
+          f"them)")
+
+
+def _pd_table(summary: dict) -> None:
+    """Category H's table of a summary (``hardware.timing.validation.pd_summary``)."""
+    def pct(x) -> str:
+        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
+
     print(f"{'group':18s} {'runs (held out)':>15s}  {'TPOT':>15s}  {'signed':>15s}  "
           f"{'TTFT':>15s}  {'signed':>15s}")
-    for name, s in h.summary.items():
+    for name, s in summary.items():
         cells = []
         for m in ("tpot", "ttft"):
             cells.append(f"{pct(s[m + '_test'])} ({pct(s[m + '_fit'])})")
             cells.append(f"{pct(s[m + '_signed_test'])} / {pct(s[m + '_signed_all'])}")
         print(f"{name:18s} {s['rows']:>7d} ({s['test_rows']:3d})  "
               + "  ".join(f"{c:>15s}" for c in cells))
-    print(f"{len(h.rows)} runs; sources in hardware/data/validation_pd.csv (--rows lists "
-          f"them)")
 
 
 def _print_spec(e, rows: bool) -> None:
