@@ -73,7 +73,8 @@ def add_parser(subparsers) -> None:
                         "deployment")
     p.add_argument("--from-trtllm", default=None, metavar="CMD",
                    help="a 'trtllm-serve MODEL ...' command line (with its --config YAML) "
-                        "as the deployment")
+                        "as the deployment; a TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=N "
+                        "before it forces the acceptance")
     p.add_argument("--bench", default=None, metavar="CMD",
                    help="a 'vllm bench serve ...' command line as the workload")
     p.add_argument("--out", default=None,

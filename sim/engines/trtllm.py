@@ -10,7 +10,9 @@ speculative config's are ``DecodingBaseConfig``'s and its subclasses' (TensorRT-
 1.3.0rc29's LLM API reference): ``decoding_type`` MTP, Eagle3 (Eagle its alias), NGram or
 DraftTarget, ``max_draft_len`` (MTP: ``num_nextn_predict_layers``), and the controls
 ``draft_len_schedule``, ``max_concurrency``, ``acceptance_rate_window_size`` and
-``acceptance_rate_threshold`` (``sim.controllers.TrtllmSpeculation``).
+``acceptance_rate_threshold`` (``sim.controllers.TrtllmSpeculation``). An assignment
+``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=N`` before the command forces the acceptance
+(:func:`forced_acceptance`).
 
 TensorRT-LLM schedules with its own capacity scheduler (GUARANTEED_NO_EVICT: a request is
 admitted only with KV for its whole output) and, by default, without chunked prefill;
@@ -19,6 +21,7 @@ SpecSim runs vLLM v1's order with chunked prefill off, and says so in the notes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +32,9 @@ from sim.engines.common import (
     Parsed,
     flags_of,
     float_flag,
+    force_acceptance,
     int_flag,
+    min_variance_marginals,
     split,
 )
 from specdec.errors import UserError
@@ -48,6 +53,7 @@ _YAML_NO_EFFECT = {"print_iter_log", "return_perf_metrics", "enable_iter_perf_st
 _SPEC_NO_TIMING = {"is_public_pool", "is_keep_all", "is_use_oldest", "max_matching_ngram_size",
                    "use_relaxed_acceptance_for_thinking", "relaxed_topk", "relaxed_delta",
                    "eagle3_one_model", "load_format"}
+FORCE_ENV = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
 _CONTROLS = ("draft_len_schedule", "max_concurrency", "acceptance_rate_window_size",
              "acceptance_rate_threshold")
 
@@ -56,7 +62,12 @@ def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     """``trtllm-serve MODEL [flags]`` as overrides (the YAML of ``--config`` read too)."""
     what = "--from-trtllm"
     out = Parsed(what)
-    words = split(text, what, ("trtllm-serve",))
+    env: dict[str, str] = {}
+    words = split(text, what, ("trtllm-serve",), env)
+    forced = env.pop(FORCE_ENV, None)
+    if env:
+        raise UserError(f"{what}: environment variable {sorted(env)[0]}: not modelled "
+                        f"(SpecSim reads {FORCE_ENV})")
     pos, flags = flags_of(words, what, {"--trust-remote-code"})
     if "serve" in pos[:1]:  # "trtllm-serve serve MODEL" is the same command
         pos = pos[1:]
@@ -112,9 +123,16 @@ def parse_trtllm(text: str, resolve_model: Callable[[str], str]) -> Parsed:
     out.set("scheduler.chunked_prefill", bool(limits["enable_chunked_prefill"]))
     none = {"name": "none", "policy": {"kind": "none"}}
     if spec is None:
+        if forced is not None:
+            out.notes.append(f"{FORCE_ENV}: no speculative_config, nothing to force")
         out.set("variants", [none])
         return out
+    one_model = spec.get("eagle3_one_model", True) is not False
     variant = _speculation(out, spec, resolve_model, what)
+    if forced is not None:
+        force_acceptance(out, variant, forced_acceptance(
+            forced, variant["drafter"]["method"], one_model, _deepest(variant), what),
+            f"TensorRT-LLM's {FORCE_ENV}")
     out.set("models.method", variant["drafter"]["method"])
     out.set("models.draft", None)
     out.set("variants", [none, variant])
@@ -231,6 +249,45 @@ def _speculation(out: Parsed, spec: dict, resolve_model, what: str) -> dict:
     out.notes.append(f"speculation: {kind}, {k} draft tokens per step"
                      + (" with TensorRT-LLM's controls" if policy["kind"] == "trtllm" else ""))
     return {"name": kind.lower(), "policy": policy, "drafter": drafter}
+
+
+def _deepest(variant: dict) -> int:
+    """The most draft tokens a step of ``variant`` drafts (its ``max_draft_len``)."""
+    policy = variant["policy"]
+    return policy["gamma"] if policy["kind"] == "fixed" else policy["max_draft_len"]
+
+
+def forced_acceptance(text: str, method: str, one_model: bool, k: int,
+                      what: str) -> list[float] | None:
+    """P(draft position i accepted), i = 1..k, that ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``
+    (``text``: accepted *draft* tokens a step, the bonus token not counted; 0: off) forces
+    on every generation request, or None.
+
+    The one-model workers (MTP, EAGLE-3 unless ``eagle3_one_model: false``) read it as a
+    number: its whole part accepted every step and one more with its fraction's probability,
+    drawn per request and step, never past the step's draft length: github
+    NVIDIA/TensorRT-LLM tensorrt_llm/_torch/speculative/interface.py @00b6d5a2,
+    ``get_force_num_accepted_tokens_float`` and ``SpecWorkerBase._apply_force_accepted_tokens``
+    -- the minimum-variance schedule of acceptance length 1 + N. The two-model path
+    (DraftTarget, NGram, a two-model EAGLE-3) reads it as an integer
+    (``get_force_num_accepted_tokens``, the same file, and
+    tensorrt_llm/_torch/pyexecutor/sampler.py ``TorchSampler._process_draft_tokens_greedy``:
+    min(N, drafted) accepted; the copy read in 2026-12, its commit not recorded), and
+    warns and forces nothing on a fraction, which SpecSim refuses rather than guess."""
+    name = f"{what}: {FORCE_ENV}"
+    try:
+        n = float(text)
+    except ValueError:
+        raise UserError(f"{name}: a number of accepted draft tokens, got {text!r}") from None
+    if not (n >= 0 and math.isfinite(n)):
+        raise UserError(f"{name}: accepted draft tokens per step, 0 or more, got {text!r}")
+    two_model = method in ("draft_model", "ngram") or (method == "eagle3" and not one_model)
+    if two_model and n != int(n):
+        raise UserError(f"{name}: {text}: TensorRT-LLM's two-model path ({method}) reads "
+                        "an integer only (a fraction forces nothing there)")
+    if n == 0:
+        return None
+    return min_variance_marginals(1.0 + min(n, k), k)
 
 
 def _shown(name: str) -> str:

@@ -179,12 +179,13 @@ def test_tensorrt_llms_acceptance_gate_switches_speculation_off_for_good():
     assert not q.disabled
 
 
-def _trtllm(tmp_path, yaml_text: str, flags: str = ""):
+def _trtllm(tmp_path, yaml_text: str, flags: str = "", env: str = ""):
     from sim.engines.trtllm import parse_trtllm
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml_text)
-    p = parse_trtllm(f"trtllm-serve meta-llama/Llama-3.1-8B-Instruct --config {cfg} {flags}",
+    p = parse_trtllm(f"{env}trtllm-serve meta-llama/Llama-3.1-8B-Instruct --config {cfg} "
+                     f"{flags}",
                      lambda m: {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
                                 "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b"}[m])
     return p, {k: json.loads(v) for k, v in (t.split("=", 1) for t in p.sets)}
@@ -246,6 +247,66 @@ def test_a_trtllm_launch_with_its_controls_runs(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["variants"][1]["name"] == "eagle3"
     assert doc["variants"][1]["mean_acceptance_length"] > 1.5
+
+
+FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
+
+
+def test_trtllms_forced_acceptance_is_read_from_the_environment(tmp_path):
+    """TensorRT-LLM's one-model workers accept the whole part of the forced count every
+    step and one more draft with its fraction's probability, never past the draft length;
+    the two-model path reads an integer (tensorrt_llm/_torch/speculative/interface.py
+    @00b6d5a2, SpecWorkerBase._apply_force_accepted_tokens and
+    get_force_num_accepted_tokens)."""
+    eagle = "speculative_config: {decoding_type: Eagle3, max_draft_len: 4}\n"
+    for value, marginals in (("2.6", [1.0, 1.0, 0.6, 0.0]), ("1", [1.0, 0.0, 0.0, 0.0]),
+                             ("7", [1.0, 1.0, 1.0, 1.0])):
+        p, s = _trtllm(tmp_path, eagle, env=f"{FORCE}={value} ")
+        acceptance = s["variants"][1]["acceptance"]
+        assert (acceptance["kind"], acceptance["theta"]) == ("marginal", 0.0)
+        assert acceptance["marginals"] == pytest.approx(marginals, abs=1e-12)
+        assert any(n.startswith(f"forced acceptance: TensorRT-LLM's {FORCE}")
+                   for n in p.notes)
+    _, s = _trtllm(tmp_path, eagle, env=f"env {FORCE}=0 ")  # 0: not forced
+    assert "acceptance" not in s["variants"][1]
+    draft = ("speculative_config: {decoding_type: DraftTarget, max_draft_len: 3, "
+             "speculative_model_dir: meta-llama/Llama-3.2-1B-Instruct}\n")
+    _, s = _trtllm(tmp_path, draft, env=f"{FORCE}=2 ")
+    assert s["variants"][1]["acceptance"]["marginals"] == [1.0, 1.0, 0.0]
+    p, s = _trtllm(tmp_path, "{}\n", env=f"{FORCE}=2 ")  # nothing speculates
+    assert len(s["variants"]) == 1 and any("nothing to force" in n for n in p.notes)
+
+
+@pytest.mark.parametrize("yaml_text, env, match", [
+    ("speculative_config: {decoding_type: DraftTarget, max_draft_len: 3, "
+     "speculative_model_dir: meta-llama/Llama-3.2-1B-Instruct}\n", f"{FORCE}=1.5",
+     "two-model path \\(draft_model\\) reads an integer only"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3, "
+     "eagle3_one_model: false}\n", f"{FORCE}=0.5", "two-model path \\(eagle3\\)"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3}\n", f"{FORCE}=two",
+     f"{FORCE}: a number of accepted draft tokens, got 'two'"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3}\n", f"{FORCE}=-1",
+     "0 or more"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3}\n", f"{FORCE}=inf",
+     "0 or more"),
+    ("{}\n", "CUDA_VISIBLE_DEVICES=0", "environment variable CUDA_VISIBLE_DEVICES: not "
+     "modelled"),
+])
+def test_a_bad_trtllm_forced_acceptance_is_refused(tmp_path, yaml_text, env, match):
+    with pytest.raises(UserError, match=match):
+        _trtllm(tmp_path, yaml_text, env=env + " ")
+
+
+def test_a_forced_trtllm_run_gives_exactly_the_forced_acceptance_length(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("speculative_config: {decoding_type: Eagle3, max_draft_len: 3}\n")
+    assert main(["run", "--from-trtllm", f"{FORCE}=2 trtllm-serve "
+                 f"meta-llama/Llama-3.1-8B-Instruct --config {cfg}", "--set",
+                 "run.requests=30", "--no-report", "--json", "--out",
+                 str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["variants"][1]["mean_acceptance_length"] == 3.0
+    assert not any("acceptance: preset" in n for n in doc["notes"])
 
 
 @pytest.mark.parametrize("flag, line", [
