@@ -113,7 +113,8 @@ def drop_finished(r, step: Step, fin: np.ndarray) -> Step:
     if row.ndim == 2:
         row = row[keep]
     step.batch = replace(batch, row=row, dec_slots=batch.dec_slots[keep],
-                         dec_context=batch.dec_context[keep])
+                         dec_context=batch.dec_context[keep],
+                         valid=None if batch.valid is None else batch.valid[keep])
     step.dec_rids = step.dec_rids[keep]
     step.wasted += before - step.batch.verify_tokens
     return step
@@ -161,20 +162,22 @@ def settle(r, step: Step) -> tuple[int, int, int, int, np.ndarray]:
     dec = batch.dec_slots
     if len(dec):
         live = r.active[dec] & (r.state[dec, RID] == step.dec_rids)
-        row = batch.row
+        row, valid = batch.row, batch.valid
         if not live.all():  # preempted while it ran: their tokens still come
             gone = ~live
             stale = _stale_rows(r, step.dec_rids[gone])
-            acc, *_, out, acc_n, drafted_n = verify(r, stale, row if row.ndim == 1
-                                                    else row[gone])
+            acc, *_, out, acc_n, drafted_n = verify(
+                r, stale, row if row.ndim == 1 else row[gone],
+                None if valid is None else valid[gone])
             for rid, st in zip(step.dec_rids[gone].tolist(), stale, strict=True):
                 _stale(r, rid, None, st, now)
             emitted, accepted, drafted = emitted + out, accepted + acc_n, drafted + drafted_n
             dec = dec[live]
             row = row if row.ndim == 1 else row[live]
+            valid = None if valid is None else valid[live]
         if len(dec):
             st = r.state[dec]
-            acc, _, nodes, last, out, acc_n, drafted_n = verify(r, st, row)
+            acc, _, nodes, last, out, acc_n, drafted_n = verify(r, st, row, valid)
             st[:, KV] -= nodes - acc  # the rejected drafts (their blocks stay: vLLM v1)
             r.state[dec] = st
             r.sampling[dec] -= 1

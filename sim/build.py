@@ -15,6 +15,7 @@ import numpy as np
 
 from sim.cluster import Setup
 from sim.drafters import ASYNC_METHODS, input_slots, lookahead_slots
+from sim.grammar import grammar_for
 from sim.kv import blocks_for
 from sim.limits import MAX_ARRIVAL_S
 from sim.log import RequestTable
@@ -384,6 +385,7 @@ def _one_pool(sc: Scenario, source: str, record_bound: bool):
         acceptance = make_acceptance(sc.acceptance, model_rng)
     with _Section(source, "workload"):
         table = make_requests(sc, workload_rng, stream_rng, acceptance)
+    grammar = grammar_for(sc, len(table))
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching,
@@ -442,7 +444,7 @@ def _one_pool(sc: Scenario, source: str, record_bound: bool):
             table=tab, limits=limits if tier is None else replace(limits, offload=tier),
             kv_capacity_blocks=blocks, target_cost=target,
             draft=draft, make_policy=make_policy, acceptance=acc,
-            seed=ss[3], replicas=sc.deployment.replicas,
+            seed=ss[3], replicas=sc.deployment.replicas, grammar=grammar,
             router=sc.deployment.router,
             router_weight=sc.deployment.kv_overlap_score_weight, record_bound=record_bound,
             pipeline_stages=sc.deployment.pp, closed_loop_users=users, think_s=think_s,

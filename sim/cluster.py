@@ -17,6 +17,7 @@ import simpy
 
 from sim import gate
 from sim.engine_path import AUTO, EnginePath
+from sim.grammar import GrammarState
 from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
@@ -61,6 +62,7 @@ class Setup:
     # prefill/decode disaggregation (sim.disagg.PdSetup: the prefill pool, the link): this
     # Setup is then the decode pool's
     disagg: object | None = None
+    grammar: object | None = None  # sim.grammar.Grammar: requests under a grammar
 
 
 @dataclass
@@ -109,6 +111,11 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
             replicas.append(PipelinedReplica(*args, path=path, stages=setup.pipeline_stages))
         else:
             replicas.append(Replica(*args, path=path))
+    if setup.grammar is not None:
+        for r in replicas:
+            r.grammar = GrammarState(setup.grammar, np.random.default_rng(
+                r.rng.bit_generator.seed_seq.spawn(1)[0]), len(r.state))
+            r.keep_off_fast_paths("structured output (drafts a grammar forbids)")
     router = Router(replicas, setup.router, setup.router_weight)
     why = gate.router(setup.router) if len(replicas) > 1 else None
     if why is not None:

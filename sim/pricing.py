@@ -112,7 +112,8 @@ class IterationPricer:
 
     def price(self, row: np.ndarray, dec_context: np.ndarray, pre_context: np.ndarray,
               pre_chunks: np.ndarray, bound: bool | None = None, sync=None,
-              ready: np.ndarray | None = None, draft_pre=None) -> tuple[float, float, str]:
+              ready: np.ndarray | None = None, draft_pre=None,
+              drafted: np.ndarray | None = None) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) for one iteration.
 
         row int64 [m]: every decoding sequence's shape, or int64 [D, m]: one per sequence;
@@ -122,8 +123,19 @@ class IterationPricer:
         ``ready`` bool [D] (with overlap): whose guesses were drafted ahead; ``draft_pre``:
         (context, chunk) int64 [P] the draft prefills instead of ``pre_context`` and
         ``pre_chunks``, where it has tokens of its own to catch up on (a decode replica
-        whose draft KV was not sent with the target's, ``sim.disagg``).
+        whose draft KV was not sent with the target's, ``sim.disagg``); ``drafted`` int64
+        [D, m]: the shapes the draft drafted where the verify's ``row`` lost the drafts a
+        grammar forbids (``sim.grammar``): the draft and the round are priced at them, the
+        verify at ``row``.
         """
+        if drafted is not None:
+            draft_s, _, _ = self.price(drafted, dec_context, pre_context, pre_chunks,
+                                       bound=False, sync=sync, ready=ready,
+                                       draft_pre=draft_pre)
+            _, verify_s, label = self.price(row, dec_context, pre_context, pre_chunks,
+                                            bound=bound, sync=sync, ready=ready,
+                                            draft_pre=draft_pre)
+            return draft_s, verify_s, label
         if row.ndim == 2 or isinstance(sync, np.ndarray):
             return self._per_sequence(_rows(row, len(dec_context)), dec_context, pre_context,
                                       pre_chunks, bound, sync=sync, ready=ready,

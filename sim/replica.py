@@ -12,6 +12,7 @@ accepted + 1, roll the KV back to what was kept).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 import simpy
@@ -108,6 +109,7 @@ class Replica:
         self.pad_tokens = int(policy.max_nodes) if policy.uses_draft \
             and getattr(policy, "pads_admissions", True) and limits.pads_admissions else 0
         self.v1[rules.PAD_TOKENS] = self.pad_tokens
+        self.grammar = None  # sim.grammar.GrammarState: requests under a grammar
         self.proposal_rate = getattr(drafter, "proposal_rate", None)
         self.cpu_s_per_seq = getattr(drafter, "cpu_s_per_seq", 0.0)
         # a lookup drafter's matches are drawn apart from the acceptance draws
@@ -269,6 +271,8 @@ class Replica:
         """The scheduler's next batch (``self.plan``, its order's ``plan_<order>``); the
         slots it schedules remember its size (``scheduled_in``)."""
         batch = self.plan(self)
+        if self.grammar is not None:  # the grammar's draws for its decoders (sim.grammar)
+            batch = self.grammar.attach(batch)
         size = len(batch.dec_slots) + len(batch.pre_slots)
         if size:
             self.scheduled_in[batch.dec_slots] = size
@@ -277,6 +281,16 @@ class Replica:
 
     def draft_shapes(self, dec: np.ndarray, context: np.ndarray,
                      history: np.ndarray) -> np.ndarray:
+        """The shapes the scheduler sees for decoding slots ``dec``: int64 [m] for all, or
+        [D, m] -- the policy's (``policy_shapes``), cut where the engine drops the drafts a
+        grammar forbids (``sim.grammar``)."""
+        row = self.policy_shapes(dec, context, history)
+        if self.grammar is not None and len(dec):
+            row = self.grammar.shapes(self, dec, row)
+        return row
+
+    def policy_shapes(self, dec: np.ndarray, context: np.ndarray,
+                      history: np.ndarray) -> np.ndarray:
         """The policy's shapes for decoding slots ``dec``: int64 [m] for all, or [D, m].
 
         With a sticky policy (vLLM v0's disable-by-batch-size), a request it once gave no
@@ -472,10 +486,12 @@ class Replica:
 
     def price(self, batch) -> tuple[float, float, str]:
         """(draft_s, verify_s, bound) of ``batch`` (draft_s: drafting on the critical path)."""
-        sync, ready = draft_sync(self, batch)
+        drafted = batch.drafted  # the shapes drafted, where a grammar cut the verify's
+        sync, ready = draft_sync(self, batch if drafted is None else
+                                 replace(batch, row=drafted))
         draft_s, verify_s, bound = self.pricer.price(
             batch.row, batch.dec_context, batch.pre_context, batch.priced_chunks, sync=sync,
-            ready=ready, draft_pre=self.draft_pre(batch))
+            ready=ready, draft_pre=self.draft_pre(batch), drafted=drafted)
         if self.cpu_s_per_seq and self.policy.uses_draft:  # CPU drafting, every sequence
             draft_s += self.cpu_s_per_seq * len(batch.dec_slots)
         return draft_s, verify_s, bound

@@ -268,6 +268,25 @@ class Variant(Strict):
     acceptance: SingleAcceptance | None = None
 
 
+class StructuredOutput(Strict):
+    """Requests whose output a grammar constrains (JSON schemas, regexes: vLLM's structured
+    outputs, SGLang's constrained decoding), and what that does to their drafts. A draft
+    token the grammar forbids is never accepted (the target samples under the grammar's
+    mask); the engine either drops it and the drafts after it before the verify (vLLM
+    without async scheduling: ``Scheduler.update_draft_token_ids`` keeps the prefix the
+    grammar accepts, ``grammar.validate_tokens``) or verifies it and rejects it (vLLM with
+    async scheduling: ``update_draft_token_ids_in_output`` puts placeholders in the slots
+    already scheduled; SGLang: the verify's grammar mask, ``generate_token_bitmask``).
+    Either way it is not counted as drafted (vLLM's ``num_draft_tokens`` leaves it out).
+    The acceptance model gives the acceptance of the drafts the grammar allows."""
+
+    share: Prob = 1.0  # requests with a grammar: each with this probability (seeded)
+    # P(a draft token breaks the grammar | the drafts before it did not); drawn per step
+    invalid_draft_rate: Annotated[float, Field(ge=0, lt=1)]
+    # dropped | rejected; null: dropped under vllm_v1 without async scheduling, else rejected
+    invalid_drafts: Literal["dropped", "rejected"] | None = None
+
+
 class Run(Strict):
     """How long to run: a request count, a horizon in simulated seconds, or both (the
     horizon then cuts the run short; unfinished requests are recorded as such)."""
@@ -311,6 +330,8 @@ class Scenario(Strict):
     # prefill and decode on pools of their own, the KV sent between them (sim.disagg);
     # null: every replica does both
     disaggregation: Disaggregation | None = None
+    # requests under a grammar and their drafts (sim.grammar); null: none
+    structured_output: StructuredOutput | None = None
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -340,7 +361,39 @@ class Scenario(Strict):
                                  f"variants {trees} draft trees or per-sequence shapes")
         if self.disaggregation is not None:
             self._check_disaggregation()
+        if self.structured_output is not None:
+            self._check_structured_output()
         return self
+
+    def invalid_drafts(self) -> str:
+        """What the engine does with a draft the grammar forbids: ``dropped`` before the
+        verify or ``rejected`` in it (``StructuredOutput.invalid_drafts``, its default by
+        the scheduler)."""
+        so, s = self.structured_output, self.scheduler
+        if so.invalid_drafts is not None:
+            return so.invalid_drafts
+        return "dropped" if s.order == "vllm_v1" and not s.async_scheduling else "rejected"
+
+    def _check_structured_output(self) -> None:
+        """What structured output cannot combine with (not modelled there)."""
+        d, s = self.deployment, self.scheduler
+        refused = (("deployment.pp", d.pp > 1, "pipeline stages"),
+                   ("disaggregation", self.disaggregation is not None,
+                    "disaggregated prefill and decode"),
+                   ("deployment.draft_overlap", d.draft_overlap == "parallel",
+                    "a draft drafting ahead on its own GPU"))
+        for field, bad, what in refused:
+            if bad:
+                raise ValueError(f"{field}: {what} with structured_output is not modelled")
+        trees = [v.name for v in self.variants if not v.policy.chains_only]
+        if trees:
+            raise ValueError(f"structured_output: the grammar checks a chain's drafts in "
+                             f"order; variants {trees} draft trees, which are not modelled "
+                             "with it")
+        if self.structured_output.invalid_drafts == "dropped" and s.async_scheduling:
+            raise ValueError("structured_output.invalid_drafts: vLLM drops forbidden drafts "
+                             "only without async scheduling (with it the verify's slots are "
+                             "scheduled already: rejected)")
 
     def _check_disaggregation(self) -> None:
         """What a P/D scenario cannot combine with (not modelled there yet)."""

@@ -112,7 +112,7 @@ def advance(r, batch) -> tuple[int, int, int, int]:
     drafted = accepted = 0
     if len(dec):
         st = r.state[dec]  # [D, N_COLS]: gather once, scatter once below
-        acc, acc1, _, last, out, accepted, drafted = verify(r, st, row)
+        acc, acc1, _, last, out, accepted, drafted = verify(r, st, row, batch.valid)
         kept = batch.dec_context + acc1  # the root plus the accepted path
         st[:, KV] = kept
         st[:, BLOCKS] = r.kv.rolled_back(st[:, BLOCKS], kept)
@@ -131,12 +131,14 @@ def advance(r, batch) -> tuple[int, int, int, int]:
     return total_emitted, accepted, drafted, prefill
 
 
-def verify(r, st: np.ndarray, row: np.ndarray):
+def verify(r, st: np.ndarray, row: np.ndarray, valid: np.ndarray | None = None):
     """The outcome of one verify for the decoding rows ``st`` ([D, N_COLS], written in
     place) with draft shape ``row`` ([m] or [D, m]): the counters, the accepted depths
     drawn, the tokens emitted (capped at each request's output), the draft's lag; returns
     (accepted [D], accepted + 1 [D], draft tokens verified (a scalar for all or [D]), who
-    emitted its last token [D], tokens emitted, drafts accepted, drafted)."""
+    emitted its last token [D], tokens emitted, drafts accepted, drafted). ``valid`` int64
+    [D]: the leading drafts a grammar allows (``sim.grammar``'s ``rejected``): the others
+    are verified, never accepted, and not counted as drafted."""
     n = len(st)
     emitted = st[:, EMITTED]
     if row.ndim == 1:  # one shape for the batch: scalars
@@ -160,6 +162,11 @@ def verify(r, st: np.ndarray, row: np.ndarray):
             acc = _draw_ahead(r, st, widths, depth)
         else:
             acc = r.acceptance.draw(st[:, STREAM], emitted, widths, r.rng)  # [D]
+        if valid is not None:  # forbidden by the grammar: rejected, not drafted
+            acc = np.minimum(acc, valid)
+            forbidden = np.maximum(depth - valid, 0)  # [D] (chains: a node a level)
+            st[:, COUNTS + 2] -= forbidden
+            drafted -= int(_sum(forbidden))
         st[:, COUNTS + 3] += acc
         st[:, COUNTS + 4] += acc + (acc < depth)  # checked: accepted + first rejected
         accepted = int(_sum(acc))

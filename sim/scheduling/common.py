@@ -146,7 +146,10 @@ class Batch:
     chunks int64 [P]: the prefilling sequences, their cached tokens and their chunks;
     pads int64 [P] (or empty: none): the placeholder draft tokens each takes beside its
     chunk (``rules.padding``: priced in the pass, rejected). ``preempted``: whether forming
-    it preempted a sequence.
+    it preempted a sequence. Under a grammar (``sim.grammar``): ``drafted`` int64 [D, m],
+    the shapes the draft drafted where the engine dropped drafts the grammar forbids from
+    ``row`` (the draft is priced at them), and ``valid`` int64 [D], the leading drafts the
+    grammar allows where the engine verifies and rejects the others; None: neither.
     """
 
     row: np.ndarray
@@ -157,6 +160,8 @@ class Batch:
     chunks: np.ndarray
     preempted: bool = False
     pads: np.ndarray = field(default_factory=lambda: NONE)
+    drafted: np.ndarray | None = None
+    valid: np.ndarray | None = None
 
     @property
     def verify_tokens(self) -> int:
