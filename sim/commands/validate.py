@@ -28,6 +28,13 @@ pool's TTFT comes out fast. --simulate-pd also replays each of its runs whose cl
 public through the P/D engine, as that client loaded it (a closed loop of the run's
 concurrency, its rounds of requests, its length ranges), and prints the same table for the
 simulated TTFT and TPOT (minutes; --workers N runs N at once).
+Category I (hardware/data/validation_offload.csv, --simulate-offload): serving with a CPU
+KV tier below the prefix cache (vLLM's native offload), each published run and its
+GPU-only twin replayed through the engine as its benchmark's client sent it (stages of
+Poisson load over shared-prefix prompts, the caches carried from stage to stage); per
+metric the median |error| of the mean TTFT, mean E2E latency and throughput held out and
+on the fit half, signed, and of the offload-to-GPU-only ratio (tens of minutes; --workers
+2 runs the two configurations at once).
   specsim validate [--json] [--rows] [--by FIELD,...]
 --catalog adds a user catalog (e.g. one `specsim calibrate` wrote) to see how it does.
 --by model,framework (any of category, model, gpu, framework, framework_version, tp, ep,
@@ -60,8 +67,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--simulate-pd", action="store_true",
                    help="also replay category H's runs through the simulator under their "
                         "benchmarks' protocols (minutes; sim/studies/validate_pd.py)")
+    p.add_argument("--simulate-offload", action="store_true",
+                   help="also replay category I's runs with and without a CPU KV tier "
+                        "through the simulator under their benchmark's protocol (tens of "
+                        "minutes; sim/studies/validate_offload.py)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes for --simulate-pd (default 1)")
+                   help="processes for --simulate-pd and --simulate-offload (default 1)")
     p.add_argument("--by", metavar="FIELD,...",
                    help="also summarise each group of rows sharing these fields (comma-"
                         "separated: category, model, gpu, framework, framework_version, "
@@ -97,6 +108,10 @@ def main(args: argparse.Namespace) -> int:
         validate_spec,
     )
 
+    if args.workers < 1 and (args.simulate_pd or args.simulate_offload):
+        from specdec.errors import UserError
+
+        raise UserError(f"--workers: at least 1, got {args.workers}")
     by = _by_fields(args.by)
     catalog = load_catalog(args.catalog)
     if args.default_overheads:
@@ -106,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
     hv = validate_pd(catalog, timing=args.timing)
     groups = group_summary(v, by) if by else None
     sim_h = _simulate_pd(catalog, args) if args.simulate_pd else None
+    sim_i = _simulate_offload(catalog, args) if args.simulate_offload else None
     if args.json:
         print(json.dumps({
             "summary": v.summary, **({"groups": groups} if by else {}),
@@ -147,6 +163,15 @@ def main(args: argparse.Namespace) -> int:
                     for r, x, te, fe in zip(sim_h.rows, sim_h.simulated, sim_h.tpot_error,
                                             sim_h.ttft_error, strict=True)],
                 "pd_simulated_left_out": [r.line for r in sim_h.left_out]}),
+            **({} if sim_i is None else {
+                "offload_simulated_summary": sim_i.summary,
+                "offload_simulated_rows": [
+                    {"line": r.line, "split": r.split, "config": r.config,
+                     "stage_rate": r.stage_rate, "metric": r.metric,
+                     "measured": r.measured, "simulated": float(x), "error": float(e),
+                     "ratio_error": None if q != q else float(q), "source": r.source}
+                    for r, x, e, q in zip(sim_i.rows, sim_i.simulated, sim_i.error,
+                                          sim_i.ratio_error, strict=True)]}),
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
                       "framework": r.framework,
                       "framework_version": r.framework_version, "ep": r.ep, "batch": r.batch,
@@ -186,6 +211,8 @@ def main(args: argparse.Namespace) -> int:
     _print_pd(hv, args.rows)
     if sim_h is not None:
         _print_simulated_pd(sim_h, args.rows)
+    if sim_i is not None:
+        _print_simulated_offload(sim_i, args.rows)
     return 0
 
 
@@ -195,15 +222,53 @@ def _simulate_pd(catalog, args):
     import sys
 
     from sim.studies.validate_pd import simulate_pd
-    from specdec.errors import UserError
-
-    if args.workers < 1:
-        raise UserError(f"--workers: at least 1, got {args.workers}")
 
     def done(i: int, n: int) -> None:
         print(f"specsim validate: H simulated {i}/{n}", file=sys.stderr, flush=True)
 
     return simulate_pd(catalog, workers=args.workers, done=done)
+
+
+def _simulate_offload(catalog, args):
+    """Category I replayed by the simulator (``sim.studies.validate_offload``), progress on
+    stderr."""
+    import sys
+
+    from sim.studies.validate_offload import read_offload_rows, simulate_offload
+
+    rows = read_offload_rows()  # a bad file is refused before minutes of replay
+
+    def done(i: int, n: int) -> None:
+        print(f"specsim validate: I simulated {i}/{n} runs", file=sys.stderr, flush=True)
+
+    return simulate_offload(catalog, rows, workers=args.workers, done=done)
+
+
+def _print_simulated_offload(v, rows: bool) -> None:
+    """Category I replayed by the simulator: its table (and with ``rows`` every row)."""
+    def pct(x) -> str:
+        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
+
+    if rows:
+        print("\nI simulated rows: split line config       rate metric              "
+              "measured  simulated   error  offload/GPU-only ratio error")
+        for r, x, e, q in zip(v.rows, v.simulated, v.error, v.ratio_error, strict=True):
+            ratio = "" if q != q else f"{q:+.1%}"
+            print(f"  {r.split:5s} {r.line:4d} {r.config:12s} {r.stage_rate:4g} "
+                  f"{r.metric:18s} {r.measured:10.4g} {x:10.4g}  {e:+6.1%}  {ratio}")
+    print("\nI CPU KV offload (vLLM's native tier), each run and its GPU-only twin replayed "
+          "under its client's\nprotocol (sim/studies/validate_offload.py), nothing fitted; "
+          "median |error| held out (fit half in\nbrackets); signed: median signed error "
+          "held out / over all rows; ratio: the offload run's\nvalue over its twin's, "
+          "simulated against measured")
+    print(f"{'group':26s} {'rows (held out)':>15s}  {'error':>15s}  {'signed':>15s}")
+    for name, s in v.summary.items():
+        err = f"{pct(s['test'])} ({pct(s['fit'])})"
+        signed = f"{pct(s['signed_test'])} / {pct(s['signed_all'])}"
+        print(f"{name:26s} {s['rows']:>7d} ({s['test_rows']:3d})  {err:>15s}  "
+              f"{signed:>15s}")
+    print(f"{len(v.rows)} rows; sources in hardware/data/validation_offload.csv (--rows "
+          f"lists them)")
 
 
 def _print_simulated_pd(h, rows: bool) -> None:
