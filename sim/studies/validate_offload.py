@@ -337,7 +337,7 @@ def _twin(row: OffloadRow, rows: list[OffloadRow]) -> OffloadRow | None:
     for r in rows:
         if (r.config == "gpu_only" and r.metric == row.metric and r.stage_rate ==
                 row.stage_rate and run_key(r)[:5] == run_key(row)[:5]
-                and run_key(r)[7:] == run_key(row)[7:]):
+                and run_key(r)[8:] == run_key(row)[8:]):  # all but config and the tier
             return r
     return None
 
