@@ -140,6 +140,7 @@ def test_a_bad_header_is_named(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_the_whole_category_replays():
     """Both configurations, every stage (tens of minutes on two cores)."""
     v = simulate_offload(load_catalog(), workers=2)
