@@ -17,9 +17,9 @@ from sim import steady_kernel
 
 def shared(r) -> str | None:
     """What keeps replica ``r`` off every fast path: they are compiled kernels, and cover
-    one pipeline stage of vLLM v1's order without drafting ahead (which needs state the
-    fast paths do not hold; a prefix cache keeps a replica off the steady stretch only:
-    ``steady``)."""
+    one pipeline stage of vLLM v1's order (a prefix cache keeps a replica off the steady
+    stretch only: ``steady``; a draft drafting ahead, the walk only where it drafts a
+    static chain, serially: ``walk``)."""
     if not steady_kernel.available():
         return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
     if r.stages != 1:
@@ -28,8 +28,6 @@ def shared(r) -> str | None:
         return f"scheduler.order {r.limits.order}"
     if r.limits.async_scheduling:
         return "async scheduling (a step is scheduled before the last one's outcome)"
-    if r.overlap:
-        return "a draft drafting ahead of the verify"
     return None
 
 
@@ -92,4 +90,8 @@ def walk(r) -> str | None:
         return f"draft_sync {r.draft_sync} with a lookup drafter"
     if varies and r.draft_sync != "every_step":
         return f"draft_sync {r.draft_sync} with a shape that varies"
+    if r.overlap and (varies or r.pricer.draft.replicas > 1 or r.pricer.draft.one_pass):
+        # (the walk prices the drafting ahead of one draft's serial passes, one chain)
+        return "a draft drafting ahead of the verify with a shape that varies, on " \
+               "several GPUs or in one pass"
     return shared(r)

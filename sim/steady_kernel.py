@@ -274,7 +274,7 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
                reps: int = 1, one_pass: bool = False, smoothing: float | None = None,
                ladder: tuple | None = None, propose: float | None = None, prng=None,
                host_s: float = 0.0, sticky: bool = False,
-               per_sequence: bool = False, width: int = 1) -> tuple:
+               per_sequence: bool = False, width: int = 1, ahead: bool = False) -> tuple:
     """``walk``'s arguments from ``row`` to ``host_s``: the defaults without speculation (no
     draft, ``rng`` None), else the ones given (``tri`` None: a chain; ``tables``:
     the acceptance model's ``kernel_tables`` for each of its tasks and its task bits, as
@@ -288,9 +288,12 @@ def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None
     ``propose``: a lookup drafter's proposal rate, with ``prng`` the generator its matches
     are drawn from and ``host_s`` its host seconds per decoder; None: a draft drafts
     every step, and ``prng`` is a generator never drawn from, so that the walk is
-    compiled for one type of it)."""
+    compiled for one type of it; ``ahead``: a draft on its own GPU drafts ahead during the
+    verify, what its last drafting ahead outlasted its verify by then given per walk: 0.0
+    here)."""
     lookup = (-1.0, _NEVER_DRAWN, 0.0) if propose is None else \
         (float(propose), prng, float(host_s))
+    lookup = (*lookup, bool(ahead), 0.0)
     if not spec:
         return (_NO_ROW, 0, _NO_ROW, -1.0, 1, False, 0, 0.0, 0.0, 1, _NO_ROW, 0, False, None,
                 *stack_tables(((acceptance.KERNEL_RUNS, 0.0, np.zeros(1, dtype=np.int64),

@@ -28,7 +28,13 @@ shape, the walk prices the draft's passes as ``sim.draft_pricing.shared_shape_se
 does (with a γ per decoder, as ``per_sequence_seconds`` does), and each verify's accepted
 depth is drawn from the replica's own generator in running order (so the generator ends
 where the reference path leaves it; a sampling trace's against its recorded acceptance) or
-replayed from a greedy trace. A lookup drafter's decoders find a
+replayed from a greedy trace. A draft on its own GPU that drafts a static chain ahead
+during the verify (``draft_overlap: parallel``, PEARL) walks too: each verify is drawn one
+guess deeper and marks the request ready where the guess past the chain was right as well
+(``sim.step._draw_ahead``), the walk prices each iteration as ``IterationPricer`` prices it
+with the ready chains (their drafting done, what the last drafting ahead outlasted its
+verify by added), and hands the pricer that excess back when it ends. A lookup drafter's
+decoders find a
 match each with the drafter's proposal rate, drawn in running order from the replica's
 ``propose_rng`` as ``Replica._proposals`` draws them; one without a match verifies its last
 token only. Matches drawn for an iteration the walk stops before are taken back (``plan``
@@ -84,6 +90,7 @@ import numpy as np
 
 from hardware.spec_cost import SPEC_FIELDS
 from sim import gate, steady, steady_kernel
+from sim.draft_pricing import one_level_deeper
 from sim.kernels.base import SCHEDULED
 from sim.kernels.prefix import LOG_PER_BLOCK
 from sim.kernels.prefix import W_ as WIDTH
@@ -105,14 +112,14 @@ class Walk:
 
     __slots__ = ("n", "start", "k", "alpha", "floats", "ints", "ng", "st", "last_end",
                  "first_at", "admitted", "adm_iter", "finished", "finished_at", "free",
-                 "n_free", "slots", "stack", "split")
+                 "n_free", "slots", "stack", "split", "excess")
 
     def __init__(self, n: int, rows: np.ndarray, slots: np.ndarray, stack: np.ndarray,
                  start: float, got: tuple):
         self.n, self.st, self.slots, self.stack, self.start = n, rows, slots, stack, start
         (self.k, self.alpha, self.floats, self.ints, self.ng, self.last_end, self.first_at,
          admitted, self.adm_iter, self.finished, self.finished_at, free, n_free, _, _,
-         self.split) = got
+         self.split, self.excess) = got
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
 
 
@@ -127,8 +134,9 @@ def params(r) -> tuple | str:
     ``max_width``; per sequence or not) or a batch ladder, whatever its key
     (``BatchLadder.walk_ladder``, sticky or not; both with drafts kept in step every step), a
     draft drafting serially (a draft model or EAGLE
-    head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads; no
-    drafting ahead) or a lookup drafter (n-gram, suffix:
+    head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads;
+    one draft on its own GPU drafting a static chain ahead during the verify, ``draft_overlap:
+    parallel``) or a lookup drafter (n-gram, suffix:
     no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, the
     vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape (an
     adaptive policy's widest tree; a task mix: each task's model). With a prefix cache or
@@ -166,6 +174,8 @@ def params(r) -> tuple | str:
         if dp is None:
             return "a draft timing the kernels do not price (they price one stage)"
         reps, one_pass = draft.replicas, draft.one_pass
+    if r.overlap:  # each verify drawn one guess deeper (sim.step._draw_ahead)
+        widest = one_level_deeper(row[None])[0]
     tables = _kernel_tables(r.acceptance, widest)
     if tables is None:
         return f"an acceptance model without kernel tables ({type(r.acceptance).__name__})"
@@ -175,7 +185,7 @@ def params(r) -> tuple | str:
                                                    ladder, r.proposal_rate, r.propose_rng,
                                                    r.cpu_s_per_seq, r.sticky_off,
                                                    getattr(policy, "per_sequence", False),
-                                                   width),
+                                                   width, r.overlap),
             target, dp, _spec_params(r))
 
 
@@ -252,6 +262,8 @@ def plan(r, fn) -> Walk | None:
     shape = r._walk
     if shape[_MODE] in _LEARNS:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
+    if shape[_AHEAD]:  # what the last drafting ahead outlasted its verify by
+        shape = (*shape[:_EXCESS], r.pricer._ahead_excess, *shape[_EXCESS + 1:])
     # a lookup drafter's matches: where the walk stops before an iteration it drew them for,
     # the generator goes back to where the iterations it ran left it
     before = r.propose_rng.bit_generator.state if shape[_PROPOSE] >= 0.0 else None
@@ -275,9 +287,10 @@ def _spec_params(r) -> np.ndarray:
 
 _NO_SPEC = np.zeros(len(SPEC_FIELDS))
 
-# where params' tuple holds the shape mode, the policy's α̂, the generator and a lookup
-# drafter's proposal rate; where the walk's answer holds the matches it drew and did not use
-_MODE, _ALPHA, _RNG, _PROPOSE = 7, 8, 14, 21
+# where params' tuple holds the shape mode, the policy's α̂, the generator, a lookup
+# drafter's proposal rate and whether a draft drafts ahead, with what its drafting ahead
+# outlasted its verify by; where the walk's answer holds the matches it drew and did not use
+_MODE, _ALPHA, _RNG, _PROPOSE, _AHEAD, _EXCESS = 7, 8, 14, 21, 24, 25
 _SPARE = 14
 _LEARNS = (steady_kernel.ADAPTIVE, steady_kernel.ADAPTIVE_SEQ)  # modes whose α̂ the walk moves
 MAX_STEPS = 256  # iterations per walk
@@ -349,6 +362,8 @@ def run(r, w: Walk):
            gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
     if r._walk[_MODE] in _LEARNS:  # what observe learned over the walk
         r.policy.alpha = w.alpha
+    if r._walk[_AHEAD]:  # and what IterationPricer keeps of the drafting ahead
+        r.pricer._ahead_excess = w.excess
 
 
 def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,

@@ -23,6 +23,7 @@ from sim.kernels.base import (
     LADDER,
     LEVELS,
     OUTPUT,
+    READY,
     RID,
     SCHEDULED,
     SPEC_OFF,
@@ -74,7 +75,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          one_pass,
          mode, alpha, smoothing, width, ladder, key, sticky, rng, meta, p_geo, runs, ring, table,
          bits,
-         propose, prng, host_s, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
+         propose, prng, host_s, ahead, excess, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
@@ -163,6 +164,18 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     accepting nothing). With ``propose`` < 0 every decoder drafts ``row`` and ``prng`` is
     never drawn from.
 
+    A draft on its own GPU drafting ahead during the verify (``ahead``: ``draft_overlap:
+    parallel``, a static chain, one draft replica drafting serially): each verify's depth
+    is drawn on the chain one guess deeper, the row's ``READY`` set where every guess and
+    the guess past them were right (``sim.step._draw_ahead``); an iteration with decoders
+    is priced as ``IterationPricer._per_sequence`` prices it with ``ready``: each verify a
+    causal run of its own, the draft's serial passes over the decoders not ready and the
+    prefill chunks (``chain_rows_seconds``), plus ``excess`` -- what the last drafting
+    ahead outlasted its verify by -- where some decoder is ready, the engine's overheads
+    over the serial passes that ran; then ``excess`` becomes this iteration's drafting
+    ahead (every decoder's chain one deeper) less its verify, at least 0. One without
+    decoders is priced as without ``ahead``, ``excess`` kept.
+
     With a prefix cache (``pc`` not empty: ``sim.prefix_cache``'s ``mem``, the prompts'
     block keys ``pkeys`` and ``pstarts``, their tokens ``prompts``: a request resumed
     after a preemption prefilled its output too), each iteration makes the cache's changes as the
@@ -193,7 +206,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     iterations before it, the rows, last emissions, first tokens and rows alive then, the
     gaps and finished rows so far, the free blocks, the stack and its free slots then;
     before that, the matches drawn from ``prng`` for the iterations it ran and for the one
-    it stopped before, which the caller takes back: the reference path draws them again).
+    it stopped before, which the caller takes back: the reference path draws them again;
+    last, ``excess`` after the iterations it ran).
     """
     rows = st.shape[0]
     caching = len(pc) > 0
@@ -207,6 +221,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if row[j] > 0:
             depth += 1
     max_g = depth
+    deeper = np.zeros(len(row) + 1, dtype=np.int64)  # ahead: the chain drawn, one deeper
+    if ahead:
+        deeper[:depth + 1] = 1
     row = row.copy()  # this iteration's shape (adaptive: a chain of the policy's γ)
     all_feeds = feeds
     floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
@@ -235,8 +252,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     chains = np.zeros((max_g + 1, len(row)), dtype=np.int64)  # [γ, m]: the chain of each γ
     for g in range(max_g + 1):
         chains[g, :g] = 1
-    levels_n = np.zeros((max(reps, 1), max(max_g, 1)), dtype=np.int64)  # per draft replica
-    levels_ctx = np.zeros((max(reps, 1), max(max_g, 1)), dtype=np.int64)  # and level
+    levels = max(max_g + (1 if ahead else 0), 1)  # (ahead: its chain one deeper too)
+    levels_n = np.zeros((max(reps, 1), levels), dtype=np.int64)  # per draft replica
+    levels_ctx = np.zeros((max(reps, 1), levels), dtype=np.int64)  # and level
     proposed, spare = 0, 0  # matches drawn for the iterations run, and for one not run
     decoding = np.zeros(rows, dtype=np.bool_)
     alive = np.zeros(rows, dtype=np.bool_)
@@ -245,7 +263,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     prefilling = np.empty(rows, dtype=np.int64)  # an iteration's prefill rows, in order
     group_n = np.zeros(max(reps, 1), dtype=np.int64)  # decoders per draft replica
     group_ctx = np.zeros(max(reps, 1), dtype=np.int64)  # and their context
-    passes = np.empty((passes_capacity(max(max_g, len(feeds)), reps), 7))  # the draft's
+    passes = np.empty((passes_capacity(max(levels, len(feeds)), reps), 7))  # the draft's
     ones = np.ones(max_g, dtype=np.int64)  # the adaptive policy's deepest chain's feeds
     chain_s = np.zeros(max_g + 1)  # and its seconds per γ
     tree_feeds = np.zeros(max(max_g, 1), dtype=np.int64)  # its tree's feeds (width > 1)
@@ -318,6 +336,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         o_n, o_new, o_ctx, o_new_ctx, o_sq = 0, 0, 0, 0, 0
         # a γ per decoder: those with γ > 0, Σ γ, the deepest; those at γ = 0, their context
         n_draft, drafts, deepest, n_idle, c_idle = 0, 0, 0, 0, 0
+        n_cold, c_cold, n_ready = 0, 0, 0  # ahead: the decoders not ready, their context
         group_n[:] = 0
         group_ctx[:] = 0
         if per_row:
@@ -360,7 +379,14 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     group_ctx[grp] += ctx
                 n_dec += 1
                 c_dec += ctx
-                if found[i] and not per_row:
+                if ahead:  # a causal run of its own (_per_sequence), its readiness
+                    drafts += nodes
+                    if st[i, READY]:
+                        n_ready += 1
+                    else:
+                        n_cold += 1
+                        c_cold += ctx
+                if found[i] and not per_row and not ahead:
                     n_spec += 1
                     s_ctx += ctx
                 else:
@@ -470,6 +496,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         v, code = pass_seconds(new, kv, keys, seqs, tp, bound)
         # ... and the draft's passes (draft_pricing.shared_shape_seconds)
         d = 0.0
+        over = 0.0  # ahead: what this iteration's drafting ahead outlasts its verify by
         if propose >= 0.0:  # no draft pass (serial_passes of a CPU drafter: none)
             d += round_seconds(sp, n_spec, 0, tri >= 0.0)
             if host_s:  # Replica.price: the host's drafting, every decoder
@@ -489,6 +516,22 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                                        dp, passes)
             if n_draft > 0:
                 d += round_seconds(sp, n_draft, 1 if one_pass else deepest, False)
+        elif ahead and n_dec > 0:  # IterationPricer._per_sequence with ``ready``
+            if n_cold > 0:  # the chains not drafted ahead, beside the prefill chunks
+                levels_n[0, :depth] = n_cold
+                levels_ctx[0, :depth] = c_cold
+                d = chain_rows_seconds(n_cold, c_cold, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
+                                       levels_n, levels_ctx, depth, 0, 0, 1, dp, passes)
+            elif n_pre > 0:  # every chain drafted ahead: the chunks' pass alone
+                d = chain_rows_seconds(0, 0, n_pre, p_new, p_ctx, p_new_ctx, p_sq, levels_n,
+                                       levels_ctx, 1, 0, 0, 1, dp, passes)
+            d = d + (excess if n_ready > 0 else 0.0)
+            # the drafting ahead during this verify: every chain one guess deeper
+            levels_n[0, :depth + 1] = n_dec
+            levels_ctx[0, :depth + 1] = c_dec
+            over = chain_rows_seconds(n_dec, c_dec, 0, 0, 0, 0, 0, levels_n, levels_ctx,
+                                      depth + 1, 0, 0, 1, dp, passes) - v
+            d += round_seconds(sp, n_dec, depth if n_cold > 0 else 0, False)
         elif nodes > 0 or mode:
             d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
                               reps, one_pass, group_n, group_ctx, dp, passes)
@@ -511,6 +554,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         # the iteration runs: admissions, grants (below), then sim.step.advance
         proposed += spare
         spare = 0
+        if ahead and n_dec > 0:
+            excess = over if over > 0.0 else 0.0
         if sticky:  # Replica.draft_shapes: a decoder the ladder gives γ = 0 is off for good
             for o in range(n_alive):
                 i = order[o]
@@ -542,7 +587,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         running = n_alive  # the rows of this iteration: order[:running]
         size = n_dec + n_pre  # the rows it schedules remember it (Replica.form_batch)
         # whether its verifies draw depths: some decoder verifies a draft
-        draws = n_draft > 0 if per_row else not ((nodes == 0 and not mode) or n_spec == 0)
+        if per_row:
+            draws = n_draft > 0
+        elif ahead:
+            draws = n_dec > 0
+        else:
+            draws = not ((nodes == 0 and not mode) or n_spec == 0)
         if draws and (nodes > 0 or per_row):  # the depths, task after task (a task mix's)
             wide = False  # a static shape wider than a chain (per_row: chains)
             if not per_row:
@@ -568,6 +618,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         continue
                     if per_row:
                         shape = chains[gam[i]]
+                    elif ahead:  # the chain one deeper (sim.step._draw_ahead)
+                        shape = deeper
                     elif found[i]:
                         shape = row
                     else:
@@ -603,6 +655,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 else:
                     deep, drafted = 0, 0
                 acc = acc_of[i]  # (drawn above, on the same shape)
+                if ahead:  # every guess right, and the one drafted past them
+                    st[i, READY] = 1 if acc > deep else 0
                 if acc > deep:
                     acc = deep
                 st[i, COUNTS] += 1
@@ -698,4 +752,4 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     return (k, alpha, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm,
             adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free, proposed, spare,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
-             free_split, stack_split, nfs_split))
+             free_split, stack_split, nfs_split), excess)

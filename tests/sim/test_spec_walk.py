@@ -8,7 +8,8 @@ timestamps and counters, iteration rows, the ITL histogram and the end time. The
 what the walk does (admissions, prefill chunks beside verifies, depths drawn from the
 generator -- bursty, i.i.d. and positional models, level by level or as one geometric run --
 or replayed from a trace, chains and trees, a draft model (one, or one per GPU of a TP
-target), an EAGLE-3 head and Medusa's heads, n-gram and suffix lookup (a match drawn per
+target, or on its own GPU drafting ahead during the verify), an EAGLE-3 head and Medusa's
+heads, n-gram and suffix lookup (a match drawn per
 decoder and step, host seconds per sequence), static, adaptive (chains, trees widened at the
 root, a γ per sequence) and ladder policies, slots reused, the split where an event comes)
 and what it hands back to the reference path (a draft the budget cuts or that lags, a
@@ -38,6 +39,8 @@ FIXED = "variants=[{name: fixed-g4, policy: {kind: fixed, gamma: 4}}]"
 # a lookup drafter (method, γ, proposal rate, host seconds per sequence)
 LOOKUP = ("variants=[{{name: l, drafter: {{method: {0}, proposal_rate: {2}, "
           "cpu_s_per_seq: {3}}}, policy: {{kind: fixed, gamma: {1}}}}}]")
+# a draft model on a GPU of its own, drafting ahead during the verify
+AHEAD = ("deployment.draft_placement=separate", "deployment.draft_overlap=parallel")
 # a budget of 16 tokens for short requests: decoders left out of a step (a batch ladder's
 # decoders then verify the γ's of different steps)
 TIGHT = ("workload.rate_per_s=10", "scheduler.max_batched_tokens=16", "scheduler.chunk_tokens=8",
@@ -69,6 +72,14 @@ CASES = {
     # more requests than slots: a queue admitted into the slots of finished requests
     "queued": ["run.requests=80", BURSTY, FIXED, "workload.rate_per_s=400",
                "scheduler.max_num_seqs=8", "workload.output={kind: uniform, low: 1, high: 30}"],
+    # a draft on its own GPU drafting ahead during the verify (PEARL): each verify drawn one
+    # guess deeper, the chains ready beside those not, what the drafting ahead outlasted
+    "ahead-bursty": ["run.requests=120", BURSTY, FIXED, *AHEAD],
+    # ... i.i.d. α (a geometric run one deeper), prompts in chunks beside ready chains
+    "ahead-iid-chunks": ["run.requests=100", "acceptance={kind: iid, alpha: 0.8}", FIXED,
+                         *AHEAD, "scheduler.max_batched_tokens=256",
+                         "scheduler.chunk_tokens=64",
+                         "workload.prompt={kind: uniform, low: 20, high: 400}"],
     # i.i.d. α: a chain's run is one geometric draw from the replica's generator
     "iid-chain": ["run.requests=120", "acceptance={kind: iid, alpha: 0.7}", FIXED],
     # ... and a tree's levels one uniform each (coverage 1 - (1 - α)^(k^θ))
@@ -497,7 +508,8 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
 
 
 # bench workloads (``sim.bench_workloads``) the walk once left to the reference path
-ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma", "adaptive-tree")
+ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma", "adaptive-tree",
+                  "parallel-drafting")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
