@@ -246,9 +246,6 @@ def _simulate_offload(catalog, args):
 
 def _print_simulated_offload(v, rows: bool) -> None:
     """Category I replayed by the simulator: its table (and with ``rows`` every row)."""
-    def pct(x) -> str:
-        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
-
     if rows:
         print("\nI simulated rows: split line config       rate metric              "
               "measured  simulated   error  offload/GPU-only ratio error")
@@ -263,12 +260,17 @@ def _print_simulated_offload(v, rows: bool) -> None:
           "simulated against measured")
     print(f"{'group':26s} {'rows (held out)':>15s}  {'error':>15s}  {'signed':>15s}")
     for name, s in v.summary.items():
-        err = f"{pct(s['test'])} ({pct(s['fit'])})"
-        signed = f"{pct(s['signed_test'])} / {pct(s['signed_all'])}"
+        err = f"{_pct(s['test'])} ({_pct(s['fit'])})"
+        signed = f"{_pct(s['signed_test'])} / {_pct(s['signed_all'])}"
         print(f"{name:26s} {s['rows']:>7d} ({s['test_rows']:3d})  {err:>15s}  "
               f"{signed:>15s}")
     print(f"{len(v.rows)} rows; sources in hardware/data/validation_offload.csv (--rows "
           f"lists them)")
+
+
+def _pct(x) -> str:
+    """A share as a table cell: signed where negative, "-" where there is none."""
+    return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
 
 
 def _print_simulated_pd(h, rows: bool) -> None:
@@ -292,9 +294,6 @@ def _print_simulated_pd(h, rows: bool) -> None:
 
 def _print_pd(h, rows: bool) -> None:
     """Category H's lines (and with ``rows`` every run)."""
-    def pct(x) -> str:
-        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
-
     if rows:
         print("\nH rows: split model        gpu    framework          isl   osl  conc  "
               "prefill      decode        batch  TPOT ms meas/pred  error  "
@@ -320,25 +319,19 @@ def _print_pd(h, rows: bool) -> None:
 
 def _pd_table(summary: dict) -> None:
     """Category H's table of a summary (``hardware.timing.validation.pd_summary``)."""
-    def pct(x) -> str:
-        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
-
     print(f"{'group':18s} {'runs (held out)':>15s}  {'TPOT':>15s}  {'signed':>15s}  "
           f"{'TTFT':>15s}  {'signed':>15s}")
     for name, s in summary.items():
         cells = []
         for m in ("tpot", "ttft"):
-            cells.append(f"{pct(s[m + '_test'])} ({pct(s[m + '_fit'])})")
-            cells.append(f"{pct(s[m + '_signed_test'])} / {pct(s[m + '_signed_all'])}")
+            cells.append(f"{_pct(s[m + '_test'])} ({_pct(s[m + '_fit'])})")
+            cells.append(f"{_pct(s[m + '_signed_test'])} / {_pct(s[m + '_signed_all'])}")
         print(f"{name:18s} {s['rows']:>7d} ({s['test_rows']:3d})  "
               + "  ".join(f"{c:>15s}" for c in cells))
 
 
 def _print_spec(e, rows: bool) -> None:
     """Category E's lines (and with ``rows`` every row)."""
-    def pct(x) -> str:
-        return "-" if x is None else f"{x:+.1%}" if x < 0 else f"{x:.1%}"
-
     if rows:
         print("\nE rows: split framework method shape                     batch    AL  "
               "speedup meas/pred   error  spec TPOT error  plain error")
@@ -355,10 +348,10 @@ def _print_spec(e, rows: bool) -> None:
     print(f"{'group':22s} {'rows (held out)':>15s}  {'speedup':>16s}  {'signed':>7s}  "
           f"{'spec TPOT':>9s}  {'plain TPOT':>10s}")
     for name, s in e.summary.items():
-        speed = f"{pct(s['speedup_test'])} ({pct(s['speedup_fit'])})"
+        speed = f"{_pct(s['speedup_test'])} ({_pct(s['speedup_fit'])})"
         print(f"{name:22s} {s['rows']:>7d} ({s['test_rows']:3d})  {speed:>16s}  "
-              f"{pct(s['speedup_signed_test']):>7s}  {pct(s['tpot_test']):>9s}  "
-              f"{pct(s['base_test']):>10s}")
+              f"{_pct(s['speedup_signed_test']):>7s}  {_pct(s['tpot_test']):>9s}  "
+              f"{_pct(s['base_test']):>10s}")
     print(f"{len(e.rows)} rows; sources in hardware/data/validation_spec.csv (--rows lists "
           f"them); the TPOT errors include the plain run's (the timing of A-D)")
 
