@@ -18,6 +18,7 @@ from sim.drafters import ASYNC_METHODS, input_slots, lookahead_slots
 from sim.grammar import grammar_for
 from sim.kv import blocks_for
 from sim.limits import MAX_ARRIVAL_S
+from sim.llm_d import LlmdConfig
 from sim.log import RequestTable
 from sim.paths import resolve_file
 from sim.scenario import Scenario
@@ -76,6 +77,18 @@ def make_requests(sc: Scenario, rng: np.random.Generator, stream_rng: np.random.
         block_keys=keys,
         block_starts=starts,
     )
+
+
+def _llm_d(sc: Scenario) -> LlmdConfig | None:
+    """The llm_d router's knobs (None for another router): its CPU prefix scorer on where
+    the scenario says, else where a CPU tier is configured, as llm-d's guides do."""
+    d = sc.deployment
+    if d.router != "llm_d":
+        return None
+    on = d.llm_d_cpu_scorer
+    if on is None:
+        on = sc.scheduler.kv_offload_gib is not None
+    return LlmdConfig(cpu_scorer=on, cpu_lru_capacity=d.llm_d_cpu_lru_capacity)
 
 
 def policy_factory(cfg, acceptance, max_running: int):
@@ -446,7 +459,8 @@ def _one_pool(sc: Scenario, source: str, record_bound: bool):
             draft=draft, make_policy=make_policy, acceptance=acc,
             seed=ss[3], replicas=sc.deployment.replicas, grammar=grammar,
             router=sc.deployment.router,
-            router_weight=sc.deployment.kv_overlap_score_weight, record_bound=record_bound,
+            router_weight=sc.deployment.kv_overlap_score_weight, llm_d=_llm_d(sc),
+            record_bound=record_bound,
             pipeline_stages=sc.deployment.pp, closed_loop_users=users, think_s=think_s,
             draft_sync=lim.draft_sync,
             draft_overlap=sc.deployment.draft_overlap == "parallel" and draft is not None,

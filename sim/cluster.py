@@ -18,6 +18,7 @@ import simpy
 from sim import gate
 from sim.engine_path import AUTO, EnginePath
 from sim.grammar import GrammarState
+from sim.llm_d import LlmdConfig
 from sim.log import RequestTable, RunLog
 from sim.pipeline import PipelinedReplica
 from sim.pricing import IterationPricer
@@ -49,6 +50,7 @@ class Setup:
     replicas: int = 1
     router: str = "round_robin"
     router_weight: float = 1.0  # the kv_aware router's --kv-overlap-score-weight
+    llm_d: LlmdConfig | None = None  # the llm_d router's knobs (sim.llm_d)
     record_bound: bool = True
     pipeline_stages: int = 1
     closed_loop_users: int = 0  # > 0: a closed loop of this many users instead of arrivals
@@ -116,7 +118,10 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
             r.grammar = GrammarState(setup.grammar, np.random.default_rng(
                 r.rng.bit_generator.seed_seq.spawn(1)[0]), len(r.state))
             r.keep_off_fast_paths("structured output (drafts a grammar forbids)")
-    router = Router(replicas, setup.router, setup.router_weight)
+    # (the router's tie-breaks draw from the child after the replicas')
+    router = Router(replicas, setup.router, setup.router_weight, setup.llm_d,
+                    np.random.default_rng(np.random.SeedSequence(
+                        seed.entropy, spawn_key=(*seed.spawn_key, setup.replicas))))
     why = gate.router(setup.router) if len(replicas) > 1 else None
     if why is not None:
         for r in replicas:

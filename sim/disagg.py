@@ -372,7 +372,7 @@ def wire(env: simpy.Environment, setup, path, iteration_rows: bool):
     prefill = [replica(Prefill, pre, j, plog, setup.replicas + j, one)
                for j in range(pre.replicas)]
     run.add(prefill, decode)
-    router = Router(prefill, setup.router, setup.router_weight)
+    router = Router(prefill, setup.router, setup.router_weight, setup.llm_d)
     arrived = [0]
     if setup.closed_loop_users:  # a user sends its next request when its last finishes
         closed_loop(env, setup.closed_loop_users, setup.think_s, table.arrival_at, router,

@@ -34,11 +34,15 @@ def shared(r) -> str | None:
 def router(kind: str) -> str | None:
     """What keeps every replica behind a router of ``kind`` off the steady stretch, or
     None: Dynamo's KV router reads each replica's KV pool and prefix cache at every
-    arrival, while an iteration runs, where the reference path has made the iteration's
-    grants and a stretch has not; the walk takes such replicas' iterations up to the one an
-    arrival would come in (``Replica.strict_walk``), which the reference path then runs."""
+    arrival, and llm-d's reads each replica's waiting queue and KV use at the first arrival
+    of each metrics tick, while an iteration runs, where the reference path has made the
+    iteration's grants and a stretch has not; the walk takes such replicas' iterations up
+    to the one an arrival would come in (``Replica.strict_walk``), which the reference path
+    then runs."""
     if kind == "kv_aware":
         return "a kv_aware router (it reads the KV pool while an iteration runs)"
+    if kind == "llm_d":
+        return "an llm_d router (it reads the queue and KV use while an iteration runs)"
     return None
 
 

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import simpy
 
-ROUTERS = ("round_robin", "least_requests", "least_tokens", "kv_aware")
+from sim.llm_d import LlmdConfig, LlmdPicker
+
+ROUTERS = ("round_robin", "least_requests", "least_tokens", "kv_aware", "llm_d")
 
 
 class Router:
@@ -31,11 +33,15 @@ class Router:
       blocks not cached there. ``weight`` is Dynamo's ``--kv-overlap-score-weight``
       (default 1). Departures: Dynamo breaks a tie at random, SpecSim to the lowest
       index; Dynamo learns the cached blocks from the workers' KV events and estimates
-      the active ones, SpecSim reads both from the replica as they are.
+      the active ones, SpecSim reads both from the replica as they are;
+    - ``llm_d``: llm-d's endpoint picker as its tiered-prefix-cache guide configures it
+      (queue, KV-use, GPU- and CPU-prefix and no-hit LRU scorers at weight 1, max score,
+      a tie at random from ``rng``; ``llm_d`` the guide's knobs): ``sim.llm_d``.
     """
 
     def __init__(self, replicas: Sequence, kind: str = "round_robin",
-                 weight: float = 1.0) -> None:
+                 weight: float = 1.0, llm_d: LlmdConfig | None = None,
+                 rng: np.random.Generator | None = None) -> None:
         if kind not in ROUTERS:
             raise ValueError(f"unknown router {kind!r}; known: {', '.join(ROUTERS)}")
         self.replicas = list(replicas)
@@ -44,6 +50,10 @@ class Router:
         self._next = 0
         # kv_aware: per replica, {request: prompt tokens it prefills} until its first token
         self._prefilling: list[dict[int, int]] = [{} for _ in self.replicas]
+        self.picker = None
+        if kind == "llm_d" and len(self.replicas) > 1:
+            self.picker = LlmdPicker(self.replicas, llm_d or LlmdConfig(),
+                                     np.random.default_rng(0) if rng is None else rng)
 
     def choose(self, rid: int | None = None) -> int:
         """Index of the replica request ``rid`` (the next one) goes to."""
@@ -55,6 +65,8 @@ class Router:
             return i
         if self.kind == "kv_aware":
             return self._kv_aware(rid)
+        if self.picker is not None:
+            return self.picker.choose(rid, self.replicas[0].env.now)
         key = "outstanding_requests" if self.kind == "least_requests" else "outstanding_tokens"
         loads = [getattr(r, key) for r in self.replicas]
         return loads.index(min(loads))

@@ -35,6 +35,7 @@ from sim.kinds.drafters import DrafterCfg
 from sim.kinds.policies import FixedPolicy, NonePolicy, Policy
 from sim.kinds.workload import PoissonWorkload, Workload
 from sim.limits import MAX_NAME
+from sim.llm_d import GUIDE_CPU_LRU_CAPACITY
 from sim.methods import DEFAULT_DRAFTERS  # each method's own (models.method's drafter)
 from sim.scheduling import ORDERS
 
@@ -131,13 +132,21 @@ class Deployment(Strict):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     # how requests are spread over the replicas: in turn, to the fewest outstanding requests
-    # or tokens, or "kv_aware": NVIDIA Dynamo's KV router (prefix-cache hits against load;
-    # sim/router.py)
-    router: Literal["round_robin", "least_requests", "least_tokens", "kv_aware"] = \
-        "round_robin"
+    # or tokens, "kv_aware": NVIDIA Dynamo's KV router (prefix-cache hits against load;
+    # sim/router.py), or "llm_d": llm-d's endpoint picker as its tiered-prefix-cache guide
+    # configures it (queue, KV use, its own GPU and CPU prefix indexes; sim/llm_d.py)
+    router: Literal["round_robin", "least_requests", "least_tokens", "kv_aware",
+                    "llm_d"] = "round_robin"
     # the kv_aware router's weight of prefill blocks against active blocks (Dynamo's
     # --kv-overlap-score-weight; higher favours cache hits, lower spreads the load)
     kv_overlap_score_weight: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 1.0
+    # the llm_d router's CPU-tier prefix scorer (the guide's cpu-prefix-cache-producer and
+    # cpu-prefix-cache-scorer): null = on where scheduler.kv_offload_gib gives a CPU tier
+    # (the tiered guide), off otherwise (its GPU-only twin)
+    llm_d_cpu_scorer: bool | None = None
+    # entries (prefix blocks of 64 tokens) the llm_d router's CPU index keeps a server (the
+    # CPU producer's lruCapacityPerServer; the guide's 82000)
+    llm_d_cpu_lru_capacity: Annotated[int, Field(ge=1, le=10**9)] = GUIDE_CPU_LRU_CAPACITY
     # "colocated": a copy of the draft on each of the target's GPUs, sharing their memory
     # (SpecInfer); "separate": the draft on a GPU of its own.
     draft_placement: Literal["colocated", "separate"] = "colocated"
@@ -172,6 +181,17 @@ class Deployment(Strict):
         if self.kv_overlap_score_weight != 1.0 and self.router != "kv_aware":
             raise ValueError(f"kv_overlap_score_weight: only the kv_aware router weighs cache "
                              f"hits, got router {self.router}")
+        if self.router != "llm_d":
+            if self.llm_d_cpu_scorer is not None:
+                raise ValueError(f"llm_d_cpu_scorer: only the llm_d router has a CPU prefix "
+                                 f"scorer, got router {self.router}")
+            if self.llm_d_cpu_lru_capacity != GUIDE_CPU_LRU_CAPACITY:
+                raise ValueError(f"llm_d_cpu_lru_capacity: only the llm_d router keeps a CPU "
+                                 f"prefix index, got router {self.router}")
+        elif self.llm_d_cpu_scorer is False and \
+                self.llm_d_cpu_lru_capacity != GUIDE_CPU_LRU_CAPACITY:
+            raise ValueError("llm_d_cpu_lru_capacity: sizes the CPU prefix index, which "
+                             "llm_d_cpu_scorer: false leaves out")
         return self
 
 

@@ -27,14 +27,15 @@ The deployment: ``replicas`` vLLM servers of ``tp`` GPUs (``--from-vllm``'s defa
 bare ``vllm serve``: vLLM 0.33's scheduler, 8192 tokens a step, prefix caching on;
 synchronous scheduling in both configurations, as SpecSim's CPU tier is modelled), each
 with the stated GPU KV (``--num-gpu-blocks-override``) and, for the offload configuration,
-``--kv-offloading-size`` GiB of CPU tier. The router is SpecSim's ``kv_aware`` (Dynamo's
-cost: prefix hits against load), standing in for llm-d's endpoint picker, which scores
-queue length, KV use, GPU and CPU prefix hits and recency; the router sees the GPU cache
-only.
+``--kv-offloading-size`` GiB of CPU tier. The router is llm-d's endpoint picker
+(``deployment.router: llm_d``, ``sim.llm_d``) as the guide configures it: queue, KV-use,
+GPU-prefix, CPU-prefix and no-hit LRU scorers at 1:1:1:1:1, its CPU index of 82,000
+entries a server; the GPU-only twin runs the same picker without the CPU producer and
+scorer (the guide's "optimized baseline" router is not published with the results).
 
-Not modelled: llm-d's endpoint picker and its CPU-prefix scorer, the HTTP gateway, the
-tokeniser (the client counts ~16,256 prompt tokens; SpecSim takes the configured lengths),
-the rest as ``sim.offload`` lists (no ``HIT_PENDING`` wait, no store bandwidth).
+Not modelled: the HTTP gateway, llm-d's flow control, the tokeniser (the client counts
+~16,256 prompt tokens; SpecSim takes the configured lengths), the rest as ``sim.llm_d``
+and ``sim.offload`` list (no ``HIT_PENDING`` wait, no store bandwidth).
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def run_sets(row: OffloadRow, catalog, trace_file: str, block: int, requests: in
         cmd += f" --kv-offloading-backend native --kv-offloading-size {row.kv_offload_gib:g}"
     parsed = vllm.parse_vllm_serve(cmd, lambda m: catalog.model(m).id)
     return [*parsed.sets, "models.draft=null", f"deployment.gpu={row.gpu}",
-            f"deployment.replicas={row.replicas}", "deployment.router=kv_aware",
+            f"deployment.replicas={row.replicas}", "deployment.router=llm_d",
             f"workload={{arrivals: trace, format: mooncake, file: {trace_file}, "
             f"hash_block_tokens: {block}}}",
             "variants=[{name: none, policy: {kind: none}}]",
