@@ -32,6 +32,8 @@ CASES = {
     "specinfer-tree": ("specinfer-tree", SMALL),
     "task-mix-closed-loop": ("task-mix-closed-loop", SMALL),
     "offload-opt-13b": ("claims/specinfer-offload-opt-13b", SMALL),
+    # drafts a grammar forbids, dropped before the verify (sim.grammar)
+    "structured-output": ("structured-output", SMALL),
     # a KV pool that holds a few of the default's prompts: preemption by recompute
     "default-preempting": ("default", [*SMALL, "run.requests=24", "workload.rate_per_s=200",
                                        "scheduler.num_gpu_blocks_override=300"]),
