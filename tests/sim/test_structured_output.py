@@ -129,3 +129,25 @@ def test_a_structured_run_is_deterministic():
 def test_what_structured_output_cannot_combine_with_is_refused(sets, match):
     with pytest.raises(UserError, match=match):
         load_scenario(repo_root() / "scenarios" / "default.yaml", [*BASE, *sets])
+
+
+@pytest.mark.parametrize("sets, preempts", [
+    ([], True),  # dropped
+    (["scheduler.async_scheduling=true"], True),  # rejected; requests that end mid-step
+    # SGLang's order, rejected (it admits against its reserved output: no preemption here)
+    (["scheduler.order=prefill_first", "scheduler.chunk_tokens=4096"], False),
+])
+def test_every_request_finishes_under_a_grammar_and_preemption(sets, preempts):
+    """A KV pool that holds a few prompts: preemptions and recomputes beside the grammar's
+    cuts; every request still emits exactly its output, and no counted draft exceeds the
+    depth drafted."""
+    v = _run("structured_output={invalid_draft_rate: 0.3, share: 0.6}",
+             "workload={arrivals: poisson, rate_per_s: 200, output: {kind: uniform, low: 20, "
+             "high: 120}}", "scheduler.num_gpu_blocks_override=400", "run.requests=80",
+             *sets)
+    r = v.requests.columns
+    assert r["finished"].all()
+    assert (r["emitted_tokens"] == r["output_tokens"]).all()
+    assert (r["preemptions"] > 0).any() == preempts
+    assert (r["drafted_tokens"] <= K * r["draft_steps"]).all()
+    assert (r["accepted_tokens"] <= r["drafted_tokens"]).all()
