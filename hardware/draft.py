@@ -19,7 +19,9 @@ A ``one_pass`` drafter (Medusa's heads) proposes every position at once: one pas
 row per sequence in the batch, whatever the chain or tree (``sim.draft_pricing``). A
 ``block`` one (DFlash) does too, over K + 1 queries per row (the bonus token and a mask per
 draft position, K the deepest shape's depth), each attending its row's context and the
-whole block (``block_pass``).
+whole block (``block_pass``). vLLM's parallel drafting of a draft model or an EAGLE head
+(PARD, P-EAGLE: a ``block`` setup with ``parallel`` set) is one pass too, but causal and
+over each row's step tokens re-fed before its new queries (``block_pass``).
 
 A chain of γ drafts is γ draft passes; pass i feeds each still-drafting sequence one token
 at context ``ctx + i``. An expansion tree ⟨k1..km⟩ costs m draft passes, one per level: pass
@@ -49,6 +51,7 @@ __all__ = [
     "head_pass",
     "block_pass",
     "block_seconds",
+    "parallel_prefill_pass",
     "one_pass_seconds",
     "tree_draft_prefix_seconds",
     "tree_draft_seconds",
@@ -73,6 +76,9 @@ class DraftSetup:
     one_pass: bool = False  # every draft position from one pass (Medusa heads)
     # with one_pass: that pass is a block drafter's (DFlash), K + 1 queries per row
     block: bool = False
+    # with block: vLLM's parallel drafting (PARD 0, P-EAGLE 1) instead of DFlash's block:
+    # each row re-feeds its step's tokens, then K - parallel new queries, one causal run
+    parallel: int | None = None
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -84,15 +90,19 @@ class DraftSetup:
             raise UserError(f"draft replicas: must be an integer >= 1, got {self.replicas!r}")
         if self.block and not self.one_pass:
             raise UserError("draft block: a block drafter proposes in one pass (one_pass)")
+        if self.parallel is not None and (not self.block or self.parallel not in (0, 1)):
+            raise UserError(f"draft parallel: 0 (PARD) or 1 (P-EAGLE) on a block setup, got "
+                            f"{self.parallel!r}")
 
     @classmethod
     def colocated_with(cls, draft: CostModel, target: CostModel,
-                       one_pass: bool = False, block: bool = False) -> DraftSetup:
+                       one_pass: bool = False, block: bool = False,
+                       parallel: int | None = None) -> DraftSetup:
         """The draft replicated on every GPU of ``target`` (SpecInfer's arrangement)."""
         if draft.dep.n_gpus != 1:
             raise UserError("a co-located draft runs one replica per GPU: give it tp = pp = 1")
         return cls(cost=draft, placement="colocated", replicas=target.dep.n_gpus,
-                   one_pass=one_pass or block, block=block)
+                   one_pass=one_pass or block, block=block, parallel=parallel)
 
 
 def tree_level_sizes(widths: Sequence[int]) -> list[int]:
@@ -115,14 +125,35 @@ def _groups(n_seq: int, replicas: int) -> list[slice]:
     return [slice(r, None, replicas) for r in range(min(replicas, n_seq))]
 
 
-def block_pass(depth, s_ctx, rows):
-    """(Σ new, Σ KV read, attended keys, sequences) of a block drafter's pass (DFlash) for
-    shapes ``depth`` positions deep over ``rows`` rows with ``s_ctx`` context among them:
-    ``depth`` + 1 queries per row (vLLM's ``1 + num_speculative_tokens``), each attending its
-    row's context and every query of the block (non-causal: ``batch_pass``'s depth-``depth``
-    tree term). Plain scalars, for the compiled kernels too."""
-    q = depth + 1.0
-    return batch_pass(q, 0, depth, s_ctx, rows, True, 0.0, 0.0, 0.0, 0.0, 0)
+def block_pass(depth, s_ctx, rows, parallel=None):
+    """(Σ new, Σ KV read, attended keys, sequences) of a block drafter's pass for shapes
+    ``depth`` positions deep over ``rows`` decoding rows with ``s_ctx`` context among them.
+    Plain scalars, for the compiled kernels too.
+
+    - ``parallel`` None (DFlash): ``depth`` + 1 queries per row (vLLM's ``1 +
+      num_speculative_tokens``), each attending its row's context and every query of the
+      block (non-causal: ``batch_pass``'s depth-``depth`` tree term);
+    - ``parallel`` s (vLLM's ``parallel_drafting`` of a draft model, s = 0, PARD, or of an
+      EAGLE head, s = 1, P-EAGLE): each row re-feeds the step's 1 + ``depth`` target tokens
+      (vLLM's V1 proposer takes the verify's tokens, the rejected ones as padding) and then
+      ``depth`` - s new queries (the bonus token and the mask tokens: vLLM's
+      ``net_num_new_slots_per_request``), one causal run after its context."""
+    if parallel is None:
+        q = depth + 1.0
+        return batch_pass(q, 0, depth, s_ctx, rows, True, 0.0, 0.0, 0.0, 0.0, 0)
+    q = (1.0 + depth) + (depth - parallel)
+    return batch_pass(q, 0, 0, s_ctx, rows, False, 0.0, 0.0, 0.0, 0.0, 0)
+
+
+def parallel_prefill_pass(depth, parallel, p_new, p_ctx, p_new_ctx, p_sq, n_pre):
+    """``block_pass``' four numbers for the prefilling rows of a parallel-drafting pass
+    (``parallel`` 0 or 1): each row's chunk (sums ``p_new``, ``p_ctx``, ``p_new_ctx``,
+    ``p_sq`` over ``n_pre`` rows), then ``depth`` - ``parallel`` new queries after it (vLLM's
+    proposer runs every scheduled request's tokens plus its new slots)."""
+    chunk = batch_pass(0, 0, 0, 0.0, 0, False, p_new, p_ctx, p_new_ctx, p_sq, n_pre)
+    tail = batch_pass(depth - parallel, 0, 0, p_ctx + p_new, n_pre, False, 0.0, 0.0, 0.0,
+                      0.0, 0)
+    return chunk[0] + tail[0], chunk[1] + tail[1], chunk[2] + tail[2], chunk[3]
 
 
 def block_seconds(setup: DraftSetup, depth: int, context: np.ndarray) -> float:
@@ -133,7 +164,7 @@ def block_seconds(setup: DraftSetup, depth: int, context: np.ndarray) -> float:
     if depth <= 0 or not ctx.size:
         return 0.0
     return max(setup.cost.pass_seconds_at(*block_pass(depth, float(ctx[g].sum()),
-                                                      float(ctx[g].size)))
+                                                      float(ctx[g].size), setup.parallel))
                for g in _groups(ctx.size, setup.replicas))
 
 

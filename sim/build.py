@@ -445,7 +445,8 @@ def _one_pool(sc: Scenario, source: str, record_bound: bool):
                 check_same_vocab(target.dep.model, draft.cost.dep.model)
         check_fits(sc, tab, blocks, max_verify_tokens(probe), source, models,
                    lookahead_slots(drafter, probe))
-        step, per_request = limits.step_budget(input_slots(drafter, probe.uses_draft))
+        step, per_request = limits.step_budget(input_slots(drafter, probe.uses_draft,
+                                                           probe.max_depth))
         if max_verify_tokens(probe) + per_request > step:
             raise UserError(
                 f"{source}: scheduler.max_batched_tokens: {lim.max_batched_tokens} leaves "

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.cost import batch_pass
-from hardware.draft import block_pass, head_pass
+from hardware.draft import block_pass, head_pass, parallel_prefill_pass
 from sim.shapes import causal_keys, draft_feeds, tree_key_term
 
 # ndarray.sum() goes through Python wrappers; the ufunc reduce is ~1 µs cheaper per call
@@ -74,7 +74,7 @@ def shared_shape_seconds(draft, row: np.ndarray, dec_context: np.ndarray, pre_su
     passes = np.empty((passes_capacity(len(feeds), draft.replicas), 7))
     k = draft_passes(passes, n_dec, s_ctx, feeds, tree_key_term(row) is not None, sync or 0,
                      draft.replicas, group_n, group_ctx, draft.one_pass, n_pre, *pre_sums,
-                     draft.block)
+                     draft.block, _parallel(draft))
     _price(draft.cost, passes, k)
     return draft_total(passes, k)
 
@@ -94,7 +94,7 @@ def chain_prefix_seconds(draft, depth: int, dec_context: np.ndarray) -> list[flo
         for g in range(1, depth + 1):
             k = draft_passes(passes, n_dec, float(_sum(dec_context)), [1] * g, False, 0,
                              draft.replicas, group_n, group_ctx, True, 0, 0.0, 0.0, 0.0, 0.0,
-                             True)
+                             True, _parallel(draft))
             _price(draft.cost, passes, k)
             out.append(draft_total(passes, k))
         return out
@@ -105,6 +105,12 @@ def chain_prefix_seconds(draft, depth: int, dec_context: np.ndarray) -> list[flo
     out = np.zeros(depth + 1)
     draft_prefix(passes, k, out)
     return out.tolist()
+
+
+def _parallel(draft) -> int:
+    """``draft_passes``' ``parallel``: the setup's (PARD 0, P-EAGLE 1), -1 for none."""
+    p = getattr(draft, "parallel", None)
+    return -1 if p is None else int(p)
 
 
 def _replica_groups(dec_context: np.ndarray, replicas: int) -> tuple:
@@ -129,7 +135,7 @@ def _price(cost, passes: np.ndarray, k: int) -> None:
 
 
 def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx, one_pass,
-                 n_pre, p_new, p_ctx, p_new_ctx, p_sq, block=False):
+                 n_pre, p_new, p_ctx, p_new_ctx, p_sq, block=False, parallel=-1):
     """The draft's passes of one iteration in which every one of ``n_dec`` decoding
     sequences (``s_ctx`` context in all) drafts the shape whose serial passes feed
     ``feeds`` tokens each (``tree``: the nodes of a token tree), beside ``n_pre`` prefill
@@ -152,6 +158,10 @@ def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx
       row ``len(feeds)`` + 1 queries over its context (``hardware.draft.block_pass``); the
       prefilling rows' queries follow their chunks (Σ context ``p_ctx + p_new``), in the
       pass with one replica, in a pass of their own after the groups with several.
+      ``parallel`` >= 0 (vLLM's parallel drafting, PARD 0, P-EAGLE 1: ``DraftSetup.parallel``):
+      each decoding row re-feeds its 1 + ``len(feeds)`` step tokens and then
+      ``len(feeds)`` - ``parallel`` new queries, a causal run; each prefilling row its chunk
+      and as many new queries after it (``hardware.draft.parallel_prefill_pass``).
 
     ``draft_total`` combines their seconds: the slowest group, then the passes after."""
     k = 0
@@ -159,15 +169,22 @@ def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx
         if n_dec == 0 or len(feeds) == 0:
             return k
         depth = len(feeds)
-        if reps <= 1:
+        if parallel >= 0:  # PARD / P-EAGLE: the chunks themselves, then their new queries
+            pre = parallel_prefill_pass(depth, parallel, p_new, p_ctx, p_new_ctx, p_sq, n_pre)
+            if reps <= 1:
+                return _row(out, k, _plus(block_pass(depth, s_ctx, n_dec, parallel), pre),
+                            0, 0)
+        elif reps <= 1:
             return _row(out, k, block_pass(depth, s_ctx + (p_ctx + p_new), n_dec + n_pre), 0,
                         0)
         for g in range(reps):
             if group_n[g] == 0:
                 break
-            k = _row(out, k, block_pass(depth, group_ctx[g], group_n[g]), g, 0)
+            k = _row(out, k, block_pass(depth, group_ctx[g], group_n[g],
+                                        parallel if parallel >= 0 else None), g, 0)
         if n_pre > 0:
-            k = _row(out, k, block_pass(depth, p_ctx + p_new, n_pre), -1, 0)
+            k = _row(out, k, pre if parallel >= 0 else block_pass(depth, p_ctx + p_new, n_pre),
+                     -1, 0)
         return k
     if one_pass:
         if n_dec > 0 and len(feeds) > 0:
@@ -208,6 +225,11 @@ def draft_passes(out, n_dec, s_ctx, feeds, tree, extra, reps, group_n, group_ctx
                                         0.0, 0.0, 0), 0, j)
         before += feeds[j]
     return k
+
+
+def _plus(a, b):
+    """Two passes' four numbers as one pass: the sums, and the rows of both."""
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]
 
 
 def _row(out, k, numbers, group, level):
@@ -341,7 +363,7 @@ def per_sequence_seconds(draft, widths: np.ndarray, dec_context: np.ndarray,
         passes = np.empty((passes_capacity(1, draft.replicas), 7))
         k = draft_passes(passes, len(dec_context), float(_sum(dec_context)), [1] * depth,
                          False, 0, draft.replicas, group_n, group_ctx, True, len(pre_chunks),
-                         *prefill_sums(pre_context, pre_chunks), True)
+                         *prefill_sums(pre_context, pre_chunks), True, _parallel(draft))
         _price(dcost, passes, k)
         return draft_total(passes, k)
     if draft.one_pass:

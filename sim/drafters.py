@@ -37,11 +37,18 @@ def engine_names(engine: str) -> dict[str, str]:
     return {name: m for m, t in TRAITS.items() for name in getattr(t, engine)}
 
 
-def input_slots(drafter, uses_draft: bool) -> int:
-    """The input slots each scheduled request's drafter takes beside its tokens
-    (``TRAITS``; ``drafter`` None: a plain draft model); none without speculation."""
+def input_slots(drafter, uses_draft: bool, k: int = 0) -> int:
+    """The input slots each scheduled request's drafter takes beside its tokens, vLLM's
+    ``SpeculativeConfig.max_num_new_slots_for_drafting`` (``TRAITS``; ``drafter`` None: a
+    plain draft model): the method's ``input_slots``, or with a ``parallel`` drafter ``k``
+    (vLLM's ``num_speculative_tokens``, the policy's deepest draft) plus its
+    ``parallel_slots`` (PARD K, P-EAGLE K - 1); none without speculation."""
+    if not uses_draft:
+        return 0
     method = "draft_model" if drafter is None else drafter.method
-    return TRAITS[method].input_slots if uses_draft else 0
+    if drafter is not None and drafter.parallel:
+        return max(int(k) + TRAITS[method].parallel_slots, 0)
+    return TRAITS[method].input_slots
 
 
 def lookahead_slots(drafter, policy) -> int:
@@ -66,7 +73,11 @@ class Drafter:
     lookahead: bool = True  # reserves KV lookahead slots for the next verify
     proposal_rate: float | None = None  # n-gram/suffix: P(a sequence gets a proposal)
     cpu_s_per_seq: float = 0.0  # CPU drafting time per sequence per step
+    parallel: bool = False  # vLLM's parallel_drafting (PARD, P-EAGLE): K positions, one pass
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise UserError(f"method: must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.parallel and TRAITS[self.method].parallel_slots is None:
+            raise UserError(f"parallel: {self.method} does not draft in parallel here (only "
+                            "draft_model, PARD, and eagle / eagle3, P-EAGLE)")

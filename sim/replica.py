@@ -100,7 +100,7 @@ class Replica:
         # the step's token budget and the input slots each scheduled request takes from it
         # beside its tokens (vLLM's max_num_new_slots_for_drafting; SchedulerLimits.step_budget)
         self.step_tokens, self.draft_slots = limits.step_budget(
-            input_slots(drafter, policy.uses_draft))
+            input_slots(drafter, policy.uses_draft, policy.max_depth))
         self.v1 = limits.v1.copy()  # vLLM v1's rules as the kernels take them
         self.v1[rules.DRAFT_SLOTS] = self.draft_slots
         # placeholder drafts of a one-token admission (rules.padding): vLLM's

@@ -202,14 +202,33 @@ def _speculation(out: Parsed, spec: str | None, resolve_model) -> None:
         raise UserError(f"{what}: --speculative-config: num_speculative_tokens: an integer "
                         f">= 1 is required, got {k!r}")
     ours = VLLM_METHODS[method]
-    # vllm/config/speculative.py: dflash always drafts in parallel (parallel_drafting set
-    # True for it); for EAGLE types (P-EAGLE, K - 1 input slots) and draft models (PARD, K
-    # slots) parallel drafting is not modelled
+    # vllm/config/speculative.py (vLLM 0.33.0): dflash always drafts in parallel
+    # (parallel_drafting set True for it); a draft model (PARD, K input slots) or an EAGLE /
+    # EAGLE-3 head (P-EAGLE, K - 1) does with parallel_drafting: the drafter's ``parallel``
     parallel = cfg.pop("parallel_drafting", False)
-    if parallel and ours != "dflash":
-        raise UserError(f"{what}: --speculative-config: parallel_drafting: not modelled for "
-                        f"{method} (P-EAGLE, PARD); dflash's block drafting is")
+    if not isinstance(parallel, bool):
+        raise UserError(f"{what}: --speculative-config: parallel_drafting: true or false, got "
+                        f"{parallel!r}")
     drafter: dict = {"method": ours}
+    if parallel and ours != "dflash":
+        if TRAITS[ours].parallel_slots is None:
+            raise UserError(f"{what}: --speculative-config: parallel_drafting: not modelled "
+                            f"for {method} (draft_model, PARD, and eagle / eagle3, P-EAGLE, "
+                            "are; dflash always drafts a block)")
+        for key, why in (("speculative_token_tree", "its one pass proposes a chain of K"),
+                         ("num_speculative_tokens_per_batch_size",
+                          "its input slots are set by the static K")):
+            if key in cfg:
+                raise UserError(f"{what}: --speculative-config: {key}: not modelled with "
+                                f"parallel_drafting ({why})")
+        drafter["parallel"] = True
+        slots = k + TRAITS[ours].parallel_slots
+        name = "PARD" if ours == "draft_model" else "P-EAGLE"
+        shift = ", the input shifted by one" if ours != "draft_model" else ""
+        out.notes.append(f"parallel_drafting ({name}): one causal draft pass of each "
+                         f"request's step tokens, the bonus token and {k - 1} mask tokens"
+                         f"{shift}; {slots} input slots and {k} lookahead slots per request "
+                         "(vLLM 0.33)")
     draft_model = cfg.pop("model", None)
     if ours == "draft_model":
         if draft_model is None:
@@ -539,6 +558,8 @@ def _speculative_config(scenario, variant, catalog, notes: list[str]) -> dict | 
         return None
     drafter = variant.drafter or scenario.models.drafter()
     spec: dict = {"method": drafter.method}
+    if getattr(drafter, "parallel", False):  # PARD, P-EAGLE (vLLM's parallel_drafting)
+        spec["parallel_drafting"] = True
     if drafter.method == "draft_model":
         spec["model"] = hf_id(catalog.model(getattr(drafter, "model", None)
                                              or scenario.models.draft))

@@ -13,8 +13,13 @@ class MethodTraits:
     - ``input_slots``: slots each scheduled request's drafter takes from the step's token
       budget beside its tokens (vllm/config/speculative.py,
       ``SpeculativeConfig.max_num_new_slots_for_drafting``: 1 for draft_model, which feeds
-      the draft one more token than the target; K for PARD and K - 1 for parallel EAGLE,
-      which SpecSim does not model; 0 for the others, DFlash included);
+      the draft one more token than the target; 0 for the others, DFlash included);
+    - ``parallel_slots``: where the method also drafts in parallel (vLLM's
+      ``parallel_drafting``: all K positions from one pass), its input slots there beyond
+      K, the same property: 0 for draft_model (PARD: K, "PARD does not shift the existing
+      input, so all K query positions require additional slots"), -1 for EAGLE and EAGLE-3
+      (P-EAGLE: K - 1, "the existing query is reused; only masked queries need new
+      slots"); None where SpecSim does not model it (``sim.drafters.input_slots``);
     - ``extra_lookahead``: KV lookahead slots beyond one per draft token
       (``VllmConfig.num_lookahead_tokens``: 1 for DFlash's bonus query);
     - ``eagle_type``: vLLM's ``use_eagle()`` (EAGLE, EAGLE-3, MTP), whose prefix-cache
@@ -35,6 +40,7 @@ class MethodTraits:
     """
 
     input_slots: int = 0
+    parallel_slots: int | None = None
     extra_lookahead: int = 0
     eagle_type: bool = False
     on_cpu: bool = False
@@ -45,11 +51,15 @@ class MethodTraits:
     trtllm: tuple[str, ...] = ()
 
 
-def colocated_or_separate(cost, target, placement: str):
+def colocated_or_separate(cost, target, placement: str, parallel: int | None = None):
     """The ``hardware.DraftSetup`` of a drafting model priced by ``cost``: on a GPU of its
-    own (``placement`` separate) or one copy beside each of the target's GPUs."""
+    own (``placement`` separate) or one copy beside each of the target's GPUs; with
+    ``parallel`` (0 PARD, 1 P-EAGLE: ``DraftSetup.parallel``) drafting every position in one
+    pass."""
     from hardware.draft import DraftSetup
 
+    block = parallel is not None
     if placement == "separate":
-        return DraftSetup(cost=cost, placement="separate")
-    return DraftSetup.colocated_with(cost, target)
+        return DraftSetup(cost=cost, placement="separate", one_pass=block, block=block,
+                          parallel=parallel)
+    return DraftSetup.colocated_with(cost, target, block=block, parallel=parallel)

@@ -8,6 +8,6 @@ from sim.methods.eagle import EagleDrafter
 
 Kind = EagleDrafter
 # TensorRT-LLM's PyTorch backend takes Eagle as Eagle3's alias
-TRAITS = MethodTraits(eagle_type=True, dynamic_k=True, vllm=("eagle3",), sglang=("EAGLE3",),
-                      trtllm=("Eagle3", "Eagle"))
+TRAITS = MethodTraits(eagle_type=True, parallel_slots=-1, dynamic_k=True, vllm=("eagle3",),
+                      sglang=("EAGLE3",), trtllm=("Eagle3", "Eagle"))
 DEFAULT = EagleDrafter(method="eagle3")

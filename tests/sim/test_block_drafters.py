@@ -153,12 +153,11 @@ def test_vllm_dflash_is_one_block_of_num_speculative_tokens():
 
 
 @pytest.mark.parametrize("config, words", [
-    ('{"method": "eagle3", "model": "x/y", "num_speculative_tokens": 3, '
-     '"parallel_drafting": true}', "parallel_drafting: not modelled for eagle3"),
-    ('{"method": "draft_model", "model": "x/y", "num_speculative_tokens": 3, '
-     '"parallel_drafting": true}', "parallel_drafting: not modelled for draft_model"),
+    ('{"method": "mtp", "num_speculative_tokens": 3, "parallel_drafting": true}',
+     "parallel_drafting: not modelled for mtp"),
     ('{"method": "dspark", "model": "x/y", "num_speculative_tokens": 7}', "got 'dspark'")])
-def test_vllm_parallel_drafting_other_than_dflash_is_refused(config, words):
+def test_vllm_parallel_drafting_not_modelled_is_refused(config, words):
+    # (draft_model's and eagle3's, PARD and P-EAGLE, are: tests/sim/test_parallel_drafting.py)
     with pytest.raises(UserError, match=words):
         parse_vllm_serve(VLLM + f"'{config}'", _ids)
 
