@@ -457,6 +457,11 @@ def preset_sets(parsed: Parsed, flag: str, notes: list[str],
         return []
     target, method = json.loads(values["models.target"]), json.loads(values["models.method"])
     variant = json.loads(values["variants"])[1]
+    if variant.get("drafter", {}).get("parallel"):  # PARD, P-EAGLE: none measured
+        notes.append(f"{flag}: no acceptance preset measured for {method} with "
+                     "parallel_drafting (the presets are serial drafters'): the scenario's "
+                     "acceptance model is used (set acceptance)")
+        return []
     p = matching(method, target, deepest(variant["policy"]))
     if p is None:
         notes.append(f"{flag}: no acceptance preset measured for {method} on {target}: the "

@@ -23,8 +23,7 @@ class DraftModelDrafter(Strict):
     method: Literal["draft_model"]
     model: str | None = None  # a catalog id; null = models.draft
     tp: Gpus = 1  # vLLM's draft_tensor_parallel_size (1 = one copy per target GPU)
-    # PARD: every position from one pass (vLLM's parallel_drafting; a PARD-trained draft)
-    parallel: bool = False
+    parallel: bool = False  # PARD: all K drafts from one pass (vLLM's parallel_drafting)
 
     def build(self, target, draft_model, make_cost, placement: str):
         """A ``Drafter`` of the catalog model (``model`` or ``models.draft``)."""

@@ -29,8 +29,7 @@ class EagleDrafter(Strict):
     method: Literal["eagle", "eagle3"]
     layers: Gamma = 1
     draft_vocab: Vocab | None = None  # eagle3 only; null = 32000 (eagle: the target's)
-    # P-EAGLE: every position from one pass (vLLM's parallel_drafting; a P-EAGLE-trained head)
-    parallel: bool = False
+    parallel: bool = False  # P-EAGLE: all K drafts from one pass (vLLM's parallel_drafting)
 
     def build(self, target, draft_model, make_cost, placement: str):
         """A ``Drafter`` pricing the head as a one-layer model (``sim.drafters``)."""

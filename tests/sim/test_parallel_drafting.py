@@ -215,6 +215,20 @@ def test_a_drafter_that_cannot_draft_in_parallel_is_refused():
                        "{method: mtp, parallel: true}}]"], write=False)
 
 
+def test_no_serial_preset_is_taken_for_a_parallel_drafter():
+    from sim.engines.vllm import preset_sets
+
+    line = VLLM + ("'{\"method\": \"eagle3\", \"model\": \"x/y\", "
+                   "\"num_speculative_tokens\": 3, \"parallel_drafting\": true}'")
+    notes: list[str] = []
+    assert preset_sets(parse_vllm_serve(line, _ids), "--from-vllm", notes) == []
+    assert any("no acceptance preset measured for eagle3 with parallel_drafting" in n
+               for n in notes)
+    # the serial head takes the measured EAGLE-3 preset
+    serial = parse_vllm_serve(line.replace(', \"parallel_drafting\": true', ""), _ids)
+    assert preset_sets(serial, "--from-vllm", []) != []
+
+
 def test_a_pard_run_from_vllm_speculates(tmp_path, capsys):
     from sim.cli import main
 
