@@ -84,7 +84,8 @@ def walk(r) -> str | None:
     if r.pricer.draft is None and not lookup:
         return "speculation without a draft model"
     if getattr(r.pricer.draft, "block", False):
-        return "a block drafter (DFlash: the kernels price serial passes or Medusa's heads)"
+        return ("a block drafter (DFlash, parallel drafting: the kernels price serial "
+                "passes or Medusa's heads)")
     if r.cpu_s_per_seq and not lookup:
         return "a drafter priced on the host per sequence"
     if lookup and varies:
