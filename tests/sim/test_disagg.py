@@ -110,7 +110,12 @@ def test_a_draft_whose_kv_stays_behind_prefills_the_prompt_on_the_decode_side():
 
 
 def test_the_same_seed_gives_the_same_records():
-    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", BASE)
+    assert_same_records_twice(load_scenario(repo_root() / "scenarios" / "default.yaml", BASE))
+
+
+def assert_same_records_twice(sc) -> None:
+    """P/D scenario ``sc`` simulated twice gives the same records, transfers and prefill
+    iterations included."""
     one, two = simulate_variants(setups(sc), None), simulate_variants(setups(sc), None)
     for a, b in zip(one, two, strict=True):
         for kind in ("requests", "iterations", "transfers", "prefill_iteration_rows"):

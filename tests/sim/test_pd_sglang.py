@@ -9,9 +9,9 @@ import pytest
 
 from sim.build import setups
 from sim.loading import load_scenario, repo_root
-from sim.runner import run_scenario, simulate_variants
+from sim.runner import run_scenario
 from specdec.errors import UserError
-from tests.sim.test_disagg import BASE
+from tests.sim.test_disagg import BASE, assert_same_records_twice
 
 SGLANG = [*BASE, "scheduler.order=prefill_first"]  # flow null: SGLang's, with its order
 # Llama-3-8B's KV a token on one GPU, InfiniBand NDR's bandwidth and latency
@@ -135,13 +135,8 @@ def test_the_default_flow_follows_the_scheduler_order():
 
 
 def test_the_same_seed_gives_the_same_records():
-    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", SGLANG)
-    one, two = simulate_variants(setups(sc), None), simulate_variants(setups(sc), None)
-    for a, b in zip(one, two, strict=True):
-        for kind in ("requests", "iterations", "transfers", "prefill_iteration_rows"):
-            ca, cb = getattr(a, kind).columns, getattr(b, kind).columns
-            for k in ca:
-                np.testing.assert_array_equal(ca[k], cb[k], err_msg=f"{kind} {k}")
+    assert_same_records_twice(load_scenario(repo_root() / "scenarios" / "default.yaml",
+                                            SGLANG))
 
 
 def test_a_draft_left_behind_is_vllms_alone():
