@@ -54,6 +54,10 @@ def test_accepted_drafts_are_the_ones_the_grammar_allows(mode):
     width = (K + 1) * it["decode_seqs"][decode_only]
     if mode == "dropped":  # the verify carries the allowed drafts only
         assert (verify <= width).all() and (verify < width).mean() > 0.5
+        # vLLM's drafted tokens per draft step (a step whose drafts were all dropped counts
+        # none): E[L | L >= 1] = (1 - (1 - q)^K) / q, what docs/background.md solves for q
+        per_step = r["drafted_tokens"].sum() / r["draft_steps"].sum()
+        assert per_step == pytest.approx((1 - (1 - RATE) ** K) / RATE, rel=0.02)
     else:  # every slot verified, the forbidden drafts rejected (async scheduling also
         # prices the slots of requests that finished before their step ran: more, not less)
         assert (verify >= width).all()
