@@ -208,9 +208,14 @@ def read_table(path: Path, required, columns, kind: str, make_row) -> list:
     """The rows of a measurement CSV of ``kind`` ("a speculative measurements file"): its
     header checked (every ``required`` column, none outside ``columns``, none twice), each
     row's cell count, then ``make_row(path, line, {column: its stripped text})``; one-line
-    UserErrors naming the file and, for a row, the line."""
+    UserErrors naming the file and, for a row, the line. Leading lines starting with ``#``
+    are comments (a file's sources), counted in the line numbers."""
     text = read_utf8(path, "measurements file", "a measurements file must be UTF-8 CSV")
-    reader = csv.DictReader(text.splitlines())
+    lines = text.splitlines()
+    skip = 0
+    while skip < len(lines) and lines[skip].startswith("#"):
+        skip += 1
+    reader = csv.DictReader(lines[skip:])
     header = [h.strip() for h in reader.fieldnames or []]
     missing = [c for c in required if c not in header]
     if missing:
@@ -222,10 +227,11 @@ def read_table(path: Path, required, columns, kind: str, make_row) -> list:
                         f"{', '.join(columns)})")
     check_columns(path, header)
     raws = list(reader)
+    first = skip + 2  # the first row's line
     for i, raw in enumerate(raws):
-        check_cells(path, i + 2, raw)  # extra cells were a list under None: AttributeError
-    rows = [make_row(path, i + 2, {(k or "").strip(): (v or "").strip()
-                                   for k, v in raw.items()}) for i, raw in enumerate(raws)]
+        check_cells(path, first + i, raw)  # extra cells were a list under None: AttributeError
+    rows = [make_row(path, first + i, {(k or "").strip(): (v or "").strip()
+                                       for k, v in raw.items()}) for i, raw in enumerate(raws)]
     if not rows:
         raise UserError(f"{path}: no measurement rows")
     return rows

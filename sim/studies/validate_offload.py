@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from hardware.catalog import DATA_DIR
-from hardware.timing.rows import cell_int, cell_positive, check_cells
+from hardware.timing.rows import cell_int, cell_positive, read_table
 from specdec.errors import UserError
 
 __all__ = ["OFFLOAD_VALIDATION_CSV", "OffloadRow", "read_offload_rows", "METRICS",
@@ -104,34 +104,9 @@ class OffloadRow:
 
 def read_offload_rows(path: str | Path = OFFLOAD_VALIDATION_CSV) -> list[OffloadRow]:
     """The rows of an offload measurements CSV (leading ``#`` lines are comments); a bad
-    file or cell is one UserError line naming the file, the line and the column."""
-    import csv
-
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{p}: cannot read an offload measurements file: {e}") from None
-    skip = 0
-    while skip < len(lines) and lines[skip].startswith("#"):
-        skip += 1
-    reader = csv.DictReader(lines[skip:])
-    header = [h.strip() for h in reader.fieldnames or []]
-    for c in _REQUIRED:
-        if c not in header:
-            raise UserError(f"{p}: missing column {c!r}")
-    for c in header:
-        if c not in _COLUMNS:
-            raise UserError(f"{p}: unknown column {c!r} (columns: {', '.join(_COLUMNS)})")
-    rows = []
-    for i, raw in enumerate(reader):
-        line = skip + i + 2
-        check_cells(p, line, raw)
-        rows.append(_row(p, line, {(k or "").strip(): (v or "").strip()
-                                   for k, v in raw.items()}))
-    if not rows:
-        raise UserError(f"{p}: no measurement rows")
-    return rows
+    file or cell is one UserError line naming the file, the line and the column
+    (``hardware.timing.rows.read_table``)."""
+    return read_table(Path(path), _REQUIRED, _COLUMNS, "an offload measurements file", _row)
 
 
 def _row(p: Path, line: int, get: dict[str, str]) -> OffloadRow:
