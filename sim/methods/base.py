@@ -58,8 +58,18 @@ def colocated_or_separate(cost, target, placement: str, parallel: int | None = N
     pass."""
     from hardware.draft import DraftSetup
 
-    block = parallel is not None
     if placement == "separate":
-        return DraftSetup(cost=cost, placement="separate", one_pass=block, block=block,
-                          parallel=parallel)
-    return DraftSetup.colocated_with(cost, target, block=block, parallel=parallel)
+        return placed(cost, "separate", parallel)
+    return DraftSetup.colocated_with(cost, target, block=parallel is not None,
+                                     parallel=parallel)
+
+
+def placed(cost, placement: str, parallel: int | None = None):
+    """The ``hardware.DraftSetup`` of a drafting model priced by ``cost`` as placed (one
+    copy: on its own GPU, or sharded over its own tensor-parallel group), drafting every
+    position in one pass where ``parallel`` is given (``colocated_or_separate``)."""
+    from hardware.draft import DraftSetup
+
+    block = parallel is not None
+    return DraftSetup(cost=cost, placement=placement, one_pass=block, block=block,
+                      parallel=parallel)

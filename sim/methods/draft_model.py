@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from sim.kinds.base import Gpus, Strict
-from sim.methods.base import MethodTraits, colocated_or_separate
+from sim.methods.base import MethodTraits, colocated_or_separate, placed
 
 
 class DraftModelDrafter(Strict):
@@ -37,12 +37,8 @@ class DraftModelDrafter(Strict):
         # DraftSetup.parallel: PARD's new queries fall short of K by -parallel_slots (0)
         short = -TRAITS["draft_model"].parallel_slots if self.parallel else None
         if self.tp > 1:
-            from hardware.draft import DraftSetup
-
-            block = short is not None
-            return Drafter("draft_model", DraftSetup(cost=cost, placement=placement,
-                                                     one_pass=block, block=block,
-                                                     parallel=short), parallel=self.parallel)
+            return Drafter("draft_model", placed(cost, placement, short),
+                           parallel=self.parallel)
         return Drafter("draft_model", colocated_or_separate(cost, target, placement, short),
                        parallel=self.parallel)
 
