@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -310,10 +310,14 @@ class SimulatedOffload:
 
 
 def _twin(row: OffloadRow, rows: list[OffloadRow]) -> OffloadRow | None:
+    """The gpu_only row of ``row``'s stage and metric whose run differs from ``row``'s in
+    its configuration and tier alone."""
+    def bare(r: OffloadRow) -> tuple:
+        return run_key(replace(r, config="gpu_only", kv_offload_gib=None))
+
     for r in rows:
-        if (r.config == "gpu_only" and r.metric == row.metric and r.stage_rate ==
-                row.stage_rate and run_key(r)[:5] == run_key(row)[:5]
-                and run_key(r)[8:] == run_key(row)[8:]):  # all but config and the tier
+        if (r.config == "gpu_only" and r.metric == row.metric
+                and r.stage_rate == row.stage_rate and bare(r) == bare(row)):
             return r
     return None
 
