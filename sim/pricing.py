@@ -101,7 +101,7 @@ class IterationPricer:
         # round_seconds' parameters, or None where they are all zero (nothing to add)
         params = None if spec is None else spec.params
         self.spec_params = params if params is not None and params.any() else None
-        self._ahead_excess = 0.0  # drafting ahead still running when the last verify ended
+        self.ahead_excess = 0.0  # drafting ahead still running when the last verify ended
 
     def round_s(self, n_spec: float, depth: int, tree: bool) -> float:
         """What the engine spends beyond the passes on an iteration where ``n_spec``
@@ -240,8 +240,8 @@ class IterationPricer:
                                               None if sync is None else sync[cold])
                 ahead = per_sequence_seconds(self.draft, one_level_deeper(widths),
                                              dec_context, pre_context[:0], pre_chunks[:0])
-                draft_s = serial + (self._ahead_excess if ready.any() else 0.0)
-                self._ahead_excess = max(0.0, ahead - verify_s)
+                draft_s = serial + (self.ahead_excess if ready.any() else 0.0)
+                self.ahead_excess = max(0.0, ahead - verify_s)
             else:
                 d_ctx, d_chunks = (pre_context, pre_chunks) if draft_pre is None else draft_pre
                 draft_s = per_sequence_seconds(self.draft, widths, dec_context, d_ctx,

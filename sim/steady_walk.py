@@ -263,7 +263,7 @@ def plan(r, fn) -> Walk | None:
     if shape[_MODE] in _LEARNS:  # the policy's α̂ now
         shape = (*shape[:_ALPHA], r.policy.alpha, *shape[_ALPHA + 1:])
     if shape[_AHEAD]:  # what the last drafting ahead outlasted its verify by
-        shape = (*shape[:_EXCESS], r.pricer._ahead_excess, *shape[_EXCESS + 1:])
+        shape = (*shape[:_EXCESS], r.pricer.ahead_excess, *shape[_EXCESS + 1:])
     # a lookup drafter's matches: where the walk stops before an iteration it drew them for,
     # the generator goes back to where the iterations it ran left it
     before = r.propose_rng.bit_generator.state if shape[_PROPOSE] >= 0.0 else None
@@ -363,7 +363,7 @@ def run(r, w: Walk):
     if r._walk[_MODE] in _LEARNS:  # what observe learned over the walk
         r.policy.alpha = w.alpha
     if r._walk[_AHEAD]:  # and what IterationPricer keeps of the drafting ahead
-        r.pricer._ahead_excess = w.excess
+        r.pricer.ahead_excess = w.excess
 
 
 def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
