@@ -38,7 +38,7 @@ import numpy as np
 
 from sim.slots import RID
 
-__all__ = ["Grammar", "grammar_for", "valid_counts"]
+__all__ = ["Grammar", "GrammarState", "grammar_for", "valid_counts"]
 
 
 @dataclass
