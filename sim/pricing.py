@@ -128,18 +128,25 @@ class IterationPricer:
         grammar forbids (``sim.grammar``): the draft and the round are priced at them, the
         verify at ``row``.
         """
-        if drafted is not None:
-            draft_s, _, _ = self.price(drafted, dec_context, pre_context, pre_chunks,
-                                       bound=False, sync=sync, ready=ready,
-                                       draft_pre=draft_pre)
-            _, verify_s, label = self.price(row, dec_context, pre_context, pre_chunks,
-                                            bound=bound, sync=sync, ready=ready,
-                                            draft_pre=draft_pre)
+        if drafted is not None:  # the verify at row, the draft and the round at drafted
+            if ready is not None:
+                raise ValueError("a grammar's dropped drafts do not draft ahead")
+            draft_s, _, _ = self._price(drafted, dec_context, pre_context, pre_chunks,
+                                        False, sync, None, draft_pre, verify=False)
+            _, verify_s, label = self._price(row, dec_context, pre_context, pre_chunks,
+                                             bound, sync, None, draft_pre, draft=False)
             return draft_s, verify_s, label
+        return self._price(row, dec_context, pre_context, pre_chunks, bound, sync, ready,
+                           draft_pre)
+
+    def _price(self, row, dec_context, pre_context, pre_chunks, bound, sync, ready, draft_pre,
+               draft: bool = True, verify: bool = True) -> tuple[float, float, str]:
+        """``price`` without ``drafted``; ``draft`` / ``verify`` False: that half is not
+        priced (0.0; the round's overheads go with the draft)."""
         if row.ndim == 2 or isinstance(sync, np.ndarray):
             return self._per_sequence(_rows(row, len(dec_context)), dec_context, pre_context,
                                       pre_chunks, bound, sync=sync, ready=ready,
-                                      draft_pre=draft_pre)
+                                      draft_pre=draft_pre, draft=draft, verify=verify)
         n_dec = len(dec_context)
         s_ctx = float(_sum(dec_context))
         pre = prefill_sums(pre_context, pre_chunks)
@@ -148,12 +155,16 @@ class IterationPricer:
         tri = tree_key_term(row)
         target = verify_pass(verify, -1.0 if tri is None else tri, s_ctx, n_dec, p_new, p_ctx,
                              p_new_ctx, p_sq, len(pre_chunks))
-        label = ""
-        if self.record_bound if bound is None else bound:
+        label, verify_s = "", 0.0
+        if not verify:
+            pass
+        elif self.record_bound if bound is None else bound:
             verify_s, label = self.target.pass_seconds_bound_at(*target)
         else:
             verify_s = self.target.pass_seconds_at(*target)
         draft_s = 0.0
+        if not draft:
+            return draft_s, verify_s, label
         if self.draft is not None:
             if self.overlap and ready is not None and shape_info(row)[0]:
                 return self._per_sequence(_rows(row, n_dec), dec_context, pre_context,
@@ -210,12 +221,13 @@ class IterationPricer:
         return draft_s, cost
 
     def _per_sequence(self, widths, dec_context, pre_context, pre_chunks, bound, stages=False,
-                      sync=None, ready=None, draft_pre=None):
+                      sync=None, ready=None, draft_pre=None, draft=True, verify=True):
         """The general path: a shape per decoding sequence (widths int64 [D, m]).
 
         Verify: 1 + that sequence's nodes each. Draft: ``sim.draft_pricing``, with the
         overlap when the draft drafts ahead (``draft_pre``: as ``price``'s). Returns what
-        ``price`` (or, with ``stages``, ``price_stages``) returns.
+        ``price`` (or, with ``stages``, ``price_stages``) returns; ``draft`` / ``verify``
+        as ``_price``'s.
         """
         sizes = np.cumprod(widths, axis=1)  # [D, m] nodes per level
         new = np.concatenate((1 + sizes.sum(axis=1), pre_chunks))  # [D + P]
@@ -225,13 +237,16 @@ class IterationPricer:
             tri = 1 + (sizes * np.arange(2, widths.shape[1] + 2)).sum(axis=1)  # [D]
             keys = np.concatenate((new[: len(dec_context)] * dec_context + tri,
                                    causal_keys(pre_chunks, pre_context)))  # [D + P]
-        label, cost = "", None
-        if stages or (self.record_bound if bound is None else bound):
+        label, cost, verify_s = "", None, 0.0
+        if stages or (verify and (self.record_bound if bound is None else bound)):
             cost = self.target.pass_cost(new, ctx, keys)
             label = str(cost.bound)
-        verify_s = float(cost.seconds) if cost is not None else \
-            self.target.pass_seconds(new, ctx, keys)
+            verify_s = float(cost.seconds)
+        elif verify:
+            verify_s = self.target.pass_seconds(new, ctx, keys)
         draft_s = 0.0
+        if not draft:
+            return (draft_s, cost) if stages else (draft_s, verify_s, label)
         if self.draft is not None:
             if self.overlap and ready is not None:
                 cold = ~ready  # [D]: guesses not drafted ahead

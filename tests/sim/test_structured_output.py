@@ -110,6 +110,20 @@ def test_the_draft_is_priced_at_what_it_drafted():
     assert draft_s == pricer.price(full, ctx, none, none)[0]
     assert verify_s == pricer.price(cut, ctx, none, none)[1]
     assert pricer.price(cut, ctx, none, none)[0] < draft_s
+    # one target pass priced, the verify's: the drafted rows' own verify is never priced
+    calls = []
+    target = pricer.target
+    def counted(f):
+        def count(*args, **kw):
+            calls.append(args)
+            return f(*args, **kw)
+        return count
+
+    for name in ("pass_seconds", "pass_cost"):
+        setattr(target, name, counted(getattr(target, name)))
+    pricer.price(cut, ctx, none, none, drafted=full)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(calls[0][0], 1 + cut.sum(axis=1))
 
 
 def test_a_structured_run_is_deterministic():
