@@ -214,42 +214,92 @@ def next_event_past(env: simpy.Environment, others: Sequence, own=None):
     return horizon, wake
 
 
-def closed_loop_users(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,
-                      counter: list[int], finished: dict):
-    """Start ``users`` closed-loop users (the engine drives the loop; workloads gives the
-    think times). Each user thinks, sends the next request, waits until it finishes, and
-    repeats until the table's requests are used up. Think times are pre-drawn (``think_s``,
-    taken in the order users need them) and arrival times are written into ``arrival_at``
-    as requests are sent, so request ids stay in arrival order.
-    """
-    think = iter(think_s.tolist())
-    for _ in range(users):
-        env.process(_user(env, think, arrival_at, router, counter, finished))
+class ClosedLoop:
+    """Closed-loop users (the engine drives the loop; workloads gives the think times): each
+    user thinks, sends a request, waits until it finishes, and again, until the table's
+    requests are used up.
+
+    ``users`` requests are sent first, each after a think time; then every finished request
+    (``finished``, the finishing replicas' ``on_finish``) sends the next after one. The
+    think times are pre-drawn (``think_s``, taken in the order users need them: the first
+    ``users`` at the start, then one per finish, in the order requests finish), and a
+    request gets its id (the next of ``counter``) and its arrival time in ``arrival_at`` as
+    it is sent, so request ids stay in arrival order; a send once the table is used up
+    sends nothing.
+
+    Each send is a timeout made as the request before it finishes (within the finishing
+    replica's step, before the replica schedules its next step) with the send as its
+    callback: a send at the very instant a replica's step ends is in its queue for the
+    step that starts then, unless it was made then (no think time, the finish of the step
+    just ended), since SimPy runs events of one instant in the order they were made.
+    ``look`` tells a walk (``sim.steady_walk``) the sends to come."""
+
+    def __init__(self, env: simpy.Environment, users: int, think_s, arrival_at,
+                 router: Router, counter: list[int]) -> None:
+        self.env = env
+        self.think = np.asarray(think_s, dtype=np.float64)
+        self.drawn = 0  # think times taken
+        self.arrival_at = arrival_at
+        self.router = router
+        self.counter = counter
+        # the sends made and not yet run, in the order made: id(event) -> (at, seen_from, event)
+        self.sending: dict[int, tuple[float, float, simpy.Event]] = {}
+        for _ in range(users):
+            self._send_after()
+
+    def finished(self, rids: np.ndarray) -> None:
+        """``rids`` finished now, in this order: each sends the next request after a think
+        time."""
+        for _ in range(len(rids)):
+            self._send_after()
+
+    def _send_after(self) -> None:
+        think = float(self.think[self.drawn])
+        self.drawn += 1
+        env = self.env
+        ev = env.timeout(think)
+        at = env.now + think  # (SimPy's own sum)
+        # when a step that starts then sees it in the queue: at that time, or just after
+        # where it is made now with no think time (the step that starts now is formed first)
+        self.sending[id(ev)] = (at, at if think > 0.0 else math.nextafter(at, math.inf), ev)
+        ev.callbacks.append(self._send)
+
+    def _send(self, ev: simpy.Event) -> None:
+        del self.sending[id(ev)]
+        rid = self.counter[0]
+        if rid >= len(self.arrival_at):
+            return
+        self.counter[0] = rid + 1
+        self.arrival_at[rid] = self.env.now
+        self.router.submit(rid)
+
+    def look(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, int] | None:
+        """What a walk of the one replica this loop sends to needs: (when the next event
+        other than the sends and the replica's own comes, inf if none; the sends to come in
+        the order they will run, float64: when each runs and when a step that starts then
+        sees it; the think times still to be taken, in order; the requests still to be
+        sent), or None where SimPy keeps its queue otherwise (``next_event_past``)."""
+        mine = self.sending
+        horizon = math.inf
+        try:
+            for item in self.env._queue:
+                if item[0] < horizon and id(item[3]) not in mine:
+                    horizon = item[0]
+        except (AttributeError, IndexError, TypeError):
+            return None
+        # SimPy's order at one instant is the order made: a stable sort by time
+        order = sorted(self.sending.values(), key=lambda item: item[0])
+        at = np.array([item[0] for item in order], dtype=np.float64)
+        seen = np.array([item[1] for item in order], dtype=np.float64)
+        return (horizon, at, seen, self.think[self.drawn:],
+                len(self.arrival_at) - self.counter[0])
 
 
 def closed_loop(env: simpy.Environment, users: int, think_s, arrival_at, router: Router,
-                counter: list[int], finishers: Sequence) -> None:
-    """``closed_loop_users``, each request's user told when one of ``finishers`` (the
+                counter: list[int], finishers: Sequence) -> ClosedLoop:
+    """A ``ClosedLoop`` of ``users``, each request's user told when one of ``finishers`` (the
     replicas where requests finish: their ``on_finish``) finishes it."""
-    finished: dict = {}
-
-    def notify(rids) -> None:
-        for rid in rids.tolist():
-            finished.pop(rid).succeed()
-
+    loop = ClosedLoop(env, users, think_s, arrival_at, router, counter)
     for r in finishers:
-        r.on_finish = notify
-    closed_loop_users(env, users, think_s, arrival_at, router, counter, finished)
-
-
-def _user(env, think, arrival_at, router: Router, counter: list[int], finished: dict):
-    while True:
-        yield env.timeout(next(think))
-        rid = counter[0]
-        if rid >= len(arrival_at):
-            return
-        counter[0] = rid + 1
-        arrival_at[rid] = env.now
-        done = finished[rid] = env.event()
-        router.submit(rid)
-        yield done
+        r.on_finish = loop.finished
+    return loop
