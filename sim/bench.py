@@ -143,7 +143,7 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
 
 # why a walk the gate opens still goes no further than the next arrival
 NO_FEED = ("the walk stops at each arrival (replicas behind a router that reads their "
-           "load, or a closed loop)")
+           "load, or a closed loop over several replicas)")
 
 
 def path_taken(paths: dict[str, str | None], walks: bool, path: EnginePath,

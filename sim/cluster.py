@@ -131,8 +131,10 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
                 r.peers = [p for p in replicas if p is not r]
     arrived = [0]
     if setup.closed_loop_users:
-        closed_loop(env, setup.closed_loop_users, setup.think_s, table.arrival_at, router,
-                    arrived, replicas)
+        loop = closed_loop(env, setup.closed_loop_users, setup.think_s, table.arrival_at,
+                           router, arrived, replicas)
+        if len(replicas) == 1:  # it sends to this one alone: a walk runs past its sends
+            replicas[0].loop = loop
     else:
         # one replica: every request goes to it (no router to ask), at a time known ahead;
         # so do a round-robin router's (request i to replica i mod n), and nothing one

@@ -170,6 +170,7 @@ class Replica:
         self._wake: simpy.Event | None = None
         self.on_finish = None  # called with the ids of finished requests (closed loops)
         self.feed = None  # sim.router.ArrivalFeed: its arrivals known ahead (sim.cluster)
+        self.loop = None  # sim.router.ClosedLoop: one that sends to this replica alone
         # a router reads the pool while an iteration runs: a walk ends before an iteration
         # an event would come in (sim.cluster, for Dynamo's KV router)
         self.strict_walk = False
@@ -227,7 +228,7 @@ class Replica:
     def walks(self) -> bool:
         """Whether the compiled walk can compute this replica's iterations, several at a
         time past its arrivals (``sim.steady_walk``, with an arrival feed)."""
-        return self._walk is not None and self.feed is not None
+        return self._walk is not None and (self.feed is not None or self.loop is not None)
 
     # -- the router's side ------------------------------------------------------------
     def submit(self, rid: int) -> None:
@@ -428,7 +429,7 @@ class Replica:
             if self._steady or self._walk is not None:  # several iterations at once
                 fn = steady_walk.compiled(self)
                 # a walk that sees the arrivals ahead covers the steady stretches too
-                if self._steady and (fn is None or self.feed is None):
+                if self._steady and (fn is None or (self.feed is None and self.loop is None)):
                     stretch = steady.plan(self)
                     if stretch is not None:
                         yield from self._pass_stretch(stretch)
@@ -534,10 +535,11 @@ class Replica:
         self.retire(fin, self.state[fin], now)
 
     def retire(self, fin: np.ndarray, st: np.ndarray, now: float | np.ndarray,
-               freed: bool = False) -> None:
+               freed: bool = False, notify: bool = True) -> None:
         """``finish`` the slots ``fin`` whose rows were ``st`` ([F, N_COLS]) when they
         finished (``sim.steady_walk``: rows it kept apart from the state; ``freed``: whose
-        blocks it has cached and freed in the prefix cache already)."""
+        blocks it has cached and freed in the prefix cache already; ``notify`` False:
+        ``on_finish`` was told of them as they finished)."""
         rids = st[:, RID]
         log = self.log
         log.finished_at[rids] = now
@@ -557,7 +559,7 @@ class Replica:
         self._free_slots.extend(fin.tolist())
         self.n_active -= len(fin)
         self.outstanding_requests -= len(fin)
-        if self.on_finish is not None:
+        if notify and self.on_finish is not None:
             self.on_finish(rids)
         tab = self.table
         self.outstanding_tokens -= int(np.add.reduce(tab.prompt_tokens[rids])

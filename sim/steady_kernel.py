@@ -48,7 +48,7 @@ from sim.kernels.base import (
 )
 from workloads import acceptance
 
-__all__ = ["ADAPTIVE", "ADAPTIVE_SEQ", "LADDER", "NO_PREFIX", "PARAM_NAMES", "available",
+__all__ = ["ADAPTIVE", "ADAPTIVE_SEQ", "LADDER", "NO_LOOP", "NO_PREFIX", "PARAM_NAMES", "available",
            "compiled", "compiled_walk", "stretch", "walk", "walk_shape"]
 
 stretch = _stretch_module.stretch
@@ -259,11 +259,14 @@ def _jit_walk(numba, cache: bool, draws: bool):
     kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
            np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, _V1, 4, 4, True, 1, 1, 0.0,
            1.0,
-           2, False, False, True, np.empty(4), *walk_shape(draws), _PARAMS, _PARAMS,
+           2, False, False, True, np.empty(4), *NO_LOOP, *walk_shape(draws), _PARAMS, _PARAMS,
            _NO_SPEC,
            *NO_PREFIX)
     return kernel
 
+
+# walk's closed-loop arguments without one (loop, sub_at, think, filled, tail)
+NO_LOOP = (False, np.zeros(0), np.zeros(0), 0, 0)
 
 # walk's prefix-cache arguments without a prefix cache (mem, keys, starts, the prompts'
 # tokens, the undo log)

@@ -58,9 +58,17 @@ requests that arrive before the next other event (``ArrivalFeed.horizon``) with 
 arrival times, and an iteration admits those that came before it started. An arrival at
 the very instant an iteration ends (after the walk's first) may be seen by the next
 iteration or not, as SimPy orders the two events: the walk stops there.
-Without a feed (replicas behind a router that reads their load, a closed loop) the next
-arrival ends the walk as any event does. Behind Dynamo's KV router (``kv_aware``), which
-reads each replica's pool and prefix cache when a request arrives, mid-iteration, where
+A closed loop that sends to this replica alone (``Replica.loop``, a
+``sim.router.ClosedLoop``) is a feed too: the walk holds the requests still to be sent,
+with the times of the sends made so far, and makes a send where a request finishes in it
+(its think time the loop's next), as the loop does; the loop still sends each at its time
+(the walk tells it of each iteration's finishes when that iteration ends: ``run``), and
+SimPy's order at one instant is known for these (``ClosedLoop``), so the walk need not
+stop at a send.
+Without a feed (replicas behind a router that reads their load, or a closed loop over
+several replicas) the next arrival ends the walk as any event does. Behind Dynamo's KV
+router (``kv_aware``), which reads each replica's pool and prefix cache when a request
+arrives, mid-iteration, where
 the reference path has made the iteration's grants and a walk writes them when it ends,
 the walk also stops *before* an iteration an event would come in (``Replica.strict_walk``:
 the reference path runs it), and its horizon passes over the other replicas' own events,
@@ -235,7 +243,11 @@ def plan(r, fn) -> Walk | None:
     w = len(ids)
     feed = r.feed
     arr_at = np.full(w, -np.inf)
-    if feed is None:
+    loop = _loop(r, ids, next_at)  # the closed loop's sends to come, or None
+    if loop is not None:
+        horizon, ids, arr_at, next_at, looping = loop
+        w = len(ids)
+    elif feed is None:
         horizon = float(_next_event(r))  # (an event's time may be an int: one specialisation)
     else:
         horizon, coming, times, beyond = feed.look(MAX_ROWS - w)
@@ -270,13 +282,46 @@ def plan(r, fn) -> Walk | None:
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
-             horizon, MAX_STEPS, r.on_finish is not None, r.strict_walk, r.pricer.record_bound,
-             _gaps(r),
+             horizon, MAX_STEPS, r.on_finish is not None and loop is None, r.strict_walk,
+             r.pricer.record_bound, _gaps(r), *(steady_kernel.NO_LOOP if loop is None else looping),
              *shape[1:], *_prefix(r))
     if before is not None and got[_SPARE]:
         r.propose_rng.bit_generator.state = before
         r.propose_rng.random(got[_SPARE - 1])  # the matches of the iterations it ran
     return Walk(n, rows, slots, stack, start, got) if got[0] else None
+
+
+def _loop(r, ids: np.ndarray, next_at: float) -> tuple | None:
+    """For a walk of replica ``r`` with its waiting requests ``ids`` (all of them
+    where ``next_at`` is inf) and a closed loop that sends to it alone (``Replica.loop``):
+    (the horizon; the requests held: the queue's, then the next ones to be sent, in order;
+    when a step sees each; ``next_at``; the kernel's loop arguments), or None (the walk
+    stops at the loop's next send, as at any event): no such loop, or more queued or to be
+    sent than the walk holds."""
+    loop = r.loop
+    if loop is None or next_at != np.inf:
+        return None
+    got = loop.look()
+    if got is None:
+        return None
+    horizon, at, seen, think, left = got
+    w = len(ids)
+    room = min(MAX_ROWS - w, left)
+    tail = room < left  # requests past the ones held
+    p = len(at)
+    if p > room:
+        if tail:
+            return None
+        at, seen = at[:room], seen[:room]  # the table is used up: these send nothing
+        p = room
+    first = loop.counter[0]
+    ids = np.concatenate((ids, np.arange(first, first + room, dtype=np.int64)))
+    arr_at = np.full(w + room, np.inf)
+    arr_at[:w] = -np.inf
+    arr_at[w:w + p] = seen
+    sub_at = arr_at.copy()
+    sub_at[w:w + p] = at
+    return float(horizon), ids, arr_at, np.inf, (True, sub_at, think, w + p, int(tail))
 
 
 def _spec_params(r) -> np.ndarray:
@@ -335,7 +380,6 @@ def _next_event(r) -> float:
 def run(r, w: Walk):
     """Let walk ``w``'s iterations pass on replica ``r``, one event each, and write them (a
     SimPy sub-generator: ``yield from``)."""
-    env = r.env
     delays = (w.floats[2] + w.floats[3]).tolist()  # timeout(draft_s + verify_s)
     ints = w.ints
     ints[0] = r.index
@@ -346,17 +390,16 @@ def run(r, w: Walk):
         w.st[n:rows, ADMIT] = np.arange(r._admitted + 1, r._admitted + a + 1)
     gaps = r._walk_gaps
     k, st, last, first, alive, ng, nf, free, stack, n_free = w.split
+    told = [0]  # with a closed loop: the finished it was told of (each as its iteration ends)
     if k:  # the event comes during the last iteration: the ones before it, written first
         st[n:rows, ADMIT] = w.st[n:rows, ADMIT]
-        for delay in delays[:k]:
-            yield env.timeout(delay)
+        yield from _pass(r, w, delays[:k], told)
         alive, seen = alive[:rows].copy(), ~np.isnan(first[:rows])
         _write(r, w, alive, st, last, seen, 0, k, gaps[:ng], 0, nf, free, stack[:n_free])
         delays = delays[k:]
     else:
         alive, seen = np.ones(rows, dtype=bool), np.zeros(rows, dtype=bool)
-    for delay in delays:
-        yield env.timeout(delay)
+    yield from _pass(r, w, delays, told)
     alive[w.finished[nf:]] = False
     _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,
            gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
@@ -364,6 +407,27 @@ def run(r, w: Walk):
         r.policy.alpha = w.alpha
     if r._walk[_AHEAD]:  # and what IterationPricer keeps of the drafting ahead
         r.pricer.ahead_excess = w.excess
+
+
+def _pass(r, w: Walk, delays: list[float], told: list[int]):
+    """Let iterations of walk ``w`` pass, ``delays`` their durations; with a closed loop
+    (``Replica.loop``, which the walk sent for) tell it of each one's finished requests as
+    it ends, before the next starts, as ``Replica.retire`` tells it on the reference path
+    (``told[0]``: how many of ``w.finished`` it was told of)."""
+    env = r.env
+    if r.loop is None:
+        for delay in delays:
+            yield env.timeout(delay)
+        return
+    at = w.finished_at
+    rids = w.st[w.finished, RID]
+    for delay in delays:
+        yield env.timeout(delay)
+        j = told[0]
+        upto = int(np.searchsorted(at, env.now, side="right"))
+        if upto > j:
+            r.on_finish(rids[j:upto])
+            told[0] = upto
 
 
 def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
@@ -391,7 +455,8 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
         freed = r.prefix is not None
         r.kv.free_blocks = free if freed else free - int(_sum(done[:, BLOCKS]))
         r.scheduled_in[slots[fin]] = done[:, SCHEDULED]
-        r.retire(slots[fin], done[:, :N_COLS], w.finished_at[f0:f1], freed)
+        r.retire(slots[fin], done[:, :N_COLS], w.finished_at[f0:f1], freed,
+                 notify=r.loop is None)
     if _any(first):
         got = first.nonzero()[0]
         log.first_token_at[w.st[got, RID]] = w.first_at[got]

@@ -71,7 +71,8 @@ from sim.policies import cost_ratio, sequence_gamma
 
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
-         horizon, max_steps, first_finish, strict, bound, gaps, row, nodes, feeds, tri, reps,
+         horizon, max_steps, first_finish, strict, bound, gaps, loop, sub_at, think, filled,
+         tail, row, nodes, feeds, tri, reps,
          one_pass,
          mode, alpha, smoothing, width, ladder, key, sticky, rng, meta, p_geo, runs, ring, table,
          bits,
@@ -102,6 +103,19 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     place). ``v1`` int64: which of vLLM v1's rules apply (``SchedulerLimits.v1``, indexed
     by ``sim.kernels.rules``' constants). ``gaps`` float64: room for the inter-token gaps
     (the walk stops before an iteration whose gaps would not fit).
+
+    A closed loop (``loop``: a ``sim.router.ClosedLoop`` that sends to this replica
+    alone): each finished row sends the next request after a think time, the next of
+    ``think`` in the order rows finish. The held requests past the queue are the ones still
+    to be sent, in the order they will be sent (ids in that order); the first ``filled``
+    rows (the queue's, then the sends made before the walk) have their send's time in
+    ``sub_at`` and ``arr_at`` holds when a step that starts then sees each (the send's time,
+    or just after it for a send made with no think time, which the step formed at that
+    finish does not see); a send the walk makes goes in its place by time (after those made
+    before it at the same time: SimPy's order), past the rows held it sends nothing where
+    ``tail`` is 0 (the table is used up) and the walk stops before an iteration whose
+    finishes might not fit where it is 1. With ``loop`` a row is seen by a step that starts
+    at or after ``arr_at`` (no order to be unsure of).
 
     Speculation (``nodes`` > 0): every decoder drafts the shape ``row`` (int64 [m]); the
     draft's serial passes feed ``feeds`` tokens per sequence each, on ``reps`` replicas of
@@ -232,6 +246,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     last_end[:n] = last_chunk
     first_at = np.full(rows, np.nan)
     adm_iter = np.empty(max(n_wait, 1), dtype=np.int64)
+    gen = 0  # a closed loop's think times taken
     fin = np.empty(rows, dtype=np.int64)
     fin_at = np.empty(rows)
     take = np.zeros(rows, dtype=np.int64)
@@ -276,6 +291,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
     while k < max_steps and n_alive + (n_wait - adm) > 0:
+        if loop:  # room for a send per row that might finish in it, and its think time
+            most_fin = n_alive + (filled - adm)
+            if len(think) - gen < most_fin or (tail and filled + most_fin > n_wait):
+                break
         if mode and not by_step:  # the policy's shape (first)
             wk = 1  # the root's width (an adaptive policy's tree ⟨wk, 1, …, 1⟩)
             if mode == ADAPTIVE or mode == ADAPTIVE_SEQ:
@@ -310,10 +329,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             unsure = False
             for w in range(adm, min(adm + 2, n_wait + 1)):
                 came = next_at if w == n_wait else arr_at[w]
-                if came < t:
+                if came < t or (loop and came == t):
                     requests += 1
                 else:
-                    unsure = came == t and k > 0  # in the queue or not: SimPy's order
+                    # in the queue or not: SimPy's order (a closed loop's is known)
+                    unsure = came == t and k > 0 and not loop
                     break
             if unsure:
                 break
@@ -443,8 +463,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         while n_alive + a < max_seqs and budget > in_slots:
             w = adm + a
             came = next_at if w == n_wait else arr_at[w]
-            if not came < t:  # not in the queue yet: at the iteration's start, unsure
-                beyond = came == t and k > 0
+            if not (came < t or (loop and came == t)):
+                # not in the queue yet: at the iteration's start, unsure (but a loop's)
+                beyond = came == t and k > 0 and not loop
                 break
             if w == n_wait:
                 beyond = True  # a request the walk does not hold
@@ -732,6 +753,25 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 if alive[order[o]]:
                     order[kept] = order[o]
                     kept += 1
+            if loop:  # ClosedLoop.finished: each finish sends the next after a think time
+                for _ in range(fin_before, nf):
+                    th = think[gen]
+                    gen += 1
+                    at = end + th
+                    seen_at = at if th > 0.0 else np.nextafter(at, np.inf)
+                    p = filled  # after every send held that runs at or before it
+                    while p > adm and sub_at[p - 1] > at:
+                        p -= 1
+                    q = filled if filled < n_wait else n_wait - 1  # the last may drop off
+                    while q > p:
+                        sub_at[q] = sub_at[q - 1]
+                        arr_at[q] = arr_at[q - 1]
+                        q -= 1
+                    if p < n_wait:
+                        sub_at[p] = at
+                        arr_at[p] = seen_at
+                    if filled < n_wait:
+                        filled += 1
         floats[0, k] = t  # start_at, duration_s, draft_s, verify_s
         floats[1, k] = end - t
         floats[2, k] = d

@@ -107,9 +107,14 @@ def test_bench_prints_the_fall_back_reason(capsys):
     out = capsys.readouterr().out
     assert "walk              not taken: 2 pipeline stages" in out
     assert "engine path       reference (2 pipeline stages)" in out
-    assert main(["bench", "--workload", "closed-loop", "--requests", "20",
+    assert main(["bench", "--workload", "replicas-2", "--requests", "20",
+                 "--set", "deployment.router=least_requests",
                  "--engine-path", "compiled"]) == 0
     assert f"engine path       compiled ({NO_FEED})" in capsys.readouterr().out
+    # a closed loop that sends to one replica is the walk's feed
+    assert main(["bench", "--workload", "closed-loop", "--requests", "20",
+                 "--engine-path", "compiled"]) == 0
+    assert "engine path       compiled\n" in capsys.readouterr().out
 
 
 def test_bench_all_prints_one_table_with_progress(capsys):

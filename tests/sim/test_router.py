@@ -294,3 +294,65 @@ def test_kv_aware_routing_beats_round_robin_on_the_shared_prefix_scenario():
     rr, kv = got["round_robin"], got["kv_aware"]
     assert kv["prefix_hit_rate"] > 1.5 * rr["prefix_hit_rate"]  # 0.697 against 0.379
     assert kv["ttft_p50_s"] < 0.5 * rr["ttft_p50_s"]  # 17.9 against 122.9 ms
+
+
+def test_a_closed_loop_sends_after_each_finish_in_finish_order():
+    """The first ``users`` sends after their think times, then one per finish, the think
+    times taken in that order; ids in the order sent, arrival times written as sent; a send
+    once the table is used up sends nothing."""
+    from sim.router import ClosedLoop
+
+    env = simpy.Environment()
+    rep = _Stub()
+    arrival_at = np.full(4, np.nan)
+    counter = [0]
+    loop = ClosedLoop(env, 2, np.array([0.5, 0.25, 1.0, 0.0, 2.0, 3.0]), arrival_at,
+                      Router([rep]), counter)
+    env.run(until=0.4)
+    assert rep.got == [0] and arrival_at[0] == 0.25  # the second user's send came first
+    env.run(until=0.6)
+    assert rep.got == [0, 1] and arrival_at[1] == 0.5
+    loop.finished(np.array([1, 0]))  # at 0.6: think times 1.0 and 0.0, in that order
+    horizon, at, seen, think, left = loop.look()
+    assert horizon == 0.6 and left == 2  # (the stop event env.run(until=0.6) left)
+    np.testing.assert_array_equal(at, [0.6, 1.6])  # by time; SimPy's order at one instant
+    assert seen[0] == np.nextafter(0.6, np.inf) and seen[1] == 1.6
+    np.testing.assert_array_equal(think, [2.0, 3.0])
+    env.run(until=2.0)
+    assert rep.got == [0, 1, 2, 3] and arrival_at[2] == 0.6 and arrival_at[3] == 1.6
+    loop.finished(np.array([2]))
+    env.run(until=10.0)
+    assert rep.got == [0, 1, 2, 3] and counter == [4]  # the table is used up
+
+
+def test_a_send_without_think_time_is_seen_by_the_step_after_the_one_formed_at_its_finish():
+    """A step formed at a finish does not see the send that finish makes with no think
+    time (the replica forms it first): the step after it admits the request, or, where
+    the replica had nothing left to run, the one the send wakes it for, at once; the same
+    on both engine paths."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim.build import setups
+    from sim.engine_path import PATHS
+    from sim.loading import load_scenario, repo_root
+    from sim.runner import simulate_variants
+
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", [
+        "run.requests=40", "workload={arrivals: closed_loop, users: 3, think_mean_s: 0, "
+        "prompt: {kind: fixed, tokens: 64}, output: {kind: uniform, low: 2, high: 9}}"])
+    for path in ("reference", "compiled"):
+        got = simulate_variants([(n, s) for n, s in setups(sc) if n == "none"],
+                                sc.run.horizon_s, path=PATHS[path])
+        req, its = got[0].requests.columns, got[0].iterations.columns
+        start = its["start_at"]
+        ends = start + its["duration_s"]
+        busy = idle = 0
+        for rid in range(3, 40):
+            sent = req["arrival_at"][rid]
+            assert sent in req["finished_at"]  # sent as one finished
+            if ((req["arrival_at"] < sent) & (req["finished_at"] > sent)).any():
+                busy += 1  # a step was formed at that finish: the next one admits it
+                assert req["first_scheduled_at"][rid] == ends[start == sent][0]
+            else:
+                idle += 1  # the send wakes the replica
+                assert req["first_scheduled_at"][rid] == sent
+        assert busy > 10 and idle > 0, (busy, idle)
