@@ -259,7 +259,8 @@ def _jit_walk(numba, cache: bool, draws: bool):
     kernel(st, 0, 1, np.full(1, -np.inf), np.inf, np.zeros(1, dtype=np.int64),
            np.zeros(1, dtype=np.int64), 1, np.zeros(0), 4, 4, 16, _V1, 4, 4, True, 1, 1, 0.0,
            1.0,
-           2, False, False, True, np.empty(4), *NO_LOOP, *walk_shape(draws), _PARAMS, _PARAMS,
+           2, False, False, True, np.empty(4), *NO_LOOP, np.full(1, 2, dtype=np.int64),
+           np.zeros(1, dtype=np.int64), 0, *walk_shape(draws), _PARAMS, _PARAMS,
            _NO_SPEC,
            *NO_PREFIX)
     return kernel

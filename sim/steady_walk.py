@@ -74,9 +74,15 @@ the walk also stops *before* an iteration an event would come in (``Replica.stri
 the reference path runs it), and its horizon passes over the other replicas' own events,
 which change nothing of its state (``Replica.peers``).
 
-The walk also stops before an iteration that would preempt, admit a request resumed after
-a preemption (its recompute is counted apart) or one beyond those it was given, or when a
-running sequence is re-prefilling after a preemption: the reference path takes those.
+Where the KV blocks run short the walk preempts as vLLM v1 does (``preempt_until_fits``,
+``Replica.preempt``: the last running request goes back to the queue's front, to be
+prefilled again with the tokens it emitted), and it admits and runs requests resumed after
+a preemption, their recompute counted apart, those preempted before the walk included
+(``Replica._resume``); ``_write`` puts those it leaves waiting back at the queue's front
+with what they carry. A walk that preempted does not run into the iteration an event
+comes in (it would be written in two parts). It stops before an iteration that would only
+preempt (nothing left to run), or admit a request beyond those it was given: the reference
+path takes those.
 
 With prefix caching (``Replica.prefix``) the walk changes the cache as the reference
 scheduler does, by the same functions (``sim.kernels.prefix``, on the pool's one array
@@ -104,7 +110,7 @@ from sim.kernels.prefix import LOG_PER_BLOCK
 from sim.kernels.prefix import W_ as WIDTH
 from sim.router import next_event_past
 from sim.shapes import draft_feeds, tree_key_term
-from sim.slots import ADMIT, BLOCKS, DLAG, N_COLS, OUTPUT, RESUMED, RID, STREAM, TARGET
+from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, N_COLS, OUTPUT, RID, SPEC_OFF, STREAM, TARGET
 
 _any = np.logical_or.reduce
 _sum = np.add.reduce
@@ -120,15 +126,18 @@ class Walk:
 
     __slots__ = ("n", "start", "k", "alpha", "floats", "ints", "ng", "st", "last_end",
                  "first_at", "admitted", "adm_iter", "finished", "finished_at", "free",
-                 "n_free", "slots", "stack", "split", "excess")
+                 "n_free", "slots", "stack", "split", "excess", "resumed", "n_adm", "front",
+                 "vacated", "preempts")
 
     def __init__(self, n: int, rows: np.ndarray, slots: np.ndarray, stack: np.ndarray,
-                 start: float, got: tuple):
+                 start: float, got: tuple, resumed: int = 0):
         self.n, self.st, self.slots, self.stack, self.start = n, rows, slots, stack, start
         (self.k, self.alpha, self.floats, self.ints, self.ng, self.last_end, self.first_at,
          admitted, self.adm_iter, self.finished, self.finished_at, free, n_free, _, _,
-         self.split, self.excess) = got
+         self.split, self.excess, n_adm, self.front, self.vacated, preempts) = got
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
+        self.n_adm, self.preempts = int(n_adm), int(preempts)
+        self.resumed = resumed  # of the queue's rows, the first resumed after a preemption
 
 
 def params(r) -> tuple | str:
@@ -226,18 +235,23 @@ def plan(r, fn) -> Walk | None:
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]
-    if _any(st[:, RESUMED]) or _any(st[:, DLAG]):
-        # a recompute (its prefill tokens are counted apart), or a draft behind its sequence
-        # (catch_up: the reference's draft pass ingests the tokens it missed)
+    if _any(st[:, DLAG]):
+        # a draft behind its sequence (catch_up: the reference's draft pass ingests the
+        # tokens it missed)
         return None
     lim = r.limits
     queued = len(r.waiting)
     w = min(queued, MAX_ROWS)
     ids = np.fromiter(islice(r.waiting, w), dtype=np.int64, count=w)
     next_at = -np.inf if queued > w else np.inf  # -inf: one beyond them waits now
-    if r._resume:  # up to the first request resumed after a preemption
-        for i, rid in enumerate(ids.tolist()):
-            if rid in r._resume:
+    resumed = 0  # the requests preempted before, at the queue's front (Replica.preempt)
+    if r._resume:
+        for rid in ids.tolist():
+            if rid not in r._resume:
+                break
+            resumed += 1
+        for i, rid in enumerate(ids[resumed:].tolist(), start=resumed):
+            if rid in r._resume:  # (one behind the front: the reference's)
                 ids, next_at = ids[:i], -np.inf
                 break
     w = len(ids)
@@ -259,6 +273,9 @@ def plan(r, fn) -> Walk | None:
     rows = np.zeros((n + w, N_COLS + 1), dtype=np.int64)  # the state, then SCHEDULED
     rows[:n, :N_COLS] = st
     rows[:n, SCHEDULED] = r.scheduled_in[run]
+    last = np.zeros(n + w)  # each row's last emission (a preempted one's before it)
+    last[:n] = r.last_chunk_at[run]
+    back = np.zeros(n + w, dtype=np.int64)  # whose admission resumes it (Replica.admit)
     slots = np.empty(n + w, dtype=np.int64)
     slots[:n] = run
     stack = np.empty(lim.max_num_seqs, dtype=np.int64)  # Replica._free_slots, with room
@@ -270,6 +287,15 @@ def plan(r, fn) -> Walk | None:
         rows[n:, TARGET] = tab.prompt_tokens[ids]
         rows[n:, OUTPUT] = tab.output_tokens[ids]
         rows[n:, STREAM] = tab.stream[ids]
+        for j, rid in enumerate(ids[:resumed].tolist()):  # prefill_target_of, admit
+            emitted, counters, off, at = r._resume[rid]
+            rows[n + j, TARGET] += emitted
+            rows[n + j, EMITTED] = emitted
+            rows[n + j, COUNTS:N_COLS] = counters
+            rows[n + j, SPEC_OFF] = off
+            last[n + j] = at
+            back[n + j] = 1
+    prompt = np.asarray(r.table.prompt_tokens[rows[:, RID]], dtype=np.int64)
     start = float(r.env.now)  # (0 before any timeout: an int, a second specialisation)
     shape = r._walk
     if shape[_MODE] in _LEARNS:  # the policy's α̂ now
@@ -279,16 +305,16 @@ def plan(r, fn) -> Walk | None:
     # a lookup drafter's matches: where the walk stops before an iteration it drew them for,
     # the generator goes back to where the iterations it ran left it
     before = r.propose_rng.bit_generator.state if shape[_PROPOSE] >= 0.0 else None
-    got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, r.last_chunk_at[run],
+    got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, last,
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
              horizon, MAX_STEPS, r.on_finish is not None and loop is None, r.strict_walk,
              r.pricer.record_bound, _gaps(r), *(steady_kernel.NO_LOOP if loop is None else looping),
-             *shape[1:], *_prefix(r))
+             prompt, back, r._admitted, *shape[1:], *_prefix(r))
     if before is not None and got[_SPARE]:
         r.propose_rng.bit_generator.state = before
         r.propose_rng.random(got[_SPARE - 1])  # the matches of the iterations it ran
-    return Walk(n, rows, slots, stack, start, got) if got[0] else None
+    return Walk(n, rows, slots, stack, start, got, resumed) if got[0] else None
 
 
 def _loop(r, ids: np.ndarray, next_at: float) -> tuple | None:
@@ -386,13 +412,10 @@ def run(r, w: Walk):
     ints[8] = r.log.iterations.codes(_NAMES)[ints[8]]
     n, a = w.n, w.admitted
     rows = n + a  # the running rows, then those admitted (first come, first served)
-    if a:  # vLLM v1's running order: by admission
-        w.st[n:rows, ADMIT] = np.arange(r._admitted + 1, r._admitted + a + 1)
     gaps = r._walk_gaps
     k, st, last, first, alive, ng, nf, free, stack, n_free = w.split
     told = [0]  # with a closed loop: the finished it was told of (each as its iteration ends)
     if k:  # the event comes during the last iteration: the ones before it, written first
-        st[n:rows, ADMIT] = w.st[n:rows, ADMIT]
         yield from _pass(r, w, delays[:k], told)
         alive, seen = alive[:rows].copy(), ~np.isnan(first[:rows])
         _write(r, w, alive, st, last, seen, 0, k, gaps[:ng], 0, nf, free, stack[:n_free])
@@ -401,6 +424,7 @@ def run(r, w: Walk):
         alive, seen = np.ones(rows, dtype=bool), np.zeros(rows, dtype=bool)
     yield from _pass(r, w, delays, told)
     alive[w.finished[nf:]] = False
+    alive[w.front] = False  # preempted, waiting (a walk that preempts is never split)
     _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,
            gaps[ng:w.ng], nf, len(w.finished), w.free, w.stack[:w.n_free])
     if r._walk[_MODE] in _LEARNS:  # what observe learned over the walk
@@ -443,11 +467,19 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
     log = r.log
     n, a = w.n, w.admitted
     slots = w.slots
-    if a and not i0:
-        for _ in range(a):  # the queue's first a (arrivals during the walk only append)
-            r.waiting.popleft()
-        r._admitted += a
-        log.first_scheduled_at[w.st[n:n + a, RID]] = w.floats[0, w.adm_iter]  # their start
+    if not i0:
+        if a:
+            for _ in range(a):  # the queue's first a (arrivals during the walk only append)
+                r.waiting.popleft()
+            back = min(w.resumed, a)  # those resumed after a preemption: Replica.admit
+            for rid in w.st[n:n + back, RID].tolist():
+                del r._resume[rid]
+            log.first_scheduled_at[w.st[n + back:n + a, RID]] = \
+                w.floats[0, w.adm_iter[back:]]  # the others' first: their iteration's start
+        r._admitted += w.n_adm  # (ADMIT: each admitted row's, set by the walk)
+        if len(w.vacated):  # slots preempted requests left (Replica.preempt)
+            r.state[w.vacated] = 0
+            r.active[w.vacated] = False
     if f1 > f0:
         fin = w.finished[f0:f1]
         done = w.st[fin]  # [F, N_COLS + 1]: a finished row is left as it finished
@@ -472,6 +504,12 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
     r._free_slots = stack.tolist()
     r.kv.free_blocks = free
     log.add_itl(gaps)
+    for v in w.front.tolist() if i1 == w.k else ():  # preempted, at the queue's front
+        row = w.st[v]
+        rid = int(row[RID])
+        r._resume[rid] = (int(row[EMITTED]), row[COUNTS:N_COLS].copy(), int(row[SPEC_OFF]),
+                          float(w.last_end[v]))
+        r.waiting.appendleft(rid)
     emitted = w.ints[7, i0:i1]
     if emitted.all():
         r.check_progress(1)

@@ -27,14 +27,17 @@ RID, TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS = 0, 1, 2, 3, 4
 CACHED = 20  # the prompt tokens a request's first admission found in the prefix cache
 SPEC_OFF = 10  # a sticky ladder switched the request's speculation off for good
 READY = 12  # a draft drafting ahead has the request's next guesses (draft_overlap: parallel)
+ADMIT = 8  # the replica's admission count when the request (re)entered the running set
+RESUMED = 9  # 1 while a preempted request re-prefills (its recompute counted apart)
 # The walk's rows carry one column past the state's: the number of requests scheduled by
 # the step that last scheduled the row (``Replica.scheduled_in``, what a batch ladder keyed
 # on ``scheduled`` reads).
 SCHEDULED = 21
 if (RID, TARGET, FILLED, EMITTED, KV, OUTPUT, STREAM, BLOCKS, COUNTS, CACHED, SPEC_OFF,
-        READY, SCHEDULED) != (slots.RID, slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV,
-                              slots.OUTPUT, slots.STREAM, slots.BLOCKS, slots.COUNTS,
-                              slots.CACHED, slots.SPEC_OFF, slots.READY, slots.N_COLS):
+        READY, ADMIT, RESUMED, SCHEDULED) != (
+            slots.RID, slots.TARGET, slots.FILLED, slots.EMITTED, slots.KV, slots.OUTPUT,
+            slots.STREAM, slots.BLOCKS, slots.COUNTS, slots.CACHED, slots.SPEC_OFF, slots.READY,
+            slots.ADMIT, slots.RESUMED, slots.N_COLS):
     raise ImportError("sim/kernels/base.py: its state columns differ from sim/slots.py's")
 # the acceptance kinds (workloads.acceptance, likewise written out): level draws against a
 # table, replayed runs, a geometric run

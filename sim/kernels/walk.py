@@ -10,6 +10,7 @@ from sim.draft_pricing import passes_capacity
 from sim.kernels.base import (
     ADAPTIVE,
     ADAPTIVE_SEQ,
+    ADMIT,
     BLOCKS,
     BY_DECODING,
     BY_SCHEDULED,
@@ -24,6 +25,7 @@ from sim.kernels.base import (
     LEVELS,
     OUTPUT,
     READY,
+    RESUMED,
     RID,
     SCHEDULED,
     SPEC_OFF,
@@ -72,7 +74,7 @@ from sim.policies import cost_ratio, sequence_gamma
 def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free, cap,
          block_size, v1, max_tokens, chunk_tokens, chunked, max_seqs, lookahead, now,
          horizon, max_steps, first_finish, strict, bound, gaps, loop, sub_at, think, filled,
-         tail, row, nodes, feeds, tri, reps,
+         tail, prompt_len, resumes, adm_base, row, nodes, feeds, tri, reps,
          one_pass,
          mode, alpha, smoothing, width, ladder, key, sticky, rng, meta, p_geo, runs, ring, table,
          bits,
@@ -201,13 +203,29 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     before after all are taken back from the log ``plog`` (where it is too short for them,
     it stops before making them).
 
-    It stops *before* an iteration it cannot form as the scheduler would (a preemption, a
-    draft cut by the budget, a request beyond those it holds to admit, nothing to
-    schedule) or that admits and ends at or after ``horizon`` (with ``strict``, any that
-    ends there: a router that reads the pool while an iteration runs, Dynamo's KV router,
-    sees it as the reference path leaves it, its grants made); after an iteration that
-    ends there (the event comes while it runs), after ``max_steps``, with
-    ``first_finish`` after the first that finishes a request, or when nobody is left.
+    Where the blocks run short it preempts as ``preempt_until_fits`` does (vLLM v1: in
+    running order, while a scheduled row cannot get its blocks, the last row still running
+    is preempted by recompute, perhaps the row itself; nobody is admitted in that step),
+    as ``Replica.preempt`` does: its committed blocks cached (with a prefix cache) and its
+    blocks freed, its slot back on the stack, the row to the queue's front (``front``, the
+    last preempted first) with its emitted tokens and counters (one more preemption), to
+    prefill its prompt and output again (``prompt_len`` + emitted: ``prefill_target_of``).
+    The waiting rows whose admission resumes them (``resumes``, 1: the queue's preempted
+    ones at the start, ``Replica._resume``'s, and those it preempts) come back with their
+    counters and cached tokens (``RESUMED`` set: their prefill is counted as recompute, and
+    the pass that completes it gives an inter-token gap since their last token, not a first
+    token, as ``sim.step.advance`` does). Each admission numbers its row's ``ADMIT`` on
+    from ``adm_base`` (``Replica._admitted``).
+
+    It stops *before* an iteration it cannot form as the scheduler would (a draft cut by
+    the budget, a request beyond those it holds to admit, nothing to schedule, a step that
+    would only preempt) or that admits and ends at or after ``horizon`` (with ``strict``,
+    any that ends there, and any that preempts: a router that reads the pool while an
+    iteration runs, Dynamo's KV router, sees it as the reference path leaves it, its grants
+    made; and, after a preemption, any iteration the event would split the walk before);
+    after an iteration that ends there (the event comes while it runs), after
+    ``max_steps``, with ``first_finish`` after the first that finishes a request, or when
+    nobody is left.
 
     Returns (k; the policy's α̂ after it (``alpha`` but with ``ADAPTIVE``); the iteration
     rows, float64 [4, k] and int64 [10, k]: the fields of
@@ -221,7 +239,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     gaps and finished rows so far, the free blocks, the stack and its free slots then;
     before that, the matches drawn from ``prng`` for the iterations it ran and for the one
     it stopped before, which the caller takes back: the reference path draws them again;
-    last, ``excess`` after the iterations it ran).
+    then ``excess`` after the iterations it ran; the admissions in all; the rows preempted
+    and still waiting, in the order preempted; the slots preempted rows left, in order;
+    the preemptions).
     """
     rows = st.shape[0]
     caching = len(pc) > 0
@@ -243,10 +263,20 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     floats = np.zeros((4, max_steps))  # the iteration rows' float and int fields
     ints = np.zeros((10, max_steps), dtype=np.int64)
     last_end = np.zeros(rows)
-    last_end[:n] = last_chunk
+    last_end[:len(last_chunk)] = last_chunk
     first_at = np.full(rows, np.nan)
     adm_iter = np.empty(max(n_wait, 1), dtype=np.int64)
     gen = 0  # a closed loop's think times taken
+    # preemption: the rows preempted and waiting at the queue's front (the last preempted
+    # on top, last), the slots they left, the rows admitted in order (Replica.admit's
+    # count: ADMIT), each iteration's victims, and each row's grant and verify this step
+    front = np.empty(rows, dtype=np.int64)
+    n_front, n_old, n_adm, preempts = 0, 0, 0, 0
+    old_slots = np.empty(2 * rows + 16, dtype=np.int64)
+    victims = np.empty(rows, dtype=np.int64)
+    new_rows = np.empty(rows, dtype=np.int64)  # an iteration's admitted rows, in order
+    need_of = np.zeros(rows, dtype=np.int64)
+    ver = np.zeros(rows, dtype=np.int64)
     fin = np.empty(rows, dtype=np.int64)
     fin_at = np.empty(rows)
     take = np.zeros(rows, dtype=np.int64)
@@ -290,9 +320,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     first_split = first_at[:0].copy()
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
-    while k < max_steps and n_alive + (n_wait - adm) > 0:
+    while k < max_steps and n_alive + n_front + (n_wait - adm) > 0:
         if loop:  # room for a send per row that might finish in it, and its think time
-            most_fin = n_alive + (filled - adm)
+            most_fin = n_alive + n_front + (filled - adm)
             if len(think) - gen < most_fin or (tail and filled + most_fin > n_wait):
                 break
         if mode and not by_step:  # the policy's shape (first)
@@ -323,11 +353,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     nodes, verify, feeds = wk * g, 1 + wk * g, tree_feeds[:g]
         # the most tokens a request may take this step (long_prefill_token_threshold, which
         # cuts a verify too): it counts the requests running or waiting as the step starts
-        requests = n_alive
+        requests = n_alive + min(n_front, 2)  # (the preempted wait at the front)
         if v1[LONE_UNCAPPED] and n_alive <= 1 and chunked and chunk_tokens < max_tokens:
             # one running or none, and the cap would bind: how many wait (up to 2)?
             unsure = False
-            for w in range(adm, min(adm + 2, n_wait + 1)):
+            for w in range(adm, min(adm + 2 - min(n_front, 2), n_wait + 1)):
                 came = next_at if w == n_wait else arr_at[w]
                 if came < t or (loop and came == t):
                     requests += 1
@@ -362,7 +392,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if per_row:
             levels_n[:] = 0
             levels_ctx[:] = 0
-        for o in range(n_alive):
+        for o in range(n_alive):  # 1. the budget walk: each running row's take
             i = order[o]
             take[i] = 0
             left = st[i, TARGET] - st[i, FILLED]
@@ -388,8 +418,72 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 cut = True  # its draft is cut to fit: a shape of its own
                 break
             take[i] = got
+            ver[i] = verify_i
             budget -= spent(got, in_slots)
-            extra += grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
+            need_of[i] = grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
+            extra += need_of[i]
+        if cut:
+            break  # the full scheduler cuts the draft
+        # 2. the blocks for each scheduled row; where they are short, vLLM's preemption
+        # (preempt_until_fits): while a row in running order cannot get its blocks, the
+        # last row still running is preempted by recompute (perhaps the row itself). The
+        # victims' blocks (with a prefix cache: cached, then freed) are logged; the rows
+        # change once the iteration is sure to run (below)
+        n_run = n_alive  # the rows that keep running: order[:n_run]
+        n_vic = 0
+        if caching:
+            plog[0] = 0
+        f = free - extra  # the free blocks after the grants (and the admissions below)
+        if extra > free:
+            if strict or n_old + n_alive > len(old_slots):
+                break  # (a router reads the pool mid-iteration: the reference's)
+            f = free
+            short = False  # a log too short to take a victim's changes back
+            o = 0
+            while o < n_run:
+                i = order[o]
+                if take[i] == 0:
+                    o += 1
+                    continue
+                while need_of[i] > f:
+                    n_run -= 1
+                    vic = order[n_run]
+                    victims[n_vic] = vic
+                    n_vic += 1
+                    if caching:  # Replica.preempt: its committed blocks cached, then freed
+                        if pc_room(plog) < LOG_PER_BLOCK * (2 * st[vic, BLOCKS] + 4):
+                            short = True
+                            break
+                        pc_keep_committed(pc, plog, pkeys, pstarts, slots[vic], st[vic, RID],
+                                          st[vic, KV], prompt_len[vic] + st[vic, EMITTED])
+                        f += pc_free_slot(pc, plog, slots[vic], st[vic, BLOCKS])
+                    else:
+                        f += st[vic, BLOCKS]
+                    if vic == i:
+                        break
+                if short:
+                    break
+                if o < n_run:  # it got its blocks
+                    f -= need_of[i]
+                    o += 1
+            extra, n_sched = 0, 0
+            for o in range(n_run):
+                if take[order[o]] > 0:
+                    extra += need_of[order[o]]
+                    n_sched += 1
+            for x in range(n_vic):
+                take[victims[x]] = 0
+            if short or n_sched == 0:
+                if caching:
+                    pc_undo(pc, plog)
+                break  # (or nobody left to run: the reference's step that only preempts)
+        for o in range(n_run):  # the batch: each scheduled row's part of the passes
+            i = order[o]
+            got = take[i]
+            if got == 0:
+                continue
+            verify_i = ver[i]
+            left = st[i, TARGET] - st[i, FILLED]
             decoding[i] = left == 0
             if left == 0:
                 ctx = st[i, KV]
@@ -434,8 +528,6 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 p_ctx += st[i, KV]
                 p_new_ctx += got * st[i, KV]
                 p_sq += got * got
-        if cut or extra > free or ng + n_dec > len(gaps):
-            break  # someone must be preempted (the full scheduler), or no room for gaps
         # a sticky ladder's requests switched off beside others drafting: the reference
         # prices each row's own passes, those switched off feeding none
         # (per_sequence_seconds' general path), here one draft replica's alone (where none
@@ -443,41 +535,48 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         # token, as without a sticky ladder)
         off_rows = sticky and n_idle > 0 and n_draft > 0
         if off_rows and reps > 1 and not one_pass:
+            if caching:
+                pc_undo(pc, plog)
             break
         if caching:  # the grants (BlockManager.grant), then cache_prefills
-            plog[0] = 0
             if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1):
+                pc_undo(pc, plog)
                 break  # a log too short to take them back
             pc_pop(pc, plog, extra)
             for o in range(n_pre):
                 i = prefilling[o]
                 pc_cache(pc, plog, pkeys, pstarts, slots[i], st[i, RID], st[i, KV] + take[i],
                          prompts[st[i, RID]] + st[i, EMITTED])
-        # 3. admissions (nobody was preempted), counted before anything changes (but the
-        # prefix cache, whose changes the log takes back)
-        f = free - extra
-        a = 0
+        # 3. admissions, only where nobody was preempted: the preempted at the queue's
+        # front first (the last preempted first), then the queue; counted before anything
+        # changes (but the prefix cache, whose changes the log takes back)
+        a, aq, af = 0, 0, 0  # admitted: in all, from the queue, from the front
         beyond = False
         pad = v1[PAD_TOKENS]
         scheduled, running_pre = n_dec + n_pre, n_pre
-        while n_alive + a < max_seqs and budget > in_slots:
-            w = adm + a
-            came = next_at if w == n_wait else arr_at[w]
-            if not (came < t or (loop and came == t)):
-                # not in the queue yet: at the iteration's start, unsure (but a loop's)
-                beyond = came == t and k > 0 and not loop
-                break
-            if w == n_wait:
-                beyond = True  # a request the walk does not hold
-                break
-            target = st[n + w, TARGET]
+        while n_vic == 0 and n_alive + a < max_seqs and budget > in_slots:
+            from_front = af < n_front
+            if from_front:
+                i = front[n_front - 1 - af]
+            else:
+                w = adm + aq
+                came = next_at if w == n_wait else arr_at[w]
+                if not (came < t or (loop and came == t)):
+                    # not in the queue yet: at the iteration's start, unsure (but a loop's)
+                    beyond = came == t and k > 0 and not loop
+                    break
+                if w == n_wait:
+                    beyond = True  # a request the walk does not hold
+                    break
+                i = n + w
+            target = st[i, TARGET]
             hit, idle = 0, 0
             if caching:  # its leading cached blocks (admit_waiting)
                 if pc_room(plog) < LOG_PER_BLOCK * (2 * blocks_for(target + new_ahead,
                                                                    block_size) + 4):
                     beyond = True  # a log too short to take it back
                     break
-                hit, idle = pc_lookup(pc, pkeys, pstarts, st[n + w, RID], target)
+                hit, idle = pc_lookup(pc, pkeys, pstarts, st[i, RID], target)
             cached = hit * block_size
             todo = target - cached
             if pad and padding(todo, cached, pad, scheduled, running_pre):
@@ -491,12 +590,18 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if caching:  # in the slot Replica.admit gives it: attach, take, cache
                 s = stack[n_free - 1 - a]
                 if hit > 0:
-                    f -= pc_attach(pc, plog, pkeys, pstarts, s, st[n + w, RID], hit)
+                    f -= pc_attach(pc, plog, pkeys, pstarts, s, st[i, RID], hit)
                 pc_pop(pc, plog, need)
-                pc_cache(pc, plog, pkeys, pstarts, s, st[n + w, RID], cached + chunk, target)
-            take[n + w] = chunk
-            hits[n + w] = cached
+                pc_cache(pc, plog, pkeys, pstarts, s, st[i, RID], cached + chunk, target)
+            take[i] = chunk
+            hits[i] = cached
+            new_rows[a] = i
             a += 1
+            if from_front:
+                af += 1
+            else:
+                adm_iter[adm + aq] = k
+                aq += 1
             budget -= spent(chunk, in_slots)
             f -= need
             n_pre += 1
@@ -504,10 +609,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             p_ctx += cached
             p_new_ctx += chunk * cached
             p_sq += chunk * chunk
-        if beyond or n_dec + n_pre == 0:
+        if beyond or n_dec + n_pre == 0 or ng + n_dec + n_pre > len(gaps):
             if caching:
                 pc_undo(pc, plog)
-            break  # a request the walk does not hold or may not see, or nothing to run
+            # a request the walk does not hold or may not see, nothing to run, or no room
+            # for the gaps (a decoder's, a recompute's that ends)
+            break
         # IterationPricer.price: the target pass of the verifies and the prefill chunks (a
         # decoder with a shape of its own, a chain (causal), is priced as a chunk of its
         # verify; integer sums, so the same floats as _per_sequence's arrays give)
@@ -560,10 +667,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
         end = t + (d + v)
         last = not end < horizon
-        if last and (a or strict):
+        if last and (a or strict or (k and (n_vic or preempts))):
             if caching:
                 pc_undo(pc, plog)
-            break  # an admission when the event comes (the scheduler's), or a router reads
+            # an admission when the event comes (the scheduler's), a router reads, or a
+            # split (the iterations before the event written first) after a preemption
+            break
         if last and k:  # the state when it starts: where the replica stops for the event
             k_split, ng_split, nf_split = k, ng, nf
             st_split = st.copy()
@@ -582,20 +691,45 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 i = order[o]
                 if st[i, TARGET] == st[i, FILLED] and gam[i] == 0:
                     st[i, SPEC_OFF] = 1
+        for x in range(n_vic):  # Replica.preempt: to the queue's front, its slot freed
+            vic = victims[x]
+            st[vic, COUNTS + 5] += 1  # (its emitted tokens and counters go with it)
+            st[vic, FILLED] = 0
+            st[vic, KV] = 0
+            st[vic, BLOCKS] = 0
+            st[vic, READY] = 0
+            st[vic, RESUMED] = 0
+            st[vic, TARGET] = prompt_len[vic] + st[vic, EMITTED]  # (prefill_target_of)
+            resumes[vic] = 1
+            alive[vic] = False
+            stack[n_free] = slots[vic]
+            n_free += 1
+            old_slots[n_old] = slots[vic]
+            n_old += 1
+            front[n_front] = vic
+            n_front += 1
+        preempts += n_vic
+        n_alive = n_run
         pre_running = n_pre - a  # the running rows' prefills; then the admitted rows'
         for j in range(a):
-            i = n + adm + j
+            i = new_rows[j]
             prefilling[pre_running + j] = i
             order[n_alive + j] = i
             alive[i] = True
             decoding[i] = False
-            st[i, FILLED] = st[i, KV] = st[i, CACHED] = hits[i]
+            st[i, FILLED] = st[i, KV] = hits[i]
+            if resumes[i]:  # resumed: its counters (and cached tokens) came back with it
+                st[i, RESUMED] = 1
+            else:
+                st[i, CACHED] = hits[i]
             st[i, BLOCKS] = blocks_for(hits[i] + take[i] + new_ahead, block_size)
-            adm_iter[adm + j] = k
+            n_adm += 1
+            st[i, ADMIT] = adm_base + n_adm
             n_free -= 1
             slots[i] = stack[n_free]
         free = f
-        adm += a
+        adm += aq
+        n_front -= af
         n_alive += a
         out = 0
         accepted = 0
@@ -647,6 +781,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         shape = no_row
                     acc_of[i] = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], shape,
                                                meta, p_geo, runs, ring, table, bits, geo)
+        for o in range(n_pre):  # sim.step.advance: a recompute whose prefill ends: its gap
+            i = prefilling[o]
+            if (st[i, RESUMED] and st[i, EMITTED] > 0
+                    and st[i, FILLED] + take[i] >= st[i, TARGET]):
+                gaps[ng] = end - last_end[i]
+                ng += 1
         for o in range(running):  # decoders, in running order
             i = order[o]
             if take[i] == 0 or not decoding[i]:
@@ -716,11 +856,15 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             st[i, FILLED] += take[i]
             st[i, KV] += take[i]
             st[i, SCHEDULED] = size
+            if st[i, RESUMED]:  # recomputed prefill tokens
+                st[i, COUNTS + 6] += take[i]
             take[i] = 0
             if st[i, FILLED] >= st[i, TARGET]:  # the pass that completes it samples a token
+                if st[i, EMITTED] == 0:  # its first (not a recompute's: its gap, above)
+                    first_at[i] = end
+                st[i, RESUMED] = 0
                 st[i, EMITTED] += 1
                 out += 1
-                first_at[i] = end
                 last_end[i] = end
                 if st[i, EMITTED] >= st[i, OUTPUT]:
                     alive[i] = False
@@ -792,4 +936,5 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     return (k, alpha, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm,
             adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free, proposed, spare,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
-             free_split, stack_split, nfs_split), excess)
+             free_split, stack_split, nfs_split), excess, n_adm, front[:n_front].copy(),
+            old_slots[:n_old].copy(), preempts)

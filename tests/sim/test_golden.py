@@ -368,8 +368,8 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
     arrivals known ahead and without: the same records, and the walk did run --
     admitting, prefilling beside decoders; with the feed past arrivals (admitting requests
     that were not waiting when it started) and into the slots of requests it finished;
-    without, split by arrivals -- with the reference path taking what it does not
-    (preemptions where the pool is short)."""
+    without, split by arrivals; where the pool is short, preempting and resuming requests
+    -- with the reference path taking what it does not."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady_kernel, steady_walk
     from sim.build import setups
@@ -382,7 +382,7 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
     runs, seen = [], {}
     for mode in ("reference", "feed", "no feed"):
         count = seen[mode] = {"walks": 0, "split": 0, "admitting": 0, "mixed": 0,
-                              "past arrivals": 0, "reused": 0}
+                              "past arrivals": 0, "reused": 0, "preempts": 0}
 
         def counted(r, *args, count=count):
             waiting = len(r.waiting)
@@ -393,6 +393,7 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
                 count["admitting"] += got.admitted > 0
                 count["mixed"] += bool(((got.ints[2] > 0) & (got.ints[3] > 0)).any())
                 count["past arrivals"] += got.admitted > waiting
+                count["preempts"] += got.preempts
                 if got.admitted and len(got.finished):  # admitted after a finish
                     count["reused"] += bool(got.adm_iter.max() > got.finished_at.argmin()
                                             and got.floats[0, got.adm_iter.max()]
@@ -415,8 +416,9 @@ def test_walks_give_the_records_of_the_reference_path(case, monkeypatch):
     assert seen["feed"]["past arrivals"] > 0 and seen["feed"]["reused"] > 0, seen
     if case in ("chunked", "preempting"):  # arrivals while they run
         assert seen["no feed"]["split"] > 0, seen
-    if case.endswith("preempting"):
+    if case.endswith("preempting"):  # preempted by the walks, and by the reference
         assert runs[0][0].requests.columns["preemptions"].sum() > 0
+        assert seen["feed"]["preempts"] > 0 and seen["no feed"]["preempts"] > 0, seen
 
 
 def test_an_arrival_at_the_very_end_of_an_iteration_is_left_to_simpy(tmp_path, monkeypatch):

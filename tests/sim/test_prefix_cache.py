@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 import sim.replica
 from reports.report_md import _health  # the report's serving-health section
+from sim import steady_walk
 from sim.build import setups
 from sim.commands.run import format_table
+from sim.engine_path import PATHS
 from sim.loading import load_scenario, repo_root
 from sim.policies import FixedGamma, NoSpeculation
 from sim.prefix_cache import PrefixCachingBlockManager
@@ -233,7 +235,19 @@ def test_speculation_and_preemption_cache_committed_blocks_only(checked, monkeyp
               policy=lambda: FixedGamma(4), draft=FakeCost(0.001, 0.0),
               acceptance=IidChain(0.6), prefix_caching=True, blocks=20, max_num_seqs=3,
               max_batched_tokens=128, chunked=True, chunk=32)
-    res = simulate(s, path=engine_path)
+    # the hooks see the reference scheduler; the compiled walk (which preempts and resumes
+    # too) gives its records, the cache checked after each walk
+    write = steady_walk._write
+
+    def on_write(r, *args):
+        write(r, *args)
+        check(r)
+
+    monkeypatch.setattr(steady_walk, "_write", on_write)
+    res = simulate(s, path=PATHS["reference"])
+    if engine_path is not PATHS["reference"]:
+        fast = simulate(s, path=engine_path)
+        assert fast.requests == res.requests and fast.iterations == res.iterations
     assert all(r.finished for r in res.requests)
     assert sum(r.preemptions for r in res.requests) > 0
     # not vacuous: guesses were rejected and their blocks kept past the committed tokens,
