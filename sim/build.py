@@ -402,7 +402,8 @@ def _one_pool(sc: Scenario, source: str, record_bound: bool):
     lim = sc.scheduler
     limits = SchedulerLimits(lim.max_num_seqs, lim.max_batched_tokens, lim.chunked_prefill,
                              lim.chunk_tokens, lim.block_size, lim.order, lim.prefix_caching,
-                             lim.vllm_release, lim.reserve_full_isl, lim.async_scheduling)
+                             lim.vllm_release, lim.reserve_full_isl, lim.async_scheduling,
+                             recv_interval=lim.recv_interval)
     users, think_s = 0, None
     with _Section(source, "workload"):
         loop = sc.workload.closed_loop()

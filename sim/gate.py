@@ -22,6 +22,9 @@ def shared(r) -> str | None:
     static chain, serially: ``walk``)."""
     if not steady_kernel.available():
         return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
+    if r.limits.recv_interval > 1:  # (the kernels admit from the waiting queue at once)
+        return (f"scheduler.recv_interval {r.limits.recv_interval} (SGLang reads new "
+                "requests every N-th loop: the reference loop's poll)")
     if r.stages != 1:
         return f"{r.stages} pipeline stages"
     if r.limits.order != "vllm_v1":

@@ -20,6 +20,9 @@ MAX_TOKENS = 10_000_000  # tokens of one prompt, output or pass
 MAX_SEQS = 65_536  # sequences per replica
 MAX_GPUS = 1024  # tensor or pipeline parallelism
 MAX_REPLICAS = 4096
+# scheduler loops between SGLang's reads of new requests (its counter is an int; SGLang
+# weighs a prefill 1000, so more than that is a server that reads only when idle)
+MAX_RECV_INTERVAL = 1_000_000
 MAX_REQUESTS = 100_000_000
 # a run with a horizon and more requests than this draws only those arriving before the
 # horizon (in chunks), not all run.requests: 10**8 requests took 9.4 GB to simulate the 7

@@ -74,6 +74,9 @@ class SglangPrefillReplica(Replica):
         self.on_finish = lambda rids: pd.hand_off(self, rids)
         self.sent: dict[int, int] = {}  # request -> prompt tokens whose KV has left
         self.keep_off_fast_paths(pd.reference_only)
+        # its batches are all extends (weight 1000), so SGLang's prefill server reads new
+        # requests every loop whatever its --scheduler-recv-interval (sim.recv)
+        self.recv = None
 
     def submit(self, rid: int) -> None:
         """Count ``rid`` here and queue it at its decode replica's allocation, not here."""
@@ -118,18 +121,27 @@ class SglangDecodeReplica(Replica):
         self.keep_off_fast_paths(pd.reference_only)
 
     def enqueue(self, rid: int) -> None:
-        """A new request: queue it for an allocation (taken at the loop's next start)."""
+        """A new request: queue it for an allocation (taken at the loop's next start; under
+        a recv interval once a loop reads it, ``sim.recv``)."""
         self.accept(rid)
-        self.prealloc.append(rid)
+        (self.prealloc if self.recv is None else self.recv.pending).append(rid)
         self.wake()
 
     def poll(self) -> None:
-        """The loop's start: allocate for queued requests, then run those whose KV has
+        """The loop's start: read new requests (every loop, or as ``--scheduler-recv-
+        interval`` lets it), allocate for queued requests, then run those whose KV has
         landed."""
+        if self.recv is not None:  # idle: no running batch and none to prebuild
+            self.prealloc.extend(self.recv.receive(self.n_active == 0 and not self.arrived))
         if self.prealloc and not self.waiting:  # (none while a preempted one waits)
             self._allocate()
-        if self.arrived:
-            self._run_arrived()
+        if self.arrived and self._run_arrived() and self.recv is not None:
+            # SGLang runs them as a PREBUILT batch, a loop of its own that the decode step
+            # follows; that loop's weight (1000) makes the next loop read first
+            self.recv.ran(prefill=True)
+            self.prealloc.extend(self.recv.receive(False))
+            if self.prealloc and not self.waiting:
+                self._allocate()
 
     def _allocate(self) -> None:
         """SGLang's ``pop_preallocated`` (the module notes), first come first served."""
@@ -166,13 +178,15 @@ class SglangDecodeReplica(Replica):
         self.arrived.append(rid)
         self.wake()
 
-    def _run_arrived(self) -> None:
+    def _run_arrived(self) -> int:
         """SGLang's prebuilt batch: arrived requests join the running batch while a slot
-        is free, their prompt computed and their first token out now."""
+        is free, their prompt computed and their first token out now; how many joined."""
         now = self.env.now
         done = []
+        n_joined = 0
         while self.arrived and self.n_active < self.limits.max_num_seqs:
             rid = self.arrived.popleft()
+            n_joined += 1
             inc = self.remote.pop(rid)
             blocks = self.allocated.pop(rid)
             s = self.admit(rid, inc.tokens, inc.tokens)
@@ -187,3 +201,4 @@ class SglangDecodeReplica(Replica):
                 done.append(s)
         if done:
             self.finish(np.array(done, dtype=np.int64), now)
+        return n_joined

@@ -26,6 +26,7 @@ from sim.log import RequestTable, RunLog
 from sim.offload import REFERENCE_ONLY, Loads
 from sim.prefix_cache import PrefixCachingBlockManager
 from sim.pricing import IterationPricer
+from sim.recv import RecvInterval
 from sim.scheduling import ORDERS, SchedulerLimits
 from sim.scheduling.prefill_first import INIT_NEW_TOKEN_RATIO
 from sim.slots import (
@@ -148,6 +149,9 @@ class Replica:
         self.n_active = 0
         self._admitted = 0  # admission counter: the ``running`` order of vLLM v1
         self.waiting: deque[int] = deque()
+        # SGLang's --scheduler-recv-interval: submitted requests its loop has not read yet
+        # (sim.recv); None: every loop reads
+        self.recv = RecvInterval(limits.recv_interval) if limits.recv_interval > 1 else None
         # a decode replica of a P/D deployment (sim.disagg.DecodeReplica): requests whose
         # prompt KV is on a prefill replica, those of them holding blocks while it loads
         # (vLLM's kv_holding_waiting, in order) and those whose load has finished
@@ -232,9 +236,10 @@ class Replica:
 
     # -- the router's side ------------------------------------------------------------
     def submit(self, rid: int) -> None:
-        """Queue request ``rid`` here and wake the loop if it is idle."""
+        """Queue request ``rid`` here (held until a loop reads it, under a recv interval:
+        ``poll``) and wake the loop if it is idle."""
         self.accept(rid)
-        self.waiting.append(rid)
+        (self.waiting if self.recv is None else self.recv.pending).append(rid)
         self.wake()
 
     def accept(self, rid: int) -> None:
@@ -278,6 +283,8 @@ class Replica:
         if size:
             self.scheduled_in[batch.dec_slots] = size
             self.scheduled_in[batch.pre_slots] = size
+            if self.recv is not None:  # what the next loop's read counts (sim.recv)
+                self.recv.ran(len(batch.pre_slots) > 0)
         return batch
 
     def draft_shapes(self, dec: np.ndarray, context: np.ndarray,
@@ -461,8 +468,13 @@ class Replica:
             self.finish_iteration(batch, start_at, draft_s, verify_s, bound)
 
     def poll(self) -> None:
-        """What the scheduler's loop does before it forms a step, besides the step: nothing
-        here (a P/D decode replica of SGLang's flow takes its queues, ``sim.pd_sglang``)."""
+        """What the scheduler's loop does before it forms a step, besides the step: under a
+        recv interval, read the requests submitted since the last read where SGLang's loop
+        would (``sim.recv``); nothing else here (a P/D decode replica of SGLang's flow takes
+        its queues, ``sim.pd_sglang``)."""
+        if self.recv is not None:
+            idle = self.n_active == 0 and not self.waiting and not self.loaded
+            self.waiting.extend(self.recv.receive(idle))
 
     def _sleep(self):
         """Wait until ``submit`` (or a finished KV load, ``sim.disagg``) wakes the loop."""

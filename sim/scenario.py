@@ -26,6 +26,7 @@ from sim.kinds.base import (
     Pos,
     PosInt,
     Prob,
+    RecvInterval,
     Seconds,
     Strict,
     Tokens,
@@ -242,6 +243,10 @@ class Scheduler(Strict):
     kv_offload_gib: Pos | None = None
     # the link CPU-tier loads cross (hardware/data/links.yaml); null = the GPU's host_link
     kv_offload_link: str | None = None
+    # SGLang's --scheduler-recv-interval: while busy, its scheduler reads new requests only
+    # every N-th loop (a decode step counts 1, the loop after a prefill reads at once, an
+    # idle one too; sim.recv); 1 = every loop. prefill_first only (--from-sglang reads it)
+    recv_interval: RecvInterval = 1
 
     @model_validator(mode="after")
     def _chunk_fits(self):
@@ -268,6 +273,9 @@ class Scheduler(Strict):
         elif self.kv_offload_link is not None:
             raise ValueError("kv_offload_link: a link for the CPU tier's loads, which "
                              "kv_offload_gib turns on; give it too, or leave this out")
+        if self.recv_interval != 1 and self.order != "prefill_first":
+            raise ValueError(f"recv_interval: SGLang's --scheduler-recv-interval, only with "
+                             f"its scheduler (order prefill_first), got order {self.order}")
         if self.chunked_prefill and self.chunk_tokens > self.max_batched_tokens:
             raise ValueError(
                 f"chunk_tokens: must be <= max_batched_tokens ({self.max_batched_tokens}),"
@@ -381,6 +389,7 @@ class Scenario(Strict):
                                  f"variants {trees} draft trees or per-sequence shapes")
         if self.disaggregation is not None:
             self._check_disaggregation()
+        self._check_recv_interval()
         if self.structured_output is not None:
             self._check_structured_output()
         return self
@@ -414,6 +423,28 @@ class Scenario(Strict):
             raise ValueError("structured_output.invalid_drafts: vLLM drops forbidden drafts "
                              "only without async scheduling (with it the verify's slots are "
                              "scheduled already: rejected)")
+
+    def _check_recv_interval(self) -> None:
+        """Where SGLang's ``--scheduler-recv-interval`` (``scheduler.recv_interval``, a
+        pool's too) is refused or not modelled: with data-parallel attention SGLang asserts
+        it off (``SchedulerRecvSkipper``), and the pipelined replica and vLLM's P/D flow
+        have no loop that reads it (``sim.recv``)."""
+        d, dis = self.deployment, self.disaggregation
+        pools = () if dis is None else (dis.prefill, dis.decode)
+        values = [self.scheduler.recv_interval, *(p.recv_interval or 1 for p in pools)]
+        if max(values) == 1:
+            return
+        eps = [d.ep, *(p.ep for p in pools if p.ep is not None)]
+        tps = [d.tp, *(p.tp for p in pools if p.tp is not None)]
+        refused = (("deployment.ep", max(eps) > min(tps),
+                    "data-parallel attention (ep above tp), which SGLang refuses with it"),
+                   ("deployment.pp", d.pp > 1, "pipeline stages, not modelled with it"),
+                   ("disaggregation.flow", dis is not None and dis.flow == "vllm",
+                    "vLLM's P/D flow, not SGLang's"))
+        for field, bad, what in refused:
+            if bad:
+                raise ValueError(f"{field}: {what} (recv_interval is SGLang's "
+                                 f"--scheduler-recv-interval)")
 
     def _check_disaggregation(self) -> None:
         """What a P/D scenario cannot combine with (not modelled there yet)."""

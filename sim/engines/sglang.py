@@ -20,6 +20,7 @@ from sim.engines.common import (
     split,
 )
 from sim.engines.vllm import deepest, hf_id
+from sim.limits import MAX_RECV_INTERVAL
 from specdec.errors import UserError, json_object
 
 SGLANG_METHODS = engine_names("sglang")  # --speculative-algorithm -> SpecSim's method
@@ -152,6 +153,8 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
             draft_path = value
         elif name == "--speculative-adaptive-config":
             adaptive_cfg = value
+        elif name == "--scheduler-recv-interval":
+            _recv_interval(out, flags, what)
         elif name == "--mem-fraction-static":  # weights + KV pool share of each GPU
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
         elif name in NO_EFFECT or name == "--enable-metrics":
@@ -341,6 +344,24 @@ def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[flo
     return [1.0 - phi(j + 0.5 - length) for j in range(1, steps + 1)]
 
 
+def _recv_interval(out: Parsed, flags: dict, what: str) -> None:
+    """``--scheduler-recv-interval N`` as ``scheduler.recv_interval`` (``sim.recv``). SGLang
+    reads it as any integer and turns the skipper on only above 1
+    (``SchedulerRecvSkipper.maybe_create``), so 1 or less is every loop."""
+    name = "--scheduler-recv-interval"
+    n = int_flag(flags, name, what, low=-(2 ** 31))
+    if n <= 1:
+        out.notes.append(f"{name} {n}: SGLang reads new requests every loop at 1 or less")
+        n = 1
+    if n > MAX_RECV_INTERVAL:
+        raise UserError(f"{what}: {name}: must be <= {MAX_RECV_INTERVAL}, got {n}")
+    layout = dict(x.split("=", 1) for x in out.sets if x.startswith("deployment."))
+    if n > 1 and int(layout.get("deployment.ep", 1)) > int(layout.get("deployment.tp", 1)):
+        raise UserError(f"{what}: {name} {n} with --enable-dp-attention: SGLang refuses "
+                        "the pair (SchedulerRecvSkipper asserts data-parallel attention off)")
+    out.set("scheduler.recv_interval", n)
+
+
 def _layout(out: Parsed, flags: dict, what: str) -> None:
     """SGLang's parallel layout (its flags taken from ``flags``) as the deployment's tp and
     ep. ``--tp-size`` is the world of GPUs; ``--ep-size`` (at most it) splits it between
@@ -419,6 +440,8 @@ def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
         words += ["--mem-fraction-static", f"{d.gpu_memory_utilization:g}"]
     if d.kv_bits == 8:
         words += ["--kv-cache-dtype", "fp8_e4m3"]
+    if lim.recv_interval > 1:
+        words += ["--scheduler-recv-interval", str(lim.recv_interval)]
     if lim.order != "prefill_first":
         notes.append(f"scheduling: SGLang schedules prefill batches first (scheduler.order "
                      f"prefill_first); the scenario ran {lim.order}")

@@ -16,6 +16,7 @@ from sim.limits import (  # noqa: F401  (re-exported: the schema's bounds)
     MAX_GAMMA,
     MAX_GPUS,
     MAX_RATE,
+    MAX_RECV_INTERVAL,
     MAX_REPLICAS,
     MAX_REQUESTS,
     MAX_SECONDS,
@@ -43,6 +44,8 @@ Rate = Annotated[float, Field(gt=0, le=MAX_RATE)]
 Gamma = Annotated[int, Field(ge=1, le=MAX_GAMMA)]  # draft tokens, tree widths and depths
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+# SGLang's --scheduler-recv-interval: loops between reads of new requests (sim.recv)
+RecvInterval = Annotated[int, Field(ge=1, le=MAX_RECV_INTERVAL)]
 Rates = Annotated[list[Prob], Field(min_length=1, max_length=MAX_GAMMA)]  # one per position
 Shape = Annotated[list[Gamma], Field(min_length=1, max_length=MAX_GAMMA)]  # widths per level
 Vocab = Annotated[int, Field(ge=1, le=MAX_TOKENS)]

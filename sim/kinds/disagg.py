@@ -14,13 +14,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sim.kinds.base import MAX_REPLICAS, MAX_SEQS, Gpus, PosInt, Strict, Tokens
+from sim.kinds.base import MAX_REPLICAS, MAX_SEQS, Gpus, PosInt, RecvInterval, Strict, Tokens
 
 # the pool fields that are the deployment's, and those that are the scheduler's
 DEPLOYMENT_FIELDS = ("gpu", "tp", "ep", "weight_bits", "kv_bits", "compute_dtype",
                      "gpu_memory_utilization", "framework")
 SCHEDULER_FIELDS = ("max_num_seqs", "max_batched_tokens", "chunk_tokens",
-                    "num_gpu_blocks_override")
+                    "num_gpu_blocks_override", "recv_interval")
 
 
 class Pool(Strict):
@@ -40,6 +40,8 @@ class Pool(Strict):
     max_batched_tokens: Tokens | None = None
     chunk_tokens: Tokens | None = None
     num_gpu_blocks_override: PosInt | None = None
+    # SGLang's --scheduler-recv-interval on this pool's servers (scheduler.recv_interval)
+    recv_interval: RecvInterval | None = None
 
     def deployment_changes(self) -> dict:
         """The deployment fields this pool sets."""

@@ -43,6 +43,8 @@ class SchedulerLimits:
     # a CPU tier below the prefix cache (sim.offload.TierSpec: vLLM's
     # --kv-offloading-size), or None
     offload: object | None = None
+    # SGLang's --scheduler-recv-interval: loops between reads of new requests (sim.recv)
+    recv_interval: int = 1
 
     @cached_property
     def rolls_back(self) -> bool:
