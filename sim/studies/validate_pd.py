@@ -31,9 +31,15 @@ scripts/bench.sh @0857f8c6300f; the release the runs used is not stated, so thes
 versions read). Rows whose protocol is not public (the Qwen3-32B runs of an internal
 NVIDIA gap analysis: their ``silicon_data_source`` is a local file) are left out.
 
+SGLang's ``--scheduler-recv-interval`` (``scheduler.recv_interval``, ``sim.recv``) is set on
+each pool as the run's srt-slurm recipe sets it (``RECIPES``: the recipe whose GPU,
+precision, lengths, pools and concurrency list match the run's; nothing fitted); a run no
+recipe matches (the B200 runs: srt-slurm had no B200 SGLang recipe at that commit, and its
+later ones have other pools) keeps SGLang's default, 1.
+
 Not modelled: the HTTP front end and router (Dynamo, with nginx before four front ends in
-the SGLang runs), tokenisation, the chat template's tokens, SGLang's bootstrap handshake
-and ``scheduler-recv-interval``; the recipes' batch limits.
+the SGLang runs), tokenisation, the chat template's tokens, SGLang's bootstrap handshake;
+the recipes' batch limits.
 """
 
 from __future__ import annotations
@@ -62,6 +68,60 @@ PROTOCOLS = {
                                "performance_sweeps/benchmark_disagg.slurm @0b6abc828e8e, "
                                "scripts/bench.sh @0857f8c6300f"),
 }
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The srt-slurm recipe (``path`` at ``SRT_SLURM``) a run's configuration matches: its
+    benchmark's ``concurrencies`` and the ``scheduler-recv-interval`` of its prefill and
+    decode servers' ``sglang_config`` (SGLang's default 1 where it gives none)."""
+
+    path: str
+    concurrencies: tuple[int, ...]
+    prefill_recv_interval: int
+    decode_recv_interval: int
+
+
+SRT_SLURM = "github NVIDIA/srt-slurm @b95025783b17478b0e637212bdb5995ce1faec67"
+# The low-latency recipes of InferenceX's SGLang DeepSeek-R1 runs, keyed by what a row
+# states: (gpu, compute_dtype, isl, osl, prefill workers, tp, ep, decode workers, tp, ep);
+# each the only recipe at SRT_SLURM with that GPU, precision, lengths and both pools'
+# workers and layout (the others run data-parallel attention), with the row's concurrency in
+# its list. Their images are lmsysorg/sglang:v0.5.8-cu130(-runtime) where the GB300 and
+# the GB200 FP8 rows name v0.5.8.post1; the recv intervals are the same in every version of
+# these files from that commit to 04ff0a0a (2026-07-10). The GB300 FP8 recipes have an MTP
+# twin (mtp/low-latency.yaml) with the same pools and intervals: the rows do not say which
+# ran, and it does not change the interval.
+RECIPES = {
+    ("gb200", "fp4", 1024, 1024, 1, 4, 1, 2, 4, 1):
+        Recipe("recipes/gb200-fp4/1k1k/low-latency.yaml", (4, 8, 32), 10, 10),
+    ("gb200", "fp4", 8192, 1024, 1, 4, 1, 4, 4, 1):
+        Recipe("recipes/gb200-fp4/8k1k/low-latency.yaml", (4, 8), 10, 10),
+    ("gb200", "fp8", 1024, 1024, 1, 4, 1, 1, 4, 1):
+        Recipe("recipes/gb200-fp8/1k1k/low-latency.yaml", (4, 8), 10, 10),
+    ("gb200", "fp8", 8192, 1024, 1, 8, 1, 1, 8, 1):
+        Recipe("recipes/gb200-fp8/8k1k/low-latency.yaml", (4, 8, 16), 10, 10),
+    ("gb300", "fp4", 1024, 1024, 1, 4, 1, 2, 4, 1):
+        Recipe("recipes/gb300-fp4/1k1k/low_latency.yaml", (4, 8, 32), 10, 10),
+    ("gb300", "fp4", 8192, 1024, 1, 4, 1, 4, 4, 1):
+        Recipe("recipes/gb300-fp4/8k1k/low_latency.yaml", (4, 8, 32, 64), 10, 10),
+    ("gb300", "fp8", 1024, 1024, 1, 4, 1, 4, 4, 1):
+        Recipe("recipes/gb300-fp8/1k1k/stp/low-latency.yaml", (4, 8, 16, 32), 10, 1),
+    ("gb300", "fp8", 8192, 1024, 1, 4, 1, 1, 4, 1):
+        Recipe("recipes/gb300-fp8/8k1k/stp/low-latency.yaml", (4, 8), 10, 1),
+}
+
+
+def recipe(row) -> Recipe | None:
+    """The srt-slurm recipe SGLang run ``row`` matches (``RECIPES``), or None."""
+    if row.framework != "sglang" or protocol(row) is None:
+        return None
+    found = RECIPES.get((row.gpu, row.compute_dtype, row.isl, row.osl, row.prefill_workers,
+                         row.prefill_tp, row.prefill_ep, row.decode_workers, row.decode_tp,
+                         row.decode_ep))
+    return found if found is not None and row.concurrency in found.concurrencies else None
+
+
 # the tokens TensorRT-LLM's sweeps add to a server's max_seq_len beyond isl (+ osl)
 TRTLLM_SEQ_EXTRA = 203
 # the runs whose client is public: InferenceX's database dump (category H's notes)
@@ -96,13 +156,16 @@ def row_sets(row, catalog) -> list[str]:
                                      lambda m: catalog.model(m).id)
     users = row.concurrency
     low = lambda n: max(1, int(n * proto.ratio))  # noqa: E731 (the client's int(L * r))
+    rec = recipe(row)  # each pool's --scheduler-recv-interval, where its recipe is known
+    recv = ("", "") if rec is None else (f", recv_interval: {rec.prefill_recv_interval}",
+                                         f", recv_interval: {rec.decode_recv_interval}")
     sets = [*parsed.sets,
             f"deployment.framework={catalog.framework_id(row.framework, row.framework_version)}",
             f"deployment.gpu={row.gpu}", f"deployment.weight_bits={row.weight_bits}",
             f"deployment.kv_bits={row.kv_bits}", "scheduler.prefix_caching=false",
             f"disaggregation={{prefill: {{replicas: {row.prefill_workers}, "
-            f"tp: {row.prefill_tp}, ep: {row.prefill_ep}}}, decode: {{replicas: "
-            f"{row.decode_workers}, tp: {row.decode_tp}, ep: {row.decode_ep}}}, "
+            f"tp: {row.prefill_tp}, ep: {row.prefill_ep}{recv[0]}}}, decode: {{replicas: "
+            f"{row.decode_workers}, tp: {row.decode_tp}, ep: {row.decode_ep}{recv[1]}}}, "
             f"flow: {'sglang' if row.framework == 'sglang' else 'vllm'}}}",
             f"deployment.tp={row.decode_tp}", f"deployment.ep={row.decode_ep}",
             f"workload={{arrivals: closed_loop, users: {users}, think_mean_s: 0, "

@@ -14,7 +14,14 @@ from hardware.timing.pd_serving import predict_pd
 from hardware.timing.validation import PD_VALIDATION_CSV
 from sim.build import setups
 from sim.loading import load_scenario, repo_root
-from sim.studies.validate_pd import PROTOCOLS, protocol, row_sets, simulate_pd, simulate_row
+from sim.studies.validate_pd import (
+    PROTOCOLS,
+    protocol,
+    recipe,
+    row_sets,
+    simulate_pd,
+    simulate_row,
+)
 
 ROWS = read_pd_rows(PD_VALIDATION_CSV)
 
@@ -55,6 +62,24 @@ def test_a_runs_scenario_is_its_clients_protocol_on_its_pools(framework, rounds,
     assert (dep.gpu, dep.weight_bits, dep.kv_bits, dep.fp4_format, dep.quantized) == \
         (row.gpu, row.weight_bits, row.kv_bits, row.fp4_format, row.quantized)
     setups(sc)  # it builds
+
+
+def test_each_sglang_run_takes_its_recipes_recv_interval():
+    """The GB200 and GB300 runs match one srt-slurm low-latency recipe each; their decode
+    servers read new requests every 10 loops, except GB300 FP8's (every loop); every
+    prefill server's 10 is set too. The B200 runs match none: SGLang's default."""
+    cat = load_catalog()
+    sglang = [r for r in ROWS if r.framework == "sglang" and protocol(r) is not None]
+    matched = {r.line: recipe(r) for r in sglang}
+    assert {r.gpu for r in sglang if matched[r.line] is None} == {"b200"}
+    assert sum(m is not None for m in matched.values()) == 23
+    for r in sglang:
+        sc = load_scenario(repo_root() / "scenarios" / "default.yaml", row_sets(r, cat))
+        d, m = sc.disaggregation, matched[r.line]
+        want = (None, None) if m is None else (10, 1 if (r.gpu, r.compute_dtype) == (
+            "gb300", "fp8") else 10)
+        assert (d.prefill.recv_interval, d.decode.recv_interval) == want, r.line
+    assert all(recipe(r) is None for r in ROWS if r.framework != "sglang")
 
 
 @pytest.mark.slow
