@@ -31,6 +31,10 @@ What SGLang 0.5.14 does (python/sglang/srt/disaggregation/, PyPI wheel; the rout
   (``process_batch_result_prebuilt``): no token is recomputed, and that moment is its
   TTFT. The step that follows decodes it with the rest (its drafter's state came with the
   KV: SGLang sends EAGLE/MTP hidden states, so ``draft_kv: recompute`` is refused).
+- **Under ``--scheduler-recv-interval``** (``sim.recv``) the decode server reads the
+  router's new requests into its preallocation queue only at the loops its counter lets
+  it, and the loop after a prebuilt batch (weight 1000) reads; the prefill server, all of
+  whose batches are prefills, reads every loop.
 
 Departures: the bootstrap handshake (once per pair of servers) takes no time; SGLang
 frees a prefilled request's KV on the prefill server once its transfer is done, SpecSim
