@@ -429,22 +429,23 @@ class Scenario(Strict):
         pool's too) is refused or not modelled: with data-parallel attention SGLang asserts
         it off (``SchedulerRecvSkipper``), and the pipelined replica and vLLM's P/D flow
         have no loop that reads it (``sim.recv``)."""
-        d, dis = self.deployment, self.disaggregation
-        pools = () if dis is None else (dis.prefill, dis.decode)
-        values = [self.scheduler.recv_interval, *(p.recv_interval or 1 for p in pools)]
-        if max(values) == 1:
-            return
-        eps = [d.ep, *(p.ep for p in pools if p.ep is not None)]
-        tps = [d.tp, *(p.tp for p in pools if p.tp is not None)]
-        refused = (("deployment.ep", max(eps) > min(tps),
-                    "data-parallel attention (ep above tp), which SGLang refuses with it"),
-                   ("deployment.pp", d.pp > 1, "pipeline stages, not modelled with it"),
-                   ("disaggregation.flow", dis is not None and dis.flow == "vllm",
-                    "vLLM's P/D flow, not SGLang's"))
-        for field, bad, what in refused:
-            if bad:
-                raise ValueError(f"{field}: {what} (recv_interval is SGLang's "
-                                 f"--scheduler-recv-interval)")
+        d, dis, n = self.deployment, self.disaggregation, self.scheduler.recv_interval
+        # each server's (where its ep, tp and interval are named, its interval, tp, ep)
+        servers = [("deployment", n, d.tp, d.ep)] if dis is None else [
+            (f"disaggregation.{role}", p.recv_interval or n, p.tp or d.tp, p.ep or d.ep)
+            for role, p in (("prefill", dis.prefill), ("decode", dis.decode))]
+        for where, interval, tp, ep in servers:
+            if interval == 1:
+                continue
+            refused = ((f"{where}.ep", ep > tp, f"data-parallel attention (ep {ep} above tp "
+                        f"{tp}), which SGLang refuses with it"),
+                       ("deployment.pp", d.pp > 1, "pipeline stages, not modelled with it"),
+                       ("disaggregation.flow", dis is not None and dis.flow == "vllm",
+                        "vLLM's P/D flow, not SGLang's"))
+            for field, bad, what in refused:
+                if bad:
+                    raise ValueError(f"{field}: {what} (recv_interval {interval} is SGLang's "
+                                     f"--scheduler-recv-interval)")
 
     def _check_disaggregation(self) -> None:
         """What a P/D scenario cannot combine with (not modelled there yet)."""

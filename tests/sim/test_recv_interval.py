@@ -184,6 +184,9 @@ def test_from_sglang_refuses_what_sglang_refuses(text, error):
      "deployment.pp"),
     ([*SGLANG, "disaggregation.flow=vllm", "disaggregation.decode.recv_interval=10"],
      "disaggregation.flow"),
+    (["scheduler.order=prefill_first", "models={target: deepseek-v3, method: mtp}",
+      "deployment={gpu: h200, tp: 8, ep: 16, weight_bits: 8, compute_dtype: fp8}",
+      "scheduler.recv_interval=10"], "deployment.ep: data-parallel attention"),
 ])
 def test_bad_values_are_one_line_errors_naming_the_field(sets, field, capsys, tmp_path):
     args = ["run", "--no-progress", "--out", str(tmp_path / "out")]
@@ -193,6 +196,15 @@ def test_bad_values_are_one_line_errors_naming_the_field(sets, field, capsys, tm
     err = capsys.readouterr().err.strip()
     assert field in err and "\n" not in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_only_the_servers_with_the_interval_are_checked_for_attention_dp():
+    # the prefill pool's data-parallel attention does not meet the decode pool's interval
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", [
+        "scheduler.order=prefill_first", "models={target: deepseek-v3, method: mtp}",
+        "deployment={gpu: h200, tp: 4, weight_bits: 8, compute_dtype: fp8}",
+        "disaggregation={prefill: {tp: 4, ep: 8}, decode: {ep: 4, recv_interval: 10}}"])
+    assert sc.disaggregation.decode.recv_interval == 10
 
 
 def test_setups_carry_the_interval_to_each_pool():
