@@ -213,7 +213,8 @@ class Replica:
     def fast_paths(self) -> dict[str, str | None]:
         """Each fast path and why this replica never takes it (``sim.gate``; None: it takes
         it where an iteration allows; a walk without an arrival feed -- replicas behind a
-        router that reads their load, a closed loop -- stops at each arrival)."""
+        router that reads their load, a closed loop over several replicas -- stops at each
+        arrival)."""
         return dict(self._off)
 
     def keep_off_steady(self, why: str) -> None:
@@ -231,7 +232,8 @@ class Replica:
     @property
     def walks(self) -> bool:
         """Whether the compiled walk can compute this replica's iterations, several at a
-        time past its arrivals (``sim.steady_walk``, with an arrival feed)."""
+        time past its arrivals (``sim.steady_walk``, with an arrival feed or a closed loop
+        that sends to it alone)."""
         return self._walk is not None and (self.feed is not None or self.loop is not None)
 
     # -- the router's side ------------------------------------------------------------

@@ -230,8 +230,9 @@ class ClosedLoop:
     Each send is a timeout made as the request before it finishes (within the finishing
     replica's step, before the replica schedules its next step) with the send as its
     callback: a send at the very instant a replica's step ends is in its queue for the
-    step that starts then, unless it was made then (no think time, the finish of the step
-    just ended), since SimPy runs events of one instant in the order they were made.
+    step that starts then, unless it was made then (due at the instant it is made: no think
+    time, or one below the clock's resolution there; the finish of the step just ended),
+    since SimPy runs events of one instant in the order they were made.
     ``look`` tells a walk (``sim.steady_walk``) the sends to come."""
 
     def __init__(self, env: simpy.Environment, users: int, think_s, arrival_at,
@@ -258,10 +259,12 @@ class ClosedLoop:
         self.drawn += 1
         env = self.env
         ev = env.timeout(think)
-        at = env.now + think  # (SimPy's own sum)
+        now = env.now
+        at = now + think  # (SimPy's own sum)
         # when a step that starts then sees it in the queue: at that time, or just after
-        # where it is made now with no think time (the step that starts now is formed first)
-        self.sending[id(ev)] = (at, at if think > 0.0 else math.nextafter(at, math.inf), ev)
+        # where it is due now (no think time, or one the clock cannot tell from none: the
+        # step that starts now is formed first)
+        self.sending[id(ev)] = (at, at if at > now else math.nextafter(at, math.inf), ev)
         ev.callbacks.append(self._send)
 
     def _send(self, ev: simpy.Event) -> None:

@@ -272,7 +272,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     # count: ADMIT), each iteration's victims, and each row's grant and verify this step
     front = np.empty(rows, dtype=np.int64)
     n_front, n_old, n_adm, preempts = 0, 0, 0, 0
-    old_slots = np.empty(2 * rows + 16, dtype=np.int64)
+    old_slots = np.empty(2 * rows + 16, dtype=np.int64)  # (a walk that fills it stops)
     victims = np.empty(rows, dtype=np.int64)
     new_rows = np.empty(rows, dtype=np.int64)  # an iteration's admitted rows, in order
     need_of = np.zeros(rows, dtype=np.int64)
@@ -667,11 +667,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
         end = t + (d + v)
         last = not end < horizon
-        if last and (a or strict or (k and (n_vic or preempts))):
+        if last and (a or strict or n_vic or (k and preempts)):
             if caching:
                 pc_undo(pc, plog)
-            # an admission when the event comes (the scheduler's), a router reads, or a
-            # split (the iterations before the event written first) after a preemption
+            # an admission or a preemption when the event comes (the scheduler's, made as
+            # the step is formed, before it runs), a router reads, or a split (the
+            # iterations before the event written first) after a preemption
             break
         if last and k:  # the state when it starts: where the replica stops for the event
             k_split, ng_split, nf_split = k, ng, nf
@@ -899,10 +900,11 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     kept += 1
             if loop:  # ClosedLoop.finished: each finish sends the next after a think time
                 for _ in range(fin_before, nf):
-                    th = think[gen]
+                    at = end + think[gen]
                     gen += 1
-                    at = end + th
-                    seen_at = at if th > 0.0 else np.nextafter(at, np.inf)
+                    # made now and due now (no think time, or one below the clock's
+                    # resolution): seen by the step after the one formed now
+                    seen_at = at if at > end else np.nextafter(at, np.inf)
                     p = filled  # after every send held that runs at or before it
                     while p > adm and sub_at[p - 1] > at:
                         p -= 1

@@ -455,3 +455,38 @@ def test_an_arrival_at_the_very_end_of_an_iteration_is_left_to_simpy(tmp_path, m
     reference, walked = run(times, False), run(times, True)
     _assert_same_runs(reference, walked)
     assert reference[0].requests.columns["first_scheduled_at"][6] == tie
+
+
+# cases the compiled walk once got wrong, each against the reference path
+EDGE_CASES = {
+    # a walk's first iteration preempts and runs past the horizon: the reference has
+    # preempted as it formed the step, so the walk leaves that step to it
+    "preempting-at-the-horizon": [
+        "run.requests=80", "run.horizon_s=0.4641673249867514",
+        "variants=[{name: none, policy: {kind: none}}]",
+        "scheduler.num_gpu_blocks_override=120", "workload.rate_per_s=200",
+        "workload.prompt={kind: uniform, low: 20, high: 900}",
+        "workload.output={kind: uniform, low: 4, high: 80}"],
+    # a closed loop's bursty think times (gamma, cv 3): some are too small to move the
+    # clock, so their sends are due as they are made and the step formed then misses them
+    "closed-loop-think-below-the-clock": [
+        "run.requests=150", "variants=[{name: none, policy: {kind: none}}]",
+        "workload={arrivals: closed_loop, users: 16, think_mean_s: 0.05, think_cv: 3, "
+        "prompt: {kind: uniform, low: 20, high: 300}, output: {kind: uniform, low: 1, "
+        "high: 40}}"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+def test_the_walk_keeps_the_reference_records_in_edge_cases(case):
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady_kernel
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    if steady_kernel.compiled_walk() is None:
+        pytest.skip("the walk is compiled only with numba")
+    sc = load_scenario(repo_root() / "scenarios" / "default.yaml", EDGE_CASES[case])
+    runs = [simulate_variants(setups(sc), sc.run.horizon_s, path=PATHS[p])
+            for p in ("reference", "compiled")]
+    _assert_same_runs(runs[0], runs[1])
