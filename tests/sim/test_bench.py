@@ -215,8 +215,9 @@ def test_bench_says_what_share_of_the_iterations_the_kernels_formed():
 
 # the workloads whose every iteration the compiled kernels form (at any number of requests)
 ALL_COMPILED = ("speculative", "decode-heavy", "replicas-2", "replicas-8", "prefix-cache",
-                "ngram", "suffix", "task-mix", "ladder", "sticky-ladder", "roofline",
-                "trace-tree")
+                "ngram", "suffix", "adaptive-tree", "per-seq-gamma", "parallel-drafting",
+                "closed-loop", "preemption", "task-mix", "ladder", "sticky-ladder",
+                "roofline", "trace-tree")
 
 
 @pytest.mark.parametrize("name", ALL_COMPILED)
