@@ -76,13 +76,11 @@ import numpy as np
 import simpy
 
 from sim.kernels import prefix as pc
+from sim.kernels import tier
 from sim.kernels.prefix import (
-    pc_find,
     pc_link,
     pc_new,
-    pc_new_copy,
     pc_node,
-    pc_pop,
     pc_put,
     pc_unlink,
 )
@@ -132,10 +130,15 @@ class CpuTier:
         self.capacity_blocks = int(capacity_blocks)
         self.mem = pc_new(self.capacity_blocks, block_size, 1, 1, 0, 0, 0, 0)
         self._m = memoryview(self.mem)
-        self.free = self.capacity_blocks
-        self.stored = 0  # blocks stored
-        self.dropped = 0  # offers dropped: nothing could be evicted for them
-        self.peak = 0  # the most blocks held at once
+        # free (blocks in the queue), stored, dropped (offers nothing could be evicted
+        # for), peak (the most blocks held at once): sim.kernels.tier's T_* fields
+        self.stats = np.zeros(tier.N_STATS, dtype=np.int64)
+        self.stats[tier.T_FREE] = self.capacity_blocks
+
+    free = property(lambda self: int(self.stats[tier.T_FREE]))
+    stored = property(lambda self: int(self.stats[tier.T_STORED]))
+    dropped = property(lambda self: int(self.stats[tier.T_DROPPED]))
+    peak = property(lambda self: int(self.stats[tier.T_PEAK]))
 
     @property
     def held_blocks(self) -> int:
@@ -149,8 +152,7 @@ class CpuTier:
 
     def copy_of(self, key: int, nxt: int) -> int:
         """The tier's copy of identity (``key``, ``nxt``), or -1."""
-        t = pc_find(self._m, key, nxt)
-        return -1 if t < 0 else self._m[t + pc.T_HEAD]
+        return tier.tier_copy(self._m, key, nxt)
 
     def refs(self, c: int) -> int:
         """Loads that hold copy ``c``."""
@@ -161,53 +163,20 @@ class CpuTier:
 
     def lookup(self, idents: list[tuple[int, int]]) -> tuple[int, bool]:
         """(how many of ``idents``, from the first, the tier holds; whether one of those
-        is being loaded)."""
-        n, busy = 0, False
-        for key, nxt in idents:
-            c = self.copy_of(key, nxt)
-            if c < 0:
-                break
-            n += 1
-            busy = busy or self.refs(c) > 0
-        return n, busy
+        is being loaded): ``sim.kernels.tier.tier_held``."""
+        n, busy = tier.tier_held(self._m, _array(idents))
+        return int(n), bool(busy)
 
     def offer(self, idents: list[tuple[int, int]]) -> None:
-        """Store the blocks ``idents`` (one request's, in block order) that the tier lacks
-        and make them all the most recently used, the first last (a request's tail is
-        evicted first); drop the offer where the new ones find no free or evictable block
-        (module notes)."""
-        m = self._m
-        copies = [self.copy_of(k, x) for k, x in idents]
-        idle = [c for c in copies if c >= 0 and self.refs(c) == 0]
-        for c in idle:  # out of the queue while room is made: the offer's own are kept
-            pc_unlink(m, _NO_LOG, c)
-        new = copies.count(-1)
-        if new > self.free - len(idle):
-            for c in reversed(idle):
-                pc_link(m, _NO_LOG, c, 0)
-            self.dropped += 1
-            return
-        if new:
-            pc_pop(m, _NO_LOG, new)
-        for (key, nxt), c in zip(reversed(idents), reversed(copies), strict=True):
-            if c < 0:
-                c = pc_new_copy(m, _NO_LOG, key, nxt)
-                self._set_refs(c, 0)
-            elif self.refs(c):
-                continue  # being loaded: back in the queue when its load ends
-            pc_link(m, _NO_LOG, c, 0)
-        # (free as before: a popped block for each new copy, the idle ones back in)
-        self.stored += new
-        self.peak = max(self.peak, self.held_blocks)
+        """Store the blocks ``idents`` (one request's, in block order): ``sim.kernels.tier.
+        tier_offer`` (the tier lacks them: stored; all the most recently used, the first
+        last; dropped where nothing can be evicted for the new ones)."""
+        tier.tier_offer(self._m, _NO_LOG, self.stats, _array(idents))
 
     def touch(self, idents: list[tuple[int, int]]) -> None:
         """Make the held, unpinned blocks of ``idents`` the most recently used, the first
-        last (a finished request's blocks ranked anew)."""
-        for key, nxt in reversed(idents):
-            c = self.copy_of(key, nxt)
-            if c >= 0 and self.refs(c) == 0:
-                pc_unlink(self._m, _NO_LOG, c)
-                pc_link(self._m, _NO_LOG, c, 0)
+        last: ``sim.kernels.tier.tier_touch``."""
+        tier.tier_touch(self._m, _NO_LOG, _array(idents))
 
     def pin(self, idents: list[tuple[int, int]]) -> None:
         """A load holds the blocks ``idents`` (all held by the tier): none is evicted."""
@@ -216,7 +185,7 @@ class CpuTier:
             r = self.refs(c)
             if r == 0:
                 pc_unlink(self._m, _NO_LOG, c)
-                self.free -= 1
+                self.stats[tier.T_FREE] -= 1
             self._set_refs(c, r + 1)
 
     def unpin(self, idents: list[tuple[int, int]]) -> None:
@@ -227,7 +196,7 @@ class CpuTier:
             self._set_refs(c, r)
             if r == 0:
                 pc_link(self._m, _NO_LOG, c, 0)
-                self.free += 1
+                self.stats[tier.T_FREE] += 1
 
     def check(self) -> None:
         """Raise ``RuntimeError`` unless the tier's accounting holds: at most its capacity
@@ -279,17 +248,17 @@ class Loads:
 
     def offer_slot(self, slot: int, rid: int) -> None:
         """Offer the tier slot ``slot``'s (request ``rid``'s) blocks the GPU pool has cached
-        since its last offer."""
-        pool = self.r.prefix
-        done = int(pool.mem[int(pool.mem[pc.DONE]) + slot])
-        a = int(pool.offered[slot])
-        if done > a:
-            self.tier.offer(self.idents(rid, a, done))
-            pool.offered[slot] = done
+        since its last offer (``sim.kernels.tier.tier_offer_slot``)."""
+        pool, t = self.r.prefix, self.tier
+        tier.tier_offer_slot(t._m, _NO_LOG, t.stats, pool.offered, pool._m, pool._k,
+                             pool._s, slot, rid)
 
     def finished(self, slot: int, rid: int) -> None:
         """Request ``rid`` (in ``slot``) finished: its offered blocks are ranked anew."""
-        self.tier.touch(self.idents(rid, 0, int(self.r.prefix.offered[slot])))
+        pool = self.r.prefix
+        tier.tier_touch(self.tier._m, _NO_LOG,
+                        tier.tier_idents(pool._m, pool._k, pool._s, rid, 0,
+                                         int(pool.offered[slot])))
 
     # -- the scheduler's side: loads -------------------------------------------------
     def lookup(self, rid: int, tokens: int, hit: int) -> tuple[int, bool]:
@@ -297,13 +266,9 @@ class Loads:
         ``tokens`` tokens, at most to ⌊(tokens - 1) / block_size⌋ in all; whether one of
         them is being loaded)."""
         pool = self.r.prefix
-        cap = (tokens - 1) // pool.block_size
-        if cap <= hit:
-            return 0, False
-        n, busy = self.tier.lookup(self.idents(rid, hit, cap))
-        if n and pool.drop_last_hit:  # (the GPU lookup's rule: the hit loses its last)
-            n -= 1
-        return n, busy
+        n, busy = tier.tier_lookup(self.tier._m, pool._m, pool._k, pool._s, rid, tokens, hit,
+                                   pool.block_size)
+        return int(n), bool(busy)
 
     def start(self, rid: int, target: int, hit: int, idle: int, more: int,
               ahead: int) -> bool:
@@ -373,6 +338,11 @@ class Loads:
         t = self.tier
         return (self.r.index, self.spec.capacity_blocks, t.stored, t.evicted_blocks,
                 t.dropped, t.peak, t.held_blocks)
+
+
+def _array(idents: list[tuple[int, int]]) -> np.ndarray:
+    """int64 [n, 2]: block identities (key, next) as the tier's functions take them."""
+    return np.array(idents, dtype=np.int64).reshape(len(idents), 2)
 
 
 def load_records(replicas) -> Records[LoadRecord] | None:
