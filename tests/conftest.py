@@ -22,6 +22,22 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 
+def pytest_configure(config) -> None:
+    """Compile the engine's kernels (numba, cached on disk) once, before any test runs and
+    outside every test's timeout: in the controlling process, whose cache the test workers
+    then read, or in the one process without xdist. Compiling both kinds of walk takes a
+    minute or two on 2 cores, which a test that happened to be first used to spend inside
+    its own 120 s."""
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller compiled them
+        return
+    from sim import steady_kernel
+
+    if steady_kernel.available():
+        steady_kernel.compiled()
+        steady_kernel.compiled_walk(False)
+        steady_kernel.compiled_walk(True)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A fixed-seed generator; tests that draw take it explicitly."""
