@@ -86,8 +86,6 @@ from sim.kernels.prefix import (
 )
 from sim.records import LoadRecord, Records, TierRecord, field_names
 
-# why a replica with a CPU tier takes no compiled fast path (``specsim bench``)
-REFERENCE_ONLY = "KV offload to CPU (scheduler.kv_offload_gib) runs on the reference path"
 PAGE_BYTES = 4096  # vLLM rounds a CPU chunk up to the host page (SharedOffloadRegion)
 _NO_LOG = np.zeros(0, dtype=np.int64)
 

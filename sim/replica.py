@@ -23,7 +23,7 @@ from sim.engine_path import AUTO, EnginePath
 from sim.kernels import rules
 from sim.kv import BlockManager
 from sim.log import RequestTable, RunLog
-from sim.offload import REFERENCE_ONLY, Loads
+from sim.offload import Loads
 from sim.prefix_cache import PrefixCachingBlockManager
 from sim.pricing import IterationPricer
 from sim.recv import RecvInterval
@@ -197,16 +197,13 @@ class Replica:
                 self._off["steady"] = steady.NOT_PRICED
         # a CPU tier below the prefix cache and its loads (sim.offload), or None
         self.offload = Loads(self, limits.offload, n, holds) if holds else None
-        if self.offload is not None:  # the compiled paths know no tier
-            self.keep_off_steady(REFERENCE_ONLY)
-            walk = None
-            self._off["walk"] = self._off["walk"] or REFERENCE_ONLY
         self._steady = self._off["steady"] is None  # sim.steady: several iterations at once
         self._steady_kernel = None  # the compiled stretch, once it uses it
         self._walk = walk if isinstance(walk, tuple) else None
         self._walk_kernel = None  # and the compiled walk, once it uses it
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
         self._walk_log = None  # and its prefix cache's undo log (steady_walk._prefix)
+        self._walk_tlog = None  # and its CPU tier's
         self.compiled_iterations = 0  # iterations the compiled kernels formed (the rest: not)
         self.process = env.process(self.run())
 

@@ -270,8 +270,8 @@ def _jit_walk(numba, cache: bool, draws: bool):
 NO_LOOP = (False, np.zeros(0), np.zeros(0), 0, 0)
 
 # walk's prefix-cache arguments without a prefix cache (mem, keys, starts, the prompts'
-# tokens, the undo log)
-NO_PREFIX = tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
+# tokens, the undo log; then a CPU tier's mem, undo log, counts and the slots' offers)
+NO_PREFIX = tuple(np.zeros(0, dtype=np.int64) for _ in range(9))
 
 
 def walk_shape(spec: bool, row=None, feeds=None, tri=None, rng=None, tables=None,

@@ -91,7 +91,14 @@ grants take blocks off the free queue (evicting), prompt blocks are cached as th
 are scheduled, and a finished request's blocks are cached and freed; the replica's pool
 then only takes the free count back (``Replica.retire`` with ``freed``). An iteration the
 walk leaves to the reference path after making its scheduling changes (an admission when
-the event comes, one it may not see) has them taken back from the replica's undo log. The
+the event comes, one it may not see) has them taken back from the replica's undo log.
+With a CPU tier below the cache (``sim.offload``) the walk makes the tier's changes too, by
+its functions (``sim.kernels.tier``): what the pool caches is offered to the tier, a
+finished request's blocks are ranked anew, all taken back with an iteration it leaves to the
+reference path; it stops before an admission whose blocks past its GPU hit are in the tier
+(a load: the reference starts it) or being loaded (passed over), and does not start while
+a loaded request waits to be admitted; a load's end is an event of the replica's own
+(its horizon). The
 walk's records are compared with the reference's for every shipped scenario
 (``tests/sim/test_golden.py``).
 """
@@ -235,9 +242,10 @@ def plan(r, fn) -> Walk | None:
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]
-    if _any(st[:, DLAG]):
+    if _any(st[:, DLAG]) or r.loaded:
         # a draft behind its sequence (catch_up: the reference's draft pass ingests the
-        # tokens it missed)
+        # tokens it missed), or requests whose KV a CPU tier has loaded, which the
+        # reference admits first (sim.offload)
         return None
     lim = r.limits
     queued = len(r.waiting)
@@ -368,12 +376,15 @@ MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_TIER = steady_kernel.NO_PREFIX[5:]
 
 
 def _prefix(r) -> tuple:
     """The walk's prefix-cache arguments for replica ``r``: its cache's ``mem``, the
-    prompts' block keys, their starts and their tokens, and its undo log (a buffer per replica, big
-    enough for the changes of an iteration of many admissions), or none."""
+    prompts' block keys, their starts and their tokens, and its undo log (a buffer per
+    replica, big enough for the changes of an iteration of many admissions); then its CPU
+    tier's (``sim.offload``): the tier's ``mem``, an undo log of its own, its counts and
+    the slots' offers (empty without a tier); or none."""
     cache = r.prefix
     if cache is None:
         return steady_kernel.NO_PREFIX
@@ -382,7 +393,11 @@ def _prefix(r) -> tuple:
         entries = LOG_PER_BLOCK * (4 * lim.max_batched_tokens // lim.block_size
                                    + 4 * lim.max_num_seqs + 8 * int(cache.mem[WIDTH]) + 256)
         r._walk_log = np.zeros(2 * entries + 1, dtype=np.int64)
-    return cache.mem, cache._keys, cache._starts, r.table.prompt_tokens, r._walk_log
+        if r.offload is not None:  # (an offer writes up to 3 times a block's changes)
+            r._walk_tlog = np.zeros(2 * 3 * entries + 1, dtype=np.int64)
+    tier = _NO_TIER if r.offload is None else (r.offload.tier.mem, r._walk_tlog,
+                                                r.offload.tier.stats, cache.offered)
+    return cache.mem, cache._keys, cache._starts, r.table.prompt_tokens, r._walk_log, *tier
 
 
 def _gaps(r) -> np.ndarray:

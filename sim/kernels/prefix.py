@@ -43,6 +43,9 @@ T_KEY, T_NXT, T_HEAD, T_TAIL = range(4)
 T_STRIDE = 4
 # the most log entries one block's change writes (a pop's eviction, with a short shift)
 LOG_PER_BLOCK = 24
+# the most a CPU tier's offer of one block writes (sim.kernels.tier: unlink, pop, a new
+# copy and its references, link)
+TIER_LOG = 3 * LOG_PER_BLOCK
 
 
 def pc_new(capacity, block_size, n_slots, width, unhashed_first, drop_last_hit,

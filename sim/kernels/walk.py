@@ -38,6 +38,7 @@ from sim.kernels.base import (
 from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds, root_tree
 from sim.kernels.prefix import (
     LOG_PER_BLOCK,
+    TIER_LOG,
     UNHASHED_FIRST,
     pc_attach,
     pc_cache,
@@ -68,6 +69,7 @@ from sim.kernels.rules import (
     spent,
     wanted,
 )
+from sim.kernels.tier import tier_back, tier_idents, tier_lookup, tier_offer_slot, tier_touch
 from sim.policies import cost_ratio, sequence_gamma
 
 
@@ -78,7 +80,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          one_pass,
          mode, alpha, smoothing, width, ladder, key, sticky, rng, meta, p_geo, runs, ring, table,
          bits,
-         propose, prng, host_s, ahead, excess, tp, dp, sp, pc, pkeys, pstarts, prompts, plog):
+         propose, prng, host_s, ahead, excess, tp, dp, sp, pc, pkeys, pstarts, prompts, plog,
+         tm, tlog, tstats, offered):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
@@ -201,7 +204,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     chunk's blocks cached; after the advance, a finished row's blocks of computed tokens
     cached and its blocks freed (``Replica.finish``). Those of an iteration it stops
     before after all are taken back from the log ``plog`` (where it is too short for them,
-    it stops before making them).
+    it stops before making them). With a CPU tier (``tm`` not empty: its ``mem``, its log
+    ``tlog``, its counts ``tstats`` and each slot's blocks ``offered`` so far), each block
+    the pool caches is offered to it as ``Loads.offer_slot`` offers it, a finished row's
+    ranked anew (``Loads.finished``), by ``sim.kernels.tier``'s functions, an iteration it
+    stops before taken back (``tier_back``); it stops before an admission with blocks
+    past its GPU hit in the tier or being loaded (``tier_lookup``: a load to start, or a
+    request passed over).
 
     Where the blocks run short it preempts as ``preempt_until_fits`` does (vLLM v1: in
     running order, while a scheduled row cannot get its blocks, the last row still running
@@ -245,6 +254,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     """
     rows = st.shape[0]
     caching = len(pc) > 0
+    tiered = len(tm) > 0  # a CPU tier below the prefix cache (sim.kernels.tier)
+    t_saved = tstats.copy()  # its counts and the slots' offers as an iteration starts
+    o_saved = offered.copy()
+    no_tlog = tlog[:0].copy()
     hits = np.zeros(rows, dtype=np.int64)  # each admitted row's cached tokens
     no_log = plog[:0].copy()  # the changes of an iteration that runs are not taken back
     new_ahead = lookahead if v1[NEW_LOOKAHEAD] else 0  # an admission's lookahead slots
@@ -325,6 +338,10 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             most_fin = n_alive + n_front + (filled - adm)
             if len(think) - gen < most_fin or (tail and filled + most_fin > n_wait):
                 break
+        if tiered:  # what an iteration the walk leaves to the reference takes back
+            tlog[0] = 0
+            t_saved[:] = tstats
+            o_saved[:] = offered
         if mode and not by_step:  # the policy's shape (first)
             wk = 1  # the root's width (an adaptive policy's tree ⟨wk, 1, …, 1⟩)
             if mode == ADAPTIVE or mode == ADAPTIVE_SEQ:
@@ -451,12 +468,18 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     victims[n_vic] = vic
                     n_vic += 1
                     if caching:  # Replica.preempt: its committed blocks cached, then freed
-                        if pc_room(plog) < LOG_PER_BLOCK * (2 * st[vic, BLOCKS] + 4):
+                        if pc_room(plog) < LOG_PER_BLOCK * (2 * st[vic, BLOCKS] + 4) or (
+                                tiered and pc_room(tlog) < TIER_LOG * (st[vic, BLOCKS] + 1)):
                             short = True
                             break
                         pc_keep_committed(pc, plog, pkeys, pstarts, slots[vic], st[vic, RID],
                                           st[vic, KV], prompt_len[vic] + st[vic, EMITTED])
+                        if tiered:  # (keep_committed offers them the CPU tier)
+                            tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts,
+                                            slots[vic], st[vic, RID])
                         f += pc_free_slot(pc, plog, slots[vic], st[vic, BLOCKS])
+                        if tiered:  # (release: the slot's offers start again)
+                            offered[slots[vic]] = 0
                     else:
                         f += st[vic, BLOCKS]
                     if vic == i:
@@ -476,6 +499,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             if short or n_sched == 0:
                 if caching:
                     pc_undo(pc, plog)
+                    if tiered:
+                        tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
                 break  # (or nobody left to run: the reference's step that only preempts)
         for o in range(n_run):  # the batch: each scheduled row's part of the passes
             i = order[o]
@@ -537,16 +562,24 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if off_rows and reps > 1 and not one_pass:
             if caching:
                 pc_undo(pc, plog)
+                if tiered:
+                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
             break
         if caching:  # the grants (BlockManager.grant), then cache_prefills
-            if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1):
+            if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1) or (
+                    tiered and pc_room(tlog) < TIER_LOG * (p_new // block_size + 2 * n_pre + 1)):
                 pc_undo(pc, plog)
+                if tiered:
+                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
                 break  # a log too short to take them back
             pc_pop(pc, plog, extra)
             for o in range(n_pre):
                 i = prefilling[o]
                 pc_cache(pc, plog, pkeys, pstarts, slots[i], st[i, RID], st[i, KV] + take[i],
                          prompts[st[i, RID]] + st[i, EMITTED])
+                if tiered:  # (the pool's cache offers the CPU tier what it cached)
+                    tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts, slots[i],
+                                    st[i, RID])
         # 3. admissions, only where nobody was preempted: the preempted at the queue's
         # front first (the last preempted first), then the queue; counted before anything
         # changes (but the prefix cache, whose changes the log takes back)
@@ -577,6 +610,15 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     beyond = True  # a log too short to take it back
                     break
                 hit, idle = pc_lookup(pc, pkeys, pstarts, st[i, RID], target)
+                if tiered:
+                    more, busy = tier_lookup(tm, pc, pkeys, pstarts, st[i, RID], target, hit,
+                                             block_size)
+                    if more > 0 or busy or pc_room(tlog) < TIER_LOG * (
+                            blocks_for(target, block_size) + 1):
+                        # a load from the tier, or a request passed over while another
+                        # loads its blocks: the reference's (or a log too short)
+                        beyond = True
+                        break
             cached = hit * block_size
             todo = target - cached
             if pad and padding(todo, cached, pad, scheduled, running_pre):
@@ -593,6 +635,9 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     f -= pc_attach(pc, plog, pkeys, pstarts, s, st[i, RID], hit)
                 pc_pop(pc, plog, need)
                 pc_cache(pc, plog, pkeys, pstarts, s, st[i, RID], cached + chunk, target)
+                if tiered:
+                    tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts, s,
+                                    st[i, RID])
             take[i] = chunk
             hits[i] = cached
             new_rows[a] = i
@@ -612,6 +657,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if beyond or n_dec + n_pre == 0 or ng + n_dec + n_pre > len(gaps):
             if caching:
                 pc_undo(pc, plog)
+                if tiered:
+                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
             # a request the walk does not hold or may not see, nothing to run, or no room
             # for the gaps (a decoder's, a recompute's that ends)
             break
@@ -670,6 +717,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if last and (a or strict or n_vic or (k and preempts)):
             if caching:
                 pc_undo(pc, plog)
+                if tiered:
+                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
             # an admission or a preemption when the event comes (the scheduler's, made as
             # the step is formed, before it runs), a router reads, or a split (the
             # iterations before the event written first) after a preemption
@@ -880,9 +929,16 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 i = fin[j]
                 pc_keep_committed(pc, no_log, pkeys, pstarts, slots[i], st[i, RID],
                                   prompts[st[i, RID]] + st[i, EMITTED] - 1, -1)
+                if tiered:  # offered to the CPU tier, then ranked anew (Loads.finished)
+                    tier_offer_slot(tm, no_tlog, tstats, offered, pc, pkeys, pstarts,
+                                    slots[i], st[i, RID])
+                    tier_touch(tm, no_tlog, tier_idents(pc, pkeys, pstarts, st[i, RID], 0,
+                                                        offered[slots[i]]))
             for j in range(fin_before, nf):  # then its blocks freed
                 i = fin[j]
                 free += pc_free_slot(pc, no_log, slots[i], st[i, BLOCKS])
+                if tiered:
+                    offered[slots[i]] = 0
         if rooted:  # AdaptiveGamma.observe after a tree verify: its levels 2..depth
             if chain_acc + chain_short > 0:
                 alpha += smoothing * (chain_acc / (chain_acc + chain_short) - alpha)

@@ -17,6 +17,7 @@ import sim.replica
 from sim.build import setups
 from sim.cli import main
 from sim.cluster import wire
+from sim.engine_path import PATHS
 from sim.loading import load_scenario, repo_root
 from sim.offload import CpuTier, TierSpec, tier_blocks
 from sim.runner import run_scenario, simulate
@@ -247,19 +248,25 @@ def test_the_same_seed_gives_the_same_records():
             np.testing.assert_array_equal(x.columns[k], y.columns[k])
 
 
-def test_a_tier_keeps_the_replica_on_the_reference_path():
+def test_a_tier_walks_and_gives_the_reference_paths_records(engine_path):
+    """The compiled walk offers the tier what the pool caches, ranks a finished request's
+    blocks anew and stops before a load (a CPU hit) or a request passed over while its
+    blocks load: the same requests, iterations, loads and tier as the reference path."""
     sc = load_scenario(MOONCAKE, [*SMALL_POOL, "scheduler.kv_offload_gib=2"])
     (_, s), = setups(sc)
     assert s.limits.offload.capacity_blocks == 1024
     assert s.limits.offload.link == "pcie5-x16"
     (r,) = wire(simpy.Environment(), s).replicas
-    # (prefix caching alone keeps it off the steady stretch; the walk it would take)
-    assert r.fast_paths()["walk"] == sim.offload.REFERENCE_ONLY
-    assert r.fast_paths()["steady"] is not None
-    plain = load_scenario(MOONCAKE, SMALL_POOL)
-    (_, p), = setups(plain)
-    (q,) = wire(simpy.Environment(), p).replicas
-    assert q.fast_paths()["walk"] is None
+    # (prefix caching alone keeps it off the steady stretch)
+    assert r.fast_paths()["walk"] is None and r.fast_paths()["steady"] is not None
+    ref = simulate(s, path=PATHS["reference"])
+    got = simulate(s, path=engine_path)
+    assert len(ref.loads) > 0 and ref.tiers.columns["stored_blocks"][0] > 0
+    for x, y in ((ref.requests, got.requests), (ref.loads, got.loads),
+                 (ref.tiers, got.tiers), (ref.iterations, got.iterations)):
+        assert x.columns.keys() == y.columns.keys()
+        for k in x.columns:
+            np.testing.assert_array_equal(x.columns[k], y.columns[k])
 
 
 # -- refusals --------------------------------------------------------------------------------

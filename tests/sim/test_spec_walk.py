@@ -509,7 +509,7 @@ def test_an_arrival_at_the_very_end_of_an_iteration(tmp_path, monkeypatch):
 
 # bench workloads (``sim.bench_workloads``) the walk once left to the reference path
 ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma", "adaptive-tree",
-                  "parallel-drafting", "closed-loop", "preemption")
+                  "parallel-drafting", "closed-loop", "preemption", "cpu-offload")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
