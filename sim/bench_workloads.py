@@ -147,7 +147,7 @@ WORKLOADS: dict[str, Workload] = {
         ("scheduler.prefix_caching=true", "workload.prompt={kind: fixed, tokens: 128}",
          "workload.shared_prefix_tokens=384", "workload.shared_prefix_groups=256",
          "workload.rate_per_s=30", "scheduler.num_gpu_blocks_override=4500",
-         "scheduler.kv_offload_gib=8"), 1_500),
+         "scheduler.kv_offload_gib=8"), 3_100),
     "roofline": Workload(
         _SPEC, "priced by the roofline timing instead of the measured one",
         ("deployment.timing=roofline", "workload.rate_per_s=26.2"), 30_000),
