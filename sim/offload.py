@@ -86,6 +86,8 @@ from sim.kernels.prefix import (
 )
 from sim.records import LoadRecord, Records, TierRecord, field_names
 
+# block identities (key, next): int64 [n, 2] (sim.kernels.tier.tier_idents) or pairs
+Idents = np.ndarray | list[tuple[int, int]]
 PAGE_BYTES = 4096  # vLLM rounds a CPU chunk up to the host page (SharedOffloadRegion)
 _NO_LOG = np.zeros(0, dtype=np.int64)
 
@@ -159,24 +161,24 @@ class CpuTier:
     def _set_refs(self, c: int, n: int) -> None:
         pc_put(self._m, _NO_LOG, pc_node(self._m, c) + pc.REF, n)
 
-    def lookup(self, idents: list[tuple[int, int]]) -> tuple[int, bool]:
+    def lookup(self, idents: Idents) -> tuple[int, bool]:
         """(how many of ``idents``, from the first, the tier holds; whether one of those
         is being loaded): ``sim.kernels.tier.tier_held``."""
         n, busy = tier.tier_held(self._m, _array(idents))
         return int(n), bool(busy)
 
-    def offer(self, idents: list[tuple[int, int]]) -> None:
+    def offer(self, idents: Idents) -> None:
         """Store the blocks ``idents`` (one request's, in block order): ``sim.kernels.tier.
         tier_offer`` (the tier lacks them: stored; all the most recently used, the first
         last; dropped where nothing can be evicted for the new ones)."""
         tier.tier_offer(self._m, _NO_LOG, self.stats, _array(idents))
 
-    def touch(self, idents: list[tuple[int, int]]) -> None:
+    def touch(self, idents: Idents) -> None:
         """Make the held, unpinned blocks of ``idents`` the most recently used, the first
         last: ``sim.kernels.tier.tier_touch``."""
         tier.tier_touch(self._m, _NO_LOG, _array(idents))
 
-    def pin(self, idents: list[tuple[int, int]]) -> None:
+    def pin(self, idents: Idents) -> None:
         """A load holds the blocks ``idents`` (all held by the tier): none is evicted."""
         for key, nxt in idents:
             c = self.copy_of(key, nxt)
@@ -186,7 +188,7 @@ class CpuTier:
                 self.stats[tier.T_FREE] -= 1
             self._set_refs(c, r + 1)
 
-    def unpin(self, idents: list[tuple[int, int]]) -> None:
+    def unpin(self, idents: Idents) -> None:
         """The load of ``idents`` ended: they are the most recently used, the first last."""
         for key, nxt in reversed(idents):
             c = self.copy_of(key, nxt)
@@ -238,11 +240,11 @@ class Loads:
         pool.tier = self
 
     # -- the pool's side: stores -----------------------------------------------------
-    def idents(self, rid: int, a: int, b: int) -> list[tuple[int, int]]:
-        """(key, next) of request ``rid``'s blocks ``a`` to ``b`` - 1, as the GPU pool keys
-        them."""
+    def idents(self, rid: int, a: int, b: int) -> np.ndarray:
+        """int64 [b - a, 2]: (key, next) of request ``rid``'s blocks ``a`` to ``b`` - 1, as
+        the GPU pool keys them (``sim.kernels.tier.tier_idents``)."""
         pool = self.r.prefix
-        return [pc.pc_ident(pool._m, pool._k, pool._s, rid, j) for j in range(a, b)]
+        return tier.tier_idents(pool._m, pool._k, pool._s, rid, a, b)
 
     def offer_slot(self, slot: int, rid: int) -> None:
         """Offer the tier slot ``slot``'s (request ``rid``'s) blocks the GPU pool has cached
@@ -254,9 +256,8 @@ class Loads:
     def finished(self, slot: int, rid: int) -> None:
         """Request ``rid`` (in ``slot``) finished: its offered blocks are ranked anew."""
         pool = self.r.prefix
-        tier.tier_touch(self.tier._m, _NO_LOG,
-                        tier.tier_idents(pool._m, pool._k, pool._s, rid, 0,
-                                         int(pool.offered[slot])))
+        tier.tier_finished(self.tier._m, _NO_LOG, pool.offered, pool._m, pool._k, pool._s,
+                           slot, rid)
 
     # -- the scheduler's side: loads -------------------------------------------------
     def lookup(self, rid: int, tokens: int, hit: int) -> tuple[int, bool]:
@@ -338,7 +339,7 @@ class Loads:
                 t.dropped, t.peak, t.held_blocks)
 
 
-def _array(idents: list[tuple[int, int]]) -> np.ndarray:
+def _array(idents: Idents) -> np.ndarray:
     """int64 [n, 2]: block identities (key, next) as the tier's functions take them."""
     return np.array(idents, dtype=np.int64).reshape(len(idents), 2)
 

@@ -146,6 +146,20 @@ def tier_lookup(tm, pm, keys, starts, rid, tokens, hit, block_size):
     return n, busy
 
 
+def tier_finished(tm, tlog, offered, pm, keys, starts, slot, rid):
+    """Request ``rid`` (in GPU slot ``slot``) finished: the blocks it offered are ranked
+    anew, the first last (``tier_touch``)."""
+    tier_touch(tm, tlog, tier_idents(pm, keys, starts, rid, 0, offered[slot]))
+
+
+def caches_back(pc, plog, tm, tlog, stats, saved, offered, before):
+    """Take an iteration's changes to the GPU prefix cache (``plog``) back, and with a CPU
+    tier (``tm`` not empty) the tier's too (``tier_back``)."""
+    pc_undo(pc, plog)
+    if len(tm):
+        tier_back(tm, tlog, stats, saved, offered, before)
+
+
 def tier_back(tm, tlog, stats, saved, offered, before):
     """Take an iteration's tier changes back: the tier's cells (``tlog``), its counts
     (``saved``) and the slots' offers (``before``)."""

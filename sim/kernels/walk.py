@@ -48,7 +48,6 @@ from sim.kernels.prefix import (
     pc_pop,
     pc_push_run,
     pc_room,
-    pc_undo,
 )
 from sim.kernels.rules import (
     DRAFT_SLOTS,
@@ -69,7 +68,7 @@ from sim.kernels.rules import (
     spent,
     wanted,
 )
-from sim.kernels.tier import tier_back, tier_idents, tier_lookup, tier_offer_slot, tier_touch
+from sim.kernels.tier import caches_back, tier_finished, tier_lookup, tier_offer_slot
 from sim.policies import cost_ratio, sequence_gamma
 
 
@@ -498,9 +497,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 take[victims[x]] = 0
             if short or n_sched == 0:
                 if caching:
-                    pc_undo(pc, plog)
-                    if tiered:
-                        tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
+                    caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
                 break  # (or nobody left to run: the reference's step that only preempts)
         for o in range(n_run):  # the batch: each scheduled row's part of the passes
             i = order[o]
@@ -561,16 +558,12 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         off_rows = sticky and n_idle > 0 and n_draft > 0
         if off_rows and reps > 1 and not one_pass:
             if caching:
-                pc_undo(pc, plog)
-                if tiered:
-                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
+                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
             break
         if caching:  # the grants (BlockManager.grant), then cache_prefills
             if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1) or (
                     tiered and pc_room(tlog) < TIER_LOG * (p_new // block_size + 2 * n_pre + 1)):
-                pc_undo(pc, plog)
-                if tiered:
-                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
+                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
                 break  # a log too short to take them back
             pc_pop(pc, plog, extra)
             for o in range(n_pre):
@@ -656,9 +649,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
             p_sq += chunk * chunk
         if beyond or n_dec + n_pre == 0 or ng + n_dec + n_pre > len(gaps):
             if caching:
-                pc_undo(pc, plog)
-                if tiered:
-                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
+                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
             # a request the walk does not hold or may not see, nothing to run, or no room
             # for the gaps (a decoder's, a recompute's that ends)
             break
@@ -716,9 +707,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         last = not end < horizon
         if last and (a or strict or n_vic or (k and preempts)):
             if caching:
-                pc_undo(pc, plog)
-                if tiered:
-                    tier_back(tm, tlog, tstats, t_saved, offered, o_saved)
+                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
             # an admission or a preemption when the event comes (the scheduler's, made as
             # the step is formed, before it runs), a router reads, or a split (the
             # iterations before the event written first) after a preemption
@@ -932,8 +921,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                 if tiered:  # offered to the CPU tier, then ranked anew (Loads.finished)
                     tier_offer_slot(tm, no_tlog, tstats, offered, pc, pkeys, pstarts,
                                     slots[i], st[i, RID])
-                    tier_touch(tm, no_tlog, tier_idents(pc, pkeys, pstarts, st[i, RID], 0,
-                                                        offered[slots[i]]))
+                    tier_finished(tm, no_tlog, offered, pc, pkeys, pstarts, slots[i],
+                                  st[i, RID])
             for j in range(fin_before, nf):  # then its blocks freed
                 i = fin[j]
                 free += pc_free_slot(pc, no_log, slots[i], st[i, BLOCKS])
