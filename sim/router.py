@@ -194,12 +194,12 @@ class ArrivalFeed:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def next_event_past(env: simpy.Environment, others: Sequence, own=None):
+def next_event_past(env: simpy.Environment, others: Sequence, own=None, skip=()):
     """(when the next event in ``env``'s queue comes that is neither a process of
-    ``others`` (anything with a ``process``) waiting nor ``own`` (a process) waiting, inf
-    if none; when ``own`` wakes, None if it is not waiting), or None where SimPy keeps its
-    queue otherwise (``Environment._queue``: (time, priority, id, event) entries) and only
-    ``env.peek()`` can be had."""
+    ``others`` (anything with a ``process``) waiting nor ``own`` (a process) waiting nor
+    one of ``skip`` (the ids of events), inf if none; when ``own`` wakes, None if it is not
+    waiting), or None where SimPy keeps its queue otherwise (``Environment._queue``:
+    (time, priority, id, event) entries) and only ``env.peek()`` can be had."""
     mine = None if own is None else own.target
     theirs = {id(r.process.target) for r in others}
     horizon, wake = math.inf, None
@@ -207,7 +207,7 @@ def next_event_past(env: simpy.Environment, others: Sequence, own=None):
         for item in env._queue:
             if mine is not None and item[3] is mine:
                 wake = item[0]
-            elif item[0] < horizon and id(item[3]) not in theirs:
+            elif item[0] < horizon and id(item[3]) not in theirs and id(item[3]) not in skip:
                 horizon = item[0]
     except (AttributeError, IndexError, TypeError):
         return None
@@ -282,14 +282,10 @@ class ClosedLoop:
         the order they will run, float64: when each runs and when a step that starts then
         sees it; the think times still to be taken, in order; the requests still to be
         sent), or None where SimPy keeps its queue otherwise (``next_event_past``)."""
-        mine = self.sending
-        horizon = math.inf
-        try:
-            for item in self.env._queue:
-                if item[0] < horizon and id(item[3]) not in mine:
-                    horizon = item[0]
-        except (AttributeError, IndexError, TypeError):
+        got = next_event_past(self.env, (), skip=self.sending)
+        if got is None:
             return None
+        horizon = got[0]
         # SimPy's order at one instant is the order made: a stable sort by time
         order = sorted(self.sending.values(), key=lambda item: item[0])
         at = np.array([item[0] for item in order], dtype=np.float64)
