@@ -131,7 +131,7 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
                              "the pool's tokens); its admission by free KV binds first in "
                              "most runs")
     mapping = {"--pp-size": "deployment.pp", "--max-running-requests": "scheduler.max_num_seqs"}
-    _layout(out, flags, what)
+    dp_attention = _layout(out, flags, what)
     algo = steps = topk = ndraft = draft_path = adaptive_cfg = block = None
     adaptive = flags.pop("--speculative-adaptive", None) is not None
     for name, value in flags.items():
@@ -154,7 +154,7 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
         elif name == "--speculative-adaptive-config":
             adaptive_cfg = value
         elif name == "--scheduler-recv-interval":
-            _recv_interval(out, flags, what)
+            _recv_interval(out, flags, what, dp_attention)
         elif name == "--mem-fraction-static":  # weights + KV pool share of each GPU
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
         elif name in NO_EFFECT or name == "--enable-metrics":
@@ -344,10 +344,11 @@ def simulated_acceptance(env: dict[str, str], steps: int, what: str) -> list[flo
     return [1.0 - phi(j + 0.5 - length) for j in range(1, steps + 1)]
 
 
-def _recv_interval(out: Parsed, flags: dict, what: str) -> None:
+def _recv_interval(out: Parsed, flags: dict, what: str, dp_attention: bool) -> None:
     """``--scheduler-recv-interval N`` as ``scheduler.recv_interval`` (``sim.recv``). SGLang
     reads it as any integer and turns the skipper on only above 1
-    (``SchedulerRecvSkipper.maybe_create``), so 1 or less is every loop."""
+    (``SchedulerRecvSkipper.maybe_create``), so 1 or less is every loop; it refuses it with
+    data-parallel attention (``dp_attention``: ``_layout``'s)."""
     name = "--scheduler-recv-interval"
     n = int_flag(flags, name, what, low=-(2 ** 31))
     if n <= 1:
@@ -355,17 +356,17 @@ def _recv_interval(out: Parsed, flags: dict, what: str) -> None:
         n = 1
     if n > MAX_RECV_INTERVAL:
         raise UserError(f"{what}: {name}: must be <= {MAX_RECV_INTERVAL}, got {n}")
-    layout = dict(x.split("=", 1) for x in out.sets if x.startswith("deployment."))
-    if n > 1 and int(layout.get("deployment.ep", 1)) > int(layout.get("deployment.tp", 1)):
+    if n > 1 and dp_attention:
         raise UserError(f"{what}: {name} {n} with --enable-dp-attention: SGLang refuses "
                         "the pair (SchedulerRecvSkipper asserts data-parallel attention off)")
     out.set("scheduler.recv_interval", n)
 
 
-def _layout(out: Parsed, flags: dict, what: str) -> None:
+def _layout(out: Parsed, flags: dict, what: str) -> bool:
     """SGLang's parallel layout (its flags taken from ``flags``) as the deployment's tp and
-    ep. ``--tp-size`` is the world of GPUs; ``--ep-size`` (at most it) splits it between
-    experts and their shards, ``moe_tp_size = tp_size // ep_size``
+    ep; whether attention runs data-parallel (SpecSim's ep above its tp). ``--tp-size`` is
+    the world of GPUs; ``--ep-size`` (at most it) splits it between experts and their
+    shards, ``moe_tp_size = tp_size // ep_size``
     (python/sglang/srt/distributed/parallel_state.py, release 0.5.14); with
     ``--enable-dp-attention``, ``--dp-size`` groups of ``tp_size / dp_size`` GPUs each run
     the attention on their own requests: SpecSim's tp of one group and ep the world, which
@@ -407,6 +408,7 @@ def _layout(out: Parsed, flags: dict, what: str) -> None:
                          f"group)")
     out.set("deployment.tp", tp)
     out.set("deployment.ep", ep)
+    return ep > tp
 
 
 def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
