@@ -166,26 +166,38 @@ def path_taken(paths: dict[str, str | None], walks: bool, path: EnginePath,
 WARMUP_REQUESTS = 50  # an untimed run before each of run_all's: loads the kernels it uses
 
 
+def run_warm(requests: int, seed: int = 0, workload: str = "speculative",
+             sets: list[str] | tuple[str, ...] = (), path: EnginePath = AUTO) -> dict:
+    """``run_bench``, after ``WARMUP_REQUESTS`` of the same workload run untimed on the
+    compiled path where ``path`` may take the kernels: its figures hold neither the
+    kernels' load (about 0.5 s, once per process and kind) nor their first compile (about
+    a minute on 2 cores, once per install), which a run of its own would otherwise time.
+    ``compiled_kernels``: the kernels this process compiled rather than read from the cache
+    (its peak RSS holds the compile's memory where there are any)."""
+    from sim import steady_kernel
+
+    if path.fast:
+        run_bench(min(requests, WARMUP_REQUESTS), seed, workload, sets, PATHS["compiled"])
+    row = run_bench(requests, seed, workload, sets, path)
+    row["compiled_kernels"] = list(steady_kernel.COMPILED)
+    return row
+
+
 def run_all(requests: int, seed: int = 0, sets: list[str] | tuple[str, ...] = (),
             path: EnginePath = AUTO, names=None, progress=None) -> list[dict]:
-    """``run_bench`` of every workload in ``names`` (default: all of ``WORKLOADS``), bases
+    """``run_warm`` of every workload in ``names`` (default: all of ``WORKLOADS``), bases
     first and the others in the order given, each with ``x_fast_path``: its µs per
     iteration over its base workload's in this list (the base's own, 1; None where its
     base is not in ``names``).
 
-    Before each timed run on a path that may take the kernels, ``WARMUP_REQUESTS`` of it run
-    untimed on the compiled path, so that no workload's figures hold the kernels' load (about
-    0.5 s, once per process and kind) or their first compile. ``progress(i, n, name)`` is
-    called before the i-th of n (from 1)."""
+    ``progress(i, n, name)`` is called before the i-th of n (from 1)."""
     names = list(WORKLOADS) if names is None else list(names)
     names.sort(key=lambda n: WORKLOADS[n].base != n)  # bases first, else in order
     rows: dict[str, dict] = {}
     for i, name in enumerate(names, 1):
         if progress is not None:
             progress(i, len(names), name)
-        if path.fast:
-            run_bench(min(requests, WARMUP_REQUESTS), seed, name, sets, PATHS["compiled"])
-        row = run_bench(requests, seed, name, sets, path)
+        row = run_warm(requests, seed, name, sets, path)
         base = rows.get(WORKLOADS[name].base, row if WORKLOADS[name].base == name else None)
         row["x_fast_path"] = None if base is None else \
             row["us_per_iteration"] / base["us_per_iteration"]

@@ -86,6 +86,7 @@ def _helpers() -> dict:
 _PYTHON = _helpers()
 # (Python function, cached?) -> its compiled copy, shared by every kernel of the process
 _JITTED: dict = {}
+COMPILED: list[str] = []  # the kernels this process compiled rather than read from the cache
 
 
 def _source_version() -> str:
@@ -118,7 +119,7 @@ def compiled_walk(draws: bool = False):
     """``walk`` compiled for a replica whose acceptance is drawn from its generator
     (``draws``: ``rng`` a generator) or that draws nothing (``rng`` None: no speculation,
     or replayed runs), as ``compiled`` compiles ``stretch`` -- each kind on its first use
-    (a few seconds the first time, then read from numba's cache) -- or None where that
+    (up to a minute the first time, then read from numba's cache) -- or None where that
     is."""
     key = "walk+rng" if draws else "walk"
     if key not in _BUILT:
@@ -158,6 +159,7 @@ def _jitted(numba, cache: bool, fn):
     with _cache_dir(numba, cache) as folder:
         if folder is None or not any(folder.rglob(f"*.{fn.__name__}-*.nbi")):
             _say_compiling(fn.__name__)
+            COMPILED.append(fn.__name__)
         jit = numba.njit(cache=folder is not None, nogil=True)
 
         def build(f):
@@ -186,7 +188,7 @@ def _say_compiling(kind: str) -> None:
     several seconds of silence otherwise."""
     if sys.stderr.isatty():
         print(f"specsim: compiling the engine's {kind} kernel (first run only: then "
-              "cached; a few seconds)", file=sys.stderr, flush=True)
+              "cached; up to a minute)", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -33,15 +33,16 @@ _TAIL = """\
                       engine path, us per iteration, that over its base's ("x fast": the
                       base takes the fast path), the batch, the share of iterations the
                       compiled kernels formed and the fall-back reason
-                      (--json: a list); progress on stderr. Each runs a few requests
-                      untimed first, so none pays the kernels' load; peak memory is the
-                      whole run's
+                      (--json: a list); progress on stderr; peak memory is the whole
+                      run's
 """
 _NOTES = """
-Peak memory is the whole process's: compare it across runs of one workload each. A run
-of 1,000 requests or more computes its iterations with the compiled kernels (numba) from
-the start; the first such run after an install also compiles them (up to a minute or so,
-then cached), so time the second.
+Before the timed run a few requests of the workload run untimed on the compiled path, so
+that no figure holds the kernels' load (about 0.5 s) or their first compile after an
+install (up to a minute or so, then cached). Peak memory is the whole process's, that
+compile's included: compare it across runs of one workload each, and not on a run whose
+compiled_kernels (--json) lists any. A run of 1,000 requests or more computes its
+iterations with the compiled kernels (numba) from the start.
 """
 _HELP = _HEAD + "".join(f"  {n:<19s} {w.line}\n" for n, w in WORKLOADS.items()) + _TAIL + _NOTES
 
@@ -89,7 +90,7 @@ def estimate(workload: str, requests: int, who: str = "specsim bench") -> str | 
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark (or every one, ``--workload all``) and print its figures."""
-    from sim.bench import run_all, run_bench
+    from sim.bench import run_all, run_warm
     from specdec.errors import UserError
 
     if not 1 <= args.requests <= MAX_REQUESTS:
@@ -105,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         rows = run_all(args.requests, args.seed, args.overrides, path, progress=progress)
         print(json.dumps(rows) if args.json else table(rows))
         return 0
-    r = run_bench(args.requests, args.seed, args.workload, args.overrides, path)
+    r = run_warm(args.requests, args.seed, args.workload, args.overrides, path)
     if args.json:
         print(json.dumps(r))
     else:

@@ -158,6 +158,28 @@ def test_run_all_takes_a_subset_bases_first():
     assert rows[0]["x_fast_path"] is None  # its base is not in the list
 
 
+def test_a_single_workload_times_no_kernel_load(monkeypatch):
+    # specsim bench --workload X warms the kernels up untimed first, as --workload all does:
+    # a fresh install's first run otherwise timed their compile (about a minute on 2 cores)
+    from sim import bench
+
+    calls = []
+
+    names = {id(v): k for k, v in PATHS.items()}
+
+    def fake(requests, seed, workload, sets, path):
+        calls.append((requests, workload, names[id(path)]))
+        return {"requests": requests}
+
+    monkeypatch.setattr(bench, "run_bench", fake)
+    row = bench.run_warm(5000, 0, "ngram", (), PATHS["auto"])
+    assert calls == [(bench.WARMUP_REQUESTS, "ngram", "compiled"), (5000, "ngram", "auto")]
+    assert row["requests"] == 5000 and isinstance(row["compiled_kernels"], list)
+    calls.clear()
+    bench.run_warm(5000, 0, "ngram", (), PATHS["reference"])  # no kernels: no warm-up
+    assert calls == [(5000, "ngram", "reference")]
+
+
 def test_the_help_lists_each_workload_on_one_line():
     from sim.commands.bench import _HELP as doc
 
