@@ -1,14 +1,17 @@
 """Pipeline-parallel replicas: stages on different GPUs, several micro-batches in flight.
 
-A replica whose target is split into ``pp`` stages runs one SimPy process per stage
-(``pipeline_stage``): each takes a micro-batch from its inbox (a ``Store``), computes for
-that stage's share of the pass, then sends the activations over the link to the next stage
-(``transfer``; each inter-stage link is a shared ``Resource``, one transfer at a time, and
-the stage goes on with its next micro-batch meanwhile); the last stage hands the finished
-micro-batch back to the replica. The replica's scheduler keeps up
-to ``pp`` micro-batches in flight, as Orca and vLLM do (vLLM's "virtual engines"): a
-sequence in flight is not scheduled again until its verify has left the last stage, so its
-next iteration always sees its accepted tokens.
+A replica whose target is split into ``pp`` stages sends each micro-batch through the
+stages: each computes its share of the pass, then sends the activations over the link to
+the next stage (each inter-stage link carries one transfer at a time, and the stage goes on
+with its next micro-batch meanwhile); when the micro-batch leaves the last stage the
+replica applies it. Every stage and link serves first come first served, so a
+micro-batch's times through them are fixed when it is dispatched (a tandem queue:
+``sim.kernels.pipeline.pipeline_pass``, the one rule both engine paths use); the replica
+keeps when each stage and link comes free and waits for the micro-batch's end alone, one
+event at that exact time. The replica's scheduler keeps up to ``pp`` micro-batches in
+flight, as Orca and vLLM do (vLLM's "virtual engines"): a sequence in flight is not
+scheduled again until its verify has left the last stage, so its next iteration always
+sees its accepted tokens.
 
 A sequence in flight is still running, so it can be preempted (as in vLLM v1, where
 in-flight requests stay in ``running``): its blocks are freed at once and what its
@@ -20,6 +23,12 @@ them, which only costs time in a rare case.
 The draft (co-located) runs at the start of a micro-batch, on the first stage's GPU, before
 the target's first stage: its passes are added to stage 0's time. Per-stage times and the
 hop time come from the cost model's ``pass_cost`` (``stage_s``, ``hop_s``).
+
+Until December 2026 each stage was a SimPy process with an inbox and each link a
+``Resource``: the same times to the last bit, but the end of a micro-batch was an event
+made when its last stage started rather than when it was dispatched, so where it falls at
+the very instant of another event (an arrival, another replica's step) the two may now run
+in the other order.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-import simpy
 
+from sim.kernels.pipeline import pipeline_pass
 from sim.replica import Replica
+from sim.router import event_at
 from sim.scheduling import Batch
 from sim.step import draft_sync
 
@@ -48,27 +58,6 @@ class MicroBatch:
     bound: str
 
 
-def pipeline_stage(env: simpy.Environment, k: int, inbox: simpy.Store,
-                   outbox: simpy.Store | None, link: simpy.Resource | None, replica):
-    """Stage ``k``: compute each micro-batch's share, then send it on (asynchronously: the
-    stage starts its next micro-batch while the activations travel)."""
-    while True:
-        mb = yield inbox.get()
-        yield env.timeout(mb.stage_s[k] + (mb.draft_s if k == 0 else 0.0))
-        if outbox is None:
-            replica.complete(mb)
-        else:
-            env.process(transfer(env, mb, link, outbox))
-
-
-def transfer(env: simpy.Environment, mb, link: simpy.Resource, outbox: simpy.Store):
-    """One hop: wait for the shared link, hold it for the transfer, deliver."""
-    with link.request() as req:
-        yield req
-        yield env.timeout(mb.hop_s)
-    yield outbox.put(mb)
-
-
 class PipelinedReplica(Replica):
     """A replica whose target runs as ``stages`` pipeline stages (see module docstring)."""
 
@@ -78,14 +67,8 @@ class PipelinedReplica(Replica):
         self.busy = np.zeros(self.limits.max_num_seqs, dtype=bool)
         self.epoch = np.zeros(self.limits.max_num_seqs, dtype=np.int64)  # + 1 per preemption
         self.in_flight = 0
-        env = self.env
-        inboxes = [simpy.Store(env) for _ in range(self.stages)]
-        links = [simpy.Resource(env, capacity=1) for _ in range(self.stages - 1)]
-        self.first_stage = inboxes[0]
-        for k in range(self.stages):
-            last = k == self.stages - 1
-            env.process(pipeline_stage(env, k, inboxes[k], None if last else inboxes[k + 1],
-                                       None if last else links[k], self))
+        # when stage k (at 2k) and the link after it (2k + 1) come free (pipeline_pass)
+        self.free_at = [0.0] * (2 * self.stages - 1)
 
     def schedulable(self) -> np.ndarray:
         """Running sequences not already in flight."""
@@ -129,8 +112,11 @@ class PipelinedReplica(Replica):
         self.busy[pre] = True
         self.in_flight += 1
         epochs = self.epoch[np.concatenate((dec, pre))]
-        self.first_stage.put(MicroBatch(batch, epochs, self.env.now, draft_s, float(cost.seconds),
-                                        tuple(cost.stage_s), float(cost.hop_s), str(cost.bound)))
+        now = self.env.now
+        mb = MicroBatch(batch, epochs, now, draft_s, float(cost.seconds), tuple(cost.stage_s),
+                        float(cost.hop_s), str(cost.bound))
+        end = pipeline_pass(self.free_at, now, mb.draft_s, mb.stage_s, mb.hop_s)
+        event_at(self.env, end).callbacks.append(lambda _: self.complete(mb))
 
     def complete(self, mb: MicroBatch) -> None:
         """The last stage finished ``mb``: apply it, free its sequences, wake the scheduler."""

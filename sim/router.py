@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from heapq import heappush
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from sim.llm_d import LlmdConfig, LlmdPicker
 
@@ -192,6 +194,17 @@ class ArrivalFeed:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def event_at(env: simpy.Environment, at: float) -> simpy.Event:
+    """An event that comes at time ``at`` exactly (not ``now + (at - now)``, which a
+    timeout would make, a hair off where the difference rounds), scheduled as a timeout
+    is (``Environment.schedule``: SimPy's queue of (time, priority, id, event))."""
+    event = simpy.Event(env)
+    event._ok = True  # triggered, as Timeout's __init__ makes it (its value None)
+    event._value = None
+    heappush(env._queue, (at, NORMAL, next(env._eid), event))
+    return event
 
 
 def next_event_past(env: simpy.Environment, others: Sequence, own=None, skip=()):
