@@ -99,3 +99,22 @@ def test_num_gpu_blocks_override_beyond_memory_is_refused():
     with pytest.raises(UserError, match=r"scheduler.num_gpu_blocks_override: must be <= the "
                                         r"\d+ KV blocks .* got 100000000"):
         setups(sc)
+
+
+def test_pipeline_pass_is_a_first_come_first_served_tandem_queue():
+    from sim.kernels.pipeline import pipeline_pass
+
+    # the trace above in ms: each stage 5 + 1 per token, a 2 ms hop; mb2 queues behind mb1
+    # at stage 0 (free at 9), and its stage 1 waits for mb1's (free at 20)
+    free = [0.0, 0.0, 0.0]
+    assert pipeline_pass(free, 0.0, 0.0, (9.0, 9.0), 2.0) == 20.0
+    assert free == [9.0, 11.0, 20.0]
+    assert pipeline_pass(free, 1.0, 0.0, (7.0, 7.0), 2.0) == 27.0
+    assert free == [16.0, 18.0, 27.0]
+    # the draft drafts on stage 0's GPU first; a link still busy holds the hop back
+    free = [0.0, 30.0, 0.0]
+    assert pipeline_pass(free, 0.0, 3.0, (9.0, 9.0), 2.0) == 41.0  # 0-12, hop 30-32, 32-41
+    assert free == [12.0, 32.0, 41.0]
+    # one stage: no hop
+    free = [5.0]
+    assert pipeline_pass(free, 1.0, 1.0, (4.0,), 99.0) == 10.0
