@@ -253,12 +253,43 @@ def _envelope(vals) -> tuple[float, ...]:
 
 def _gemm_table(system: str, backend: str, gemms, quant: str) -> tuple[float, ...]:
     """The block's GEMMs summed at every token count of ``GRID``, each GEMM's curve first
-    made non-decreasing (:func:`_envelope`)."""
+    made non-decreasing (:func:`_envelope`); TensorRT-LLM's NVFP4 GEMMs as
+    :data:`UNTUNED` says."""
     op_list = _gemm_ops(gemms, quant)
     per_m = [_evaluate(system, backend, op_list, is_context=False, batch_size=1, s=1, x=m)
              for m in GRID]  # [m][op]
+    if (backend, quant) in UNTUNED:
+        for other in BACKENDS:
+            if other == backend:
+                continue
+            try:
+                theirs = [_evaluate(system, other, op_list, is_context=False, batch_size=1,
+                                    s=1, x=m) for m in GRID]
+            except TablesUnavailable:
+                continue
+            per_m = [[min(a, b) for a, b in zip(mine, their, strict=True)]
+                     for mine, their in zip(per_m, theirs, strict=True)]
     curves = [_envelope(col) for col in zip(*per_m, strict=True)]  # [op][m]
     return tuple(sum(ts) for ts in zip(*curves, strict=True))
+
+
+# GEMM tables measured with the engine's untuned fallback kernel, which it does not serve
+# with: TensorRT-LLM's NVFP4 GEMM (``torch.ops.trtllm.nvfp4_gemm``) picks its kernel with
+# its AutoTuner among its CUTLASS, cuBLASLt and CUDA-core runners (NVIDIA/TensorRT-LLM
+# ``tensorrt_llm/_torch/custom_ops/torch_custom_ops.py``, ``NVFP4GemmUnifiedRunner``),
+# tuned at the engine's warm-up (``enable_autotuner``, on by default); on a tuning-cache
+# miss it runs CUTLASS with tactic -1, its default configuration. The collector of the
+# pinned tables times ``Linear.forward`` without entering ``autotune()`` (ai-dynamo/
+# aiconfigurator ``collector/trtllm/collect_gemm.py``, ``run_gemm``), so its NVFP4 rows
+# are the fallback's: on B200 1.6-4.8x the HBM bound at 4 tokens, slower at large k than
+# its own FP8 GEMM (8192 x 51200: 107.6 against 84.2 us), and 1.5-2x vLLM's and SGLang's
+# NVFP4 GEMMs at the same shapes, while TensorRT-LLM serves NVFP4 Llama-3.1-70B 5-10%
+# faster than vLLM in the same silicon file (systems/silicon_sample.csv). No tuned table
+# is measured, so each of its GEMMs is priced at the fastest NVFP4 kernel the tables
+# measure for the shape on the GPU (the other frameworks', FlashInfer's and SGLang's
+# CUTLASS / CuTe DSL kernels): an estimate of the tuned choice, borrowed, not TensorRT-LLM's
+# own measurement (docs/timing.md, Blackwell).
+UNTUNED = frozenset({("trtllm", "nvfp4")})
 
 
 @lru_cache(maxsize=128)
@@ -297,7 +328,7 @@ _PREFILL = [(b, s, p) for b in (1, 4, 16, 64, 256)
 
 # what a cached answer depends on besides its arguments: bump the format when the tabulation
 # changes in a way the grids do not show
-_CACHE_KEY = (6, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
+_CACHE_KEY = (7, PINNED, GRID, DECODE_BATCHES, DECODE_LENGTHS, tuple(_DECODE),
               tuple(_PREFILL))
 
 
