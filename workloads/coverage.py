@@ -66,10 +66,17 @@ class PowerCoverage(WidthModel):
         a = np.asarray(alpha, dtype=np.float64)
         kk = np.asarray(k, dtype=np.float64)
         if self.theta == 1.0:
-            eff = kk
+            # the C library's pow, element by element, as Python's ** and the compiled
+            # walk's scalar coverage (sim.policies.tree_tokens) take it: numpy's power runs
+            # a SIMD approximation on some CPUs (AVX-512), a few ulps off, which would make
+            # the coverage depend on the machine
+            base, kk = np.broadcast_arrays(1.0 - a, kk)
+            out = 1.0 - np.array([b ** e for b, e in zip(base.ravel().tolist(),
+                                                        kk.ravel().tolist(), strict=True)],
+                                 dtype=np.float64).reshape(base.shape)
         else:
             eff = np.power(kk, self.theta, where=kk > 0, out=np.zeros_like(kk))
-        out = 1.0 - np.power(1.0 - a, eff)
+            out = 1.0 - np.power(1.0 - a, eff)
         return np.where(kk > 0, out, 0.0)
 
     def __repr__(self) -> str:
