@@ -110,8 +110,8 @@ class Deployment:
     are priced; ``compute_dtype`` ``None`` is the GPU's 16-bit dtype. ``step_overhead``
     False is a draft model's: its passes run inside the target's engine step (vLLM and
     SGLang run the drafter in the same scheduler iteration), so they pay the framework's
-    per-layer and per-sequence terms but not its per-step one again (the paper GPU's 0.5 ms
-    per pass is paid whatever). ``streaming`` (default True: a server streaming tokens to
+    per-layer term but not its per-step one again, nor its per-sequence one (per-request
+    work the engine does once per step; the paper GPU's 0.5 ms per pass is paid whatever). ``streaming`` (default True: a server streaming tokens to
     its clients) adds the framework's per-sequence streaming cost to the target's passes
     (a draft's passes never pay it); False is an offline run. ``fp8_scales`` (``tensor``,
     ``block``, ``dynamic``; ``None``: the model's ``fp8_scales``) picks the FP8 W8A8 kernel

@@ -176,9 +176,11 @@ def framework_step_s(framework, dep: Deployment) -> float:
 def framework_seq_s(framework, dep: Deployment, last_stage: bool) -> float:
     """A pipeline stage's cost per sequence per pass: the framework's ``seq_s``, plus on the
     last stage ``stream_seq_s`` when the deployment streams its tokens and the pass is the
-    engine step's own (tokens are sent once, after the last stage; a draft's passes run
-    inside the step and do not emit)."""
-    if last_stage and dep.streaming and dep.step_overhead:
+    engine step's own (tokens are sent once, after the last stage); none for a draft's
+    passes, which run inside the engine step without its per-request work."""
+    if not dep.step_overhead:
+        return 0.0
+    if last_stage and dep.streaming:
         return framework.seq_s + framework.stream_seq_s
     return framework.seq_s
 

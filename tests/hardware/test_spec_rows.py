@@ -136,7 +136,9 @@ def test_category_e_meets_its_bounds_held_out_on_the_shipped_rows():
 
 def test_without_the_overheads_speculation_is_priced_as_optimistically_as_it_was():
     """The issue's finding, kept as a check of what the overheads fix: with none, the
-    vLLM EAGLE-3 rows' speedups are 30-59% optimistic, EAGLE-1's 10-14%."""
+    vLLM EAGLE-3 rows' speedups are 30-61% optimistic (30-59% while a draft's passes paid
+    the engine's per-sequence cost too; the issue measured +29 to +56%), EAGLE-1's
+    10-16% (10-14% then; the issue: +10 to +13%)."""
     bare = apply_spec_fields(CAT, ["frameworks.vllm.speculation.step_s",
                                    "frameworks.vllm.speculation.draft_step_s.eagle",
                                    "frameworks.vllm.speculation.draft_step_s.eagle3"],
@@ -146,8 +148,8 @@ def test_without_the_overheads_speculation_is_priced_as_optimistically_as_it_was
             if r.framework == "vllm" and r.gpu == "h100"]
     eagle3 = [err for r, err in vllm if r.method == "eagle3"]
     eagle1 = [err for r, err in vllm if r.method == "eagle"]
-    assert 0.29 <= min(eagle3) and max(eagle3) <= 0.60
-    assert 0.09 <= min(eagle1) and max(eagle1) <= 0.15
+    assert 0.29 <= min(eagle3) and max(eagle3) <= 0.62
+    assert 0.09 <= min(eagle1) and max(eagle1) <= 0.16
 
 
 def test_validate_prints_category_e_and_its_rows(capsys):

@@ -141,9 +141,11 @@ def test_the_roofline_overhead_is_step_plus_layer_plus_sequence(tmp_path):
     pc = c.pass_cost(np.ones(64), np.full(64, 500))
     assert pc.overhead_s == pytest.approx(fw.step_s + 32 * fw.layer_s + 64 * fw.seq_s,
                                           rel=1e-12)
-    # a draft's passes run inside the target's step: no per-step term
+    # a draft's passes run inside the target's step, without its per-request work: no
+    # per-step term and no per-sequence one (the per-layer one stays)
     d = _roofline(step_overhead=False).pass_seconds_sums(*sums, n_seqs=64)
-    assert c.pass_seconds_sums(*sums, n_seqs=64) - d == pytest.approx(fw.step_s, rel=1e-9)
+    assert c.pass_seconds_sums(*sums, n_seqs=64) - d == pytest.approx(
+        fw.step_s + 64 * fw.seq_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("timing", ["measured", "roofline"])
@@ -558,11 +560,14 @@ def _eagle_pair(batch_ctx=1024):
 
 
 def test_a_one_layer_draft_speedup_falls_with_batch_under_the_default_timing():
+    # from a few sequences on: at batch 1 the target's per-step cost, which drafting
+    # does not pay again, is a larger share of the step (2.69 at 1 against 2.71 at 4)
     tables()
     t, d = _eagle_pair()
     best = [best_chain(chain_table(t, d, b, 1024, 0.8, 6)).speedup
             for b in (1, 4, 16, 64, 256)]
-    assert best == sorted(best, reverse=True) and best[0] > 2.4 and best[-1] < 1.45
+    assert best[1:] == sorted(best[1:], reverse=True) and min(best[:2]) > 2.4
+    assert best[-1] < 0.7 * best[1]
 
 
 def test_a_tiny_draft_pass_costs_much_less_than_its_target():
