@@ -111,9 +111,10 @@ class Deployment:
     False is a draft model's: its passes run inside the target's engine step (vLLM and
     SGLang run the drafter in the same scheduler iteration), so they pay the framework's
     per-layer term but not its per-step one again, nor its per-sequence one (per-request
-    work the engine does once per step; the paper GPU's 0.5 ms per pass is paid whatever). ``streaming`` (default True: a server streaming tokens to
-    its clients) adds the framework's per-sequence streaming cost to the target's passes
-    (a draft's passes never pay it); False is an offline run. ``fp8_scales`` (``tensor``,
+    work the engine does once per step; the paper GPU's 0.5 ms per pass is paid
+    whatever). ``streaming`` (default True: a server streaming tokens to its clients) adds
+    the framework's per-sequence streaming cost to the target's passes (a draft's passes
+    never pay it); False is an offline run. ``fp8_scales`` (``tensor``,
     ``block``, ``dynamic``; ``None``: the model's ``fp8_scales``) picks the FP8 W8A8 kernel
     the measured timing prices (:attr:`fp8_scaling`). ``max_seqs`` (vLLM's
     ``--max-num-seqs``, default 256) is how many sequences run at once: a model with
