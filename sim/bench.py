@@ -169,18 +169,40 @@ WARMUP_REQUESTS = 50  # an untimed run before each of run_all's: loads the kerne
 def run_warm(requests: int, seed: int = 0, workload: str = "speculative",
              sets: list[str] | tuple[str, ...] = (), path: EnginePath = AUTO) -> dict:
     """``run_bench``, after ``WARMUP_REQUESTS`` of the same workload run untimed on the
-    compiled path where ``path`` may take the kernels: its figures hold neither the
-    kernels' load (about 0.5 s, once per process and kind) nor their first compile (about
-    a minute on 2 cores, once per install), which a run of its own would otherwise time.
-    ``compiled_kernels``: the kernels this process compiled rather than read from the cache
-    (its peak RSS holds the compile's memory where there are any)."""
+    compiled path where the timed run will take the kernels (``_takes_kernels``): its
+    figures hold neither the kernels' load (about 0.5 s, once per process and kind) nor
+    their first compile (about a minute on 2 cores, once per install), which a run of its
+    own would otherwise time; a run that takes no kernel loads none. ``compiled_kernels``:
+    the kernels this process compiled rather than read from the cache (its peak RSS holds
+    the compile's memory where there are any)."""
     from sim import steady_kernel
 
-    if path.fast:
+    if _takes_kernels(requests, workload, sets, path):
         run_bench(min(requests, WARMUP_REQUESTS), seed, workload, sets, PATHS["compiled"])
     row = run_bench(requests, seed, workload, sets, path)
     row["compiled_kernels"] = list(steady_kernel.COMPILED)
     return row
+
+
+def _takes_kernels(requests: int, workload: str, sets, path: EnginePath) -> bool:
+    """Whether a run of ``requests`` of ``workload`` on ``path`` takes the compiled
+    kernels from its start: a path that may (not the reference; on the auto path, a run of
+    ``steady.KERNEL_REQUESTS`` or more) and a fast path the gate opens for its replicas."""
+    from sim import steady
+    from sim.build import setups
+    from sim.cluster import fast_paths
+
+    if not path.fast or (path.kernels_after is None and requests < steady.KERNEL_REQUESTS):
+        return False
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
+        trace = None
+        if WORKLOADS[workload].base == "decode-heavy":
+            trace = Path(tmp) / "decode-heavy.csv"
+            trace.write_text(decode_heavy_rows(WARMUP_REQUESTS))
+        sc = bench_scenario(WARMUP_REQUESTS, 0, workload,
+                            None if trace is None else str(trace), sets)
+        paths = fast_paths(setups(sc, "bench")[0][1], path)
+    return any(why is None for why in paths.values())
 
 
 def run_all(requests: int, seed: int = 0, sets: list[str] | tuple[str, ...] = (),

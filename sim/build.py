@@ -108,7 +108,8 @@ class DraftCosts:
     ``weight_bits`` (in ``compute_dtype`` only when that is 8 bits), ``kv_bits``, the
     ``timing`` backend and ``framework``; ``catalog`` for drafters that name a catalog
     model. Its passes run inside the target's engine step, so they do not pay the
-    framework's per-step overhead (``hardware.Deployment.step_overhead``). The drafter
+    framework's per-step overhead nor its per-sequence one
+    (``hardware.Deployment.step_overhead``). The drafter
     configs (``sim.kinds.drafters``) build with it, for a scenario (``for_scenario``) and
     for the speedup and grid tables alike."""
 

@@ -68,8 +68,11 @@ class PowerCoverage(WidthModel):
         if self.theta == 1.0:
             # the C library's pow, element by element, as Python's ** and the compiled
             # walk's scalar coverage (sim.policies.tree_tokens) take it: numpy's power runs
-            # a SIMD approximation on some CPUs (AVX-512), a few ulps off, which would make
-            # the coverage depend on the machine
+            # a SIMD approximation on some CPUs (AVX-512), a few ulps off (about one element
+            # in 20), which would make the coverage depend on the machine. (theta != 1 and
+            # CoverageTable still take numpy's: no compiled copy to agree with; their last
+            # ulps may differ from machine to machine.) About 17x numpy's time, on the
+            # tables and the fallbacks only: no step calls it.
             base, kk = np.broadcast_arrays(1.0 - a, kk)
             out = 1.0 - np.array([b ** e for b, e in zip(base.ravel().tolist(),
                                                         kk.ravel().tolist(), strict=True)],

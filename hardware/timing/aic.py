@@ -281,14 +281,15 @@ def _gemm_table(system: str, backend: str, gemms, quant: str) -> tuple[float, ..
 # miss it runs CUTLASS with tactic -1, its default configuration. The collector of the
 # pinned tables times ``Linear.forward`` without entering ``autotune()`` (ai-dynamo/
 # aiconfigurator ``collector/trtllm/collect_gemm.py``, ``run_gemm``), so its NVFP4 rows
-# are the fallback's: on B200 1.6-4.8x the HBM bound at 4 tokens, slower at large k than
-# its own FP8 GEMM (8192 x 51200: 107.6 against 84.2 us), and 1.5-2x vLLM's and SGLang's
-# NVFP4 GEMMs at the same shapes, while TensorRT-LLM serves NVFP4 Llama-3.1-70B 5-10%
-# faster than vLLM in the same silicon file (systems/silicon_sample.csv). No tuned table
-# is measured, so each of its GEMMs is priced at the fastest NVFP4 kernel the tables
-# measure for the shape on the GPU (the other frameworks', FlashInfer's and SGLang's
-# CUTLASS / CuTe DSL kernels): an estimate of the tuned choice, borrowed, not TensorRT-LLM's
-# own measurement (docs/timing.md, Blackwell).
+# are the fallback's: on B200 at 4 tokens 1.85-4.8x the HBM bound at Llama-3.1-70B's TP 1
+# shapes, slower at large k than its own FP8 GEMM (8192 x 51200: 107.6 against 84.2 us),
+# and up to 2.25x vLLM's and SGLang's NVFP4 GEMMs at the same shapes (1.1x on the largest),
+# while TensorRT-LLM serves NVFP4 Llama-3.1-70B faster than vLLM in the same silicon file
+# (systems/silicon_sample.csv: vLLM's TPOT a median 7.8% above, -2% to +41% over 60
+# pairs). No tuned table is measured, so each of its GEMMs is priced at the fastest NVFP4
+# kernel the tables have for the shape on the GPU (the other frameworks', FlashInfer's and
+# SGLang's CUTLASS / CuTe DSL kernels): an estimate of the tuned choice, borrowed, not
+# TensorRT-LLM's own measurement (docs/timing.md, Blackwell).
 UNTUNED = frozenset({("trtllm", "nvfp4")})
 
 

@@ -120,13 +120,13 @@ def test_category_e_meets_its_bounds_held_out_on_the_shipped_rows():
     assert s["all"]["rows"] == 142 and s["all"]["test_rows"] == 78
     # pinned at what the rows measure (the issue asks <= 8%, every group <= 12%, signed
     # within 3%); with the 74 rows before the vLLM load sweeps: 1.3%, groups <= 1.4%
-    assert s["all"]["speedup_test"] <= 0.03  # 2.3%
+    assert s["all"]["speedup_test"] <= 0.03  # 2.1%
     assert abs(s["all"]["speedup_signed_test"]) <= 0.01  # -0.2%: no systematic optimism
     for name, g in s.items():
         if g["test_rows"]:
-            assert g["speedup_test"] <= 0.04, name  # vLLM 3.4%
-    # the speculative TPOT: 9.8% held out (the issue asks <= 8%: not met). Where the plain
-    # runs are off (SGLang's H200 rows, 12.5%; TensorRT-LLM's B200 MTP rows, 68%) it
+            assert g["speedup_test"] <= 0.04, name  # vLLM 2.8%
+    # the speculative TPOT: 9.0% held out (the issue asks <= 8%: not met). Where the plain
+    # runs are off (SGLang's H200 rows, 12.5%; TensorRT-LLM's B200 MTP rows, 81%) it
     # carries their error; on the Qwen3-32B load sweeps (plain 2.7%) the EAGLE-3 head is
     # priced too slow (docs/timing.md)
     assert s["all"]["tpot_test"] <= 0.10
@@ -173,7 +173,7 @@ def test_calibrate_fits_a_users_speculative_runs_and_writes_a_catalog(tmp_path, 
     user = load_catalog(str(out))
     assert user.framework("sglang").speculation.tree_s == pytest.approx(
         CAT.framework("sglang").speculation.tree_s, rel=1e-3)
-    assert doc["speedup_test_error"] < 0.03  # 2.3%, the shipped values' own
+    assert doc["speedup_test_error"] < 0.03  # 2.1%, the shipped values' own
     assert np.isfinite(doc["spec_tpot_test_error"])
 
 

@@ -178,6 +178,10 @@ def test_a_single_workload_times_no_kernel_load(monkeypatch):
     calls.clear()
     bench.run_warm(5000, 0, "ngram", (), PATHS["reference"])  # no kernels: no warm-up
     assert calls == [(5000, "ngram", "reference")]
+    calls.clear()  # nor where the kernels will not be taken: a short auto run, a pipeline
+    bench.run_warm(300, 0, "ngram", (), PATHS["auto"])
+    bench.run_warm(5000, 0, "pipeline", (), PATHS["compiled"])
+    assert calls == [(300, "ngram", "auto"), (5000, "pipeline", "compiled")]
 
 
 def test_the_help_lists_each_workload_on_one_line():
