@@ -350,9 +350,14 @@ def test_tutorial_run(tmp_path, capsys, monkeypatch):
 def test_tutorial_sweep(tmp_path, capsys, monkeypatch):
     printed = _run_and_compare(TUTORIAL, r"rate_per_s=8,32,64,96", tmp_path, capsys,
                                monkeypatch)
+    goodput = {f"{r} {v}": _cells(printed, f"{r} {v}")[5] for r in (32, 64, 96)
+               for v in ("none", "fixed-g4")}  # goodput_requests_per_s
     _check_quotes(TUTORIAL, {
-        "The gain has turned into a loss by 32 requests/s ({}×)":
-            [_cells(printed, "32 fixed-g4")[-1]]})
+        "The gain shrinks with the load: {}× at 8 requests/s, {}× at 32":
+            [_cells(printed, "8 fixed-g4")[-1], _cells(printed, "32 fixed-g4")[-1]],
+        "and {}× past 64, where the replica is overloaded": [_cells(printed, "64 fixed-g4")[-1]],
+        "rising with speculation at 32 requests/s ({} → {}) and falling from 64 on ({} → {}, "
+        "{} → {} at 96)": list(goodput.values())})
 
 
 def test_tutorial_grid_on_the_paper_gpu(tmp_path, capsys, monkeypatch):
@@ -428,9 +433,9 @@ def test_plan_a_pd_ratio(tmp_path, capsys, monkeypatch):
     # rank, candidate, gpu, gpus, [pd,] policy, max_rate_per_s
     rate = dict(re.findall(r"^[* ] +\d+ +(\S+) +\S+ +\d+ +(?:\d+:\d+ +)?\S+ +(\S+)", printed,
                            flags=re.M))
+    assert rate["1p1d-mtp"] == rate["1p2d-mtp"]  # the page: "the same rate"
     _check_quotes(PLAN, {
-        "1:1 and 1:2 sustain about the same rate ({} and {} requests/s":
-            [rate["1p1d-mtp"], rate["1p2d-mtp"]],
+        "1:1 and 1:2 sustain the same rate ({} requests/s": [rate["1p1d-mtp"]],
         "2:2 more than twice it ({})": [rate["2p2d-mtp"]],
         "the same 24 GPUs sustain {} requests/s": [rate["agg3-mtp"]],
         "TPOT p99 is at 20 ms already at {} requests/s": [rate["1p2d-off"]]})
@@ -447,11 +452,11 @@ def test_choose_a_speculation_setup(part, tmp_path, capsys, monkeypatch):
     printed = _run_and_compare(CHOOSE, part, tmp_path, capsys, monkeypatch,
                                shown_out="runs/plan-plan-llama8b-<time>")
     if part == r"--top 10$":
-        cross = re.search(r"turn speculation off above (\S+) req/s \(it no longer beats at "
-                          r"(\S+);", printed).groups()
+        top = re.search(r"speculation beats no speculation at every rate scanned, up to (\S+) "
+                        r"req/s", printed).group(1)
         _check_quotes(CHOOSE, {
-            "EAGLE-3 with K = 1 beats plain decoding's TPOT p99 up to {} requests/s on one "
-            "H100 and no longer does at {}": list(cross)})
+            "EAGLE-3 with K = 1 beats plain decoding's TPOT p99 at every rate the scan tried "
+            "on one H100, up to {} requests/s": [top]})
 
 
 def test_vllm_command_line(tmp_path, capsys, monkeypatch):
