@@ -137,7 +137,9 @@ WORKLOADS: dict[str, Workload] = {
         _SPEC, "a sticky batch ladder (gamma 4, 2, off above 80 sequences), vLLM v0",
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
          "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=34.1"), 20_000),
-    # a prefill replica hands every prompt to one of two decode replicas (sim.disagg)
+    # a prefill replica hands every prompt to one of two decode replicas (sim.disagg), at
+    # twice the speculative rate: each decode replica takes about the base's (~33 sequences
+    # each, decoding alone; the one prefill replica caps them near 50 at any rate)
     "pd-1p2d": Workload(
         _SPEC, "prefill/decode disaggregation: 1 prefill and 2 decode replicas",
         ("disaggregation={prefill: {replicas: 1}, decode: {replicas: 2}}",
@@ -149,7 +151,7 @@ WORKLOADS: dict[str, Workload] = {
         _SPEC, "prefix caching, 256 shared prefixes, 4,500 GPU blocks, an 8 GiB CPU tier",
         ("scheduler.prefix_caching=true", "workload.prompt={kind: fixed, tokens: 128}",
          "workload.shared_prefix_tokens=384", "workload.shared_prefix_groups=256",
-         "workload.rate_per_s=34.5", "scheduler.num_gpu_blocks_override=4500",
+         "workload.rate_per_s=36.5", "scheduler.num_gpu_blocks_override=4500",
          "scheduler.kv_offload_gib=8"), 3_100),
     "roofline": Workload(
         _SPEC, "priced by the roofline timing instead of the measured one",

@@ -203,10 +203,13 @@ def test_a_long_all_says_how_long_first():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in VARIATIONS if n != "preemption"])
+@pytest.mark.parametrize("name", [n for n in VARIATIONS if n not in ("preemption", "pd-1p2d")])
 def test_each_variation_keeps_about_64_sequences_running(name):
     """The rates in the table keep the speculative load (module docstring): a time-weighted
-    batch of 64 +- 4 on 3,000 requests, per replica."""
+    batch of 64 +- 4 on 3,000 requests, per replica. Not preemption's (its pool is too
+    small for 64) nor P/D's: each of its two decode replicas takes the speculative rate, but
+    decodes alone (~33 sequences), and its one prefill replica caps them near 50 at any
+    rate."""
     it = _run(name, 3000, path=PATHS["compiled"]).iterations.columns
     batch = float(it["batch_size"] @ it["duration_s"]) / it["duration_s"].sum()
     assert 60 <= batch <= 68, batch
