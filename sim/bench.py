@@ -113,10 +113,11 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
         built = setups(sc, "bench")
         paths = fast_paths(built[0][1], path)
         engine, fallback = path_taken(paths, walks(built[0][1], path), path, requests)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         # only summarised: the iteration rows are folded into their totals, not kept
         result = run_setups(sc, built, engine_path=path, iteration_rows=False)
         wall_s = time.perf_counter() - start
+        cpu_s = time.process_time() - cpu
     v = result.variants[0]
     it = v.totals
     n_iter = it.iterations
@@ -125,6 +126,10 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
         "requests": requests,
         "wall_s": wall_s,
         "requests_per_s": requests / wall_s,
+        # the process's CPU seconds over the same run (every thread's; a worker pool's
+        # processes not counted): what a noisy machine's wall time overstates
+        "cpu_s": cpu_s,
+        "requests_per_cpu_s": requests / cpu_s if cpu_s > 0 else None,
         "iterations_per_s": n_iter / wall_s,
         "output_tokens_per_s": float(v.requests.column("output_tokens").sum()) / wall_s,
         "us_per_iteration": 1e6 * wall_s / max(n_iter, 1),

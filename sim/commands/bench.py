@@ -13,7 +13,8 @@ from sim.limits import MAX_REQUESTS
 
 _HEAD = """\
 Simulate a fixed benchmark workload and print how fast the simulator ran it: wall seconds,
-simulated requests, iterations and output tokens per wall second, microseconds per
+simulated requests, iterations and output tokens per wall second (and requests per CPU
+second of the process, which a busy machine does not inflate), microseconds per
 iteration, the time-weighted batch, the process's peak memory, and the engine path its
 iterations take (the compiled kernels or the reference scheduler) with the reason where
 they leave the fast path.
@@ -114,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"requests          {r['requests']}")
         print(f"wall              {r['wall_s']:.2f} s")
         print(f"requests/wall s   {r['requests_per_s']:.0f}")
+        if r["requests_per_cpu_s"] is not None:
+            print(f"requests/CPU s    {r['requests_per_cpu_s']:.0f} ({r['cpu_s']:.2f} CPU s)")
         print(f"iterations/wall s {r['iterations_per_s']:.0f}")
         print(f"output tokens/s   {r['output_tokens_per_s']:.0f}")
         print(f"per iteration     {r['us_per_iteration']:.1f} us")

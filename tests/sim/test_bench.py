@@ -18,9 +18,9 @@ from sim.runner import run_setups
 from specdec.errors import UserError
 
 VARIATIONS = [n for n, w in WORKLOADS.items() if n not in BASES]
-FIGURES = {"workload", "requests", "wall_s", "requests_per_s", "iterations_per_s",
-           "output_tokens_per_s", "us_per_iteration", "peak_rss_mb", "mean_batch", "sets",
-           "fast_paths", "engine_path", "fallback", "compiled_share"}
+FIGURES = {"workload", "requests", "wall_s", "cpu_s", "requests_per_cpu_s", "requests_per_s",
+           "iterations_per_s", "output_tokens_per_s", "us_per_iteration", "peak_rss_mb",
+           "mean_batch", "sets", "fast_paths", "engine_path", "fallback", "compiled_share"}
 
 
 def _run(name: str, requests: int, sets=(), path=PATHS["reference"]):
