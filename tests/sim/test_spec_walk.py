@@ -516,7 +516,8 @@ ONCE_REFERENCE = ("task-mix", "trace-tree", "sticky-ladder", "per-seq-gamma", "a
 @pytest.mark.parametrize("name", ONCE_REFERENCE)
 def test_a_bench_workload_walks_every_iteration_as_the_reference_runs_it(name, seed):
     """Every record of the workload the same on both paths, at 300 requests, and every
-    iteration formed by the compiled walk."""
+    iteration formed by the compiled walk but around a load from a CPU tier (cpu-offload,
+    whose rate brings one in the first 300 requests at seed 1)."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady_kernel
     from sim.build import setups
@@ -529,4 +530,9 @@ def test_a_bench_workload_walks_every_iteration_as_the_reference_runs_it(name, s
                  for path in ("reference", "compiled"))
     _assert_same_runs(ref, comp)
     assert ref[0].compiled_iterations == 0
-    assert comp[0].compiled_iterations == len(comp[0].iterations) > 0
+    v = comp[0]
+    # a load from the CPU tier is started by the reference scheduler (sim.steady_walk):
+    # the iteration that admits it and the one the walk stopped before, at most
+    loads = len(v.loads) if v.loads is not None else 0
+    assert len(v.iterations) - 2 * loads <= v.compiled_iterations <= len(v.iterations)
+    assert v.compiled_iterations > 0 and (loads or v.compiled_iterations == len(v.iterations))
