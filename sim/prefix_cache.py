@@ -81,6 +81,7 @@ from sim.kernels.prefix import (
 )
 from sim.kernels.rules import kept_blocks
 from sim.kv import BlockManager
+from sim.steady_kernel import fast
 
 _sum = np.add.reduce
 _NO_LOG = np.zeros(0, dtype=np.int64)  # the reference path takes nothing back
@@ -144,7 +145,7 @@ class PrefixCachingBlockManager(BlockManager):
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
         if total:
-            pc_pop(self._m, _NO_LOG, total)
+            fast(pc_pop)(self._m, _NO_LOG, total)
         self.blocks[slots] = held + extra
         self.free_blocks -= total
 
@@ -152,7 +153,7 @@ class PrefixCachingBlockManager(BlockManager):
         if n > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {n} blocks, {self.free_blocks} free")
         if n:
-            pc_pop(self._m, _NO_LOG, n)
+            fast(pc_pop)(self._m, _NO_LOG, n)
         self.blocks[slot] += n
         self.free_blocks -= n
 
@@ -171,14 +172,14 @@ class PrefixCachingBlockManager(BlockManager):
 
     def release(self, slots: np.ndarray | int) -> None:
         for s in np.atleast_1d(slots).tolist():
-            self.free_blocks += int(pc_free_slot(self._m, _NO_LOG, s, int(self.blocks[s])))
+            self.free_blocks += int(fast(pc_free_slot)(self._m, _NO_LOG, s, int(self.blocks[s])))
             self.blocks[s] = 0
         if self.tier is not None:
             self.offered[slots] = 0
 
     def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
         for s, h in zip(slots.tolist(), held.tolist(), strict=True):
-            self.free_blocks += int(pc_free_slot(self._m, _NO_LOG, s, h))
+            self.free_blocks += int(fast(pc_free_slot)(self._m, _NO_LOG, s, h))
         if self.tier is not None:
             self.offered[slots] = 0
         if self.free_blocks > self.capacity_blocks:
@@ -191,14 +192,14 @@ class PrefixCachingBlockManager(BlockManager):
         ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
         a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
         last token is always recomputed), less its last with ``drop_last_hit``."""
-        hit, idle = pc_lookup(self._m, self._k, self._s, rid, tokens)
+        hit, idle = fast(pc_lookup)(self._m, self._k, self._s, rid, tokens)
         return int(hit), int(idle)
 
     def attach(self, slot: int, rid: int, hit: int) -> None:
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
         blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
         ``get_one_block``); unreferenced ones leave the free queue."""
-        self.free_blocks -= int(pc_attach(self._m, _NO_LOG, self._k, self._s, slot,
+        self.free_blocks -= int(fast(pc_attach)(self._m, _NO_LOG, self._k, self._s, slot,
                                           rid, hit))
         self.blocks[slot] = hit
 
@@ -212,7 +213,7 @@ class PrefixCachingBlockManager(BlockManager):
         known = [-1] * len(slots) if known is None else known.tolist()
         for s, rid, c, k in zip(slots.tolist(), rids.tolist(), computed.tolist(), known,
                                 strict=True):
-            pc_cache(self._m, _NO_LOG, self._k, self._s, s, rid, c, k)
+            fast(pc_cache)(self._m, _NO_LOG, self._k, self._s, s, rid, c, k)
             if self.tier is not None:  # stored as computed (sim.offload)
                 self.tier.offer_slot(s, rid)
 
@@ -224,7 +225,7 @@ class PrefixCachingBlockManager(BlockManager):
         ``known`` tokens the request has (default: more than it holds): a block hashed with
         the token after it needs that token too (an output not back yet under async
         scheduling)."""
-        pc_keep_committed(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
+        fast(pc_keep_committed)(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
                           -1 if known is None else known)
         if self.tier is not None:  # stored as computed (sim.offload)
             self.tier.offer_slot(slot, rid)

@@ -87,6 +87,7 @@ _PYTHON = _helpers()
 # (Python function, cached?) -> its compiled copy, shared by every kernel of the process
 _JITTED: dict = {}
 COMPILED: list[str] = []  # the kernels this process compiled rather than read from the cache
+_FAST: dict = {}  # helper -> its compiled copy, called on arrays (fast)
 
 
 def _source_version() -> str:
@@ -173,6 +174,37 @@ def _jitted(numba, cache: bool, fn):
             return _JITTED[key]
 
         return build(fn)
+
+
+def fast(fn):
+    """Helper ``fn`` of the kernels (``sim.kernels.prefix``, ``sim.kernels.tier``) as the
+    kernels this process compiled call it, or ``fn`` itself where none has been compiled
+    (or none calls it): the same integer arithmetic, so the reference path's prefix cache
+    and CPU tier call this rather than loop in Python. The compiled copy takes its
+    memoryview arguments (what the Python one indexes fastest) as the arrays they view,
+    the types the kernels compiled it for: no other specialisation is compiled."""
+    got = _FAST.get(fn)
+    if got is None:
+        jit = _JITTED.get((fn, True)) or _JITTED.get((fn, False))
+        if jit is None or fn.__name__ not in FAST_HELPERS:
+            return fn
+        got = _FAST[fn] = _on_arrays(jit)
+    return got
+
+
+# the helpers the reference path calls through ``fast``: those the walk calls, with the
+# same argument types (so their compiled copies are the walk's, read from its cache), no
+# other (one the walk does not call would be compiled anew, without a word, on first use)
+FAST_HELPERS = ("pc_pop", "pc_free_slot", "pc_lookup", "pc_attach", "pc_cache",
+                "pc_keep_committed", "tier_idents", "tier_offer_slot", "tier_finished",
+                "tier_lookup")
+
+
+def _on_arrays(jit):
+    def call(*args):
+        return jit(*[np.asarray(a) if type(a) is memoryview else a for a in args])
+
+    return call
 
 
 def compiled_helper(name: str):

@@ -310,3 +310,28 @@ def test_a_run_that_starts_at_time_zero_compiles_no_second_walk():
                           if a != b}
                 assert differ <= {"none|NumPyRandomGeneratorType",
                                   "NumPyRandomGeneratorType|none"}, differ
+
+
+def test_the_reference_prefix_cache_calls_the_walks_compiled_helpers_as_compiled():
+    # sim.prefix_cache and sim.offload call their kernel helpers through steady_kernel.fast:
+    # only helpers the walk itself calls, on the walk's argument types, so that no other
+    # specialisation is compiled (silently, mid-run) and the records stay the walk's
+    import re
+    from pathlib import Path
+
+    from sim import steady_kernel
+    from sim.bench import run_bench
+    from sim.engine_path import PATHS
+
+    if not steady_kernel.available():
+        pytest.skip("no compiled kernels here")
+    root = Path(steady_kernel.__file__).parent
+    used = set()
+    for name in ("prefix_cache.py", "offload.py"):
+        used |= set(re.findall(r"fast\((?:tier\.)?(\w+)\)", (root / name).read_text()))
+    assert used == set(steady_kernel.FAST_HELPERS)
+    assert used <= set(steady_kernel._PYTHON)  # each one a helper the kernels call
+    run_bench(300, 0, "cpu-offload", path=PATHS["compiled"])  # tier loads: reference steps
+    for name in used:
+        jit = steady_kernel.compiled_helper(name)
+        assert jit is not None and len(jit.signatures) <= 1, (name, jit.signatures)
