@@ -252,13 +252,13 @@ class Loads:
         since its last offer (``sim.kernels.tier.tier_offer_slot``)."""
         pool, t = self.r.prefix, self.tier
         fast(tier.tier_offer_slot)(t._m, _NO_LOG, t.stats, pool.offered, pool._m, pool._k,
-                             pool._s, slot, rid)
+                                   pool._s, slot, rid)
 
     def finished(self, slot: int, rid: int) -> None:
         """Request ``rid`` (in ``slot``) finished: its offered blocks are ranked anew."""
         pool = self.r.prefix
-        fast(tier.tier_finished)(self.tier._m, _NO_LOG, pool.offered, pool._m, pool._k, pool._s,
-                           slot, rid)
+        fast(tier.tier_finished)(self.tier._m, _NO_LOG, pool.offered, pool._m, pool._k,
+                                 pool._s, slot, rid)
 
     # -- the scheduler's side: loads -------------------------------------------------
     def lookup(self, rid: int, tokens: int, hit: int) -> tuple[int, bool]:
@@ -266,8 +266,8 @@ class Loads:
         ``tokens`` tokens, at most to ⌊(tokens - 1) / block_size⌋ in all; whether one of
         them is being loaded)."""
         pool = self.r.prefix
-        n, busy = fast(tier.tier_lookup)(self.tier._m, pool._m, pool._k, pool._s, rid, tokens, hit,
-                                   pool.block_size)
+        n, busy = fast(tier.tier_lookup)(self.tier._m, pool._m, pool._k, pool._s, rid, tokens,
+                                         hit, pool.block_size)
         return int(n), bool(busy)
 
     def start(self, rid: int, target: int, hit: int, idle: int, more: int,

@@ -200,7 +200,7 @@ class PrefixCachingBlockManager(BlockManager):
         blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
         ``get_one_block``); unreferenced ones leave the free queue."""
         self.free_blocks -= int(fast(pc_attach)(self._m, _NO_LOG, self._k, self._s, slot,
-                                          rid, hit))
+                                                rid, hit))
         self.blocks[slot] = hit
 
     def cache(self, slots: np.ndarray, rids: np.ndarray, computed: np.ndarray,
@@ -226,7 +226,7 @@ class PrefixCachingBlockManager(BlockManager):
         the token after it needs that token too (an output not back yet under async
         scheduling)."""
         fast(pc_keep_committed)(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
-                          -1 if known is None else known)
+                                -1 if known is None else known)
         if self.tier is not None:  # stored as computed (sim.offload)
             self.tier.offer_slot(slot, rid)
 
