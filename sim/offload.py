@@ -85,7 +85,6 @@ from sim.kernels.prefix import (
     pc_unlink,
 )
 from sim.records import LoadRecord, Records, TierRecord, field_names
-from sim.steady_kernel import fast
 
 # block identities (key, next): int64 [n, 2] (sim.kernels.tier.tier_idents) or pairs
 Idents = np.ndarray | list[tuple[int, int]]
@@ -245,20 +244,20 @@ class Loads:
         """int64 [b - a, 2]: (key, next) of request ``rid``'s blocks ``a`` to ``b`` - 1, as
         the GPU pool keys them (``sim.kernels.tier.tier_idents``)."""
         pool = self.r.prefix
-        return fast(tier.tier_idents)(pool._m, pool._k, pool._s, rid, a, b)
+        return pool.helpers(tier.tier_idents)(pool._m, pool._k, pool._s, rid, a, b)
 
     def offer_slot(self, slot: int, rid: int) -> None:
         """Offer the tier slot ``slot``'s (request ``rid``'s) blocks the GPU pool has cached
         since its last offer (``sim.kernels.tier.tier_offer_slot``)."""
         pool, t = self.r.prefix, self.tier
-        fast(tier.tier_offer_slot)(t._m, _NO_LOG, t.stats, pool.offered, pool._m, pool._k,
-                                   pool._s, slot, rid)
+        offer = pool.helpers(tier.tier_offer_slot)
+        offer(t._m, _NO_LOG, t.stats, pool.offered, pool._m, pool._k, pool._s, slot, rid)
 
     def finished(self, slot: int, rid: int) -> None:
         """Request ``rid`` (in ``slot``) finished: its offered blocks are ranked anew."""
         pool = self.r.prefix
-        fast(tier.tier_finished)(self.tier._m, _NO_LOG, pool.offered, pool._m, pool._k,
-                                 pool._s, slot, rid)
+        finished = pool.helpers(tier.tier_finished)
+        finished(self.tier._m, _NO_LOG, pool.offered, pool._m, pool._k, pool._s, slot, rid)
 
     # -- the scheduler's side: loads -------------------------------------------------
     def lookup(self, rid: int, tokens: int, hit: int) -> tuple[int, bool]:
@@ -266,8 +265,9 @@ class Loads:
         ``tokens`` tokens, at most to ⌊(tokens - 1) / block_size⌋ in all; whether one of
         them is being loaded)."""
         pool = self.r.prefix
-        n, busy = fast(tier.tier_lookup)(self.tier._m, pool._m, pool._k, pool._s, rid, tokens,
-                                         hit, pool.block_size)
+        lookup = pool.helpers(tier.tier_lookup)
+        n, busy = lookup(self.tier._m, pool._m, pool._k, pool._s, rid, tokens, hit,
+                         pool.block_size)
         return int(n), bool(busy)
 
     def start(self, rid: int, target: int, hit: int, idle: int, more: int,

@@ -81,10 +81,13 @@ from sim.kernels.prefix import (
 )
 from sim.kernels.rules import kept_blocks
 from sim.kv import BlockManager
-from sim.steady_kernel import fast
 
 _sum = np.add.reduce
 _NO_LOG = np.zeros(0, dtype=np.int64)  # the reference path takes nothing back
+
+
+def _as_is(fn):
+    return fn
 
 
 class PrefixCachingBlockManager(BlockManager):
@@ -123,6 +126,9 @@ class PrefixCachingBlockManager(BlockManager):
         out = self._out = int(keys.max()) + 1 if len(keys) else int(starts[-1])
         cap = self.capacity_blocks
         width = cap if width is None else max(1, min(int(width), cap))
+        # how its kernel helpers are called: as they are (the reference path), or compiled
+        # (steady_kernel.fast) where the replica's engine path may take the kernels
+        self.helpers = _as_is
         self.mem = pc_new(cap, self.block_size, n_slots, width, self.unhashed_first,
                           self.drop_last_hit, self.next_token_hash, out)
         # the same memory as Python sees it fastest (an element a Python int, not a numpy
@@ -145,7 +151,7 @@ class PrefixCachingBlockManager(BlockManager):
         if total > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {total} blocks, {self.free_blocks} free")
         if total:
-            fast(pc_pop)(self._m, _NO_LOG, total)
+            self.helpers(pc_pop)(self._m, _NO_LOG, total)
         self.blocks[slots] = held + extra
         self.free_blocks -= total
 
@@ -153,7 +159,7 @@ class PrefixCachingBlockManager(BlockManager):
         if n > self.free_blocks:
             raise RuntimeError(f"KV pool overdrawn: need {n} blocks, {self.free_blocks} free")
         if n:
-            fast(pc_pop)(self._m, _NO_LOG, n)
+            self.helpers(pc_pop)(self._m, _NO_LOG, n)
         self.blocks[slot] += n
         self.free_blocks -= n
 
@@ -172,14 +178,15 @@ class PrefixCachingBlockManager(BlockManager):
 
     def release(self, slots: np.ndarray | int) -> None:
         for s in np.atleast_1d(slots).tolist():
-            self.free_blocks += int(fast(pc_free_slot)(self._m, _NO_LOG, s, int(self.blocks[s])))
+            self.free_blocks += int(self.helpers(pc_free_slot)(self._m, _NO_LOG, s,
+                                                               int(self.blocks[s])))
             self.blocks[s] = 0
         if self.tier is not None:
             self.offered[slots] = 0
 
     def free_slots(self, slots: np.ndarray, held: np.ndarray) -> None:
         for s, h in zip(slots.tolist(), held.tolist(), strict=True):
-            self.free_blocks += int(fast(pc_free_slot)(self._m, _NO_LOG, s, h))
+            self.free_blocks += int(self.helpers(pc_free_slot)(self._m, _NO_LOG, s, h))
         if self.tier is not None:
             self.offered[slots] = 0
         if self.free_blocks > self.capacity_blocks:
@@ -192,15 +199,15 @@ class PrefixCachingBlockManager(BlockManager):
         ``tokens`` tokens: its longest run of leading cached blocks, prompt blocks then (after
         a preemption) committed output blocks, at most ⌊(tokens - 1) / block_size⌋ (the
         last token is always recomputed), less its last with ``drop_last_hit``."""
-        hit, idle = fast(pc_lookup)(self._m, self._k, self._s, rid, tokens)
+        hit, idle = self.helpers(pc_lookup)(self._m, self._k, self._s, rid, tokens)
         return int(hit), int(idle)
 
     def attach(self, slot: int, rid: int, hit: int) -> None:
         """Give empty ``slot`` (request ``rid``) references to its first ``hit`` prompt
         blocks, found cached by :meth:`lookup` (each key's first cached copy, as vLLM's
         ``get_one_block``); unreferenced ones leave the free queue."""
-        self.free_blocks -= int(fast(pc_attach)(self._m, _NO_LOG, self._k, self._s, slot,
-                                                rid, hit))
+        attach = self.helpers(pc_attach)
+        self.free_blocks -= int(attach(self._m, _NO_LOG, self._k, self._s, slot, rid, hit))
         self.blocks[slot] = hit
 
     def cache(self, slots: np.ndarray, rids: np.ndarray, computed: np.ndarray,
@@ -213,7 +220,7 @@ class PrefixCachingBlockManager(BlockManager):
         known = [-1] * len(slots) if known is None else known.tolist()
         for s, rid, c, k in zip(slots.tolist(), rids.tolist(), computed.tolist(), known,
                                 strict=True):
-            fast(pc_cache)(self._m, _NO_LOG, self._k, self._s, s, rid, c, k)
+            self.helpers(pc_cache)(self._m, _NO_LOG, self._k, self._s, s, rid, c, k)
             if self.tier is not None:  # stored as computed (sim.offload)
                 self.tier.offer_slot(s, rid)
 
@@ -225,8 +232,9 @@ class PrefixCachingBlockManager(BlockManager):
         ``known`` tokens the request has (default: more than it holds): a block hashed with
         the token after it needs that token too (an output not back yet under async
         scheduling)."""
-        fast(pc_keep_committed)(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
-                                -1 if known is None else known)
+        keep = self.helpers(pc_keep_committed)
+        keep(self._m, _NO_LOG, self._k, self._s, slot, rid, kv_tokens,
+             -1 if known is None else known)
         if self.tier is not None:  # stored as computed (sim.offload)
             self.tier.offer_slot(slot, rid)
 

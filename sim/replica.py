@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import simpy
 
-from sim import async_scheduling, gate, steady, steady_walk
+from sim import async_scheduling, gate, steady, steady_kernel, steady_walk
 from sim.drafters import EAGLE_TYPE, input_slots, lookahead_slots
 from sim.engine_path import AUTO, EnginePath
 from sim.kernels import rules
@@ -136,6 +136,8 @@ class Replica:
             and drafter.method in EAGLE_TYPE
         self.prefix = make_prefix_cache(table, limits, kv_capacity_blocks, rows,
                                         st[:, BLOCKS], eagle_type)
+        if self.prefix is not None and path.fast:  # its helpers as the walk compiled them
+            self.prefix.helpers = steady_kernel.fast  # (the reference path keeps Python's)
         self.kv = self.prefix or BlockManager(kv_capacity_blocks, limits.block_size, n,
                                               blocks=st[:, BLOCKS],
                                               rolls_back=limits.rolls_back)

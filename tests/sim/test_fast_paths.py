@@ -313,25 +313,37 @@ def test_a_run_that_starts_at_time_zero_compiles_no_second_walk():
 
 
 def test_the_reference_prefix_cache_calls_the_walks_compiled_helpers_as_compiled():
-    # sim.prefix_cache and sim.offload call their kernel helpers through steady_kernel.fast:
-    # only helpers the walk itself calls, on the walk's argument types, so that no other
-    # specialisation is compiled (silently, mid-run) and the records stay the walk's
+    # on a path that may take the kernels, sim.prefix_cache and sim.offload call their
+    # kernel helpers through steady_kernel.fast (on the reference path as they are, so the
+    # differential tests still check the compiled helpers against Python's): only helpers
+    # the walk itself calls, on the walk's argument types, so that no other specialisation
+    # is compiled (silently, mid-run)
     import re
     from pathlib import Path
 
+    import simpy
+
     from sim import steady_kernel
-    from sim.bench import run_bench
+    from sim.bench import bench_scenario, run_bench
+    from sim.cluster import wire
     from sim.engine_path import PATHS
+    from sim.prefix_cache import _as_is
 
     if not steady_kernel.available():
         pytest.skip("no compiled kernels here")
     root = Path(steady_kernel.__file__).parent
     used = set()
     for name in ("prefix_cache.py", "offload.py"):
-        used |= set(re.findall(r"fast\((?:tier\.)?(\w+)\)", (root / name).read_text()))
+        used |= set(re.findall(r"helpers\((?:tier\.)?(\w+)\)", (root / name).read_text()))
     assert used == set(steady_kernel.FAST_HELPERS)
     assert used <= set(steady_kernel._PYTHON)  # each one a helper the kernels call
     run_bench(300, 0, "cpu-offload", path=PATHS["compiled"])  # tier loads: reference steps
     for name in used:
         jit = steady_kernel.compiled_helper(name)
         assert jit is not None and len(jit.signatures) <= 1, (name, jit.signatures)
+    # which each replica takes, by its engine path
+    setup = setups(bench_scenario(50, 0, "cpu-offload"), "bench")[0][1]
+    for path, helpers in (("reference", _as_is), ("compiled", steady_kernel.fast),
+                          ("auto", steady_kernel.fast)):
+        (r,) = wire(simpy.Environment(), setup, PATHS[path]).replicas
+        assert r.prefix.helpers is helpers, path
