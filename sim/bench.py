@@ -88,6 +88,17 @@ def decode_heavy_rows(requests: int, seed: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _scenario(requests: int, seed: int, workload: str, sets, folder: str):
+    """``bench_scenario`` of ``workload``, its decode-heavy trace (if it replays one)
+    written into ``folder``."""
+    trace = None
+    if WORKLOADS[workload].base == "decode-heavy":
+        trace = Path(folder) / "decode-heavy.csv"
+        trace.write_text(decode_heavy_rows(requests, seed))
+    return bench_scenario(requests, seed, workload, None if trace is None else str(trace),
+                          sets)
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -104,12 +115,7 @@ def run_bench(requests: int, seed: int = 0, workload: str = "speculative",
     from sim.runner import run_setups
 
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
-        trace = None
-        if WORKLOADS[workload].base == "decode-heavy":
-            trace = Path(tmp) / "decode-heavy.csv"
-            trace.write_text(decode_heavy_rows(requests, seed))
-        sc = bench_scenario(requests, seed, workload, None if trace is None else str(trace),
-                            sets)
+        sc = _scenario(requests, seed, workload, sets, tmp)
         built = setups(sc, "bench")
         paths = fast_paths(built[0][1], path)
         engine, fallback = path_taken(paths, walks(built[0][1], path), path, requests)
@@ -191,23 +197,17 @@ def run_warm(requests: int, seed: int = 0, workload: str = "speculative",
 
 def _takes_kernels(requests: int, workload: str, sets, path: EnginePath) -> bool:
     """Whether a run of ``requests`` of ``workload`` on ``path`` takes the compiled
-    kernels from its start: a path that may (not the reference; on the auto path, a run of
-    ``steady.KERNEL_REQUESTS`` or more) and a fast path the gate opens for its replicas."""
-    from sim import steady
+    kernels from its start: the engine path ``path_taken`` reports for it is
+    ``compiled``."""
     from sim.build import setups
     from sim.cluster import fast_paths
 
-    if not path.fast or (path.kernels_after is None and requests < steady.KERNEL_REQUESTS):
+    if not path.fast:  # (the reference path: nothing to build to know)
         return False
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
-        trace = None
-        if WORKLOADS[workload].base == "decode-heavy":
-            trace = Path(tmp) / "decode-heavy.csv"
-            trace.write_text(decode_heavy_rows(WARMUP_REQUESTS))
-        sc = bench_scenario(WARMUP_REQUESTS, 0, workload,
-                            None if trace is None else str(trace), sets)
+        sc = _scenario(WARMUP_REQUESTS, 0, workload, sets, tmp)
         paths = fast_paths(setups(sc, "bench")[0][1], path)
-    return any(why is None for why in paths.values())
+    return path_taken(paths, False, path, requests)[0] == "compiled"
 
 
 def run_all(requests: int, seed: int = 0, sets: list[str] | tuple[str, ...] = (),
