@@ -113,7 +113,7 @@ from hardware.spec_cost import SPEC_FIELDS
 from sim import gate, steady, steady_kernel
 from sim.draft_pricing import one_level_deeper
 from sim.kernels.base import SCHEDULED
-from sim.kernels.prefix import LOG_PER_BLOCK
+from sim.kernels.prefix import LOG_PER_BLOCK, TIER_LOG
 from sim.kernels.prefix import W_ as WIDTH
 from sim.router import next_event_past
 from sim.shapes import draft_feeds, tree_key_term
@@ -393,8 +393,9 @@ def _prefix(r) -> tuple:
         entries = LOG_PER_BLOCK * (4 * lim.max_batched_tokens // lim.block_size
                                    + 4 * lim.max_num_seqs + 8 * int(cache.mem[WIDTH]) + 256)
         r._walk_log = np.zeros(2 * entries + 1, dtype=np.int64)
-        if r.offload is not None:  # (an offer writes up to 3 times a block's changes)
-            r._walk_tlog = np.zeros(2 * 3 * entries + 1, dtype=np.int64)
+        if r.offload is not None:  # (an offer writes up to TIER_LOG per block)
+            r._walk_tlog = np.zeros(2 * TIER_LOG // LOG_PER_BLOCK * entries + 1,
+                                    dtype=np.int64)
     tier = _NO_TIER if r.offload is None else (r.offload.tier.mem, r._walk_tlog,
                                                 r.offload.tier.stats, cache.offered)
     return cache.mem, cache._keys, cache._starts, r.table.prompt_tokens, r._walk_log, *tier
