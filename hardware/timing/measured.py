@@ -314,13 +314,14 @@ class MeasuredTiming:
         """The one stage's ``_stage_params`` as arrays, for a compiled pricer
         (``sim.steady_kernel``; the decode table [batches, lengths], no rows without one).
         None for a pipeline."""
-        if self._single is None:
-            return None
-        p, grid, lin, head, allreduce, dec, batches, lengths = self._single
-        return (np.array(p), np.array(grid), np.array(lin), np.array(head, dtype=np.float64),
-                np.array(allreduce, dtype=np.float64),
-                np.array(dec) if dec else np.zeros((0, len(lengths))),
-                np.array(batches, dtype=np.float64), np.array(lengths))
+        return None if self._single is None else _kernel_arrays(self._single)
+
+    def kernel_stages(self) -> tuple:
+        """Each pipeline stage's ``kernel_params`` (a tuple, one per stage), and the hop's
+        fixed and per-token seconds: what the compiled walk prices a pipeline's stages with
+        (``sim.kernels.base.stages_seconds``)."""
+        return (tuple(_kernel_arrays(sp) for sp in self._params), self._hop_fixed_s,
+                self._hop_per_token_s)
 
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""
@@ -366,6 +367,16 @@ class MeasuredTiming:
                          parts["overhead_s"], largest(compute, memory, comm, host),
                          tuple(stage_s), hop_s, parts)
 
+
+
+def _kernel_arrays(sp: tuple) -> tuple[np.ndarray, ...]:
+    """A stage's ``_stage_params`` as the compiled pricer takes them (arrays; the decode
+    table [batches, lengths], no rows without one)."""
+    p, grid, lin, head, allreduce, dec, batches, lengths = sp
+    return (np.array(p), np.array(grid), np.array(lin), np.array(head, dtype=np.float64),
+            np.array(allreduce, dtype=np.float64),
+            np.array(dec) if dec else np.zeros((0, len(lengths))),
+            np.array(batches, dtype=np.float64), np.array(lengths))
 
 
 # -- one stage's pass, the formula stated once ----------------------------------------------

@@ -248,6 +248,12 @@ class RooflineTiming:
         None for a pipeline."""
         return None if self._single is None else analytic_params(self._single)
 
+    def kernel_stages(self) -> tuple:
+        """Each pipeline stage's ``kernel_params`` (a tuple, one per stage), and the hop's
+        fixed and per-token seconds (``sim.kernels.base.stages_seconds``)."""
+        return (tuple(analytic_params(q) for q in self._vectors), self._hop_fixed_s,
+                self._hop_per_token_s)
+
     def stage_seconds(self, new: float, kv: float, keys: float, n: float) -> tuple[float, ...]:
         """Each pipeline stage's seconds."""
         return self._pipeline(new, kv, keys, n)[5]

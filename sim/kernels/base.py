@@ -106,6 +106,52 @@ def pass_seconds(new, kv, keys, n, params, bound):
     return seconds, code
 
 
+def stages_seconds(new, kv, keys, n, stages, hop_fixed, hop_token, bound, stage_s):
+    """(seconds, bound code, hop seconds) of one pass through a pipeline's stages, as a
+    pipeline timing's ``breakdown`` gives them (measured or roofline): each stage's
+    seconds in ``stage_s`` (float64 [S], written) by ``pass_seconds``' formula on that
+    stage's ``kernel_params`` (``stages``, a tuple, one per stage), the pass's seconds
+    their sum plus S - 1 hops of ``hop_fixed`` + ``hop_token`` x new, its bound the
+    largest of compute, memory, comm (the hops' included) and host summed over the
+    stages; -1 without ``bound``."""
+    compute, memory, comm, host = 0.0, 0.0, 0.0, 0.0
+    seconds = 0.0
+    for k in range(len(stages)):
+        p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths = stages[k]
+        if len(grid) == 0:
+            c_s, m_s, x_s, s_s = stage_parts(p, new, kv, keys, n)
+            h_s = p[HOST_S]
+        else:
+            b, w = pass_decode_weight(n, dec, dec_batches)
+            busy = pass_fixed(new, n, p, grid, lin) + p[3] * kv + p[4] * keys
+            busy += pass_table(new if new < p[15] * n else p[15] * n, grid, head)
+            busy += pass_decode(kv, n, b, w, dec, dec_lengths)
+            s_s = pass_total(busy, n, p)
+            c_s, m_s = pass_light(new, kv, keys, p)
+            x_s = pass_table(new, grid, allreduce)
+            h_s = p[9]
+        compute += c_s
+        memory += m_s
+        comm += x_s
+        host += h_s
+        stage_s[k] = s_s
+        seconds += s_s
+    hops = len(stages) - 1
+    hop_s = hop_fixed + hop_token * new if hops else 0.0
+    comm += hops * hop_s
+    seconds += hops * hop_s
+    if not bound:
+        return seconds, -1, hop_s
+    code, top = 0, compute  # base.largest
+    if memory > top:
+        code, top = 1, memory
+    if comm > top:
+        code, top = 2, comm
+    if host > top:
+        code = 3
+    return seconds, code, hop_s
+
+
 def decode_one(st, i, held, block_size, rolls_back):
     """Row ``i``'s verify without a draft (``sim.step.advance``): one token emitted, one
     verify step counted, the blocks it keeps of the ``held`` it had after the grant

@@ -118,3 +118,36 @@ def test_pipeline_pass_is_a_first_come_first_served_tandem_queue():
     # one stage: no hop
     free = [5.0]
     assert pipeline_pass(free, 1.0, 1.0, (4.0,), 99.0) == 10.0
+
+
+@pytest.mark.parametrize("timing", ["measured", "roofline"])
+@pytest.mark.parametrize("pp", [2, 3])
+def test_the_walk_prices_each_stage_as_the_pipeline_timing_does(timing, pp):
+    """``sim.kernels.base.stages_seconds`` on a timing's ``kernel_stages``: each stage's
+    seconds, the hop, the pass's seconds and its bound the very floats and name of the
+    timing's ``breakdown`` (what ``price_stages`` prices a micro-batch with)."""
+    from hardware import CostModel, Deployment, load_catalog
+    from sim.kernels.base import stages_seconds
+
+    if timing == "measured":
+        pytest.importorskip("aiconfigurator_core", reason="measured tables")
+    cat = load_catalog()
+    dep = Deployment(model=cat.model("llama-3-70b"), gpu=cat.gpu("h100"), tp=2, pp=pp,
+                     timing=timing)
+    t = CostModel(dep, cat).timing
+    assert t.name == timing
+    stages, fixed, per_token = t.kernel_stages()
+    assert len(stages) == pp
+    out = np.zeros(pp)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = float(rng.integers(1, 300))
+        new = n * float(rng.integers(1, 8)) + float(rng.integers(0, 2048))
+        kv = new + n * float(rng.integers(0, 8000))
+        keys = kv * float(rng.uniform(1.0, 4.0))
+        b = t.breakdown(new, kv, keys, n)
+        seconds, code, hop_s = stages_seconds(new, kv, keys, n, stages, fixed, per_token, True,
+                                              out)
+        assert (seconds, hop_s, tuple(out)) == (b.seconds, b.hop_s, b.stage_s)
+        assert ("compute", "memory", "comm", "host")[code] == b.bound
+        assert stages_seconds(new, kv, keys, n, stages, fixed, per_token, False, out)[1] == -1
