@@ -15,17 +15,18 @@ from __future__ import annotations
 from sim import steady_kernel
 
 
-def shared(r) -> str | None:
+def shared(r, stages: bool = False) -> str | None:
     """What keeps replica ``r`` off every fast path: they are compiled kernels, and cover
-    one pipeline stage of vLLM v1's order (a prefix cache keeps a replica off the steady
-    stretch only: ``steady``; a draft drafting ahead, the walk only where it drafts a
-    static chain, serially: ``walk``)."""
+    vLLM v1's order, one pipeline stage (several too with ``stages``: the walk's, which
+    ``walk`` narrows) (a prefix cache keeps a replica off the steady stretch only:
+    ``steady``; a draft drafting ahead, the walk only where it drafts a static chain,
+    serially: ``walk``)."""
     if not steady_kernel.available():
         return "no compiled kernels (numba not installed, or SPECSIM_NUMBA=0)"
     if r.limits.recv_interval > 1:  # (the kernels admit from the waiting queue at once)
         return (f"scheduler.recv_interval {r.limits.recv_interval} (SGLang reads new "
                 "requests every N-th loop: the reference loop's poll)")
-    if r.stages != 1:
+    if r.stages != 1 and not stages:
         return f"{r.stages} pipeline stages"
     if r.limits.order != "vllm_v1":
         return f"scheduler.order {r.limits.order}"
@@ -57,15 +58,16 @@ def steady(r) -> str | None:
     return why
 
 
-def _plain(r) -> str | None:
-    """What keeps replica ``r`` off the fast paths of plain decoding, or None."""
+def _plain(r, stages: bool = False) -> str | None:
+    """What keeps replica ``r`` off the fast paths of plain decoding, or None (``stages``:
+    as ``shared``'s)."""
     if not r.path.fast:
         return "off on this engine path"
     if r.policy.uses_draft or r.pricer.draft is not None:
         return "speculation (steady stretches are for plain decoding)"
     if r.cpu_s_per_seq:
         return "host time per sequence"
-    return shared(r)
+    return shared(r, stages)
 
 
 def walk(r) -> str | None:
@@ -75,7 +77,7 @@ def walk(r) -> str | None:
     if not r.path.fast:
         return "off on this engine path"
     if not r.policy.uses_draft:
-        why = _plain(r)
+        why = _plain(r, stages=True)
         return None if why is None else f"not steady: {why}"
     policy = r.policy
     varies = (getattr(policy, "walk_smoothing", None) is not None
@@ -102,4 +104,8 @@ def walk(r) -> str | None:
         # (the walk prices the drafting ahead of one draft's serial passes, one chain)
         return "a draft drafting ahead of the verify with a shape that varies, on " \
                "several GPUs or in one pass"
-    return shared(r)
+    if r.stages > 1 and (varies or lookup or r.overlap):
+        # (the walk keeps a micro-batch's shape, the one static one, in flight)
+        return (f"{r.stages} pipeline stages with a shape that varies, a lookup drafter or "
+                "a draft drafting ahead")
+    return shared(r, stages=True)

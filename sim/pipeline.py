@@ -24,6 +24,17 @@ The draft (co-located) runs at the start of a micro-batch, on the first stage's 
 the target's first stage: its passes are added to stage 0's time. Per-stage times and the
 hop time come from the cost model's ``pass_cost`` (``stage_s``, ``hop_s``).
 
+Where the compiled walk can form the replica's micro-batches (``sim.gate.walk``: a static
+shape, no lookup drafter, no drafting ahead; measured or roofline timings) it forms them
+many at a time with their completions (``sim.steady_walk``, ``sim.kernels.walk``), taking
+the micro-batches in flight over from the reference scheduler (``walk_flight``: their events
+dropped, ``walk_took_flight``) and handing those it leaves in flight back as this scheduler
+makes them (``walk_landed``: the same ``MicroBatch``, its end's event made anew, so it
+comes after another event at the very same instant that was made before it). A micro-batch
+with a slot preempted in flight, a shape per sequence or placeholder drafts is not taken
+over; nor are replicas behind a closed loop or a router that reads the pool, which the
+reference path runs.
+
 Until December 2026 each stage was a SimPy process with an inbox and each link a
 ``Resource``: the same times to the last bit, but the end of a micro-batch was an event
 made when its last stage started rather than when it was dispatched, so where it falls at
@@ -34,13 +45,17 @@ in the other order.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from heapq import heapify
 
 import numpy as np
 
+from sim import steady_walk
 from sim.kernels.pipeline import pipeline_pass
 from sim.replica import Replica
 from sim.router import event_at
 from sim.scheduling import Batch
+from sim.shapes import tree_nodes
+from sim.slots import FILLED, KV, TARGET
 from sim.step import draft_sync
 
 
@@ -67,6 +82,9 @@ class PipelinedReplica(Replica):
         self.busy = np.zeros(self.limits.max_num_seqs, dtype=bool)
         self.epoch = np.zeros(self.limits.max_num_seqs, dtype=np.int64)  # + 1 per preemption
         self.in_flight = 0
+        # the micro-batches in flight, in the order dispatched: (end, MicroBatch, the event
+        # that ends it)
+        self.flight: list[tuple[float, MicroBatch, object]] = []
         # when stage k (at 2k) and the link after it (2k + 1) come free (pipeline_pass)
         self.free_at = [0.0] * (2 * self.stages - 1)
 
@@ -85,10 +103,21 @@ class PipelinedReplica(Replica):
         return bool(self.waiting) or bool(self.schedulable().any())
 
     def run(self):
-        """The scheduler: dispatch micro-batches while fewer than ``stages`` are in flight."""
+        """The scheduler: dispatch micro-batches while fewer than ``stages`` are in flight
+        (many at once, with their completions, where the compiled walk can form them:
+        ``sim.steady_walk``)."""
         env = self.env
         while True:
-            if self.in_flight < self.stages and self._has_work():
+            can_form = self.in_flight < self.stages and self._has_work()
+            if self._walk is not None and (can_form or self.in_flight):
+                # (with every stage busy the walk starts waiting, as the scheduler does)
+                fn = steady_walk.compiled(self)
+                walk = steady_walk.plan(self, fn) if fn is not None else None
+                if walk is not None:
+                    self.compiled_iterations += walk.k
+                    yield from steady_walk.run(self, walk)
+                    continue
+            if can_form:
                 batch = self.form_batch()
                 if not batch.empty:
                     self._dispatch(batch)
@@ -115,11 +144,17 @@ class PipelinedReplica(Replica):
         now = self.env.now
         mb = MicroBatch(batch, epochs, now, draft_s, float(cost.seconds), tuple(cost.stage_s),
                         float(cost.hop_s), str(cost.bound))
-        end = pipeline_pass(self.free_at, now, mb.draft_s, mb.stage_s, mb.hop_s)
-        event_at(self.env, end).callbacks.append(lambda _: self.complete(mb))
+        self._fly(pipeline_pass(self.free_at, now, mb.draft_s, mb.stage_s, mb.hop_s), mb)
+
+    def _fly(self, end: float, mb: MicroBatch) -> None:
+        """``mb`` in flight until ``end``, one event at that time."""
+        event = event_at(self.env, end)
+        event.callbacks.append(lambda _: self.complete(mb))
+        self.flight.append((end, mb, event))
 
     def complete(self, mb: MicroBatch) -> None:
         """The last stage finished ``mb``: apply it, free its sequences, wake the scheduler."""
+        self.flight.pop(0)  # (the first in flight: the stages serve in order)
         batch = _still_held(mb, self.epoch)
         self.finish_iteration(batch, mb.start_at, mb.draft_s, mb.verify_s, mb.bound)
         self.busy[batch.dec_slots] = False
@@ -127,6 +162,74 @@ class PipelinedReplica(Replica):
         self.in_flight -= 1
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+
+    # -- the compiled walk's side (sim.steady_walk) -------------------------------------
+    def walk_flight(self, run: np.ndarray) -> tuple | None:
+        """The micro-batches in flight as the walk takes them over, for the running slots
+        ``run`` (its rows, in that order): (each row's micro-batch id, 0 for none, and
+        what it took, int64 [R, 2]; their times float64 [S, 4] and counts int64 [S, 8], as
+        ``sim.kernels.walk`` keeps them; how many; their events' ids), or None where one
+        holds what the walk does not keep (a slot preempted in flight, a shape per
+        sequence, placeholder drafts)."""
+        n_st = self.stages
+        fly = np.zeros((len(run), 2), dtype=np.int64)
+        fl_f = np.zeros((n_st, 4))
+        fl_i = np.zeros((n_st, 8), dtype=np.int64)
+        if not self.flight:
+            return fly, fl_f, fl_i, 0, ()
+        row_of = np.full(self.limits.max_num_seqs, -1, dtype=np.int64)
+        row_of[run] = np.arange(len(run))
+        codes = steady_walk.BOUND_CODES
+        for j, (end, mb, _) in enumerate(self.flight):
+            b = mb.batch
+            if b.row.ndim != 1 or len(b.pads) or _still_held(mb, self.epoch) is not b:
+                return None
+            dec, pre = row_of[b.dec_slots], row_of[b.pre_slots]
+            nodes = tree_nodes(b.row)
+            fly[dec, 0] = fly[pre, 0] = j + 1
+            fly[dec, 1] = 1 + nodes
+            fly[pre, 1] = b.chunks
+            n_dec = len(dec)
+            fl_f[j] = end, mb.start_at, mb.draft_s, mb.verify_s
+            fl_i[j] = (j + 1, n_dec + len(pre), n_dec, int(b.chunks.sum()), b.verify_tokens,
+                       n_dec * nodes, codes.get(mb.bound, -1), int(nodes > 0 and n_dec > 0))
+        return fly, fl_f, fl_i, len(self.flight), tuple(id(e) for _, _, e in self.flight)
+
+    def walk_took_flight(self) -> None:
+        """A walk took the micro-batches in flight over (``walk_flight``'s): their events
+        are dropped (the walk completes them)."""
+        if self.flight:
+            gone = {id(e) for _, _, e in self.flight}
+            queue = self.env._queue
+            queue[:] = [item for item in queue if id(item[3]) not in gone]
+            heapify(queue)
+            self.flight = []
+
+    def walk_landed(self, w) -> None:
+        """After walk ``w`` was written (``steady_walk.run``): the micro-batches it left in
+        flight, as the reference dispatches them (each with its end's event)."""
+        self.busy[:] = False
+        self.in_flight = w.n_fl
+        if not w.n_fl:
+            return
+        run = self.running_order()
+        tag = np.zeros(self.limits.max_num_seqs, dtype=np.int64)
+        took = np.zeros(self.limits.max_num_seqs, dtype=np.int64)
+        held = w.fly[:, 0] > 0
+        tag[w.slots[held]] = w.fly[held, 0]
+        took[w.slots[held]] = w.fly[held, 1]
+        st = self.state
+        for j in range(w.n_fl):
+            mine = run[tag[run] == w.fl_i[j, 0]]  # in running order
+            decoding = st[mine, TARGET] == st[mine, FILLED]
+            dec, pre = mine[decoding], mine[~decoding]
+            batch = Batch(self.policy.shape(len(dec)), dec, st[dec, KV], pre, st[pre, KV],
+                          took[pre])
+            self.busy[mine] = True
+            end, start, draft_s, verify_s = w.fl_f[j].tolist()
+            mb = MicroBatch(batch, self.epoch[np.concatenate((dec, pre))], start, draft_s,
+                            verify_s, (), 0.0, steady_walk.BOUND_NAMES[int(w.fl_i[j, 6])])
+            self._fly(end, mb)
 
 
 def _still_held(mb: MicroBatch, epoch: np.ndarray) -> Batch:

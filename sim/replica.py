@@ -206,6 +206,7 @@ class Replica:
         self._walk_gaps = None  # and its buffer of inter-token gaps (steady_walk._gaps)
         self._walk_log = None  # and its prefix cache's undo log (steady_walk._prefix)
         self._walk_tlog = None  # and its CPU tier's
+        self._walk_stages = None  # and its pipeline stages' prices (steady_walk)
         self.compiled_iterations = 0  # iterations the compiled kernels formed (the rest: not)
         self.process = env.process(self.run())
 

@@ -151,7 +151,7 @@ class ArrivalFeed:
         self.index, self.replicas = index, replicas
         self.others = list(others)  # the other replicas (their ``process``)
 
-    def look(self, most: int) -> tuple[float, np.ndarray, list[float], float]:
+    def look(self, most: int, skip=()) -> tuple[float, np.ndarray, list[float], float]:
         """(horizon, ids, times, next_at): when the next event other than the arrival
         process's own and the other replicas' comes (inf: none); this replica's requests
         not submitted yet that are submitted before it, at most ``most`` of them (``ids``,
@@ -165,7 +165,7 @@ class ArrivalFeed:
         (``Environment._queue``: (time, priority, id, event) entries, a handful in a run
         with one replica); a SimPy that keeps it otherwise gets the next event of anyone
         (``env.peek()``) and no look past it: walks then stop at every arrival."""
-        got = next_event_past(self.env, self.others, self.process)
+        got = next_event_past(self.env, self.others, self.process, skip)
         if got is None:
             return self.env.peek(), _NONE, [], math.inf
         horizon, wake = got  # (wake: when the arrival process wakes next)
@@ -209,12 +209,15 @@ def event_at(env: simpy.Environment, at: float) -> simpy.Event:
 
 def next_event_past(env: simpy.Environment, others: Sequence, own=None, skip=()):
     """(when the next event in ``env``'s queue comes that is neither a process of
-    ``others`` (anything with a ``process``) waiting nor ``own`` (a process) waiting nor
+    ``others`` (anything with a ``process``) waiting, nor the end of one of their
+    micro-batches in flight (a pipeline's ``flight``), nor ``own`` (a process) waiting nor
     one of ``skip`` (the ids of events), inf if none; when ``own`` wakes, None if it is not
     waiting), or None where SimPy keeps its queue otherwise (``Environment._queue``:
     (time, priority, id, event) entries) and only ``env.peek()`` can be had."""
     mine = None if own is None else own.target
     theirs = {id(r.process.target) for r in others}
+    for r in others:
+        theirs.update(id(item[2]) for item in getattr(r, "flight", ()))
     horizon, wake = math.inf, None
     try:
         for item in env._queue:

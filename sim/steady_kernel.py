@@ -296,8 +296,21 @@ def _jit_walk(numba, cache: bool, draws: bool):
            2, False, False, True, np.empty(4), *NO_LOOP, np.full(1, 2, dtype=np.int64),
            np.zeros(1, dtype=np.int64), 0, *walk_shape(draws), _PARAMS, _PARAMS,
            _NO_SPEC,
-           *NO_PREFIX)
+           *NO_PREFIX, stage_list((), _PARAMS), 0.0, 0.0, np.zeros(0),
+           np.zeros((1, 2), dtype=np.int64), np.zeros((1, 4)), np.zeros((1, 8), dtype=np.int64),
+           0)
     return kernel
+
+
+def stage_list(stages, like):
+    """``walk``'s ``stages``: a pipeline's stages' ``kernel_params`` (none for one stage) as
+    numba takes them whatever their number (a typed list of tuples of the type of
+    ``like``, a stage's: one specialisation), or a tuple without numba."""
+    try:
+        from numba import typed, typeof
+    except ImportError:
+        return tuple(stages)
+    return typed.List(stages) if len(stages) else typed.List.empty_list(typeof(like))
 
 
 # walk's closed-loop arguments without one (loop, sub_at, think, filled, tail)

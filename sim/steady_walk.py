@@ -115,14 +115,15 @@ from sim.draft_pricing import one_level_deeper
 from sim.kernels.base import SCHEDULED
 from sim.kernels.prefix import LOG_PER_BLOCK, TIER_LOG
 from sim.kernels.prefix import W_ as WIDTH
-from sim.router import next_event_past
+from sim.router import event_at, next_event_past
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, N_COLS, OUTPUT, RID, SPEC_OFF, STREAM, TARGET
 
 _any = np.logical_or.reduce
 _sum = np.add.reduce
 # steady_kernel's bound codes 0..3; -1 (no bound recorded) names the last, ""
-_NAMES = ("compute", "memory", "comm", "host", "")
+_NAMES = BOUND_NAMES = ("compute", "memory", "comm", "host", "")
+BOUND_CODES = {name: code for code, name in enumerate(_NAMES[:4])}
 
 
 class Walk:
@@ -132,19 +133,26 @@ class Walk:
     it admits (all before the split, if there is one), each into ``slots``."""
 
     __slots__ = ("n", "start", "k", "alpha", "floats", "ints", "ng", "st", "last_end",
-                 "first_at", "admitted", "adm_iter", "finished", "finished_at", "free",
+                 "first_at", "admitted", "adm_at", "finished", "finished_at", "free",
                  "n_free", "slots", "stack", "split", "excess", "resumed", "n_adm", "front",
-                 "vacated", "preempts")
+                 "vacated", "preempts", "end", "n_fl", "ends", "dispatched", "fly", "fl_f",
+                 "fl_i")
 
     def __init__(self, n: int, rows: np.ndarray, slots: np.ndarray, stack: np.ndarray,
-                 start: float, got: tuple, resumed: int = 0):
+                 start: float, got: tuple, resumed: int = 0, flight: tuple = ()):
         self.n, self.st, self.slots, self.stack, self.start = n, rows, slots, stack, start
         (self.k, self.alpha, self.floats, self.ints, self.ng, self.last_end, self.first_at,
-         admitted, self.adm_iter, self.finished, self.finished_at, free, n_free, _, _,
-         self.split, self.excess, n_adm, self.front, self.vacated, preempts) = got
+         admitted, self.adm_at, self.finished, self.finished_at, free, n_free, _, _,
+         self.split, self.excess, n_adm, self.front, self.vacated, preempts, end, n_fl,
+         self.ends, dispatched) = got
         self.admitted, self.free, self.n_free = int(admitted), int(free), int(n_free)
         self.n_adm, self.preempts = int(n_adm), int(preempts)
         self.resumed = resumed  # of the queue's rows, the first resumed after a preemption
+        # a pipeline's: when its last event came (it stops there), the micro-batches left
+        # in flight (their rows' ids and takes, their times and counts: the kernel's) and
+        # how many it dispatched
+        self.end, self.n_fl, self.dispatched = float(end), int(n_fl), int(dispatched)
+        self.fly, self.fl_f, self.fl_i = flight or (None, None, None)
 
 
 def params(r) -> tuple | str:
@@ -171,7 +179,13 @@ def params(r) -> tuple | str:
     why = gate.walk(r)
     if why is not None:
         return why
-    target = steady.kernel_params(r)
+    if r.stages > 1:  # priced stage by stage (sim.kernels.base.stages_seconds)
+        stages = _stages(r)
+        if stages is None:
+            return "a pipeline timing the kernels do not price stage by stage (paper)"
+        target = stages[0][0]
+    else:
+        target = steady.kernel_params(r)
     if target is None:
         return steady.NOT_PRICED
     if not r.policy.uses_draft:
@@ -213,6 +227,29 @@ def params(r) -> tuple | str:
             target, dp, _spec_params(r))
 
 
+def _stages(r) -> tuple | None:
+    """A pipelined replica's stages as the walk prices them: each stage's ``kernel_params``,
+    the hop's fixed and per-token seconds (``kernel_stages``), or None where its timing
+    has none (the paper timing's stages count no sequences)."""
+    fn = getattr(getattr(r.pricer.target, "timing", None), "kernel_stages", None)
+    return None if fn is None else fn()
+
+
+def _pipeline_args(r) -> tuple:
+    """``steady_kernel.walk``'s stage arguments for replica ``r`` (stages, hop seconds),
+    made once: none for one stage."""
+    got = r._walk_stages
+    if got is None:
+        like = r._walk[-3]  # the target's kernel_params: the stages' type
+        if r.stages > 1:
+            stages, fixed, per_token = _stages(r)
+            got = (steady_kernel.stage_list(stages, like), float(fixed), float(per_token))
+        else:
+            got = (steady_kernel.stage_list((), like), 0.0, 0.0)
+        r._walk_stages = got
+    return got
+
+
 def _kernel_tables(model, row: np.ndarray) -> tuple | None:
     """The ``kernel_tables`` of acceptance model ``model`` for shape ``row``, one per task,
     and its task bits (``steady_kernel.stack_tables``' arguments): a task mix's
@@ -247,6 +284,15 @@ def plan(r, fn) -> Walk | None:
         # tokens it missed), or requests whose KV a CPU tier has loaded, which the
         # reference admits first (sim.offload)
         return None
+    pipe = r.stages > 1
+    skip = ()  # a pipeline's events of its own micro-batches in flight (the walk's)
+    if pipe:
+        if r.loop is not None or r.on_finish is not None or r.strict_walk:
+            return None  # (a closed loop, or a router that reads the pool: the reference's)
+        flight = r.walk_flight(run)
+        if flight is None:
+            return None
+        fly_run, fl_f, fl_i, n_fl, skip = flight
     lim = r.limits
     queued = len(r.waiting)
     w = min(queued, MAX_ROWS)
@@ -270,9 +316,10 @@ def plan(r, fn) -> Walk | None:
         horizon, ids, arr_at, next_at, looping = loop
         w = len(ids)
     elif feed is None:
-        horizon = float(_next_event(r))  # (an event's time may be an int: one specialisation)
+        # (an event's time may be an int: one specialisation)
+        horizon = float(_next_event(r, skip))
     else:
-        horizon, coming, times, beyond = feed.look(MAX_ROWS - w)
+        horizon, coming, times, beyond = feed.look(MAX_ROWS - w, skip)
         horizon = float(horizon)
         if next_at == np.inf:  # the queue is all here: then the arrivals, in order
             ids = np.concatenate((ids, coming))
@@ -313,15 +360,30 @@ def plan(r, fn) -> Walk | None:
     # a lookup drafter's matches: where the walk stops before an iteration it drew them for,
     # the generator goes back to where the iterations it ran left it
     before = r.propose_rng.bit_generator.state if shape[_PROPOSE] >= 0.0 else None
+    fly = np.zeros((n + w, 2), dtype=np.int64)  # each row's micro-batch in flight, its take
+    if pipe:
+        fly[:n] = fly_run
+        free_at = np.array(r.free_at)
+    else:
+        free_at, fl_f, fl_i, n_fl = _NO_FREE, _NO_FL_F, _NO_FL_I, 0
     got = fn(rows, n, w, arr_at, next_at, slots, stack, free_slots, last,
              r.kv.free_blocks, r.kv.capacity_blocks, lim.block_size, r.v1, r.step_tokens,
              lim.chunk_tokens, lim.chunked_prefill, lim.max_num_seqs, shape[0], start,
              horizon, MAX_STEPS, r.on_finish is not None and loop is None, r.strict_walk,
-             r.pricer.record_bound, _gaps(r), *(steady_kernel.NO_LOOP if loop is None else looping),
-             prompt, back, r._admitted, *shape[1:], *_prefix(r))
+             # (a pipeline records the bound whatever the pricer's setting: price_stages')
+             r.pricer.record_bound or pipe, _gaps(r),
+             *(steady_kernel.NO_LOOP if loop is None else looping),
+             prompt, back, r._admitted, *shape[1:], *_prefix(r), *_pipeline_args(r), free_at,
+             fly, fl_f, fl_i, n_fl)
     if before is not None and got[_SPARE]:
         r.propose_rng.bit_generator.state = before
         r.propose_rng.random(got[_SPARE - 1])  # the matches of the iterations it ran
+    if pipe:  # something done: a dispatch or a completion (the walk's one at least)
+        if not (got[0] or got[-1]):
+            return None
+        r.free_at = free_at.tolist()
+        r.walk_took_flight()
+        return Walk(n, rows, slots, stack, start, got, resumed, (fly, fl_f, fl_i))
     return Walk(n, rows, slots, stack, start, got, resumed) if got[0] else None
 
 
@@ -376,6 +438,9 @@ MAX_STEPS = 256  # iterations per walk
 MAX_ROWS = 256  # requests per walk besides the running ones (waiting or arriving)
 GAPS = 1 << 15  # inter-token gaps per walk (a buffer per replica, reused)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_FREE = np.zeros(0)  # a walk of one stage: no stages coming free, no micro-batch in flight
+_NO_FL_F = np.zeros((1, 4))
+_NO_FL_I = np.zeros((1, 8), dtype=np.int64)
 _NO_TIER = steady_kernel.NO_PREFIX[5:]
 
 
@@ -409,19 +474,23 @@ def _gaps(r) -> np.ndarray:
     return buf
 
 
-def _next_event(r) -> float:
+def _next_event(r, skip=()) -> float:
     """When the next event that can touch replica ``r`` comes, for a walk without an arrival
     feed: the next of anyone's (``env.peek()``), or where ``r.strict_walk`` (its router
     reads the pool only when a request arrives) the next but the other replicas' own
     iterations (``r.peers``' processes), which change nothing of ``r``'s
     (``sim.router.next_event_past``, as ``ArrivalFeed.look`` reads the queue)."""
-    got = next_event_past(r.env, r.peers) if r.strict_walk and r.peers else None
+    got = next_event_past(r.env, r.peers if r.strict_walk else (), skip=skip) \
+        if (r.strict_walk and r.peers) or skip else None
     return r.env.peek() if got is None else got[0]
 
 
 def run(r, w: Walk):
     """Let walk ``w``'s iterations pass on replica ``r``, one event each, and write them (a
     SimPy sub-generator: ``yield from``)."""
+    if r.stages > 1:
+        yield from _run_stages(r, w)
+        return
     delays = (w.floats[2] + w.floats[3]).tolist()  # timeout(draft_s + verify_s)
     ints = w.ints
     ints[0] = r.index
@@ -447,6 +516,28 @@ def run(r, w: Walk):
         r.policy.alpha = w.alpha
     if r._walk[_AHEAD]:  # and what IterationPricer keeps of the drafting ahead
         r.pricer.ahead_excess = w.excess
+
+
+def _run_stages(r, w: Walk):
+    """``run`` for a pipelined replica: let time pass to each micro-batch's completion (one
+    event at its end, as ``sim.pipeline`` makes it) and to the walk's last event, then
+    write it (its admissions, finishes, rows and records) and hand the micro-batches left in
+    flight back (``PipelinedReplica.walk_landed``)."""
+    env = r.env
+    ints = w.ints
+    ints[0] = r.index
+    ints[8] = r.log.iterations.codes(_NAMES)[ints[8]]
+    for end in w.ends.tolist():
+        yield event_at(env, end)
+    if env.now < w.end:
+        yield event_at(env, w.end)
+    yield env.timeout(0)  # (arrivals at this instant, which the walk saw, join the queue)
+    rows = w.n + w.admitted
+    alive = np.ones(rows, dtype=bool)
+    alive[w.finished] = False
+    _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]), 0, w.k,
+           r._walk_gaps[:w.ng], 0, len(w.finished), w.free, w.stack[:w.n_free])
+    r.walk_landed(w)
 
 
 def _pass(r, w: Walk, delays: list[float], told: list[int]):
@@ -491,7 +582,7 @@ def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
             for rid in w.st[n:n + back, RID].tolist():
                 del r._resume[rid]
             log.first_scheduled_at[w.st[n + back:n + a, RID]] = \
-                w.floats[0, w.adm_iter[back:]]  # the others' first: their iteration's start
+                w.adm_at[back:]  # the others' first: their iteration's start
         r._admitted += w.n_adm  # (ADMIT: each admitted row's, set by the walk)
         if len(w.vacated):  # slots preempted requests left (Replica.preempt)
             r.state[w.vacated] = 0

@@ -1,7 +1,7 @@
 """Pipeline stages as a tandem queue: when a micro-batch leaves the last stage, written
 once, here with the kernels' rules, for both drivers: ``sim.pipeline.PipelinedReplica``
-calls it as it is; the compiled walk does not run pipelines yet (``sim.gate``), and will
-take a compiled copy of it as it does of every function of ``sim.kernels`` it calls.
+calls it as it is, the compiled walk (``sim.kernels.walk``) a compiled copy, as it does
+every function of ``sim.kernels`` it calls.
 
 A replica of ``stages`` pipeline stages sends each micro-batch through stage 0, the link to
 stage 1, stage 1, and so on: each stage and each inter-stage link serves one micro-batch

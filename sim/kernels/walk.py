@@ -34,8 +34,10 @@ from sim.kernels.base import (
     accepted_depth,
     decode_one,
     pass_seconds,
+    stages_seconds,
 )
 from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds, root_tree
+from sim.kernels.pipeline import pipeline_pass
 from sim.kernels.prefix import (
     LOG_PER_BLOCK,
     TIER_LOG,
@@ -80,7 +82,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
          mode, alpha, smoothing, width, ladder, key, sticky, rng, meta, p_geo, runs, ring, table,
          bits,
          propose, prng, host_s, ahead, excess, tp, dp, sp, pc, pkeys, pstarts, prompts, plog,
-         tm, tlog, tstats, offered):
+         tm, tlog, tstats, offered, stages, hop_fixed, hop_token, free_at, fly, fl_f, fl_i,
+         n_fl):
     """Plan iterations of a replica: the walk of ``sim.scheduling.vllm_v1.plan_vllm_v1``
     (each running row in order gets min(what it wants, the budget left): a decoder its
     verify, 1 + ``nodes`` tokens, a prefilling row the rest of its prompt, either at most
@@ -235,21 +238,40 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     ``max_steps``, with ``first_finish`` after the first that finishes a request, or when
     nobody is left.
 
+    A pipelined replica (``stages``: its stages' ``kernel_params``, a typed list; empty for
+    one stage) keeps up to ``len(stages)`` micro-batches in flight (``sim.pipeline``): a
+    batch is formed from the running rows not in flight, priced stage by stage
+    (``stages_seconds``; the draft on stage 0) and dispatched through the stages and links
+    (``pipeline_pass`` on ``free_at``, when each comes free), its rows tagged in ``fly``
+    (int64 [rows, 2]: the micro-batch's id, 0 for none, and what the row took) and its
+    times and counts kept in ``fl_f`` (float64 [S, 4]: its end, start, draft and verify
+    seconds) and ``fl_i`` (int64 [S, 8]: its id, batch size, decoders, prefill tokens,
+    verify and drafted tokens, bound code, whether it draws), ``n_fl`` of them, oldest
+    first (those given are in flight as the walk starts, handed over by the reference
+    scheduler); the scheduler forms again at once, and where every stage is busy or nothing
+    is formed it waits for the next event: the oldest micro-batch leaving the last stage
+    (its rows advanced as ``finish_iteration`` advances them, its record written then) or,
+    with a stage free, an arrival. A pipeline's walk stops before an event at or after
+    ``horizon`` (its micro-batches still in flight then handed back: the arrays, updated
+    in place), at two events at one instant, before a step that would preempt, and after
+    ``max_steps`` completions; the grants of a step are made as it is dispatched.
+
     Returns (k; the policy's α̂ after it (``alpha`` but with ``ADAPTIVE``); the iteration
-    rows, float64 [4, k] and int64 [10, k]: the fields of
-    ``sim.log.IterationLog``'s tables in its order, the bound as a code (0 compute, 1
-    memory, 2 comm, 3 host, -1 none), the replica left 0; the number of gaps; [n + n_wait]
-    each row's last emission and its first token's time (NaN: none in the walk); the rows
-    admitted and the iteration of each; the finished rows in the order they finish and
-    when; the pool's free blocks and the stack's free slots after it; and where the replica
-    stops for the event before the last iteration, if it comes after others: k_split > 0
-    iterations before it, the rows, last emissions, first tokens and rows alive then, the
-    gaps and finished rows so far, the free blocks, the stack and its free slots then;
-    before that, the matches drawn from ``prng`` for the iterations it ran and for the one
-    it stopped before, which the caller takes back: the reference path draws them again;
-    then ``excess`` after the iterations it ran; the admissions in all; the rows preempted
-    and still waiting, in the order preempted; the slots preempted rows left, in order;
-    the preemptions).
+    rows, float64 [4, k] and int64 [10, k]: the fields of ``sim.log.IterationLog``'s tables
+    in its order, the bound as a code (0 compute, 1 memory, 2 comm, 3 host, -1 none), the
+    replica left 0; the number of gaps; [n + n_wait] each row's last emission and its first
+    token's time (NaN: none in the walk); the rows admitted and when the iteration of each
+    starts; the finished rows in the order they finish and when; the pool's free blocks and
+    the stack's free slots after it; and where the replica stops for the event before the
+    last iteration, if it comes after others: k_split > 0 iterations before it, the rows,
+    last emissions, first tokens and rows alive then, the gaps and finished rows so far, the
+    free blocks, the stack and its free slots then; before that, the matches drawn from
+    ``prng`` for the iterations it ran and for the one it stopped before, which the caller
+    takes back: the reference path draws them again; then ``excess`` after the iterations it
+    ran; the admissions in all; the rows preempted and still waiting, in the order
+    preempted; the slots preempted rows left, in order; the preemptions; when it stopped (a
+    pipeline's last event); the micro-batches left in flight; when each iteration it wrote
+    ended; the micro-batches it dispatched).
     """
     rows = st.shape[0]
     caching = len(pc) > 0
@@ -277,7 +299,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     last_end = np.zeros(rows)
     last_end[:len(last_chunk)] = last_chunk
     first_at = np.full(rows, np.nan)
-    adm_iter = np.empty(max(n_wait, 1), dtype=np.int64)
+    adm_at = np.empty(max(n_wait, 1))  # when each admitted row's iteration starts
     gen = 0  # a closed loop's think times taken
     # preemption: the rows preempted and waiting at the queue's front (the last preempted
     # on top, last), the slots they left, the rows admitted in order (Replica.admit's
@@ -332,444 +354,562 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
     first_split = first_at[:0].copy()
     alive_split = alive[:0].copy()
     stack_split = stack[:0].copy()
-    while k < max_steps and n_alive + n_front + (n_wait - adm) > 0:
-        if loop:  # room for a send per row that might finish in it, and its think time
-            most_fin = n_alive + n_front + (filled - adm)
-            if len(think) - gen < most_fin or (tail and filled + most_fin > n_wait):
+    # a pipeline (sim.pipeline): up to n_st micro-batches in flight, each a row of fl_f /
+    # fl_i in the order dispatched, its rows tagged in fly (its id, their take)
+    n_st = len(stages)
+    pipe = n_st > 0
+    stage_s = np.zeros(max(n_st, 1))
+    hop_s = 0.0
+    forming = True  # (pipe) the scheduler forms at t: as the walk starts
+    why = 0  # (pipe) why it forms at t: 0 the walk's start, 1 a completion, 2 an arrival
+    nxt = 0  # (pipe) the next request of the queue whose arrival is still to come
+    while nxt < n_wait and arr_at[nxt] < t:
+        nxt += 1
+    ends = np.empty(max_steps)  # when each iteration written ends
+    last_id, pending, dispatched = 0, 0, 0  # the last id given, gaps owed, dispatches
+    for j in range(n_fl):
+        last_id = fl_i[j, 0] if fl_i[j, 0] > last_id else last_id
+        pending += fl_i[j, 1]
+    for i in range(rows):  # the rows in flight: what they took, whether they decode
+        if fly[i, 0] > 0:
+            take[i] = fly[i, 1]
+            decoding[i] = st[i, TARGET] == st[i, FILLED]
+    cur = 0  # the iteration a pass applies: 0 one it forms, else a micro-batch's id
+    rec_start, rec_d, rec_v, end = t, 0.0, 0.0, t
+    rec_bs, rec_dec, rec_pre, rec_ver, rec_drafted, rec_code, rec_draws = 0, 0, 0, 0, 0, -1, 0
+    while True:
+        if not pipe and not (k < max_steps and n_alive + n_front + (n_wait - adm) > 0):
+            break
+        cur = 0
+        if pipe and not forming:  # it waits: for a completion, or an arrival if one fits
+            if k >= max_steps:
                 break
-        if tiered:  # what an iteration the walk leaves to the reference takes back
-            tlog[0] = 0
-            t_saved[:] = tstats
-            o_saved[:] = offered
-        if mode and not by_step:  # the policy's shape (first)
-            wk = 1  # the root's width (an adaptive policy's tree ⟨wk, 1, …, 1⟩)
-            if mode == ADAPTIVE or mode == ADAPTIVE_SEQ:
-                g, wk = adaptive_gamma(st, order, n_alive, alpha, max_g, width, reps,
-                                       one_pass, group_n, group_ctx, tp, dp, sp, passes, ones,
-                                       chain_s, tree_feeds)
-                if mode == ADAPTIVE_SEQ and g > 0:  # AdaptiveGamma._per_sequence's c
-                    c_seq = cost_ratio(chain_s)
-            else:
-                size = n_alive
-                if key == BY_DECODING:  # the decoding rows
-                    size = 0
-                    for o in range(n_alive):
-                        if st[order[o], TARGET] == st[order[o], FILLED]:
-                            size += 1
-                g = ladder[size if size < len(ladder) else len(ladder) - 1]
-            if per_row:  # sticky: each decoder's, unless it was switched off; per sequence:
-                g_all = g  # each decoder's own, at most this
-            else:
-                nodes, depth, verify, feeds, tri = g, g, 1 + g, all_feeds[:g], -1.0
-                for j in range(max_g):
-                    row[j] = 1 if j < g else 0
-                if wk > 1:  # the chain widened at its root: a tree
-                    row[0] = wk
-                    tri = root_tree(wk, g, tree_feeds)
-                    nodes, verify, feeds = wk * g, 1 + wk * g, tree_feeds[:g]
-        # the most tokens a request may take this step (long_prefill_token_threshold, which
-        # cuts a verify too): it counts the requests running or waiting as the step starts
-        requests = n_alive + min(n_front, 2)  # (the preempted wait at the front)
-        if v1[LONE_UNCAPPED] and n_alive <= 1 and chunked and chunk_tokens < max_tokens:
-            # one running or none, and the cap would bind: how many wait (up to 2)?
-            unsure = False
-            for w in range(adm, min(adm + 2 - min(n_front, 2), n_wait + 1)):
-                came = next_at if w == n_wait else arr_at[w]
-                if came < t or (loop and came == t):
-                    requests += 1
-                else:
-                    # in the queue or not: SimPy's order (a closed loop's is known)
-                    unsure = came == t and k > 0 and not loop
-                    break
-            if unsure:
-                break
-        most = most_tokens(requests, chunk_tokens, max_tokens, chunked, v1[LONE_UNCAPPED])
-        if propose >= 0.0:  # a lookup drafter: which decoders find a match this step
-            spare = 0
-            for o in range(n_alive):
-                i = order[o]
-                if st[i, TARGET] == st[i, FILLED]:
-                    found[i] = prng.random() < propose
-                    spare += 1
-        # 1. the budget walk in running order, and the blocks for each scheduled row
-        budget = max_tokens
-        extra = 0
-        cut = False
-        n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
-        n_spec, c_dec = 0, 0  # decoders of the shared shape; every decoder's context
-        # the decoders that verify a shape of their own (a lookup drafter's without a match,
-        # or a γ per decoder): their count and sums, a prefill chunk's of their verify
-        o_n, o_new, o_ctx, o_new_ctx, o_sq = 0, 0, 0, 0, 0
-        # a γ per decoder: those with γ > 0, Σ γ, the deepest; those at γ = 0, their context
-        n_draft, drafts, deepest, n_idle, c_idle = 0, 0, 0, 0, 0
-        n_cold, c_cold, n_ready = 0, 0, 0  # ahead: the decoders not ready, their context
-        group_n[:] = 0
-        group_ctx[:] = 0
-        if per_row:
-            levels_n[:] = 0
-            levels_ctx[:] = 0
-        for o in range(n_alive):  # 1. the budget walk: each running row's take
-            i = order[o]
-            take[i] = 0
-            left = st[i, TARGET] - st[i, FILLED]
-            if per_row and left == 0:  # BatchLadder.shape: its last step's size, its γ
-                if mode == ADAPTIVE_SEQ:  # AdaptiveGamma._per_sequence, from its history
-                    gam[i] = 0 if g_all == 0 else sequence_gamma(
-                        st[i, COUNTS + 3], st[i, COUNTS + 4], alpha, c_seq, g_all)
-                elif key == BY_SCHEDULED:
-                    size = st[i, SCHEDULED]
-                    gam[i] = ladder[size if size < len(ladder) else len(ladder) - 1]
-                else:
-                    gam[i] = g_all
-                if sticky and st[i, SPEC_OFF]:  # Replica.draft_shapes: none once switched off
-                    gam[i] = 0
-                verify_i = 1 + gam[i]
-            else:
-                verify_i = verify if found[i] else 1
-            want = wanted(left, verify_i, most)
-            got = share(want, budget, in_slots)
-            if got <= 0:
+            c_end = fl_f[0, 0] if n_fl > 0 else np.inf
+            a_at = np.inf
+            if n_fl < n_st:
+                if nxt < n_wait:
+                    a_at = arr_at[nxt]
+                elif next_at > t:
+                    a_at = next_at  # (beyond those held: the form stops at it)
+            if not (c_end < horizon or a_at < horizon):
+                break  # the next event is someone else's (or none comes)
+            if c_end < a_at:  # micro-batch fl[0] leaves the last stage
+                cur = fl_i[0, 0]
+                end, rec_start, rec_d, rec_v = fl_f[0, 0], fl_f[0, 1], fl_f[0, 2], fl_f[0, 3]
+                rec_bs, rec_dec, rec_pre = fl_i[0, 1], fl_i[0, 2], fl_i[0, 3]
+                rec_ver, rec_drafted, rec_code, rec_draws = fl_i[0, 4], fl_i[0, 5], \
+                    fl_i[0, 6], fl_i[0, 7]
+                for j in range(1, n_fl):
+                    fl_f[j - 1, :] = fl_f[j, :]
+                    fl_i[j - 1, :] = fl_i[j, :]
+                n_fl -= 1
+                pending -= rec_bs
+                t = end
+                why = 1
+                forming = True
+            else:  # an arrival wakes the scheduler
+                if c_end == a_at or (nxt + 1 < n_wait and arr_at[nxt + 1] == a_at):
+                    break  # at one instant with another event: SimPy's order
+                nxt += 1
+                t = a_at
+                why = 2
+                forming = True
                 continue
-            if left == 0 and got < verify_i:
-                cut = True  # its draft is cut to fit: a shape of its own
-                break
-            take[i] = got
-            ver[i] = verify_i
-            budget -= spent(got, in_slots)
-            need_of[i] = grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
-            extra += need_of[i]
-        if cut:
-            break  # the full scheduler cuts the draft
-        # 2. the blocks for each scheduled row; where they are short, vLLM's preemption
-        # (preempt_until_fits): while a row in running order cannot get its blocks, the
-        # last row still running is preempted by recompute (perhaps the row itself). The
-        # victims' blocks (with a prefix cache: cached, then freed) are logged; the rows
-        # change once the iteration is sure to run (below)
-        n_run = n_alive  # the rows that keep running: order[:n_run]
-        n_vic = 0
-        if caching:
-            plog[0] = 0
-        f = free - extra  # the free blocks after the grants (and the admissions below)
-        if extra > free:
-            if strict or n_old + n_alive > len(old_slots):
-                break  # (a router reads the pool mid-iteration: the reference's)
-            f = free
-            short = False  # a log too short to take a victim's changes back
-            o = 0
-            while o < n_run:
-                i = order[o]
-                if take[i] == 0:
-                    o += 1
-                    continue
-                while need_of[i] > f:
-                    n_run -= 1
-                    vic = order[n_run]
-                    victims[n_vic] = vic
-                    n_vic += 1
-                    if caching:  # Replica.preempt: its committed blocks cached, then freed
-                        if pc_room(plog) < LOG_PER_BLOCK * (2 * st[vic, BLOCKS] + 4) or (
-                                tiered and pc_room(tlog) < TIER_LOG * (st[vic, BLOCKS] + 1)):
-                            short = True
-                            break
-                        pc_keep_committed(pc, plog, pkeys, pstarts, slots[vic], st[vic, RID],
-                                          st[vic, KV], prompt_len[vic] + st[vic, EMITTED])
-                        if tiered:  # (keep_committed offers them the CPU tier)
-                            tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts,
-                                            slots[vic], st[vic, RID])
-                        f += pc_free_slot(pc, plog, slots[vic], st[vic, BLOCKS])
-                        if tiered:  # (release: the slot's offers start again)
-                            offered[slots[vic]] = 0
-                    else:
-                        f += st[vic, BLOCKS]
-                    if vic == i:
-                        break
-                if short:
+        elif pipe and n_fl == n_st:
+            forming = False
+            continue
+        if cur == 0:  # the step the scheduler forms now
+            if pipe and forming:  # requests that came before t are in the queue
+                while nxt < n_wait and arr_at[nxt] < t:
+                    nxt += 1
+                if why == 1 and ((nxt < n_wait and arr_at[nxt] == t)
+                                 or (nxt == n_wait and next_at == t)):
+                    break  # one comes at the instant a completion wakes it: SimPy's order
+            # an arrival at t is in the queue when its own wake forms the step (a closed loop's
+            # sends at t always are); one at the end of an iteration may be or not
+            seen_now = loop or (pipe and why == 2)
+            unsure_now = (why == 1) if pipe else (k > 0 and not loop)
+            if loop:  # room for a send per row that might finish in it, and its think time
+                most_fin = n_alive + n_front + (filled - adm)
+                if len(think) - gen < most_fin or (tail and filled + most_fin > n_wait):
                     break
-                if o < n_run:  # it got its blocks
-                    f -= need_of[i]
-                    o += 1
-            extra, n_sched = 0, 0
-            for o in range(n_run):
-                if take[order[o]] > 0:
-                    extra += need_of[order[o]]
-                    n_sched += 1
-            for x in range(n_vic):
-                take[victims[x]] = 0
-            if short or n_sched == 0:
+            if tiered:  # what an iteration the walk leaves to the reference takes back
+                tlog[0] = 0
+                t_saved[:] = tstats
+                o_saved[:] = offered
+            if mode and not by_step:  # the policy's shape (first)
+                wk = 1  # the root's width (an adaptive policy's tree ⟨wk, 1, …, 1⟩)
+                if mode == ADAPTIVE or mode == ADAPTIVE_SEQ:
+                    g, wk = adaptive_gamma(st, order, n_alive, alpha, max_g, width, reps,
+                                           one_pass, group_n, group_ctx, tp, dp, sp, passes, ones,
+                                           chain_s, tree_feeds)
+                    if mode == ADAPTIVE_SEQ and g > 0:  # AdaptiveGamma._per_sequence's c
+                        c_seq = cost_ratio(chain_s)
+                else:
+                    size = n_alive
+                    if key == BY_DECODING:  # the decoding rows
+                        size = 0
+                        for o in range(n_alive):
+                            if st[order[o], TARGET] == st[order[o], FILLED]:
+                                size += 1
+                    g = ladder[size if size < len(ladder) else len(ladder) - 1]
+                if per_row:  # sticky: each decoder's, unless it was switched off; per sequence:
+                    g_all = g  # each decoder's own, at most this
+                else:
+                    nodes, depth, verify, feeds, tri = g, g, 1 + g, all_feeds[:g], -1.0
+                    for j in range(max_g):
+                        row[j] = 1 if j < g else 0
+                    if wk > 1:  # the chain widened at its root: a tree
+                        row[0] = wk
+                        tri = root_tree(wk, g, tree_feeds)
+                        nodes, verify, feeds = wk * g, 1 + wk * g, tree_feeds[:g]
+            # the most tokens a request may take this step (long_prefill_token_threshold, which
+            # cuts a verify too): it counts the requests running or waiting as the step starts
+            requests = n_alive + min(n_front, 2)  # (the preempted wait at the front)
+            if v1[LONE_UNCAPPED] and n_alive <= 1 and chunked and chunk_tokens < max_tokens:
+                # one running or none, and the cap would bind: how many wait (up to 2)?
+                unsure = False
+                for w in range(adm, min(adm + 2 - min(n_front, 2), n_wait + 1)):
+                    came = next_at if w == n_wait else arr_at[w]
+                    if came < t or (seen_now and came == t):
+                        requests += 1
+                    else:
+                        # in the queue or not: SimPy's order (a closed loop's is known)
+                        unsure = came == t and unsure_now and not seen_now
+                        break
+                if unsure:
+                    break
+            most = most_tokens(requests, chunk_tokens, max_tokens, chunked, v1[LONE_UNCAPPED])
+            if propose >= 0.0:  # a lookup drafter: which decoders find a match this step
+                spare = 0
+                for o in range(n_alive):
+                    i = order[o]
+                    if st[i, TARGET] == st[i, FILLED]:
+                        found[i] = prng.random() < propose
+                        spare += 1
+            # 1. the budget walk in running order, and the blocks for each scheduled row
+            budget = max_tokens
+            extra = 0
+            cut = False
+            n_dec, s_ctx, n_pre, p_new, p_ctx, p_new_ctx, p_sq = 0, 0, 0, 0, 0, 0, 0
+            n_spec, c_dec = 0, 0  # decoders of the shared shape; every decoder's context
+            # the decoders that verify a shape of their own (a lookup drafter's without a match,
+            # or a γ per decoder): their count and sums, a prefill chunk's of their verify
+            o_n, o_new, o_ctx, o_new_ctx, o_sq = 0, 0, 0, 0, 0
+            # a γ per decoder: those with γ > 0, Σ γ, the deepest; those at γ = 0, their context
+            n_draft, drafts, deepest, n_idle, c_idle = 0, 0, 0, 0, 0
+            n_cold, c_cold, n_ready = 0, 0, 0  # ahead: the decoders not ready, their context
+            group_n[:] = 0
+            group_ctx[:] = 0
+            if per_row:
+                levels_n[:] = 0
+                levels_ctx[:] = 0
+            for o in range(n_alive):  # 1. the budget walk: each running row's take
+                i = order[o]
+                if fly[i, 0] > 0:
+                    continue  # in flight: not scheduled until its micro-batch is back
+                take[i] = 0
+                left = st[i, TARGET] - st[i, FILLED]
+                if per_row and left == 0:  # BatchLadder.shape: its last step's size, its γ
+                    if mode == ADAPTIVE_SEQ:  # AdaptiveGamma._per_sequence, from its history
+                        gam[i] = 0 if g_all == 0 else sequence_gamma(
+                            st[i, COUNTS + 3], st[i, COUNTS + 4], alpha, c_seq, g_all)
+                    elif key == BY_SCHEDULED:
+                        size = st[i, SCHEDULED]
+                        gam[i] = ladder[size if size < len(ladder) else len(ladder) - 1]
+                    else:
+                        gam[i] = g_all
+                    if sticky and st[i, SPEC_OFF]:  # Replica.draft_shapes: none once switched off
+                        gam[i] = 0
+                    verify_i = 1 + gam[i]
+                else:
+                    verify_i = verify if found[i] else 1
+                want = wanted(left, verify_i, most)
+                got = share(want, budget, in_slots)
+                if got <= 0:
+                    continue
+                if left == 0 and got < verify_i:
+                    cut = True  # its draft is cut to fit: a shape of its own
+                    break
+                take[i] = got
+                ver[i] = verify_i
+                budget -= spent(got, in_slots)
+                need_of[i] = grant(st[i, KV], got, lookahead, st[i, BLOCKS], block_size)
+                extra += need_of[i]
+            if cut:
+                break  # the full scheduler cuts the draft
+            # 2. the blocks for each scheduled row; where they are short, vLLM's preemption
+            # (preempt_until_fits): while a row in running order cannot get its blocks, the
+            # last row still running is preempted by recompute (perhaps the row itself). The
+            # victims' blocks (with a prefix cache: cached, then freed) are logged; the rows
+            # change once the iteration is sure to run (below)
+            n_run = n_alive  # the rows that keep running: order[:n_run]
+            n_vic = 0
+            if caching:
+                plog[0] = 0
+            f = free - extra  # the free blocks after the grants (and the admissions below)
+            if extra > free:
+                if strict or pipe or n_old + n_alive > len(old_slots):
+                    break  # (a router reads the pool mid-iteration: the reference's)
+                f = free
+                short = False  # a log too short to take a victim's changes back
+                o = 0
+                while o < n_run:
+                    i = order[o]
+                    if take[i] == 0:
+                        o += 1
+                        continue
+                    while need_of[i] > f:
+                        n_run -= 1
+                        vic = order[n_run]
+                        victims[n_vic] = vic
+                        n_vic += 1
+                        if caching:  # Replica.preempt: its committed blocks cached, then freed
+                            if pc_room(plog) < LOG_PER_BLOCK * (2 * st[vic, BLOCKS] + 4) or (
+                                    tiered and pc_room(tlog) < TIER_LOG * (st[vic, BLOCKS] + 1)):
+                                short = True
+                                break
+                            pc_keep_committed(pc, plog, pkeys, pstarts, slots[vic], st[vic, RID],
+                                              st[vic, KV], prompt_len[vic] + st[vic, EMITTED])
+                            if tiered:  # (keep_committed offers them the CPU tier)
+                                tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts,
+                                                slots[vic], st[vic, RID])
+                            f += pc_free_slot(pc, plog, slots[vic], st[vic, BLOCKS])
+                            if tiered:  # (release: the slot's offers start again)
+                                offered[slots[vic]] = 0
+                        else:
+                            f += st[vic, BLOCKS]
+                        if vic == i:
+                            break
+                    if short:
+                        break
+                    if o < n_run:  # it got its blocks
+                        f -= need_of[i]
+                        o += 1
+                extra, n_sched = 0, 0
+                for o in range(n_run):
+                    if take[order[o]] > 0:
+                        extra += need_of[order[o]]
+                        n_sched += 1
+                for x in range(n_vic):
+                    take[victims[x]] = 0
+                if short or n_sched == 0:
+                    if caching:
+                        caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
+                    break  # (or nobody left to run: the reference's step that only preempts)
+            for o in range(n_run):  # the batch: each scheduled row's part of the passes
+                i = order[o]
+                got = take[i]
+                if got == 0 or fly[i, 0] > 0:
+                    continue
+                verify_i = ver[i]
+                left = st[i, TARGET] - st[i, FILLED]
+                decoding[i] = left == 0
+                if left == 0:
+                    ctx = st[i, KV]
+                    grp = n_dec % reps  # the draft replica this decoder's drafts go to
+                    if reps > 1:
+                        group_n[grp] += 1
+                        group_ctx[grp] += ctx
+                    n_dec += 1
+                    c_dec += ctx
+                    if ahead:  # a causal run of its own (_per_sequence), its readiness
+                        drafts += nodes
+                        if st[i, READY]:
+                            n_ready += 1
+                        else:
+                            n_cold += 1
+                            c_cold += ctx
+                    if found[i] and not per_row and not ahead:
+                        n_spec += 1
+                        s_ctx += ctx
+                    else:
+                        o_n += 1
+                        o_new += verify_i
+                        o_ctx += ctx
+                        o_new_ctx += verify_i * ctx
+                        o_sq += verify_i * verify_i
+                    if per_row:
+                        g = gam[i]
+                        if g > 0:
+                            n_draft += 1
+                            drafts += g
+                            deepest = g if g > deepest else deepest
+                        else:
+                            n_idle += 1
+                            c_idle += ctx
+                        for j in range(g):  # the draft passes that feed it
+                            levels_n[grp, j] += 1
+                            levels_ctx[grp, j] += ctx
+                else:
+                    prefilling[n_pre] = i
+                    n_pre += 1
+                    p_new += got
+                    p_ctx += st[i, KV]
+                    p_new_ctx += got * st[i, KV]
+                    p_sq += got * got
+            # a sticky ladder's requests switched off beside others drafting: the reference
+            # prices each row's own passes, those switched off feeding none
+            # (per_sequence_seconds' general path), here one draft replica's alone (where none
+            # drafts, plan_vllm_v1 makes the rows one shape of zeros: each draft ingests its
+            # token, as without a sticky ladder)
+            off_rows = sticky and n_idle > 0 and n_draft > 0
+            if off_rows and reps > 1 and not one_pass:
                 if caching:
                     caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
-                break  # (or nobody left to run: the reference's step that only preempts)
-        for o in range(n_run):  # the batch: each scheduled row's part of the passes
-            i = order[o]
-            got = take[i]
-            if got == 0:
-                continue
-            verify_i = ver[i]
-            left = st[i, TARGET] - st[i, FILLED]
-            decoding[i] = left == 0
-            if left == 0:
-                ctx = st[i, KV]
-                grp = n_dec % reps  # the draft replica this decoder's drafts go to
-                if reps > 1:
-                    group_n[grp] += 1
-                    group_ctx[grp] += ctx
-                n_dec += 1
-                c_dec += ctx
-                if ahead:  # a causal run of its own (_per_sequence), its readiness
-                    drafts += nodes
-                    if st[i, READY]:
-                        n_ready += 1
-                    else:
-                        n_cold += 1
-                        c_cold += ctx
-                if found[i] and not per_row and not ahead:
-                    n_spec += 1
-                    s_ctx += ctx
+                break
+            if caching:  # the grants (BlockManager.grant), then cache_prefills
+                blocks_new = p_new // block_size
+                if pc_room(plog) < LOG_PER_BLOCK * (extra + blocks_new + n_pre + 1) or (
+                        tiered and pc_room(tlog) < TIER_LOG * (blocks_new + 2 * n_pre + 1)):
+                    caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
+                    break  # a log too short to take them back
+                pc_pop(pc, plog, extra)
+                for o in range(n_pre):
+                    i = prefilling[o]
+                    pc_cache(pc, plog, pkeys, pstarts, slots[i], st[i, RID], st[i, KV] + take[i],
+                             prompts[st[i, RID]] + st[i, EMITTED])
+                    if tiered:  # (the pool's cache offers the CPU tier what it cached)
+                        tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts, slots[i],
+                                        st[i, RID])
+            # 3. admissions, only where nobody was preempted: the preempted at the queue's
+            # front first (the last preempted first), then the queue; counted before anything
+            # changes (but the prefix cache, whose changes the log takes back)
+            a, aq, af = 0, 0, 0  # admitted: in all, from the queue, from the front
+            beyond = False
+            pad = v1[PAD_TOKENS]
+            scheduled, running_pre = n_dec + n_pre, n_pre
+            while n_vic == 0 and n_alive + a < max_seqs and budget > in_slots:
+                from_front = af < n_front
+                if from_front:
+                    i = front[n_front - 1 - af]
                 else:
-                    o_n += 1
-                    o_new += verify_i
-                    o_ctx += ctx
-                    o_new_ctx += verify_i * ctx
-                    o_sq += verify_i * verify_i
-                if per_row:
-                    g = gam[i]
-                    if g > 0:
-                        n_draft += 1
-                        drafts += g
-                        deepest = g if g > deepest else deepest
-                    else:
-                        n_idle += 1
-                        c_idle += ctx
-                    for j in range(g):  # the draft passes that feed it
-                        levels_n[grp, j] += 1
-                        levels_ctx[grp, j] += ctx
-            else:
-                prefilling[n_pre] = i
-                n_pre += 1
-                p_new += got
-                p_ctx += st[i, KV]
-                p_new_ctx += got * st[i, KV]
-                p_sq += got * got
-        # a sticky ladder's requests switched off beside others drafting: the reference
-        # prices each row's own passes, those switched off feeding none
-        # (per_sequence_seconds' general path), here one draft replica's alone (where none
-        # drafts, plan_vllm_v1 makes the rows one shape of zeros: each draft ingests its
-        # token, as without a sticky ladder)
-        off_rows = sticky and n_idle > 0 and n_draft > 0
-        if off_rows and reps > 1 and not one_pass:
-            if caching:
-                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
-            break
-        if caching:  # the grants (BlockManager.grant), then cache_prefills
-            if pc_room(plog) < LOG_PER_BLOCK * (extra + p_new // block_size + n_pre + 1) or (
-                    tiered and pc_room(tlog) < TIER_LOG * (p_new // block_size + 2 * n_pre + 1)):
-                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
-                break  # a log too short to take them back
-            pc_pop(pc, plog, extra)
-            for o in range(n_pre):
-                i = prefilling[o]
-                pc_cache(pc, plog, pkeys, pstarts, slots[i], st[i, RID], st[i, KV] + take[i],
-                         prompts[st[i, RID]] + st[i, EMITTED])
-                if tiered:  # (the pool's cache offers the CPU tier what it cached)
-                    tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts, slots[i],
-                                    st[i, RID])
-        # 3. admissions, only where nobody was preempted: the preempted at the queue's
-        # front first (the last preempted first), then the queue; counted before anything
-        # changes (but the prefix cache, whose changes the log takes back)
-        a, aq, af = 0, 0, 0  # admitted: in all, from the queue, from the front
-        beyond = False
-        pad = v1[PAD_TOKENS]
-        scheduled, running_pre = n_dec + n_pre, n_pre
-        while n_vic == 0 and n_alive + a < max_seqs and budget > in_slots:
-            from_front = af < n_front
-            if from_front:
-                i = front[n_front - 1 - af]
-            else:
-                w = adm + aq
-                came = next_at if w == n_wait else arr_at[w]
-                if not (came < t or (loop and came == t)):
-                    # not in the queue yet: at the iteration's start, unsure (but a loop's)
-                    beyond = came == t and k > 0 and not loop
-                    break
-                if w == n_wait:
-                    beyond = True  # a request the walk does not hold
-                    break
-                i = n + w
-            target = st[i, TARGET]
-            hit, idle = 0, 0
-            if caching:  # its leading cached blocks (admit_waiting)
-                if pc_room(plog) < LOG_PER_BLOCK * (2 * blocks_for(target + new_ahead,
-                                                                   block_size) + 4):
-                    beyond = True  # a log too short to take it back
-                    break
-                hit, idle = pc_lookup(pc, pkeys, pstarts, st[i, RID], target)
-                if tiered:
-                    more, busy = tier_lookup(tm, pc, pkeys, pstarts, st[i, RID], target, hit,
-                                             block_size)
-                    if more > 0 or busy or pc_room(tlog) < TIER_LOG * (
-                            blocks_for(target, block_size) + 1):
-                        # a load from the tier, or a request passed over while another
-                        # loads its blocks: the reference's (or a log too short)
-                        beyond = True
+                    w = adm + aq
+                    came = next_at if w == n_wait else arr_at[w]
+                    if not (came < t or (seen_now and came == t)):
+                        # not in the queue yet: at the iteration's start, unsure (but a loop's)
+                        beyond = came == t and unsure_now and not seen_now
                         break
-            cached = hit * block_size
-            todo = target - cached
-            if pad and padding(todo, cached, pad, scheduled, running_pre):
-                beyond = True  # padded to a verify: the reference forms it
+                    if w == n_wait:
+                        beyond = True  # a request the walk does not hold
+                        break
+                    i = n + w
+                target = st[i, TARGET]
+                hit, idle = 0, 0
+                if caching:  # its leading cached blocks (admit_waiting)
+                    if pc_room(plog) < LOG_PER_BLOCK * (2 * blocks_for(target + new_ahead,
+                                                                       block_size) + 4):
+                        beyond = True  # a log too short to take it back
+                        break
+                    hit, idle = pc_lookup(pc, pkeys, pstarts, st[i, RID], target)
+                    if tiered:
+                        more, busy = tier_lookup(tm, pc, pkeys, pstarts, st[i, RID], target, hit,
+                                                 block_size)
+                        if more > 0 or busy or pc_room(tlog) < TIER_LOG * (
+                                blocks_for(target, block_size) + 1):
+                            # a load from the tier, or a request passed over while another
+                            # loads its blocks: the reference's (or a log too short)
+                            beyond = True
+                            break
+                cached = hit * block_size
+                todo = target - cached
+                if pad and padding(todo, cached, pad, scheduled, running_pre):
+                    beyond = True  # padded to a verify: the reference forms it
+                    break
+                chunk = first_chunk(todo, most, budget - in_slots, chunked)
+                need = admission(target, cached, chunk, 0, new_ahead, hit, idle, f,
+                                 budget - in_slots, v1[FULL_ISL], block_size)
+                if need < 0:
+                    break
+                if caching:  # in the slot Replica.admit gives it: attach, take, cache
+                    s = stack[n_free - 1 - a]
+                    if hit > 0:
+                        f -= pc_attach(pc, plog, pkeys, pstarts, s, st[i, RID], hit)
+                    pc_pop(pc, plog, need)
+                    pc_cache(pc, plog, pkeys, pstarts, s, st[i, RID], cached + chunk, target)
+                    if tiered:
+                        tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts, s,
+                                        st[i, RID])
+                take[i] = chunk
+                hits[i] = cached
+                new_rows[a] = i
+                a += 1
+                if from_front:
+                    af += 1
+                else:
+                    adm_at[adm + aq] = t
+                    aq += 1
+                budget -= spent(chunk, in_slots)
+                f -= need
+                n_pre += 1
+                p_new += chunk
+                p_ctx += cached
+                p_new_ctx += chunk * cached
+                p_sq += chunk * chunk
+            if pipe and not beyond and n_dec + n_pre == 0:
+                if caching:
+                    caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
+                forming = False  # nothing to dispatch: it waits for the next event
+                continue
+            if beyond or n_dec + n_pre == 0 or ng + pending + n_dec + n_pre > len(gaps):
+                if caching:
+                    caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
+                # a request the walk does not hold or may not see, nothing to run, or no room
+                # for the gaps (a decoder's, a recompute's that ends)
                 break
-            chunk = first_chunk(todo, most, budget - in_slots, chunked)
-            need = admission(target, cached, chunk, 0, new_ahead, hit, idle, f,
-                             budget - in_slots, v1[FULL_ISL], block_size)
-            if need < 0:
+            # IterationPricer.price: the target pass of the verifies and the prefill chunks (a
+            # decoder with a shape of its own, a chain (causal), is priced as a chunk of its
+            # verify; integer sums, so the same floats as _per_sequence's arrays give)
+            new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_spec, p_new + o_new,
+                                              p_ctx + o_ctx, p_new_ctx + o_new_ctx, p_sq + o_sq,
+                                              n_pre + o_n)
+            if pipe:  # each stage's seconds and the hop's (price_stages)
+                v, code, hop_s = stages_seconds(new, kv, keys, seqs, stages, hop_fixed,
+                                                hop_token, bound, stage_s)
+            else:
+                v, code = pass_seconds(new, kv, keys, seqs, tp, bound)
+            # ... and the draft's passes (draft_pricing.shared_shape_seconds)
+            d = 0.0
+            over = 0.0  # ahead: what this iteration's drafting ahead outlasts its verify by
+            if propose >= 0.0:  # no draft pass (serial_passes of a CPU drafter: none)
+                d += round_seconds(sp, n_spec, 0, tri >= 0.0)
+                if host_s:  # Replica.price: the host's drafting, every decoder
+                    d += host_s * n_dec
+            elif per_row:  # _per_sequence: draft_pricing.per_sequence_seconds, round_s
+                if off_rows and not one_pass:  # only the drafting rows' passes (and the chunks')
+                    d = chain_rows_seconds(n_draft, levels_ctx[0, 0], n_pre, p_new, p_ctx,
+                                           p_new_ctx, p_sq, levels_n, levels_ctx, deepest, 0, 0,
+                                           1, dp, passes)
+                elif one_pass or n_draft == 0:  # the heads' one pass, or no draft: no shapes
+                    d = draft_seconds(n_dec, n_pre, c_dec, p_new, p_ctx, p_new_ctx, p_sq,
+                                      all_feeds[:1 if n_draft else 0], tri, reps, one_pass,
+                                      group_n, group_ctx, dp, passes)
+                else:
+                    d = chain_rows_seconds(n_dec, c_dec, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
+                                           levels_n, levels_ctx, deepest, n_idle, c_idle, reps,
+                                           dp, passes)
+                if n_draft > 0:
+                    d += round_seconds(sp, n_draft, 1 if one_pass else deepest, False)
+            elif ahead and n_dec > 0:  # IterationPricer._per_sequence with ``ready``
+                if n_cold > 0:  # the chains not drafted ahead, beside the prefill chunks
+                    levels_n[0, :depth] = n_cold
+                    levels_ctx[0, :depth] = c_cold
+                    d = chain_rows_seconds(n_cold, c_cold, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
+                                           levels_n, levels_ctx, depth, 0, 0, 1, dp, passes)
+                elif n_pre > 0:  # every chain drafted ahead: the chunks' pass alone
+                    d = chain_rows_seconds(0, 0, n_pre, p_new, p_ctx, p_new_ctx, p_sq, levels_n,
+                                           levels_ctx, 1, 0, 0, 1, dp, passes)
+                d = d + (excess if n_ready > 0 else 0.0)
+                # the drafting ahead during this verify: every chain one guess deeper
+                levels_n[0, :depth + 1] = n_dec
+                levels_ctx[0, :depth + 1] = c_dec
+                over = chain_rows_seconds(n_dec, c_dec, 0, 0, 0, 0, 0, levels_n, levels_ctx,
+                                          depth + 1, 0, 0, 1, dp, passes) - v
+                d += round_seconds(sp, n_dec, depth if n_cold > 0 else 0, False)
+            elif nodes > 0 or mode:
+                d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
+                                  reps, one_pass, group_n, group_ctx, dp, passes)
+                if nodes > 0:  # the engine's work around the passes (IterationPricer.round_s)
+                    d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
+            end = t + (d + v)
+            last = not end < horizon and not pipe  # (a pipeline dispatches before the horizon)
+            if last and (a or strict or n_vic or (k and preempts)):
+                if caching:
+                    caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
+                # an admission or a preemption when the event comes (the scheduler's, made as
+                # the step is formed, before it runs), a router reads, or a split (the
+                # iterations before the event written first) after a preemption
                 break
-            if caching:  # in the slot Replica.admit gives it: attach, take, cache
-                s = stack[n_free - 1 - a]
-                if hit > 0:
-                    f -= pc_attach(pc, plog, pkeys, pstarts, s, st[i, RID], hit)
-                pc_pop(pc, plog, need)
-                pc_cache(pc, plog, pkeys, pstarts, s, st[i, RID], cached + chunk, target)
-                if tiered:
-                    tier_offer_slot(tm, tlog, tstats, offered, pc, pkeys, pstarts, s,
-                                    st[i, RID])
-            take[i] = chunk
-            hits[i] = cached
-            new_rows[a] = i
-            a += 1
-            if from_front:
-                af += 1
-            else:
-                adm_iter[adm + aq] = k
-                aq += 1
-            budget -= spent(chunk, in_slots)
-            f -= need
-            n_pre += 1
-            p_new += chunk
-            p_ctx += cached
-            p_new_ctx += chunk * cached
-            p_sq += chunk * chunk
-        if beyond or n_dec + n_pre == 0 or ng + n_dec + n_pre > len(gaps):
-            if caching:
-                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
-            # a request the walk does not hold or may not see, nothing to run, or no room
-            # for the gaps (a decoder's, a recompute's that ends)
-            break
-        # IterationPricer.price: the target pass of the verifies and the prefill chunks (a
-        # decoder with a shape of its own, a chain (causal), is priced as a chunk of its
-        # verify; integer sums, so the same floats as _per_sequence's arrays give)
-        new, kv, keys, seqs = verify_pass(verify, tri, s_ctx, n_spec, p_new + o_new,
-                                          p_ctx + o_ctx, p_new_ctx + o_new_ctx, p_sq + o_sq,
-                                          n_pre + o_n)
-        v, code = pass_seconds(new, kv, keys, seqs, tp, bound)
-        # ... and the draft's passes (draft_pricing.shared_shape_seconds)
-        d = 0.0
-        over = 0.0  # ahead: what this iteration's drafting ahead outlasts its verify by
-        if propose >= 0.0:  # no draft pass (serial_passes of a CPU drafter: none)
-            d += round_seconds(sp, n_spec, 0, tri >= 0.0)
-            if host_s:  # Replica.price: the host's drafting, every decoder
-                d += host_s * n_dec
-        elif per_row:  # _per_sequence: draft_pricing.per_sequence_seconds, round_s
-            if off_rows and not one_pass:  # only the drafting rows' passes (and the chunks')
-                d = chain_rows_seconds(n_draft, levels_ctx[0, 0], n_pre, p_new, p_ctx,
-                                       p_new_ctx, p_sq, levels_n, levels_ctx, deepest, 0, 0,
-                                       1, dp, passes)
-            elif one_pass or n_draft == 0:  # the heads' one pass, or no draft: no shapes
-                d = draft_seconds(n_dec, n_pre, c_dec, p_new, p_ctx, p_new_ctx, p_sq,
-                                  all_feeds[:1 if n_draft else 0], tri, reps, one_pass,
-                                  group_n, group_ctx, dp, passes)
-            else:
-                d = chain_rows_seconds(n_dec, c_dec, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
-                                       levels_n, levels_ctx, deepest, n_idle, c_idle, reps,
-                                       dp, passes)
-            if n_draft > 0:
-                d += round_seconds(sp, n_draft, 1 if one_pass else deepest, False)
-        elif ahead and n_dec > 0:  # IterationPricer._per_sequence with ``ready``
-            if n_cold > 0:  # the chains not drafted ahead, beside the prefill chunks
-                levels_n[0, :depth] = n_cold
-                levels_ctx[0, :depth] = c_cold
-                d = chain_rows_seconds(n_cold, c_cold, n_pre, p_new, p_ctx, p_new_ctx, p_sq,
-                                       levels_n, levels_ctx, depth, 0, 0, 1, dp, passes)
-            elif n_pre > 0:  # every chain drafted ahead: the chunks' pass alone
-                d = chain_rows_seconds(0, 0, n_pre, p_new, p_ctx, p_new_ctx, p_sq, levels_n,
-                                       levels_ctx, 1, 0, 0, 1, dp, passes)
-            d = d + (excess if n_ready > 0 else 0.0)
-            # the drafting ahead during this verify: every chain one guess deeper
-            levels_n[0, :depth + 1] = n_dec
-            levels_ctx[0, :depth + 1] = c_dec
-            over = chain_rows_seconds(n_dec, c_dec, 0, 0, 0, 0, 0, levels_n, levels_ctx,
-                                      depth + 1, 0, 0, 1, dp, passes) - v
-            d += round_seconds(sp, n_dec, depth if n_cold > 0 else 0, False)
-        elif nodes > 0 or mode:
-            d = draft_seconds(n_dec, n_pre, s_ctx, p_new, p_ctx, p_new_ctx, p_sq, feeds, tri,
-                              reps, one_pass, group_n, group_ctx, dp, passes)
-            if nodes > 0:  # the engine's work around the passes (IterationPricer.round_s)
-                d += round_seconds(sp, n_dec, 1 if one_pass else len(feeds), tri >= 0.0)
-        end = t + (d + v)
-        last = not end < horizon
-        if last and (a or strict or n_vic or (k and preempts)):
-            if caching:
-                caches_back(pc, plog, tm, tlog, tstats, t_saved, offered, o_saved)
-            # an admission or a preemption when the event comes (the scheduler's, made as
-            # the step is formed, before it runs), a router reads, or a split (the
-            # iterations before the event written first) after a preemption
-            break
-        if last and k:  # the state when it starts: where the replica stops for the event
-            k_split, ng_split, nf_split = k, ng, nf
-            st_split = st.copy()
-            last_split = last_end.copy()
-            first_split = first_at.copy()
-            alive_split = alive.copy()
-            free_split, nfs_split = free, n_free
-            stack_split = stack.copy()
-        # the iteration runs: admissions, grants (below), then sim.step.advance
-        proposed += spare
-        spare = 0
-        if ahead and n_dec > 0:
-            excess = over if over > 0.0 else 0.0
-        if sticky:  # Replica.draft_shapes: a decoder the ladder gives γ = 0 is off for good
+            if last and k:  # the state when it starts: where the replica stops for the event
+                k_split, ng_split, nf_split = k, ng, nf
+                st_split = st.copy()
+                last_split = last_end.copy()
+                first_split = first_at.copy()
+                alive_split = alive.copy()
+                free_split, nfs_split = free, n_free
+                stack_split = stack.copy()
+            # the iteration runs: admissions, grants (below), then sim.step.advance
+            proposed += spare
+            spare = 0
+            if ahead and n_dec > 0:
+                excess = over if over > 0.0 else 0.0
+            if sticky:  # Replica.draft_shapes: a decoder the ladder gives γ = 0 is off for good
+                for o in range(n_alive):
+                    i = order[o]
+                    if st[i, TARGET] == st[i, FILLED] and gam[i] == 0:
+                        st[i, SPEC_OFF] = 1
+            for x in range(n_vic):  # Replica.preempt: to the queue's front, its slot freed
+                vic = victims[x]
+                st[vic, COUNTS + 5] += 1  # (its emitted tokens and counters go with it)
+                st[vic, FILLED] = 0
+                st[vic, KV] = 0
+                st[vic, BLOCKS] = 0
+                st[vic, READY] = 0
+                st[vic, RESUMED] = 0
+                st[vic, TARGET] = prompt_len[vic] + st[vic, EMITTED]  # (prefill_target_of)
+                resumes[vic] = 1
+                alive[vic] = False
+                stack[n_free] = slots[vic]
+                n_free += 1
+                old_slots[n_old] = slots[vic]
+                n_old += 1
+                front[n_front] = vic
+                n_front += 1
+            preempts += n_vic
+            n_alive = n_run
+            for j in range(a):
+                i = new_rows[j]
+                order[n_alive + j] = i
+                alive[i] = True
+                decoding[i] = False
+                st[i, FILLED] = st[i, KV] = hits[i]
+                if resumes[i]:  # resumed: its counters (and cached tokens) came back with it
+                    st[i, RESUMED] = 1
+                else:
+                    st[i, CACHED] = hits[i]
+                st[i, BLOCKS] = blocks_for(hits[i] + take[i] + new_ahead, block_size)
+                n_adm += 1
+                st[i, ADMIT] = adm_base + n_adm
+                n_free -= 1
+                slots[i] = stack[n_free]
+            free = f
+            adm += aq
+            n_front -= af
+            n_alive += a
+            # the rows it schedules: their grants (an admitted row took its blocks above), the
+            # step's size (Replica.form_batch), their micro-batch
+            size = n_dec + n_pre
+            last_id += 1
             for o in range(n_alive):
                 i = order[o]
-                if st[i, TARGET] == st[i, FILLED] and gam[i] == 0:
-                    st[i, SPEC_OFF] = 1
-        for x in range(n_vic):  # Replica.preempt: to the queue's front, its slot freed
-            vic = victims[x]
-            st[vic, COUNTS + 5] += 1  # (its emitted tokens and counters go with it)
-            st[vic, FILLED] = 0
-            st[vic, KV] = 0
-            st[vic, BLOCKS] = 0
-            st[vic, READY] = 0
-            st[vic, RESUMED] = 0
-            st[vic, TARGET] = prompt_len[vic] + st[vic, EMITTED]  # (prefill_target_of)
-            resumes[vic] = 1
-            alive[vic] = False
-            stack[n_free] = slots[vic]
-            n_free += 1
-            old_slots[n_old] = slots[vic]
-            n_old += 1
-            front[n_front] = vic
-            n_front += 1
-        preempts += n_vic
-        n_alive = n_run
-        pre_running = n_pre - a  # the running rows' prefills; then the admitted rows'
-        for j in range(a):
-            i = new_rows[j]
-            prefilling[pre_running + j] = i
-            order[n_alive + j] = i
-            alive[i] = True
-            decoding[i] = False
-            st[i, FILLED] = st[i, KV] = hits[i]
-            if resumes[i]:  # resumed: its counters (and cached tokens) came back with it
-                st[i, RESUMED] = 1
+                if take[i] == 0 or fly[i, 0] > 0:
+                    continue
+                if o < n_alive - a:
+                    st[i, BLOCKS] += need_of[i]
+                st[i, SCHEDULED] = size
+                fly[i, 0], fly[i, 1] = last_id, take[i]
+            # whether its verifies draw depths: some decoder verifies a draft
+            if per_row:
+                draws = n_draft > 0
+            elif ahead:
+                draws = n_dec > 0
             else:
-                st[i, CACHED] = hits[i]
-            st[i, BLOCKS] = blocks_for(hits[i] + take[i] + new_ahead, block_size)
-            n_adm += 1
-            st[i, ADMIT] = adm_base + n_adm
-            n_free -= 1
-            slots[i] = stack[n_free]
-        free = f
-        adm += aq
-        n_front -= af
-        n_alive += a
+                draws = not ((nodes == 0 and not mode) or n_spec == 0)
+            rec_start, rec_d, rec_v, rec_code = t, d, v, code
+            rec_bs, rec_dec, rec_pre = size, n_dec, p_new
+            rec_ver, rec_drafted, rec_draws = n_spec * verify + o_new, n_spec * nodes + drafts, \
+                1 if draws else 0
+            if pipe:  # in flight until it leaves the last stage (pipeline_pass)
+                end = pipeline_pass(free_at, t, d, stage_s[:n_st], hop_s)
+                fl_f[n_fl, 0], fl_f[n_fl, 1], fl_f[n_fl, 2], fl_f[n_fl, 3] = end, t, d, v
+                fl_i[n_fl, 0], fl_i[n_fl, 1], fl_i[n_fl, 2] = last_id, size, n_dec
+                fl_i[n_fl, 3], fl_i[n_fl, 4], fl_i[n_fl, 5] = p_new, rec_ver, rec_drafted
+                fl_i[n_fl, 6], fl_i[n_fl, 7] = code, rec_draws
+                n_fl += 1
+                pending += size
+                dispatched += 1
+                continue  # and it forms again at t
+            cur = last_id
         out = 0
         accepted = 0
         short = 0  # verifies that rejected a guess (AdaptiveGamma.observe's "checked")
@@ -778,15 +918,8 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         chain_acc, chain_short = 0, 0  # their accepted guesses, and the rejecting verifies
         fin_before = nf
         back = 0  # blocks of rejected drafts the verifies give back (with rolls_back)
-        running = n_alive  # the rows of this iteration: order[:running]
-        size = n_dec + n_pre  # the rows it schedules remember it (Replica.form_batch)
-        # whether its verifies draw depths: some decoder verifies a draft
-        if per_row:
-            draws = n_draft > 0
-        elif ahead:
-            draws = n_dec > 0
-        else:
-            draws = not ((nodes == 0 and not mode) or n_spec == 0)
+        running = n_alive  # its rows are among order[:running] (fly: its id)
+        draws = rec_draws > 0
         if draws and (nodes > 0 or per_row):  # the depths, task after task (a task mix's)
             wide = False  # a static shape wider than a chain (per_row: chains)
             if not per_row:
@@ -800,13 +933,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     if wide:
                         for o in range(running):
                             i = order[o]
-                            if (take[i] > 0 and decoding[i] and found[i]
+                            if (fly[i, 0] == cur and decoding[i] and found[i]
                                     and (st[i, STREAM] & task_mask) == tsk):
                                 geo = False
                                 break
                 for o in range(running):
                     i = order[o]
-                    if take[i] == 0 or not decoding[i]:
+                    if fly[i, 0] != cur or not decoding[i]:
                         continue
                     if (st[i, STREAM] & task_mask) != tsk:
                         continue
@@ -820,20 +953,20 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         shape = no_row
                     acc_of[i] = accepted_depth(rng, st[i, STREAM], st[i, EMITTED], shape,
                                                meta, p_geo, runs, ring, table, bits, geo)
-        for o in range(n_pre):  # sim.step.advance: a recompute whose prefill ends: its gap
-            i = prefilling[o]
+        for o in range(running):  # sim.step.advance: a recompute whose prefill ends: its gap
+            i = order[o]
+            if fly[i, 0] != cur or decoding[i]:
+                continue
             if (st[i, RESUMED] and st[i, EMITTED] > 0
                     and st[i, FILLED] + take[i] >= st[i, TARGET]):
                 gaps[ng] = end - last_end[i]
                 ng += 1
         for o in range(running):  # decoders, in running order
             i = order[o]
-            if take[i] == 0 or not decoding[i]:
+            if fly[i, 0] != cur or not decoding[i]:
                 continue
-            st[i, SCHEDULED] = size
-            # the grant: blocks for the verify and the lookahead
-            held = st[i, BLOCKS] + grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
-                                         block_size)
+            fly[i, 0] = 0
+            held = st[i, BLOCKS]  # (granted as it was scheduled)
             if not draws:  # no draft in the batch: no draws
                 keep = decode_one(st, i, held, block_size, v1[ROLLS_BACK])
                 out += 1
@@ -887,14 +1020,13 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                     free += keep
                 fin[nf], fin_at[nf] = i, end
                 nf += 1
-        for o in range(n_pre):  # prefill chunks: running ones in order, then admitted
-            i = prefilling[o]
-            if o < pre_running:  # the grant (an admitted row took its blocks above)
-                st[i, BLOCKS] += grant(st[i, KV], take[i], lookahead, st[i, BLOCKS],
-                                       block_size)
+        for o in range(running):  # prefill chunks: running ones in order, then admitted
+            i = order[o]
+            if fly[i, 0] != cur or decoding[i]:
+                continue
+            fly[i, 0] = 0
             st[i, FILLED] += take[i]
             st[i, KV] += take[i]
-            st[i, SCHEDULED] = size
             if st[i, RESUMED]:  # recomputed prefill tokens
                 st[i, COUNTS + 6] += take[i]
             take[i] = 0
@@ -931,7 +1063,7 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if rooted:  # AdaptiveGamma.observe after a tree verify: its levels 2..depth
             if chain_acc + chain_short > 0:
                 alpha += smoothing * (chain_acc / (chain_acc + chain_short) - alpha)
-        elif ((mode == ADAPTIVE and nodes > 0) or mode == ADAPTIVE_SEQ) and n_dec > 0 \
+        elif ((mode == ADAPTIVE and nodes > 0) or mode == ADAPTIVE_SEQ) and rec_dec > 0 \
                 and accepted + short > 0:  # AdaptiveGamma.observe
             alpha += smoothing * (accepted / (accepted + short) - alpha)
         if nf > fin_before:
@@ -963,25 +1095,30 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
                         arr_at[p] = seen_at
                     if filled < n_wait:
                         filled += 1
-        floats[0, k] = t  # start_at, duration_s, draft_s, verify_s
-        floats[1, k] = end - t
-        floats[2, k] = d
-        floats[3, k] = v
-        ints[1, k] = n_dec + n_pre  # batch_size, decode_seqs, prefill_tokens,
-        ints[2, k] = n_dec  # verify_tokens, drafted_tokens, accepted_tokens,
-        ints[3, k] = p_new  # emitted_tokens, the bound's code, KV blocks used
-        ints[4, k] = n_spec * verify + o_new
-        ints[5, k] = n_spec * nodes + drafts
+        floats[0, k] = rec_start  # start_at, duration_s, draft_s, verify_s
+        floats[1, k] = end - rec_start
+        floats[2, k] = rec_d
+        floats[3, k] = rec_v
+        ints[1, k] = rec_bs  # batch_size, decode_seqs, prefill_tokens,
+        ints[2, k] = rec_dec  # verify_tokens, drafted_tokens, accepted_tokens,
+        ints[3, k] = rec_pre  # emitted_tokens, the bound's code, KV blocks used
+        ints[4, k] = rec_ver
+        ints[5, k] = rec_drafted
         ints[6, k] = accepted
         ints[7, k] = out
-        ints[8, k] = code
+        ints[8, k] = rec_code
         ints[9, k] = cap - free
+        ends[k] = end
         t = end
         k += 1
+        if pipe:
+            if first_finish and nf > fin_before:
+                break  # (after the completion, before the scheduler forms at t)
+            continue
         if last or (first_finish and nf > fin_before):
             break
     return (k, alpha, floats[:, :k], ints[:, :k], ng, last_end, first_at, adm,
-            adm_iter[:adm], fin[:nf], fin_at[:nf], free, n_free, proposed, spare,
+            adm_at[:adm], fin[:nf], fin_at[:nf], free, n_free, proposed, spare,
             (k_split, st_split, last_split, first_split, alive_split, ng_split, nf_split,
              free_split, stack_split, nfs_split), excess, n_adm, front[:n_front].copy(),
-            old_slots[:n_old].copy(), preempts)
+            old_slots[:n_old].copy(), preempts, t, n_fl, ends[:k], dispatched)

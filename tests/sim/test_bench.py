@@ -103,10 +103,12 @@ def test_path_taken_names_the_path_and_the_reason():
 
 
 def test_bench_prints_the_fall_back_reason(capsys):
-    assert main(["bench", "--workload", "pipeline", "--requests", "20"]) == 0
+    assert main(["bench", "--workload", "pipeline", "--requests", "20",
+                 "--set", "variants.0.policy={kind: adaptive}"]) == 0
     out = capsys.readouterr().out
-    assert "walk              not taken: 2 pipeline stages" in out
-    assert "engine path       reference (2 pipeline stages)" in out
+    why = "2 pipeline stages with a shape that varies, a lookup drafter or a draft drafting ahead"
+    assert f"walk              not taken: {why}" in out
+    assert f"engine path       reference ({why})" in out
     assert main(["bench", "--workload", "replicas-2", "--requests", "20",
                  "--set", "deployment.router=least_requests",
                  "--engine-path", "compiled"]) == 0
@@ -127,8 +129,8 @@ def test_bench_all_prints_one_table_with_progress(capsys):
     assert err.splitlines() == [f"specsim bench: {i}/{len(WORKLOADS)} {n}"
                                 for i, n in enumerate(WORKLOADS, 1)]
     row = {ln.split()[0]: ln for ln in lines[1:]}
-    assert row["pipeline"].split()[1] == "reference"
-    assert row["pipeline"].endswith("  2 pipeline stages")
+    assert row["pd-1p2d"].split()[1] == "reference"
+    assert row["pd-1p2d"].endswith("  prefill/decode disaggregation runs on the reference path")
     assert row["speculative"].split()[4] == "1.00" and row["speculative"].endswith("  -")
 
 
@@ -178,10 +180,10 @@ def test_a_single_workload_times_no_kernel_load(monkeypatch):
     calls.clear()
     bench.run_warm(5000, 0, "ngram", (), PATHS["reference"])  # no kernels: no warm-up
     assert calls == [(5000, "ngram", "reference")]
-    calls.clear()  # nor where the kernels will not be taken: a short auto run, a pipeline
+    calls.clear()  # nor where the kernels will not be taken: a short auto run, P/D
     bench.run_warm(300, 0, "ngram", (), PATHS["auto"])
-    bench.run_warm(5000, 0, "pipeline", (), PATHS["compiled"])
-    assert calls == [(300, "ngram", "auto"), (5000, "pipeline", "compiled")]
+    bench.run_warm(5000, 0, "pd-1p2d", (), PATHS["compiled"])
+    assert calls == [(300, "ngram", "auto"), (5000, "pd-1p2d", "compiled")]
 
 
 def test_the_help_lists_each_workload_on_one_line():

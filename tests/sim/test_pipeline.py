@@ -151,3 +151,43 @@ def test_the_walk_prices_each_stage_as_the_pipeline_timing_does(timing, pp):
         assert (seconds, hop_s, tuple(out)) == (b.seconds, b.hop_s, b.stage_s)
         assert ("compute", "memory", "comm", "host")[code] == b.bound
         assert stages_seconds(new, kv, keys, n, stages, fixed, per_token, False, out)[1] == -1
+
+
+PIPELINE_WALKS = {  # bench workloads in pipeline stages, each with what it exercises
+    "pp2": ("pipeline", ()),
+    "pp3-prefix-cache": ("pipeline", ("deployment.pp=3", "scheduler.prefix_caching=true")),
+    "pp4-plain": ("pipeline", ("deployment.pp=4", "variants.0.policy={kind: none}")),
+    "kv-pressure": ("pipeline", ("scheduler.num_gpu_blocks_override=900",)),
+    "small-chunks": ("pipeline", ("scheduler.max_batched_tokens=300",
+                                  "scheduler.chunk_tokens=256")),
+    "replicas-2": ("replicas-2", ("deployment.pp=2",)),
+    "task-mix-roofline": ("task-mix", ("deployment.pp=2", "deployment.timing=roofline")),
+    "trace-tree": ("trace-tree", ("deployment.pp=2",)),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("case", sorted(PIPELINE_WALKS))
+def test_a_pipeline_walks_as_the_reference_dispatches_its_micro_batches(case, seed):
+    """Every record the same whether the compiled walk or the reference scheduler forms a
+    pipelined replica's micro-batches (dispatches, completions, micro-batches handed over
+    in flight both ways); the walk forms all but a few, where it is open to it (under KV
+    pressure the reference preempts)."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady_kernel
+    from sim.bench import bench_scenario
+    from sim.build import setups
+    from sim.engine_path import PATHS
+    from sim.runner import run_setups
+    from tests.sim.test_golden import _assert_same_runs
+
+    if steady_kernel.compiled_walk(True) is None:
+        pytest.skip("the walk is compiled only with numba")
+    workload, sets = PIPELINE_WALKS[case]
+    sc = bench_scenario(400, seed, workload, None, list(sets))
+    ref, comp = (run_setups(sc, setups(sc, "bench"), engine_path=PATHS[path]).variants
+                 for path in ("reference", "compiled"))
+    _assert_same_runs(ref, comp)
+    v = comp[0]
+    assert ref[0].compiled_iterations == 0
+    assert v.compiled_iterations >= 0.9 * len(v.iterations)

@@ -354,8 +354,7 @@ def test_speculating_walks_give_the_records_of_the_reference_path(case, monkeypa
             seen["mixed"] += bool(((got.ints[2] > 0) & (got.ints[3] > 0)).any())
             seen["split"] += got.split[0] > 0
             if got.admitted and len(got.finished):  # admitted after a finish
-                seen["reused"] += bool(got.floats[0, got.adm_iter.max()]
-                                       >= got.finished_at.min())
+                seen["reused"] += bool(got.adm_at.max() >= got.finished_at.min())
         return got
 
     monkeypatch.setattr(steady_walk, "plan", counted)
