@@ -338,9 +338,15 @@ def test_the_reference_prefix_cache_calls_the_walks_compiled_helpers_as_compiled
     assert used == set(steady_kernel.FAST_HELPERS)
     assert used <= set(steady_kernel._PYTHON)  # each one a helper the kernels call
     run_bench(300, 0, "cpu-offload", path=PATHS["compiled"])  # tier loads: reference steps
+    from numba.core.types import Literal
+
     for name in used:
         jit = steady_kernel.compiled_helper(name)
-        assert jit is not None and len(jit.signatures) <= 1, (name, jit.signatures)
+        # (a kernel compiled afresh in this process also tried its helpers on constant
+        # arguments as it inferred its types: literal signatures, made with it, not by a call)
+        sigs = [s for s in jit.signatures if not any(isinstance(a, Literal) for a in s)] \
+            if jit is not None else None
+        assert sigs is not None and len(sigs) <= 1, (name, jit.signatures)
     # which each replica takes, by its engine path
     setup = setups(bench_scenario(50, 0, "cpu-offload"), "bench")[0][1]
     for path, helpers in (("reference", _as_is), ("compiled", steady_kernel.fast),
