@@ -146,6 +146,12 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
             for i, r in enumerate(replicas):
                 r.feed = ArrivalFeed(env, table.arrival_at, arrived, process, i, n,
                                      replicas[:i] + replicas[i + 1:])
+    for r in replicas:
+        if r.stages > 1 and r.feed is None:  # (a walk of micro-batches runs past arrivals)
+            r.keep_off_fast_paths(
+                "pipeline stages under a closed loop" if setup.closed_loop_users else
+                f"pipeline stages behind a {setup.router} router (it reads the replicas at "
+                "each arrival)")
     return Cluster(env, setup, table, replicas, router, log, arrived)
 
 

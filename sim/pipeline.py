@@ -27,13 +27,16 @@ hop time come from the cost model's ``pass_cost`` (``stage_s``, ``hop_s``).
 Where the compiled walk can form the replica's micro-batches (``sim.gate.walk``: a static
 shape, no lookup drafter, no drafting ahead; measured or roofline timings) it forms them
 many at a time with their completions (``sim.steady_walk``, ``sim.kernels.walk``), taking
-the micro-batches in flight over from the reference scheduler (``walk_flight``: their events
-dropped, ``walk_took_flight``) and handing those it leaves in flight back as this scheduler
-makes them (``walk_landed``: the same ``MicroBatch``, its end's event made anew, so it
-comes after another event at the very same instant that was made before it). A micro-batch
+the micro-batches in flight over from the reference scheduler (``walk_flight``: their
+events dropped, ``walk_took_flight``) and handing those it leaves in flight back as this
+scheduler makes them (``walk_landed``: the same ``MicroBatch``, its end's event made anew:
+one it took over keeps its place in SimPy's queue, one it dispatched comes after the events
+made before the walk handed it back at the very same instant, where the reference's would
+come after those made before its dispatch only: a departure where such a tie is read, which
+the walk avoids by taking only replicas whose routers read nothing of them). A micro-batch
 with a slot preempted in flight, a shape per sequence or placeholder drafts is not taken
-over; nor are replicas behind a closed loop or a router that reads the pool, which the
-reference path runs.
+over; nor are replicas without an arrival feed (behind a closed loop, or a router that
+reads the replicas' load: ``sim.cluster.wire``), which the reference path runs.
 
 Until December 2026 each stage was a SimPy process with an inbox and each link a
 ``Resource``: the same times to the last bit, but the end of a micro-batch was an event
@@ -85,6 +88,8 @@ class PipelinedReplica(Replica):
         # the micro-batches in flight, in the order dispatched: (end, MicroBatch, the event
         # that ends it)
         self.flight: list[tuple[float, MicroBatch, object]] = []
+        # the queue ids of those a walk took over, by the id it gave each (walk_took_flight)
+        self._taken: dict[int, int] = {}
         # when stage k (at 2k) and the link after it (2k + 1) come free (pipeline_pass)
         self.free_at = [0.0] * (2 * self.stages - 1)
 
@@ -146,9 +151,10 @@ class PipelinedReplica(Replica):
                         float(cost.hop_s), str(cost.bound))
         self._fly(pipeline_pass(self.free_at, now, mb.draft_s, mb.stage_s, mb.hop_s), mb)
 
-    def _fly(self, end: float, mb: MicroBatch) -> None:
-        """``mb`` in flight until ``end``, one event at that time."""
-        event = event_at(self.env, end)
+    def _fly(self, end: float, mb: MicroBatch, eid: int | None = None) -> None:
+        """``mb`` in flight until ``end``, one event at that time (``eid``: the queue id of
+        the event it had before a walk took it over)."""
+        event = event_at(self.env, end, eid)
         event.callbacks.append(lambda _: self.complete(mb))
         self.flight.append((end, mb, event))
 
@@ -196,18 +202,25 @@ class PipelinedReplica(Replica):
         return fly, fl_f, fl_i, len(self.flight), tuple(id(e) for _, _, e in self.flight)
 
     def walk_took_flight(self) -> None:
-        """A walk took the micro-batches in flight over (``walk_flight``'s): their events
-        are dropped (the walk completes them)."""
+        """A walk took the micro-batches in flight over (``walk_flight``'s, the walk's ids
+        1, 2, ... in order): their events are dropped (the walk completes them, or hands
+        them back with their queue ids: ``walk_landed``)."""
+        self._taken = {}
         if self.flight:
-            gone = {id(e) for _, _, e in self.flight}
+            gone = {id(e): j for j, (_, _, e) in enumerate(self.flight, start=1)}
             queue = self.env._queue
+            for item in queue:
+                if id(item[3]) in gone:
+                    self._taken[gone[id(item[3])]] = item[2]
             queue[:] = [item for item in queue if id(item[3]) not in gone]
             heapify(queue)
             self.flight = []
 
     def walk_landed(self, w) -> None:
         """After walk ``w`` was written (``steady_walk.run``): the micro-batches it left in
-        flight, as the reference dispatches them (each with its end's event)."""
+        flight, as the reference dispatches them (each with its end's event; one the walk
+        took over keeps its place in the queue, so that it comes before the events at that
+        instant made after its dispatch, as it would have)."""
         self.busy[:] = False
         self.in_flight = w.n_fl
         if not w.n_fl:
@@ -229,7 +242,7 @@ class PipelinedReplica(Replica):
             end, start, draft_s, verify_s = w.fl_f[j].tolist()
             mb = MicroBatch(batch, self.epoch[np.concatenate((dec, pre))], start, draft_s,
                             verify_s, (), 0.0, steady_walk.BOUND_NAMES[int(w.fl_i[j, 6])])
-            self._fly(end, mb)
+            self._fly(end, mb, self._taken.get(int(w.fl_i[j, 0])))
 
 
 def _still_held(mb: MicroBatch, epoch: np.ndarray) -> Batch:

@@ -196,14 +196,16 @@ class ArrivalFeed:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def event_at(env: simpy.Environment, at: float) -> simpy.Event:
+def event_at(env: simpy.Environment, at: float, eid: int | None = None) -> simpy.Event:
     """An event that comes at time ``at`` exactly (not ``now + (at - now)``, which a
     timeout would make, a hair off where the difference rounds), scheduled as a timeout
-    is (``Environment.schedule``: SimPy's queue of (time, priority, id, event))."""
+    is (``Environment.schedule``: SimPy's queue of (time, priority, id, event)); ``eid``:
+    the id of an event it stands in for (taken out of the queue), so that it keeps that
+    one's place among events at the same instant."""
     event = simpy.Event(env)
     event._ok = True  # triggered, as Timeout's __init__ makes it (its value None)
     event._value = None
-    heappush(env._queue, (at, NORMAL, next(env._eid), event))
+    heappush(env._queue, (at, NORMAL, next(env._eid) if eid is None else eid, event))
     return event
 
 

@@ -169,13 +169,14 @@ def params(r) -> tuple | str:
     head, one replica or one per GPU, on the target's GPUs or its own, or Medusa's heads;
     one draft on its own GPU drafting a static chain ahead during the verify, ``draft_overlap:
     parallel``) or a lookup drafter (n-gram, suffix:
-    no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage, the
+    no draft model, a static policy, ``draft_sync: every_step``), one pipeline stage or
+    several (a static shape, no lookup drafter, no drafting ahead: ``sim.gate.walk``), the
     vLLM v1 order, and an acceptance model with ``kernel_tables`` for the shape (an
     adaptive policy's widest tree; a task mix: each task's model). With a prefix cache or
     without (``_prefix``: the walk makes the cache's changes with its own functions,
-    ``sim.kernels.prefix``). Either way the target's timing and the draft's
-    must be one-stage ones the kernels price (``kernel_params``: measured, roofline or
-    paper)."""
+    ``sim.kernels.prefix``). Either way the target's timing and the draft's must be ones
+    the kernels price (``kernel_params``: measured, roofline or paper; a pipeline's target
+    stage by stage, ``kernel_stages``: measured or roofline)."""
     why = gate.walk(r)
     if why is not None:
         return why

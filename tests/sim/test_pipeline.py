@@ -191,3 +191,22 @@ def test_a_pipeline_walks_as_the_reference_dispatches_its_micro_batches(case, se
     v = comp[0]
     assert ref[0].compiled_iterations == 0
     assert v.compiled_iterations >= 0.9 * len(v.iterations)
+
+
+@pytest.mark.parametrize("sets, why", [
+    (("deployment.router=least_requests",),
+     "pipeline stages behind a least_requests router (it reads the replicas at each arrival)"),
+    (("workload={arrivals: closed_loop, users: 8, think_mean_s: 0.5}",),
+     "pipeline stages under a closed loop"),
+])
+def test_pipelines_without_an_arrival_feed_keep_off_the_walk(sets, why):
+    """A walk of micro-batches runs past arrivals it knows ahead; where a router reads the
+    replicas at each arrival, or a closed loop sends as requests finish, the reference
+    scheduler forms every micro-batch, and ``specsim bench`` says why."""
+    from sim.bench import bench_scenario
+    from sim.build import setups
+    from sim.cluster import fast_paths
+
+    sc = bench_scenario(20, 0, "replicas-2", None, ["deployment.pp=2", *sets])
+    setup = setups(sc, "bench")[0][1]
+    assert fast_paths(setup)["walk"] == why
