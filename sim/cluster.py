@@ -127,8 +127,13 @@ def wire(env: simpy.Environment, setup: Setup, path: EnginePath = AUTO,
         for r in replicas:
             r.keep_off_steady(why)
             r.strict_walk = True
-            if not setup.closed_loop_users:  # (a peer's finish sends a closed loop's next)
-                r.peers = [p for p in replicas if p is not r]
+    if len(replicas) > 1 and setup.router != "round_robin" and not setup.closed_loop_users:
+        # a router that reads the replicas when a request arrives (their load, or Dynamo's
+        # and llm-d's KV state): a walk runs past the other replicas' steps, which change
+        # nothing of its own, to the next arrival (a closed loop's sends come as a peer's
+        # requests finish)
+        for r in replicas:
+            r.peers = [p for p in replicas if p is not r]
     arrived = [0]
     if setup.closed_loop_users:
         loop = closed_loop(env, setup.closed_loop_users, setup.think_s, table.arrival_at,

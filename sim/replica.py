@@ -208,6 +208,7 @@ class Replica:
         self._walk_tlog = None  # and its CPU tier's
         self._walk_stages = None  # and its pipeline stages' prices (steady_walk)
         self.compiled_iterations = 0  # iterations the compiled kernels formed (the rest: not)
+        self.step_s = 0.0  # how long its last iteration ran (steady_walk.plan's guess)
         self.process = env.process(self.run())
 
     def fast_paths(self) -> dict[str, str | None]:
@@ -519,6 +520,7 @@ class Replica:
     def finish_iteration(self, batch, start_at: float, draft_s: float, verify_s: float,
                          bound: str) -> None:
         """Apply a finished iteration and record it."""
+        self.step_s = self.env.now - start_at
         emitted, accepted, drafted, prefill = advance(self, batch)
         self.check_progress(emitted)
         self.log.iterations.append(

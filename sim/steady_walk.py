@@ -285,6 +285,12 @@ def plan(r, fn) -> Walk | None:
         # tokens it missed), or requests whose KV a CPU tier has loaded, which the
         # reference admits first (sim.offload)
         return None
+    if r.feed is None and r.loop is None and r.step_s:
+        # a walk stops at the next event of anyone (before a step that admits and ends
+        # then): where that event comes before two more steps as long as the last one could
+        # end, it would run one step at most, at the cost of a few steps' bookkeeping
+        if _next_event(r) - r.env.now < 2.0 * r.step_s:
+            return None
     pipe = r.stages > 1
     skip = ()  # a pipeline's events of its own micro-batches in flight (the walk's)
     if pipe:
@@ -477,12 +483,12 @@ def _gaps(r) -> np.ndarray:
 
 def _next_event(r, skip=()) -> float:
     """When the next event that can touch replica ``r`` comes, for a walk without an arrival
-    feed: the next of anyone's (``env.peek()``), or where ``r.strict_walk`` (its router
-    reads the pool only when a request arrives) the next but the other replicas' own
-    iterations (``r.peers``' processes), which change nothing of ``r``'s
-    (``sim.router.next_event_past``, as ``ArrivalFeed.look`` reads the queue)."""
-    got = next_event_past(r.env, r.peers if r.strict_walk else (), skip=skip) \
-        if (r.strict_walk and r.peers) or skip else None
+    feed: the next of anyone's (``env.peek()``), or where its router reads the replicas
+    only when a request arrives (``r.peers``, set by ``sim.cluster.wire``) the next but the
+    other replicas' own iterations (their processes), which change nothing of ``r``'s
+    (``sim.router.next_event_past``, as ``ArrivalFeed.look`` reads the queue); ``skip``:
+    the ids of events of ``r``'s own to pass over too."""
+    got = next_event_past(r.env, r.peers, skip=skip) if r.peers or skip else None
     return r.env.peek() if got is None else got[0]
 
 
@@ -509,6 +515,7 @@ def run(r, w: Walk):
     else:
         alive, seen = np.ones(rows, dtype=bool), np.zeros(rows, dtype=bool)
     yield from _pass(r, w, delays, told)
+    r.step_s = delays[-1]
     alive[w.finished[nf:]] = False
     alive[w.front] = False  # preempted, waiting (a walk that preempts is never split)
     _write(r, w, alive, w.st, w.last_end, ~np.isnan(w.first_at[:rows]) & ~seen, k, w.k,

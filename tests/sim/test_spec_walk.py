@@ -535,3 +535,23 @@ def test_a_bench_workload_walks_every_iteration_as_the_reference_runs_it(name, s
     loads = len(v.loads) if v.loads is not None else 0
     assert len(v.iterations) - 2 * loads <= v.compiled_iterations <= len(v.iterations)
     assert v.compiled_iterations > 0 and (loads or v.compiled_iterations == len(v.iterations))
+
+
+@pytest.mark.parametrize("router", ["least_requests", "least_tokens"])
+def test_replicas_behind_a_load_router_walk_past_each_others_steps(router):
+    """A router that reads the replicas' load only when a request arrives: each replica's
+    walk runs past the other replicas' steps to the next arrival (``Replica.peers``), with
+    the records of the reference path; at a light load most steps walk."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
+    from sim import steady_kernel
+    from sim.build import setups
+    from sim.runner import run_setups
+
+    if steady_kernel.compiled_walk(True) is None:
+        pytest.skip("the walk is compiled only with numba")
+    sc = bench_scenario(300, 0, "replicas-2", None,
+                        [f"deployment.router={router}", "workload.rate_per_s=10"])
+    ref, comp = (run_setups(sc, setups(sc, "bench"), engine_path=PATHS[path]).variants
+                 for path in ("reference", "compiled"))
+    _assert_same_runs(ref, comp)
+    assert comp[0].compiled_iterations > 0.8 * len(comp[0].iterations)
