@@ -66,13 +66,17 @@ with the times of the sends made so far, and makes a send where a request finish
 SimPy's order at one instant is known for these (``ClosedLoop``), so the walk need not
 stop at a send.
 Without a feed (replicas behind a router that reads their load, or a closed loop over
-several replicas) the next arrival ends the walk as any event does. Behind Dynamo's KV
-router (``kv_aware``), which reads each replica's pool and prefix cache when a request
-arrives, mid-iteration, where
+several replicas) the next arrival ends the walk as any event does; a router that reads
+the replicas only when a request arrives (all but round robin's) lets its horizon pass
+over the other replicas' own events, which change nothing of its state (``Replica.peers``;
+a closed loop's next send comes as any replica's request finishes, so there it does not).
+Behind Dynamo's KV router (``kv_aware``) and llm-d's, which read each replica's pool when
+a request arrives, mid-iteration, where
 the reference path has made the iteration's grants and a walk writes them when it ends,
 the walk also stops *before* an iteration an event would come in (``Replica.strict_walk``:
-the reference path runs it), and its horizon passes over the other replicas' own events,
-which change nothing of its state (``Replica.peers``).
+the reference path runs it). A walk without a feed is not tried where the next event
+comes sooner than two steps as long as the replica's last (``Replica.step_s``): it would
+run one step at most, at more than the reference path's cost.
 
 Where the KV blocks run short the walk preempts as vLLM v1 does (``preempt_until_fits``,
 ``Replica.preempt``: the last running request goes back to the queue's front, to be
