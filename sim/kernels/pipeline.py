@@ -19,6 +19,11 @@ start), so the times are the same to the last bit.
 
 from __future__ import annotations
 
+import numpy as np
+
+# what a pipelined scheduler that waits wakes for (pipeline_wait)
+WAIT_STOP, WAIT_DONE, WAIT_ARRIVAL = 0, 1, 2
+
 
 def pipeline_pass(free, start, draft_s, stage_s, hop_s):
     """When a micro-batch dispatched at ``start`` leaves the last of ``len(stage_s)``
@@ -39,3 +44,34 @@ def pipeline_pass(free, start, draft_s, stage_s, hop_s):
             t = t + hop_s
             free[2 * k + 1] = t
     return t
+
+
+def pipeline_wait(fl_f, n_fl, stages, arr_at, nxt, n_wait, next_at, t, horizon):
+    """What a pipelined scheduler waiting at ``t`` (every stage busy, or nothing to form)
+    wakes for, and when: ``WAIT_DONE``, the oldest of the ``n_fl`` micro-batches in flight
+    leaving the last stage (at ``fl_f[0, 0]``); ``WAIT_ARRIVAL``, with fewer than
+    ``stages`` in flight, request ``nxt`` of the ``n_wait`` held arriving (at
+    ``arr_at[nxt]``; past them, the next one at ``next_at``); ``WAIT_STOP`` where the next
+    event is at or after ``horizon`` (someone else's), where none comes, or where two come
+    at one instant (SimPy's order: the walk leaves it to the reference)."""
+    done = fl_f[0, 0] if n_fl > 0 else np.inf
+    comes = np.inf
+    if n_fl < stages:
+        if nxt < n_wait:
+            comes = arr_at[nxt]
+        elif next_at > t:
+            comes = next_at
+    if not (done < horizon or comes < horizon):
+        return WAIT_STOP, t
+    if done < comes:
+        return WAIT_DONE, done
+    if done == comes or (nxt + 1 < n_wait and arr_at[nxt + 1] == comes):
+        return WAIT_STOP, t
+    return WAIT_ARRIVAL, comes
+
+
+def pipeline_pop(fl_f, fl_i, n_fl):
+    """The oldest of the ``n_fl`` micro-batches in flight has left: the others move up."""
+    for j in range(1, n_fl):
+        fl_f[j - 1, :] = fl_f[j, :]
+        fl_i[j - 1, :] = fl_i[j, :]

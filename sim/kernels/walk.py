@@ -37,7 +37,13 @@ from sim.kernels.base import (
     stages_seconds,
 )
 from sim.kernels.drafting import adaptive_gamma, chain_rows_seconds, draft_seconds, root_tree
-from sim.kernels.pipeline import pipeline_pass
+from sim.kernels.pipeline import (
+    WAIT_ARRIVAL,
+    WAIT_STOP,
+    pipeline_pass,
+    pipeline_pop,
+    pipeline_wait,
+)
 from sim.kernels.prefix import (
     LOG_PER_BLOCK,
     TIER_LOG,
@@ -384,37 +390,24 @@ def walk(st, n, n_wait, arr_at, next_at, slots, stack, n_free, last_chunk, free,
         if pipe and not forming:  # it waits: for a completion, or an arrival if one fits
             if k >= max_steps:
                 break
-            c_end = fl_f[0, 0] if n_fl > 0 else np.inf
-            a_at = np.inf
-            if n_fl < n_st:
-                if nxt < n_wait:
-                    a_at = arr_at[nxt]
-                elif next_at > t:
-                    a_at = next_at  # (beyond those held: the form stops at it)
-            if not (c_end < horizon or a_at < horizon):
-                break  # the next event is someone else's (or none comes)
-            if c_end < a_at:  # micro-batch fl[0] leaves the last stage
-                cur = fl_i[0, 0]
-                end, rec_start, rec_d, rec_v = fl_f[0, 0], fl_f[0, 1], fl_f[0, 2], fl_f[0, 3]
-                rec_bs, rec_dec, rec_pre = fl_i[0, 1], fl_i[0, 2], fl_i[0, 3]
-                rec_ver, rec_drafted, rec_code, rec_draws = fl_i[0, 4], fl_i[0, 5], \
-                    fl_i[0, 6], fl_i[0, 7]
-                for j in range(1, n_fl):
-                    fl_f[j - 1, :] = fl_f[j, :]
-                    fl_i[j - 1, :] = fl_i[j, :]
-                n_fl -= 1
-                pending -= rec_bs
-                t = end
-                why = 1
-                forming = True
-            else:  # an arrival wakes the scheduler
-                if c_end == a_at or (nxt + 1 < n_wait and arr_at[nxt + 1] == a_at):
-                    break  # at one instant with another event: SimPy's order
+            woken, at = pipeline_wait(fl_f, n_fl, n_st, arr_at, nxt, n_wait, next_at, t,
+                                      horizon)
+            if woken == WAIT_STOP:
+                break
+            t, forming = at, True
+            if woken == WAIT_ARRIVAL:  # (past those held: the form stops at it)
                 nxt += 1
-                t = a_at
                 why = 2
-                forming = True
                 continue
+            cur = fl_i[0, 0]  # micro-batch fl[0] leaves the last stage: applied below
+            end, rec_start, rec_d, rec_v = fl_f[0, 0], fl_f[0, 1], fl_f[0, 2], fl_f[0, 3]
+            rec_bs, rec_dec, rec_pre = fl_i[0, 1], fl_i[0, 2], fl_i[0, 3]
+            rec_ver, rec_drafted, rec_code, rec_draws = fl_i[0, 4], fl_i[0, 5], fl_i[0, 6], \
+                fl_i[0, 7]
+            pipeline_pop(fl_f, fl_i, n_fl)
+            n_fl -= 1
+            pending -= rec_bs
+            why = 1
         elif pipe and n_fl == n_st:
             forming = False
             continue

@@ -222,7 +222,7 @@ def test_the_fast_path_is_faster_than_what_leaves_it():
     """On the compiled path, at 3,000 requests, the speculative base costs less per
     iteration than a workload the gate sends to the reference scheduler."""
     fast = run_bench(3000, 0, "speculative", path=PATHS["compiled"])
-    slow = run_bench(3000, 0, "pipeline", path=PATHS["compiled"])
+    slow = run_bench(3000, 0, "pd-1p2d", path=PATHS["compiled"])
     assert fast["engine_path"] == "compiled" and slow["engine_path"] == "reference"
     assert np.isfinite(slow["us_per_iteration"])
     assert fast["us_per_iteration"] < slow["us_per_iteration"]
