@@ -245,7 +245,7 @@ def _pipeline_args(r) -> tuple:
     made once: none for one stage."""
     got = r._walk_stages
     if got is None:
-        like = r._walk[-3]  # the target's kernel_params: the stages' type
+        like = r._walk[_TARGET]  # the target's kernel_params: the stages' type
         if r.stages > 1:
             stages, fixed, per_token = _stages(r)
             got = (steady_kernel.stage_list(stages, like), float(fixed), float(per_token))
@@ -443,6 +443,7 @@ _NO_SPEC = np.zeros(len(SPEC_FIELDS))
 # drafter's proposal rate and whether a draft drafts ahead, with what its drafting ahead
 # outlasted its verify by; where the walk's answer holds the matches it drew and did not use
 _MODE, _ALPHA, _RNG, _PROPOSE, _AHEAD, _EXCESS = 7, 8, 14, 21, 24, 25
+_TARGET = -3  # (then the draft's kernel_params and the speculative overheads)
 _SPARE = 14
 _LEARNS = (steady_kernel.ADAPTIVE, steady_kernel.ADAPTIVE_SEQ)  # modes whose α̂ the walk moves
 MAX_STEPS = 256  # iterations per walk
