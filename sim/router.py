@@ -209,6 +209,17 @@ def event_at(env: simpy.Environment, at: float, eid: int | None = None) -> simpy
     return event
 
 
+def next_event_of(r, skip=()) -> float:
+    """When the next event that can touch replica ``r`` comes, for a walk or a steady
+    stretch without an arrival feed: the next of anyone's (``env.peek()``), or where its
+    router reads the replicas only when a request arrives (``r.peers``, set by
+    ``sim.cluster.wire``) the next but the other replicas' own steps, which change nothing
+    of ``r``'s (``next_event_past``, as ``ArrivalFeed.look`` reads the queue); ``skip``:
+    the ids of events of ``r``'s own to pass over too."""
+    got = next_event_past(r.env, r.peers, skip=skip) if r.peers or skip else None
+    return r.env.peek() if got is None else got[0]
+
+
 def next_event_past(env: simpy.Environment, others: Sequence, own=None, skip=()):
     """(when the next event in ``env``'s queue comes that is neither a process of
     ``others`` (anything with a ``process``) waiting, nor the end of one of their

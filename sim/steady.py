@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim import steady_kernel
+from sim.router import next_event_of
 from sim.slots import FILLED, RESUMED, RID, TARGET
 
 MAX_STEPS = 256  # iterations per steady stretch (bounds the [sequences, steps] arrays)
@@ -156,7 +157,7 @@ def plan(r) -> Stretch | None:
     if _any(st[:, TARGET] != st[:, FILLED]):
         return None  # someone prefills
     env = r.env
-    horizon = float(env.peek())  # the next event of anyone else (an arrival, a stop, ...)
+    horizon = float(next_event_of(r))  # the next event that can touch it (an arrival, ...)
     start = float(env.now)  # (an int before any timeout: one specialisation)
     fn = kernel(r)
     if fn is None:
@@ -197,7 +198,7 @@ def plan_admitted(r, batch, start: float, draft_s: float, verify_s: float,
         return None  # ... unless the budget left a decoder out
     st = np.concatenate((r.state[dec], sp))
     steps = MAX_STEPS if len(run) <= r.limits.max_batched_tokens else 1
-    return _compiled(r, fn, run, st, start, r.env.peek(), steps,
+    return _compiled(r, fn, run, st, start, next_event_of(r), steps,
                      (len(dec), batch.chunks, draft_s + verify_s, verify_s,
                       _NAMES.index(bound)),
                      admitted=len(pre), prefill=int(_sum(batch.chunks)), draft0=draft_s)

@@ -119,7 +119,7 @@ from sim.draft_pricing import one_level_deeper
 from sim.kernels.base import SCHEDULED
 from sim.kernels.prefix import LOG_PER_BLOCK, TIER_LOG
 from sim.kernels.prefix import W_ as WIDTH
-from sim.router import event_at, next_event_past
+from sim.router import event_at, next_event_of
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, N_COLS, OUTPUT, RID, SPEC_OFF, STREAM, TARGET
 
@@ -293,7 +293,7 @@ def plan(r, fn) -> Walk | None:
         # a walk stops at the next event of anyone (before a step that admits and ends
         # then): where that event comes before two more steps as long as the last one could
         # end, it would run one step at most, at the cost of a few steps' bookkeeping
-        if _next_event(r) - r.env.now < 2.0 * r.step_s:
+        if next_event_of(r) - r.env.now < 2.0 * r.step_s:
             return None
     pipe = r.stages > 1
     skip = ()  # a pipeline's events of its own micro-batches in flight (the walk's)
@@ -328,7 +328,7 @@ def plan(r, fn) -> Walk | None:
         w = len(ids)
     elif feed is None:
         # (an event's time may be an int: one specialisation)
-        horizon = float(_next_event(r, skip))
+        horizon = float(next_event_of(r, skip))
     else:
         horizon, coming, times, beyond = feed.look(MAX_ROWS - w, skip)
         horizon = float(horizon)
@@ -484,17 +484,6 @@ def _gaps(r) -> np.ndarray:
     if buf is None:
         buf = r._walk_gaps = np.empty(GAPS)
     return buf
-
-
-def _next_event(r, skip=()) -> float:
-    """When the next event that can touch replica ``r`` comes, for a walk without an arrival
-    feed: the next of anyone's (``env.peek()``), or where its router reads the replicas
-    only when a request arrives (``r.peers``, set by ``sim.cluster.wire``) the next but the
-    other replicas' own iterations (their processes), which change nothing of ``r``'s
-    (``sim.router.next_event_past``, as ``ArrivalFeed.look`` reads the queue); ``skip``:
-    the ids of events of ``r``'s own to pass over too."""
-    got = next_event_past(r.env, r.peers, skip=skip) if r.peers or skip else None
-    return r.env.peek() if got is None else got[0]
 
 
 def run(r, w: Walk):

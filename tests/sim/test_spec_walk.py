@@ -537,11 +537,13 @@ def test_a_bench_workload_walks_every_iteration_as_the_reference_runs_it(name, s
     assert v.compiled_iterations > 0 and (loads or v.compiled_iterations == len(v.iterations))
 
 
+@pytest.mark.parametrize("policy", ["fixed", "none"])
 @pytest.mark.parametrize("router", ["least_requests", "least_tokens"])
-def test_replicas_behind_a_load_router_walk_past_each_others_steps(router):
+def test_replicas_behind_a_load_router_walk_past_each_others_steps(router, policy):
     """A router that reads the replicas' load only when a request arrives: each replica's
-    walk runs past the other replicas' steps to the next arrival (``Replica.peers``), with
-    the records of the reference path; at a light load most steps walk."""
+    walk (without speculation, its steady stretches too) runs past the other replicas'
+    steps to the next arrival (``Replica.peers``), with the records of the reference path;
+    at a light load most steps are compiled."""
     pytest.importorskip("aiconfigurator_core", reason="the kernel prices measured timings")
     from sim import steady_kernel
     from sim.build import setups
@@ -549,8 +551,10 @@ def test_replicas_behind_a_load_router_walk_past_each_others_steps(router):
 
     if steady_kernel.compiled_walk(True) is None:
         pytest.skip("the walk is compiled only with numba")
-    sc = bench_scenario(300, 0, "replicas-2", None,
-                        [f"deployment.router={router}", "workload.rate_per_s=10"])
+    sets = [f"deployment.router={router}", "workload.rate_per_s=10"]
+    if policy == "none":
+        sets.append("variants.0.policy={kind: none}")
+    sc = bench_scenario(300, 0, "replicas-2", None, sets)
     ref, comp = (run_setups(sc, setups(sc, "bench"), engine_path=PATHS[path]).variants
                  for path in ("reference", "compiled"))
     _assert_same_runs(ref, comp)
