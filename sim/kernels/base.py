@@ -68,68 +68,59 @@ PARAM_NAMES = ("a0", "a_seq", "a_new", "a_kv", "a_key", "sol_per_token", "sol_pe
 def pass_seconds(new, kv, keys, n, params, bound):
     """(seconds, bound code: 0 compute, 1 memory, 2 comm, 3 host; -1 without ``bound``) of
     one pass: ``seconds`` / ``seconds_bound`` of a one-stage timing whose ``kernel_params``
-    are ``params``. A measured timing's are the scalars, the token grid, the per-token,
-    lm_head and all-reduce tables, the decode kernel's table, batches and lengths, priced
-    by the measured timing's own pass functions (``hardware.timing.measured``,
-    ``pass_fixed`` ...); an analytic one's (roofline, paper) its stage vector and no grid:
-    its formula, ``hardware.timing.analytic.stage_parts``."""
+    are ``params`` (``pass_parts``)."""
+    seconds, compute, memory, comm, host = pass_parts(new, kv, keys, n, params, bound)
+    return seconds, bound_code(compute, memory, comm, host) if bound else -1
+
+
+def pass_parts(new, kv, keys, n, params, parts):
+    """(seconds, compute, memory, comm, host) of one stage's pass, its timing's
+    ``kernel_params`` ``params``; with ``parts`` False a measured stage's parts are left 0.
+    A measured timing's are the scalars, the token grid, the per-token, lm_head and
+    all-reduce tables, the decode kernel's table, batches and lengths, priced by the
+    measured timing's own pass functions (``hardware.timing.measured``, ``pass_fixed`` ...;
+    compute and memory their speed of light, comm the all-reduce); an analytic one's
+    (roofline, paper) its stage vector and no grid: its formula,
+    ``hardware.timing.analytic.stage_parts``."""
     p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths = params
     if len(grid) == 0:
         compute, memory, comm, seconds = stage_parts(p, new, kv, keys, n)
-        if not bound:
-            return seconds, -1
-        code, top = 0, compute  # base.largest
-        if memory > top:
-            code, top = 1, memory
-        if comm > top:
-            code, top = 2, comm
-        if p[HOST_S] > top:
-            code = 3
-        return seconds, code
+        return seconds, compute, memory, comm, p[HOST_S]
     b, w = pass_decode_weight(n, dec, dec_batches)
     busy = pass_fixed(new, n, p, grid, lin) + p[3] * kv + p[4] * keys
     busy += pass_table(new if new < p[15] * n else p[15] * n, grid, head)
     busy += pass_decode(kv, n, b, w, dec, dec_lengths)
     seconds = pass_total(busy, n, p)
-    if not bound:
-        return seconds, -1
-    # base.largest of the speed-of-light compute and memory, the all-reduce and the host
+    if not parts:
+        return seconds, 0.0, 0.0, 0.0, 0.0
     compute, memory = pass_light(new, kv, keys, p)
-    comm = pass_table(new, grid, allreduce)
+    return seconds, compute, memory, pass_table(new, grid, allreduce), p[9]
+
+
+def bound_code(compute, memory, comm, host):
+    """``hardware.timing.base.largest`` as a code: 0 compute, 1 memory, 2 comm, 3 host."""
     code, top = 0, compute
     if memory > top:
         code, top = 1, memory
     if comm > top:
         code, top = 2, comm
-    if p[9] > top:
+    if host > top:
         code = 3
-    return seconds, code
+    return code
 
 
 def stages_seconds(new, kv, keys, n, stages, hop_fixed, hop_token, bound, stage_s):
     """(seconds, bound code, hop seconds) of one pass through a pipeline's stages, as a
     pipeline timing's ``breakdown`` gives them (measured or roofline): each stage's
-    seconds in ``stage_s`` (float64 [S], written) by ``pass_seconds``' formula on that
-    stage's ``kernel_params`` (``stages``, a tuple, one per stage), the pass's seconds
-    their sum plus S - 1 hops of ``hop_fixed`` + ``hop_token`` x new, its bound the
-    largest of compute, memory, comm (the hops' included) and host summed over the
-    stages; -1 without ``bound``."""
+    seconds in ``stage_s`` (float64 [S], written) by ``pass_parts`` on that stage's
+    ``kernel_params`` (``stages``, a tuple, one per stage), the pass's seconds their sum
+    plus S - 1 hops of ``hop_fixed`` + ``hop_token`` x new, its bound the largest of
+    compute, memory, comm (the hops' included) and host summed over the stages; -1 without
+    ``bound``."""
     compute, memory, comm, host = 0.0, 0.0, 0.0, 0.0
     seconds = 0.0
     for k in range(len(stages)):
-        p, grid, lin, head, allreduce, dec, dec_batches, dec_lengths = stages[k]
-        if len(grid) == 0:
-            c_s, m_s, x_s, s_s = stage_parts(p, new, kv, keys, n)
-            h_s = p[HOST_S]
-        else:
-            b, w = pass_decode_weight(n, dec, dec_batches)
-            busy = pass_fixed(new, n, p, grid, lin) + p[3] * kv + p[4] * keys
-            busy += pass_table(new if new < p[15] * n else p[15] * n, grid, head)
-            busy += pass_decode(kv, n, b, w, dec, dec_lengths)
-            s_s = pass_total(busy, n, p)
-            c_s, m_s = pass_light(new, kv, keys, p)
-            x_s = pass_table(new, grid, allreduce)
-            h_s = p[9]
+        s_s, c_s, m_s, x_s, h_s = pass_parts(new, kv, keys, n, stages[k], bound)
         compute += c_s
         memory += m_s
         comm += x_s
@@ -140,16 +131,7 @@ def stages_seconds(new, kv, keys, n, stages, hop_fixed, hop_token, bound, stage_
     hop_s = hop_fixed + hop_token * new if hops else 0.0
     comm += hops * hop_s
     seconds += hops * hop_s
-    if not bound:
-        return seconds, -1, hop_s
-    code, top = 0, compute  # base.largest
-    if memory > top:
-        code, top = 1, memory
-    if comm > top:
-        code, top = 2, comm
-    if host > top:
-        code = 3
-    return seconds, code, hop_s
+    return seconds, bound_code(compute, memory, comm, host) if bound else -1, hop_s
 
 
 def decode_one(st, i, held, block_size, rolls_back):
