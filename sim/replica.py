@@ -497,6 +497,7 @@ class Replica:
             for delay in stretch.delays():
                 self.compiled_iterations += 1
                 yield self.env.timeout(delay)
+                self.step_s = delay
             steady.apply(self, stretch)
             stretch = stretch.then
 

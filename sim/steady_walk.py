@@ -289,17 +289,18 @@ def plan(r, fn) -> Walk | None:
         # tokens it missed), or requests whose KV a CPU tier has loaded, which the
         # reference admits first (sim.offload)
         return None
-    if r.feed is None and r.loop is None and r.step_s:
+    horizon = None
+    if r.feed is None and r.loop is None:
+        # (an event's time may be an int: one specialisation)
+        horizon = float(next_event_of(r))
         # a walk stops at the next event of anyone (before a step that admits and ends
         # then): where that event comes before two more steps as long as the last one could
         # end, it would run one step at most, at the cost of a few steps' bookkeeping
-        if next_event_of(r) - r.env.now < 2.0 * r.step_s:
+        if horizon - r.env.now < 2.0 * r.step_s:
             return None
     pipe = r.stages > 1
     skip = ()  # a pipeline's events of its own micro-batches in flight (the walk's)
-    if pipe:
-        if r.loop is not None or r.on_finish is not None or r.strict_walk:
-            return None  # (a closed loop, or a router that reads the pool: the reference's)
+    if pipe:  # (one with an arrival feed: sim.cluster.wire keeps the others off the walk)
         flight = r.walk_flight(run)
         if flight is None:
             return None
@@ -327,8 +328,8 @@ def plan(r, fn) -> Walk | None:
         horizon, ids, arr_at, next_at, looping = loop
         w = len(ids)
     elif feed is None:
-        # (an event's time may be an int: one specialisation)
-        horizon = float(next_event_of(r, skip))
+        if horizon is None:  # (a closed loop's sends it cannot hold: the next ends it)
+            horizon = float(next_event_of(r, skip))
     else:
         horizon, coming, times, beyond = feed.look(MAX_ROWS - w, skip)
         horizon = float(horizon)
