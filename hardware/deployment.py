@@ -64,6 +64,14 @@ use. Assumptions (each one a choice, stated where it is made):
   one scheduler over the ``dp`` groups, assumed evenly loaded (vLLM runs one per DP rank).
 - All experts are resident: memory counts every expert, a pass reads those its tokens
   touch (``hardware.moe``).
+- ``moe_kernel`` names the fused-MoE kernel family the engine runs the routed experts with
+  (:data:`MOE_KERNELS`: TensorRT-LLM's ``moe_config.backend`` TRTLLM is ``trtllm_gen``,
+  DEEPGEMM ``deepgemm``, CUTLASS ``cutlass``; SGLang's ``--moe-runner-backend
+  flashinfer_trtllm`` is ``trtllm_gen``); unset, whatever the framework's measured tables
+  timed. Only the measured timing reads it (``hardware.timing.aic.moe_table``, from another
+  framework's tables where the engine's own do not time the kernel); the roofline prices
+  no kernel choice, so ``auto`` falls back to it with the reason in the note where no table
+  times the kernel for the shape.
 """
 
 from __future__ import annotations
@@ -79,7 +87,7 @@ if TYPE_CHECKING:  # annotations only: importing the catalog (pydantic, YAML) is
     from hardware.catalog import GpuSpec, LinkSpec, ModelSpec
 
 __all__ = ["Deployment", "StageLayout", "stage_layouts", "check_positions", "GIB", "TIMINGS",
-           "COMPUTE_DTYPES", "FP8_SCALES", "FP4_BITS"]
+           "COMPUTE_DTYPES", "FP8_SCALES", "FP4_BITS", "MOE_KERNELS"]
 
 GIB = 2**30
 TIMINGS = ("auto", "measured", "roofline", "paper")
@@ -94,6 +102,9 @@ FP4_BITS = {"nvfp4": 4.0 + 8.0 / 16, "mxfp4": 4.0 + 8.0 / 32}
 # which weights weight_bits applies to (Deployment.quantized_scope)
 QUANTIZED = ("all", "mlp", "experts")
 QUANTIZED_LABEL = {"mlp": "MLPs", "experts": "experts"}
+# fused-MoE kernel families (Deployment.moe_kernel; hardware.timing.aic.MOE_KERNELS says
+# which measured rows each is)
+MOE_KERNELS = ("trtllm_gen", "deepgemm", "cutlass", "triton")
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,7 @@ class Deployment:
     max_seqs: int = 256
     fp4_format: str | None = None
     quantized: str | None = None
+    moe_kernel: str | None = None
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -190,6 +202,12 @@ class Deployment:
         if self.quantized not in (None, "all") and self.weight_bits == 16:
             raise UserError(f"deployment: quantized: {self.quantized} names the weights "
                             f"weight_bits quantizes, but weight_bits is 16")
+        _check(self.moe_kernel is None or self.moe_kernel in MOE_KERNELS, "moe_kernel",
+               f"must be one of {', '.join(MOE_KERNELS)} (or null: the tables' own)",
+               self.moe_kernel)
+        if self.moe_kernel is not None and not cfg.routed_experts:
+            raise UserError(f"deployment: moe_kernel: {self.model.id} has no routed experts, "
+                            f"got {self.moe_kernel!r}")
         if self.quantized == "experts" and not cfg.routed_experts:
             raise UserError(f"deployment: quantized: experts: {self.model.id} has no routed "
                             f"experts")

@@ -111,12 +111,14 @@ class DraftCosts:
     framework's per-step overhead nor its per-sequence one
     (``hardware.Deployment.step_overhead``). The drafter
     configs (``sim.kinds.drafters``) build with it, for a scenario (``for_scenario``) and
-    for the speedup and grid tables alike."""
+    for the speedup and grid tables alike. A drafting model with routed experts (an MTP
+    layer of an MoE target) runs them with the target's ``moe_kernel``: the engine sets one
+    MoE backend for both."""
 
     def __init__(self, catalog, gpu, weight_bits: int, kv_bits: int,
                  compute_dtype: str | None, timing: str, framework: str,
-                 gpu_memory_utilization: float = 0.9) -> None:
-        self.catalog, self.gpu = catalog, gpu
+                 gpu_memory_utilization: float = 0.9, moe_kernel: str | None = None) -> None:
+        self.catalog, self.gpu, self.moe_kernel = catalog, gpu, moe_kernel
         self.workspace_fraction = 1.0 - gpu_memory_utilization
         self.weight_bits, self.kv_bits = weight_bits, kv_bits
         self.compute_dtype = compute_dtype if weight_bits == 8 else None
@@ -129,7 +131,7 @@ class DraftCosts:
         d = sc.deployment
         bits = d.weight_bits if d.draft_weight_bits is None else d.draft_weight_bits
         return cls(catalog, gpu, bits, d.kv_bits, d.compute_dtype, d.timing, d.framework,
-                   d.gpu_memory_utilization)
+                   d.gpu_memory_utilization, d.moe_kernel)
 
     def __call__(self, spec, tp: int = 1, ep: int = 1):
         from hardware.cost import CostModel
@@ -139,7 +141,9 @@ class DraftCosts:
                                     weight_bits=self.weight_bits, kv_bits=self.kv_bits,
                                     compute_dtype=self.compute_dtype, timing=self.timing,
                                     framework=self.framework, step_overhead=False,
-                                    workspace_fraction=self.workspace_fraction),
+                                    workspace_fraction=self.workspace_fraction,
+                                    moe_kernel=self.moe_kernel
+                                    if spec.config.routed_experts else None),
                          self.catalog)
 
 
@@ -171,7 +175,7 @@ def cost_models(sc: Scenario, uses_draft: bool, drafter_cfg=None):
                    compute_dtype=d.compute_dtype, fp8_scales=d.fp8_scales,
                    workspace_fraction=1.0 - d.gpu_memory_utilization,
                    max_seqs=sc.scheduler.max_num_seqs, fp4_format=d.fp4_format,
-                   quantized=d.quantized, **timing),
+                   quantized=d.quantized, moe_kernel=d.moe_kernel, **timing),
         catalog,
     )
     block = sc.scheduler.block_size

@@ -110,6 +110,12 @@ class Deployment(Strict):
     # 16-bit, TensorRT-LLM's min-latency DeepSeek-R1 recipe), experts (the routed experts
     # alone, gpt-oss's checkpoint); null = the checkpoint's where it ships FP4, else all
     quantized: Literal["all", "mlp", "experts"] | None = None
+    # the fused-MoE kernel family the engine runs the routed experts with: trtllm_gen
+    # (TensorRT-LLM moe_config.backend TRTLLM, SGLang --moe-runner-backend
+    # flashinfer_trtllm), deepgemm, cutlass, triton; null = whatever the framework's measured
+    # tables timed. Read by the measured timing only (from another framework's tables
+    # where the engine's own do not time the kernel: the timing note says which)
+    moe_kernel: Literal["trtllm_gen", "deepgemm", "cutlass", "triton"] | None = None
     # how FP8 W8A8 (compute_dtype fp8) scales its values, which picks the measured FP8 GEMM
     # kernel of the target's linear layers (attention, dense MLP, shared experts; the
     # routed experts and DeepSeek's MLA block keep their own FP8 tables): null = the

@@ -39,8 +39,8 @@ import numpy as np
 
 __all__ = ["PINNED", "TablesUnavailable", "GRID", "framework_version", "layer_table",
            "allreduce_table", "head_table", "attention_model", "decode_row", "decode_at",
-           "gemm_seconds", "allreduce_seconds", "moe_table", "mla_fit", "DECODE_BATCHES",
-           "DECODE_LENGTHS"]
+           "gemm_seconds", "allreduce_seconds", "moe_table", "MOE_KERNELS", "mla_fit",
+           "DECODE_BATCHES", "DECODE_LENGTHS"]
 
 PINNED = "0.12.0"
 BACKENDS = ("vllm", "sglang", "trtllm")
@@ -434,52 +434,111 @@ def _table_file(system: str, backend: str, family: str, name: str):
 
 
 @cache
-def _moe_rows(system: str, backend: str, distribution: str) -> frozenset:
+def _moe_kernels(system: str, backend: str, distribution: str) -> dict[tuple, frozenset]:
     """(quant, hidden, inter, topk, experts, moe_tp, moe_ep) of the rows measured under the
-    token distribution ``distribution`` (balanced, power_law_1.01, power_law_1.2)."""
+    token distribution ``distribution`` (balanced, power_law_1.01, power_law_1.2), each with
+    the kernels (``kernel_source``) its rows were measured with."""
     import pandas as pd
 
     path = _table_file(system, backend, "moe", "moe_perf.parquet")
     try:
         df = pd.read_parquet(path, columns=["moe_dtype", "hidden_size", "inter_size", "topk",
                                             "num_experts", "moe_tp_size", "moe_ep_size",
-                                            "distribution"])
+                                            "distribution", "kernel_source"])
     except (OSError, ImportError, ValueError) as err:
         raise TablesUnavailable(f"no {backend} MoE tables for {system}: {_first_line(err)}") \
             from None
     df = df[df["distribution"] == distribution].drop(columns="distribution")
-    return frozenset(tuple(r) for r in df.itertuples(index=False, name=None))
+    out: dict[tuple, set] = {}
+    for *key, kernel in df.drop_duplicates().itertuples(index=False, name=None):
+        out.setdefault(tuple(key), set()).add(kernel)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+# The fused-MoE kernel families ``Deployment.moe_kernel`` names, each as the words its
+# measured rows' ``kernel_source`` carries in aiconfigurator-core 0.12.0's tables:
+# trtllm_gen -- TensorRT-LLM's trtllm-gen fused-MoE kernels: TensorRT-LLM's own
+#   (``moe_config.backend: TRTLLM`` -> ``TRTLLMGenFusedMoE`` for block-FP8 and NVFP4 experts:
+#   NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/create_moe.py @01f8de52,
+#   get_moe_cls), and FlashInfer's binding of the same kernels that SGLang
+#   (``--moe-runner-backend flashinfer_trtllm``) and vLLM run (flashinfer-ai/flashinfer
+#   csrc/trtllm_fused_moe_kernel_launcher.cu, built on its trtllmGen_bmm_export); the
+#   tables measure them as ``sglang_flashinfer_trtllm_moe`` and ``vllm_*flashinfer_trtllm*``
+#   on Blackwell; TensorRT-LLM's own tables do not time them (its collector times DeepGEMM
+#   for block-FP8 and CUTLASS for NVFP4 on SM100);
+# deepgemm -- DeepGEMM's grouped GEMMs (TensorRT-LLM ``DEEPGEMM``);
+# cutlass -- CUTLASS grouped GEMMs (TensorRT-LLM ``CUTLASS``, FlashInfer's CUTLASS MoE);
+# triton -- the Triton fused-MoE kernel (vLLM's and SGLang's default on Hopper).
+MOE_KERNELS = {"trtllm_gen": "flashinfer_trtllm", "deepgemm": "deepgemm",
+               "cutlass": "cutlass", "triton": "triton"}
+
+
+def moe_kernel_backend(system: str, backend: str, key: tuple, distribution: str,
+                       kernel: str | None) -> str:
+    """The framework whose tables price the routed experts of shape ``key`` (quant, hidden,
+    inter, topk, experts, moe_tp, moe_ep) with ``kernel`` (a :data:`MOE_KERNELS` family;
+    None: ``backend``'s own, whatever it measured): ``backend`` where every row it has for
+    the shape is of that kernel, else the first other framework (vllm, sglang, trtllm)
+    whose rows are -- borrowed, as :data:`UNTUNED` borrows GEMMs. TablesUnavailable where
+    none is."""
+    if kernel is None:
+        return backend
+    word = MOE_KERNELS[kernel]
+    for other in (backend,) + tuple(b for b in BACKENDS if b != backend):
+        try:
+            kernels = _moe_kernels(system, other, distribution).get(key)
+        except TablesUnavailable:
+            continue
+        if kernels and all(word in k for k in kernels):
+            return other
+    raise TablesUnavailable(
+        f"no framework's MoE tables on {system} time the {kernel} kernel for {key[0]} experts "
+        f"(hidden {key[1]}, width {key[2]}, top-{key[3]} of {key[4]}) at moe_tp {key[5]} / "
+        f"moe_ep {key[6]}")
 
 
 @lru_cache(maxsize=64)
 def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, experts: int,
               moe_tp: int, moe_ep: int, quant: str,
-              distribution: str = "power_law_1.2") -> tuple[float, ...]:
-    """Seconds of one MoE layer's routed experts (the fused-MoE kernel) at every total token
-    count of ``GRID``, measured with the tokens routed as ``distribution`` spreads them
-    (``hardware.timing.measured.moe_distribution``): each GPU holds ``experts / moe_ep``
-    experts split ``moe_tp`` ways. ``quant``: bfloat16, fp8_block (block-scaled W8A8), or
-    fp8 (a per-tensor W8A8 checkpoint: the faster of the per-tensor and the block-scaled
-    kernels per size, of those the tables have for the shape -- an approximation: which
-    MoE kernel an engine runs for per-tensor FP8 experts is not modelled), made
-    non-decreasing in the token count (:func:`_envelope`). TablesUnavailable unless the
-    shape has measured rows."""
-    rows = _moe_rows(system, backend, distribution)
+              distribution: str = "power_law_1.2",
+              kernel: str | None = None) -> tuple[tuple[float, ...], str]:
+    """(seconds of one MoE layer's routed experts (the fused-MoE kernel) at every total token
+    count of ``GRID``, the framework whose tables they come from), measured with the tokens
+    routed as ``distribution`` spreads them (``hardware.timing.measured.moe_distribution``):
+    each GPU holds ``experts / moe_ep`` experts split ``moe_tp`` ways. ``quant``: bfloat16,
+    fp8_block (block-scaled W8A8), nvfp4, or fp8 (a per-tensor W8A8 checkpoint: the faster
+    of the per-tensor and the block-scaled kernels per size, of those the tables have for
+    the shape -- an approximation: which MoE kernel an engine runs for per-tensor FP8
+    experts is not modelled); ``kernel``: the kernel family (:data:`MOE_KERNELS`; None:
+    whatever ``backend``'s tables measured), from another framework's tables where
+    ``backend``'s do not time it (:func:`moe_kernel_backend`). Made non-decreasing in the
+    token count (:func:`_envelope`). TablesUnavailable unless the shape has measured rows."""
     quants = ("fp8", "fp8_block") if quant == "fp8" else (quant,)
-    have = [q for q in quants if (q, hidden, inter, topk, experts, moe_tp, moe_ep) in rows]
+    shape = (hidden, inter, topk, experts, moe_tp, moe_ep)
+    have, why = [], None
+    for q in quants:
+        try:
+            source = moe_kernel_backend(system, backend, (q,) + shape, distribution, kernel)
+        except TablesUnavailable as err:
+            why = why or err
+            continue
+        if (q,) + shape in _moe_kernels(system, source, distribution):
+            have.append((q, source))
     if not have:
+        if why is not None:
+            raise why
         raise TablesUnavailable(
             f"the {backend} MoE tables on {system} have no {quant} rows for hidden {hidden}, "
             f"expert width {inter}, top-{topk} of {experts} experts at moe_tp {moe_tp} / "
             f"moe_ep {moe_ep} ({distribution} routing)")
     ops, common = _package()[3:5]
     tables = []
-    for q in have:
+    for q, source in have:
         op = ops.MoE("moe", 1, hidden, inter, topk, experts, moe_tp, moe_ep,
                      getattr(common.MoEQuantMode, q), distribution, 1)
-        tables.append([_evaluate(system, backend, [op], is_context=False, batch_size=1, s=1,
+        tables.append([_evaluate(system, source, [op], is_context=False, batch_size=1, s=1,
                                  x=m)[0] for m in GRID])
-    return _envelope(min(vals) for vals in zip(*tables, strict=True))
+    return _envelope(min(vals) for vals in zip(*tables, strict=True)), have[0][1]
 
 
 @cache

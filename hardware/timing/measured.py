@@ -164,11 +164,11 @@ class MeasuredTiming:
         quant = gemm_quant(dep.fp8_scaling, fmt, dep.fp4)
         modes = scoped_modes(dep, quant)
         if shape.n_experts:
-            dense, moe, moe_beside, used = moe_tables(dep, system, backend, quant, modes,
-                                                       framework)
+            dense, moe, moe_beside, used, experts = moe_tables(dep, system, backend, quant,
+                                                               modes, framework)
         else:
             dense, used = parts_table(system, backend, block_gemms(dep), 2, modes)
-            moe = None
+            moe, experts = None, ""
         ar = aic.allreduce_table(system, backend, shape.hidden, tp) if tp > 1 else None
         proj = dep.model.config.word_embed_proj_dim or shape.hidden
         head = aic.head_table(system, backend, math.ceil(dep.model.config.vocab_size / tp),
@@ -242,7 +242,7 @@ class MeasuredTiming:
         pc = collective_params(pp_link)
         self._hop_fixed_s = pc.call_s + pc.step_s
         self._hop_per_token_s = shape.hidden * ACT_BYTES / (pp_link.bytes_per_s * pc.eta)
-        kinds = f"{used} GEMMs" + ("; MoE kernel tables" if moe else "") \
+        kinds = f"{used} GEMMs" + (f"; {experts}" if moe else "") \
             + (f"; MLA module tables, {mla} GEMMs" if dep.model.config.mla else "")
         if decode is not None:
             fit = (f"; decode attention tabulated, prefill fit median {att_median:.0%}, "

@@ -176,13 +176,15 @@ def moe_tables(dep, system: str, backend: str, quant: str, modes: tuple[str, str
                 framework):
     """(a dense block's, an MoE block's seconds over the grid, an MoE block's with its
     shared experts on a second stream beside the routed ones -- the longer of the two --
-    or None where the framework does not do that, and the GEMM modes that priced the
-    GEMMs, for notes) of an MoE model, its routed experts in ``quant``, its attention and
-    MLP GEMMs in ``modes`` (:func:`scoped_modes`): an MoE
+    or None where the framework does not do that, the GEMM modes that priced the GEMMs and
+    what priced the routed experts, for notes) of an MoE model, its routed experts in
+    ``quant``, its attention and MLP GEMMs in ``modes`` (:func:`scoped_modes`): an MoE
     block is its GEMMs (attention, shared experts), the 16-bit router GEMM and the routed
     experts' fused-MoE kernel at moe_tp / moe_ep as the engine shards them (``ep`` 1: every
     expert split over tp; ``ep`` = tp: whole experts, E/ep per GPU; ``ep`` dividing tp: E/ep
-    per GPU, each split tp/ep ways, ``Deployment.moe_tp``)."""
+    per GPU, each split tp/ep ways, ``Deployment.moe_tp``), with the kernel
+    ``dep.moe_kernel`` names (``aic.moe_table``: another framework's tables where
+    ``backend``'s do not time it)."""
     shape, cfg = dep.model.shape, dep.model.config
     if dep.attention_dp > 1:
         raise aic.TablesUnavailable(f"ep {dep.ep} > tp {dep.tp} (data-parallel attention "
@@ -199,14 +201,20 @@ def moe_tables(dep, system: str, backend: str, quant: str, modes: tuple[str, str
     router = aic.layer_table(system, backend, ((shape.n_experts, shape.hidden),), "bfloat16")
     width = cfg.intermediate_size if cfg.model_type == "mixtral" else cfg.moe_intermediate_size
     moe_tp, moe_ep = dep.moe_tp, dep.ep
-    routed = aic.moe_table(system, backend, shape.hidden, width, shape.top_k, shape.n_experts,
-                           moe_tp, moe_ep, moe_quant, moe_distribution(cfg))
+    routed, source = aic.moe_table(system, backend, shape.hidden, width, shape.top_k,
+                                   shape.n_experts, moe_tp, moe_ep, moe_quant,
+                                   moe_distribution(cfg), dep.moe_kernel)
+    experts = "MoE kernel tables" if dep.moe_kernel is None else \
+        f"MoE {dep.moe_kernel} kernel tables" + \
+        ("" if source == backend else
+         f" of {source} {aic.framework_version(system, source)} (borrowed)")
     summed = tuple(a + b + c + d for a, b, c, d in zip(fixed, router, shared, routed,
                                                         strict=True))
     summed = _expert_read_floor(summed, dep, width, moe_tp, moe_ep)
     if not (framework.shared_expert_stream_tokens and shared_g):
-        return dense, summed, None, used
+        return dense, summed, None, used, experts
     # the shared experts on a second stream: the longer of them and the routed ones
     beside = tuple(a + b + max(c, d) for a, b, c, d in zip(fixed, router, shared, routed,
                                                             strict=True))
-    return dense, summed, _expert_read_floor(beside, dep, width, moe_tp, moe_ep), used
+    return dense, summed, _expert_read_floor(beside, dep, width, moe_tp, moe_ep), used, \
+        experts

@@ -22,7 +22,9 @@ the first block is required, the second optional):
   checkpoint ships FP4): 4-bit weights as FP4, which needs ``weight_bits`` 4;
   ``quantized`` (``all``, ``mlp`` or ``experts``; empty: ``all``, or the model's for its own
   FP4 checkpoint): which weights ``weight_bits`` applies to, the rest 16-bit
-  (:attr:`hardware.deployment.Deployment.quantized_scope`); ``pin_memory`` (``true``
+  (:attr:`hardware.deployment.Deployment.quantized_scope`); ``moe_kernel`` (``trtllm_gen``,
+  ``deepgemm``, ``cutlass``, ``triton``; empty: whatever the framework's tables timed): the
+  fused-MoE kernel the run's engine was set to (``Deployment.moe_kernel``); ``pin_memory`` (``true``
   default, or ``false``): whether offloaded weights sit in pinned host memory;
   ``streaming`` (``true`` default, or ``false``): whether the run streamed its tokens to a
   client (a server benchmark) or ran offline (``trtllm-bench throughput``, a generate
@@ -52,7 +54,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hardware.deployment import FP4_BITS, QUANTIZED
+from hardware.deployment import FP4_BITS, MOE_KERNELS, QUANTIZED
 from hardware.models import read_utf8
 from specdec.errors import UserError
 
@@ -62,7 +64,8 @@ REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype
             "context", "tokens", "offload", "measured_s", "source")
 OPTIONAL = ("framework", "framework_version", "ep", "pin_memory", "streaming", "metric",
             "output_tokens", "requests", "max_num_tokens", "kv_fraction",
-            "cuda_graph_batch_sizes", "fp4_format", "quantized", "split", "category", "notes")
+            "cuda_graph_batch_sizes", "fp4_format", "quantized", "moe_kernel", "split",
+            "category", "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
@@ -89,6 +92,7 @@ class MeasuredRow:
     ep: int = 1
     fp4_format: str | None = None
     quantized: str | None = None
+    moe_kernel: str | None = None
     pin_memory: bool = True
     streaming: bool = True
     metric: str = "step_s"
@@ -300,6 +304,11 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
                         f"alone here and its release in the framework_version column")
     weight_bits = cell_int(path, line, "weight_bits", get["weight_bits"], 1)
     fp4_format, quantized = precision_columns(path, line, get, weight_bits)
+    moe_kernel = get.get("moe_kernel") or None
+    if moe_kernel is not None and moe_kernel not in MOE_KERNELS:
+        raise UserError(f"{path}: line {line}: moe_kernel: must be one of "
+                        f"{', '.join(MOE_KERNELS)} (or empty: the tables' own), got "
+                        f"{moe_kernel!r}")
     return MeasuredRow(
         line=line, model=get["model"], gpu=get["gpu"],
         tp=cell_int(path, line, "tp", get["tp"], 1), pp=cell_int(path, line, "pp", get["pp"], 1),
@@ -313,7 +322,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         framework=framework,
         framework_version=get.get("framework_version", ""),
         ep=cell_int(path, line, "ep", get.get("ep") or "1", 1), fp4_format=fp4_format,
-        quantized=quantized, pin_memory=pin,
+        quantized=quantized, moe_kernel=moe_kernel, pin_memory=pin,
         streaming=streaming,
         metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,

@@ -99,7 +99,7 @@ def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostMo
         model=catalog.model(row.model), gpu=catalog.gpu(row.gpu), tp=row.tp, pp=row.pp,
         ep=row.ep,
         weight_bits=row.weight_bits, kv_bits=row.kv_bits, compute_dtype=row.compute_dtype,
-        fp4_format=row.fp4_format, quantized=row.quantized,
+        fp4_format=row.fp4_format, quantized=row.quantized, moe_kernel=row.moe_kernel,
         offload_fraction=row.offload, offload_pin_memory=row.pin_memory,
         kv_tokens=row.batch * total if row.offload == "auto" else 0, timing=timing,
         framework=catalog.framework_id(row.framework, row.framework_version),

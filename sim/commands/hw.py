@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from hardware import CostModel, Deployment, load_catalog
 from hardware.catalog import Catalog
-from hardware.deployment import FP8_SCALES, check_positions
+from hardware.deployment import FP8_SCALES, MOE_KERNELS, check_positions
 from hardware.draft import tree_attended_keys, tree_nodes
 from hardware.timing import gpu_timing_data
 from sim.commands import speedup
@@ -104,6 +104,12 @@ def add_deployment_flags(p: argparse.ArgumentParser) -> None:
                    help="4-bit weights as FP4 with block scales: nvfp4 (4.5 bits a weight) or "
                         "mxfp4 (4.25) (default: the checkpoint's where it ships FP4, else "
                         "int4) (deployment.fp4_format)")
+    p.add_argument("--moe-kernel", choices=MOE_KERNELS,
+                   help="the fused-MoE kernel family the engine runs an MoE model's routed "
+                        "experts with: trtllm_gen (TensorRT-LLM moe_config.backend TRTLLM, "
+                        "SGLang --moe-runner-backend flashinfer_trtllm), deepgemm, cutlass, "
+                        "triton (default: whatever the framework's measured tables timed; "
+                        "measured timing only) (deployment.moe_kernel)")
     p.add_argument("--quantized", choices=("all", "mlp", "experts"),
                    help="which weights --weight-bits quantizes: all block weights, the MLPs "
                         "and experts (attention and router stay 16-bit), or the routed "
@@ -164,6 +170,7 @@ def build_cost(args: argparse.Namespace, catalog: Catalog, kv_tokens: int) -> Co
         framework=args.framework,
         fp4_format=args.fp4_format,
         quantized=args.quantized,
+        moe_kernel=args.moe_kernel,
     )
     return CostModel(dep, catalog)
 
@@ -202,7 +209,8 @@ def run_step(args: argparse.Namespace) -> int:
     }
     shape = dep.model.shape
     if shape.n_experts:  # MoE only: a dense model's record stays as it was
-        result.update(ep=dep.ep, n_gpus=dep.n_gpus, attention_dp=dep.attention_dp,
+        result.update(ep=dep.ep, moe_kernel=dep.moe_kernel, n_gpus=dep.n_gpus,
+                      attention_dp=dep.attention_dp,
                       n_experts=shape.n_experts, top_k=shape.top_k,
                       n_moe_layers=shape.n_moe_layers)
     else:

@@ -82,6 +82,33 @@ def test_an_ep_column_prices_the_row_under_expert_parallelism(tmp_path):
     assert str(err.value) == f"{path}: line 3: ep: must be >= 1, got 0"
 
 
+def test_a_moe_kernel_column_prices_the_row_with_that_kernel(tmp_path):
+    """moe_kernel (default empty: the tables' own) is the fused-MoE kernel the run's engine
+    was set to, as deployment.moe_kernel: DeepSeek-V3 on 8 B200s under TensorRT-LLM, its own
+    tables' DeepGEMM against trtllm_gen; a bad value is one line naming it."""
+    pytest.importorskip("aiconfigurator_core", reason="the MoE kernel tables")
+    path = tmp_path / "m.csv"
+    head = ["model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
+            "context", "tokens", "offload", "measured_s", "source", "framework", "moe_kernel"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        for kernel in ("", "deepgemm", "trtllm_gen"):
+            w.writerow(["deepseek-v3", "b200", 8, 1, 8, 8, "fp8", 8, 1024, 1, 0, 0.01,
+                        "test", "trtllm", kernel])
+    rows = read_rows(path)
+    assert [r.moe_kernel for r in rows] == [None, "deepgemm", "trtllm_gen"]
+    own, deepgemm, gen = (row_cost(r, CAT, "measured").uniform_pass_seconds(8, 1, 1024)
+                          for r in rows)
+    assert own == deepgemm and gen < own
+    path.write_text(path.read_text().replace(",trtllm_gen\n", ",trtllm\n"))
+    with pytest.raises(UserError) as err:
+        read_rows(path)
+    assert str(err.value) == (f"{path}: line 4: moe_kernel: must be one of trtllm_gen, "
+                              f"deepgemm, cutlass, triton (or empty: the tables' own), got "
+                              f"'trtllm'")
+
+
 FP4_HEAD = ["model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
             "context", "tokens", "offload", "measured_s", "source", "framework", "ep",
             "fp4_format", "quantized"]

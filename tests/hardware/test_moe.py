@@ -247,7 +247,8 @@ def test_dense_hw_step_json_has_no_moe_keys(capsys):
     assert main(["hw", "step", "--model", "llama-3-8b", "--gpu", "h100", "--batch", "1",
                  "--context", "1024", "--tokens", "1", "--json", "--timing", "paper"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert "experts_touched" not in out and "ep" not in out and out["weight_bits"] == 16
+    assert "experts_touched" not in out and "ep" not in out and "moe_kernel" not in out
+    assert out["weight_bits"] == 16
 
 
 def test_the_measured_moe_kernel_is_read_under_aiconfigurators_routing():
@@ -267,7 +268,7 @@ def test_the_measured_moe_kernel_is_read_under_aiconfigurators_routing():
     assert moe_distribution(cat.model("qwen3-30b-a3b").config) == "power_law_1.2"
     args = ("h200_sxm", "trtllm", 7168, 2048, 8, 256, 8, 1, "fp8")
     i = aic.GRID.index(32)
-    power, balanced = (aic.moe_table(*args, d)[i] for d in ("power_law_1.01", "balanced"))
+    power, balanced = (aic.moe_table(*args, d)[0][i] for d in ("power_law_1.01", "balanced"))
     assert power < 0.7 * balanced
 
 
@@ -326,3 +327,57 @@ def test_an_moe_verify_costs_at_least_reading_the_experts_it_adds(timing):
     read_s = sum(shape.moe_layers) * per_gpu / gpu.hbm_bytes_per_s
     assert read_s == pytest.approx(1.5e-3, rel=0.01)
     assert verify - decode >= read_s
+
+
+def test_moe_kernel_prices_the_routed_experts_with_that_kernels_rows():
+    """deployment.moe_kernel: TensorRT-LLM's own B200 tables time DeepGEMM for block-FP8
+    experts; trtllm_gen (its TRTLLM backend) comes from the framework whose tables time it
+    for the shape (every row of it that kernel), the same floats as that framework's own
+    table; deepgemm is TensorRT-LLM's own; a kernel no table times is refused in one line."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
+    from hardware.deployment import MOE_KERNELS
+    from hardware.timing import aic
+
+    assert tuple(aic.MOE_KERNELS) == MOE_KERNELS
+    args = ("b200_sxm", "trtllm", 7168, 2048, 8, 256, 8, 1, "fp8_block", "power_law_1.01")
+    own, source = aic.moe_table(*args)
+    assert source == "trtllm"
+    assert aic.moe_table(*args, "deepgemm") == (own, "trtllm")
+    gen, lender = aic.moe_table(*args, "trtllm_gen")
+    assert lender in ("vllm", "sglang")
+    assert gen == aic.moe_table("b200_sxm", lender, *args[2:])[0]
+    i = aic.GRID.index(4)
+    assert gen[i] < 0.5 * own[i]  # trtllm-gen against DeepGEMM at a decode's few tokens
+    with pytest.raises(aic.TablesUnavailable, match="time the triton kernel for fp8_block"):
+        aic.moe_table(*args, "triton")
+
+
+def test_moe_kernel_reaches_the_pass_price_and_its_note(capsys):
+    pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
+    args = ["hw", "step", "--model", "deepseek-v3", "--gpu", "b200", "--tp", "8",
+            "--framework", "trtllm", "--batch", "8", "--context", "1024", "--json"]
+    out = {}
+    for kernel in (None, "deepgemm", "trtllm_gen"):
+        assert main([*args] + (["--moe-kernel", kernel] if kernel else [])) == 0
+        out[kernel] = json.loads(capsys.readouterr().out)
+    assert out[None]["seconds"] == out["deepgemm"]["seconds"]
+    assert out["trtllm_gen"]["seconds"] < 0.8 * out[None]["seconds"]
+    assert out["trtllm_gen"]["moe_kernel"] == "trtllm_gen"
+    assert "MoE trtllm_gen kernel tables of" in out["trtllm_gen"]["note"]
+    assert "(borrowed)" in out["trtllm_gen"]["note"]
+    # measured asked for, the kernel not timed for the shape: one line, exit 2
+    assert main([*args, "--moe-kernel", "triton", "--timing", "measured"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "time the triton kernel" in err
+
+
+@pytest.mark.parametrize(("model_id", "kernel", "message"), [
+    ("deepseek-v3", "marlin", "moe_kernel: must be one of trtllm_gen, deepgemm, cutlass, triton"),
+    ("llama-3-8b", "trtllm_gen", "moe_kernel: llama-3-8b has no routed experts"),
+])
+def test_a_bad_moe_kernel_is_refused_naming_the_field(model_id, kernel, message):
+    cat = load_catalog()
+    m = cat.model(model_id)
+    with pytest.raises(UserError, match=message):
+        Deployment(m, cat.gpu("b200"), tp=8, weight_bits=m.weight_bits or 16,
+                   compute_dtype=m.compute_dtype, moe_kernel=kernel)

@@ -455,13 +455,13 @@ def test_every_tabulated_curve_gets_the_envelope(monkeypatch):
         return [0.5 if x == 24 else float(x)] * len(ops_list)
 
     monkeypatch.setattr(aic, "_evaluate", dipping)
-    monkeypatch.setattr(aic, "_moe_rows", lambda *a: frozenset(
-        {("bfloat16", 4096, 14336, 2, 8, 1, 1)}))
+    monkeypatch.setattr(aic, "_moe_kernels", lambda *a: {
+        ("bfloat16", 4096, 14336, 2, 8, 1, 1): frozenset({"vllm_fused_moe"})})
     raw = aic.allreduce_table.__wrapped__.__wrapped__
     for t in (raw("h100_sxm", "vllm", 4096, 2),
               aic.head_table.__wrapped__.__wrapped__("h100_sxm", "vllm", 1000, 4096),
               aic.moe_table.__wrapped__("h100_sxm", "vllm", 4096, 14336, 2, 8, 1, 1,
-                                        "bfloat16")):
+                                        "bfloat16")[0]):
         i = aic.GRID.index(24)
         assert t[i - 1] == t[i] == 0.5 and all(a <= b for a, b in zip(t, t[1:], strict=False))
 

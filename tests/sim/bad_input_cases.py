@@ -446,6 +446,12 @@ CASES = [
     ("quantized-16-bit", {"s.yaml": "deployment: {quantized: mlp}\n"},
      ["run", "{tmp}/s.yaml"], "quantized: mlp names the weights weight_bits quantizes, but "
                               "weight_bits is 16"),
+    ("moe-kernel-bad", {"s.yaml": "deployment: {moe_kernel: marlin}\n"},
+     ["run", "{tmp}/s.yaml"],
+     "deployment.moe_kernel: must be one of 'trtllm_gen', 'deepgemm', 'cutlass' or 'triton', "
+     "got 'marlin'"),
+    ("moe-kernel-dense", {"s.yaml": "deployment: {moe_kernel: trtllm_gen}\n"},
+     ["run", "{tmp}/s.yaml"], "moe_kernel: llama-3-8b has no routed experts"),
     ("offload-word", {"s.yaml": "deployment: {offload_fraction: some}\n"},
      ["run", "{tmp}/s.yaml"], "deployment.offload_fraction"),
     ("gpu-memory-nan", {"s.yaml": "deployment: {gpu_memory_utilization: .nan}\n"},

@@ -290,3 +290,24 @@ def test_a_short_table_with_a_horizon_is_drawn_whole_as_before():
     sc = load_scenario(None, [*SMALL, "run.requests=300", "run.horizon_s=2"])
     ((_, setup),) = setups(sc)
     assert len(setup.table) == 300  # the same draws as without the horizon
+
+
+def test_moe_kernel_reaches_the_target_and_an_moe_draft_but_not_a_dense_one():
+    """deployment.moe_kernel prices the target's routed experts; an MTP layer with routed
+    experts (the engine's one MoE backend) gets it, a dense draft model does not (it would
+    be refused: no routed experts)."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
+    from sim.build import DraftCosts, cost_models
+
+    sets = ["models.target=deepseek-v3", "deployment.gpu=b200", "deployment.tp=8",
+            "deployment.weight_bits=8", "deployment.compute_dtype=fp8",
+            "deployment.framework=trtllm", "deployment.moe_kernel=trtllm_gen"]
+    target, _, _ = cost_models(load_scenario(None, [*sets, *SMALL]), False)
+    assert target.dep.moe_kernel == "trtllm_gen" and "trtllm_gen" in target.timing.note
+    sc = load_scenario(None, [*sets, *SMALL])
+    from hardware.catalog import load_catalog
+
+    cat = load_catalog()
+    make = DraftCosts.for_scenario(sc, cat, cat.gpu("b200"))
+    assert make(cat.model("deepseek-v3"), tp=8).dep.moe_kernel == "trtllm_gen"
+    assert make(cat.model("llama-3.2-1b")).dep.moe_kernel is None
