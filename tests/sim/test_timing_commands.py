@@ -138,12 +138,12 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert code == 0
     doc = json.loads(out)
     assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 825, "C": 79,
-                                                                 "D": 16, "F": 92, "G": 247}
-    assert len(doc["rows"]) == 1306 and all(r["source"] for r in doc["rows"])
+                                                                 "D": 16, "F": 40, "G": 230}
+    assert len(doc["rows"]) == 1237 and all(r["source"] for r in doc["rows"])
     # --by: one entry per (model, gpu, framework), every row in exactly one, its numbers
     # those of its rows
     groups = {(g["model"], g["gpu"], g["framework"]): g for g in doc["groups"]}
-    assert sum(g["rows"] for g in groups.values()) == 1306
+    assert sum(g["rows"] for g in groups.values()) == 1237
     g = groups[("qwen3-32b", "h100", "vllm")]
     mine = [r for r in doc["rows"] if (r["model"], r["gpu"], r["framework"]) ==
             ("qwen3-32b", "h100", "vllm")]
@@ -157,7 +157,7 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert h["tpot_error"] == pytest.approx(h["predicted_tpot_s"] / h["measured_tpot_s"] - 1)
     assert h["predicted_ttft_s"] == pytest.approx(h["prefill_s"] + h["transfer_s"])
     code, out, _ = run(capsys, "validate", "--by", "framework,framework_version")
-    assert "A batch-1 decode" in out and "1306 rows" in out
+    assert "A batch-1 decode" in out and "1237 rows" in out
     assert "rows (fit / held out)" in out and "825 (414 / 411)" in out
     assert "by framework, framework_version: rows (held out), median signed error" in out
     assert "H disaggregated serving (prefill and decode pools), nothing fitted" in out
