@@ -455,41 +455,62 @@ def _moe_kernels(system: str, backend: str, distribution: str) -> dict[tuple, fr
     return {k: frozenset(v) for k, v in out.items()}
 
 
-# The fused-MoE kernel families ``Deployment.moe_kernel`` names, each as the words its
-# measured rows' ``kernel_source`` carries in aiconfigurator-core 0.12.0's tables:
+# The fused-MoE kernel families ``Deployment.moe_kernel`` names, and which of the kernel
+# labels (``kernel_source``) of aiconfigurator-core 0.12.0's MoE rows each covers
+# (:func:`moe_kernel_family`):
 # trtllm_gen -- TensorRT-LLM's trtllm-gen fused-MoE kernels: TensorRT-LLM's own
 #   (``moe_config.backend: TRTLLM`` -> ``TRTLLMGenFusedMoE`` for block-FP8 and NVFP4 experts:
 #   NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/fused_moe/create_moe.py @01f8de52,
 #   get_moe_cls), and FlashInfer's binding of the same kernels that SGLang
 #   (``--moe-runner-backend flashinfer_trtllm``) and vLLM run (flashinfer-ai/flashinfer
-#   csrc/trtllm_fused_moe_kernel_launcher.cu, built on its trtllmGen_bmm_export); the
-#   tables measure them as ``sglang_flashinfer_trtllm_moe`` and ``vllm_*flashinfer_trtllm*``
-#   on Blackwell; TensorRT-LLM's own tables do not time them (its collector times DeepGEMM
-#   for block-FP8 and CUTLASS for NVFP4 on SM100);
-# deepgemm -- DeepGEMM's grouped GEMMs (TensorRT-LLM ``DEEPGEMM``);
-# cutlass -- CUTLASS grouped GEMMs (TensorRT-LLM ``CUTLASS``, FlashInfer's CUTLASS MoE);
-# triton -- the Triton fused-MoE kernel (vLLM's and SGLang's default on Hopper).
-MOE_KERNELS = {"trtllm_gen": "flashinfer_trtllm", "deepgemm": "deepgemm",
-               "cutlass": "cutlass", "triton": "triton"}
+#   csrc/trtllm_fused_moe_kernel_launcher.cu, built on its trtllmGen_bmm_export): labels
+#   with ``flashinfer_trtllm`` (``sglang_flashinfer_trtllm_moe``, ``vllm_*flashinfer_trtllm*``);
+#   TensorRT-LLM's own tables do not time them (its collector times DeepGEMM for block-FP8
+#   and CUTLASS for NVFP4 on SM100);
+# deepgemm -- DeepGEMM's grouped GEMMs (TensorRT-LLM ``DEEPGEMM``): ``deepgemm``;
+# cutlass -- CUTLASS grouped GEMMs (TensorRT-LLM ``CUTLASS``, FlashInfer's CUTLASS MoE):
+#   labels with ``cutlass``;
+# triton -- a Triton fused-MoE kernel (vLLM's and SGLang's default on Hopper): labels with
+#   ``triton``, and ``vllm_fused_moe``, vLLM's ``fused_experts`` (a Triton kernel:
+#   vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_moe.py, fused_moe_kernel).
+# Labels of no family (TensorRT-LLM's ``moe_torch_flow`` on the A100, the Marlin and MXFP4
+# kernels) serve only an unset moe_kernel.
+MOE_KERNELS = ("trtllm_gen", "deepgemm", "cutlass", "triton")
+# labels the tables' engine keeps out of an op's default view (TensorRT-LLM's min-latency
+# NVFP4 kernel, a view of its own: aiconfigurator_core sdk/operations/moe.py, MoE.load_data),
+# so they do not decide which kernel a shape's default rows are
+_MOE_SIDE_VIEWS = frozenset({"moe_torch_flow_min_latency"})
+
+
+def moe_kernel_family(label: str) -> str | None:
+    """The :data:`MOE_KERNELS` family a table's kernel label belongs to (see there), or
+    None."""
+    if label == "vllm_fused_moe" or "triton" in label:
+        return "triton"
+    for family, word in (("trtllm_gen", "flashinfer_trtllm"), ("deepgemm", "deepgemm"),
+                         ("cutlass", "cutlass")):
+        if word in label:
+            return family
+    return None
 
 
 def moe_kernel_backend(system: str, backend: str, key: tuple, distribution: str,
                        kernel: str | None) -> str:
     """The framework whose tables price the routed experts of shape ``key`` (quant, hidden,
     inter, topk, experts, moe_tp, moe_ep) with ``kernel`` (a :data:`MOE_KERNELS` family;
-    None: ``backend``'s own, whatever it measured): ``backend`` where every row it has for
-    the shape is of that kernel, else the first other framework (vllm, sglang, trtllm)
-    whose rows are -- borrowed, as :data:`UNTUNED` borrows GEMMs. TablesUnavailable where
-    none is."""
+    None: ``backend``'s own, whatever it measured): ``backend`` where every row of its
+    default view for the shape is of that kernel, else the first other framework (vllm,
+    sglang, trtllm) whose rows are -- borrowed, as :data:`UNTUNED` borrows GEMMs.
+    TablesUnavailable where none is."""
     if kernel is None:
         return backend
-    word = MOE_KERNELS[kernel]
     for other in (backend,) + tuple(b for b in BACKENDS if b != backend):
         try:
-            kernels = _moe_kernels(system, other, distribution).get(key)
+            labels = _moe_kernels(system, other, distribution).get(key, frozenset())
         except TablesUnavailable:
             continue
-        if kernels and all(word in k for k in kernels):
+        labels = labels - _MOE_SIDE_VIEWS
+        if labels and all(moe_kernel_family(k) == kernel for k in labels):
             return other
     raise TablesUnavailable(
         f"no framework's MoE tables on {system} time the {kernel} kernel for {key[0]} experts "
@@ -503,7 +524,8 @@ def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, exp
               distribution: str = "power_law_1.2",
               kernel: str | None = None) -> tuple[tuple[float, ...], str]:
     """(seconds of one MoE layer's routed experts (the fused-MoE kernel) at every total token
-    count of ``GRID``, the framework whose tables they come from), measured with the tokens
+    count of ``GRID``, the framework whose tables they come from, or frameworks joined by
+    ``+`` where per-tensor and block-FP8 rows come from two), measured with the tokens
     routed as ``distribution`` spreads them (``hardware.timing.measured.moe_distribution``):
     each GPU holds ``experts / moe_ep`` experts split ``moe_tp`` ways. ``quant``: bfloat16,
     fp8_block (block-scaled W8A8), nvfp4, or fp8 (a per-tensor W8A8 checkpoint: the faster
@@ -538,7 +560,8 @@ def moe_table(system: str, backend: str, hidden: int, inter: int, topk: int, exp
                      getattr(common.MoEQuantMode, q), distribution, 1)
         tables.append([_evaluate(system, source, [op], is_context=False, batch_size=1, s=1,
                                  x=m)[0] for m in GRID])
-    return _envelope(min(vals) for vals in zip(*tables, strict=True)), have[0][1]
+    lenders = "+".join(sorted({source for _, source in have}))
+    return _envelope(min(vals) for vals in zip(*tables, strict=True)), lenders
 
 
 @cache

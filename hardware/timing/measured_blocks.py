@@ -207,7 +207,8 @@ def moe_tables(dep, system: str, backend: str, quant: str, modes: tuple[str, str
     experts = "MoE kernel tables" if dep.moe_kernel is None else \
         f"MoE {dep.moe_kernel} kernel tables" + \
         ("" if source == backend else
-         f" of {source} {aic.framework_version(system, source)} (borrowed)")
+         " of " + " and ".join(f"{lender} {aic.framework_version(system, lender)}"
+                               for lender in source.split("+")) + " (borrowed)")
     summed = tuple(a + b + c + d for a, b, c, d in zip(fixed, router, shared, routed,
                                                         strict=True))
     summed = _expert_read_floor(summed, dep, width, moe_tp, moe_ep)

@@ -381,3 +381,31 @@ def test_a_bad_moe_kernel_is_refused_naming_the_field(model_id, kernel, message)
     with pytest.raises(UserError, match=message):
         Deployment(m, cat.gpu("b200"), tp=8, weight_bits=m.weight_bits or 16,
                    compute_dtype=m.compute_dtype, moe_kernel=kernel)
+
+
+@pytest.mark.parametrize(("label", "family"), [
+    ("sglang_flashinfer_trtllm_moe", "trtllm_gen"),
+    ("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic", "trtllm_gen"),
+    ("vllm_compressedtensorsw4a4nvfp4moe_flashinfer_cutlass_flashinferexperts", "cutlass"),
+    ("moe_torch_flow_cutlass", "cutlass"), ("deepgemm", "deepgemm"),
+    ("moe_torch_flow_triton_fp8_block", "triton"), ("sglang_fused_moe_triton", "triton"),
+    ("vllm_fused_moe", "triton"), ("moe_torch_flow", None), ("sglang_marlin_moe", None),
+])
+def test_each_table_kernel_label_has_its_family(label, family):
+    from hardware.timing import aic
+
+    assert aic.moe_kernel_family(label) == family
+
+
+def test_the_min_latency_view_does_not_hide_the_cutlass_rows():
+    """TensorRT-LLM's B200 NVFP4 MoE rows are CUTLASS, with min-latency rows the tables'
+    engine keeps in a view of their own: cutlass is TensorRT-LLM's own kernel there."""
+    pytest.importorskip("aiconfigurator_core", reason="the kernel tables")
+    from hardware.timing import aic
+
+    args = ("b200_sxm", "trtllm", 7168, 2048, 8, 256, 8, 1, "nvfp4", "power_law_1.01")
+    assert aic.moe_table(*args, "cutlass") == aic.moe_table(*args)
+    assert aic.moe_table(*args)[1] == "trtllm"
+    # vLLM's fused_moe rows are its Triton kernel: its own, not borrowed
+    mix = ("a100_sxm", "vllm", 4096, 14336, 2, 8, 1, 1, "bfloat16", "power_law_1.2")
+    assert aic.moe_table(*mix, "triton")[1] == "vllm"
