@@ -234,7 +234,7 @@ def test_category_h_medians():
     v = validate_pd(CAT)
     s = v.summary["all"]
     assert (s["rows"], s["test_rows"]) == (63, 37)
-    assert round(100 * s["tpot_test"], 1) == 14.4
+    assert round(100 * s["tpot_test"], 1) == 14.0
     assert round(100 * s["ttft_test"], 1) == 79.9
     assert s["ttft_signed_all"] < -0.5  # priced fast: the queue and the path's latency
     assert all(p.ttft_s > p.prefill_s > 0 and p.tpot_s > 0 for p in v.predicted)
