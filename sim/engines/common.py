@@ -26,6 +26,23 @@ KV_DTYPES = {"auto": 16, "bfloat16": 16, "float16": 16, "fp8": 8, "fp8_e4m3": 8,
 QUANTIZATION = {"fp8": (8, "fp8"), "awq": (4, "bf16"), "gptq": (4, "bf16"),
                 "awq_marlin": (4, "bf16"), "gptq_marlin": (4, "bf16")}
 
+# the engines' names for the fused-MoE kernel (deployment.moe_kernel, hardware.timing.aic
+# MOE_KERNELS): SGLang's --moe-runner-backend (sgl-project/sglang
+# python/sglang/srt/server_args.py and layers/moe/utils.py MoeRunnerBackend: auto, deep_gemm,
+# triton, triton_kernel, flashinfer_trtllm, flashinfer_cutlass, flashinfer_mxfp4,
+# flashinfer_cutedsl, cutlass) and TensorRT-LLM's moe_config.backend (NVIDIA/TensorRT-LLM
+# tensorrt_llm/_torch/modules/fused_moe/create_moe.py @01f8de52, get_moe_cls: CUTLASS,
+# VANILLA, CUTEDSL, DEEPGEMM, DENSEGEMM, TRTLLM, WIDEEP, TRITON); the ones that name no
+# family SpecSim prices are refused on import
+SGLANG_MOE_RUNNERS = {"flashinfer_trtllm": "trtllm_gen", "deep_gemm": "deepgemm",
+                      "cutlass": "cutlass", "flashinfer_cutlass": "cutlass",
+                      "triton": "triton", "auto": None}
+SGLANG_MOE_WRITES = {"trtllm_gen": "flashinfer_trtllm", "deepgemm": "deep_gemm",
+                     "cutlass": "cutlass", "triton": "triton"}
+TRTLLM_MOE_BACKENDS = {"TRTLLM": "trtllm_gen", "DEEPGEMM": "deepgemm", "CUTLASS": "cutlass",
+                       "TRITON": "triton"}
+TRTLLM_MOE_WRITES = {v: k for k, v in TRTLLM_MOE_BACKENDS.items()}
+
 
 class Parsed:
     """The overrides (in order) and notes one command line gives."""

@@ -10,6 +10,8 @@ from sim.controllers import SGLANG_SLOT_DEFAULTS, check_sglang_slots, sglang_ini
 from sim.drafters import TRAITS, engine_names
 from sim.engines.common import (
     NO_EFFECT,
+    SGLANG_MOE_RUNNERS,
+    SGLANG_MOE_WRITES,
     Parsed,
     flags_of,
     float_flag,
@@ -157,6 +159,12 @@ def parse_sglang(text: str, resolve_model: Callable[[str], str],
             _recv_interval(out, flags, what, dp_attention)
         elif name == "--mem-fraction-static":  # weights + KV pool share of each GPU
             out.set("deployment.gpu_memory_utilization", float_flag(flags, name, what))
+        elif name == "--moe-runner-backend":
+            if value not in SGLANG_MOE_RUNNERS:
+                raise UserError(f"{what}: {name}: one of {', '.join(SGLANG_MOE_RUNNERS)} "
+                                f"(the fused-MoE kernels SpecSim prices), got {value!r}")
+            if SGLANG_MOE_RUNNERS[value] is not None:
+                out.set("deployment.moe_kernel", SGLANG_MOE_RUNNERS[value])
         elif name in NO_EFFECT or name == "--enable-metrics":
             out.notes.append(f"{name}: not used by the simulation")
         else:
@@ -442,6 +450,8 @@ def launch_command(scenario, variant, catalog) -> tuple[str, list[str]]:
         words += ["--mem-fraction-static", f"{d.gpu_memory_utilization:g}"]
     if d.kv_bits == 8:
         words += ["--kv-cache-dtype", "fp8_e4m3"]
+    if d.moe_kernel is not None:
+        words += ["--moe-runner-backend", SGLANG_MOE_WRITES[d.moe_kernel]]
     if lim.recv_interval > 1:
         words += ["--scheduler-recv-interval", str(lim.recv_interval)]
     if lim.order != "prefill_first":

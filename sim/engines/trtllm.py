@@ -29,6 +29,8 @@ from sim.drafters import TRAITS, engine_names
 from sim.engines.common import (
     KV_DTYPES,
     NO_EFFECT,
+    TRTLLM_MOE_BACKENDS,
+    TRTLLM_MOE_WRITES,
     Parsed,
     flags_of,
     float_flag,
@@ -161,6 +163,8 @@ def _yaml(out: Parsed, path: Path, limits: dict, layout: dict, what: str) -> dic
             spec = value
         elif key == "kv_cache_config":
             _kv_cache(out, value, f"{where}: kv_cache_config")
+        elif key == "moe_config":
+            _moe_config(out, value, f"{where}: moe_config")
         elif key == "pipeline_parallel_size":
             out.set("deployment.pp", _int(value, f"{where}: {key}"))
         elif key in ("tensor_parallel_size", "moe_expert_parallel_size",
@@ -176,6 +180,19 @@ def _yaml(out: Parsed, path: Path, limits: dict, layout: dict, what: str) -> dic
         else:
             raise UserError(f"{where}: {key}: not a TensorRT-LLM option SpecSim models")
     return spec
+
+
+def _moe_config(out: Parsed, cfg, where: str) -> None:
+    """``moe_config``: its ``backend`` is the fused-MoE kernel (deployment.moe_kernel)."""
+    if not isinstance(cfg, dict):
+        raise UserError(f"{where}: a mapping")
+    for key, value in cfg.items():
+        if key != "backend":
+            raise UserError(f"{where}: {key}: not a TensorRT-LLM option SpecSim models")
+        if value not in TRTLLM_MOE_BACKENDS:
+            raise UserError(f"{where}: backend: one of {', '.join(TRTLLM_MOE_BACKENDS)} (the "
+                            f"fused-MoE kernels SpecSim prices), got {value!r}")
+        out.set("deployment.moe_kernel", TRTLLM_MOE_BACKENDS[value])
 
 
 def _kv_cache(out: Parsed, cfg, where: str) -> None:
@@ -385,6 +402,8 @@ def serve_command(scenario, variant, catalog) -> tuple[str, str, list[str]]:
     if d.kv_bits == 8:
         kv["dtype"] = "fp8"
     config["kv_cache_config"] = kv
+    if d.moe_kernel is not None:
+        config["moe_config"] = {"backend": TRTLLM_MOE_WRITES[d.moe_kernel]}
     spec = _speculative_config(scenario, variant, notes)
     if spec is not None:
         config["speculative_config"] = spec

@@ -502,6 +502,10 @@ def serve_command(scenario, variant, catalog) -> tuple[str, list[str]]:
     d, lim, notes = scenario.deployment, scenario.scheduler, []
     target = catalog.model(scenario.models.target)
     words = ["vllm", "serve", hf_id(target)]
+    if d.moe_kernel is not None:
+        notes.append(f"deployment.moe_kernel {d.moe_kernel}: vLLM chooses its fused-MoE kernel "
+                     f"from the checkpoint, the GPU and its environment variables; the line "
+                     f"sets none")
     if d.tp > 1:
         words += ["--tensor-parallel-size", str(d.tp)]
     if d.pp > 1:

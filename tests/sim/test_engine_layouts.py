@@ -94,3 +94,41 @@ def test_the_written_launch_lines_read_back_as_their_layout(tp, ep, tmp_path):
     assert (s["deployment.tp"], s["deployment.ep"]) == ((1 if ep > tp else tp), ep)
     assert any("attention DP runs each rank's attention alone" in n for n in notes) == (
         ep > tp > 1)
+
+
+@pytest.mark.parametrize("kernel, runner, backend", [
+    ("trtllm_gen", "flashinfer_trtllm", "TRTLLM"), ("deepgemm", "deep_gemm", "DEEPGEMM"),
+    ("cutlass", "cutlass", "CUTLASS"), ("triton", "triton", "TRITON"),
+])
+def test_the_moe_kernel_round_trips_through_each_engines_knob(kernel, runner, backend,
+                                                              tmp_path):
+    """deployment.moe_kernel is SGLang's --moe-runner-backend and TensorRT-LLM's
+    moe_config.backend, both ways; vLLM's line says it sets none."""
+    from sim.engines.sglang import launch_command
+    from sim.engines.trtllm import serve_command
+    from sim.engines.vllm import serve_command as vllm_serve
+    from sim.loading import load_scenario
+
+    sc = load_scenario(None, ["models.target=deepseek-v3", "models.draft=null",
+                              "deployment.tp=8", f"deployment.moe_kernel={kernel}",
+                              "variants=[{name: none, policy: {kind: none}}]"])
+    line, _ = launch_command(sc, sc.variants[0], CAT)
+    assert f"--moe-runner-backend {runner}" in line
+    assert _sglang(line.split("--model-path deepseek-ai/DeepSeek-V3", 1)[1])[
+        "deployment.moe_kernel"] == kernel
+    line, config, _ = serve_command(sc, sc.variants[0], CAT)
+    assert f"backend: {backend}" in config
+    (tmp_path / "config.yaml").write_text(config)
+    flags = line.split("trtllm-serve deepseek-ai/DeepSeek-V3", 1)[1].replace(
+        "--config config.yaml", f"--config {tmp_path / 'config.yaml'}")
+    assert _trtllm(flags)["deployment.moe_kernel"] == kernel
+    _, notes = vllm_serve(sc, sc.variants[0], CAT)
+    assert any(n.startswith(f"deployment.moe_kernel {kernel}: vLLM chooses") for n in notes)
+
+
+def test_an_engine_moe_kernel_specsim_does_not_price_is_refused(tmp_path):
+    assert "deployment.moe_kernel" not in _sglang("--tp 8 --moe-runner-backend auto")
+    with pytest.raises(UserError, match="--moe-runner-backend: one of .* got 'flashinfer_mxfp4'"):
+        _sglang("--tp 8 --moe-runner-backend flashinfer_mxfp4")
+    with pytest.raises(UserError, match="moe_config: backend: one of .* got 'WIDEEP'"):
+        _trtllm("--tp_size 8", "moe_config:\n  backend: WIDEEP\n", tmp_path)
