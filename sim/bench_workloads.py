@@ -31,11 +31,13 @@ __all__ = ["BASES", "DECODE_HEAVY_RATE_PER_S", "SPECULATIVE_RATE_PER_S", "WORKLO
            "Workload"]
 
 # About 64 sequences in flight for the speculative workload at the default timing
-# (measured on 4000 requests: time-weighted batch 64.6 at 32.26 requests/s; 48.1 at 29 and
-# 76.9 at 34). Each variation's rate below was found the same way, on 4000 requests, for
-# the batch its line or comment states (set again in 2026-12, when a draft's passes
-# stopped paying the engine's per-sequence cost and the same rates ran ~48 sequences).
-SPECULATIVE_RATE_PER_S = 32.3
+# (measured on 4000 requests: time-weighted batch 64.2 at 28.5 requests/s). Each
+# variation's rate below was found the same way, on 4000 requests, for the batch its line
+# or comment states (set again in 2026-12 when a draft's passes stopped paying the engine's
+# per-sequence cost, and again when vLLM's speculative overheads were refitted: the old
+# rates then ran ~70-100 sequences; the pipeline's batch jumps between 54 and 75 within
+# 35.5-35.7 requests/s, near where its queue stops draining).
+SPECULATIVE_RATE_PER_S = 28.5
 # About 32 sequences in flight for the decode-heavy replay (measured on 1500 requests:
 # 32.2 at 2.4 requests/s; 37.4 at 2.6).
 DECODE_HEAVY_RATE_PER_S = 2.4
@@ -68,19 +70,19 @@ WORKLOADS: dict[str, Workload] = {
     # about the speculative load on each replica
     "replicas-2": Workload(
         _SPEC, "2 replicas behind a round-robin router, ~64 sequences each",
-        ("deployment.replicas=2", "workload.rate_per_s=65.5"), 2_100),
+        ("deployment.replicas=2", "workload.rate_per_s=58.0"), 2_100),
     "replicas-8": Workload(
         _SPEC, "8 replicas behind a round-robin router, ~64 sequences each",
-        ("deployment.replicas=8", "workload.rate_per_s=277"), 2_100),
+        ("deployment.replicas=8", "workload.rate_per_s=245.3"), 2_100),
     # 8 system prompts of 384 tokens (a request's own 128 follow): most of a prompt is a hit
     "prefix-cache": Workload(
         _SPEC, "prefix caching; prompts open with one of 8 shared 384-token prefixes",
         ("scheduler.prefix_caching=true", "workload.prompt={kind: fixed, tokens: 128}",
          "workload.shared_prefix_tokens=384", "workload.shared_prefix_groups=8",
-         "workload.rate_per_s=44.2"), 3_000),
+         "workload.rate_per_s=37.4"), 3_000),
     "pipeline": Workload(
         _SPEC, "the target in 2 pipeline stages (pp 2)",
-        ("deployment.pp=2", "workload.rate_per_s=39.9"), 1_600),
+        ("deployment.pp=2", "workload.rate_per_s=35.6"), 1_600),
     # the n-gram and suffix drafters' acceptance and proposal rates were measured on
     # Llama-3.1-8B (workloads/data/acceptance_presets.yaml): its target is that model
     "ngram": Workload(
@@ -88,26 +90,26 @@ WORKLOADS: dict[str, Workload] = {
         ("models.target=llama-3.1-8b", "variants.0.policy.gamma=5",
          "variants.0.drafter={method: ngram}",
          "variants.0.acceptance={kind: preset, name: ngram-llama-3.1-8b-code-edit-k5}",
-         "workload.rate_per_s=55.7"), 5_000),
+         "workload.rate_per_s=53.2"), 5_000),
     "suffix": Workload(
         _SPEC, "suffix decoding, gamma 1, vLLM's measured MT-Bench rates",
         ("models.target=llama-3.1-8b", "variants.0.policy.gamma=1",
          "variants.0.drafter={method: suffix}",
          "variants.0.acceptance={kind: preset, name: suffix-llama-3.1-8b-mtbench-k1}",
-         "workload.rate_per_s=35.8"), 5_000),
+         "workload.rate_per_s=34.7"), 5_000),
     "adaptive-tree": Workload(
         _SPEC, "adaptive gamma <= 8 and root width <= 3, chosen every iteration",
         ("variants.0.policy={kind: adaptive, max_gamma: 8, smoothing: 0.05, max_width: 3}",
-         "workload.rate_per_s=36.3"), 11_000),
+         "workload.rate_per_s=32.4"), 11_000),
     "per-seq-gamma": Workload(
         _SPEC, "adaptive gamma <= 8 for each sequence, from its own acceptance",
         ("variants.0.policy={kind: adaptive, max_gamma: 8, smoothing: 0.05, "
-         "per_sequence: true}", "workload.rate_per_s=35.2"), 13_000),
+         "per_sequence: true}", "workload.rate_per_s=28.6"), 13_000),
     # PEARL-style: the draft on a GPU of its own drafts the next chain during the verify
     "parallel-drafting": Workload(
         _SPEC, "the draft on a GPU of its own, drafting ahead during the verify",
         ("deployment.draft_placement=separate", "deployment.draft_overlap=parallel",
-         "workload.rate_per_s=32.8"), 1_000),
+         "workload.rate_per_s=28.8"), 1_000),
     # vllm bench serve --max-concurrency 64: 64 users, each sends again at once
     "closed-loop": Workload(
         _SPEC, "a closed loop of 64 users without think time (--max-concurrency 64)",
@@ -124,19 +126,19 @@ WORKLOADS: dict[str, Workload] = {
          "code: {weight: 1, acceptance: {kind: iid, alpha: 0.9}}, "
          "chat: {weight: 2, acceptance: {kind: iid, alpha: 0.7}}, "
          "reasoning: {weight: 1, acceptance: {kind: bursty, easy_alpha: 0.9, "
-         "hard_alpha: 0.2}}}}", "workload.rate_per_s=36.4"), 20_000),
+         "hard_alpha: 0.2}}}}", "workload.rate_per_s=32.6"), 20_000),
     # vLLM 0.33's num_speculative_tokens_per_batch_size (key: scheduled, the default): each
     # sequence drafts the γ of the size of the step that last scheduled it
     "ladder": Workload(
         _SPEC, "a batch ladder (gamma 4, 2, off above 80 scheduled), vLLM 0.33",
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
-         "[81, 100000, 0]]}", "workload.rate_per_s=35.1"), 4_500),
+         "[81, 100000, 0]]}", "workload.rate_per_s=31.8"), 4_500),
     # vLLM v0's num_speculative_tokens_per_batch_size, sticky: a request switched off by a
     # batch above 80 never speculates again (3,000 requests: 43% spend most steps off)
     "sticky-ladder": Workload(
         _SPEC, "a sticky batch ladder (gamma 4, 2, off above 80 sequences), vLLM v0",
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
-         "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=34.1"), 20_000),
+         "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=31.2"), 20_000),
     # a prefill replica hands every prompt to one of two decode replicas (sim.disagg), at
     # twice the speculative rate: each decode replica takes about the base's (~33 sequences
     # each, decoding alone; the one prefill replica caps them near 50 at any rate)
@@ -151,15 +153,15 @@ WORKLOADS: dict[str, Workload] = {
         _SPEC, "prefix caching, 256 shared prefixes, 4,500 GPU blocks, an 8 GiB CPU tier",
         ("scheduler.prefix_caching=true", "workload.prompt={kind: fixed, tokens: 128}",
          "workload.shared_prefix_tokens=384", "workload.shared_prefix_groups=256",
-         "workload.rate_per_s=36.5", "scheduler.num_gpu_blocks_override=4500",
+         "workload.rate_per_s=31.6", "scheduler.num_gpu_blocks_override=4500",
          "scheduler.kv_offload_gib=8"), 3_100),
     "roofline": Workload(
         _SPEC, "priced by the roofline timing instead of the measured one",
-        ("deployment.timing=roofline", "workload.rate_per_s=29.8"), 30_000),
+        ("deployment.timing=roofline", "workload.rate_per_s=26.6"), 30_000),
     # the sampling trace (temperature 0.5) of a weak draft; a tree widened at its root
     "trace-tree": Workload(
         _SPEC, "a tree <3,1,1,1>, acceptance replayed from a sampling trace",
         ("acceptance={kind: trace, file: workloads/traces/perturbed-0.3-t0.5.npz, "
          "mode: sampling}", "variants.0.policy={kind: tree, expansion: [3, 1, 1, 1]}",
-         "workload.rate_per_s=24.1"), 15_000),
+         "workload.rate_per_s=22.0"), 15_000),
 }

@@ -58,20 +58,23 @@ def test_a_bad_value_is_one_line_naming_file_line_and_column(tmp_path, change, m
     assert str(err.value) == f"{path}: {message}"
 
 
+def _column_rows(path, column: str, values, cells: list):
+    """A measurements file of one row per value of the optional ``column``, its other
+    cells ``cells`` (the required columns, then framework)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*REQUIRED, "framework", column])
+        w.writerows([*cells, value] for value in values)
+    return path
+
+
 def test_an_ep_column_prices_the_row_under_expert_parallelism(tmp_path):
     """ep (default 1) is the MoE model's expert-parallel GPUs, as hw step --ep: whole
     experts per GPU at ep = tp (the MoE tables' moe_ep rows instead of their moe_tp ones);
     a bad value is one line naming it."""
     pytest.importorskip("aiconfigurator_core", reason="the MoE kernel tables tell them apart")
-    path = tmp_path / "m.csv"
-    head = ["model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
-            "context", "tokens", "offload", "measured_s", "source", "framework", "ep"]
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        for ep in ("", "4"):
-            w.writerow(["qwen3-235b-a22b", "h100", 4, 1, 8, 16, "fp8", 16, 512, 1, 0, 0.02,
-                        "test", "vllm", ep])
+    path = _column_rows(tmp_path / "m.csv", "ep", ("", "4"), [
+        "qwen3-235b-a22b", "h100", 4, 1, 8, 16, "fp8", 16, 512, 1, 0, 0.02, "test", "vllm"])
     rows = read_rows(path)
     assert [r.ep for r in rows] == [1, 4]
     split, whole = (row_cost(r, CAT, "measured") for r in rows)
@@ -88,15 +91,8 @@ def test_a_moe_kernel_column_prices_the_row_with_that_kernel(tmp_path):
     was set to, as deployment.moe_kernel: DeepSeek-V3 on 8 B200s under TensorRT-LLM, its own
     tables' DeepGEMM against trtllm_gen; a bad value is one line naming it."""
     pytest.importorskip("aiconfigurator_core", reason="the MoE kernel tables")
-    path = tmp_path / "m.csv"
-    head = ["model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype", "batch",
-            "context", "tokens", "offload", "measured_s", "source", "framework", "moe_kernel"]
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        for kernel in ("", "deepgemm", "trtllm_gen"):
-            w.writerow(["deepseek-v3", "b200", 8, 1, 8, 8, "fp8", 8, 1024, 1, 0, 0.01,
-                        "test", "trtllm", kernel])
+    path = _column_rows(tmp_path / "m.csv", "moe_kernel", ("", "deepgemm", "trtllm_gen"), [
+        "deepseek-v3", "b200", 8, 1, 8, 8, "fp8", 8, 1024, 1, 0, 0.01, "test", "trtllm"])
     rows = read_rows(path)
     assert [r.moe_kernel for r in rows] == [None, "deepgemm", "trtllm_gen"]
     own, deepgemm, gen = (row_cost(r, CAT, "measured").uniform_pass_seconds(8, 1, 1024)
