@@ -175,7 +175,8 @@ def main(args: argparse.Namespace) -> int:
             "rows": [{"category": r.category, "model": r.model, "gpu": r.gpu, "tp": r.tp,
                       "framework": r.framework,
                       "framework_version": r.framework_version, "ep": r.ep, "batch": r.batch,
-                      "context": r.context,
+                      "context": r.context, "weight_bits": r.weight_bits,
+                      "kv_bits": r.kv_bits, "moe_kernel": r.moe_kernel,
                       "metric": r.metric, "measured": r.measured, "predicted": float(p),
                       "error": float(e), "split": r.split, "backend": b, "source": r.source}
                      for r, p, e, b in zip(v.rows, v.predicted, v.error, v.backends,

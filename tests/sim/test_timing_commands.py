@@ -140,6 +140,10 @@ def test_validate_prints_the_counts_and_medians(capsys):
     assert {c: s["rows"] for c, s in doc["summary"].items()} == {"A": 47, "B": 810, "C": 79,
                                                                  "D": 16, "F": 40, "G": 217}
     assert len(doc["rows"]) == 1209 and all(r["source"] for r in doc["rows"])
+    # each row says the precision and MoE kernel it was priced at (F's from its run script)
+    f = [r for r in doc["rows"] if r["category"] == "F"]
+    assert all(r["kv_bits"] == 8 and r["moe_kernel"] in ("trtllm_gen", "deepgemm") for r in f)
+    assert {r["moe_kernel"] for r in doc["rows"] if r["category"] in "ABCD"} == {None}
     # --by: one entry per (model, gpu, framework), every row in exactly one, its numbers
     # those of its rows
     groups = {(g["model"], g["gpu"], g["framework"]): g for g in doc["groups"]}
