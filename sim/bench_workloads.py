@@ -35,8 +35,10 @@ __all__ = ["BASES", "DECODE_HEAVY_RATE_PER_S", "SPECULATIVE_RATE_PER_S", "WORKLO
 # variation's rate below was found the same way, on 4000 requests, for the batch its line
 # or comment states (set again in 2026-12 when a draft's passes stopped paying the engine's
 # per-sequence cost, and again when vLLM's speculative overheads were refitted: the old
-# rates then ran ~70-100 sequences; the pipeline's batch jumps between 54 and 75 within
-# 35.5-35.7 requests/s, near where its queue stops draining).
+# rates then ran ~70-100 sequences). The pipeline's batch jumps by +-10 sequences between
+# neighbouring rates near there (its queue nearly stops draining), so its rate was chosen on
+# three seeds: 35.4 requests/s, 64.1, 65.3 and 70.9 on 4000 requests (63.4 at seed 0 on the
+# test's 3000).
 SPECULATIVE_RATE_PER_S = 28.5
 # About 32 sequences in flight for the decode-heavy replay (measured on 1500 requests:
 # 32.2 at 2.4 requests/s; 37.4 at 2.6).
@@ -73,7 +75,7 @@ WORKLOADS: dict[str, Workload] = {
         ("deployment.replicas=2", "workload.rate_per_s=58.0"), 2_100),
     "replicas-8": Workload(
         _SPEC, "8 replicas behind a round-robin router, ~64 sequences each",
-        ("deployment.replicas=8", "workload.rate_per_s=245.3"), 2_100),
+        ("deployment.replicas=8", "workload.rate_per_s=247.5"), 2_100),
     # 8 system prompts of 384 tokens (a request's own 128 follow): most of a prompt is a hit
     "prefix-cache": Workload(
         _SPEC, "prefix caching; prompts open with one of 8 shared 384-token prefixes",
@@ -82,7 +84,7 @@ WORKLOADS: dict[str, Workload] = {
          "workload.rate_per_s=37.4"), 3_000),
     "pipeline": Workload(
         _SPEC, "the target in 2 pipeline stages (pp 2)",
-        ("deployment.pp=2", "workload.rate_per_s=35.6"), 1_600),
+        ("deployment.pp=2", "workload.rate_per_s=35.4"), 1_600),
     # the n-gram and suffix drafters' acceptance and proposal rates were measured on
     # Llama-3.1-8B (workloads/data/acceptance_presets.yaml): its target is that model
     "ngram": Workload(
@@ -140,8 +142,10 @@ WORKLOADS: dict[str, Workload] = {
         ("variants.0.policy={kind: batch_ladder, ladder: [[1, 32, 4], [33, 80, 2], "
          "[81, 100000, 0]], sticky: true}", "workload.rate_per_s=31.2"), 20_000),
     # a prefill replica hands every prompt to one of two decode replicas (sim.disagg), at
-    # twice the speculative rate: each decode replica takes about the base's (~33 sequences
-    # each, decoding alone; the one prefill replica caps them near 50 at any rate)
+    # twice the speculative rate as it was set (64.1 = 2 x 32, before the base's rate moved
+    # to 28.5 with vLLM's refitted overheads): each decode replica takes about the base's
+    # (~33 sequences each, decoding alone; the one prefill replica caps them near 50 at any
+    # rate)
     "pd-1p2d": Workload(
         _SPEC, "prefill/decode disaggregation: 1 prefill and 2 decode replicas",
         ("disaggregation={prefill: {replicas: 1}, decode: {replicas: 2}}",
