@@ -218,7 +218,11 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
     """The (override, label) pairs and notes the engines' command lines give."""
     from hardware.catalog import load_catalog
     from sim.engines import bench, sglang, trtllm, vllm
-    from sim.engines.common import checkpoint_precision_sets, online_fp8_sets
+    from sim.engines.common import (
+        checkpoint_precision_sets,
+        dense_moe_kernel_sets,
+        online_fp8_sets,
+    )
     from specdec.errors import UserError
 
     given = [f for f, v in (("--from-vllm", args.from_vllm), ("--from-sglang",
@@ -246,6 +250,7 @@ def _engine_sets(args) -> tuple[list[tuple[str, str]], list[str]]:
             parsed = parse(text, resolve)
             online_fp8_sets(parsed, catalog)
             checkpoint_precision_sets(parsed, catalog, args.overrides)
+            dense_moe_kernel_sets(parsed, catalog)
             sets += [(t, f"{flag} ({t})") for t in parsed.sets]
             notes += [f"{flag}: {n}" for n in parsed.notes]
             sets += vllm.preset_sets(parsed, flag, notes, args.overrides)

@@ -86,6 +86,21 @@ def checkpoint_precision_sets(parsed: Parsed, catalog, user_sets=()) -> None:
                           "price another)")
 
 
+def dense_moe_kernel_sets(parsed: Parsed, catalog) -> None:
+    """An engine's MoE-kernel flag (``--moe-runner-backend``, ``moe_config.backend``) on a
+    model with no routed experts configures nothing (the engines only consult it when they
+    build an MoE layer); a deployment's ``moe_kernel`` there is refused, so it is dropped
+    here with a note rather than carried into the scenario."""
+    if parsed.target is None or catalog.model(parsed.target).config.routed_experts:
+        return
+    key = "deployment.moe_kernel="
+    kept = [t for t in parsed.sets if not t.startswith(key)]
+    if len(kept) < len(parsed.sets):
+        parsed.sets = kept
+        parsed.notes.append(f"{parsed.target} has no routed experts: its MoE kernel flag "
+                            f"configures nothing, and the simulation does not use it")
+
+
 def online_fp8_sets(parsed: Parsed, catalog) -> None:
     """``--quantization fp8`` on a 16-bit checkpoint quantizes it when loaded: one scale
     per weight matrix and the activations' scales computed every pass (vLLM's ``Fp8Config``

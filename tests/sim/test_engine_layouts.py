@@ -8,6 +8,7 @@ import json
 import pytest
 
 from hardware.catalog import load_catalog
+from sim.cli import main
 from specdec.errors import UserError
 
 CAT = load_catalog()
@@ -132,3 +133,18 @@ def test_an_engine_moe_kernel_specsim_does_not_price_is_refused(tmp_path):
         _sglang("--tp 8 --moe-runner-backend flashinfer_mxfp4")
     with pytest.raises(UserError, match="moe_config: backend: one of .* got 'WIDEEP'"):
         _trtllm("--tp_size 8", "moe_config:\n  backend: WIDEEP\n", tmp_path)
+
+
+def test_an_moe_kernel_flag_on_a_dense_model_configures_nothing(tmp_path, capsys):
+    """SGLang takes --moe-runner-backend for any model and uses it only for MoE layers:
+    on a dense target the imported line runs, the flag dropped with a note."""
+    out = tmp_path / "out"
+    code = main(["run", "--from-sglang", "python3 -m sglang.launch_server --model-path "
+                 "meta-llama/Llama-3.1-8B-Instruct --moe-runner-backend flashinfer_trtllm",
+                 "--set", "run.requests=20", "--out", str(out), "--no-report"])
+    assert code == 0
+    scenario = (out / "scenario.yaml").read_text()
+    assert "moe_kernel: null" in scenario
+    printed = capsys.readouterr()
+    assert "llama-3.1-8b has no routed experts: its MoE kernel flag configures nothing" in \
+        printed.err + printed.out
