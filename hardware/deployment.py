@@ -102,8 +102,8 @@ FP4_BITS = {"nvfp4": 4.0 + 8.0 / 16, "mxfp4": 4.0 + 8.0 / 32}
 # which weights weight_bits applies to (Deployment.quantized_scope)
 QUANTIZED = ("all", "mlp", "experts")
 QUANTIZED_LABEL = {"mlp": "MLPs", "experts": "experts"}
-# fused-MoE kernel families (Deployment.moe_kernel; hardware.timing.aic.MOE_KERNELS says
-# which measured rows each is)
+# fused-MoE kernel families (Deployment.moe_kernel; hardware.timing.aic, beside
+# moe_kernel_family, says which measured rows each is)
 MOE_KERNELS = ("trtllm_gen", "deepgemm", "cutlass", "triton")
 
 

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hardware.deployment import MOE_KERNELS
+
 __all__ = ["PINNED", "TablesUnavailable", "GRID", "framework_version", "layer_table",
            "allreduce_table", "head_table", "attention_model", "decode_row", "decode_at",
            "gemm_seconds", "allreduce_seconds", "moe_table", "MOE_KERNELS", "mla_fit",
@@ -475,7 +477,7 @@ def _moe_kernels(system: str, backend: str, distribution: str) -> dict[tuple, fr
 #   vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_moe.py, fused_moe_kernel).
 # Labels of no family (TensorRT-LLM's ``moe_torch_flow`` on the A100, the Marlin and MXFP4
 # kernels) serve only an unset moe_kernel.
-MOE_KERNELS = ("trtllm_gen", "deepgemm", "cutlass", "triton")
+# (the names: hardware.deployment.MOE_KERNELS, Deployment.moe_kernel's field)
 # labels the tables' engine keeps out of an op's default view (TensorRT-LLM's min-latency
 # NVFP4 kernel, a view of its own: aiconfigurator_core sdk/operations/moe.py, MoE.load_data),
 # so they do not decide which kernel a shape's default rows are
