@@ -36,7 +36,11 @@ the first block is required, the second optional):
   token budget the run set (default: the framework's ``max_num_batched_tokens``);
   ``kv_fraction``: the share of the memory the weights leave that the run gave the KV cache
   (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``; default: the deployment's workspace
-  margin) -- these two for ``tpot_s`` and ``max_load_tokens_per_s`` rows only;
+  margin); ``gpu_memory_utilization``: the share of each GPU's memory the run gave the
+  weights and the KV cache together (vLLM's ``--gpu-memory-utilization``, SGLang's
+  ``--mem-fraction-static``: the deployment's rule with that share in place of its default
+  0.9, :attr:`hardware.deployment.Deployment.workspace_fraction`; not with ``kv_fraction``)
+  -- these three for ``tpot_s`` and ``max_load_tokens_per_s`` rows only;
   ``cuda_graph_batch_sizes`` (``max_load_tokens_per_s`` only): the decode batch sizes the
   run captured as CUDA graphs with padding on, space-separated and ascending
   (TensorRT-LLM's ``cuda_graph_config.batch_sizes`` with ``enable_padding``): a step of
@@ -64,8 +68,8 @@ REQUIRED = ("model", "gpu", "tp", "pp", "weight_bits", "kv_bits", "compute_dtype
             "context", "tokens", "offload", "measured_s", "source")
 OPTIONAL = ("framework", "framework_version", "ep", "pin_memory", "streaming", "metric",
             "output_tokens", "requests", "max_num_tokens", "kv_fraction",
-            "cuda_graph_batch_sizes", "fp4_format", "quantized", "moe_kernel", "split",
-            "category", "notes")
+            "gpu_memory_utilization", "cuda_graph_batch_sizes", "fp4_format", "quantized",
+            "moe_kernel", "split", "category", "notes")
 METRICS = ("step_s", "tpot_s", "ttft_s", "tokens_per_s_per_gpu", "max_load_tokens_per_s")
 
 
@@ -100,6 +104,7 @@ class MeasuredRow:
     requests: int = 0
     max_num_tokens: int | None = None
     kv_fraction: float | None = None
+    gpu_memory_utilization: float | None = None
     cuda_graph_batch_sizes: tuple[int, ...] = ()
     split: str = "fit"
     category: str = ""
@@ -281,6 +286,7 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     for name, users in (("requests", ("max_load_tokens_per_s",)),
                         ("max_num_tokens", ("max_load_tokens_per_s", "tpot_s")),
                         ("kv_fraction", ("max_load_tokens_per_s", "tpot_s")),
+                        ("gpu_memory_utilization", ("max_load_tokens_per_s", "tpot_s")),
                         ("cuda_graph_batch_sizes", ("max_load_tokens_per_s",))):
         if get.get(name) and metric not in users:
             raise UserError(f"{path}: line {line}: {name}: only {' and '.join(users)} rows "
@@ -296,6 +302,11 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
     budget = get.get("max_num_tokens") or ""
     max_num_tokens = cell_int(path, line, "max_num_tokens", budget, 1) if budget else None
     kv_fraction = _fraction(path, line, "kv_fraction", get.get("kv_fraction") or "")
+    utilization = _fraction(path, line, "gpu_memory_utilization",
+                            get.get("gpu_memory_utilization") or "")
+    if kv_fraction is not None and utilization is not None:
+        raise UserError(f"{path}: line {line}: gpu_memory_utilization: give it or "
+                        f"kv_fraction, not both (the engine sizes its KV cache one way)")
     graphs = _sizes(path, line, "cuda_graph_batch_sizes",
                     get.get("cuda_graph_batch_sizes") or "")
     framework = get.get("framework") or "vllm"
@@ -326,7 +337,8 @@ def _row(path: Path, line: int, raw: dict[str, str]) -> MeasuredRow:
         streaming=streaming,
         metric=metric,
         output_tokens=out_tokens, requests=requests, max_num_tokens=max_num_tokens,
-        kv_fraction=kv_fraction, cuda_graph_batch_sizes=graphs, split=split,
+        kv_fraction=kv_fraction, gpu_memory_utilization=utilization,
+        cuda_graph_batch_sizes=graphs, split=split,
         category=get.get("category", ""),
         notes=get.get("notes", ""), path=str(path),
     )

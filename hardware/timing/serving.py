@@ -95,6 +95,8 @@ def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostMo
     """The cost model of the row's deployment (``offload: auto`` leaves KV room for the
     whole batch; otherwise the memory a row's batch needs is not checked, see ``tpot_s``)."""
     total = row.context + max(row.output_tokens, row.tokens)
+    memory = {} if row.gpu_memory_utilization is None else \
+        {"workspace_fraction": 1.0 - row.gpu_memory_utilization}
     dep = Deployment(
         model=catalog.model(row.model), gpu=catalog.gpu(row.gpu), tp=row.tp, pp=row.pp,
         ep=row.ep,
@@ -103,7 +105,7 @@ def row_cost(row: MeasuredRow, catalog: Catalog, timing: str = "auto") -> CostMo
         offload_fraction=row.offload, offload_pin_memory=row.pin_memory,
         kv_tokens=row.batch * total if row.offload == "auto" else 0, timing=timing,
         framework=catalog.framework_id(row.framework, row.framework_version),
-        streaming=row.streaming)
+        streaming=row.streaming, **memory)
     return CostModel(dep, catalog)
 
 

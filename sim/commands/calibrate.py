@@ -33,8 +33,10 @@ metric (step_s default, tpot_s, ttft_s, tokens_per_s_per_gpu, max_load_tokens_pe
 total output tokens/s of an offline max-load run, batch = its max batch size),
 output_tokens, requests (max_load_tokens_per_s only: how many the run served),
 max_num_tokens (the run's step token budget) and kv_fraction (the share of the memory left
-after weights and the engine's own memory that the run gave the KV cache; both for tpot_s
-and max_load_tokens_per_s rows), cuda_graph_batch_sizes (max_load_tokens_per_s only: the
+after weights and the engine's own memory that the run gave the KV cache, TensorRT-LLM's
+way) or gpu_memory_utilization (the share of each GPU the run gave weights and KV
+together: vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static); all three for
+tpot_s and max_load_tokens_per_s rows), cuda_graph_batch_sizes (max_load_tokens_per_s only: the
 CUDA-graph batch sizes the run padded its decode-only steps to, space-separated), split
 (fit / test: test rows are held out and only reported), category, notes.
 Without --fit the fields the rows can pin down are fitted: each framework's per-pass,

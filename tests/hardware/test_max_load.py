@@ -168,9 +168,11 @@ def _write(path, extra: dict[str, str]):
     return path
 
 
-@pytest.mark.parametrize(("column", "value"), [("requests", "100"),
-                                               ("cuda_graph_batch_sizes", "1 2 4")])
-def test_columns_a_metric_does_not_use_are_refused(tmp_path, column, value):
+@pytest.mark.parametrize(("column", "value", "users"), [
+    ("requests", "100", "max_load_tokens_per_s"),
+    ("cuda_graph_batch_sizes", "1 2 4", "max_load_tokens_per_s"),
+    ("gpu_memory_utilization", "0.9", "max_load_tokens_per_s and tpot_s")])
+def test_columns_a_metric_does_not_use_are_refused(tmp_path, column, value, users):
     header = [*REQUIRED, column]
     values = ["llama-3.1-8b", "h100", "1", "1", "16", "16", "", "8", "128", "1", "0",
               "0.01", "test", value]
@@ -179,7 +181,7 @@ def test_columns_a_metric_does_not_use_are_refused(tmp_path, column, value):
         csv.writer(f).writerows([header, values])
     with pytest.raises(UserError) as err:
         read_rows(path)
-    assert str(err.value) == (f"{path}: line 2: {column}: only max_load_tokens_per_s rows "
+    assert str(err.value) == (f"{path}: line 2: {column}: only {users} rows "
                               "use it; this row's metric is step_s")
 
 
@@ -208,6 +210,10 @@ def test_the_max_load_columns_are_read(tmp_path):
                                                                            False)
     (r,) = read_rows(_write(tmp_path / "n.csv", {"requests": "3000"}))
     assert (r.max_num_tokens, r.kv_fraction, r.streaming) == (None, None, True)
+    assert r.gpu_memory_utilization is None
+    (r,) = read_rows(_write(tmp_path / "u.csv", {"requests": "3000",
+                                                 "gpu_memory_utilization": "0.82"}))
+    assert (r.gpu_memory_utilization, r.kv_fraction) == (0.82, None)
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -221,6 +227,11 @@ def test_the_max_load_columns_are_read(tmp_path):
     ({"requests": "10", "streaming": "yes"}, "line 2: streaming: must be true or false, got "
                                              "'yes'"),
     ({"requests": "-5"}, "line 2: requests: must be >= 1, got -5"),
+    ({"requests": "10", "kv_fraction": "0.9", "gpu_memory_utilization": "0.9"},
+     "line 2: gpu_memory_utilization: give it or kv_fraction, not both (the engine sizes "
+     "its KV cache one way)"),
+    ({"requests": "10", "gpu_memory_utilization": "0"},
+     "line 2: gpu_memory_utilization: must be in (0, 1], got 0"),
 ])
 def test_a_bad_max_load_column_is_one_line(tmp_path, extra, message):
     path = _write(tmp_path / "m.csv", extra)
@@ -449,6 +460,35 @@ def test_a_dense_width_is_its_heads_and_moe_rows_are_refused():
         _priced(_row(model="qwen3-30b-a3b", kv_fraction=0.9))
     row = _row(model="qwen3-30b-a3b", kv_fraction=None)  # the deployment's rule: priced
     assert _kv_tokens(row, _priced(row)[1]) > 0
+
+
+def test_gpu_memory_utilization_is_the_deployment_rule_at_the_runs_share():
+    """An SGLang --mem-fraction-static (vLLM --gpu-memory-utilization) row: weights and KV
+    together take that share of each GPU, for MoE models too (no engine memory model is
+    needed): the KV holds share x HBM - weights, so 0.95 holds more than the default 0.9 by
+    0.05 x HBM exactly, and a capacity-bound TPOT row runs a larger batch."""
+    from hardware.timing.serving import _kv_tokens
+
+    def tokens(share):
+        row = _row(model="qwen3-30b-a3b", framework="sglang", kv_fraction=None,
+                   gpu_memory_utilization=share, metric="tpot_s", requests=0,
+                   max_num_tokens=None)
+        cost = _priced(row)[1]
+        return _kv_tokens(row, cost), cost
+
+    (default, cost), (larger, _), (same, _) = tokens(None), tokens(0.95), tokens(0.9)
+    per_token = cost.stage_kv_bytes_per_token[0]
+    hbm = cost.dep.gpu.hbm_capacity_bytes
+    assert same == default
+    assert larger - default == pytest.approx(0.05 * hbm / per_token, rel=1e-9, abs=1.0)
+
+    base = dict(model="llama-3.1-8b", gpu="h100", framework="sglang", kv_fraction=None,
+                metric="tpot_s", requests=0, max_num_tokens=None, batch=64,
+                context=30000, output_tokens=2000, kv_bits=16, weight_bits=16,
+                compute_dtype=None)
+    small, _ = _priced(_row(**base, gpu_memory_utilization=0.5))
+    large, _ = _priced(_row(**base, gpu_memory_utilization=0.95))
+    assert large > small  # a larger running batch: a slower step
 
 
 def test_without_a_budget_the_framework_budget_sizes_the_activations():
