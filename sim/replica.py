@@ -27,6 +27,7 @@ from sim.offload import Loads
 from sim.prefix_cache import PrefixCachingBlockManager
 from sim.pricing import IterationPricer
 from sim.recv import RecvInterval
+from sim.router import pass_iterations
 from sim.scheduling import ORDERS, SchedulerLimits
 from sim.scheduling.prefill_first import INIT_NEW_TOKEN_RATIO
 from sim.slots import (
@@ -491,13 +492,15 @@ class Replica:
             self._wake.succeed()
 
     def _pass_stretch(self, stretch):
-        """Let a steady stretch's iterations pass, one event each, then write it (and the
-        iteration it hands on to, if any)."""
+        """Let a steady stretch's iterations pass (``pass_iterations``: it ends before
+        anyone else's next event), then write it (and the iteration it hands on to, if
+        any)."""
         while stretch is not None:
-            for delay in stretch.delays():
-                self.compiled_iterations += 1
-                yield self.env.timeout(delay)
-                self.step_s = delay
+            delays = stretch.delays()
+            self.compiled_iterations += len(delays)
+            yield from pass_iterations(self.env, delays)
+            if delays:
+                self.step_s = delays[-1]
             steady.apply(self, stretch)
             stretch = stretch.then
 

@@ -209,6 +209,24 @@ def event_at(env: simpy.Environment, at: float, eid: int | None = None) -> simpy
     return event
 
 
+def pass_iterations(env: simpy.Environment, delays: list[float]):
+    """Let iterations of ``delays`` seconds pass one after the other, as one timeout each
+    would (a SimPy sub-generator: ``yield from``), in two events: one at the start of the
+    last, whose time the delays summed one by one give exactly as the timeouts reach it
+    (``event_at``), and the last one's timeout, made then as a timeout per iteration makes
+    it, so that an event elsewhere at the very instant it ends is ordered against it as
+    there. For iterations nothing else reads until the last has ended (the compiled walk's
+    and steady stretches', which end before anyone else's next event)."""
+    if not delays:
+        return
+    if len(delays) > 1:
+        t = env.now
+        for delay in delays[:-1]:
+            t = t + delay  # as Environment.schedule adds a timeout's delay to now
+        yield event_at(env, t)
+    yield env.timeout(delays[-1])
+
+
 def next_event_of(r, skip=()) -> float:
     """When the next event that can touch replica ``r`` comes, for a walk or a steady
     stretch without an arrival feed: the next of anyone's (``env.peek()``), or where its

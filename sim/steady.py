@@ -8,9 +8,11 @@ advance. A sequence with ``r`` tokens left is in the next ``r`` iterations and f
 the end of the last of them; the batch shrinks as they leave, in the running order it had.
 ``plan`` finds how many such iterations fit (at most ``MAX_STEPS``) and prices them, with
 the compiled stretch (``sim.steady_kernel``; without it the reference path runs them); the
-replica then lets each one's time pass with its own ``env.timeout`` (one event per
-iteration, the model's semantics, so ``env.now`` takes exactly the values it takes one
-iteration at a time) and ``apply`` writes what ``sim.step.advance`` and the scheduler would
+replica then lets their time pass (``sim.router.pass_iterations``: an event at the start of
+the last, the delays summed one by one as the timeouts of one iteration at a time would
+reach it, and the last one's own timeout, so ``env.now`` takes exactly the values it takes
+one iteration at a time and an event at the instant the last ends is ordered against it as
+there) and ``apply`` writes what ``sim.step.advance`` and the scheduler would
 have: the same KV grants, roll-backs and releases, counters, inter-token gaps, finish times
 and iteration rows.
 

@@ -119,7 +119,7 @@ from sim.draft_pricing import one_level_deeper
 from sim.kernels.base import SCHEDULED
 from sim.kernels.prefix import LOG_PER_BLOCK, TIER_LOG
 from sim.kernels.prefix import W_ as WIDTH
-from sim.router import event_at, next_event_of
+from sim.router import event_at, next_event_of, pass_iterations
 from sim.shapes import draft_feeds, tree_key_term
 from sim.slots import BLOCKS, COUNTS, DLAG, EMITTED, N_COLS, OUTPUT, RID, SPEC_OFF, STREAM, TARGET
 
@@ -488,7 +488,7 @@ def _gaps(r) -> np.ndarray:
 
 
 def run(r, w: Walk):
-    """Let walk ``w``'s iterations pass on replica ``r``, one event each, and write them (a
+    """Let walk ``w``'s iterations pass on replica ``r`` (``_pass``) and write them (a
     SimPy sub-generator: ``yield from``)."""
     if r.stages > 1:
         yield from _run_stages(r, w)
@@ -547,21 +547,29 @@ def _pass(r, w: Walk, delays: list[float], told: list[int]):
     """Let iterations of walk ``w`` pass, ``delays`` their durations; with a closed loop
     (``Replica.loop``, which the walk sent for) tell it of each one's finished requests as
     it ends, before the next starts, as ``Replica.retire`` tells it on the reference path
-    (``told[0]``: how many of ``w.finished`` it was told of)."""
+    (``told[0]``: how many of ``w.finished`` it was told of). Not one event per iteration
+    (``pass_iterations``): nothing reads the replica between a walk's iterations (it ends
+    before anyone else's next event; the arrivals it runs past only join the queue), so
+    time jumps to the end of each iteration that finishes requests of a closed loop, and
+    to the last."""
     env = r.env
     if r.loop is None:
-        for delay in delays:
-            yield env.timeout(delay)
+        yield from pass_iterations(env, delays)
         return
-    at = w.finished_at
-    rids = w.st[w.finished, RID]
+    ends, t = [], env.now
     for delay in delays:
-        yield env.timeout(delay)
-        j = told[0]
-        upto = int(np.searchsorted(at, env.now, side="right"))
-        if upto > j:
-            r.on_finish(rids[j:upto])
+        t = t + delay  # as Environment.schedule adds a timeout's delay to now
+        ends.append(t)
+    ups = np.searchsorted(w.finished_at, ends, side="right").tolist()
+    rids = w.st[w.finished, RID]
+    done = 0  # iterations passed
+    for i, upto in enumerate(ups):
+        if upto > told[0]:  # (the clock at the end of iteration done - 1, or the start)
+            yield from pass_iterations(env, delays[done:i + 1])
+            done = i + 1
+            r.on_finish(rids[told[0]:upto])
             told[0] = upto
+    yield from pass_iterations(env, delays[done:])
 
 
 def _write(r, w: Walk, alive: np.ndarray, st: np.ndarray, last: np.ndarray,
