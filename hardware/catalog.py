@@ -134,20 +134,45 @@ class EngineMemory(_Frozen):
     at least ``min_activation_bytes``; the
     collective library's buffers (``collective_bytes``, by TP degree the same way, none at
     TP 1); and ``runtime_bytes`` for the rest (CUDA context, library workspaces, CUDA
-    graphs). Per GPU, bytes."""
+    graphs). Per GPU, bytes.
+
+    An MoE model is sized only where its ``model_type`` is in ``moe_models``: its
+    activations take ``moe_activation_vectors`` (by TP degree) instead, and a model type
+    ``moe_models`` maps to true adds a dispatch workspace of ``moe_workspace_bytes`` per
+    budget token x width x routed expert x top-k / EP (aiconfigurator's block-scale
+    dispatch workspace, its DeepSeek family's); other MoE models are not sized."""
 
     activation_vectors: dict[PositiveInt, NonNegativeFloat] = Field(min_length=1)
     min_activation_bytes: NonNegativeFloat = 0.0
     collective_bytes: dict[PositiveInt, NonNegativeFloat] = Field(default_factory=dict)
     runtime_bytes: NonNegativeFloat = 0.0
+    moe_models: dict[str, bool] = Field(default_factory=dict)
+    moe_activation_vectors: dict[PositiveInt, NonNegativeFloat] = Field(default_factory=dict)
+    moe_workspace_bytes: NonNegativeFloat = 0.0
     source: str
 
-    def bytes_per_gpu(self, tp: int, width: int, budget_tokens: int) -> float:
+    @model_validator(mode="after")
+    def _moe_sized(self):
+        if self.moe_models and not self.moe_activation_vectors:
+            raise ValueError("moe_models: needs moe_activation_vectors, the activations of "
+                             "the MoE models it sizes")
+        return self
+
+    def bytes_per_gpu(self, tp: int, width: int, budget_tokens: int,
+                      moe: tuple[str, int, int, int] | None = None) -> float:
         """The engine's non-KV, non-weight bytes on one GPU of a TP-``tp`` deployment of a
-        dense model whose attention is ``width`` wide (heads x head dim) and whose steps
-        hold at most ``budget_tokens`` tokens."""
-        vectors = _by_degree(self.activation_vectors, tp)
-        activations = max(vectors * budget_tokens * width * 2, self.min_activation_bytes)
+        model whose attention is ``width`` wide (heads x head dim) and whose steps hold at
+        most ``budget_tokens`` tokens; ``moe``: an MoE model's (model_type, routed experts,
+        top-k, EP), which must be one of ``moe_models``."""
+        if moe is None:
+            vectors, workspace = _by_degree(self.activation_vectors, tp), 0.0
+        else:
+            model_type, experts, top_k, ep = moe
+            vectors = _by_degree(self.moe_activation_vectors, tp)
+            workspace = (self.moe_workspace_bytes * budget_tokens * width * experts * top_k
+                         / ep if self.moe_models[model_type] else 0.0)
+        activations = max(vectors * budget_tokens * width * 2 + workspace,
+                          self.min_activation_bytes)
         collective = _by_degree(self.collective_bytes, tp) if tp > 1 else 0.0
         return activations + collective + self.runtime_bytes
 

@@ -123,12 +123,19 @@ def _kv_tokens(row: MeasuredRow, cost: CostModel) -> float:
     hbm = cost.dep.gpu.hbm_capacity_bytes
     memory, shape = cost.framework.memory, cost.dep.model.shape
     if memory is not None:
-        if shape.n_experts or not shape.n_heads:
+        cfg = cost.dep.model.config
+        model_type = cfg.model_type
+        if not shape.n_heads or (shape.n_experts and model_type not in memory.moe_models):
             raise UserError(f"kv_fraction: {row.model} under {row.framework}: the engine's "
-                            f"memory (frameworks.yaml {row.framework}.memory) is a dense "
-                            f"transformer's; MoE and attention-free models are not priced")
-        # activations as wide as the attention's heads (aiconfigurator's h)
-        hbm -= memory.bytes_per_gpu(row.tp, shape.n_heads * shape.d_head, _budget(row, cost))
+                            f"memory (frameworks.yaml {row.framework}.memory) sizes dense "
+                            f"transformers and the MoE model types "
+                            f"{', '.join(memory.moe_models) or 'none'}; not {model_type}")
+        moe = (model_type, shape.n_experts, shape.top_k, cost.dep.ep) if shape.n_experts \
+            else None
+        # activations as wide as the attention's heads by the config's head dim
+        # (aiconfigurator's h: head_dim, else hidden / heads; DeepSeek's MLA: the hidden size)
+        hbm -= memory.bytes_per_gpu(row.tp, cfg.num_attention_heads * cfg.d_head,
+                                    _budget(row, cost), moe)
     return max(min(row.kv_fraction * (hbm - w) / per_token for w, per_token in
                    zip(cost.resident_weight_bytes(), cost.stage_kv_bytes_per_token,
                        strict=True)), 0.0)

@@ -446,20 +446,81 @@ def test_the_engine_memory_is_aiconfigurators_trtllm_model():
         misc = yaml.safe_load(path.read_text())["misc"]
         assert m.runtime_bytes == misc["other_mem"]
         assert m.collective_bytes == {k: v for k, v in misc["nccl_mem"].items() if k > 1}
+    # the MoE terms: its MOE and DEEPSEEK families' coefficients, the workspace of the
+    # DEEPSEEK family's block scales (4-byte floats per 128), and which architectures map
+    # to which family (common.ARCHITECTURE_TO_MODEL_FAMILY)
+    from aiconfigurator_core.sdk import common
+
+    table = TRTLLMBackend.ACTIVATION_COEFFICIENTS
+    assert m.moe_activation_vectors == table["MOE"] == table["DEEPSEEK"]
+    assert m.moe_workspace_bytes == 4 / 128
+    family = common.ARCHITECTURE_TO_MODEL_FAMILY
+    arch = {"mixtral": "MixtralForCausalLM", "gpt_oss": "GptOssForCausalLM",
+            "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
+    assert set(m.moe_models) == set(arch)
+    for model_type, workspace in m.moe_models.items():
+        assert family[arch[model_type]] in ("MOE", "DEEPSEEK")
+        assert workspace == (family[arch[model_type]] in BaseBackend.MOE_WORKSPACE_FAMILIES)
 
 
-def test_a_dense_width_is_its_heads_and_moe_rows_are_refused():
+def test_a_dense_width_is_its_heads_and_moe_types_the_memory_does_not_size_are_refused():
     """Activations are as wide as the attention's heads (Llama: the hidden size); an MoE
-    model's kv_fraction row under an engine memory meant for dense models is refused."""
+    model's kv_fraction row whose model type the engine's memory does not size (GLM-4.5:
+    aiconfigurator maps no family to it) is refused."""
     from hardware.timing.serving import _kv_tokens
 
     shape = CAT.model("llama-3.1-70b").shape
     assert shape.n_heads * shape.d_head == shape.hidden
-    with pytest.raises(UserError, match="kv_fraction: qwen3-30b-a3b under trtllm: the "
-                                        "engine's memory .* is a dense transformer's"):
-        _priced(_row(model="qwen3-30b-a3b", kv_fraction=0.9))
-    row = _row(model="qwen3-30b-a3b", kv_fraction=None)  # the deployment's rule: priced
+    with pytest.raises(UserError, match="kv_fraction: glm-4.5-air under trtllm: the "
+                                        "engine's memory .* sizes dense transformers and "
+                                        "the MoE model types mixtral, gpt_oss, qwen3_moe, "
+                                        "deepseek_v3; not glm4_moe"):
+        _priced(_row(model="glm-4.5-air", kv_fraction=0.9, gpu="h200", weight_bits=8))
+    row = _row(model="glm-4.5-air", kv_fraction=None, gpu="h200")  # the deployment's rule
     assert _kv_tokens(row, _priced(row)[1]) > 0
+
+
+def test_an_moe_kv_fraction_is_sized_by_the_moe_terms():
+    """An MoE model's activations take the MoE coefficients (Qwen3-30B-A3B at TP 1: 22
+    vectors of its 32 heads x 128); DeepSeek's add the dispatch workspace, budget x
+    hidden (its config has no head_dim: 128 heads x 7168 / 128) x 256 experts x top-8 /
+    EP x 4 / 128 bytes, hand-computed here at TP 8, EP 8 and 8192 budget tokens."""
+    from hardware.timing.serving import _kv_tokens
+
+    trt = CAT.framework("trtllm").memory
+    row = _row(model="qwen3-30b-a3b", kv_fraction=0.9, max_num_tokens=4096)
+    _, cost = _priced(row)
+    other = 2 * 4096 * (32 * 128) * 22
+    left = cost.dep.gpu.hbm_capacity_bytes - cost.resident_weight_bytes()[0] - other \
+        - trt.runtime_bytes
+    want = 0.9 * left / cost.stage_kv_bytes_per_token[0]
+    assert _kv_tokens(row, cost) == pytest.approx(want, rel=1e-12)
+
+    workspace = 8192 * 7168 * 256 * 8 / 8 * 4 / 128
+    assert workspace == 8192 * 7168 * 8  # 0.47 GB: 8 bytes per token and hidden unit
+    activations = 2 * 8192 * 7168 * 10
+    got = trt.bytes_per_gpu(8, 7168, 8192, ("deepseek_v3", 256, 8, 8))
+    assert got == pytest.approx(activations + workspace + trt.collective_bytes[8]
+                                + trt.runtime_bytes, rel=1e-12)
+    # no workspace for a type of aiconfigurator's MOE family
+    assert trt.bytes_per_gpu(8, 7168, 8192, ("qwen3_moe", 256, 8, 8)) == pytest.approx(
+        activations + trt.collective_bytes[8] + trt.runtime_bytes, rel=1e-12)
+    row = _row(model="deepseek-v3", gpu="b200", tp=8, ep=8, kv_fraction=0.8,
+               max_num_tokens=8192)
+    _, cost = _priced(row)
+    left = cost.dep.gpu.hbm_capacity_bytes - cost.resident_weight_bytes()[0] - got
+    assert _kv_tokens(row, cost) == pytest.approx(
+        0.8 * left / cost.stage_kv_bytes_per_token[0], rel=1e-12)
+
+
+def test_an_engine_memory_with_moe_models_needs_their_activations():
+    from pydantic import ValidationError
+
+    from hardware.catalog import EngineMemory
+
+    with pytest.raises(ValidationError, match="moe_models: needs moe_activation_vectors"):
+        EngineMemory(activation_vectors={1: 1.0}, moe_models={"qwen3_moe": False},
+                     source="t")
 
 
 def test_gpu_memory_utilization_is_the_deployment_rule_at_the_runs_share():
