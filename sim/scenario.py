@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from hardware.catalog import DRAFT_METHODS
-from hardware.deployment import TIMINGS
+from hardware.deployment import FP4_BITS, MOE_KERNELS, QUANTIZED, TIMINGS
 from sim.kinds.acceptance import Acceptance, IidAcc, SingleAcceptance
 from sim.kinds.base import (
     MAX_REPLICAS,
@@ -104,18 +104,18 @@ class Deployment(Strict):
     # weight) or mxfp4 (an E8M0 scale per 32, 4.25 bits); null = the model's where its
     # checkpoint ships FP4 (gpt-oss: mxfp4), else int4. Without compute_dtype fp4 they run
     # weight-only, dequantised to 16 bits (vLLM's Marlin MXFP4 path on Hopper)
-    fp4_format: Literal["nvfp4", "mxfp4"] | None = None
+    fp4_format: Literal[tuple(FP4_BITS)] | None = None
     # which of the target's weights weight_bits quantizes: all (every block weight; the
     # embedding and lm_head stay 16-bit), mlp (dense MLPs and experts; attention and router
     # 16-bit, TensorRT-LLM's min-latency DeepSeek-R1 recipe), experts (the routed experts
     # alone, gpt-oss's checkpoint); null = the checkpoint's where it ships FP4, else all
-    quantized: Literal["all", "mlp", "experts"] | None = None
+    quantized: Literal[QUANTIZED] | None = None
     # the fused-MoE kernel family the engine runs the routed experts with: trtllm_gen
     # (TensorRT-LLM moe_config.backend TRTLLM, SGLang --moe-runner-backend
     # flashinfer_trtllm), deepgemm, cutlass, triton; null = whatever the framework's measured
     # tables timed. Read by the measured timing only (from another framework's tables
     # where the engine's own do not time the kernel: the timing note says which)
-    moe_kernel: Literal["trtllm_gen", "deepgemm", "cutlass", "triton"] | None = None
+    moe_kernel: Literal[MOE_KERNELS] | None = None
     # how FP8 W8A8 (compute_dtype fp8) scales its values, which picks the measured FP8 GEMM
     # kernel of the target's linear layers (attention, dense MLP, shared experts; the
     # routed experts and DeepSeek's MLA block keep their own FP8 tables): null = the
