@@ -169,6 +169,8 @@ class EngineMemory(_Frozen):
         else:
             model_type, experts, top_k, ep = moe
             vectors = _by_degree(self.moe_activation_vectors, tp)
+            # (aiconfigurator also multiplies it by the attention data-parallel size, which
+            # the rows priced here do not run)
             workspace = (self.moe_workspace_bytes * budget_tokens * width * experts * top_k
                          / ep if self.moe_models[model_type] else 0.0)
         activations = max(vectors * budget_tokens * width * 2 + workspace,

@@ -641,7 +641,9 @@ _STARTS: list = [None, 0, None]  # weak references: the table, (block size), its
 def _implicit_starts(table: RequestTable, block_size: int) -> np.ndarray:
     """int64 [N + 1]: where each request's prompt blocks start in a table without block
     keys, made once for all the replicas of a run (each one's pool reads it, none writes
-    it: at 8 replicas and a million requests, 56 MB kept once instead of 8 times)."""
+    it: at 8 replicas and a million requests, 56 MB kept once instead of 8 times). A
+    request table is never changed once made (a frozen dataclass whose arrays nobody
+    writes); one slot: pools of another block size make their own."""
     ref, size, kept = _STARTS
     starts = kept() if ref is not None and ref() is table and size == block_size else None
     if starts is None:

@@ -214,9 +214,14 @@ def pass_iterations(env: simpy.Environment, delays: list[float]):
     would (a SimPy sub-generator: ``yield from``), in two events: one at the start of the
     last, whose time the delays summed one by one give exactly as the timeouts reach it
     (``event_at``), and the last one's timeout, made then as a timeout per iteration makes
-    it, so that an event elsewhere at the very instant it ends is ordered against it as
-    there. For iterations nothing else reads until the last has ended (the compiled walk's
-    and steady stretches', which end before anyone else's next event)."""
+    it, so that an event elsewhere at the very instant it ends (where a walk stops) is
+    ordered against it as there. For iterations nothing else reads until the last has
+    ended (the compiled walk's and steady stretches', which end before anyone else's next
+    event). One order can differ, which needs two exact ties: the jump's event takes its
+    place in SimPy's queue when the walk starts, not when the iteration before the last
+    starts, so an event made meanwhile for that very instant comes after it rather than
+    before; the replica does nothing there but make the last timeout, which an event made
+    at that instant for the instant the last iteration ends would then follow."""
     if not delays:
         return
     if len(delays) > 1:

@@ -43,8 +43,10 @@ them again. A draft the token budget would cut ends the walk, and a batch with a
 behind its sequence (``draft_sync: catch_up`` after a cut) does not start one: the
 reference path forms those batches.
 
-Each iteration still lets its own time pass with one ``env.timeout`` (one event per
-iteration). The walk runs up to the next event of anyone else: the iteration that ends at
+Its iterations' time passes in two events (``sim.router.pass_iterations``: the clock jumps to
+the start of the last, the delays summed as one timeout per iteration would sum them, and the
+last runs on a timeout of its own), and with a closed loop also at the end of each that
+finishes requests. The walk runs up to the next event of anyone else: the iteration that ends at
 or after it is its last, and the event comes while it runs -- so the iterations before it
 are written when the last of them ends, as the event finds them, and it is written at its
 own end. One that would admit then is left to the reference path.

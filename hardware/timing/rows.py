@@ -39,7 +39,9 @@ the first block is required, the second optional):
   margin); ``gpu_memory_utilization``: the share of each GPU's memory the run gave the
   weights and the KV cache together (vLLM's ``--gpu-memory-utilization``, SGLang's
   ``--mem-fraction-static``: the deployment's rule with that share in place of its default
-  0.9, :attr:`hardware.deployment.Deployment.workspace_fraction`; not with ``kv_fraction``)
+  0.9, :attr:`hardware.deployment.Deployment.workspace_fraction`, an approximation: SGLang
+  takes it of the memory free before the weights load, vLLM keeps its profiled activation
+  peak inside it; not with ``kv_fraction``)
   -- these three for ``tpot_s`` and ``max_load_tokens_per_s`` rows only;
   ``cuda_graph_batch_sizes`` (``max_load_tokens_per_s`` only): the decode batch sizes the
   run captured as CUDA graphs with padding on, space-separated and ascending

@@ -327,6 +327,46 @@ def test_stretches_stop_at_a_horizon_and_at_progress_slices(horizon, monkeypatch
     assert not got[0][0].requests.columns["finished"].all()  # the horizon cut the run
 
 
+# horizons where walks run past other replicas' events or tell a closed loop of finishes
+# (sim.steady_walk._pass jumps to the start of a walk's last iteration)
+HORIZON_CASES = {
+    "round-robin-3": ("default", ["run.requests=200", "deployment.replicas=3",
+                                  "workload.rate_per_s=40",
+                                  "workload.output={kind: uniform, low: 4, high: 200}"]),
+    "least-tokens-3": ("default", ["run.requests=200", "deployment.replicas=3",
+                                   "workload.rate_per_s=40", "deployment.router=least_tokens",
+                                   "workload.output={kind: uniform, low: 4, high: 200}"]),
+    "closed-loop-2": ("default", [
+        "run.requests=200", "deployment.replicas=2",
+        "variants=[{name: none, policy: {kind: none}}]",
+        "workload={arrivals: closed_loop, users: 16, think_mean_s: 0.05, think_cv: 3, "
+        "prompt: {kind: uniform, low: 20, high: 300}, output: {kind: uniform, low: 1, "
+        "high: 100}}"]),
+}
+
+
+@pytest.mark.parametrize("horizon", [0.7, 2.9])
+@pytest.mark.parametrize("case", sorted(HORIZON_CASES))
+def test_walks_of_several_replicas_and_closed_loops_stop_at_a_horizon(case, horizon,
+                                                                     monkeypatch):
+    """A horizon and progress slices with several replicas (a walk runs past the others'
+    events) and with a closed loop (told of finishes as their iterations end): the records
+    are the reference path's, with and without progress."""
+    from sim.build import setups
+    from sim.runner import simulate_variants
+
+    name, sets = HORIZON_CASES[case]
+    sc = load_scenario(repo_root() / "scenarios" / f"{name}.yaml",
+                       [*sets, f"run.horizon_s={horizon}"])
+    _python_kernel_without_numba(monkeypatch)
+    got = [simulate_variants(setups(sc), sc.run.horizon_s, progress, path=PATHS[path])
+           for path, progress in (("reference", None), ("compiled", None),
+                                  ("compiled", lambda *a: None))]
+    for other in got[1:]:
+        _assert_same_runs(got[0], other)
+    assert sum(v.compiled_iterations for v in got[1]) > 0
+
+
 # sim.steady_walk's cases, on the default scenario's variant without speculation
 WALK_CASES = {
     # long prompts in 64-token chunks under a 96-token budget: prefills cut and continued
