@@ -65,7 +65,12 @@ the last block and recomputes its last token); at most ``max_num_seqs`` loads at
 rows their blocks are held in); the budget other in-flight loads and prefills reserve
 (``_inflight_prefill_reserved_blocks``) is not kept back; no sync loads
 (``sync_load_budget_bytes``, 0 by default), no ``store_threshold``, no ARC policy, no
-disk tier below the CPU one.
+disk tier below the CPU one: vLLM 0.33's ``TieringOffloadingSpec``
+(``vllm/v1/kv_offload/tiering/manager.py``, ``tiering/fs/manager.py``) puts secondary
+tiers under the CPU one (a filesystem one among them): every chunk stored to the CPU tier
+is written through to each of them, and a chunk found only there is promoted into a CPU
+block first (the lookup answers "pending" and the request retries) before the usual load
+to the GPU -- not modelled.
 """
 
 from __future__ import annotations
