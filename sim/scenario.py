@@ -272,7 +272,9 @@ class Scheduler(Strict):
                    if not self.prefix_caching else
                    f"vLLM's offload is modelled with the vllm_v1 order, got {self.order}"
                    if self.order != "vllm_v1" else
-                   "not modelled with async_scheduling; set it false"
+                   "not modelled with async_scheduling (vLLM 0.33's default; "
+                   "--no-async-scheduling on a vllm serve line): set "
+                   "scheduler.async_scheduling false"
                    if self.async_scheduling else None)
             if why:
                 raise ValueError(f"kv_offload_gib: {why}")
