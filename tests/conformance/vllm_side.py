@@ -21,6 +21,7 @@ fresh drafts (``update_draft_token_ids``; the scheduler drops those of a prefill
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from collections import deque
 from pathlib import Path
@@ -111,7 +112,16 @@ class VllmFactory:
             enable_chunked_prefill=w.chunked, async_scheduling=w.async_scheduling,
             is_encoder_decoder=False)
         cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=w.prefix_caching)
+        layer = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1,
+                                  dtype=torch.float32)
         kv_transfer = None
+        if w.cpu_blocks:  # vLLM's native CPU offload: CPU chunks of one block, each page
+            # aligned (CPUOffloadingSpec: cpu_bytes_to_use // round_up(chunk, page))
+            chunk = -(-layer.page_size_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+            kv_transfer = KVTransferConfig(
+                kv_connector="OffloadingConnector", kv_role="kv_both",
+                kv_connector_extra_config={"cpu_bytes_to_use": w.cpu_blocks * chunk,
+                                           "offload_prompt_only": w.offload_prompt_only})
         if w.remote_s:  # a P/D decode replica: the pull connector's scheduler side
             kv_transfer = KVTransferConfig(
                 kv_connector="RemotePrefillConnector", kv_role="kv_consumer",
@@ -121,14 +131,23 @@ class VllmFactory:
                         speculative_config=spec, kv_transfer_config=kv_transfer)
         if vc.scheduler_config.async_scheduling != w.async_scheduling or vc.use_v2_model_runner:
             raise RuntimeError("vLLM changed async scheduling or chose the V2 runner")
-        kv = KVCacheConfig(num_blocks=w.blocks, kv_cache_tensors=[], kv_cache_groups=[
-            KVCacheGroupSpec(["layer"], FullAttentionSpec(
-                block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))])
+        group = KVCacheGroupSpec(["layer"], layer)
+        if w.cpu_blocks and spec is not None and spec.use_eagle_block_drop():
+            # as vLLM flags the group that holds the EAGLE head's layer
+            # (kv_cache_planning.get_kv_cache_groups): the offload lookup then drops the
+            # last CPU hit, as the GPU lookup its last (KV connectors keep plain hashes)
+            group.is_eagle_group = True
+        kv = KVCacheConfig(num_blocks=w.blocks, kv_cache_tensors=[], kv_cache_groups=[group])
         cache.num_gpu_blocks = w.blocks
         cls = AsyncScheduler if w.async_scheduling else Scheduler
-        return cls(vllm_config=vc, kv_cache_config=kv, block_size=BLOCK,
-                         structured_output_manager=StructuredOutputManager(vc),
-                         log_stats=False)
+        s = cls(vllm_config=vc, kv_cache_config=kv, block_size=BLOCK,
+                structured_output_manager=StructuredOutputManager(vc), log_stats=False)
+        if w.cpu_blocks:
+            chunks = s.connector.scheduler.manager._num_chunks
+            if chunks != w.cpu_blocks:
+                raise RuntimeError(f"{w.name}: vLLM's CPU tier has {chunks} chunks, "
+                                   f"not {w.cpu_blocks}")
+        return s
 
 
 def _request(w: Workload, rid: int, hasher) -> Request:
@@ -159,6 +178,8 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
     """vLLM's steps for ``w``, until every request finished."""
     if w.async_scheduling:
         return run_vllm_async(w, factory, max_steps)
+    if w.cpu_blocks:
+        return run_vllm_offload(w, factory, max_steps)
     s = factory.scheduler(w)
     hasher = _hasher(w, s)
     accepted = w.accepted()
@@ -286,4 +307,106 @@ def run_vllm_async(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -
         s.update_from_output(out, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=sampled))
+    return steps
+
+
+def _sampled(s, out, accepted) -> tuple[list[str], list[list[int]]]:
+    """The fake model's output of sync step ``out``: (scheduled request ids, what each
+    samples)."""
+    spec = out.scheduled_spec_decode_tokens
+    ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for r in ids:
+        req = s.requests[r]
+        if req.num_computed_tokens < req.num_tokens:  # a prefill chunk short of the end
+            sampled.append([])
+            continue
+        drafts = [t for t in spec.get(r, ()) if t != -1]  # -1: padding, never accepted
+        a = min(int(accepted[int(r), req.num_output_tokens]), len(drafts))
+        sampled.append([OUT_TOKEN] * (a + 1))
+    return ids, sampled
+
+
+def run_vllm_offload(w: Workload, factory: VllmFactory, max_steps: int = 20_000
+                     ) -> list[Step]:
+    """vLLM's steps for ``w`` with its native CPU offload (``OffloadingConnector`` over a
+    ``CPUOffloadingManager`` of ``w.cpu_blocks`` chunks, LRU), sync scheduling, the
+    connector's worker side played by this driver from each step's
+    ``OffloadingConnectorMetadata``:
+
+    - **loads** (``load_jobs``, one per request that ``update_state_after_alloc`` put in
+      WAITING_FOR_REMOTE_KVS): submitted as the step starts, each taking ``w.load_s``, one
+      after the other (vLLM's ``SingleDirectionOffloadingHandler`` runs them in order;
+      SpecSim queues them on one link); a load is reported done (its job in
+      ``kv_connector_worker_meta.completed_jobs``, its request in ``finished_recving``) in
+      the output of the step during which it ends;
+    - **stores** (``store_jobs``): reported done in the output of the step that built
+      them, so every block offered in a step is in the tier (a ``HIT``, not
+      ``HIT_PENDING``) by the next ``schedule()`` -- SpecSim takes a block to be in the
+      tier once offered, and no lookup in vLLM can see a store before the next step
+      anyway (stores are built at the end of ``schedule()``, after its lookups); it also
+      means no request is ever delayed for its own in-flight stores
+      (``get_num_new_matched_tokens``: "still has in-flight transfers").
+
+    The engine steps while ``has_requests()`` (a finished request's last blocks are
+    offered by the next ``schedule()``, ``finished_req_ids``); a step that schedules
+    nothing (every waiting request loading or passed over) is not recorded and takes the
+    clock to the next arrival or load end, as SpecSim's idle replica waits for either."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingWorkerMetadata,
+    )
+
+    s = factory.scheduler(w)
+    hasher = _hasher(w, s)
+    accepted = w.accepted()
+    order = sorted(range(w.n), key=lambda i: w.arrival_at[i])
+    now, nxt = 0.0, 0
+    steps: list[Step] = []
+    loads: dict[int, tuple[str, float]] = {}  # job id -> (request, when it ends)
+    link_free = 0.0  # when the last load submitted ends
+    while nxt < w.n or s.has_requests():
+        while nxt < w.n and w.arrival_at[order[nxt]] <= now:
+            s.add_request(_request(w, order[nxt], hasher))
+            nxt += 1
+        if not s.has_requests():
+            now = w.arrival_at[order[nxt]]
+            continue
+        if len(steps) >= max_steps:
+            raise RuntimeError(f"{w.name}: vLLM ran {max_steps} steps without finishing")
+        out = s.schedule()
+        meta = out.kv_connector_metadata
+        for job, entry in meta.load_jobs.items():
+            if entry.sync:
+                raise RuntimeError(f"{w.name}: a sync load (sync_load_budget_bytes)")
+            link_free = max(now, link_free) + w.load_s
+            loads[job] = (entry.req_id, link_free)
+        ran = out.total_num_scheduled_tokens > 0
+        if not ran and not out.preempted_req_ids:  # nothing runs: on to the next event
+            events = [t for _, t in loads.values()]
+            if nxt < w.n:
+                events.append(w.arrival_at[order[nxt]])
+            if events:
+                now = max(now, min(events))
+        end = now + (1.0 if ran else 0.0)
+        done = {j: 1 for j in meta.store_jobs}  # stores: done in their own step
+        arrived = set()
+        for job, (r, t) in list(loads.items()):
+            if t <= end:
+                done[job] = 1
+                arrived.add(r)
+                del loads[job]
+        kv_out = KVConnectorOutput(
+            finished_recving=arrived,
+            kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done) if done
+            else None)
+        if ran or out.preempted_req_ids:
+            steps.append(_step(out, now))
+        ids, sampled = _sampled(s, out, accepted)
+        s.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled, kv_connector_output=kv_out))
+        if w.k:
+            live = [r for r in ids if r in s.requests]
+            s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * w.k for _ in live]))
+        now = end
     return steps

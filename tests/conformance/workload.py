@@ -57,6 +57,15 @@ class Workload:
     # connector): each request's prompt was prefilled elsewhere, its arrival is its
     # hand-off, and its KV loads this many seconds from the step that holds blocks for it
     remote_s: float = 0.0
+    # > 0: a CPU tier of this many blocks below the prefix cache (SpecSim's sim.offload,
+    # vLLM's OffloadingConnector with as many CPU chunks of one block): blocks the GPU
+    # evicts hit there, and load asynchronously, ``load_s`` seconds each, one after the
+    # other, from the step that holds blocks for them (sync scheduling, prefix caching)
+    cpu_blocks: int = 0
+    load_s: float = 1.37
+    # vLLM's kv_connector_extra_config offload_prompt_only (its default: True, only full
+    # prompt blocks are stored); False stores committed output blocks too, as SpecSim does
+    offload_prompt_only: bool = True
 
     def __post_init__(self) -> None:
         n = len(self.arrival_at)
@@ -70,6 +79,10 @@ class Workload:
             raise ValueError(f"{self.name}: k > 0 needs method eagle or draft_model")
         if self.ladder is not None and not self.k:
             raise ValueError(f"{self.name}: a ladder needs k > 0")
+        if self.cpu_blocks and (not self.prefix_caching or self.async_scheduling
+                                or self.remote_s):
+            raise ValueError(f"{self.name}: a CPU tier needs prefix caching and sync "
+                             "scheduling, without a remote prefill")
 
     @property
     def n(self) -> int:
