@@ -257,9 +257,11 @@ OFFLOAD_SEEDS = [s for s in range(40) if s != 21]
 RANDOM_SEEDS = range(100)
 LADDER_SEEDS = range(40)
 REMOTE_SEEDS = range(30)
-# (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector; each
-# workload is filed under the first rule whose model (tried on SpecSim's side in a scratch
-# patch, never committed: /tmp/offload_conformance.md) removes its first difference
+# (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector. Each rule was
+# modelled on SpecSim's side in a scratch patch, never committed (/tmp/offload_conformance.md),
+# cumulatively in this order: output blocks, EAGLE hashes, the threshold's count; a workload
+# is filed under the rule whose model made it agree (its last cause, not always its first
+# difference), or under the LRU rule where none did
 OFFLOAD_OUTPUT = ("vLLM 0.33 stores only prompt blocks in the CPU tier (CPUOffloadingSpec "
                   "offload_prompt_only, default True); SpecSim stores committed output blocks too")
 OFFLOAD_EAGLE = ("with a KV connector vLLM 0.33 keeps plain block hashes and drops an EAGLE "
