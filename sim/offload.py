@@ -16,16 +16,19 @@ CPU block pool (``vllm/v1/kv_offload/cpu/manager.py``, ``cpu/spec.py``,
 - **Stores: as blocks are computed, not on eviction.** Every step, each scheduled request
   offers the CPU tier its full blocks of committed tokens computed so far, its prompt
   blocks found in the GPU prefix cache included (``_build_store_jobs``; the tokens it
-  counts are capped at ``request.num_tokens``, so no draft token is stored); a finished
-  request offers the blocks of all but its last token. A block the tier holds is not
+  counts are capped at ``request.num_tokens``, so no draft token is stored, and with
+  ``offload_prompt_only``, ``CPUOffloadingSpec``'s default True, at its prompt's tokens:
+  ``_calc_num_offloadable_tokens``), so a request's output is never stored, and a finished
+  request's offer is its prompt's full blocks. A block the tier holds is not
   stored again but counts as used (LRU); a new one takes a free CPU block, else evicts the
   least recently used unpinned one (``CPUOffloadingManager.prepare_store``); where none
   can be evicted the request's whole offer is dropped (``prepare_store`` returns None:
-  "cannot store chunks"). SpecSim offers a request's blocks where its GPU prefix cache
-  caches them (a prefill chunk's prompt blocks as it is scheduled, its committed output
-  when it is preempted or finishes: ``sim.prefix_cache``; the hits are the same, see
-  there). The copy itself is **free-running**: vLLM submits stores on a stream of their
-  own, GPU to host, at the start of the next step "so that offloading starts AFTER
+  "cannot store chunks"). SpecSim offers a request's prompt blocks where its GPU prefix
+  cache caches them (a prefill chunk's as it is scheduled: ``sim.prefix_cache``; the hits
+  are the same, see there), none of its output (checked against vLLM's own scheduler with
+  its ``OffloadingConnector``: tests/conformance, group (o)). The copy itself is
+  **free-running**: vLLM submits stores on a stream of their own, GPU to host, at the
+  start of the next step "so that offloading starts AFTER
   transfers related to token sampling" (``offloading/worker.py``,
   ``prepare_store_kv``), in the other direction of the (full-duplex) PCIe link from the
   loads, so it takes no step time and delays no load; a block is taken to be in the tier

@@ -101,8 +101,10 @@ def tier_offer(tm, tlog, stats, idents):
 
 def tier_offer_slot(tm, tlog, stats, offered, pm, keys, starts, slot, rid):
     """Offer the tier GPU slot ``slot``'s (request ``rid``'s) blocks the pool has cached
-    since its last offer."""
-    done = pm[pm[DONE] + slot]
+    since its last offer, of its prompt's full blocks only: vLLM 0.33 offloads at most a
+    request's prompt tokens (``OffloadingConnectorScheduler._calc_num_offloadable_tokens``
+    with ``offload_prompt_only``, ``CPUOffloadingSpec``'s default True)."""
+    done = min(pm[pm[DONE] + slot], starts[rid + 1] - starts[rid])
     a = offered[slot]
     if done > a:
         tier_offer(tm, tlog, stats, tier_idents(pm, keys, starts, rid, a, done))

@@ -252,18 +252,17 @@ def offload(seed: int) -> Workload:
 
 
 # (seed 21: SpecSim raises "nothing schedulable with work queued", EAGLE with a tier;
-# left out, see /tmp/offload_conformance.md)
+# left out, not traced yet)
 OFFLOAD_SEEDS = [s for s in range(40) if s != 21]
 RANDOM_SEEDS = range(100)
 LADDER_SEEDS = range(40)
 REMOTE_SEEDS = range(30)
 # (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector. Each rule was
-# modelled on SpecSim's side in a scratch patch, never committed (/tmp/offload_conformance.md),
-# cumulatively in this order: output blocks, EAGLE hashes, the threshold's count; a workload
-# is filed under the rule whose model made it agree (its last cause, not always its first
-# difference), or under the LRU rule where none did
-OFFLOAD_OUTPUT = ("vLLM 0.33 stores only prompt blocks in the CPU tier (CPUOffloadingSpec "
-                  "offload_prompt_only, default True); SpecSim stores committed output blocks too")
+# modelled on SpecSim's side in a scratch patch, cumulatively in this order: output blocks
+# (now SpecSim's own rule: a request's prompt blocks only, sim.kernels.tier.tier_offer_slot),
+# EAGLE hashes, the threshold's count; a workload is filed under the rule whose model made it
+# agree (its last cause, not always its first difference), or under the LRU rule where none
+# did
 OFFLOAD_EAGLE = ("with a KV connector vLLM 0.33 keeps plain block hashes and drops an EAGLE "
                  "hit's last block (VllmConfig.num_hash_lookahead_tokens is 0); SpecSim's 0.33 "
                  "rules hash with the next token")
@@ -278,29 +277,18 @@ OFFLOAD_LRU = ("vLLM's LRU ranks a CPU block by its request's first tier access 
                "offer the most recent and re-ranks at retirement")
 OFFLOAD_LRU_LIKELY = OFFLOAD_LRU + " (most likely: a small tier; first difference not traced)"
 OFFLOAD_GAPS = {
-    "o offload": OFFLOAD_OUTPUT,
     "o offload eagle": OFFLOAD_EAGLE,
-    "o offload tight": OFFLOAD_OUTPUT,
     "o offload seed 5": OFFLOAD_LRU_LIKELY,
-    "o offload seed 6": OFFLOAD_CAP,
     "o offload seed 7": OFFLOAD_RESERVE,
     "o offload seed 10": OFFLOAD_EAGLE,
     "o offload seed 13": OFFLOAD_CAP,
-    "o offload seed 15": OFFLOAD_LRU_LIKELY,
     "o offload seed 16": OFFLOAD_LRU_LIKELY,
     "o offload seed 17": OFFLOAD_LRU_LIKELY,
     "o offload seed 19": OFFLOAD_EAGLE,
     "o offload seed 22": OFFLOAD_EAGLE,
     "o offload seed 23": OFFLOAD_LRU_LIKELY,
-    "o offload seed 24": OFFLOAD_OUTPUT,
     "o offload seed 26": OFFLOAD_LRU_LIKELY,
-    "o offload seed 27": OFFLOAD_LRU_LIKELY,
-    "o offload seed 28": OFFLOAD_LRU_LIKELY,
-    "o offload seed 31": OFFLOAD_LRU_LIKELY,
     "o offload seed 32": OFFLOAD_EAGLE,
-    "o offload seed 33": OFFLOAD_OUTPUT,
-    "o offload seed 36": OFFLOAD_OUTPUT,
-    "o offload tiny tier": OFFLOAD_LRU_LIKELY,
     "o offload small tier": OFFLOAD_LRU,
 }
 GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES,
