@@ -96,14 +96,17 @@ class SchedulerLimits:
     @cached_property
     def drops_eagle_block(self) -> bool:
         """Whether a prefix-cache hit loses its last block under an EAGLE-type drafter (up
-        to 0.20; 0.33 hashes each block with the token after it instead)."""
-        return self.order == "vllm_v1" and not self._since("0.33")
+        to 0.20, and 0.33 with a KV connector: the CPU tier's; 0.33 otherwise hashes each
+        block with the token after it instead)."""
+        return self.order == "vllm_v1" and not self.hashes_next_token
 
     @cached_property
     def hashes_next_token(self) -> bool:
         """Whether an EAGLE-type drafter's prefix-cache blocks are hashed with the token
-        after them (0.33's ``num_hash_lookahead_tokens``)."""
-        return self._since("0.33")
+        after them (0.33's ``num_hash_lookahead_tokens``, which is 0 with a KV connector:
+        "KV connectors ... keep the legacy hashes", ``VllmConfig``, vllm/config/vllm.py in
+        the 0.33.0 wheel; the CPU tier's ``OffloadingConnector`` is one)."""
+        return self._since("0.33") and self.offload is None
 
     def cap(self, requests: int) -> int:
         """The most tokens one request may take in a step that starts with ``requests``

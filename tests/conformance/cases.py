@@ -259,13 +259,11 @@ LADDER_SEEDS = range(40)
 REMOTE_SEEDS = range(30)
 # (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector. Each rule was
 # modelled on SpecSim's side in a scratch patch, cumulatively in this order: output blocks
-# (now SpecSim's own rule: a request's prompt blocks only, sim.kernels.tier.tier_offer_slot),
-# EAGLE hashes, the threshold's count; a workload is filed under the rule whose model made it
-# agree (its last cause, not always its first difference), or under the LRU rule where none
-# did
-OFFLOAD_EAGLE = ("with a KV connector vLLM 0.33 keeps plain block hashes and drops an EAGLE "
-                 "hit's last block (VllmConfig.num_hash_lookahead_tokens is 0); SpecSim's 0.33 "
-                 "rules hash with the next token")
+# and EAGLE hashes (both now SpecSim's own rules: a request's prompt blocks only,
+# sim.kernels.tier.tier_offer_slot; with the tier, a KV connector, the legacy block hashes
+# and an EAGLE hit's last block dropped, SchedulerLimits.hashes_next_token), the threshold's
+# count; a workload is filed under the rule whose model made it agree (its last cause, not
+# always its first difference), or under the LRU rule where none did
 OFFLOAD_CAP = ("vLLM counts kv_holding_waiting (loading requests) among the requests that "
                "decide whether long_prefill_token_threshold applies; SpecSim counts running "
                "and waiting only")
@@ -277,18 +275,13 @@ OFFLOAD_LRU = ("vLLM's LRU ranks a CPU block by its request's first tier access 
                "offer the most recent and re-ranks at retirement")
 OFFLOAD_LRU_LIKELY = OFFLOAD_LRU + " (most likely: a small tier; first difference not traced)"
 OFFLOAD_GAPS = {
-    "o offload eagle": OFFLOAD_EAGLE,
     "o offload seed 5": OFFLOAD_LRU_LIKELY,
     "o offload seed 7": OFFLOAD_RESERVE,
-    "o offload seed 10": OFFLOAD_EAGLE,
     "o offload seed 13": OFFLOAD_CAP,
     "o offload seed 16": OFFLOAD_LRU_LIKELY,
     "o offload seed 17": OFFLOAD_LRU_LIKELY,
-    "o offload seed 19": OFFLOAD_EAGLE,
-    "o offload seed 22": OFFLOAD_EAGLE,
     "o offload seed 23": OFFLOAD_LRU_LIKELY,
     "o offload seed 26": OFFLOAD_LRU_LIKELY,
-    "o offload seed 32": OFFLOAD_EAGLE,
     "o offload small tier": OFFLOAD_LRU,
 }
 GAPS = {"e eagle plain hashes": PLAIN_HASHES, "e eagle plain hashes async": PLAIN_HASHES,
