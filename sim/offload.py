@@ -66,7 +66,11 @@ Departures: no ``HIT_PENDING`` wait for a store in flight; a hit on a prompt who
 block is cached stops, as the GPU lookup does, one block short of the end (vLLM loads
 the last block and recomputes its last token); at most ``max_num_seqs`` loads at once (the
 rows their blocks are held in); the budget other in-flight loads and prefills reserve
-(``_inflight_prefill_reserved_blocks``) is not kept back; no sync loads
+(``_inflight_prefill_reserved_blocks``) is not kept back; the LRU order is not vLLM's
+(``LRUCachePolicy`` ranks a block by its request's first access to the tier and never moves
+it lower, re-ranking a finished request's blocks after the next step's stores; SpecSim
+makes every offer the most recent and re-ranks at retirement): these two are where
+tests/conformance group (o) still differs from vLLM's own scheduler; no sync loads
 (``sync_load_budget_bytes``, 0 by default), no ``store_threshold``, no ARC policy, no
 disk tier below the CPU one: vLLM 0.33's ``TieringOffloadingSpec``
 (``vllm/v1/kv_offload/tiering/manager.py``, ``tiering/fs/manager.py``) puts secondary

@@ -286,10 +286,12 @@ def plan(r, fn) -> Walk | None:
     run = r.running_order() if r.n_active else _NO_ROWS
     n = len(run)
     st = r.state[run]
-    if _any(st[:, DLAG]) or r.loaded:
+    if _any(st[:, DLAG]) or r.holding:
         # a draft behind its sequence (catch_up: the reference's draft pass ingests the
-        # tokens it missed), or requests whose KV a CPU tier has loaded, which the
-        # reference admits first (sim.offload)
+        # tokens it missed), or requests holding blocks while a CPU tier loads their KV or
+        # once loaded: the reference admits them first (sim.offload), and counts them among
+        # those that decide whether long_prefill_token_threshold caps (vLLM's
+        # kv_holding_waiting), which the walk does not see
         return None
     horizon = None
     if r.feed is None and r.loop is None:

@@ -68,7 +68,9 @@ def plan_vllm_v1(r) -> Batch:
 
     # 1. the budget walk: take[i] = what running request i gets, in order, each at most
     # the step's cap (long_prefill_token_threshold, which cuts a verify too)
-    cap = lim.cap(len(run) + len(r.waiting))
+    # (vLLM's get_request_counts: the running, the waiting and kv_holding_waiting, the
+    # requests holding blocks while their KV loads or once loaded, not yet admitted)
+    cap = lim.cap(len(run) + len(r.waiting) + len(r.holding))
     if row.ndim == 1:
         want = rules.wanted(left, verify, cap) * ready
         capped = verify > cap

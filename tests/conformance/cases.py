@@ -259,14 +259,13 @@ LADDER_SEEDS = range(40)
 REMOTE_SEEDS = range(30)
 # (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector. Each rule was
 # modelled on SpecSim's side in a scratch patch, cumulatively in this order: output blocks
-# and EAGLE hashes (both now SpecSim's own rules: a request's prompt blocks only,
-# sim.kernels.tier.tier_offer_slot; with the tier, a KV connector, the legacy block hashes
-# and an EAGLE hit's last block dropped, SchedulerLimits.hashes_next_token), the threshold's
-# count; a workload is filed under the rule whose model made it agree (its last cause, not
-# always its first difference), or under the LRU rule where none did
-OFFLOAD_CAP = ("vLLM counts kv_holding_waiting (loading requests) among the requests that "
-               "decide whether long_prefill_token_threshold applies; SpecSim counts running "
-               "and waiting only")
+# EAGLE hashes and the threshold's count (all three now SpecSim's own rules: a request's
+# prompt blocks only, sim.kernels.tier.tier_offer_slot; with the tier, a KV connector, the
+# legacy block hashes and an EAGLE hit's last block dropped,
+# SchedulerLimits.hashes_next_token; the requests holding blocks counted where the step's
+# cap is decided, sim.scheduling.vllm_v1); a workload is filed under the rule whose model
+# made it agree (its last cause, not always its first difference), or under the LRU rule
+# where none did
 OFFLOAD_RESERVE = ("vLLM admits an async load only beside the blocks in-flight prefills still "
                    "need (_inflight_prefill_reserved_blocks); SpecSim's tier does not keep them "
                    "back (a documented departure)")
@@ -277,7 +276,6 @@ OFFLOAD_LRU_LIKELY = OFFLOAD_LRU + " (most likely: a small tier; first differenc
 OFFLOAD_GAPS = {
     "o offload seed 5": OFFLOAD_LRU_LIKELY,
     "o offload seed 7": OFFLOAD_RESERVE,
-    "o offload seed 13": OFFLOAD_CAP,
     "o offload seed 16": OFFLOAD_LRU_LIKELY,
     "o offload seed 17": OFFLOAD_LRU_LIKELY,
     "o offload seed 23": OFFLOAD_LRU_LIKELY,
