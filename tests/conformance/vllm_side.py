@@ -198,7 +198,6 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
         if len(steps) >= max_steps:
             raise RuntimeError(f"{w.name}: vLLM ran {max_steps} steps without finishing")
         out = s.schedule()
-        spec = out.scheduled_spec_decode_tokens
         kv_out = None
         if w.remote_s:  # loads this step started; those that end by its end are reported
             for r, req in s.requests.items():
@@ -219,16 +218,7 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
                     kv_connector_output=kv_out))
                 continue
         steps.append(_step(out, now))
-        ids = list(out.num_scheduled_tokens)
-        sampled = []
-        for r in ids:
-            req = s.requests[r]
-            if req.num_computed_tokens < req.num_tokens:  # a prefill chunk short of the end
-                sampled.append([])
-                continue
-            drafts = [t for t in spec.get(r, ()) if t != -1]  # -1: padding, never accepted
-            a = min(int(accepted[int(r), req.num_output_tokens]), len(drafts))
-            sampled.append([OUT_TOKEN] * (a + 1))
+        ids, sampled = _sampled(s, out, accepted)
         s.update_from_output(out, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
             sampled_token_ids=sampled, kv_connector_output=kv_out))
