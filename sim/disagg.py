@@ -161,8 +161,6 @@ class DecodeReplica(Replica):
         self._draft_prompt: dict[int, int] = {}  # slot -> prompt its draft runs (recompute)
         self.recompute_draft = pd.pd.draft_kv == "recompute" and self.policy.uses_draft \
             and self.pricer.draft is not None
-        # vLLM's num_speculative_tokens K (its reservations count a step of 1 + K + K)
-        self.spec_tokens = int(self.policy.max_nodes) if self.policy.uses_draft else 0
         self.keep_off_fast_paths(REFERENCE_ONLY)
 
     def start_load(self, rid: int) -> bool:
@@ -175,16 +173,9 @@ class DecodeReplica(Replica):
         speculative step's blocks; a step is 1 + K + K lookahead tokens where K drafts are
         verified (none without speculation)."""
         inc = self.remote[rid]
-        bs = self.limits.block_size
-        held = int(blocks_for(inc.tokens, bs))
-        spec = 1 + self.spec_tokens + self.lookahead if self.spec_tokens else 0
-        reserved = int(blocks_for(spec, bs)) + sum(
-            int(blocks_for(self.remote[r].tokens + spec, bs)) - self._holds[r]
-            for r in self.holding)
-        run = (self.active & (self.prefilled < self.target_prefill)).nonzero()[0]
-        if len(run):
-            reserved += int(np.add.reduce(
-                blocks_for(self.target_prefill[run] + spec, bs) - self.kv.blocks[run]))
+        held = int(blocks_for(inc.tokens, self.limits.block_size))
+        reserved = self.load_reserve((self.remote[r].tokens, self._holds[r])
+                                     for r in self.holding)
         if held + reserved > self.kv.free_blocks:
             return False
         self.kv.free_blocks -= held

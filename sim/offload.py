@@ -52,8 +52,12 @@ CPU block pool (``vllm/v1/kv_offload/cpu/manager.py``, ``cpu/spec.py``,
   (``_update_waiting_for_remote_kv``) and it is admitted before any waiting request
   (``kv_holding_waiting`` is drained first), its prefill starting after the loaded
   tokens. A request whose CPU hit includes a block another request is loading waits
-  (``_chunks_being_loaded``: "delay the request"), the requests behind it going on. This
-  is the path a P/D decode replica's remote KV takes (``sim.disagg``;
+  (``_chunks_being_loaded``: "delay the request"), the requests behind it going on. A
+  load starts only where its blocks (no lookahead slots) fit beside what every request
+  still prefilling needs for its whole sequence and a speculative step, and its own step
+  (``_inflight_prefill_reserved_blocks``, ``_spec_decode_step_blocks``:
+  ``Replica.load_reserve``), so that two loads cannot each hold half of what both need.
+  This is the path a P/D decode replica's remote KV takes (``sim.disagg``;
   ``sim.scheduling.common.admit_waiting``).
 - **The load's price.** vLLM's load handler runs transfers in the order they were
   submitted, one after the other (``SingleDirectionOffloadingHandler``), each worker its
@@ -65,12 +69,11 @@ CPU block pool (``vllm/v1/kv_offload/cpu/manager.py``, ``cpu/spec.py``,
 Departures: no ``HIT_PENDING`` wait for a store in flight; a hit on a prompt whose every
 block is cached stops, as the GPU lookup does, one block short of the end (vLLM loads
 the last block and recomputes its last token); at most ``max_num_seqs`` loads at once (the
-rows their blocks are held in); the budget other in-flight loads and prefills reserve
-(``_inflight_prefill_reserved_blocks``) is not kept back; the LRU order is not vLLM's
-(``LRUCachePolicy`` ranks a block by its request's first access to the tier and never moves
-it lower, re-ranking a finished request's blocks after the next step's stores; SpecSim
-makes every offer the most recent and re-ranks at retirement): these two are where
-tests/conformance group (o) still differs from vLLM's own scheduler; no sync loads
+rows their blocks are held in); the LRU order is not vLLM's (``LRUCachePolicy`` ranks a block
+by its request's first access to the tier and never moves it lower, re-ranking a finished
+request's blocks after the next step's stores; SpecSim makes every offer the most recent
+and re-ranks at retirement): where tests/conformance group (o) still differs from vLLM's own
+scheduler; no sync loads
 (``sync_load_budget_bytes``, 0 by default), no ``store_threshold``, no ARC policy, no
 disk tier below the CPU one: vLLM 0.33's ``TieringOffloadingSpec``
 (``vllm/v1/kv_offload/tiering/manager.py``, ``tiering/fs/manager.py``) puts secondary
@@ -282,18 +285,20 @@ class Loads:
                          pool.block_size)
         return int(n), bool(busy)
 
-    def start(self, rid: int, target: int, hit: int, idle: int, more: int,
-              ahead: int) -> bool:
+    def start(self, rid: int, target: int, hit: int, idle: int, more: int) -> bool:
         """Hold blocks for request ``rid`` (``target`` tokens to prefill): its ``hit``
         GPU blocks (``idle`` of them unreferenced) and ``more`` blocks to load, if they fit
-        with ``ahead`` more tokens (its first verify) and its whole prompt (vLLM's
-        ``scheduler_reserve_full_isl``); start the load. False (nothing done) where they do
-        not fit or every hold row is taken."""
+        beside the blocks every request still prefilling needs and a speculative step
+        (``Replica.load_reserve``: vLLM allocates an asynchronous load no lookahead slots
+        and keeps ``_inflight_prefill_reserved_blocks`` back) and its whole prompt fits
+        (vLLM's ``scheduler_reserve_full_isl``); start the load. False (nothing done) where
+        they do not fit or every hold row is taken."""
         r, pool = self.r, self.r.prefix
         bs = pool.block_size
         cached = (hit + more) * bs
-        need = (cached + ahead + bs - 1) // bs - hit
-        if not self._rows or need + idle > pool.free_blocks or (
+        reserve = r.load_reserve((r.prefill_target_of(q), held + got)
+                                 for q, (_, held, got, _) in self.holds.items())
+        if not self._rows or more + idle + reserve > pool.free_blocks or (
                 r.limits.full_isl and (target + bs - 1) // bs - hit + idle > pool.free_blocks):
             return False
         h = self._rows.pop()

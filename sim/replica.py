@@ -112,6 +112,9 @@ class Replica:
         self.pad_tokens = int(policy.max_nodes) if policy.uses_draft \
             and getattr(policy, "pads_admissions", True) and limits.pads_admissions else 0
         self.v1[rules.PAD_TOKENS] = self.pad_tokens
+        # vLLM's num_speculative_tokens, what an asynchronous load's reservation counts a
+        # speculative step by (load_reserve)
+        self.spec_tokens = int(policy.max_nodes) if policy.uses_draft else 0
         self.grammar = None  # sim.grammar.GrammarState: requests under a grammar
         self.proposal_rate = getattr(drafter, "proposal_rate", None)
         self.cpu_s_per_seq = getattr(drafter, "cpu_s_per_seq", 0.0)
@@ -368,8 +371,26 @@ class Replica:
         (``idle`` of them unreferenced) and ``more`` blocks found in the CPU tier, and start
         loading those; False (nothing done) where they do not fit beside its first verify
         (``sim.offload.Loads.start``)."""
-        return self.offload.start(rid, self.prefill_target_of(rid), hit, idle, more,
-                                  self.lookahead + self.pad_tokens)
+        return self.offload.start(rid, self.prefill_target_of(rid), hit, idle, more)
+
+    def load_reserve(self, holds) -> int:
+        """Blocks an asynchronous KV load must leave free (vLLM 0.33's
+        ``Scheduler.schedule``: ``_inflight_prefill_reserved_blocks`` and
+        ``_spec_decode_step_blocks``): for every request still prefilling -- ``holds``,
+        (tokens, blocks held) of each holding blocks while its KV loads or once loaded, and
+        every running one short of its prompt -- the blocks it needs to hold its whole
+        sequence and a speculative step, and the load's own speculative step; a step is
+        1 + K + K lookahead tokens where K drafts are verified (none without
+        speculation)."""
+        bs = self.limits.block_size
+        spec = 1 + self.spec_tokens + self.lookahead if self.spec_tokens else 0
+        reserved = int(rules.blocks_for(spec, bs)) + sum(
+            int(rules.blocks_for(tokens + spec, bs)) - held for tokens, held in holds)
+        run = (self.active & (self.prefilled < self.target_prefill)).nonzero()[0]
+        if len(run):
+            reserved += int(np.add.reduce(
+                rules.blocks_for(self.target_prefill[run] + spec, bs) - self.kv.blocks[run]))
+        return reserved
 
     def kv_arrived(self, rid: int) -> None:
         """``rid``'s KV is here: the next scheduling step may admit it."""

@@ -251,32 +251,24 @@ def offload(seed: int) -> Workload:
     return replace(w, blocks=int(rng.choice([need, need + 2, need + 5, need * 2])))
 
 
-# (seed 21: SpecSim raises "nothing schedulable with work queued", EAGLE with a tier;
-# left out, not traced yet)
-OFFLOAD_SEEDS = [s for s in range(40) if s != 21]
+OFFLOAD_SEEDS = range(40)
 RANDOM_SEEDS = range(100)
 LADDER_SEEDS = range(40)
 REMOTE_SEEDS = range(30)
 # (o): where SpecSim's CPU tier departs from vLLM 0.33's OffloadingConnector. Each rule was
-# modelled on SpecSim's side in a scratch patch, cumulatively in this order: output blocks
-# EAGLE hashes and the threshold's count (all three now SpecSim's own rules: a request's
-# prompt blocks only, sim.kernels.tier.tier_offer_slot; with the tier, a KV connector, the
-# legacy block hashes and an EAGLE hit's last block dropped,
+# modelled on SpecSim's side in a scratch patch, cumulatively in this order: output blocks,
+# EAGLE hashes, the threshold's count and a load's reservation (all four now SpecSim's own
+# rules: a request's prompt blocks only, sim.kernels.tier.tier_offer_slot; with the tier, a
+# KV connector, the legacy block hashes and an EAGLE hit's last block dropped,
 # SchedulerLimits.hashes_next_token; the requests holding blocks counted where the step's
-# cap is decided, sim.scheduling.vllm_v1); a workload is filed under the rule whose model
-# made it agree (its last cause, not always its first difference), or under the LRU rule
-# where none did
-OFFLOAD_RESERVE = ("vLLM admits an async load only beside the blocks in-flight prefills still "
-                   "need (_inflight_prefill_reserved_blocks); SpecSim's tier does not keep them "
-                   "back (a documented departure)")
+# cap is decided, sim.scheduling.vllm_v1; the in-flight prefills' blocks kept back from a
+# load, Replica.load_reserve); what still differs is filed under the LRU rule
 OFFLOAD_LRU = ("vLLM's LRU ranks a CPU block by its request's first tier access and re-ranks "
                "a finished request's blocks after the next step's stores; SpecSim makes every "
                "offer the most recent and re-ranks at retirement")
 OFFLOAD_LRU_LIKELY = OFFLOAD_LRU + " (most likely: a small tier; first difference not traced)"
 OFFLOAD_GAPS = {
     "o offload seed 5": OFFLOAD_LRU_LIKELY,
-    "o offload seed 7": OFFLOAD_RESERVE,
-    "o offload seed 16": OFFLOAD_LRU_LIKELY,
     "o offload seed 17": OFFLOAD_LRU_LIKELY,
     "o offload seed 23": OFFLOAD_LRU_LIKELY,
     "o offload seed 26": OFFLOAD_LRU_LIKELY,
