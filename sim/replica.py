@@ -369,8 +369,8 @@ class Replica:
     def start_load(self, rid: int, hit: int = 0, idle: int = 0, more: int = 0) -> bool:
         """Hold blocks for waiting request ``rid``: its ``hit`` GPU prefix blocks
         (``idle`` of them unreferenced) and ``more`` blocks found in the CPU tier, and start
-        loading those; False (nothing done) where they do not fit beside its first verify
-        (``sim.offload.Loads.start``)."""
+        loading those; False (nothing done) where they do not fit beside what the requests
+        still prefilling need (``load_reserve``, ``sim.offload.Loads.start``)."""
         return self.offload.start(rid, self.prefill_target_of(rid), hit, idle, more)
 
     def load_reserve(self, holds) -> int:

@@ -26,8 +26,8 @@ KV_DTYPES = {"auto": 16, "bfloat16": 16, "float16": 16, "fp8": 8, "fp8_e4m3": 8,
 QUANTIZATION = {"fp8": (8, "fp8"), "awq": (4, "bf16"), "gptq": (4, "bf16"),
                 "awq_marlin": (4, "bf16"), "gptq_marlin": (4, "bf16")}
 
-# the engines' names for the fused-MoE kernel (deployment.moe_kernel, hardware.timing.aic
-# MOE_KERNELS): SGLang's --moe-runner-backend (sgl-project/sglang
+# the engines' names for the fused-MoE kernel (deployment.moe_kernel,
+# hardware.deployment.MOE_KERNELS): SGLang's --moe-runner-backend (sgl-project/sglang
 # python/sglang/srt/server_args.py and layers/moe/utils.py MoeRunnerBackend: auto, deep_gemm,
 # triton, triton_kernel, flashinfer_trtllm, flashinfer_cutlass, flashinfer_mxfp4,
 # flashinfer_cutedsl, cutlass) and TensorRT-LLM's moe_config.backend (NVIDIA/TensorRT-LLM

@@ -218,15 +218,8 @@ def run_vllm(w: Workload, factory: VllmFactory, max_steps: int = 20_000) -> list
                     kv_connector_output=kv_out))
                 continue
         steps.append(_step(out, now))
-        ids, sampled = _sampled(s, out, accepted)
-        s.update_from_output(out, ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled, kv_connector_output=kv_out))
+        _settle(s, w, out, accepted, kv_out)
         done = nxt - len(s.requests)  # a finished request leaves ``requests``
-        if w.k:  # K drafts, or the K the ladder gives this step's size (Dynamic SD)
-            live = [r for r in ids if r in s.requests]
-            k = w.k if w.ladder is None else out.num_spec_tokens_to_schedule
-            s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * k for _ in live]))
         if out.total_num_scheduled_tokens:
             now += 1.0
     return steps
@@ -317,6 +310,20 @@ def _sampled(s, out, accepted) -> tuple[list[str], list[list[int]]]:
     return ids, sampled
 
 
+def _settle(s, w: Workload, out, accepted, kv_out=None) -> None:
+    """Apply sync step ``out``'s fake output (``_sampled``; with ``kv_out``, the KV
+    connector's) and give each request still running K fresh drafts, or the K the ladder
+    gives this step's size (Dynamic SD)."""
+    ids, sampled = _sampled(s, out, accepted)
+    s.update_from_output(out, ModelRunnerOutput(
+        req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+        sampled_token_ids=sampled, kv_connector_output=kv_out))
+    if w.k:
+        live = [r for r in ids if r in s.requests]
+        k = w.k if w.ladder is None else out.num_spec_tokens_to_schedule
+        s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * k for _ in live]))
+
+
 def run_vllm_offload(w: Workload, factory: VllmFactory, max_steps: int = 20_000
                      ) -> list[Step]:
     """vLLM's steps for ``w`` with its native CPU offload (``OffloadingConnector`` over a
@@ -391,12 +398,6 @@ def run_vllm_offload(w: Workload, factory: VllmFactory, max_steps: int = 20_000
             else None)
         if ran or out.preempted_req_ids:
             steps.append(_step(out, now))
-        ids, sampled = _sampled(s, out, accepted)
-        s.update_from_output(out, ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled, kv_connector_output=kv_out))
-        if w.k:
-            live = [r for r in ids if r in s.requests]
-            s.update_draft_token_ids(DraftTokenIds(live, [[DRAFT_TOKEN] * w.k for _ in live]))
+        _settle(s, w, out, accepted, kv_out)
         now = end
     return steps
